@@ -1,0 +1,205 @@
+#include "cli/commands.h"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cli/group_mode.h"
+#include "cli/model_loading.h"
+#include "formats/tensor_file.h"
+#include "worker/decode_job.h"
+#include "worker/exact_decode.h"
+#include "worker/runtime_info.h"
+
+namespace vaedecode::cli {
+namespace {
+
+constexpr uint64_t kDemoLatentSeed = 7;
+constexpr const char* kDemoLatentShape = "1,4,32,32";
+
+// A seeded N(0, 1) latent (SplitMix64 + Box-Muller): the same on every machine.
+at::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
+  at::Tensor t = at::empty(shape, at::kFloat);
+  float* data = t.data_ptr<float>();
+  uint64_t state = seed;
+  auto next_unit = [&state] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return ((z >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
+  };
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    data[i] = static_cast<float>(std::sqrt(-2.0 * std::log(next_unit())) *
+                                 std::cos(6.283185307179586 * next_unit()));
+  }
+  return t;
+}
+
+std::string ShapeText(c10::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ","), "]"); }
+
+bool EndsWith(const std::string& s, const char* suffix) {
+  const std::string t(suffix);
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+absl::Status ApplyThreads(const ParsedArgs& args) {
+  if (auto threads = args.Get("threads")) {
+    int n = 0;
+    if (!absl::SimpleAtoi(*threads, &n) || n < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--threads must be a positive integer, got \"", *threads, "\""));
+    }
+    at::set_num_threads(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::map<std::string, std::set<std::string>>& CommandFlags() {
+  static const auto* flags = new std::map<std::string, std::set<std::string>>{
+      {"decode",
+       {"model", "latent", "out", "latent-space", "dtype", "threads", "latent-shape", "seed", "mode",
+        "ranks", "timeout-s"}},
+      {"info", {"model"}},
+      // Internal: a peer rank of `decode --mode exact`, started by the leader.
+      {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s"}},
+  };
+  return *flags;
+}
+
+std::string Usage() {
+  return "usage:\n"
+         "  vaedecode decode [--model DIR] [--latent FILE] --out FILE [--latent-space vae|raw]\n"
+         "                   [--dtype float32|bfloat16|float16] [--threads N]\n"
+         "                   [--mode dense|exact --ranks N --timeout-s S]\n"
+         "                   [--latent-shape 1,4,32,32 --seed N]   (demo latent when --latent is absent)\n"
+         "  vaedecode info [--model DIR]\n"
+         "Without --model, an embedded SD-1.x-shaped AutoencoderKL with seeded random weights is used.\n"
+         "--latent: .safetensors (one tensor, or the tensor named \"latent\") or .npy.\n"
+         "--out: .safetensors / .npy (float32 tensor \"sample\") or .png (one image per batch entry).\n";
+}
+
+absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
+  std::optional<std::string> out_path = args.Get("out");
+  if (!out_path) return absl::InvalidArgumentError("decode needs --out FILE (.safetensors, .npy or .png)");
+  const std::string out_file = ResolveUserPath(*out_path);
+  if (!EndsWith(out_file, ".safetensors") && !EndsWith(out_file, ".npy") && !EndsWith(out_file, ".png")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out ", *out_path, ": extension must be .safetensors, .npy or .png"));
+  }
+  families::LatentSpace space = families::LatentSpace::kVae;
+  const std::string space_name = args.Get("latent-space").value_or("vae");
+  if (space_name == "raw") {
+    space = families::LatentSpace::kRaw;
+  } else if (space_name != "vae") {
+    return absl::InvalidArgumentError(absl::StrCat("--latent-space must be vae or raw, got \"", space_name, "\""));
+  }
+  absl::StatusOr<at::ScalarType> dtype = ParseDtype(args.Get("dtype").value_or("float32"));
+  if (!dtype.ok()) return dtype.status();
+  if (absl::Status s = ApplyThreads(args); !s.ok()) return s;
+
+  const std::string mode = args.Get("mode").value_or("dense");
+  int ranks = 1;
+  if (mode != "dense" && mode != "exact") {
+    return absl::InvalidArgumentError(absl::StrCat("--mode must be dense or exact, got \"", mode, "\""));
+  }
+  if (auto r = args.Get("ranks"); r && (!absl::SimpleAtoi(*r, &ranks) || ranks < 1 || ranks > 64)) {
+    return absl::InvalidArgumentError(absl::StrCat("--ranks must be an integer in 1..64, got \"", *r, "\""));
+  }
+  if (mode == "dense" && ranks != 1) {
+    return absl::InvalidArgumentError("--ranks needs --mode exact (dense decodes in one process)");
+  }
+  int timeout_s = 120;
+  if (auto t = args.Get("timeout-s"); t && (!absl::SimpleAtoi(*t, &timeout_s) || timeout_s < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--timeout-s must be a positive integer, got \"", *t, "\""));
+  }
+
+  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype);
+  if (!model.ok()) return model.status();
+
+  at::Tensor latent;
+  std::string latent_name;
+  if (auto latent_path = args.Get("latent")) {
+    absl::StatusOr<at::Tensor> read = formats::ReadTensorFile(ResolveUserPath(*latent_path), "latent");
+    if (!read.ok()) return read.status();
+    latent = *read;
+    latent_name = *latent_path;
+  } else {
+    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(args.Get("latent-shape").value_or(kDemoLatentShape));
+    if (!shape.ok()) return shape.status();
+    uint64_t seed = kDemoLatentSeed;
+    if (auto s = args.Get("seed"); s && !absl::SimpleAtoi(*s, &seed)) {
+      return absl::InvalidArgumentError(absl::StrCat("--seed must be an integer, got \"", *s, "\""));
+    }
+    latent = DemoLatent(*shape, seed);
+    latent_name = absl::StrCat("demo(seed=", seed, ")");
+  }
+
+  const worker::DecodeJob job{latent, space};
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<at::Tensor> sample;
+  std::string mode_used = "dense";
+  if (mode == "exact") {
+    GroupLaunch launch;
+    launch.ranks = ranks;
+    launch.model_path = args.Get("model").value_or("");
+    launch.dtype_name = DtypeName(*dtype);
+    launch.threads = at::get_num_threads();
+    launch.timeout = absl::Seconds(timeout_s);
+    absl::StatusOr<worker::GroupDecodeResult> result = DecodeWithLocalGroup(launch, *model->decoder, job);
+    if (!result.ok()) return result.status();
+    mode_used = result->mode;
+    if (!result->reason.empty()) mode_used += " (" + result->reason + ")";
+    sample = result->sample;
+  } else {
+    families::DenseOps ops;
+    sample = worker::RunDecode(*model->decoder, job, ops);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!sample.ok()) return sample.status();
+
+  at::Tensor result = sample->to(at::kFloat).contiguous();
+  std::string written = out_file;
+  if (EndsWith(out_file, ".png")) {
+    absl::StatusOr<std::vector<std::string>> files = formats::WritePngImages(out_file, result);
+    if (!files.ok()) return files.status();
+    written = absl::StrJoin(*files, ",");
+  } else if (absl::Status s = formats::WriteTensorFile(out_file, "sample", result); !s.ok()) {
+    return s;
+  }
+  out << "decoded model=" << model->name << " family=" << model->decoder->info().family
+      << " latent=" << latent_name << " latent_shape=" << ShapeText(latent.sizes())
+      << " space=" << space_name << " sample_shape=" << ShapeText(result.sizes())
+      << " dtype=" << DtypeName(*dtype) << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
+      << " time_ms=" << static_cast<int64_t>(ms) << " out=" << written << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunInfo(const ParsedArgs& args, std::ostream& out) {
+  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), at::kFloat);
+  if (!model.ok()) return model.status();
+  const families::ModelInfo& m = model->decoder->info();
+  out << "model: " << model->name << "\n"
+      << "family: " << m.family << " (diffusers " << m.diffusers_class << ")\n"
+      << "parameters: " << m.parameter_count << "\n"
+      << "latent channels: " << m.latent_channels << "\n"
+      << "output channels: " << m.out_channels << "\n"
+      << "spatial factor: " << m.spatial_factor << "\n";
+  if (m.is_video) out << "temporal factor: " << m.temporal_factor << "\n";
+  out << "scaling factor: " << m.scaling_factor << "\n"
+      << "shift factor: " << (m.shift_factor ? absl::StrCat(*m.shift_factor) : "none") << "\n"
+      << "raw latent space: " << m.raw_to_vae_formula << "\n"
+      << "blas: " << worker::LoadedBlasLibrary() << "\n"
+      << "config: " << m.config_json << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace vaedecode::cli

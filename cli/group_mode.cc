@@ -1,0 +1,107 @@
+#include "cli/group_mode.h"
+
+#include <unistd.h>
+
+#include <ATen/Parallel.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "cli/model_loading.h"
+#include "parallel/gloo_communicator.h"
+#include "parallel/store.h"
+#include "worker/child_process.h"
+
+namespace vaedecode::cli {
+namespace {
+
+absl::StatusOr<int> IntFlag(const ParsedArgs& args, const char* name) {
+  std::optional<std::string> v = args.Get(name);
+  int out = 0;
+  if (!v || !absl::SimpleAtoi(*v, &out)) {
+    return absl::InvalidArgumentError(absl::StrCat("rank: --", name, " must be an integer"));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<worker::GroupDecodeResult> DecodeWithLocalGroup(const GroupLaunch& launch,
+                                                               families::Decoder& decoder,
+                                                               const worker::DecodeJob& job) {
+  absl::StatusOr<int> port = launch.ranks > 1 ? parallel::PickFreePort() : absl::StatusOr<int>(0);
+  if (!port.ok()) return port.status();
+  const std::string group = absl::StrCat("cli-", getpid());
+  const std::string self = worker::SelfExecutable();
+
+  std::vector<worker::ChildProcess> children;
+  for (int r = 1; r < launch.ranks; ++r) {
+    std::vector<std::string> argv = {self,
+                                     "rank",
+                                     absl::StrCat("--rank=", r),
+                                     absl::StrCat("--world=", launch.ranks),
+                                     absl::StrCat("--store-port=", *port),
+                                     absl::StrCat("--group=", group),
+                                     absl::StrCat("--dtype=", launch.dtype_name),
+                                     absl::StrCat("--threads=", launch.threads),
+                                     absl::StrCat("--timeout-s=", absl::ToInt64Seconds(launch.timeout))};
+    if (!launch.model_path.empty()) argv.push_back(absl::StrCat("--model=", launch.model_path));
+    absl::StatusOr<worker::ChildProcess> child = worker::ChildProcess::Spawn(argv);
+    if (!child.ok()) return child.status();
+    children.push_back(*std::move(child));
+  }
+
+  parallel::GlooOptions options;
+  options.rank = 0;
+  options.world_size = launch.ranks;
+  options.group_name = group;
+  options.store_port = *port;
+  options.timeout = launch.timeout;
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(options);
+  if (!comm.ok()) return comm.status();  // children are killed by their handles
+
+  absl::StatusOr<worker::DecodeJob> shared = worker::BroadcastJob(**comm, &job);
+  if (!shared.ok()) return shared.status();
+  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, **comm, *shared);
+  if (!result.ok()) return result.status();
+
+  const absl::Time deadline = absl::Now() + launch.timeout;
+  for (size_t i = 0; i < children.size(); ++i) {
+    absl::StatusOr<int> code = children[i].Wait(deadline);
+    if (!code.ok()) return code.status();
+    if (*code != 0) {
+      return absl::UnavailableError(absl::StrCat("rank ", i + 1, " exited with code ", *code));
+    }
+  }
+  return result;
+}
+
+absl::Status RunRank(const ParsedArgs& args) {
+  absl::StatusOr<int> rank = IntFlag(args, "rank");
+  absl::StatusOr<int> world = IntFlag(args, "world");
+  absl::StatusOr<int> port = IntFlag(args, "store-port");
+  absl::StatusOr<int> timeout_s = IntFlag(args, "timeout-s");
+  absl::StatusOr<int> threads = IntFlag(args, "threads");
+  for (const auto* s : {&rank, &world, &port, &timeout_s, &threads}) {
+    if (!s->ok()) return s->status();
+  }
+  at::set_num_threads(*threads);
+  absl::StatusOr<at::ScalarType> dtype = ParseDtype(args.Get("dtype").value_or("float32"));
+  if (!dtype.ok()) return dtype.status();
+  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype);
+  if (!model.ok()) return model.status();
+
+  parallel::GlooOptions options;
+  options.rank = *rank;
+  options.world_size = *world;
+  options.group_name = args.Get("group").value_or("cli");
+  options.store_port = *port;
+  options.timeout = absl::Seconds(*timeout_s);
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(options);
+  if (!comm.ok()) return comm.status();
+  absl::StatusOr<worker::DecodeJob> job = worker::BroadcastJob(**comm, nullptr);
+  if (!job.ok()) return job.status();
+  return worker::DecodeWithGroup(*model->decoder, **comm, *job).status();
+}
+
+}  // namespace vaedecode::cli

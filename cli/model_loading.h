@@ -1,0 +1,29 @@
+#pragma once
+
+// Model and dtype selection shared by the CLI's commands and its rank workers.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <c10/core/ScalarType.h>
+
+#include "absl/status/statusor.h"
+#include "families/decoder.h"
+
+namespace vaedecode::cli {
+
+struct LoadedModel {
+  std::string name;  // the path given, or the embedded default's name
+  std::unique_ptr<families::Decoder> decoder;
+};
+
+// "float32" | "bfloat16" | "float16" (also fp32/bf16/fp16).
+absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);
+std::string DtypeName(at::ScalarType dtype);
+
+// The model at `path` (relative to the caller's directory), or the embedded
+// default when `path` is empty.
+absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype);
+
+}  // namespace vaedecode::cli

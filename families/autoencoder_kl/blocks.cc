@@ -1,0 +1,133 @@
+#include "families/autoencoder_kl/blocks.h"
+
+#include <ATen/ATen.h>
+
+namespace vaedecode::families::autoencoder_kl {
+
+at::Tensor RunConv(LayerOps& ops, const torch::nn::Conv2d& conv, const at::Tensor& x) {
+  ConvGeometry g;
+  g.padding_h = (conv->weight.size(2) - 1) / 2;
+  g.padding_w = (conv->weight.size(3) - 1) / 2;
+  return ops.Conv(x, conv->weight, conv->bias, g);
+}
+
+at::Tensor RunGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const at::Tensor& x) {
+  return ops.GroupNorm(x, norm->options.num_groups(), norm->weight, norm->bias,
+                       norm->options.eps());
+}
+
+namespace {
+
+torch::nn::GroupNorm MakeGroupNorm(int64_t groups, int64_t channels, double eps) {
+  return torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(eps).affine(true));
+}
+
+torch::nn::Conv2d MakeConv(int64_t in, int64_t out, int64_t kernel) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).padding((kernel - 1) / 2));
+}
+
+}  // namespace
+
+ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t groups,
+                                     double eps) {
+  norm1 = register_module("norm1", MakeGroupNorm(groups, in_channels, eps));
+  conv1 = register_module("conv1", MakeConv(in_channels, out_channels, 3));
+  norm2 = register_module("norm2", MakeGroupNorm(groups, out_channels, eps));
+  conv2 = register_module("conv2", MakeConv(out_channels, out_channels, 3));
+  if (in_channels != out_channels) {
+    conv_shortcut = register_module("conv_shortcut", MakeConv(in_channels, out_channels, 1));
+  }
+}
+
+at::Tensor ResnetBlock2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = at::silu(RunGroupNorm(ops, norm1, x));
+  h = RunConv(ops, conv1, h);
+  h = at::silu(RunGroupNorm(ops, norm2, h));
+  h = RunConv(ops, conv2, h);
+  const at::Tensor shortcut = conv_shortcut ? RunConv(ops, conv_shortcut, x) : x;
+  return shortcut + h;
+}
+
+AttentionImpl::AttentionImpl(int64_t channels, int64_t head_dim, int64_t groups, double eps)
+    : heads_(channels / head_dim) {
+  group_norm = register_module("group_norm", MakeGroupNorm(groups, channels, eps));
+  to_q = register_module("to_q", torch::nn::Linear(channels, channels));
+  to_k = register_module("to_k", torch::nn::Linear(channels, channels));
+  to_v = register_module("to_v", torch::nn::Linear(channels, channels));
+  to_out = register_module("to_out", torch::nn::ModuleList());
+  to_out->push_back(torch::nn::Linear(channels, channels));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const int64_t b = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t head_dim = c / heads_;
+  // Tokens are pixels in row-major order: a row band is a contiguous run.
+  at::Tensor tokens = RunGroupNorm(ops, group_norm, x).view({b, c, h * w}).transpose(1, 2);  // [B, N, C]
+  auto split_heads = [&](const at::Tensor& t) {
+    return t.view({b, -1, heads_, head_dim}).transpose(1, 2);  // [B, heads, N, D]
+  };
+  at::Tensor q = split_heads(to_q->forward(tokens));
+  at::Tensor k = split_heads(to_k->forward(tokens));
+  at::Tensor v = split_heads(to_v->forward(tokens));
+  at::Tensor out = ops.Attention(q, k, v, /*tokens_per_row=*/w).transpose(1, 2).reshape({b, -1, c});  // [B, N, C]
+  out = to_out[0]->as<torch::nn::Linear>()->forward(out);
+  out = out.transpose(-1, -2).reshape({b, c, h, w});
+  return out + x;
+}
+
+UNetMidBlock2DImpl::UNetMidBlock2DImpl(int64_t channels, int64_t groups, double eps,
+                                       bool add_attention) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  attentions = register_module("attentions", torch::nn::ModuleList());
+  resnets->push_back(ResnetBlock2D(channels, channels, groups, eps));
+  if (add_attention) attentions->push_back(Attention(channels, channels, groups, eps));
+  resnets->push_back(ResnetBlock2D(channels, channels, groups, eps));
+}
+
+at::Tensor UNetMidBlock2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = resnets[0]->as<ResnetBlock2DImpl>()->forward(x, ops);
+  if (!attentions->is_empty()) h = attentions[0]->as<AttentionImpl>()->forward(h, ops);
+  return resnets[1]->as<ResnetBlock2DImpl>()->forward(h, ops);
+}
+
+at::Tensor UpsampleNearest2x(const at::Tensor& x) {
+  // diffusers casts bf16 to fp32 around nearest upsampling (no bf16 kernel in
+  // older torch); copying values through fp32 is exact either way.
+  const bool via_fp32 = x.scalar_type() == at::kBFloat16;
+  at::Tensor in = via_fp32 ? x.to(at::kFloat) : x;
+  at::Tensor out;
+  if (in.dim() == 4) {
+    out = at::upsample_nearest2d(in, {in.size(2) * 2, in.size(3) * 2});
+  } else {
+    out = at::upsample_nearest3d(in, {in.size(2), in.size(3) * 2, in.size(4) * 2});
+  }
+  return via_fp32 ? out.to(x.scalar_type()) : out;
+}
+
+Upsample2DImpl::Upsample2DImpl(int64_t channels) {
+  conv = register_module("conv", MakeConv(channels, channels, 3));
+}
+
+at::Tensor Upsample2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  return RunConv(ops, conv, UpsampleNearest2x(x));
+}
+
+UpDecoderBlock2DImpl::UpDecoderBlock2DImpl(int64_t in_channels, int64_t out_channels,
+                                           int64_t num_layers, int64_t groups, double eps,
+                                           bool add_upsample) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  upsamplers = register_module("upsamplers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < num_layers; ++i) {
+    resnets->push_back(ResnetBlock2D(i == 0 ? in_channels : out_channels, out_channels, groups, eps));
+  }
+  if (add_upsample) upsamplers->push_back(Upsample2D(out_channels));
+}
+
+at::Tensor UpDecoderBlock2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<ResnetBlock2DImpl>()->forward(h, ops);
+  for (const auto& up : *upsamplers) h = up->as<Upsample2DImpl>()->forward(h, ops);
+  return h;
+}
+
+}  // namespace vaedecode::families::autoencoder_kl

@@ -1,0 +1,16 @@
+#include "families/builtin_families.h"
+
+#include "families/autoencoder_kl/decoder.h"
+
+namespace vaedecode::families {
+
+const Registry& BuiltinFamilies() {
+  static const Registry* registry = [] {
+    auto* r = new Registry();
+    autoencoder_kl::Register(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+}  // namespace vaedecode::families

@@ -1,0 +1,51 @@
+#pragma once
+
+// Typed reads of a diffusers config.json with diffusers' constructor defaults.
+//
+// A missing key or JSON null yields the fallback, as diffusers' `register_to_config`
+// does; a present key of the wrong type is recorded as an error and the fallback is
+// returned, so a family reads every field and then checks status() once.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "absl/status/status.h"
+
+namespace vaedecode::families {
+
+class ConfigReader {
+ public:
+  // `config` must outlive the reader. `source` names the file in errors.
+  ConfigReader(const nlohmann::json& config, std::string source);
+
+  int64_t Int(const char* key, int64_t fallback);
+  double Double(const char* key, double fallback);
+  std::optional<double> OptionalDouble(const char* key);
+  bool Bool(const char* key, bool fallback);
+  std::string String(const char* key, const std::string& fallback);
+  std::vector<int64_t> IntList(const char* key, const std::vector<int64_t>& fallback);
+  std::optional<std::vector<int64_t>> OptionalIntList(const char* key);
+  std::optional<std::vector<double>> OptionalDoubleList(const char* key);
+  std::vector<std::string> StringList(const char* key, const std::vector<std::string>& fallback);
+  std::vector<bool> BoolList(const char* key, const std::vector<bool>& fallback);
+
+  // Records a semantic error found by the caller (e.g. lists of unequal length).
+  void Fail(const std::string& message);
+
+  // OK, or InvalidArgument listing every problem seen.
+  absl::Status status() const;
+
+ private:
+  const nlohmann::json* Find(const char* key) const;  // nullptr when missing or null
+  void TypeError(const char* key, const char* expected);
+
+  const nlohmann::json& config_;
+  std::string source_;
+  std::vector<std::string> errors_;
+};
+
+}  // namespace vaedecode::families

@@ -1,0 +1,50 @@
+#include "families/decoder.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace vaedecode::families {
+
+absl::Status Decoder::ValidateLatent(const at::Tensor& latent) const {
+  const ModelInfo& m = info();
+  const int64_t want_dims = m.is_video ? 5 : 4;
+  const char* layout = m.is_video ? "[B, C, T, H, W]" : "[B, C, H, W]";
+  if (latent.dim() != want_dims) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "latent must be ", want_dims, "-D ", layout, " for ", m.diffusers_class, ", got shape [",
+        absl::StrJoin(latent.sizes(), ", "), "]"));
+  }
+  if (latent.size(1) != m.latent_channels) {
+    return absl::InvalidArgumentError(absl::StrCat("latent has ", latent.size(1),
+                                                   " channels; ", m.diffusers_class, " expects ",
+                                                   m.latent_channels));
+  }
+  for (int64_t d = 0; d < latent.dim(); ++d) {
+    if (latent.size(d) < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "latent has an empty dimension: shape [", absl::StrJoin(latent.sizes(), ", "), "]"));
+    }
+  }
+  if (!latent.is_floating_point()) {
+    return absl::InvalidArgumentError("latent must be a floating-point tensor");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Decoder::CheckExactSharding(const std::vector<int64_t>&, int) const {
+  return absl::UnimplementedError(
+      absl::StrCat(info().diffusers_class, " has no exact-sharding adapter"));
+}
+
+std::vector<int64_t> Decoder::OutputShape(const std::vector<int64_t>& latent_shape) const {
+  const ModelInfo& m = info();
+  std::vector<int64_t> out = latent_shape;
+  out[1] = m.out_channels;
+  const size_t h = out.size() - 2;
+  out[h] *= m.spatial_factor;
+  out[h + 1] *= m.spatial_factor;
+  if (m.is_video) out[2] = 1 + m.temporal_factor * (out[2] - 1);
+  return out;
+}
+
+}  // namespace vaedecode::families

@@ -1,0 +1,74 @@
+#pragma once
+
+// What every family decoder offers the worker: identity and geometry of the
+// model, latent-space conversion, and a decode that runs through LayerOps.
+//
+// Threading: a Decoder is not thread-safe; one job at a time per instance.
+// Errors: Decode and ToVaeSpace run LibTorch ops and may throw c10::Error;
+// worker/decode_job.h is the one place that turns those into absl::Status.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "families/layer_ops.h"
+
+namespace vaedecode::families {
+
+// Where a request's latent comes from.
+enum class LatentSpace {
+  kVae,  // already the decoder input: passed to decode() unchanged
+  kRaw,  // the denoiser's output: de-normalised as the family's pipeline does
+};
+
+struct ModelInfo {
+  std::string family;           // registry name, e.g. "autoencoder_kl"
+  std::string diffusers_class;  // config "_class_name", e.g. "AutoencoderKL"
+  std::string config_json;      // the config as loaded (for `info`)
+  int64_t latent_channels = 0;
+  int64_t out_channels = 0;
+  int64_t spatial_factor = 1;   // output pixels per latent row/column
+  int64_t temporal_factor = 1;  // 1 for image families
+  bool is_video = false;        // latents are NCTHW when true, NCHW otherwise
+  double scaling_factor = 1.0;
+  std::optional<double> shift_factor;
+  int64_t parameter_count = 0;  // decoder-side parameters actually used
+  // How `raw` latents are de-normalised, as a formula for humans.
+  std::string raw_to_vae_formula;
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+
+  virtual const ModelInfo& info() const = 0;
+
+  // Checks rank, channels and sizes of a latent for this model.
+  virtual absl::Status ValidateLatent(const at::Tensor& latent) const;
+
+  // The family pipeline's de-normalisation of a denoiser latent.
+  virtual at::Tensor ToVaeSpace(const at::Tensor& raw) const = 0;
+
+  // decode(z).sample of the diffusers class: z in VAE space, in the decoder's
+  // dtype. Layers whose result depends on other rows run through `ops`.
+  virtual at::Tensor Decode(const at::Tensor& z, LayerOps& ops) = 0;
+
+  // Weights and activations in `dtype` (kFloat, kBFloat16, kHalf).
+  virtual void ToDtype(at::ScalarType dtype) = 0;
+  virtual at::ScalarType dtype() const = 0;
+
+  // OK when a latent of this shape can be decoded exactly sharded over
+  // `world_size` row bands; otherwise the reason it cannot (the caller falls
+  // back to dense and logs it). The family's adapter knows each layer's halo.
+  virtual absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape,
+                                          int world_size) const;
+
+  // Output shape for a latent shape (NCHW or NCTHW).
+  virtual std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const;
+};
+
+}  // namespace vaedecode::families

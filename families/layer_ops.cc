@@ -1,0 +1,142 @@
+#include "families/layer_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+namespace vaedecode::families {
+namespace {
+
+// Score-matrix budget per chunk of queries: bounds attention memory at large
+// latents (a 128² latent has 16k tokens, a 1 GiB full score matrix).
+constexpr int64_t kScoreBytesPerChunk = int64_t{256} << 20;
+
+std::string PadModeName(PaddingMode mode) {
+  switch (mode) {
+    case PaddingMode::kReplicate:
+      return "replicate";
+    case PaddingMode::kReflect:
+      return "reflect";
+    case PaddingMode::kCircular:
+      return "circular";
+    case PaddingMode::kZeros:
+      break;
+  }
+  return "constant";
+}
+
+// Pads the last dim. at::pad does not exist in LibTorch 1.13; the
+// replication/reflection kernels do in 1.13 and 2.x, though 1.13 has no bf16
+// CPU kernels for them, so reduced precision pads in fp32 (pads copy values:
+// the round trip is exact).
+at::Tensor PadLastDim(const at::Tensor& x, int64_t left, int64_t right, PaddingMode mode) {
+  if (left == 0 && right == 0) return x;
+  if (mode == PaddingMode::kZeros) return at::constant_pad_nd(x, {left, right}, 0);
+  TORCH_CHECK(mode == PaddingMode::kReplicate || mode == PaddingMode::kReflect, "padding mode ",
+              PadModeName(mode), " is not supported by the decoder ops");
+  std::vector<int64_t> sizes = x.sizes().vec();
+  at::Tensor flat = x.reshape({1, -1, sizes.back()});
+  const bool reduced = flat.scalar_type() == at::kBFloat16 || flat.scalar_type() == at::kHalf;
+  if (reduced) flat = flat.to(at::kFloat);
+  flat = mode == PaddingMode::kReplicate ? at::replication_pad1d(flat, {left, right})
+                                         : at::reflection_pad1d(flat, {left, right});
+  if (reduced) flat = flat.to(x.scalar_type());
+  sizes.back() += left + right;
+  return flat.view(sizes);
+}
+
+at::Tensor ConvNoPadding(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         int64_t pad_t, int64_t pad_h, int64_t pad_w, int64_t dilation) {
+  if (weight.dim() == 4) {
+    return at::conv2d(x, weight, bias, /*stride=*/{1, 1}, /*padding=*/{pad_h, pad_w},
+                      /*dilation=*/{dilation, dilation});
+  }
+  TORCH_CHECK(weight.dim() == 5, "conv weight must be 4-D or 5-D, got ", weight.dim(), "-D");
+  return at::conv3d(x, weight, bias, {1, 1, 1}, {pad_t, pad_h, pad_w},
+                    {dilation, dilation, dilation});
+}
+
+}  // namespace
+
+at::Tensor PadRows(const at::Tensor& x, int64_t top, int64_t bottom, PaddingMode mode) {
+  if (top == 0 && bottom == 0) return x;
+  const int64_t h_dim = x.dim() - 2;
+  if (mode == PaddingMode::kZeros) {
+    // constant_pad_nd pads from the last dim backwards: (W_l, W_r, H_t, H_b).
+    return at::constant_pad_nd(x, {0, 0, top, bottom}, 0);
+  }
+  // Move H last, pad it as a 1-D signal, move it back.
+  at::Tensor moved = x.transpose(h_dim, x.dim() - 1).contiguous();
+  at::Tensor padded = PadLastDim(moved, top, bottom, mode);
+  return padded.transpose(h_dim, x.dim() - 1).contiguous();
+}
+
+at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight,
+                                const at::Tensor& bias, const ConvGeometry& g) {
+  TORCH_CHECK(g.mode != PaddingMode::kCircular, "circular padding cannot be sharded by rows");
+  if (g.mode == PaddingMode::kZeros) {
+    return ConvNoPadding(x_with_rows, weight, bias, g.padding_t, 0, g.padding_w, g.dilation);
+  }
+  // Pad W, then T (H is already in place): each mode is separable per dim,
+  // so padding dim by dim equals the reference's joint pad, corners included.
+  at::Tensor x = PadLastDim(x_with_rows, g.padding_w, g.padding_w, g.mode);
+  if (weight.dim() == 5 && g.padding_t > 0) {
+    at::Tensor moved = x.transpose(2, 4).contiguous();  // T last
+    moved = PadLastDim(moved, g.padding_t, g.padding_t, g.mode);
+    x = moved.transpose(2, 4).contiguous();
+  }
+  return ConvNoPadding(x, weight, bias, 0, 0, 0, g.dilation);
+}
+
+at::Tensor DenseOps::Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                          const ConvGeometry& g) {
+  if (g.mode == PaddingMode::kZeros) {
+    // Implicit zero padding: the same kernel call as the reference.
+    return ConvNoPadding(x, weight, bias, g.padding_t, g.padding_h, g.padding_w, g.dilation);
+  }
+  return ConvWithRowsProvided(PadRows(x, g.padding_h, g.padding_h, g.mode), weight, bias, g);
+}
+
+at::Tensor DenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+                               const at::Tensor& bias, double eps) {
+  // contiguous(): LibTorch 1.13's bf16 CPU group_norm computes wrong
+  // statistics on channels-last inputs (which bf16 upsampling produces).
+  return at::group_norm(x.contiguous(), num_groups, weight, bias, eps);
+}
+
+at::Tensor DenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               int64_t /*tokens_per_row*/) {
+  return ScaledDotProductAttention(q, k, v);
+}
+
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  // Fused kernels (flash / memory-efficient) on 2.x.
+  return at::scaled_dot_product_attention(q, k, v);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const at::Tensor kt = k.transpose(-2, -1);
+  const int64_t batch_heads = q.numel() / (q.size(-1) * q.size(-2));
+  const int64_t bytes_per_query_row =
+      std::max<int64_t>(1, batch_heads * k.size(-2) * q.element_size());
+  const int64_t chunk = std::max<int64_t>(1, kScoreBytesPerChunk / bytes_per_query_row);
+  auto attend = [&](const at::Tensor& q_part) {
+    // Same op order as the reference: (q·kᵀ)·scale, softmax, ·v.
+    at::Tensor scores = at::matmul(q_part, kt) * scale;
+    return at::matmul(at::softmax(scores, -1), v);
+  };
+  const int64_t n = q.size(-2);
+  if (n <= chunk) return attend(q);
+  std::vector<at::Tensor> parts;
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    parts.push_back(attend(q.narrow(-2, begin, std::min(chunk, n - begin))));
+  }
+  return at::cat(parts, -2);
+#endif
+}
+
+}  // namespace vaedecode::families

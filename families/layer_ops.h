@@ -1,0 +1,84 @@
+#pragma once
+
+// The seam between a family's decoder and how its layers execute.
+//
+// A decoder's blocks never call at::conv2d / at::group_norm / attention
+// directly for the ops whose result depends on neighbouring rows; they call a
+// LayerOps. DenseOps runs the original op on the whole tensor; a sharded
+// implementation (see the family adapters) runs the same op on a row band with
+// halo exchange, merged statistics or gathered K/V. Because the same modules and
+// parameters are used either way, a sharded decode cannot drift from dense.
+//
+// Pointwise ops, channel-only norms and nearest upsampling stay in the blocks:
+// they are local under any row partition.
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace vaedecode::families {
+
+enum class PaddingMode { kZeros, kReplicate, kReflect, kCircular };
+
+// Geometry of a stride-1 convolution (decoders have no strided convs).
+// Spatial padding is symmetric; `padding_t` is symmetric temporal padding that
+// the conv applies itself (causal temporal padding is done by the block).
+struct ConvGeometry {
+  int64_t padding_t = 0;
+  int64_t padding_h = 0;
+  int64_t padding_w = 0;
+  int64_t dilation = 1;
+  PaddingMode mode = PaddingMode::kZeros;
+};
+
+class LayerOps {
+ public:
+  virtual ~LayerOps() = default;
+
+  // x: [B, C, H, W] with a 4-D weight, or [B, C, T, H, W] with a 5-D weight.
+  // Height is the sharded axis.
+  virtual at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight,
+                          const at::Tensor& bias, const ConvGeometry& geometry) = 0;
+
+  // x: [B, C, ...]; statistics over each group's channels and all of `...`.
+  virtual at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups,
+                               const at::Tensor& weight, const at::Tensor& bias,
+                               double eps) = 0;
+
+  // q, k, v: [B, heads, N, D] where N enumerates tokens row-major, so a row
+  // band's tokens are contiguous; `tokens_per_row` tokens make one row of the
+  // sharded axis (W for per-image or per-frame attention). Returns
+  // softmax(q·kᵀ/√D)·v for the local queries against every key of the
+  // (global) sequence.
+  virtual at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               int64_t tokens_per_row) = 0;
+};
+
+// The original, unsharded ops. Stateless; one instance may be shared.
+class DenseOps final : public LayerOps {
+ public:
+  at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                  const ConvGeometry& geometry) override;
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+                       const at::Tensor& bias, double eps) override;
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       int64_t tokens_per_row) override;
+};
+
+// Building blocks shared by DenseOps and the sharded ops, so both compute
+// bit-for-bit the same arithmetic on the same rows.
+
+// Pads only W (and T) with the geometry's mode, then convolves with zero
+// H padding: the caller has already provided the rows above and below.
+at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight,
+                                const at::Tensor& bias, const ConvGeometry& geometry);
+
+// Applies `geometry`'s padding along H only, at both edges (global edges).
+at::Tensor PadRows(const at::Tensor& x, int64_t top, int64_t bottom, PaddingMode mode);
+
+// softmax(q·kᵀ·scale)·v with queries processed in chunks so the score matrix
+// stays bounded; every query row is independent, so chunking is exact.
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v);
+
+}  // namespace vaedecode::families

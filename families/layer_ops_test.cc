@@ -1,0 +1,77 @@
+#include "families/layer_ops.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+namespace vaedecode::families {
+namespace {
+
+TEST(DenseOps, ZeroPaddedConvMatchesAten) {
+  at::manual_seed(1);
+  at::Tensor x = at::randn({2, 3, 7, 5});
+  at::Tensor w = at::randn({4, 3, 3, 3});
+  at::Tensor b = at::randn({4});
+  DenseOps ops;
+  ConvGeometry g;
+  g.padding_h = g.padding_w = 1;
+  EXPECT_TRUE(ops.Conv(x, w, b, g).equal(at::conv2d(x, w, b, 1, 1)));
+}
+
+TEST(DenseOps, ReplicateAndReflectPadEveryEdge) {
+  at::manual_seed(2);
+  at::Tensor x = at::randn({1, 2, 6, 5});
+  at::Tensor w = at::randn({3, 2, 3, 3});
+  at::Tensor b = at::randn({3});
+  DenseOps ops;
+  ConvGeometry g;
+  g.padding_h = g.padding_w = 1;
+  g.mode = PaddingMode::kReplicate;
+  at::Tensor want = at::conv2d(at::replication_pad2d(x, {1, 1, 1, 1}), w, b);
+  EXPECT_LE((ops.Conv(x, w, b, g) - want).abs().max().item<double>(), 1e-6);
+  g.mode = PaddingMode::kReflect;
+  want = at::conv2d(at::reflection_pad2d(x, {1, 1, 1, 1}), w, b);
+  EXPECT_LE((ops.Conv(x, w, b, g) - want).abs().max().item<double>(), 1e-6);
+}
+
+TEST(DenseOps, Conv3dPadsTimeAndSpace) {
+  at::manual_seed(3);
+  at::Tensor x = at::randn({1, 2, 4, 5, 6});
+  at::Tensor w = at::randn({2, 2, 3, 3, 3});
+  at::Tensor b = at::randn({2});
+  DenseOps ops;
+  ConvGeometry g;
+  g.padding_t = g.padding_h = g.padding_w = 1;
+  EXPECT_LE((ops.Conv(x, w, b, g) - at::conv3d(x, w, b, 1, 1)).abs().max().item<double>(), 1e-6);
+  g.mode = PaddingMode::kReplicate;
+  at::Tensor want = at::conv3d(at::replication_pad3d(x, {1, 1, 1, 1, 1, 1}), w, b);
+  EXPECT_LE((ops.Conv(x, w, b, g) - want).abs().max().item<double>(), 1e-5);
+}
+
+TEST(DenseOps, CircularPaddingIsRefusedClearly) {
+  DenseOps ops;
+  ConvGeometry g;
+  g.padding_h = g.padding_w = 1;
+  g.mode = PaddingMode::kCircular;
+  EXPECT_THROW(ops.Conv(at::zeros({1, 1, 4, 4}), at::zeros({1, 1, 3, 3}), at::zeros({1}), g), c10::Error);
+}
+
+TEST(ScaledDotProductAttention, MatchesTheFormulaAndChunksExactly) {
+  at::manual_seed(4);
+  at::Tensor q = at::randn({2, 1, 37, 8});
+  at::Tensor k = at::randn({2, 1, 37, 8});
+  at::Tensor v = at::randn({2, 1, 37, 8});
+  at::Tensor want = at::matmul(at::softmax(at::matmul(q, k.transpose(-2, -1)) / std::sqrt(8.0), -1), v);
+  EXPECT_LE((ScaledDotProductAttention(q, k, v) - want).abs().max().item<double>(), 1e-5);
+}
+
+TEST(PadRows, ReplicatesEdgeRows) {
+  at::Tensor x = at::arange(6, at::kFloat).view({1, 1, 3, 2});
+  at::Tensor p = PadRows(x, 2, 1, PaddingMode::kReplicate);
+  ASSERT_EQ(p.size(2), 6);
+  EXPECT_TRUE(p.select(2, 0).equal(x.select(2, 0)));
+  EXPECT_TRUE(p.select(2, 1).equal(x.select(2, 0)));
+  EXPECT_TRUE(p.select(2, 5).equal(x.select(2, 2)));
+}
+
+}  // namespace
+}  // namespace vaedecode::families

@@ -1,0 +1,46 @@
+#pragma once
+
+// A diffusers VAE as it is on disk: `config.json` plus
+// `diffusion_pytorch_model.safetensors` (or a sharded `*.safetensors.index.json`),
+// in a `vae/` folder or a model root that holds one. Weights stay memory-mapped;
+// tensors() views point into the mappings and live as long as this object.
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "absl/status/statusor.h"
+#include "formats/safetensors.h"
+
+namespace vaedecode::families {
+
+class ModelFiles {
+ public:
+  // `path`: a folder with config.json and weights, or a model root with vae/.
+  static absl::StatusOr<std::unique_ptr<ModelFiles>> Open(const std::string& path);
+  ~ModelFiles();
+
+  const std::string& vae_dir() const { return vae_dir_; }
+  const std::string& config_path() const { return config_path_; }
+  const nlohmann::json& config() const { return *config_; }
+  // "_class_name" of the config, or "" when absent.
+  std::string class_name() const;
+  // Every tensor of every shard, by name.
+  const std::map<std::string, const formats::TensorView*>& tensors() const { return tensors_; }
+  const std::vector<std::string>& weight_files() const { return weight_files_; }
+
+ private:
+  ModelFiles() = default;
+
+  std::string vae_dir_;
+  std::string config_path_;
+  std::unique_ptr<nlohmann::json> config_;
+  std::vector<std::string> weight_files_;
+  std::vector<std::unique_ptr<formats::SafetensorsFile>> shards_;
+  std::map<std::string, const formats::TensorView*> tensors_;
+};
+
+}  // namespace vaedecode::families

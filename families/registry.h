@@ -1,0 +1,53 @@
+#pragma once
+
+// Maps a diffusers config's "_class_name" to the family that loads it.
+//
+// Families register explicitly (builtin_families.h), not through static
+// initialisers, so linking order can never drop one. A Registry is filled at
+// start-up and read-only afterwards; reads are thread-safe then.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "families/decoder.h"
+#include "families/model_files.h"
+
+namespace vaedecode::families {
+
+struct LoadOptions {
+  at::ScalarType dtype = at::kFloat;
+};
+
+using DecoderFactory = std::function<absl::StatusOr<std::unique_ptr<Decoder>>(
+    const ModelFiles& files, const LoadOptions& options)>;
+
+struct FamilyRegistration {
+  std::string family;                           // e.g. "autoencoder_kl"
+  std::vector<std::string> diffusers_classes;   // config "_class_name" values it accepts
+  DecoderFactory factory;
+};
+
+class Registry {
+ public:
+  void Register(FamilyRegistration registration);
+
+  // The family for a diffusers class name, or nullptr.
+  const FamilyRegistration* FindByClass(const std::string& diffusers_class) const;
+  std::vector<std::string> SupportedClasses() const;
+
+  // Opens a model folder and builds its decoder: NOT_FOUND for a missing
+  // folder, INVALID_ARGUMENT for an unsupported class or malformed files.
+  absl::StatusOr<std::unique_ptr<Decoder>> Load(const std::string& path,
+                                                const LoadOptions& options) const;
+
+ private:
+  std::vector<FamilyRegistration> families_;
+};
+
+// Checks that `dtype` can run on this build's CPU backend.
+absl::Status CheckDtypeSupported(at::ScalarType dtype);
+
+}  // namespace vaedecode::families

@@ -1,0 +1,70 @@
+#include "families/sharded_ops.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "families/status_error.h"
+#include "parallel/sharded_ops.h"
+
+namespace vaedecode::families {
+namespace {
+
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> result) {
+  if (!result.ok()) throw StatusError(result.status());
+  return *std::move(result);
+}
+
+}  // namespace
+
+ShardedOps::ShardedOps(parallel::Communicator& comm, parallel::ShardSpec latent_spec)
+    : comm_(comm), latent_spec_(std::move(latent_spec)) {}
+
+parallel::ShardSpec ShardedOps::SpecForRows(int64_t local_rows, int axis) const {
+  const int64_t latent_rows = latent_spec_.local_rows();
+  TORCH_CHECK(latent_rows > 0 && local_rows % latent_rows == 0, "a band of ", local_rows,
+              " rows is not a whole multiple of the latent band (", latent_rows,
+              " rows): the layer does not scale rows uniformly");
+  parallel::ShardSpec spec = latent_spec_.Scaled(local_rows / latent_rows);
+  spec.axis = axis;
+  return spec;
+}
+
+at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                            const ConvGeometry& g) {
+  const int h_axis = static_cast<int>(x.dim()) - 2;
+  const int64_t kernel_h = weight.size(weight.dim() - 2);
+  const int64_t halo = (kernel_h - 1) / 2 * g.dilation;
+  TORCH_CHECK(kernel_h % 2 == 1 && g.padding_h == halo,
+              "exact sharding needs a centred odd kernel with 'same' row padding (kernel ", kernel_h,
+              ", padding ", g.padding_h, ")");
+  TORCH_CHECK(g.mode != PaddingMode::kCircular, "circular padding cannot be sharded by rows");
+  const parallel::ShardSpec spec = SpecForRows(x.size(h_axis), h_axis);
+  at::Tensor with_rows = ValueOrThrow(parallel::ExchangeHalo(comm_, x, spec, halo));
+  // The layer's own padding only at the global edges; interior edges have
+  // real neighbour rows (replicate/reflect included).
+  with_rows = PadRows(with_rows, spec.is_first() ? halo : 0, spec.is_last() ? halo : 0, g.mode);
+  return ConvWithRowsProvided(with_rows, weight, bias, g);
+}
+
+at::Tensor ShardedOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+                                 const at::Tensor& bias, double eps) {
+  const int h_axis = static_cast<int>(x.dim()) - 2;
+  return ValueOrThrow(parallel::ShardedGroupNorm(comm_, x, SpecForRows(x.size(h_axis), h_axis),
+                                                 num_groups, weight, bias, eps));
+}
+
+at::Tensor ShardedOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 int64_t tokens_per_row) {
+  const int64_t local_tokens = k.size(-2);
+  TORCH_CHECK(tokens_per_row > 0 && local_tokens % tokens_per_row == 0,
+              "attention tokens are not whole rows");
+  const parallel::ShardSpec spec = SpecForRows(local_tokens / tokens_per_row, /*axis=*/0);
+  std::vector<int64_t> token_sizes = spec.sizes();
+  for (int64_t& s : token_sizes) s *= tokens_per_row;
+  auto [k_all, v_all] = ValueOrThrow(parallel::AllGatherKV(comm_, k, v, token_sizes));
+  // Local queries against every key; the output stays local.
+  return ScaledDotProductAttention(q, k_all, v_all);
+}
+
+}  // namespace vaedecode::families

@@ -1,0 +1,42 @@
+#pragma once
+
+// LayerOps that run each row-coupled op on this rank's row band with the
+// exact-sharding operators of parallel/: halo convolution, merged GroupNorm
+// statistics, all-gathered K/V attention. A decoder run with these ops on its
+// latent band, on every rank of a group, yields its band of the dense output.
+//
+// The band layout of any activation follows from the latent's: every layer
+// keeps or scales rows uniformly (nearest / pixel-shuffle upsampling), so the
+// current layout is latent_spec scaled by local rows / local latent rows.
+//
+// A communicator failure inside an op throws StatusError (caught by the
+// worker's job wrapper). Not thread-safe; one decode at a time.
+
+#include "families/layer_ops.h"
+#include "parallel/band_partition.h"
+#include "parallel/communicator.h"
+
+namespace vaedecode::families {
+
+class ShardedOps final : public LayerOps {
+ public:
+  // `latent_spec`: this rank's view of the latent's row bands. `comm` must
+  // outlive the ops and belong to the same group.
+  ShardedOps(parallel::Communicator& comm, parallel::ShardSpec latent_spec);
+
+  at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                  const ConvGeometry& geometry) override;
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+                       const at::Tensor& bias, double eps) override;
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       int64_t tokens_per_row) override;
+
+  // The layout of a tensor holding `local_rows` rows of this rank's band.
+  parallel::ShardSpec SpecForRows(int64_t local_rows, int axis) const;
+
+ private:
+  parallel::Communicator& comm_;
+  parallel::ShardSpec latent_spec_;
+};
+
+}  // namespace vaedecode::families

@@ -1,0 +1,216 @@
+#include "formats/png.h"
+
+#include <png.h>
+
+#include <cerrno>
+#include <csetjmp>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "formats/file_io.h"
+
+namespace vaedecode::formats {
+namespace {
+
+// libpng reports errors by calling OnError, which must not return. It
+// longjmps back to the setjmp in WriteRows/ReadRows. Those functions hold
+// only trivially destructible locals, so the jump skips no destructors (a
+// longjmp over a non-trivial destructor is undefined behaviour); C++ objects
+// live in the callers.
+struct PngErrorState {
+  std::jmp_buf jump;
+  char message[256];
+};
+
+[[noreturn]] void OnError(png_structp png, png_const_charp message) {
+  auto* state = static_cast<PngErrorState*>(png_get_error_ptr(png));
+  std::snprintf(state->message, sizeof(state->message), "%s", message);
+  std::longjmp(state->jump, 1);
+}
+
+void OnWarning(png_structp, png_const_charp) {}
+
+// Returns false with state->message set on failure.
+bool WriteRows(std::FILE* file, int width, int height, int channels,
+               const uint8_t* pixels, PngErrorState* state) {
+  png_structp png =
+      png_create_write_struct(PNG_LIBPNG_VER_STRING, state, OnError, OnWarning);
+  if (png == nullptr) {
+    std::snprintf(state->message, sizeof(state->message),
+                  "png_create_write_struct failed");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  if (info == nullptr) {
+    png_destroy_write_struct(&png, nullptr);
+    std::snprintf(state->message, sizeof(state->message),
+                  "png_create_info_struct failed");
+    return false;
+  }
+  // `png` and `info` are not modified after setjmp, so they need no volatile.
+  if (setjmp(state->jump)) {
+    png_destroy_write_struct(&png, &info);
+    return false;
+  }
+  const int color_type = channels == 1   ? PNG_COLOR_TYPE_GRAY
+                         : channels == 3 ? PNG_COLOR_TYPE_RGB
+                                         : PNG_COLOR_TYPE_RGB_ALPHA;
+  png_init_io(png, file);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(width),
+               static_cast<png_uint_32>(height), 8, color_type,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  const size_t stride =
+      static_cast<size_t>(width) * static_cast<size_t>(channels);
+  for (int y = 0; y < height; ++y) {
+    png_write_row(png, pixels + static_cast<size_t>(y) * stride);
+  }
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return true;
+}
+
+// Largest decoded image ReadPng accepts, to bound memory on hostile input.
+constexpr size_t kMaxReadBytes = size_t{1} << 31;
+
+struct ReadResult {
+  uint8_t* pixels;  // malloc'ed; the caller frees.
+  int width;
+  int height;
+  int channels;
+};
+
+bool ReadRows(std::FILE* file, ReadResult* result, PngErrorState* state) {
+  png_structp png =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, state, OnError, OnWarning);
+  if (png == nullptr) {
+    std::snprintf(state->message, sizeof(state->message),
+                  "png_create_read_struct failed");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  if (info == nullptr) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    std::snprintf(state->message, sizeof(state->message),
+                  "png_create_info_struct failed");
+    return false;
+  }
+  // Written after setjmp and read after a longjmp: must be volatile.
+  uint8_t* volatile buffer = nullptr;
+  if (setjmp(state->jump)) {
+    std::free(buffer);
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  png_init_io(png, file);
+  png_read_info(png, info);
+  png_set_expand(png);
+  png_set_strip_16(png);
+  const int passes = png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  const png_uint_32 width = png_get_image_width(png, info);
+  const png_uint_32 height = png_get_image_height(png, info);
+  const int channels = png_get_channels(png, info);
+  const size_t rowbytes = png_get_rowbytes(png, info);
+  if (rowbytes != static_cast<size_t>(width) * static_cast<size_t>(channels) ||
+      (height != 0 && rowbytes > kMaxReadBytes / height)) {
+    png_error(png, "unsupported or too large image layout");
+  }
+  buffer = static_cast<uint8_t*>(std::malloc(rowbytes * height + 1));
+  if (buffer == nullptr) png_error(png, "out of memory");
+  for (int pass = 0; pass < passes; ++pass) {
+    for (png_uint_32 y = 0; y < height; ++y) {
+      png_read_row(png, buffer + static_cast<size_t>(y) * rowbytes, nullptr);
+    }
+  }
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  result->pixels = buffer;
+  result->width = static_cast<int>(width);
+  result->height = static_cast<int>(height);
+  result->channels = channels;
+  return true;
+}
+
+}  // namespace
+
+absl::Status WritePng(const std::string& path, int width, int height,
+                      int channels, const uint8_t* pixels) {
+  const std::string label = QuoteForError(path);
+  if (width <= 0 || height <= 0 || width > 0x7fffffff / 4) {
+    return absl::InvalidArgumentError(
+        Cat(label, ": invalid PNG size ", width, "x", height));
+  }
+  if (channels != 1 && channels != 3 && channels != 4) {
+    return absl::InvalidArgumentError(
+        Cat(label, ": PNG needs 1, 3 or 4 channels, got ", channels));
+  }
+  if (pixels == nullptr)
+    return absl::InvalidArgumentError(Cat(label, ": pixels is null"));
+
+  const std::string tmp = path + ".tmp";
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
+  if (file == nullptr) {
+    return absl::InvalidArgumentError(
+        Cat(QuoteForError(tmp), ": cannot create: ", std::strerror(errno)));
+  }
+  PngErrorState state;
+  state.message[0] = '\0';
+  const bool written = WriteRows(file, width, height, channels, pixels, &state);
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(
+        Cat(label, ": writing PNG failed: ",
+            written ? "close failed" : QuoteForError(state.message)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    return absl::InternalError(
+        Cat(label, ": cannot rename from .tmp: ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PngImage> ReadPng(const std::string& path) {
+  const std::string label = QuoteForError(path);
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    const int err = errno;
+    const std::string message =
+        Cat(label, ": cannot open: ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(message)
+                         : absl::InvalidArgumentError(message);
+  }
+  unsigned char signature[8];
+  if (std::fread(signature, 1, sizeof(signature), file) != sizeof(signature) ||
+      png_sig_cmp(signature, 0, sizeof(signature)) != 0) {
+    std::fclose(file);
+    return absl::InvalidArgumentError(Cat(label, ": not a PNG file"));
+  }
+  std::rewind(file);
+  PngErrorState state;
+  state.message[0] = '\0';
+  ReadResult result{};
+  const bool ok = ReadRows(file, &result, &state);
+  std::fclose(file);
+  if (!ok) {
+    return absl::InvalidArgumentError(
+        Cat(label, ": bad PNG: ", QuoteForError(state.message)));
+  }
+  PngImage image;
+  image.width = result.width;
+  image.height = result.height;
+  image.channels = result.channels;
+  const size_t size =
+      static_cast<size_t>(result.width) * result.height * result.channels;
+  image.pixels.assign(result.pixels, result.pixels + size);
+  std::free(result.pixels);
+  return image;
+}
+
+}  // namespace vaedecode::formats

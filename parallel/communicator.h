@@ -1,0 +1,112 @@
+#pragma once
+
+// The one interface every sharding operator talks to. Backends: Gloo over
+// c10d (CPU; tests and CPU serving), NCCL (GPU; production), and the counting
+// decorator. Operators never see a backend type.
+//
+// Contract shared by every implementation:
+//  * Collective order. Every rank of the group makes the same sequence of
+//    calls (SendRecv included, possibly with an empty batch); a call returns
+//    only after this rank's part of the exchange is complete.
+//  * Threading. rank(), world_size(), device() and Abort() may be called from
+//    any thread at any time. All other calls come from one thread at a time.
+//  * Bounded. Every call finishes within the communicator's timeout (set at
+//    creation): DEADLINE_EXCEEDED when it expires, UNAVAILABLE when a peer
+//    fails, disconnects or aborts. Nothing throws across the interface.
+//  * Fail-stop. After any error (invalid arguments included: once one rank
+//    skips an exchange the group's call sequences no longer match) the
+//    communicator is aborted: the failure is published to the other ranks,
+//    whose pending and future calls fail fast, and every later call on any
+//    rank returns UNAVAILABLE. The group must be rebuilt.
+//  * World size 1. Collectives are trivial, touch no network and no peer.
+//  * Tensors live on device(). Shapes that every rank can compute (band
+//    sizes from the partition) are passed in, never communicated.
+
+#include <cstdint>
+#include <string_view>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace vaedecode::parallel {
+
+// Which kind of call site issues a call; only used for accounting.
+enum class CallKind {
+  kHalo,            // convolution halo rows between neighbours
+  kGroupNormStats,  // GroupNorm (count, mean, M2) exchange
+  kAttentionKV,     // K/V all-gather of sharded attention
+  kGatherOutput,    // decoded rows to the leader
+  kBroadcastJob,    // job description from the leader
+  kOther,
+};
+inline constexpr int kNumCallKinds = 6;
+
+// Stable snake_case name ("halo", "group_norm_stats", ...), for logs and
+// metric labels.
+std::string_view CallKindName(CallKind kind);
+
+// One point-to-point message of a SendRecv batch.
+struct P2POp {
+  enum Kind { kSend, kRecv };
+  Kind kind = kSend;
+  int peer = -1;  // rank in [0, world_size), never this rank
+  // kSend: any layout (sent as its contiguous bytes). kRecv: preallocated,
+  // contiguous, exactly the size the peer sends; written in place.
+  at::Tensor tensor;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual c10::Device device() const = 0;
+
+  // All sends and receives of one exchange, issued together (an NCCL group;
+  // on Gloo all posted, then all waited) so that both directions of a halo
+  // exchange overlap and no ordering between them can deadlock. Between a
+  // pair of ranks, the i-th send from A to B in the batch order matches the
+  // i-th receive from A posted by B. Zero-element messages are skipped on
+  // both sides.
+  virtual absl::Status SendRecv(absl::Span<const P2POp> ops, CallKind kind) = 0;
+
+  // Uneven all-gather along dim 0. Rank r contributes `local` with
+  // local.size(0) == sizes[r] (sizes come from the partition and are never
+  // communicated; sizes.size() == world_size); the other dims and the dtype
+  // match on every rank. Returns the concatenation in rank order, contiguous,
+  // with sum(sizes) rows and no transport padding. At world size 1 the result
+  // may share storage with `local`.
+  virtual absl::StatusOr<at::Tensor> AllGather(
+      const at::Tensor& local, absl::Span<const int64_t> sizes,
+      CallKind kind) = 0;
+
+  // Element-wise sum over ranks, written into `tensor`'s storage in place.
+  virtual absl::Status AllReduceSum(const at::Tensor& tensor,
+                                    CallKind kind) = 0;
+
+  // Copies `root`'s tensor into every rank's `tensor` in place; shape and
+  // dtype are known to all ranks beforehand.
+  virtual absl::Status Broadcast(const at::Tensor& tensor, int root,
+                                 CallKind kind) = 0;
+
+  // Like AllGather, but only `root` receives the concatenation; other ranks
+  // get an undefined tensor. At world size 1 the result may share storage
+  // with `local`.
+  virtual absl::StatusOr<at::Tensor> GatherToRoot(
+      const at::Tensor& local, absl::Span<const int64_t> sizes, int root,
+      CallKind kind) = 0;
+
+  virtual absl::Status Barrier() = 0;
+
+  // Makes every pending and future call on every rank fail fast with
+  // UNAVAILABLE carrying `reason` (used when one rank fails). Idempotent;
+  // callable from any thread.
+  virtual void Abort(std::string_view reason) = 0;
+};
+
+}  // namespace vaedecode::parallel

@@ -1,0 +1,135 @@
+#include "parallel/sharded_ops.h"
+
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace vaedecode::parallel {
+namespace {
+
+// [.., rows at axis, ..] -> rows first, so the communicator's dim-0 ops apply.
+at::Tensor RowsFirst(const at::Tensor& x, int64_t axis) { return x.movedim(axis, 0).contiguous(); }
+
+}  // namespace
+
+absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
+                                        const ShardSpec& spec, int64_t halo) {
+  if (halo == 0 || spec.world_size == 1) return x;
+  if (spec.min_band_rows() < halo) {
+    return absl::FailedPreconditionError(absl::StrCat("halo of ", halo, " rows exceeds the thinnest band (",
+                                                      spec.min_band_rows(), " rows)"));
+  }
+  const int64_t axis = spec.axis;
+  const int64_t rows = x.size(axis);
+  std::vector<P2POp> ops;
+  at::Tensor from_above, from_below;
+  if (!spec.is_first()) {
+    ops.push_back({P2POp::kSend, spec.rank - 1, x.narrow(axis, 0, halo).contiguous()});
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[axis] = halo;
+    from_above = at::empty(shape, x.options());
+    ops.push_back({P2POp::kRecv, spec.rank - 1, from_above});
+  }
+  if (!spec.is_last()) {
+    ops.push_back({P2POp::kSend, spec.rank + 1, x.narrow(axis, rows - halo, halo).contiguous()});
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[axis] = halo;
+    from_below = at::empty(shape, x.options());
+    ops.push_back({P2POp::kRecv, spec.rank + 1, from_below});
+  }
+  absl::Status status = comm.SendRecv(ops, CallKind::kHalo);
+  if (!status.ok()) return status;
+  std::vector<at::Tensor> parts;
+  if (from_above.defined()) parts.push_back(from_above);
+  parts.push_back(x);
+  if (from_below.defined()) parts.push_back(from_below);
+  return at::cat(parts, axis);
+}
+
+absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x,
+                                            const ShardSpec& spec, int64_t num_groups,
+                                            const at::Tensor& weight, const at::Tensor& bias,
+                                            double eps) {
+  const int64_t batch = x.size(0), channels = x.size(1);
+  const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  // [B, G, elements of the group in this band]
+  const at::Tensor grouped = x.contiguous().to(acc).view({batch, num_groups, -1});
+  const int64_t n_local = grouped.size(-1);
+
+  // Local central moments about the rounded mean m: d = x − m is exact for
+  // values near m, so with s1 = Σd, s2 = Σd², the moments mean = m + s1/n and
+  // M2 = s2 − s1²/n keep the bits that an fp32 mean of large values rounds
+  // away. Only these [B, G] statistics are carried in fp64.
+  const at::Tensor rough = grouped.mean(-1, /*keepdim=*/true);  // [B, G, 1]
+  const at::Tensor d = grouped - rough;
+  const at::Tensor s1 = d.sum(-1).to(at::kDouble);
+  const at::Tensor s2 = d.square().sum(-1).to(at::kDouble);
+  const at::Tensor mean_local = rough.squeeze(-1).to(at::kDouble) + s1 / static_cast<double>(n_local);
+  const at::Tensor m2_local = s2 - s1.square() / static_cast<double>(n_local);
+
+  at::Tensor mean, var;  // fp64, [B, G]
+  if (spec.world_size == 1) {
+    mean = mean_local;
+    var = m2_local / static_cast<double>(n_local);
+  } else {
+    // Each rank's count follows from its band (elements per row are equal
+    // on every rank), so only (mean, M2) travel: one collective per norm.
+    const int64_t per_row = n_local / spec.local_rows();
+    const at::Tensor stats = at::stack({mean_local, m2_local}).unsqueeze(0);  // [1, 2, B, G]
+    std::vector<int64_t> ones(spec.world_size, 1);
+    absl::StatusOr<at::Tensor> all = comm.AllGather(stats, ones, CallKind::kGroupNormStats);
+    if (!all.ok()) return all.status();
+    std::vector<double> counts;
+    double total = 0;
+    for (int r = 0; r < spec.world_size; ++r) {
+      counts.push_back(static_cast<double>(spec.band(r).size() * per_row));
+      total += counts.back();
+    }
+    const at::Tensor n_r = at::tensor(counts, at::kDouble).view({-1, 1, 1});  // [W, 1, 1]
+    const at::Tensor means = all->select(1, 0);                              // [W, B, G]
+    const at::Tensor m2s = all->select(1, 1);
+    const at::Tensor w = n_r / total;
+    mean = (w * means).sum(0);
+    var = (w * (m2s / n_r + (means - mean.unsqueeze(0)).square())).sum(0);
+  }
+  // x − mean as (x − mean_hi) − mean_lo: the first difference is exact near
+  // the mean, the second carries the part of the mean fp32 cannot hold.
+  const at::Tensor mean_hi = mean.to(acc);
+  const at::Tensor mean_lo = (mean - mean_hi.to(at::kDouble)).to(acc);
+  const at::Tensor rstd = (var + eps).rsqrt().to(acc);
+  at::Tensor y = (((grouped - mean_hi.unsqueeze(-1)) - mean_lo.unsqueeze(-1)) * rstd.unsqueeze(-1)).view(x.sizes());
+  if (weight.defined()) {
+    std::vector<int64_t> affine_shape(x.dim(), 1);
+    affine_shape[1] = channels;
+    y = y * weight.to(acc).view(affine_shape) + bias.to(acc).view(affine_shape);
+  }
+  return y.to(x.scalar_type());
+}
+
+absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm,
+                                                              const at::Tensor& k,
+                                                              const at::Tensor& v,
+                                                              absl::Span<const int64_t> token_sizes) {
+  if (comm.world_size() == 1) return std::make_pair(k, v);
+  const int64_t token_dim = k.dim() - 2;
+  // One collective for both: [N, 2, B, heads, D].
+  const at::Tensor kv = RowsFirst(at::stack({k, v}), token_dim + 1);
+  absl::StatusOr<at::Tensor> all = comm.AllGather(kv, token_sizes, CallKind::kAttentionKV);
+  if (!all.ok()) return all.status();
+  const at::Tensor back = all->movedim(0, token_dim + 1);  // [2, B, heads, N_total, D]
+  return std::make_pair(back.select(0, 0), back.select(0, 1));
+}
+
+absl::StatusOr<at::Tensor> GatherRowsToRoot(Communicator& comm, const at::Tensor& x,
+                                            const ShardSpec& spec, int root) {
+  if (spec.world_size == 1) return x;
+  absl::StatusOr<at::Tensor> all =
+      comm.GatherToRoot(RowsFirst(x, spec.axis), spec.sizes(), root, CallKind::kGatherOutput);
+  if (!all.ok()) return all.status();
+  if (!all->defined()) return at::Tensor();
+  return all->movedim(0, spec.axis).contiguous();
+}
+
+}  // namespace vaedecode::parallel

@@ -1,0 +1,55 @@
+#pragma once
+
+// The exact-sharding operators: each runs on one rank's row band and, with the
+// group, reproduces the unsharded op on the whole tensor (up to floating-point
+// reduction order). They talk only to the Communicator interface and take the
+// band layout explicitly (ShardSpec); none communicates what a rank can
+// compute from the partition. At world size 1 none makes a call.
+
+#include <cstdint>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "parallel/band_partition.h"
+#include "parallel/communicator.h"
+
+namespace vaedecode::parallel {
+
+// Returns x with `halo` real rows of the rank above prepended and `halo` rows
+// of the rank below appended along spec.axis; nothing is added at the global
+// top/bottom edges (the caller pads there with the layer's own padding). Both
+// directions go in one SendRecv batch. Every band must hold >= halo rows
+// (FAILED_PRECONDITION otherwise).
+absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
+                                        const ShardSpec& spec, int64_t halo);
+
+// GroupNorm over the whole (sharded) tensor: x is [B, C, ...] with the band
+// along spec.axis. Per batch×group, local central moments (count is known
+// from the partition; computed in FP32, FP64 for FP64 input, about the
+// rounded local mean so no bits are lost to a large offset; the [B, G]
+// statistics themselves travel in FP64) are all-gathered in one collective
+// and merged:
+//   mean = Σ w_i·mean_i,  var = Σ w_i·(var_i + (mean_i − mean)²),  w_i = n_i / n
+// (population variance), then normalised and the affine applied locally.
+// `weight`/`bias` may be undefined (no affine).
+absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x,
+                                            const ShardSpec& spec, int64_t num_groups,
+                                            const at::Tensor& weight, const at::Tensor& bias,
+                                            double eps);
+
+// K and V of every rank, stacked into one uneven all-gather along the token
+// dim (-2 of [B, heads, N, D]); `token_sizes[r]` tokens come from rank r.
+// Returns (K_global, V_global) with no transport padding.
+absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm,
+                                                              const at::Tensor& k,
+                                                              const at::Tensor& v,
+                                                              absl::Span<const int64_t> token_sizes);
+
+// The decoded rows of every rank concatenated along spec.axis on `root`;
+// an undefined tensor on the other ranks.
+absl::StatusOr<at::Tensor> GatherRowsToRoot(Communicator& comm, const at::Tensor& x,
+                                            const ShardSpec& spec, int root);
+
+}  // namespace vaedecode::parallel

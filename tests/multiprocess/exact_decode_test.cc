@@ -1,0 +1,207 @@
+// Exact (layer-wise sharded) decode equals the dense decode, with real worker
+// processes over real Gloo: every AutoencoderKL fixture at world sizes 1-4
+// (prime latent heights, so bands are uneven; batch 2), repeat decodes in one
+// group, a rank failing mid-decode, and deterministic collective counts.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "families/builtin_families.h"
+#include "families/layer_ops.h"
+#include "families/sharded_ops.h"
+#include "parallel/band_partition.h"
+#include "formats/tensor_file.h"
+#include "parallel/counting_communicator.h"
+#include "parallel/gloo_communicator.h"
+#include "parallel/testing/multi_process.h"
+#include "parallel/testing/tensor_checks.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "worker/decode_job.h"
+#include "worker/exact_decode.h"
+
+namespace vaedecode {
+namespace {
+
+using parallel::testing::ExpectTensorClose;
+
+constexpr double kExactVsDense = 1e-5;
+constexpr double kVsDiffusers = 1e-4;
+
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> Join(int rank, int world, int port) {
+  parallel::GlooOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.store_port = port;
+  o.group_name = "exact-decode-test";
+  o.timeout = absl::Seconds(30);
+  return parallel::GlooCommunicator::Create(o);
+}
+
+absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixture(const std::string& fixture) {
+  return families::BuiltinFamilies().Load(testing::FixturePath(fixture), {});
+}
+
+// Decodes `c` with the group and, on the leader, checks it against the dense
+// decode and diffusers' output; returns the collectives this rank made.
+absl::StatusOr<int64_t> DecodeAndCheck(const testing::FixtureCase& c, families::Decoder& decoder,
+                                       parallel::Communicator& comm) {
+  parallel::CountingCommunicator counting(comm);
+  worker::DecodeJob job;
+  if (comm.rank() == worker::kLeader) {
+    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+    if (!latent.ok()) return latent.status();
+    job.latent = *latent;
+  }
+  absl::StatusOr<worker::DecodeJob> shared =
+      worker::BroadcastJob(counting, comm.rank() == worker::kLeader ? &job : nullptr);
+  if (!shared.ok()) return shared.status();
+  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, *shared);
+  if (!result.ok()) return result.status();
+  const std::string want_mode = comm.world_size() > 1 ? "exact" : "dense";
+  if (result->mode != want_mode) {
+    return absl::InternalError(absl::StrCat("mode ", result->mode, " (", result->reason, "), want ", want_mode));
+  }
+  if (comm.rank() != worker::kLeader) {
+    if (result->sample.defined()) return absl::InternalError("a peer kept decoded rows");
+    return counting.stats().collectives();
+  }
+  families::DenseOps dense;
+  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, *shared, dense);
+  if (!reference.ok()) return reference.status();
+  absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
+  if (!expected.ok()) return expected.status();
+  const std::string what = absl::StrCat(c.fixture, "/", c.name, " at world size ", comm.world_size());
+  if (absl::Status s = ExpectTensorClose(result->sample, *reference, kExactVsDense, 0, what + " vs dense"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ExpectTensorClose(result->sample, *expected, kVsDiffusers, 0, what + " vs diffusers"); !s.ok()) {
+    return s;
+  }
+  return counting.stats().collectives();
+}
+
+class ExactDecode : public ::testing::TestWithParam<std::tuple<testing::FixtureCase, int>> {};
+
+TEST_P(ExactDecode, EqualsDenseAndDiffusers) {
+  const auto& [c, world] = GetParam();
+  absl::Status s = parallel::testing::RunRanks(world, [&c = c](int rank, int w, int port) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+    if (!decoder.ok()) return decoder.status();
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+    if (!comm.ok()) return comm.status();
+    return DecodeAndCheck(c, **decoder, **comm).status();
+  }, absl::Seconds(120));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+std::string CaseName(const ::testing::TestParamInfo<std::tuple<testing::FixtureCase, int>>& info) {
+  const auto& [c, world] = info.param;
+  return absl::StrCat(c.fixture, "_", c.name, "_ws", world);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ExactDecode,
+                         ::testing::Combine(::testing::ValuesIn(testing::FixtureCases({"AutoencoderKL"})),
+                                            ::testing::Values(1, 2, 3, 4)),
+                         CaseName);
+
+testing::FixtureCase SdMain() {
+  for (const testing::FixtureCase& c : testing::FixtureCases({"AutoencoderKL"})) {
+    if (c.fixture == "sd_kl" && c.name == "main") return c;
+  }
+  return {};
+}
+
+TEST(ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
+  // sd_kl: 20 halo exchanges (3x3 convs: conv_in, 4 in the mid block, 12 in
+  // the up blocks' resnets, 2 upsamplers, conv_out; 1x1 convs need none),
+  // 18 GroupNorms (one collective each), 1 K/V all-gather, 1 row gather to
+  // the leader, 2 job broadcasts (header, latent) = 42 at any world size > 1;
+  // none at world size 1. DistVAE's GroupNorm alone takes 2 per norm.
+  const testing::FixtureCase c = SdMain();
+  for (int world : {1, 2, 4}) {
+    absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
+      absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+      if (!decoder.ok()) return decoder.status();
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+      if (!comm.ok()) return comm.status();
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        absl::StatusOr<int64_t> calls = DecodeAndCheck(c, **decoder, **comm);
+        if (!calls.ok()) return calls.status();
+        const int64_t want = w > 1 ? 42 : 0;
+        if (*calls != want) {
+          return absl::InternalError(absl::StrCat("decode ", repeat, " made ", *calls, " collectives, want ", want));
+        }
+      }
+      return absl::OkStatus();
+    }, absl::Seconds(120));
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
+  }
+}
+
+// Throws from the n-th GroupNorm: a rank failing mid-decode.
+class FailingOps : public families::LayerOps {
+ public:
+  FailingOps(families::LayerOps& inner, int fail_at) : inner_(inner), fail_at_(fail_at) {}
+  at::Tensor Conv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                  const families::ConvGeometry& g) override {
+    return inner_.Conv(x, w, b, g);
+  }
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t groups, const at::Tensor& w, const at::Tensor& b,
+                       double eps) override {
+    if (++calls_ == fail_at_) TORCH_CHECK(false, "injected failure in GroupNorm ", calls_);
+    return inner_.GroupNorm(x, groups, w, b, eps);
+  }
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t t) override {
+    return inner_.Attention(q, k, v, t);
+  }
+
+ private:
+  families::LayerOps& inner_;
+  int fail_at_;
+  int calls_ = 0;
+};
+
+TEST(ExactDecodeGroup, OneRankFailingMidDecodeFailsEveryRankWithoutHanging) {
+  const testing::FixtureCase c = SdMain();
+  absl::StatusOr<std::vector<parallel::testing::RankOutcome>> outcomes = parallel::testing::RunRanksCollect(
+      {/*world_size=*/3, /*timeout=*/absl::Seconds(60)}, [&](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+        if (!comm.ok()) return comm.status();
+        absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+        if (!latent.ok()) return latent.status();
+        const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, latent->size(2), rank, w);
+        const parallel::Band b = spec.local_band();
+        families::ShardedOps sharded(**comm, spec);
+        FailingOps ops(sharded, rank == 1 ? 5 : -1);
+        absl::StatusOr<at::Tensor> rows =
+            worker::RunDecode(**decoder, worker::DecodeJob{latent->narrow(2, b.begin, b.size()).contiguous()}, ops);
+        if (!rows.ok()) {
+          (*comm)->Abort(std::string(rows.status().message()));
+          return rows.status();
+        }
+        return absl::OkStatus();
+      });
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status();
+  for (const parallel::testing::RankOutcome& o : *outcomes) {
+    EXPECT_FALSE(o.status.ok()) << "rank " << o.rank << " succeeded";
+    EXPECT_FALSE(o.timed_out) << "rank " << o.rank << " hung";
+    EXPECT_LT(o.elapsed, absl::Seconds(30)) << "rank " << o.rank;
+  }
+  EXPECT_NE(std::string((*outcomes)[1].status.message()).find("injected failure"), std::string::npos)
+      << (*outcomes)[1].status;
+}
+
+TEST(ExactDecodeHarness, TheComparisonCatchesAOneRowError) {
+  at::manual_seed(3);
+  at::Tensor expected = at::randn({2, 3, 68, 104});
+  at::Tensor actual = expected.clone();
+  actual.select(2, 33).add_(2 * kExactVsDense);  // one boundary row of a 2-rank split
+  EXPECT_FALSE(ExpectTensorClose(actual, expected, kExactVsDense, 0, "one row off").ok());
+  EXPECT_TRUE(ExpectTensorClose(expected.clone(), expected, kExactVsDense, 0, "same").ok());
+}
+
+}  // namespace
+}  // namespace vaedecode

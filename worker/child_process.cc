@@ -1,0 +1,93 @@
+#include "worker/child_process.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace vaedecode::worker {
+namespace {
+
+int ExitCode(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv) {
+  if (argv.empty()) return absl::InvalidArgumentError("empty argv");
+  std::vector<char*> cargv;
+  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::UnavailableError(absl::StrCat("fork failed: ", std::strerror(errno)));
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the parent died before prctl
+    execv(cargv[0], cargv.data());
+    _exit(127);
+  }
+  return ChildProcess(pid);
+}
+
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept : pid_(other.pid_) { other.pid_ = -1; }
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
+  if (this != &other) {
+    Kill();
+    pid_ = other.pid_;
+    other.pid_ = -1;
+  }
+  return *this;
+}
+
+ChildProcess::~ChildProcess() { Kill(); }
+
+absl::StatusOr<int> ChildProcess::Wait(absl::Time deadline) {
+  if (pid_ < 0) return absl::FailedPreconditionError("process already reaped");
+  while (true) {
+    int wstatus = 0;
+    const pid_t r = waitpid(pid_, &wstatus, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return ExitCode(wstatus);
+    }
+    if (r < 0 && errno != EINTR) {
+      pid_ = -1;
+      return absl::InternalError(absl::StrCat("waitpid failed: ", std::strerror(errno)));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " still running"));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+void ChildProcess::Kill() {
+  if (pid_ < 0) return;
+  kill(pid_, SIGKILL);
+  int wstatus = 0;
+  while (waitpid(pid_, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+}
+
+std::string SelfExecutable() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  buf[n] = '\0';
+  return buf;
+}
+
+}  // namespace vaedecode::worker

@@ -1,0 +1,29 @@
+#pragma once
+
+// Runs one decode on a loaded decoder: the single place where LibTorch's
+// c10::Error (and any other exception) is turned into an absl::Status, so
+// nothing throws past a worker, the CLI or a process boundary.
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "families/decoder.h"
+#include "families/layer_ops.h"
+
+namespace vaedecode::worker {
+
+struct DecodeJob {
+  at::Tensor latent;  // NCHW or NCTHW, any float dtype, CPU
+  families::LatentSpace latent_space = families::LatentSpace::kVae;
+};
+
+// Validates the latent, converts it to VAE space when it is `raw`, decodes it
+// through `ops`. INVALID_ARGUMENT for a latent the model cannot take,
+// RESOURCE_EXHAUSTED when memory runs out, INTERNAL for other failures.
+absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job,
+                                     families::LayerOps& ops);
+
+// Calls `fn`, mapping any exception to a Status with `what` as context.
+absl::Status CatchExceptions(const char* what, const std::function<void()>& fn);
+
+}  // namespace vaedecode::worker

@@ -1,0 +1,40 @@
+#pragma once
+
+// One decode by a group of ranks: the leader's job is broadcast, every rank
+// decodes its row band exactly (or the leader alone decodes densely when the
+// latent cannot be sharded), and the rows are gathered to the leader.
+//
+// Every rank of the group calls these functions in the same order. Errors are
+// Statuses; on any error this rank aborts the communicator so its peers fail
+// fast instead of waiting for the timeout.
+
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "families/decoder.h"
+#include "parallel/communicator.h"
+#include "worker/decode_job.h"
+
+namespace vaedecode::worker {
+
+inline constexpr int kLeader = 0;
+
+// The leader passes its job; peers pass nullptr and receive it. The latent's
+// shape, dtype and latent space travel in a fixed-size header, then the data.
+absl::StatusOr<DecodeJob> BroadcastJob(parallel::Communicator& comm, const DecodeJob* job);
+
+struct GroupDecodeResult {
+  at::Tensor sample;    // the whole output on the leader; undefined on peers
+  std::string mode;     // "exact" or "dense"
+  std::string reason;   // why dense, when it fell back
+};
+
+// Decodes `job` (identical on every rank) with the group. World size 1 and
+// latents the family cannot shard decode densely on the leader.
+absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
+                                                  parallel::Communicator& comm,
+                                                  const DecodeJob& job);
+
+}  // namespace vaedecode::worker
