@@ -10,10 +10,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/group_mode.h"
 #include "cli/model_loading.h"
 #include "formats/tensor_file.h"
+#include "worker/counting_cpu_allocator.h"
 #include "worker/decode_job.h"
 #include "worker/exact_decode.h"
 #include "worker/runtime_info.h"
@@ -147,6 +149,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<at::Tensor> sample;
   std::string mode_used = "dense";
+  std::string figures;
   if (mode == "exact") {
     GroupLaunch launch;
     launch.ranks = ranks;
@@ -154,14 +157,29 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     launch.dtype_name = DtypeName(*dtype);
     launch.threads = at::get_num_threads();
     launch.timeout = absl::Seconds(timeout_s);
-    absl::StatusOr<worker::GroupDecodeResult> result = DecodeWithLocalGroup(launch, *model->decoder, job);
+    absl::StatusOr<LocalGroupResult> result = DecodeWithLocalGroup(launch, *model->decoder, job);
     if (!result.ok()) return result.status();
-    mode_used = result->mode;
-    if (!result->reason.empty()) mode_used += " (" + result->reason + ")";
-    sample = result->sample;
+    mode_used = result->decode.mode;
+    if (!result->decode.reason.empty()) mode_used += " (" + result->decode.reason + ")";
+    sample = result->decode.sample;
+    std::vector<std::string> peaks, times;
+    for (const worker::RankStats& r : result->ranks) {
+      peaks.push_back(absl::StrFormat("%.1f", r.peak_bytes / 1048576.0));
+      times.push_back(absl::StrFormat("%.0f", r.decode_ms));
+    }
+    figures = absl::StrCat(" decode_ms=", absl::StrFormat("%.0f", result->decode.decode_ms), " rank_decode_ms=[",
+                           absl::StrJoin(times, ","), "] peak_mib=[", absl::StrJoin(peaks, ","),
+                           "] collectives=", result->comm.collectives(), " comm={", result->comm.ToString(), "}");
   } else {
     families::DenseOps ops;
+    worker::CountingCpuAllocator::Install().ResetPeak();
+    const auto decode_start = std::chrono::steady_clock::now();
     sample = worker::RunDecode(*model->decoder, job, ops);
+    const double decode_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - decode_start).count();
+    figures = absl::StrCat(" decode_ms=", absl::StrFormat("%.0f", decode_ms), " peak_mib=[",
+                           absl::StrFormat("%.1f", worker::CountingCpuAllocator::Install().peak_bytes() / 1048576.0),
+                           "]");
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!sample.ok()) return sample.status();
@@ -179,7 +197,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
       << " latent=" << latent_name << " latent_shape=" << ShapeText(latent.sizes())
       << " space=" << space_name << " sample_shape=" << ShapeText(result.sizes())
       << " dtype=" << DtypeName(*dtype) << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
-      << " time_ms=" << static_cast<int64_t>(ms) << " out=" << written << "\n";
+      << " time_ms=" << static_cast<int64_t>(ms) << figures << " out=" << written << "\n";
   return absl::OkStatus();
 }
 

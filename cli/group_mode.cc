@@ -11,6 +11,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/store.h"
 #include "worker/child_process.h"
+#include "worker/counting_cpu_allocator.h"
 
 namespace vaedecode::cli {
 namespace {
@@ -26,9 +27,9 @@ absl::StatusOr<int> IntFlag(const ParsedArgs& args, const char* name) {
 
 }  // namespace
 
-absl::StatusOr<worker::GroupDecodeResult> DecodeWithLocalGroup(const GroupLaunch& launch,
-                                                               families::Decoder& decoder,
-                                                               const worker::DecodeJob& job) {
+absl::StatusOr<LocalGroupResult> DecodeWithLocalGroup(const GroupLaunch& launch,
+                                                      families::Decoder& decoder,
+                                                      const worker::DecodeJob& job) {
   absl::StatusOr<int> port = launch.ranks > 1 ? parallel::PickFreePort() : absl::StatusOr<int>(0);
   if (!port.ok()) return port.status();
   const std::string group = absl::StrCat("cli-", getpid());
@@ -62,8 +63,13 @@ absl::StatusOr<worker::GroupDecodeResult> DecodeWithLocalGroup(const GroupLaunch
 
   absl::StatusOr<worker::DecodeJob> shared = worker::BroadcastJob(**comm, &job);
   if (!shared.ok()) return shared.status();
-  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, **comm, *shared);
+  parallel::CountingCommunicator counting(**comm);
+  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, *shared);
   if (!result.ok()) return result.status();
+  LocalGroupResult out{*std::move(result), {}, counting.stats()};
+  absl::StatusOr<std::vector<worker::RankStats>> ranks = worker::GatherRankStats(**comm, out.decode);
+  if (!ranks.ok()) return ranks.status();
+  out.ranks = *std::move(ranks);
 
   const absl::Time deadline = absl::Now() + launch.timeout;
   for (size_t i = 0; i < children.size(); ++i) {
@@ -73,7 +79,7 @@ absl::StatusOr<worker::GroupDecodeResult> DecodeWithLocalGroup(const GroupLaunch
       return absl::UnavailableError(absl::StrCat("rank ", i + 1, " exited with code ", *code));
     }
   }
-  return result;
+  return out;
 }
 
 absl::Status RunRank(const ParsedArgs& args) {
@@ -86,6 +92,7 @@ absl::Status RunRank(const ParsedArgs& args) {
     if (!s->ok()) return s->status();
   }
   at::set_num_threads(*threads);
+  worker::CountingCpuAllocator::Install();
   absl::StatusOr<at::ScalarType> dtype = ParseDtype(args.Get("dtype").value_or("float32"));
   if (!dtype.ok()) return dtype.status();
   absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype);
@@ -101,7 +108,9 @@ absl::Status RunRank(const ParsedArgs& args) {
   if (!comm.ok()) return comm.status();
   absl::StatusOr<worker::DecodeJob> job = worker::BroadcastJob(**comm, nullptr);
   if (!job.ok()) return job.status();
-  return worker::DecodeWithGroup(*model->decoder, **comm, *job).status();
+  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(*model->decoder, **comm, *job);
+  if (!result.ok()) return result.status();
+  return worker::GatherRankStats(**comm, *result).status();
 }
 
 }  // namespace vaedecode::cli

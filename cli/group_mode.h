@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "cli/args.h"
 #include "families/decoder.h"
+#include "parallel/counting_communicator.h"
 #include "worker/exact_decode.h"
 
 namespace vaedecode::cli {
@@ -28,10 +29,16 @@ struct GroupLaunch {
   absl::Duration timeout = absl::Seconds(120);
 };
 
+struct LocalGroupResult {
+  worker::GroupDecodeResult decode;     // the leader's result (whole sample)
+  std::vector<worker::RankStats> ranks;  // every rank's time and peak memory
+  parallel::CommStats comm;              // the leader's calls during the decode
+};
+
 // Leader side. `decoder` is the leader's own loaded model.
-absl::StatusOr<worker::GroupDecodeResult> DecodeWithLocalGroup(const GroupLaunch& launch,
-                                                               families::Decoder& decoder,
-                                                               const worker::DecodeJob& job);
+absl::StatusOr<LocalGroupResult> DecodeWithLocalGroup(const GroupLaunch& launch,
+                                                      families::Decoder& decoder,
+                                                      const worker::DecodeJob& job);
 
 // Peer side: the internal `rank` command.
 absl::Status RunRank(const ParsedArgs& args);

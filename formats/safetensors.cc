@@ -221,6 +221,13 @@ IntCheck GetNonNegativeInt(const Json& j, int64_t* out) {
 
 std::string_view TypeName(const Json& j) { return j.type_name(); }
 
+// A JSON fragment for an error message: escaped, and cut to 64 bytes.
+std::string Abbreviate(std::string_view text) {
+  constexpr size_t kMax = 64;
+  if (text.size() <= kMax) return QuoteForError(text);
+  return Cat(QuoteForError(text.substr(0, kMax)), "...");
+}
+
 }  // namespace
 
 absl::StatusOr<DType> ParseDType(std::string_view name) {
@@ -332,8 +339,9 @@ absl::Status SafetensorsFile::Parse() {
 
   HeaderScanner scanner;
   if (!Json::sax_parse(header_begin, header_end, &scanner)) {
-    if (scanner.too_deep())
+    if (scanner.too_deep()) {
       return error("header nests deeper than ", kMaxJsonDepth, " levels");
+    }
     return error("header is not valid JSON: ", QuoteForError(scanner.error()));
   }
   if (scanner.found()) {
@@ -438,7 +446,7 @@ absl::Status SafetensorsFile::Parse() {
         GetNonNegativeInt((*offsets_it)[1], &end) != IntCheck::kOk) {
       return error(tensor,
                    "\"data_offsets\" must be two non-negative integers, got ",
-                   QuoteForError(offsets_it->dump(-1, ' ', true)));
+                   Abbreviate(offsets_it->dump(-1, ' ', true)));
     }
     if (begin > end) {
       return error(tensor, "data_offsets [", begin, ", ", end,

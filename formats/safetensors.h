@@ -63,6 +63,19 @@ struct TensorView {
 // A parsed, validated safetensors file. Immutable after construction, so all
 // const methods may be called from any number of threads. The TensorViews
 // point into memory owned by this object and die with it.
+//
+// Rejected, each with a one-line InvalidArgument naming the file: fewer than
+// 8 bytes; a header length of 0, past the end of the file, or over 100 MB; a
+// header that is not JSON, not an object, or nested more than 64 levels; a
+// key repeated within any object (JSON parsers disagree on which duplicate
+// wins, so a repeated tensor name is an error, not "last one wins"); a tensor
+// entry that is not an object or lacks "dtype" (a known name), "shape"
+// (non-negative integers whose product, zeros counted as one, fits in int64)
+// or "data_offsets" (two non-negative integers, begin <= end <= data size,
+// end - begin == numel * element size); tensors whose byte ranges overlap;
+// "__metadata__" that is not an object of strings. Accepted: 0-d and
+// zero-size tensors, gaps between tensors, unknown extra keys in a tensor
+// entry, a header not padded to 8 bytes.
 class SafetensorsFile {
  public:
   // Maps `path` read-only (mmap; unmapped in the destructor). Truncating the

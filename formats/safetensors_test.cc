@@ -445,6 +445,14 @@ TEST(SafetensorsMalformedTest, BadDataOffsets) {
   ExpectRejected(
       Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1.5]}})", "x"),
       want);
+  // The offending value is quoted (escaped) and cut short.
+  auto file = Parse(Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":")" +
+                          std::string(1000, 'z') + "\"}}"));
+  ASSERT_FALSE(file.ok());
+  const std::string message(file.status().message());
+  EXPECT_THAT(message, HasSubstr("got \\\"zzzz"));
+  EXPECT_THAT(message, HasSubstr("zzz..."));
+  EXPECT_LT(message.size(), 200u);
 }
 
 TEST(SafetensorsMalformedTest, BeginAfterEnd) {

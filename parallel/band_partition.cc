@@ -23,8 +23,7 @@ std::vector<Band> PartitionRows(int64_t rows, int world_size) {
   return bands;
 }
 
-ShardSpec ShardSpec::ForRows(int axis, int64_t rows, int rank,
-                             int world_size) {
+ShardSpec ShardSpec::ForRows(int axis, int64_t rows, int rank, int world_size) {
   ABSL_RAW_CHECK(rank >= 0 && rank < world_size,
                  "ShardSpec::ForRows: rank out of range");
   ShardSpec spec;
@@ -74,8 +73,7 @@ std::string ShardSpec::DebugString() const {
       "ShardSpec{axis=", axis, " rank=", rank, "/", world_size, " bands=[",
       absl::StrJoin(bands, " ",
                     [](std::string* out, const Band& band) {
-                      absl::StrAppend(out, "[", band.begin, ",", band.end,
-                                      ")");
+                      absl::StrAppend(out, "[", band.begin, ",", band.end, ")");
                     }),
       "]}");
 }

@@ -36,10 +36,12 @@ std::vector<Band> PartitionRows(int64_t rows, int world_size);
 // operator (never global). `bands` describes the current tensor's rows along
 // `axis` for every rank, so neighbours' extents are known without asking them.
 struct ShardSpec {
-  int axis = 0;  // tensor dimension the bands split, e.g. 2 for H of [B, C, H, W]
+  // Tensor dimension the bands split, e.g. 2 for H of [B, C, H, W].
+  int axis = 0;
   int rank = 0;
   int world_size = 1;
-  std::vector<Band> bands;  // bands.size() == world_size, contiguous, rank order
+  // One band per rank, contiguous, in rank order.
+  std::vector<Band> bands;
 
   // The layout of a `rows`-row tensor split by PartitionRows.
   static ShardSpec ForRows(int axis, int64_t rows, int rank, int world_size);

@@ -1,5 +1,6 @@
 #include "parallel/band_partition.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -42,7 +43,9 @@ TEST(PartitionRowsTest, CoversAllRowsDisjointlyForManyShapes) {
         smallest = std::min(smallest, bands[r].size());
         largest = std::max(largest, bands[r].size());
         // Sizes never grow with the rank.
-        if (r > 0) EXPECT_LE(bands[r].size(), bands[r - 1].size());
+        if (r > 0) {
+          EXPECT_LE(bands[r].size(), bands[r - 1].size());
+        }
       }
       EXPECT_EQ(next, rows);
       EXPECT_LE(largest - smallest, 1);

@@ -1,11 +1,11 @@
 #include "parallel/comm_util.h"
 
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <chrono>
 #include <string>
-
-#include <ATen/ops/empty.h>
-#include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -14,7 +14,8 @@ namespace vaedecode::parallel {
 absl::Status CheckTensor(const at::Tensor& tensor, c10::Device device,
                          std::string_view what) {
   if (!tensor.defined()) {
-    return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), ": undefined tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(AsAbsl(what), ": undefined tensor"));
   }
   if (tensor.device() != device) {
     return absl::InvalidArgumentError(
@@ -28,12 +29,12 @@ absl::Status CheckP2POps(absl::Span<const P2POp> ops, int rank, int world_size,
                          c10::Device device) {
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
-    const std::string what =
-        absl::StrCat("SendRecv op ", i, op.kind == P2POp::kSend ? " (send)" : " (recv)");
+    const std::string what = absl::StrCat(
+        "SendRecv op ", i, op.kind == P2POp::kSend ? " (send)" : " (recv)");
     if (op.peer < 0 || op.peer >= world_size || op.peer == rank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, ": peer ", op.peer, " invalid for rank ", rank, " of ",
-          world_size));
+      return absl::InvalidArgumentError(absl::StrCat(what, ": peer ", op.peer,
+                                                     " invalid for rank ", rank,
+                                                     " of ", world_size));
     }
     if (absl::Status s = CheckTensor(op.tensor, device, what); !s.ok()) {
       return s;
@@ -60,7 +61,8 @@ absl::Status CheckGatherArgs(const at::Tensor& local,
   }
   if (absl::Status s = CheckTensor(local, device, "gather"); !s.ok()) return s;
   if (local.dim() < 1) {
-    return absl::InvalidArgumentError("gather: local tensor must be at least 1-D");
+    return absl::InvalidArgumentError(
+        "gather: local tensor must be at least 1-D");
   }
   if (local.size(0) != sizes[rank]) {
     return absl::InvalidArgumentError(
@@ -72,15 +74,16 @@ absl::Status CheckGatherArgs(const at::Tensor& local,
 
 absl::Status CheckRoot(int root, int world_size) {
   if (root < 0 || root >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("root ", root, " out of range for world size ", world_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "root ", root, " out of range for world size ", world_size));
   }
   return absl::OkStatus();
 }
 
 std::vector<int64_t> RowOffsets(absl::Span<const int64_t> sizes) {
   std::vector<int64_t> offsets(sizes.size() + 1, 0);
-  for (size_t r = 0; r < sizes.size(); ++r) offsets[r + 1] = offsets[r] + sizes[r];
+  for (size_t r = 0; r < sizes.size(); ++r)
+    offsets[r + 1] = offsets[r] + sizes[r];
   return offsets;
 }
 
@@ -97,8 +100,8 @@ int64_t RowBytes(const at::Tensor& local) {
   return elements * static_cast<int64_t>(local.element_size());
 }
 
-absl::Status StatusFromException(std::exception_ptr error, std::string_view what,
-                                 absl::Time deadline) {
+absl::Status StatusFromException(std::exception_ptr error,
+                                 std::string_view what, absl::Time deadline) {
   std::string message;
   try {
     std::rethrow_exception(error);
@@ -114,7 +117,8 @@ absl::Status StatusFromException(std::exception_ptr error, std::string_view what
   constexpr size_t kMaxMessage = 1000;
   if (message.size() > kMaxMessage) message.resize(kMaxMessage);
   if (absl::Now() >= deadline) {
-    return absl::DeadlineExceededError(absl::StrCat(AsAbsl(what), ": ", message));
+    return absl::DeadlineExceededError(
+        absl::StrCat(AsAbsl(what), ": ", message));
   }
   return absl::UnavailableError(absl::StrCat(AsAbsl(what), ": ", message));
 }

@@ -5,13 +5,13 @@
 // translation of exceptions thrown by c10d / NCCL glue into absl::Status.
 // Not part of the interface operators use.
 
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <exception>
 #include <string_view>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
-#include <c10/core/Device.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -59,8 +59,8 @@ int64_t RowBytes(const at::Tensor& local);
 // without C++ backtrace (c10::Error::what_without_backtrace), prefixed with
 // `what`. DEADLINE_EXCEEDED if `deadline` has passed (the peer was too slow),
 // else UNAVAILABLE (peer failure, closed connection, transport error).
-absl::Status StatusFromException(std::exception_ptr error, std::string_view what,
-                                 absl::Time deadline);
+absl::Status StatusFromException(std::exception_ptr error,
+                                 std::string_view what, absl::Time deadline);
 
 // max(1 ms, deadline - now): c10d treats a zero timeout as "no timeout".
 std::chrono::milliseconds RemainingMillis(absl::Time deadline);

@@ -22,11 +22,11 @@
 //  * Tensors live on device(). Shapes that every rank can compute (band
 //    sizes from the partition) are passed in, never communicated.
 
-#include <cstdint>
-#include <string_view>
-
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -81,9 +81,9 @@ class Communicator {
   // match on every rank. Returns the concatenation in rank order, contiguous,
   // with sum(sizes) rows and no transport padding. At world size 1 the result
   // may share storage with `local`.
-  virtual absl::StatusOr<at::Tensor> AllGather(
-      const at::Tensor& local, absl::Span<const int64_t> sizes,
-      CallKind kind) = 0;
+  virtual absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local,
+                                               absl::Span<const int64_t> sizes,
+                                               CallKind kind) = 0;
 
   // Element-wise sum over ranks, written into `tensor`'s storage in place.
   virtual absl::Status AllReduceSum(const at::Tensor& tensor,

@@ -124,9 +124,9 @@ std::string CommStats::ToString() const {
     for (int o = 0; o < kNumOpTypes; ++o) {
       const OpCounters& c = by_kind[k][o];
       if (c == OpCounters{}) continue;
-      absl::StrAppend(&out, "; ", AsAbsl(CallKindName(static_cast<CallKind>(k))), "/",
-                      AsAbsl(OpTypeName(static_cast<OpType>(o))), ": ",
-                      c.DebugString());
+      absl::StrAppend(
+          &out, "; ", AsAbsl(CallKindName(static_cast<CallKind>(k))), "/",
+          AsAbsl(OpTypeName(static_cast<OpType>(o))), ": ", c.DebugString());
     }
   }
   return out;

@@ -1,9 +1,9 @@
 #include "parallel/counting_communicator.h"
 
+#include <ATen/ATen.h>
+
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -23,8 +23,8 @@ using ::vaedecode::parallel::testing::RunRanks;
     if (!status_.ok()) return status_; \
   } while (0)
 
-absl::Status ExpectCounters(const OpCounters& actual, const OpCounters& expected,
-                            std::string_view what) {
+absl::Status ExpectCounters(const OpCounters& actual,
+                            const OpCounters& expected, std::string_view what) {
   if (actual == expected) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(std::string(what), ": got {",
                                           actual.DebugString(), "}, expected {",
@@ -105,8 +105,9 @@ TEST(CountingCommunicatorTest, ExactCountsAndBytesOnThreeRanks) {
             Counters(2, 2 * neighbours, 2 * neighbours, 2 * neighbours * row,
                      2 * neighbours * row);
         halo_expected.local_calls = 1;
-        RETURN_IF_ERROR(ExpectCounters(
-            stats.at(CallKind::kHalo, OpType::kSendRecv), halo_expected, "halo"));
+        RETURN_IF_ERROR(
+            ExpectCounters(stats.at(CallKind::kHalo, OpType::kSendRecv),
+                           halo_expected, "halo"));
         RETURN_IF_ERROR(ExpectCounters(
             stats.at(CallKind::kGroupNormStats, OpType::kAllReduce),
             Counters(1, 0, 0, 24, 24), "group norm"));
@@ -118,17 +119,17 @@ TEST(CountingCommunicatorTest, ExactCountsAndBytesOnThreeRanks) {
             stats.at(CallKind::kBroadcastJob, OpType::kBroadcast),
             rank == 0 ? Counters(1, 0, 0, 40, 0) : Counters(1, 0, 0, 0, 40),
             "job"));
-        RETURN_IF_ERROR(ExpectCounters(
-            stats.at(CallKind::kGatherOutput, OpType::kGather),
-            rank == 0 ? Counters(1, 0, 0, 0, 4 * row)
-                      : Counters(1, 0, 0, sizes[rank] * row, 0),
-            "output"));
-        RETURN_IF_ERROR(ExpectCounters(stats.at(CallKind::kOther, OpType::kBarrier),
-                                       Counters(1, 0, 0, 0, 0), "barrier"));
+        RETURN_IF_ERROR(
+            ExpectCounters(stats.at(CallKind::kGatherOutput, OpType::kGather),
+                           rank == 0 ? Counters(1, 0, 0, 0, 4 * row)
+                                     : Counters(1, 0, 0, sizes[rank] * row, 0),
+                           "output"));
+        RETURN_IF_ERROR(
+            ExpectCounters(stats.at(CallKind::kOther, OpType::kBarrier),
+                           Counters(1, 0, 0, 0, 0), "barrier"));
         if (stats.collectives() != 7) {
-          return absl::InternalError(
-              absl::StrCat("collectives ", stats.collectives(), ": ",
-                           stats.ToString()));
+          return absl::InternalError(absl::StrCat(
+              "collectives ", stats.collectives(), ": ", stats.ToString()));
         }
         if (stats.ForOp(OpType::kSendRecv).calls != 2 ||
             stats.ForKind(CallKind::kHalo).local_calls != 1) {
@@ -163,9 +164,11 @@ TEST(CountingCommunicatorTest, WorldSizeOneCountsNoExchangeAndNoBytes) {
         const at::Tensor rows = at::ones({4, 4});
         RETURN_IF_ERROR(comm.SendRecv({}, CallKind::kHalo));
         RETURN_IF_ERROR(comm.AllReduceSum(rows, CallKind::kGroupNormStats));
-        RETURN_IF_ERROR(comm.AllGather(rows, {4}, CallKind::kAttentionKV).status());
+        RETURN_IF_ERROR(
+            comm.AllGather(rows, {4}, CallKind::kAttentionKV).status());
         RETURN_IF_ERROR(comm.Broadcast(rows, 0, CallKind::kBroadcastJob));
-        RETURN_IF_ERROR(comm.GatherToRoot(rows, {4}, 0, CallKind::kGatherOutput).status());
+        RETURN_IF_ERROR(
+            comm.GatherToRoot(rows, {4}, 0, CallKind::kGatherOutput).status());
         RETURN_IF_ERROR(comm.Barrier());
         const OpCounters total = comm.stats().Total();
         OpCounters expected;

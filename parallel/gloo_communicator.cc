@@ -1,13 +1,13 @@
 #include "parallel/gloo_communicator.h"
 
+#include <ATen/core/ivalue.h>
+
 #include <exception>
 #include <optional>
-#include <utility>
-
-#include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "parallel/comm_util.h"
@@ -65,15 +65,16 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
     const GlooOptions& options) {
   if (options.world_size < 1 || options.rank < 0 ||
       options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Gloo: rank ", options.rank, " invalid for world size ",
-                     options.world_size));
+    return absl::InvalidArgumentError(absl::StrCat("Gloo: rank ", options.rank,
+                                                   " invalid for world size ",
+                                                   options.world_size));
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("Gloo: timeout must be positive");
   }
   std::unique_ptr<GlooCommunicator> comm(new GlooCommunicator(options));
-  if (options.world_size == 1) return std::unique_ptr<Communicator>(std::move(comm));
+  if (options.world_size == 1)
+    return std::unique_ptr<Communicator>(std::move(comm));
 
   const absl::Time deadline = absl::Now() + options.timeout;
   c10::intrusive_ptr<c10d::Store> store = options.store;
@@ -140,8 +141,8 @@ GlooCommunicator::~GlooCommunicator() {
 absl::Status GlooCommunicator::CheckNotAborted() const {
   absl::MutexLock lock(&shared_->mu);
   if (!shared_->aborted) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(
-      "group '", group_name_, "' aborted: ", shared_->reason));
+  return absl::UnavailableError(
+      absl::StrCat("group '", group_name_, "' aborted: ", shared_->reason));
 }
 
 absl::Status GlooCommunicator::Fail(absl::Status status) {
@@ -207,8 +208,9 @@ absl::Status GlooCommunicator::Exchange(std::vector<Message> messages,
                              : pg_->recv(tensors, m.peer, tag));
     }
   } catch (...) {
-    status = StatusFromException(std::current_exception(),
-                                 absl::StrCat(AsAbsl(what), ": post"), deadline);
+    status =
+        StatusFromException(std::current_exception(),
+                            absl::StrCat(AsAbsl(what), ": post"), deadline);
   }
 
   bool aborted_before_wait = false;
@@ -232,7 +234,9 @@ absl::Status GlooCommunicator::Exchange(std::vector<Message> messages,
     try {
       if (!work->wait(RemainingMillis(deadline))) {
         status = CheckNotAborted();
-        if (status.ok()) status = absl::UnavailableError(absl::StrCat(AsAbsl(what), ": interrupted"));
+        if (status.ok())
+          status = absl::UnavailableError(
+              absl::StrCat(AsAbsl(what), ": interrupted"));
       }
     } catch (...) {
       status = StatusFromException(std::current_exception(), what, deadline);
@@ -284,8 +288,9 @@ absl::Status GlooCommunicator::WaitCollective(
     if (!*done) {
       abandoned_.push_back(work);
       if (shared->aborted) {
-        return absl::UnavailableError(absl::StrCat(
-            AsAbsl(what), ": group '", group_name_, "' aborted: ", shared->reason));
+        return absl::UnavailableError(
+            absl::StrCat(AsAbsl(what), ": group '", group_name_,
+                         "' aborted: ", shared->reason));
       }
       return absl::DeadlineExceededError(
           absl::StrCat(AsAbsl(what), ": no completion within ",
@@ -303,7 +308,8 @@ absl::Status GlooCommunicator::WaitCollective(
 absl::Status GlooCommunicator::SendRecv(absl::Span<const P2POp> ops,
                                         CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
-  if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device()); !s.ok()) {
+  if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device());
+      !s.ok()) {
     return Fail(s);
   }
   if (ops.empty()) return absl::OkStatus();
@@ -312,19 +318,20 @@ absl::Status GlooCommunicator::SendRecv(absl::Span<const P2POp> ops,
   messages.reserve(ops.size());
   for (const P2POp& op : ops) {
     const bool send = op.kind == P2POp::kSend;
-    messages.push_back(Message{send, op.peer,
-                               send ? op.tensor.contiguous() : op.tensor});
+    messages.push_back(
+        Message{send, op.peer, send ? op.tensor.contiguous() : op.tensor});
   }
   absl::Status status = Exchange(
-      std::move(messages), absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"),
-      deadline);
+      std::move(messages),
+      absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"), deadline);
   return status.ok() ? status : Fail(status);
 }
 
 absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(
     const at::Tensor& local, absl::Span<const int64_t> sizes, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
-  if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device());
+  if (absl::Status s =
+          CheckGatherArgs(local, sizes, rank_, world_size_, device());
       !s.ok()) {
     return Fail(s);
   }
@@ -333,7 +340,8 @@ absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(
   const absl::Time deadline = absl::Now() + timeout_;
   const std::vector<int64_t> offsets = RowOffsets(sizes);
   at::Tensor out = EmptyGatherOutput(local, sizes);
-  if (sizes[rank_] > 0) out.narrow(0, offsets[rank_], sizes[rank_]).copy_(source);
+  if (sizes[rank_] > 0)
+    out.narrow(0, offsets[rank_], sizes[rank_]).copy_(source);
   std::vector<Message> messages;
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer == rank_) continue;
@@ -342,8 +350,8 @@ absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(
     messages.push_back(Message{true, peer, source});
   }
   absl::Status status = Exchange(
-      std::move(messages), absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]"),
-      deadline);
+      std::move(messages),
+      absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]"), deadline);
   if (!status.ok()) return Fail(status);
   return out;
 }
@@ -353,7 +361,8 @@ absl::StatusOr<at::Tensor> GlooCommunicator::GatherToRoot(
     CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
-  if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device());
+  if (absl::Status s =
+          CheckGatherArgs(local, sizes, rank_, world_size_, device());
       !s.ok()) {
     return Fail(s);
   }
@@ -404,8 +413,8 @@ absl::Status GlooCommunicator::Broadcast(const at::Tensor& tensor, int root,
     messages.push_back(Message{false, root, buffer});
   }
   absl::Status status = Exchange(
-      std::move(messages), absl::StrCat("Broadcast[", AsAbsl(CallKindName(kind)), "]"),
-      deadline);
+      std::move(messages),
+      absl::StrCat("Broadcast[", AsAbsl(CallKindName(kind)), "]"), deadline);
   if (!status.ok()) return Fail(status);
   if (rank_ != root && !buffer.is_same(tensor)) tensor.copy_(buffer);
   return absl::OkStatus();
@@ -419,17 +428,18 @@ absl::Status GlooCommunicator::AllReduceSum(const at::Tensor& tensor,
   }
   const at::ScalarType type = tensor.scalar_type();
   if (!GlooReducesNatively(type) && type != at::kBFloat16) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "AllReduceSum: dtype ", c10::toString(type), " not supported by Gloo")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("AllReduceSum: dtype ", c10::toString(type),
+                     " not supported by Gloo")));
   }
   if (world_size_ == 1 || tensor.numel() == 0) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + timeout_;
   // bf16 is summed in fp32 (Gloo 1.13 has no bf16 reduction), which is also
   // the more accurate order.
-  at::Tensor buffer = type == at::kBFloat16
-                          ? tensor.to(at::kFloat).contiguous()
-                          : tensor.contiguous();
-  const std::string what = absl::StrCat("AllReduceSum[", AsAbsl(CallKindName(kind)), "]");
+  at::Tensor buffer = type == at::kBFloat16 ? tensor.to(at::kFloat).contiguous()
+                                            : tensor.contiguous();
+  const std::string what =
+      absl::StrCat("AllReduceSum[", AsAbsl(CallKindName(kind)), "]");
   c10::intrusive_ptr<c10d::Work> work;
   try {
     std::vector<at::Tensor> tensors{buffer};

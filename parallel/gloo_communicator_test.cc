@@ -1,11 +1,13 @@
 #include "parallel/gloo_communicator.h"
 
+#include <ATen/ATen.h>
+
+#include <unistd.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -25,10 +27,10 @@ namespace {
 using ::vaedecode::parallel::testing::ExpectTensorEqual;
 using ::vaedecode::parallel::testing::RunRanks;
 
-#define RETURN_IF_ERROR(expr)              \
-  do {                                     \
-    absl::Status status_ = (expr);         \
-    if (!status_.ok()) return status_;     \
+#define RETURN_IF_ERROR(expr)          \
+  do {                                 \
+    absl::Status status_ = (expr);     \
+    if (!status_.ok()) return status_; \
   } while (0)
 
 absl::Status Expect(bool condition, std::string_view message) {
@@ -130,8 +132,8 @@ TEST(GlooCommunicatorTest, OnlyNeighboursExchangeWhileOthersWait) {
           RETURN_IF_ERROR(ExpectTensorEqual(a, at::full({2}, 100.0), "from 0"));
           return ExpectTensorEqual(b, at::full({2}, 101.0), "from 1");
         }
-        return (*comm)->SendRecv({{P2POp::kSend, 2, at::full({2}, 100.0 + rank)}},
-                                 CallKind::kHalo);
+        return (*comm)->SendRecv(
+            {{P2POp::kSend, 2, at::full({2}, 100.0 + rank)}}, CallKind::kHalo);
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
@@ -152,7 +154,8 @@ TEST(GlooCommunicatorTest, UnevenAllGatherEqualsConcatenation) {
             absl::StatusOr<at::Tensor> gathered = (*comm)->AllGather(
                 Piece(rank, sizes[rank]), sizes, CallKind::kAttentionKV);
             RETURN_IF_ERROR(gathered.status());
-            RETURN_IF_ERROR(Expect(gathered->is_contiguous(), "not contiguous"));
+            RETURN_IF_ERROR(
+                Expect(gathered->is_contiguous(), "not contiguous"));
             RETURN_IF_ERROR(ExpectTensorEqual(*gathered, ExpectedGather(sizes),
                                               What("AllGather", rank, world)));
           }
@@ -179,7 +182,8 @@ TEST(GlooCommunicatorTest, AllReduceSumInPlace) {
           const double factor = world * (world + 1) / 2.0;  // sum of rank + 1
           const at::Tensor base = at::arange(15, at::kFloat).reshape({5, 3});
           at::Tensor values = base * (rank + 1);
-          RETURN_IF_ERROR((*comm)->AllReduceSum(values, CallKind::kGroupNormStats));
+          RETURN_IF_ERROR(
+              (*comm)->AllReduceSum(values, CallKind::kGroupNormStats));
           RETURN_IF_ERROR(ExpectTensorEqual(values, base * factor, "float"));
           // A non-contiguous view is reduced into its own storage.
           at::Tensor storage = (base * (rank + 1)).clone();
@@ -209,17 +213,19 @@ TEST(GlooCommunicatorTest, BroadcastFromAnyRoot) {
         for (int root = 0; root < world; ++root) {
           const at::Tensor expected =
               at::arange(12, at::kLong).reshape({3, 4}) * (root + 1);
-          at::Tensor job = rank == root ? expected.clone()
-                                        : at::zeros({3, 4}, at::kLong);
-          RETURN_IF_ERROR((*comm)->Broadcast(job, root, CallKind::kBroadcastJob));
+          at::Tensor job =
+              rank == root ? expected.clone() : at::zeros({3, 4}, at::kLong);
+          RETURN_IF_ERROR(
+              (*comm)->Broadcast(job, root, CallKind::kBroadcastJob));
           RETURN_IF_ERROR(ExpectTensorEqual(job, expected, "broadcast"));
         }
         // In place into a non-contiguous view.
-        at::Tensor storage = rank == 1 ? at::arange(6, at::kFloat).reshape({2, 3})
-                                       : at::zeros({2, 3});
+        at::Tensor storage = rank == 1
+                                 ? at::arange(6, at::kFloat).reshape({2, 3})
+                                 : at::zeros({2, 3});
         RETURN_IF_ERROR((*comm)->Broadcast(storage.t(), 1, CallKind::kOther));
-        return ExpectTensorEqual(storage, at::arange(6, at::kFloat).reshape({2, 3}),
-                                 "view");
+        return ExpectTensorEqual(
+            storage, at::arange(6, at::kFloat).reshape({2, 3}), "view");
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
@@ -242,8 +248,9 @@ TEST(GlooCommunicatorTest, GatherToRootOnlyRootGetsRows) {
               RETURN_IF_ERROR(Expect(!rows->defined(), "peer got rows"));
               continue;
             }
-            RETURN_IF_ERROR(ExpectTensorEqual(*rows, ExpectedGather(sizes),
-                                              What("GatherToRoot", rank, world)));
+            RETURN_IF_ERROR(
+                ExpectTensorEqual(*rows, ExpectedGather(sizes),
+                                  What("GatherToRoot", rank, world)));
           }
           return absl::OkStatus();
         },
@@ -312,9 +319,9 @@ TEST(GlooCommunicatorTest, InvalidArgumentsFailAndAbort) {
         RETURN_IF_ERROR(comm.status());
         absl::StatusOr<at::Tensor> wrong =
             (*comm)->AllGather(Piece(0, 3), {4}, CallKind::kOther);
-        RETURN_IF_ERROR(Expect(
-            wrong.status().code() == absl::StatusCode::kInvalidArgument,
-            wrong.status().ToString()));
+        RETURN_IF_ERROR(
+            Expect(wrong.status().code() == absl::StatusCode::kInvalidArgument,
+                   wrong.status().ToString()));
         // Fail-stop: the communicator is aborted from now on.
         absl::Status after = (*comm)->Barrier();
         return Expect(after.code() == absl::StatusCode::kUnavailable &&
@@ -344,8 +351,9 @@ TEST(GlooCommunicatorTest, PeerThatNeverJoinsIsNamedWithinTheTimeout) {
         auto comm = Connect(rank, world, port, absl::Seconds(2));
         const absl::Duration took = absl::Now() - start;
         RETURN_IF_ERROR(Expect(!comm.ok(), "joined without rank 2"));
-        RETURN_IF_ERROR(Expect(took < absl::Seconds(4),
-                               absl::StrCat("took ", absl::FormatDuration(took))));
+        RETURN_IF_ERROR(
+            Expect(took < absl::Seconds(4),
+                   absl::StrCat("took ", absl::FormatDuration(took))));
         RETURN_IF_ERROR(Expect(
             comm.status().code() == absl::StatusCode::kDeadlineExceeded ||
                 comm.status().code() == absl::StatusCode::kUnavailable,
@@ -387,16 +395,49 @@ TEST(GlooCommunicatorTest, PeerThatExitsMakesOthersFailFast) {
             all.status().code() == absl::StatusCode::kUnavailable ||
                 all.status().code() == absl::StatusCode::kDeadlineExceeded,
             all.status().ToString()));
-        RETURN_IF_ERROR(Expect(took < timeout + absl::Seconds(1),
-                               absl::StrCat("took ", absl::FormatDuration(took))));
+        RETURN_IF_ERROR(
+            Expect(took < timeout + absl::Seconds(1),
+                   absl::StrCat("took ", absl::FormatDuration(took))));
         // Later calls fail at once.
         const absl::Time again = absl::Now();
         absl::Status next = (*comm)->Barrier();
-        return Expect(!next.ok() && absl::Now() - again < absl::Milliseconds(100),
-                      next.ToString());
+        return Expect(
+            !next.ok() && absl::Now() - again < absl::Milliseconds(100),
+            next.ToString());
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(GlooCommunicatorTest, PeerGoneDuringALargeSendDoesNotKillTheSender) {
+  // A receiver that dies mid-transfer resets the connection under the
+  // sender's writes: that must surface as an error, not as a SIGPIPE that
+  // kills the surviving rank.
+  absl::Status status = RunRanks(
+      2,
+      [](int rank, int world, int port) -> absl::Status {
+        auto comm = Connect(rank, world, port, absl::Seconds(5));
+        RETURN_IF_ERROR(comm.status());
+        const int64_t elements = int64_t{64} << 20;  // 256 MiB of float
+        // Buffers first, so the transfer starts right after the barrier.
+        const at::Tensor big = rank == 0 ? at::ones({elements}) : at::empty({elements});
+        RETURN_IF_ERROR((*comm)->Barrier());
+        if (rank == 1) {
+          std::thread receiver([&comm, &big] {
+            (void)(*comm)->SendRecv({{P2POp::kRecv, 0, big}},
+                                    CallKind::kOther);
+          });
+          receiver.detach();
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          ::_exit(0);  // mid-transfer, unread data in the socket
+        }
+        absl::Status sent =
+            (*comm)->SendRecv({{P2POp::kSend, 1, big}}, CallKind::kOther);
+        return sent.ok() ? absl::OkStatus() : absl::OkStatus();
+      },
+      absl::Seconds(30));
+  // Rank 1 reports nothing (it _exit()s): only rank 0's fate matters.
+  EXPECT_FALSE(absl::StrContains(status.message(), "rank 0")) << status;
 }
 
 TEST(GlooCommunicatorTest, AbortOnOneRankReachesBlockedAndLaterCalls) {
@@ -431,14 +472,14 @@ TEST(GlooCommunicatorTest, AbortOnOneRankReachesBlockedAndLaterCalls) {
             (*comm)->AllGather(Piece(rank, 1), sizes, CallKind::kAttentionKV);
         const absl::Duration took = absl::Now() - start;
         if (rank == 0) linger();
-        RETURN_IF_ERROR(Expect(
-            all.status().code() == absl::StatusCode::kUnavailable &&
-                absl::StrContains(all.status().message(),
-                                  "rank 1: decoder failed on rank 1"),
-            all.status().ToString()));
-        return Expect(took < absl::Milliseconds(800),
-                      absl::StrCat("rank ", rank, " took ",
-                                   absl::FormatDuration(took)));
+        RETURN_IF_ERROR(
+            Expect(all.status().code() == absl::StatusCode::kUnavailable &&
+                       absl::StrContains(all.status().message(),
+                                         "rank 1: decoder failed on rank 1"),
+                   all.status().ToString()));
+        return Expect(
+            took < absl::Milliseconds(800),
+            absl::StrCat("rank ", rank, " took ", absl::FormatDuration(took)));
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
@@ -461,14 +502,15 @@ TEST(GlooCommunicatorTest, HungPeerGivesDeadlineExceeded) {
         }
         const absl::Time start = absl::Now();
         at::Tensor stats = at::ones({8});
-        absl::Status reduced = (*comm)->AllReduceSum(stats, CallKind::kGroupNormStats);
+        absl::Status reduced =
+            (*comm)->AllReduceSum(stats, CallKind::kGroupNormStats);
         const absl::Duration took = absl::Now() - start;
-        RETURN_IF_ERROR(Expect(
-            reduced.code() == absl::StatusCode::kDeadlineExceeded,
-            reduced.ToString()));
-        RETURN_IF_ERROR(Expect(took >= absl::Milliseconds(900) &&
-                                   took < absl::Seconds(2),
-                               absl::StrCat("took ", absl::FormatDuration(took))));
+        RETURN_IF_ERROR(
+            Expect(reduced.code() == absl::StatusCode::kDeadlineExceeded,
+                   reduced.ToString()));
+        RETURN_IF_ERROR(
+            Expect(took >= absl::Milliseconds(900) && took < absl::Seconds(2),
+                   absl::StrCat("took ", absl::FormatDuration(took))));
         // Fail-stop: the next call fails at once.
         const absl::Time again = absl::Now();
         absl::Status next = (*comm)->SendRecv(
@@ -517,15 +559,18 @@ TEST(GlooCommunicatorTest, GroupsSharingAStoreDoNotInterfere) {
           absl::StatusOr<at::Tensor> gb = (*beta)->AllGather(
               Piece(b, sizes[b]) * -1, sizes, CallKind::kOther);
           RETURN_IF_ERROR(gb.status());
-          RETURN_IF_ERROR(ExpectTensorEqual(*ga, ExpectedGather(sizes), "alpha"));
+          RETURN_IF_ERROR(
+              ExpectTensorEqual(*ga, ExpectedGather(sizes), "alpha"));
           RETURN_IF_ERROR(
               ExpectTensorEqual(*gb, ExpectedGather(sizes) * -1, "beta"));
           at::Tensor sa = at::full({2}, a + 1.0);
           at::Tensor sb = at::full({2}, 10.0 * (b + 1));
           RETURN_IF_ERROR((*beta)->AllReduceSum(sb, CallKind::kOther));
           RETURN_IF_ERROR((*alpha)->AllReduceSum(sa, CallKind::kOther));
-          RETURN_IF_ERROR(ExpectTensorEqual(sa, at::full({2}, 6.0), "alpha sum"));
-          RETURN_IF_ERROR(ExpectTensorEqual(sb, at::full({2}, 60.0), "beta sum"));
+          RETURN_IF_ERROR(
+              ExpectTensorEqual(sa, at::full({2}, 6.0), "alpha sum"));
+          RETURN_IF_ERROR(
+              ExpectTensorEqual(sb, at::full({2}, 60.0), "beta sum"));
         }
         // Aborting one group leaves the other working.
         if (process == 0) (*alpha)->Abort("alpha only");

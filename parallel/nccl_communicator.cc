@@ -56,7 +56,8 @@ absl::Status NcclStatus(ncclResult_t result, ncclComm_t comm,
     return absl::OkStatus();
   }
   const char* detail = ncclGetLastError(comm);
-  std::string message = absl::StrCat(AsAbsl(what), ": ", ncclGetErrorString(result));
+  std::string message =
+      absl::StrCat(AsAbsl(what), ": ", ncclGetErrorString(result));
   if (detail != nullptr && detail[0] != '\0') {
     absl::StrAppend(&message, " (", detail, ")");
   }
@@ -157,9 +158,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
     const NcclOptions& options) {
   if (options.world_size < 1 || options.rank < 0 ||
       options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("NCCL: rank ", options.rank, " invalid for world size ",
-                     options.world_size));
+    return absl::InvalidArgumentError(absl::StrCat("NCCL: rank ", options.rank,
+                                                   " invalid for world size ",
+                                                   options.world_size));
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("NCCL: timeout must be positive");
@@ -180,9 +181,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
     return s;
   }
   if (options.device >= device_count) {
-    return absl::UnavailableError(absl::StrCat(
-        "NCCL: device ", options.device, " requested, ", device_count,
-        " visible"));
+    return absl::UnavailableError(absl::StrCat("NCCL: device ", options.device,
+                                               " requested, ", device_count,
+                                               " visible"));
   }
 
   c10::intrusive_ptr<c10d::Store> store = options.store;
@@ -204,8 +205,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
 
   ncclUniqueId id;
   if (options.rank == 0) {
-    if (absl::Status s = NcclStatus(ncclGetUniqueId(&id), nullptr,
-                                    "ncclGetUniqueId");
+    if (absl::Status s =
+            NcclStatus(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId");
         !s.ok()) {
       return s;
     }
@@ -229,22 +230,22 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
   DeviceScope scope(options.device);
   if (!scope.status().ok()) return scope.status();
   auto dev = std::make_unique<Device>();
-  absl::Status setup = CudaStatus(
-      cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking),
-      "cudaStreamCreate");
+  absl::Status setup =
+      CudaStatus(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking),
+                 "cudaStreamCreate");
   if (setup.ok()) {
     setup = CudaStatus(
         cudaEventCreateWithFlags(&dev->ready, cudaEventDisableTiming),
         "cudaEventCreate");
   }
   if (setup.ok()) {
-    setup = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&dev->barrier_word),
-                                  sizeof(int)),
-                       "cudaMalloc");
+    setup = CudaStatus(
+        cudaMalloc(reinterpret_cast<void**>(&dev->barrier_word), sizeof(int)),
+        "cudaMalloc");
   }
   if (setup.ok()) {
-    setup = CudaStatus(cudaMemset(dev->barrier_word, 0, sizeof(int)),
-                       "cudaMemset");
+    setup =
+        CudaStatus(cudaMemset(dev->barrier_word, 0, sizeof(int)), "cudaMemset");
   }
   if (setup.ok()) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -409,8 +410,8 @@ absl::Status NcclCommunicator::Run(
       cudaStream_t producer =
           producer_stream_ ? static_cast<cudaStream_t>(producer_stream_())
                            : cudaStreamLegacy;
-      status = CudaStatus(cudaEventRecord(dev_->ready, producer),
-                          "cudaEventRecord");
+      status =
+          CudaStatus(cudaEventRecord(dev_->ready, producer), "cudaEventRecord");
       if (status.ok()) {
         status = CudaStatus(cudaStreamWaitEvent(dev_->stream, dev_->ready, 0),
                             "cudaStreamWaitEvent");
@@ -435,8 +436,9 @@ absl::Status NcclCommunicator::Run(
       status = CheckNotAborted();
       if (!status.ok()) break;
       if (absl::Now() >= deadline) {
-        status = absl::DeadlineExceededError(absl::StrCat(
-            AsAbsl(what), ": not complete within ", absl::FormatDuration(timeout_)));
+        status = absl::DeadlineExceededError(
+            absl::StrCat(AsAbsl(what), ": not complete within ",
+                         absl::FormatDuration(timeout_)));
         break;
       }
       backoff.Wait();
@@ -474,17 +476,18 @@ absl::Status NcclCommunicator::RunTransfers(std::string_view what,
       [&](const Device& dev) -> absl::Status {
         ncclComm_t comm = dev.comm;
         cudaStream_t stream = dev.stream;
-        absl::Status status = NcclStatus(ncclGroupStart(), comm, "ncclGroupStart");
+        absl::Status status =
+            NcclStatus(ncclGroupStart(), comm, "ncclGroupStart");
         for (const Transfer& t : transfers) {
           if (!status.ok()) break;
           const size_t bytes = Bytes(t.tensor);
           if (bytes == 0) continue;  // skipped on both ends
-          status = NcclStatus(
-              t.send ? ncclSend(t.tensor.data_ptr(), bytes, ncclUint8, t.peer,
-                                comm, stream)
-                     : ncclRecv(t.tensor.data_ptr(), bytes, ncclUint8, t.peer,
-                                comm, stream),
-              comm, t.send ? "ncclSend" : "ncclRecv");
+          status =
+              NcclStatus(t.send ? ncclSend(t.tensor.data_ptr(), bytes,
+                                           ncclUint8, t.peer, comm, stream)
+                                : ncclRecv(t.tensor.data_ptr(), bytes,
+                                           ncclUint8, t.peer, comm, stream),
+                         comm, t.send ? "ncclSend" : "ncclRecv");
         }
         // Always close the group, even after a failed member.
         absl::Status end = NcclStatus(ncclGroupEnd(), comm, "ncclGroupEnd");
@@ -496,7 +499,8 @@ absl::Status NcclCommunicator::RunTransfers(std::string_view what,
 absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops,
                                         CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
-  if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device()); !s.ok()) {
+  if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device());
+      !s.ok()) {
     return Fail(s);
   }
   if (ops.empty()) return absl::OkStatus();
@@ -508,16 +512,17 @@ absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops,
     transfers.push_back(
         Transfer{send, op.peer, send ? op.tensor.contiguous() : op.tensor});
   }
-  absl::Status status = RunTransfers(
-      absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"), std::move(transfers),
-      deadline);
+  absl::Status status =
+      RunTransfers(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"),
+                   std::move(transfers), deadline);
   return status.ok() ? status : Fail(status);
 }
 
 absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(
     const at::Tensor& local, absl::Span<const int64_t> sizes, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
-  if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device());
+  if (absl::Status s =
+          CheckGatherArgs(local, sizes, rank_, world_size_, device());
       !s.ok()) {
     return Fail(s);
   }
@@ -528,7 +533,8 @@ absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(
   // uneven bands, no padding and no second copy.
   const std::vector<int64_t> offsets = RowOffsets(sizes);
   at::Tensor out = EmptyGatherOutput(local, sizes);
-  if (sizes[rank_] > 0) out.narrow(0, offsets[rank_], sizes[rank_]).copy_(source);
+  if (sizes[rank_] > 0)
+    out.narrow(0, offsets[rank_], sizes[rank_]).copy_(source);
   std::vector<Transfer> transfers;
   for (int peer = 0; peer < world_size_; ++peer) {
     if (peer == rank_) continue;
@@ -536,9 +542,9 @@ absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(
         Transfer{false, peer, out.narrow(0, offsets[peer], sizes[peer])});
     transfers.push_back(Transfer{true, peer, source});
   }
-  absl::Status status = RunTransfers(
-      absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]"), std::move(transfers),
-      deadline);
+  absl::Status status =
+      RunTransfers(absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]"),
+                   std::move(transfers), deadline);
   if (!status.ok()) return Fail(status);
   return out;
 }
@@ -548,7 +554,8 @@ absl::StatusOr<at::Tensor> NcclCommunicator::GatherToRoot(
     CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
-  if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device());
+  if (absl::Status s =
+          CheckGatherArgs(local, sizes, rank_, world_size_, device());
       !s.ok()) {
     return Fail(s);
   }
@@ -591,10 +598,10 @@ absl::Status NcclCommunicator::Broadcast(const at::Tensor& tensor, int root,
   absl::Status status = Run(
       absl::StrCat("Broadcast[", AsAbsl(CallKindName(kind)), "]"),
       [&](const Device& dev) -> absl::Status {
-        return NcclStatus(ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(),
-                                        Bytes(buffer), ncclUint8, root,
-                                        dev.comm, dev.stream),
-                          dev.comm, "ncclBroadcast");
+        return NcclStatus(
+            ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), Bytes(buffer),
+                          ncclUint8, root, dev.comm, dev.stream),
+            dev.comm, "ncclBroadcast");
       },
       {buffer}, deadline);
   if (!status.ok()) return Fail(status);
@@ -610,9 +617,9 @@ absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor,
   }
   ncclDataType_t type;
   if (!NcclDataType(tensor.scalar_type(), &type)) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("AllReduceSum: dtype ", c10::toString(tensor.scalar_type()),
-                     " not supported by NCCL")));
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "AllReduceSum: dtype ", c10::toString(tensor.scalar_type()),
+        " not supported by NCCL")));
   }
   if (world_size_ == 1 || tensor.numel() == 0) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + timeout_;
@@ -620,11 +627,10 @@ absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor,
   absl::Status status = Run(
       absl::StrCat("AllReduceSum[", AsAbsl(CallKindName(kind)), "]"),
       [&](const Device& dev) -> absl::Status {
-        return NcclStatus(
-            ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(),
-                          static_cast<size_t>(buffer.numel()), type, ncclSum,
-                          dev.comm, dev.stream),
-            dev.comm, "ncclAllReduce");
+        return NcclStatus(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(),
+                                        static_cast<size_t>(buffer.numel()),
+                                        type, ncclSum, dev.comm, dev.stream),
+                          dev.comm, "ncclAllReduce");
       },
       {buffer}, deadline);
   if (!status.ok()) return Fail(status);
@@ -639,10 +645,10 @@ absl::Status NcclCommunicator::Barrier() {
   absl::Status status = Run(
       "Barrier",
       [&](const Device& dev) -> absl::Status {
-        return NcclStatus(ncclAllReduce(dev.barrier_word, dev.barrier_word, 1,
-                                        ncclInt32, ncclSum, dev.comm,
-                                        dev.stream),
-                          dev.comm, "ncclAllReduce (barrier)");
+        return NcclStatus(
+            ncclAllReduce(dev.barrier_word, dev.barrier_word, 1, ncclInt32,
+                          ncclSum, dev.comm, dev.stream),
+            dev.comm, "ncclAllReduce (barrier)");
       },
       {}, deadline);
   return status.ok() ? status : Fail(status);

@@ -1,9 +1,9 @@
 #include "parallel/nccl_communicator.h"
 
+#include <ATen/ATen.h>
+
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -60,12 +60,13 @@ RunRanksOptions Options(int world_size, absl::Duration timeout) {
   return options;
 }
 
-TEST(NcclCommunicatorTest, CompiledIn) { EXPECT_TRUE(NcclCommunicator::CompiledIn()); }
+TEST(NcclCommunicatorTest, CompiledIn) {
+  EXPECT_TRUE(NcclCommunicator::CompiledIn());
+}
 
 TEST(NcclCommunicatorTest, WorldSizeOneTouchesNeitherCudaNorNetwork) {
   absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
-      Options(1, absl::Seconds(20)),
-      [](int, int, int) -> absl::Status {
+      Options(1, absl::Seconds(20)), [](int, int, int) -> absl::Status {
         NcclOptions options;
         options.device = 3;
         options.store_host = "203.0.113.1";
@@ -107,15 +108,16 @@ TEST(NcclCommunicatorTest, CreateWithoutUsableDeviceFailsCleanly) {
       });
   ASSERT_TRUE(outcomes.ok()) << outcomes.status();
   for (const RankOutcome& outcome : *outcomes) {
-    EXPECT_TRUE(outcome.status.ok()) << "rank " << outcome.rank << ": "
-                                     << outcome.status;
+    EXPECT_TRUE(outcome.status.ok())
+        << "rank " << outcome.rank << ": " << outcome.status;
   }
 }
 
 // Runs `body` on `world` ranks, one GPU each; skips the test unless every
 // rank found a CUDA LibTorch and its GPU.
-void RunOnGpus(int world,
-               const std::function<absl::Status(Communicator&, int, int)>& body) {
+void RunOnGpus(
+    int world,
+    const std::function<absl::Status(Communicator&, int, int)>& body) {
   absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
       Options(world, absl::Seconds(120)),
       [&body](int rank, int world, int port) -> absl::Status {
@@ -142,8 +144,8 @@ void RunOnGpus(int world,
     }
   }
   for (const RankOutcome& outcome : *outcomes) {
-    EXPECT_TRUE(outcome.status.ok()) << "rank " << outcome.rank << ": "
-                                     << outcome.status;
+    EXPECT_TRUE(outcome.status.ok())
+        << "rank " << outcome.rank << ": " << outcome.status;
   }
 }
 
@@ -157,31 +159,33 @@ TEST(NcclCommunicatorTest, CollectivesOnGpus) {
   RunOnGpus(2, [](Communicator& comm, int rank, int world) -> absl::Status {
     const at::TensorOptions on_gpu = at::TensorOptions().device(comm.device());
     const std::vector<int64_t> sizes = {3, 2};
-    absl::StatusOr<at::Tensor> all =
-        comm.AllGather(Piece(rank, sizes[rank], on_gpu), sizes, CallKind::kAttentionKV);
+    absl::StatusOr<at::Tensor> all = comm.AllGather(
+        Piece(rank, sizes[rank], on_gpu), sizes, CallKind::kAttentionKV);
     RETURN_IF_ERROR(all.status());
     const at::Tensor expected =
         at::cat({Piece(0, 3, at::kCPU), Piece(1, 2, at::kCPU)}, 0);
     RETURN_IF_ERROR(ExpectTensorEqual(*all, expected, "all-gather"));
-    absl::StatusOr<at::Tensor> rows =
-        comm.GatherToRoot(Piece(rank, sizes[rank], on_gpu), sizes, 0,
-                          CallKind::kGatherOutput);
+    absl::StatusOr<at::Tensor> rows = comm.GatherToRoot(
+        Piece(rank, sizes[rank], on_gpu), sizes, 0, CallKind::kGatherOutput);
     RETURN_IF_ERROR(rows.status());
-    if (rank == 0) RETURN_IF_ERROR(ExpectTensorEqual(*rows, expected, "gather"));
+    if (rank == 0)
+      RETURN_IF_ERROR(ExpectTensorEqual(*rows, expected, "gather"));
     at::Tensor sum = at::full({5}, rank + 1.0, on_gpu);
     RETURN_IF_ERROR(comm.AllReduceSum(sum, CallKind::kGroupNormStats));
     RETURN_IF_ERROR(ExpectTensorEqual(sum, at::full({5}, 3.0), "all-reduce"));
     at::Tensor job = rank == 1 ? at::arange(4, on_gpu.dtype(at::kLong))
                                : at::zeros({4}, on_gpu.dtype(at::kLong));
     RETURN_IF_ERROR(comm.Broadcast(job, 1, CallKind::kBroadcastJob));
-    RETURN_IF_ERROR(ExpectTensorEqual(job, at::arange(4, at::kLong), "broadcast"));
+    RETURN_IF_ERROR(
+        ExpectTensorEqual(job, at::arange(4, at::kLong), "broadcast"));
     const int peer = 1 - rank;
     at::Tensor in = at::empty({2, 3}, on_gpu);
     RETURN_IF_ERROR(comm.SendRecv(
         {{P2POp::kSend, peer, at::full({2, 3}, rank + 0.5, on_gpu)},
          {P2POp::kRecv, peer, in}},
         CallKind::kHalo));
-    RETURN_IF_ERROR(ExpectTensorEqual(in, at::full({2, 3}, peer + 0.5), "halo"));
+    RETURN_IF_ERROR(
+        ExpectTensorEqual(in, at::full({2, 3}, peer + 0.5), "halo"));
     return comm.Barrier();
   });
 }

@@ -11,10 +11,9 @@
 #include <cstring>
 #include <exception>
 #include <thread>
-#include <vector>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -86,12 +85,14 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectTcpStore(
                           : absl::Seconds(1);
     store_options.timeout = ToChrono(attempt);
     try {
-      auto store = c10::make_intrusive<c10d::TCPStore>(options.host, store_options);
+      auto store =
+          c10::make_intrusive<c10d::TCPStore>(options.host, store_options);
       // Later operations get the full timeout, not the attempt's.
       store->setTimeout(ToChrono(options.timeout));
       return c10::intrusive_ptr<c10d::Store>(std::move(store));
     } catch (...) {
-      last_error = StatusFromException(std::current_exception(), what, deadline);
+      last_error =
+          StatusFromException(std::current_exception(), what, deadline);
     }
     if (options.is_master) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -126,8 +127,8 @@ GroupStore::GroupStore(c10::intrusive_ptr<c10d::Store> prefixed,
       world_size_(world_size) {}
 
 absl::Status GroupStore::Join(absl::Time deadline) {
-  const std::string what = absl::StrCat("group '", group_name_, "' rank ",
-                                        rank_, ": join");
+  const std::string what =
+      absl::StrCat("group '", group_name_, "' rank ", rank_, ": join");
   std::vector<std::string> keys;
   keys.reserve(world_size_);
   for (int r = 0; r < world_size_; ++r) keys.push_back(JoinKey(r));
@@ -161,7 +162,8 @@ absl::Status GroupStore::Join(absl::Time deadline) {
 }
 
 void GroupStore::PublishAbort(std::string_view reason) {
-  const std::string message = absl::StrCat("rank ", rank_, ": ", AsAbsl(reason));
+  const std::string message =
+      absl::StrCat("rank ", rank_, ": ", AsAbsl(reason));
   try {
     prefixed_->set(std::string(kAbortKey),
                    std::vector<uint8_t>(message.begin(), message.end()));
@@ -204,7 +206,8 @@ absl::StatusOr<std::string> GroupStore::WaitAndGet(std::string_view key,
     return std::string(value.begin(), value.end());
   } catch (...) {
     return StatusFromException(std::current_exception(),
-                               absl::StrCat("store wait '", AsAbsl(key), "'"), deadline);
+                               absl::StrCat("store wait '", AsAbsl(key), "'"),
+                               deadline);
   }
 }
 

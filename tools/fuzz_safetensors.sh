@@ -30,7 +30,8 @@ fi
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 output_base="${FUZZ_OUTPUT_BASE:-/tmp/vaedecode_bazel_fuzz}"
-bazel=(bazel "--output_base=$output_base")
+# The clang server is only needed for this build: let it exit when idle.
+bazel=(bazel "--output_base=$output_base" --max_idle_secs=300)
 
 "${bazel[@]}" build --config=fuzz --symlink_prefix=/ //formats:safetensors_fuzzer
 fuzzer="$("${bazel[@]}" info --config=fuzz bazel-bin 2>/dev/null)/formats/safetensors_fuzzer"
@@ -38,7 +39,7 @@ fuzzer="$("${bazel[@]}" info --config=fuzz bazel-bin 2>/dev/null)/formats/safete
 work="${FUZZ_WORKDIR:-$(mktemp -d /tmp/fuzz_safetensors.XXXXXX)}"
 mkdir -p "$work/corpus" "$work/artifacts"
 cp -n formats/testdata/safetensors_corpus/* "$work/corpus/" 2>/dev/null || true
-seeds=$(ls "$work/corpus" | wc -l)
+seeds=$(find "$work/corpus" -type f | wc -l)
 
 echo "fuzzing for ${seconds}s: $fuzzer on $seeds inputs in $work/corpus" >&2
 status=0
@@ -54,7 +55,7 @@ status=0
   ${FUZZ_ARGS:-} 2>"$work/fuzz.log" || status=$?
 
 tail -n 25 "$work/fuzz.log" >&2
-echo "corpus: $seeds -> $(ls "$work/corpus" | wc -l) inputs; log: $work/fuzz.log" >&2
+echo "corpus: $seeds -> $(find "$work/corpus" -type f | wc -l) inputs; log: $work/fuzz.log" >&2
 if ls "$work/artifacts"/* >/dev/null 2>&1; then
   echo "artifacts (crashes, leaks, timeouts, OOMs):" >&2
   ls -l "$work/artifacts" >&2

@@ -1,5 +1,6 @@
 #include "worker/exact_decode.h"
 
+#include <chrono>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -9,6 +10,7 @@
 #include "families/sharded_ops.h"
 #include "parallel/band_partition.h"
 #include "parallel/sharded_ops.h"
+#include "worker/counting_cpu_allocator.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -84,9 +86,11 @@ absl::StatusOr<DecodeJob> BroadcastJob(parallel::Communicator& comm, const Decod
   return out;
 }
 
-absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
-                                                  parallel::Communicator& comm,
-                                                  const DecodeJob& job) {
+namespace {
+
+absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& decoder,
+                                                         parallel::Communicator& comm,
+                                                         const DecodeJob& job) {
   GroupDecodeResult result;
   absl::Status valid = decoder.ValidateLatent(job.latent);
   if (!valid.ok()) return valid;  // every rank sees the same latent and the same verdict
@@ -122,6 +126,37 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
   if (!gathered.ok()) return AbortWith(comm, gathered.status());
   result.sample = *gathered;
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
+                                                  parallel::Communicator& comm,
+                                                  const DecodeJob& job) {
+  CountingCpuAllocator* allocator = CountingCpuAllocator::Installed();
+  if (allocator != nullptr) allocator->ResetPeak();
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<GroupDecodeResult> result = DecodeWithGroupUntimed(decoder, comm, job);
+  if (!result.ok()) return result;
+  result->decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (allocator != nullptr) result->peak_bytes = allocator->peak_bytes();
+  return result;
+}
+
+absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm,
+                                                       const GroupDecodeResult& mine) {
+  at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes)}, at::kDouble).view({1, 2});
+  std::vector<int64_t> ones(comm.world_size(), 1);
+  absl::StatusOr<at::Tensor> all = comm.world_size() == 1
+                                       ? absl::StatusOr<at::Tensor>(local)
+                                       : comm.GatherToRoot(local, ones, kLeader, parallel::CallKind::kOther);
+  if (!all.ok()) return all.status();
+  std::vector<RankStats> out;
+  if (comm.rank() != kLeader) return out;
+  for (int64_t r = 0; r < all->size(0); ++r) {
+    out.push_back({(*all)[r][0].item<double>(), static_cast<int64_t>((*all)[r][1].item<double>())});
+  }
+  return out;
 }
 
 }  // namespace vaedecode::worker

@@ -9,6 +9,7 @@
 // fast instead of waiting for the timeout.
 
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -29,6 +30,14 @@ struct GroupDecodeResult {
   at::Tensor sample;    // the whole output on the leader; undefined on peers
   std::string mode;     // "exact" or "dense"
   std::string reason;   // why dense, when it fell back
+  double decode_ms = 0;         // this rank: its decode plus the row gather
+  int64_t peak_bytes = 0;       // this rank's allocator peak during the decode (0 if not counted)
+};
+
+// One rank's figures for a decode, as the leader reports them.
+struct RankStats {
+  double decode_ms = 0;
+  int64_t peak_bytes = 0;
 };
 
 // Decodes `job` (identical on every rank) with the group. World size 1 and
@@ -36,5 +45,10 @@ struct GroupDecodeResult {
 absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
                                                   parallel::Communicator& comm,
                                                   const DecodeJob& job);
+
+// Every rank's figures on the leader (empty on peers): one small gather,
+// made after the decode so it never counts as one of its collectives.
+absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm,
+                                                       const GroupDecodeResult& mine);
 
 }  // namespace vaedecode::worker

@@ -1,5 +1,7 @@
 #include "parallel/testing/multi_process.h"
 
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,9 +18,6 @@
 #include <exception>
 #include <iostream>
 #include <string_view>
-
-#include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -57,8 +56,7 @@ void WriteAll(int fd, const std::string& data) {
 }
 
 [[noreturn]] void RunChild(const RunRanksOptions& options, const RankBody& body,
-                           int rank, int port, int report_fd,
-                           pid_t parent) {
+                           int rank, int port, int report_fd, pid_t parent) {
   // Die with the parent; lead a process group so a kill reaches helpers too.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(3);
@@ -74,7 +72,8 @@ void WriteAll(int fd, const std::string& data) {
     status = absl::InternalError(
         absl::StrCat("uncaught c10::Error: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    status = absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
+    status =
+        absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
   } catch (...) {
     status = absl::InternalError("uncaught non-standard exception");
   }
@@ -128,8 +127,8 @@ absl::Status OutcomeStatus(const Child& child, absl::Duration timeout) {
   const bool has_report = DecodeStatus(child.report, &reported);
   if (WIFSIGNALED(child.wait_status)) {
     const int sig = WTERMSIG(child.wait_status);
-    return absl::InternalError(absl::StrCat("killed by signal ", sig, " (",
-                                            strsignal(sig), ")"));
+    return absl::InternalError(
+        absl::StrCat("killed by signal ", sig, " (", strsignal(sig), ")"));
   }
   if (WIFEXITED(child.wait_status) && WEXITSTATUS(child.wait_status) != 0) {
     return absl::InternalError(absl::StrCat(
@@ -237,7 +236,8 @@ absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(
       if (child.fd >= 0) fds.push_back(pollfd{child.fd, POLLIN, 0});
     }
     const int wait_ms = static_cast<int>(std::min<int64_t>(
-        20, std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now()))));
+        20, std::max<int64_t>(
+                1, absl::ToInt64Milliseconds(deadline - absl::Now()))));
     if (fds.empty()) {
       ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
     } else {
@@ -276,8 +276,8 @@ std::string DescribeFailures(const std::vector<RankOutcome>& outcomes) {
                     ": ", outcome.status.ToString());
   }
   if (failed == 0) return "";
-  return absl::StrCat(failed, " of ", outcomes.size(), " ranks failed: ",
-                      details);
+  return absl::StrCat(failed, " of ", outcomes.size(),
+                      " ranks failed: ", details);
 }
 
 absl::Status RunRanks(const RunRanksOptions& options, const RankBody& body) {

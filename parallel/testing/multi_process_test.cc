@@ -41,8 +41,7 @@ TEST(RunRanksTest, EveryRankRunsOnceWithItsRankAndThePort) {
 
 TEST(RunRanksTest, ReportsEveryFailedRankWithItsStatus) {
   absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
-      Options(3, absl::Seconds(10)),
-      [](int rank, int, int) -> absl::Status {
+      Options(3, absl::Seconds(10)), [](int rank, int, int) -> absl::Status {
         if (rank == 0) return absl::OkStatus();
         return absl::UnavailableError(absl::StrCat("rank ", rank, " says no"));
       });
@@ -62,16 +61,17 @@ TEST(RunRanksTest, ReportsEveryFailedRankWithItsStatus) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StrContains(status.message(), "2 of 3 ranks failed"))
       << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "rank 1: UNAVAILABLE: rank 1 says no"))
+  EXPECT_TRUE(absl::StrContains(status.message(),
+                                "rank 1: UNAVAILABLE: rank 1 says no"))
       << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "rank 2: UNAVAILABLE: rank 2 says no"))
+  EXPECT_TRUE(absl::StrContains(status.message(),
+                                "rank 2: UNAVAILABLE: rank 2 says no"))
       << status;
 }
 
 TEST(RunRanksTest, CrashesAndExceptionsAreReported) {
   absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
-      Options(4, absl::Seconds(10)),
-      [](int rank, int, int) -> absl::Status {
+      Options(4, absl::Seconds(10)), [](int rank, int, int) -> absl::Status {
         switch (rank) {
           case 0:
             throw std::runtime_error("boom");
@@ -102,24 +102,25 @@ bool ProcessExists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
 TEST(RunRanksTest, TimeoutKillsHungRanksAndTheirHelpersAndLeavesNoOrphans) {
   // Each hung rank forks a helper and reports both pids through a file, so
   // the test can check afterwards that nothing survived.
-  const std::string dir =
-      std::getenv("TEST_TMPDIR") != nullptr ? std::getenv("TEST_TMPDIR") : "/tmp";
+  const std::string dir = std::getenv("TEST_TMPDIR") != nullptr
+                              ? std::getenv("TEST_TMPDIR")
+                              : "/tmp";
   const std::string pid_file = absl::StrCat(dir, "/hung_pids_", ::getpid());
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
-      Options(3, absl::Seconds(1)),
-      [&pid_file](int rank, int, int) -> absl::Status {
-        if (rank == 0) return absl::OkStatus();
-        const pid_t helper = ::fork();
-        if (helper == 0) {
-          while (true) ::pause();
-        }
-        {
-          std::ofstream out(absl::StrCat(pid_file, "_", rank));
-          out << ::getpid() << " " << helper << "\n";
-        }
-        while (true) ::pause();
-      });
+  absl::StatusOr<std::vector<RankOutcome>> outcomes =
+      RunRanksCollect(Options(3, absl::Seconds(1)),
+                      [&pid_file](int rank, int, int) -> absl::Status {
+                        if (rank == 0) return absl::OkStatus();
+                        const pid_t helper = ::fork();
+                        if (helper == 0) {
+                          while (true) ::pause();
+                        }
+                        {
+                          std::ofstream out(absl::StrCat(pid_file, "_", rank));
+                          out << ::getpid() << " " << helper << "\n";
+                        }
+                        while (true) ::pause();
+                      });
   const absl::Duration elapsed = absl::Now() - start;
   ASSERT_TRUE(outcomes.ok()) << outcomes.status();
   EXPECT_LT(elapsed, absl::Seconds(5));
@@ -137,7 +138,8 @@ TEST(RunRanksTest, TimeoutKillsHungRanksAndTheirHelpersAndLeavesNoOrphans) {
     bool helper_gone = false;
     for (int i = 0; i < 100 && !helper_gone; ++i) {
       helper_gone = !ProcessExists(helper);
-      if (!helper_gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!helper_gone)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (!helper_gone) {
       // A zombie is dead; only a running process is an orphan.
@@ -164,8 +166,7 @@ TEST(RunRanksTest, TimeoutKillsHungRanksAndTheirHelpersAndLeavesNoOrphans) {
 
 TEST(RunRanksTest, LargeReportsDoNotBlock) {
   absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
-      Options(2, absl::Seconds(10)),
-      [](int rank, int, int) -> absl::Status {
+      Options(2, absl::Seconds(10)), [](int rank, int, int) -> absl::Status {
         return absl::InternalError(std::string(1 << 20, 'a' + rank));
       });
   ASSERT_TRUE(outcomes.ok()) << outcomes.status();
@@ -174,10 +175,11 @@ TEST(RunRanksTest, LargeReportsDoNotBlock) {
 }
 
 TEST(RunRanksTest, RejectsEmptyWorld) {
-  EXPECT_EQ(RunRanks(0, [](int, int, int) { return absl::OkStatus(); },
-                     absl::Seconds(1))
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RunRanks(
+          0, [](int, int, int) { return absl::OkStatus(); }, absl::Seconds(1))
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

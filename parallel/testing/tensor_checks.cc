@@ -1,9 +1,9 @@
 #include "parallel/testing/tensor_checks.h"
 
+#include <ATen/ATen.h>
+
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -25,13 +25,14 @@ absl::Status CheckLayout(const at::Tensor& actual, const at::Tensor& expected,
         " tensor is undefined"));
   }
   if (actual.sizes() != expected.sizes()) {
-    return absl::InternalError(absl::StrCat(AsAbsl(what), ": shape ", Shape(actual),
-                                            ", expected ", Shape(expected)));
+    return absl::InternalError(absl::StrCat(AsAbsl(what), ": shape ",
+                                            Shape(actual), ", expected ",
+                                            Shape(expected)));
   }
   if (actual.scalar_type() != expected.scalar_type()) {
-    return absl::InternalError(
-        absl::StrCat(AsAbsl(what), ": dtype ", c10::toString(actual.scalar_type()),
-                     ", expected ", c10::toString(expected.scalar_type())));
+    return absl::InternalError(absl::StrCat(
+        AsAbsl(what), ": dtype ", c10::toString(actual.scalar_type()),
+        ", expected ", c10::toString(expected.scalar_type())));
   }
   return absl::OkStatus();
 }
@@ -55,15 +56,17 @@ absl::Status ExpectTensorEqual(const at::Tensor& actual,
   const at::Tensor a = actual.cpu().contiguous();
   const at::Tensor e = expected.cpu().contiguous();
   at::Tensor same = a.eq(e);
-  if (a.is_floating_point()) same = same.logical_or(a.isnan().logical_and(e.isnan()));
+  if (a.is_floating_point())
+    same = same.logical_or(a.isnan().logical_and(e.isnan()));
   if (same.all().item<bool>()) return absl::OkStatus();
-  const int64_t first = same.logical_not().reshape({-1}).nonzero()[0][0].item<int64_t>();
+  const int64_t first =
+      same.logical_not().reshape({-1}).nonzero()[0][0].item<int64_t>();
   const at::Tensor af = a.reshape({-1}).to(at::kDouble);
   const at::Tensor ef = e.reshape({-1}).to(at::kDouble);
   return absl::InternalError(absl::StrCat(
       AsAbsl(what), ": differs at ", Index(first, a), ": ",
-      af[first].item<double>(), " vs expected ", ef[first].item<double>(),
-      " (", same.logical_not().sum().item<int64_t>(), " of ", a.numel(),
+      af[first].item<double>(), " vs expected ", ef[first].item<double>(), " (",
+      same.logical_not().sum().item<int64_t>(), " of ", a.numel(),
       " elements differ)"));
 }
 

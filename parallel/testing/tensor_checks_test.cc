@@ -32,7 +32,8 @@ TEST(TensorChecksTest, Close) {
   EXPECT_NE(s.message().find("6 of 6 elements off"), absl::string_view::npos)
       << s;
   EXPECT_TRUE(ExpectTensorClose(a * 1.001, a, 0, 2e-3, "relative").ok());
-  EXPECT_FALSE(ExpectTensorClose(at::full({2}, NAN), at::zeros({2}), 1, 1, "nan").ok());
+  EXPECT_FALSE(
+      ExpectTensorClose(at::full({2}, NAN), at::zeros({2}), 1, 1, "nan").ok());
 }
 
 }  // namespace

@@ -1,0 +1,45 @@
+#pragma once
+
+// A CPU allocator that counts live and peak bytes of every LibTorch CPU
+// allocation in the process, so CPU workers measure decode peaks the way GPU
+// workers read the CUDA caching allocator's statistics.
+//
+// Install() replaces LibTorch's CPU allocator once per process (before any
+// tensor it should count is allocated; tensors allocated earlier are freed by
+// their original allocator and never counted). Counters are atomics: any
+// thread may read them.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <c10/core/Allocator.h>
+
+namespace vaedecode::worker {
+
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  // Installs the process-wide instance (idempotent) and returns it.
+  static CountingCpuAllocator& Install();
+  // The installed instance, or nullptr when Install() was never called.
+  static CountingCpuAllocator* Installed();
+
+  int64_t current_bytes() const { return current_.load(std::memory_order_relaxed); }
+  int64_t peak_bytes() const { return peak_.load(std::memory_order_relaxed); }
+  // Starts a new peak window at the current usage.
+  void ResetPeak() { peak_.store(current_bytes(), std::memory_order_relaxed); }
+
+  c10::DataPtr allocate(size_t nbytes) const override;
+  c10::DeleterFnPtr raw_deleter() const override;
+  // Required by LibTorch >= 2.3 (pure virtual there); plain member on 1.13.
+  void copy_data(void* dest, const void* src, std::size_t count) const;
+
+ private:
+  CountingCpuAllocator() = default;
+  static void Delete(void* data);
+
+  mutable std::atomic<int64_t> current_{0};
+  mutable std::atomic<int64_t> peak_{0};
+};
+
+}  // namespace vaedecode::worker
