@@ -1,5 +1,7 @@
 #include "cli/commands.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -50,6 +52,13 @@ std::string ShapeText(c10::IntArrayRef shape) { return absl::StrCat("[", absl::S
 bool EndsWith(const std::string& s, const char* suffix) {
   const std::string t(suffix);
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+
+// Peak resident memory of this process (the leader's, in exact mode).
+int64_t MaxRssMib() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024;  // KiB on Linux
 }
 
 absl::Status ApplyThreads(const ParsedArgs& args) {
@@ -197,7 +206,8 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
       << " latent=" << latent_name << " latent_shape=" << ShapeText(latent.sizes())
       << " space=" << space_name << " sample_shape=" << ShapeText(result.sizes())
       << " dtype=" << DtypeName(*dtype) << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
-      << " time_ms=" << static_cast<int64_t>(ms) << figures << " out=" << written << "\n";
+      << " time_ms=" << static_cast<int64_t>(ms) << figures << " max_rss_mib=" << MaxRssMib()
+      << " out=" << written << "\n";
   return absl::OkStatus();
 }
 

@@ -61,10 +61,12 @@ absl::StatusOr<LocalGroupResult> DecodeWithLocalGroup(const GroupLaunch& launch,
   absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(options);
   if (!comm.ok()) return comm.status();  // children are killed by their handles
 
-  absl::StatusOr<worker::DecodeJob> shared = worker::BroadcastJob(**comm, &job);
+  worker::GroupJob group_job;
+  group_job.decode = job;
+  absl::StatusOr<worker::GroupJob> shared = worker::BroadcastJob(**comm, &group_job);
   if (!shared.ok()) return shared.status();
   parallel::CountingCommunicator counting(**comm);
-  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, *shared);
+  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, shared->decode);
   if (!result.ok()) return result.status();
   LocalGroupResult out{*std::move(result), {}, counting.stats()};
   absl::StatusOr<std::vector<worker::RankStats>> ranks = worker::GatherRankStats(**comm, out.decode);
@@ -106,9 +108,9 @@ absl::Status RunRank(const ParsedArgs& args) {
   options.timeout = absl::Seconds(*timeout_s);
   absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(options);
   if (!comm.ok()) return comm.status();
-  absl::StatusOr<worker::DecodeJob> job = worker::BroadcastJob(**comm, nullptr);
+  absl::StatusOr<worker::GroupJob> job = worker::BroadcastJob(**comm, nullptr);
   if (!job.ok()) return job.status();
-  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(*model->decoder, **comm, *job);
+  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(*model->decoder, **comm, job->decode);
   if (!result.ok()) return result.status();
   return worker::GatherRankStats(**comm, *result).status();
 }

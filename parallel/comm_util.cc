@@ -1,11 +1,11 @@
 #include "parallel/comm_util.h"
 
-#include <ATen/ops/empty.h>
-#include <c10/util/Exception.h>
-
 #include <algorithm>
 #include <chrono>
 #include <string>
+
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -116,7 +116,9 @@ absl::Status StatusFromException(std::exception_ptr error,
   std::replace(message.begin(), message.end(), '\n', ' ');
   constexpr size_t kMaxMessage = 1000;
   if (message.size() > kMaxMessage) message.resize(kMaxMessage);
-  if (absl::Now() >= deadline) {
+  // Transport timeouts are set to the time left before `deadline`, so they
+  // fire a hair before it.
+  if (absl::Now() + absl::Milliseconds(20) >= deadline) {
     return absl::DeadlineExceededError(
         absl::StrCat(AsAbsl(what), ": ", message));
   }

@@ -5,13 +5,13 @@
 // translation of exceptions thrown by c10d / NCCL glue into absl::Status.
 // Not part of the interface operators use.
 
-#include <ATen/core/Tensor.h>
-#include <c10/core/Device.h>
-
 #include <cstdint>
 #include <exception>
 #include <string_view>
 #include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"

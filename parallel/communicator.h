@@ -22,11 +22,11 @@
 //  * Tensors live on device(). Shapes that every rank can compute (band
 //    sizes from the partition) are passed in, never communicated.
 
-#include <ATen/core/Tensor.h>
-#include <c10/core/Device.h>
-
 #include <cstdint>
 #include <string_view>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -1,13 +1,15 @@
 #include "parallel/gloo_communicator.h"
 
-#include <ATen/core/ivalue.h>
+#include <signal.h>
 
 #include <exception>
 #include <optional>
+#include <utility>
+
+#include <ATen/core/ivalue.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "parallel/comm_util.h"
@@ -59,6 +61,16 @@ bool GlooReducesNatively(at::ScalarType type) {
   }
 }
 
+void IgnoreSigpipeIfDefault() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if (current.sa_handler != SIG_DFL) return;  // the program chose already
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, nullptr);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
@@ -77,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
     return std::unique_ptr<Communicator>(std::move(comm));
 
   const absl::Time deadline = absl::Now() + options.timeout;
+  if (options.ignore_sigpipe) IgnoreSigpipeIfDefault();
   c10::intrusive_ptr<c10d::Store> store = options.store;
   if (!store) {
     TcpStoreOptions store_options;

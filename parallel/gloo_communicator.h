@@ -53,6 +53,11 @@ struct GlooOptions {
   // How often a rank blocked in a call looks for an abort published by
   // another rank.
   absl::Duration abort_poll_interval = absl::Milliseconds(100);
+  // Gloo writes with writev, which raises SIGPIPE when a peer has reset the
+  // connection; the default action would kill this rank instead of failing
+  // the call. If set and SIGPIPE still has its default action, Create sets
+  // it to ignored, process-wide (writes then fail with EPIPE).
+  bool ignore_sigpipe = true;
 };
 
 class GlooCommunicator final : public Communicator {

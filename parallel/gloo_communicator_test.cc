@@ -1,13 +1,13 @@
 #include "parallel/gloo_communicator.h"
 
-#include <ATen/ATen.h>
-
 #include <unistd.h>
 
 #include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -416,24 +416,28 @@ TEST(GlooCommunicatorTest, PeerGoneDuringALargeSendDoesNotKillTheSender) {
   absl::Status status = RunRanks(
       2,
       [](int rank, int world, int port) -> absl::Status {
-        auto comm = Connect(rank, world, port, absl::Seconds(5));
+        auto comm = Connect(rank, world, port, absl::Seconds(3));
         RETURN_IF_ERROR(comm.status());
         const int64_t elements = int64_t{64} << 20;  // 256 MiB of float
         // Buffers first, so the transfer starts right after the barrier.
-        const at::Tensor big = rank == 0 ? at::ones({elements}) : at::empty({elements});
+        const at::Tensor big =
+            rank == 0 ? at::ones({elements}) : at::empty({elements});
         RETURN_IF_ERROR((*comm)->Barrier());
         if (rank == 1) {
           std::thread receiver([&comm, &big] {
-            (void)(*comm)->SendRecv({{P2POp::kRecv, 0, big}},
-                                    CallKind::kOther);
+            (void)(*comm)->SendRecv({{P2POp::kRecv, 0, big}}, CallKind::kOther);
           });
           receiver.detach();
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
           ::_exit(0);  // mid-transfer, unread data in the socket
         }
+        // Gloo does not always fail a send whose receiver died after posting
+        // its receive; the call deadline bounds it then.
         absl::Status sent =
             (*comm)->SendRecv({{P2POp::kSend, 1, big}}, CallKind::kOther);
-        return sent.ok() ? absl::OkStatus() : absl::OkStatus();
+        return Expect(sent.code() == absl::StatusCode::kUnavailable ||
+                          sent.code() == absl::StatusCode::kDeadlineExceeded,
+                      sent.ToString());
       },
       absl::Seconds(30));
   // Rank 1 reports nothing (it _exit()s): only rank 0's fate matters.

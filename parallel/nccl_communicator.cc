@@ -2,15 +2,15 @@
 
 #if defined(VAEDECODE_WITH_NCCL)
 
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
 #include <thread>
 #include <utility>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include "absl/strings/str_cat.h"
 #include "parallel/comm_util.h"

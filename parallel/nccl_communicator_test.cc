@@ -1,9 +1,9 @@
 #include "parallel/nccl_communicator.h"
 
-#include <ATen/ATen.h>
-
 #include <string>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

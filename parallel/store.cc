@@ -11,9 +11,10 @@
 #include <cstring>
 #include <exception>
 #include <thread>
+#include <vector>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -69,9 +70,8 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectTcpStore(
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(options.port);
   store_options.isServer = options.is_master;
-  // Do not block the master until clients connect: the group join does that
-  // with a bounded wait and names the missing ranks.
-  store_options.numWorkers = c10::nullopt;
+  // Do not block the master until clients connect (numWorkers stays unset):
+  // the group join does that with a bounded wait and names the missing ranks.
   store_options.waitWorkers = false;
   // Two c10d (1.13) connect quirks shape this loop: its connect timeout has
   // whole-second resolution (under 1 s fails before trying), and after a

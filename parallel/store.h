@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "absl/status/status.h"

@@ -15,39 +15,6 @@
 namespace vaedecode::worker {
 namespace {
 
-constexpr int64_t kMaxDims = 6;
-// Header: [dims, sizes x kMaxDims, dtype, latent space].
-constexpr int64_t kHeaderLength = 1 + kMaxDims + 2;
-
-absl::StatusOr<at::ScalarType> DtypeFromCode(int64_t code) {
-  switch (code) {
-    case 0:
-      return at::kFloat;
-    case 1:
-      return at::kBFloat16;
-    case 2:
-      return at::kHalf;
-    case 3:
-      return at::kDouble;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("bad dtype code ", code, " in a job header"));
-}
-
-absl::StatusOr<int64_t> CodeFromDtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return 0;
-    case at::kBFloat16:
-      return 1;
-    case at::kHalf:
-      return 2;
-    case at::kDouble:
-      return 3;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("latent dtype ", c10::toString(t), " cannot be decoded"));
-  }
-}
-
 // Fails the group with `status` so that peers blocked in a call return at once.
 absl::Status AbortWith(parallel::Communicator& comm, absl::Status status) {
   comm.Abort(std::string(status.message()));
@@ -56,50 +23,24 @@ absl::Status AbortWith(parallel::Communicator& comm, absl::Status status) {
 
 }  // namespace
 
-absl::StatusOr<DecodeJob> BroadcastJob(parallel::Communicator& comm, const DecodeJob* job) {
-  at::Tensor header = at::zeros({kHeaderLength}, at::kLong);
-  if (comm.rank() == kLeader) {
-    if (job == nullptr || !job->latent.defined() || job->latent.dim() > kMaxDims) {
-      return AbortWith(comm, absl::InvalidArgumentError("leader has no valid job to broadcast"));
-    }
-    absl::StatusOr<int64_t> code = CodeFromDtype(job->latent.scalar_type());
-    if (!code.ok()) return AbortWith(comm, code.status());
-    auto* h = header.data_ptr<int64_t>();
-    h[0] = job->latent.dim();
-    for (int64_t d = 0; d < job->latent.dim(); ++d) h[1 + d] = job->latent.size(d);
-    h[1 + kMaxDims] = *code;
-    h[2 + kMaxDims] = job->latent_space == families::LatentSpace::kRaw ? 1 : 0;
-  }
-  if (comm.world_size() == 1) return *job;
-  if (absl::Status s = comm.Broadcast(header, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) return s;
-
-  const auto* h = header.data_ptr<int64_t>();
-  if (h[0] < 1 || h[0] > kMaxDims) return AbortWith(comm, absl::InvalidArgumentError("bad job header"));
-  std::vector<int64_t> shape(h + 1, h + 1 + h[0]);
-  absl::StatusOr<at::ScalarType> dtype = DtypeFromCode(h[1 + kMaxDims]);
-  if (!dtype.ok()) return AbortWith(comm, dtype.status());
-
-  DecodeJob out;
-  out.latent_space = h[2 + kMaxDims] == 1 ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
-  out.latent = comm.rank() == kLeader ? job->latent.contiguous() : at::empty(shape, at::TensorOptions().dtype(*dtype));
-  if (absl::Status s = comm.Broadcast(out.latent, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) return s;
-  return out;
-}
-
 namespace {
 
 absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& decoder,
                                                          parallel::Communicator& comm,
-                                                         const DecodeJob& job) {
+                                                         const DecodeJob& job, bool allow_exact) {
   GroupDecodeResult result;
   absl::Status valid = decoder.ValidateLatent(job.latent);
   if (!valid.ok()) return valid;  // every rank sees the same latent and the same verdict
 
-  absl::Status shardable = decoder.CheckExactSharding(job.latent.sizes().vec(), comm.world_size());
+  absl::Status shardable = allow_exact
+                               ? decoder.CheckExactSharding(job.latent.sizes().vec(), comm.world_size())
+                               : absl::FailedPreconditionError("dense decoding was requested");
   if (!shardable.ok()) {
     result.mode = "dense";
     result.reason = std::string(shardable.message());
-    if (comm.world_size() > 1) spdlog::info("exact sharding not used: {}; leader decodes densely", result.reason);
+    if (comm.world_size() > 1 && allow_exact) {
+      spdlog::info("exact sharding not used: {}; the leader decodes densely", result.reason);
+    }
     if (comm.rank() != kLeader) return result;
     families::DenseOps dense;
     absl::StatusOr<at::Tensor> sample = RunDecode(decoder, job, dense);
@@ -132,11 +73,11 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& deco
 
 absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
                                                   parallel::Communicator& comm,
-                                                  const DecodeJob& job) {
+                                                  const DecodeJob& job, bool allow_exact) {
   CountingCpuAllocator* allocator = CountingCpuAllocator::Installed();
   if (allocator != nullptr) allocator->ResetPeak();
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<GroupDecodeResult> result = DecodeWithGroupUntimed(decoder, comm, job);
+  absl::StatusOr<GroupDecodeResult> result = DecodeWithGroupUntimed(decoder, comm, job, allow_exact);
   if (!result.ok()) return result;
   result->decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (allocator != nullptr) result->peak_bytes = allocator->peak_bytes();

@@ -1,8 +1,9 @@
 #pragma once
 
-// One decode by a group of ranks: the leader's job is broadcast, every rank
-// decodes its row band exactly (or the leader alone decodes densely when the
-// latent cannot be sharded), and the rows are gathered to the leader.
+// One decode by a group of ranks (after the job was broadcast, see
+// group_job.h): every rank decodes its row band exactly (or the leader alone
+// decodes densely when the latent cannot be sharded), and the rows are
+// gathered to the leader.
 //
 // Every rank of the group calls these functions in the same order. Errors are
 // Statuses; on any error this rank aborts the communicator so its peers fail
@@ -17,14 +18,9 @@
 #include "families/decoder.h"
 #include "parallel/communicator.h"
 #include "worker/decode_job.h"
+#include "worker/group_job.h"
 
 namespace vaedecode::worker {
-
-inline constexpr int kLeader = 0;
-
-// The leader passes its job; peers pass nullptr and receive it. The latent's
-// shape, dtype and latent space travel in a fixed-size header, then the data.
-absl::StatusOr<DecodeJob> BroadcastJob(parallel::Communicator& comm, const DecodeJob* job);
 
 struct GroupDecodeResult {
   at::Tensor sample;    // the whole output on the leader; undefined on peers
@@ -40,11 +36,12 @@ struct RankStats {
   int64_t peak_bytes = 0;
 };
 
-// Decodes `job` (identical on every rank) with the group. World size 1 and
-// latents the family cannot shard decode densely on the leader.
+// Decodes `job` (identical on every rank) with the group. World size 1,
+// latents the family cannot shard and !allow_exact decode densely on the
+// leader while the peers return at once.
 absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
                                                   parallel::Communicator& comm,
-                                                  const DecodeJob& job);
+                                                  const DecodeJob& job, bool allow_exact = true);
 
 // Every rank's figures on the leader (empty on peers): one small gather,
 // made after the decode so it never counts as one of its collectives.

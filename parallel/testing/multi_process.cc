@@ -1,7 +1,5 @@
 #include "parallel/testing/multi_process.h"
 
-#include <ATen/Parallel.h>
-#include <c10/util/Exception.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,6 +16,9 @@
 #include <exception>
 #include <iostream>
 #include <string_view>
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

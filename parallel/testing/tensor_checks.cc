@@ -1,9 +1,9 @@
 #include "parallel/testing/tensor_checks.h"
 
-#include <ATen/ATen.h>
-
 #include <string>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -3,9 +3,9 @@
 // Tensor comparisons that return a Status instead of asserting, for test
 // bodies that run in RunRanks children (where gtest assertions are lost).
 
-#include <ATen/core/Tensor.h>
-
 #include <string_view>
+
+#include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
 

@@ -47,16 +47,16 @@ absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixture(const std::string
 absl::StatusOr<int64_t> DecodeAndCheck(const testing::FixtureCase& c, families::Decoder& decoder,
                                        parallel::Communicator& comm) {
   parallel::CountingCommunicator counting(comm);
-  worker::DecodeJob job;
+  worker::GroupJob job;
   if (comm.rank() == worker::kLeader) {
     absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
     if (!latent.ok()) return latent.status();
-    job.latent = *latent;
+    job.decode.latent = *latent;
   }
-  absl::StatusOr<worker::DecodeJob> shared =
+  absl::StatusOr<worker::GroupJob> shared =
       worker::BroadcastJob(counting, comm.rank() == worker::kLeader ? &job : nullptr);
   if (!shared.ok()) return shared.status();
-  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, *shared);
+  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, shared->decode);
   if (!result.ok()) return result.status();
   const std::string want_mode = comm.world_size() > 1 ? "exact" : "dense";
   if (result->mode != want_mode) {
@@ -67,7 +67,7 @@ absl::StatusOr<int64_t> DecodeAndCheck(const testing::FixtureCase& c, families::
     return counting.stats().collectives();
   }
   families::DenseOps dense;
-  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, *shared, dense);
+  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, shared->decode, dense);
   if (!reference.ok()) return reference.status();
   absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
   if (!expected.ok()) return expected.status();

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Dense vs exact decode of the SD-1.x-sized embedded decoder, side by side.
+
+Runs `vaedecode decode` (no --model: widths 128/256/512/512, 2 layers per
+block, seeded weights) on seeded 1x4xNxN latents in each configuration,
+interleaved round by round so machine noise hits all of them alike, and
+prints a Markdown table: median decode time, ratio to dense 1 thread, peak
+allocator bytes per rank, max RSS, collectives and bytes per decode.
+
+    bazel build //:vaedecode && python3 bench/decode_bench.py [--sizes 32,64] [--rounds 2]
+"""
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+CONFIGS = [
+    # name, extra flags, OMP threads
+    ("dense, 1 process, 1 thread", ["--threads", "1"]),
+    ("dense, 1 process, 2 threads", ["--threads", "2"]),
+    ("exact, 2 ranks x 1 thread", ["--threads", "1", "--mode", "exact", "--ranks", "2"]),
+]
+COUNT_ONLY = [("exact, 4 ranks x 1 thread (counts)", ["--threads", "1", "--mode", "exact", "--ranks", "4"])]
+
+
+def run(binary, size, flags, out_dir):
+    cmd = [binary, "decode", "--latent-shape", f"1,4,{size},{size}", "--out",
+           os.path.join(out_dir, f"bench_{size}.npy")] + flags
+    line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    fields = dict(re.findall(r"(\w+)=(\[[^\]]*\]|\{[^}]*\}|\S+)", line))
+    return fields, line
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", default="bazel-bin/cli/vaedecode")
+    ap.add_argument("--sizes", default="32,64")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default="/tmp/vaedecode-bench")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    env_blas = subprocess.run([args.binary, "info"], capture_output=True, text=True).stdout
+    blas = re.search(r"blas: (.*)", env_blas)
+    print(f"binary: {args.binary}; blas: {blas.group(1) if blas else '?'}; cpus: {os.cpu_count()}\n")
+    for size in [int(s) for s in args.sizes.split(",")]:
+        times = {name: [] for name, _ in CONFIGS}
+        last = {}
+        for _ in range(args.rounds):
+            for name, flags in CONFIGS:
+                fields, line = run(args.binary, size, flags, args.out)
+                times[name].append(float(fields["decode_ms"]))
+                last[name] = fields
+        for name, flags in COUNT_ONLY:
+            fields, _ = run(args.binary, size, flags, args.out)
+            last[name] = fields
+        base = statistics.median(times[CONFIGS[0][0]])
+        print(f"### latent 1x4x{size}x{size} -> 1x3x{8*size}x{8*size}, float32, {args.rounds} rounds\n")
+        print("| configuration | decode ms (median) | speed-up vs dense 1 thread | peak MiB per rank | max RSS MiB (leader) | collectives | bytes |")
+        print("|---|---|---|---|---|---|---|")
+        for name, _ in CONFIGS + COUNT_ONLY:
+            f = last[name]
+            if name in times:
+                med = statistics.median(times[name])
+                t, ratio = f"{med:.0f}", f"{base / med:.2f}x"
+            else:
+                t, ratio = "(4 processes on 2 cores)", "-"
+            comm = f.get("comm", "")
+            total_bytes = re.search(r"bytes=(\S+)", comm)
+            print(f"| {name} | {t} | {ratio} | {f.get('peak_mib', '')} | {f.get('max_rss_mib', '')} | "
+                  f"{f.get('collectives', 0)} | {total_bytes.group(1) if total_bytes else 0} |")
+        print()
+        for name, _ in COUNT_ONLY + CONFIGS[2:]:
+            if "comm" in last[name]:
+                print(f"- {name}: {last[name]['comm']}")
+        print()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

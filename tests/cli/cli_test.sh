@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The vaedecode binary end to end: every AutoencoderKL fixture through
+# `decode` (dense, exact over 3 local ranks, raw latent space) compared with
+# diffusers' output by the fixtures' own compare.py; PNG naming; one-line
+# errors and non-zero exits for malformed input; a rank killed mid-decode
+# fails the whole group promptly and leaves no process behind.
+set -uo pipefail
+
+BIN="$TEST_SRCDIR/vaedecode/cli/vaedecode"
+FIX="$TEST_SRCDIR/diffusers_fixtures"
+[ -d "$FIX" ] || FIX="$TEST_SRCDIR/vaedecode/external/diffusers_fixtures"
+OUT="$TEST_TMPDIR/out"
+mkdir -p "$OUT"
+PY=/usr/bin/python3
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+compare() {  # expected actual
+  local verdict
+  verdict=$("$PY" "$FIX/compare.py" "$1" "$2" --atol 1e-4 --rtol 0 | tail -n 1)
+  case "$verdict" in *OK) echo "  ok: $verdict" ;; *) fail "$2 vs $1: $verdict" ;; esac
+}
+
+# Cases of every AutoencoderKL fixture: folder case latent expected pipeline_latent
+cases=$("$PY" - "$FIX/index.json" <<'PY'
+import json, sys
+for f in json.load(open(sys.argv[1]))["fixtures"]:
+    if f["diffusers_class"] != "AutoencoderKL":
+        continue
+    for c in f["cases"]:
+        print(f["folder"], c["case"], c["latent_file"], c["expected_file"], c.get("pipeline_latent_file") or "-")
+PY
+)
+[ -n "$cases" ] || fail "no AutoencoderKL fixture cases found"
+
+while read -r folder name latent expected pipeline; do
+  echo "== $folder/$name"
+  "$BIN" decode --model "$FIX/$folder" --latent "$FIX/$latent" --out "$OUT/${folder}_${name}.safetensors" \
+    || fail "dense decode of $folder/$name"
+  compare "$FIX/$expected" "$OUT/${folder}_${name}.safetensors"
+  "$BIN" decode --model "$FIX/$folder" --latent "$FIX/$latent" --out "$OUT/${folder}_${name}_exact.npy" \
+    --mode exact --ranks 3 --timeout-s 60 | grep -q "mode=exact ranks=3" || fail "exact decode of $folder/$name"
+  compare "$FIX/$expected" "$OUT/${folder}_${name}_exact.npy"
+  if [ "$pipeline" != "-" ]; then
+    "$BIN" decode --model "$FIX/$folder" --latent "$FIX/$pipeline" --latent-space raw \
+      --out "$OUT/${folder}_${name}_raw.npy" || fail "raw decode of $folder/$name"
+    compare "$FIX/$expected" "$OUT/${folder}_${name}_raw.npy"
+  fi
+done <<< "$cases"
+
+echo "== png naming"
+"$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/latent_b2.safetensors" --out "$OUT/b2.png" >/dev/null \
+  || fail "png decode"
+[ -s "$OUT/b2_0.png" ] && [ -s "$OUT/b2_1.png" ] && [ ! -e "$OUT/b2.png" ] || fail "batch 2 did not write b2_0.png and b2_1.png"
+"$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/latent.safetensors" --out "$OUT/one.png" >/dev/null \
+  && [ -s "$OUT/one.png" ] || fail "batch 1 did not write one.png"
+
+echo "== info"
+"$BIN" info --model "$FIX/flux1_kl" | grep -q "shift factor: 0.1159" || fail "info lacks the shift factor"
+
+echo "== malformed input: one-line error, non-zero exit"
+expect_error() {  # expected-code substring args...
+  local code=$1 want=$2
+  shift 2
+  local err rc
+  err=$("$BIN" "$@" 2>&1 >/dev/null)
+  rc=$?
+  [ "$rc" -eq "$code" ] || fail "exit $rc (want $code) for: $*"
+  echo "$err" | grep -q -- "$want" || fail "error for '$*' does not mention '$want': $err"
+  [ "$code" -eq 2 ] || [ "$(echo "$err" | wc -l)" -eq 1 ] || fail "error for '$*' is not one line: $err"
+}
+head -c 100 "$FIX/sd_kl/latent.safetensors" > "$OUT/truncated.safetensors"
+printf '\x08\x00\x00\x00\x00\x00\x00\x00{"a":1}' > "$OUT/badjson.safetensors"
+expect_error 1 "does not exist" decode --model "$OUT/nope" --out "$OUT/x.npy"
+expect_error 1 "truncated.safetensors" decode --model "$FIX/sd_kl" --latent "$OUT/truncated.safetensors" --out "$OUT/x.npy"
+expect_error 1 "badjson.safetensors" decode --model "$FIX/sd_kl" --latent "$OUT/badjson.safetensors" --out "$OUT/x.npy"
+expect_error 1 "expects 4" decode --model "$FIX/sd_kl" --latent "$FIX/flux1_kl/latent.safetensors" --out "$OUT/x.npy"
+expect_error 1 "float16 is not supported" decode --model "$FIX/sd_kl" --dtype float16 --out "$OUT/x.npy"
+expect_error 1 "unknown dtype" decode --dtype int8 --out "$OUT/x.npy"
+expect_error 1 "not supported" decode --model "$FIX/hunyuanvideo" --out "$OUT/x.npy"
+expect_error 1 "extension" decode --out "$OUT/x.txt"
+expect_error 2 "unknown flag" decode --bogus 1 --out "$OUT/x.npy"
+
+echo "== a rank killed mid-decode fails the group without hanging or orphans"
+start=$(date +%s)
+"$BIN" decode --latent-shape 1,4,40,40 --mode exact --ranks 3 --timeout-s 30 --out "$OUT/killed.npy" \
+  > "$OUT/killed.log" 2>&1 &
+leader=$!
+victim=""
+for _ in $(seq 1 200); do
+  victim=$(pgrep -P "$leader" | head -n 1)
+  [ -n "$victim" ] && break
+  sleep 0.05
+done
+if [ -z "$victim" ]; then
+  fail "the leader started no rank process"
+else
+  sleep 2  # let the group form and start decoding
+  ranks=$(pgrep -P "$leader")
+  kill -9 "$victim"
+  wait "$leader"
+  rc=$?
+  elapsed=$(( $(date +%s) - start ))
+  [ "$rc" -ne 0 ] || fail "the leader succeeded although rank process $victim was killed"
+  [ "$elapsed" -lt 60 ] || fail "the leader took ${elapsed}s to notice"
+  for pid in $ranks; do
+    sleep 0.2
+    ! kill -0 "$pid" 2>/dev/null || fail "rank process $pid outlived the leader"
+  done
+  echo "  leader exited $rc after ${elapsed}s: $(tail -n 1 "$OUT/killed.log")"
+fi
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]

@@ -1,0 +1,97 @@
+#include "worker/group_job.h"
+
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace vaedecode::worker {
+namespace {
+
+constexpr int64_t kMaxDims = 6;
+// Header: [kind, model, allow_exact, dims, sizes x kMaxDims, dtype, latent space].
+constexpr int64_t kFixed = 4;
+constexpr int64_t kHeaderLength = kFixed + kMaxDims + 2;
+
+absl::StatusOr<at::ScalarType> DtypeFromCode(int64_t code) {
+  switch (code) {
+    case 0:
+      return at::kFloat;
+    case 1:
+      return at::kBFloat16;
+    case 2:
+      return at::kHalf;
+    case 3:
+      return at::kDouble;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("bad dtype code ", code, " in a job header"));
+}
+
+absl::StatusOr<int64_t> CodeFromDtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return 0;
+    case at::kBFloat16:
+      return 1;
+    case at::kHalf:
+      return 2;
+    case at::kDouble:
+      return 3;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("latent dtype ", c10::toString(t), " cannot be decoded"));
+  }
+}
+
+// A malformed header means the ranks no longer agree: fail the whole group.
+absl::Status AbortWith(parallel::Communicator& comm, absl::Status status) {
+  comm.Abort(std::string(status.message()));
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJob* job) {
+  at::Tensor header = at::zeros({kHeaderLength}, at::kLong);
+  auto* h = header.data_ptr<int64_t>();
+  if (comm.rank() == kLeader) {
+    if (job == nullptr) return AbortWith(comm, absl::InternalError("the leader has no job to broadcast"));
+    h[0] = static_cast<int64_t>(job->kind);
+    h[1] = job->model_index;
+    h[2] = job->allow_exact ? 1 : 0;
+    if (job->kind == JobKind::kDecode) {
+      const at::Tensor& latent = job->decode.latent;
+      if (!latent.defined() || latent.dim() < 1 || latent.dim() > kMaxDims) {
+        return absl::InvalidArgumentError("latent must have 1 to 6 dimensions");
+      }
+      absl::StatusOr<int64_t> code = CodeFromDtype(latent.scalar_type());
+      if (!code.ok()) return code.status();
+      h[3] = latent.dim();
+      for (int64_t d = 0; d < latent.dim(); ++d) h[kFixed + d] = latent.size(d);
+      h[kFixed + kMaxDims] = *code;
+      h[kFixed + kMaxDims + 1] = job->decode.latent_space == families::LatentSpace::kRaw ? 1 : 0;
+    }
+    if (comm.world_size() == 1) return *job;
+  }
+  if (absl::Status s = comm.Broadcast(header, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) return s;
+
+  GroupJob out;
+  if (h[0] < 0 || h[0] > 2) return AbortWith(comm, absl::InternalError("bad job kind in a job header"));
+  out.kind = static_cast<JobKind>(h[0]);
+  out.model_index = h[1];
+  out.allow_exact = h[2] == 1;
+  if (out.kind != JobKind::kDecode) return out;
+  if (h[3] < 1 || h[3] > kMaxDims) return AbortWith(comm, absl::InternalError("bad rank in a job header"));
+  std::vector<int64_t> shape(h + kFixed, h + kFixed + h[3]);
+  absl::StatusOr<at::ScalarType> dtype = DtypeFromCode(h[kFixed + kMaxDims]);
+  if (!dtype.ok()) return AbortWith(comm, dtype.status());
+  out.decode.latent_space = h[kFixed + kMaxDims + 1] == 1 ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+  out.decode.latent = comm.rank() == kLeader ? job->decode.latent.contiguous()
+                                             : at::empty(shape, at::TensorOptions().dtype(*dtype));
+  if (absl::Status s = comm.Broadcast(out.decode.latent, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) {
+    return s;
+  }
+  return out;
+}
+
+}  // namespace vaedecode::worker
