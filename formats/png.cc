@@ -32,8 +32,16 @@ struct PngErrorState {
 
 void OnWarning(png_structp, png_const_charp) {}
 
+// Appends libpng's output to the std::string behind the io pointer.
+void AppendToString(png_structp png, png_bytep data, png_size_t length) {
+  static_cast<std::string*>(png_get_io_ptr(png))
+      ->append(reinterpret_cast<const char*>(data), length);
+}
+
+void NoFlush(png_structp) {}
+
 // Returns false with state->message set on failure.
-bool WriteRows(std::FILE* file, int width, int height, int channels,
+bool WriteRows(std::string* out, int width, int height, int channels,
                const uint8_t* pixels, PngErrorState* state) {
   png_structp png =
       png_create_write_struct(PNG_LIBPNG_VER_STRING, state, OnError, OnWarning);
@@ -57,7 +65,7 @@ bool WriteRows(std::FILE* file, int width, int height, int channels,
   const int color_type = channels == 1   ? PNG_COLOR_TYPE_GRAY
                          : channels == 3 ? PNG_COLOR_TYPE_RGB
                                          : PNG_COLOR_TYPE_RGB_ALPHA;
-  png_init_io(png, file);
+  png_set_write_fn(png, out, AppendToString, NoFlush);
   png_set_IHDR(png, info, static_cast<png_uint_32>(width),
                static_cast<png_uint_32>(height), 8, color_type,
                PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
@@ -137,55 +145,40 @@ bool ReadRows(std::FILE* file, ReadResult* result, PngErrorState* state) {
 
 }  // namespace
 
-absl::Status WritePng(const std::string& path, int width, int height,
-                      int channels, const uint8_t* pixels) {
-  const std::string label = QuoteForError(path);
+absl::StatusOr<std::string> EncodePng(int width, int height, int channels,
+                                      const uint8_t* pixels) {
   if (width <= 0 || height <= 0 || width > 0x7fffffff / 4) {
     return absl::InvalidArgumentError(
-        Cat(label, ": invalid PNG size ", width, "x", height));
+        Cat("invalid PNG size ", width, "x", height));
   }
   if (channels != 1 && channels != 3 && channels != 4) {
     return absl::InvalidArgumentError(
-        Cat(label, ": PNG needs 1, 3 or 4 channels, got ", channels));
+        Cat("PNG needs 1, 3 or 4 channels, got ", channels));
   }
-  if (pixels == nullptr)
-    return absl::InvalidArgumentError(Cat(label, ": pixels is null"));
-
-  const std::string tmp = path + ".tmp";
-  std::FILE* file = std::fopen(tmp.c_str(), "wb");
-  if (file == nullptr) {
-    return absl::InvalidArgumentError(
-        Cat(QuoteForError(tmp), ": cannot create: ", std::strerror(errno)));
-  }
+  if (pixels == nullptr) return absl::InvalidArgumentError("pixels is null");
+  std::string out;
   PngErrorState state;
   state.message[0] = '\0';
-  const bool written = WriteRows(file, width, height, channels, pixels, &state);
-  const bool closed = std::fclose(file) == 0;
-  if (!written || !closed) {
-    std::remove(tmp.c_str());
+  if (!WriteRows(&out, width, height, channels, pixels, &state)) {
     return absl::InternalError(
-        Cat(label, ": writing PNG failed: ",
-            written ? "close failed" : QuoteForError(state.message)));
+        Cat("encoding PNG failed: ", QuoteForError(state.message)));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    return absl::InternalError(
-        Cat(label, ": cannot rename from .tmp: ", std::strerror(err)));
-  }
-  return absl::OkStatus();
+  return out;
 }
 
-absl::StatusOr<PngImage> ReadPng(const std::string& path) {
-  const std::string label = QuoteForError(path);
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    const int err = errno;
-    const std::string message =
-        Cat(label, ": cannot open: ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(message)
-                         : absl::InvalidArgumentError(message);
+absl::Status WritePng(const std::string& path, int width, int height,
+                      int channels, const uint8_t* pixels) {
+  absl::StatusOr<std::string> bytes = EncodePng(width, height, channels, pixels);
+  if (!bytes.ok()) {
+    return absl::Status(bytes.status().code(),
+                        Cat(QuoteForError(path), ": ", bytes.status().message()));
   }
+  return WriteFileAtomically(path, {{bytes->data(), bytes->size()}});
+}
+
+namespace {
+
+absl::StatusOr<PngImage> ReadPngFrom(std::FILE* file, const std::string& label) {
   unsigned char signature[8];
   if (std::fread(signature, 1, sizeof(signature), file) != sizeof(signature) ||
       png_sig_cmp(signature, 0, sizeof(signature)) != 0) {
@@ -211,6 +204,28 @@ absl::StatusOr<PngImage> ReadPng(const std::string& path) {
   image.pixels.assign(result.pixels, result.pixels + size);
   std::free(result.pixels);
   return image;
+}
+
+}  // namespace
+
+absl::StatusOr<PngImage> DecodePng(const std::string& bytes) {
+  if (bytes.empty()) return absl::InvalidArgumentError("empty PNG data");
+  std::FILE* file = fmemopen(const_cast<char*>(bytes.data()), bytes.size(), "rb");
+  if (file == nullptr) return absl::InternalError("fmemopen failed");
+  return ReadPngFrom(file, "PNG data");
+}
+
+absl::StatusOr<PngImage> ReadPng(const std::string& path) {
+  const std::string label = QuoteForError(path);
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    const int err = errno;
+    const std::string message =
+        Cat(label, ": cannot open: ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(message)
+                         : absl::InvalidArgumentError(message);
+  }
+  return ReadPngFrom(file, label);
 }
 
 }  // namespace vaedecode::formats

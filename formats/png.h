@@ -20,6 +20,13 @@ struct PngImage {
   std::vector<uint8_t> pixels;  // HWC, row-major, height * width * channels.
 };
 
+// Encodes an 8-bit gray (channels 1), RGB (3) or RGBA (4) PNG in memory.
+absl::StatusOr<std::string> EncodePng(int width, int height, int channels,
+                                      const uint8_t* pixels);
+
+// Decodes PNG bytes like ReadPng.
+absl::StatusOr<PngImage> DecodePng(const std::string& bytes);
+
 // Writes an 8-bit gray (channels 1), RGB (3) or RGBA (4) PNG from HWC
 // row-major `pixels` (height * width * channels bytes). Atomic: the file is
 // written to path + ".tmp" and renamed.

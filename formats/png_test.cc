@@ -71,7 +71,7 @@ TEST(PngTest, LibpngErrorsBecomeStatus) {
   std::vector<uint8_t> row(2'000'000, 0);
   absl::Status s = WritePng(TempPath("wide.png"), 2'000'000, 1, 1, row.data());
   EXPECT_FALSE(s.ok());
-  EXPECT_THAT(std::string(s.message()), HasSubstr("writing PNG failed"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("encoding PNG failed"));
 }
 
 TEST(PngTest, ReadRejectsBadFiles) {
@@ -98,6 +98,27 @@ TEST(PngTest, ReadRejectsBadFiles) {
     EXPECT_FALSE(image.ok()) << "cut at " << cut;
     EXPECT_THAT(std::string(image.status().message()), HasSubstr(truncated));
   }
+}
+
+}  // namespace
+}  // namespace vaedecode::formats
+
+namespace vaedecode::formats {
+namespace {
+
+TEST(PngMemory, EncodeThenDecodeRoundTrips) {
+  std::vector<uint8_t> pixels(5 * 3 * 4);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7);
+  absl::StatusOr<std::string> bytes = EncodePng(5, 3, 4, pixels.data());
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<PngImage> image = DecodePng(*bytes);
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_EQ(image->width, 5);
+  EXPECT_EQ(image->height, 3);
+  EXPECT_EQ(image->channels, 4);
+  EXPECT_EQ(image->pixels, pixels);
+  EXPECT_FALSE(DecodePng("not a png").ok());
+  EXPECT_FALSE(DecodePng("").ok());
 }
 
 }  // namespace

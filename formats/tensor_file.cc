@@ -212,6 +212,29 @@ absl::Status WriteTensorFile(const std::string& path, std::string_view name,
   return WriteNpy(path, *dtype, shape, data, nbytes);
 }
 
+absl::StatusOr<at::Tensor> ToImagePixels(const at::Tensor& sample) {
+  const bool video = sample.dim() == 5;
+  try {
+    at::Tensor x = sample.detach().to(at::kCPU);
+    // diffusers' denormalize runs in the sample's dtype; pt_to_numpy then
+    // converts to float32 before * 255 and round. Clamping commutes with the
+    // conversion (0 and 1 are exact), and CPU clamp has no Half kernel in
+    // LibTorch 1.13, so clamp after it.
+    x = x.div(2)
+            .add(0.5)
+            .to(at::kFloat)
+            .nan_to_num(0.0)
+            .clamp(0.0, 1.0)
+            .mul(255.0)
+            .round();
+    x = x.to(at::kByte);
+    if (!video) x = x.unsqueeze(2);
+    return x.permute({0, 2, 3, 4, 1}).contiguous();
+  } catch (const std::exception& e) {
+    return absl::InternalError(ExceptionText(e));
+  }
+}
+
 absl::StatusOr<std::vector<std::string>> WritePngImages(
     const std::string& path, const at::Tensor& sample) {
   const std::string label = QuoteForError(path);
@@ -241,26 +264,9 @@ absl::StatusOr<std::vector<std::string>> WritePngImages(
     return error("sample has an empty or oversized shape");
   }
 
-  at::Tensor pixels;  // [N, T, H, W, C] uint8
-  try {
-    at::Tensor x = sample.detach().to(at::kCPU);
-    // diffusers' denormalize runs in the sample's dtype; pt_to_numpy then
-    // converts to float32 before * 255 and round. Clamping commutes with the
-    // conversion (0 and 1 are exact), and CPU clamp has no Half kernel in
-    // LibTorch 1.13, so clamp after it.
-    x = x.div(2)
-            .add(0.5)
-            .to(at::kFloat)
-            .nan_to_num(0.0)
-            .clamp(0.0, 1.0)
-            .mul(255.0)
-            .round();
-    x = x.to(at::kByte);
-    if (!video) x = x.unsqueeze(2);
-    pixels = x.permute({0, 2, 3, 4, 1}).contiguous();
-  } catch (const std::exception& e) {
-    return absl::InternalError(Cat(label, ": ", ExceptionText(e)));
-  }
+  absl::StatusOr<at::Tensor> converted = ToImagePixels(sample);
+  if (!converted.ok()) return error(converted.status().message());
+  const at::Tensor pixels = *converted;  // [N, T, H, W, C] uint8
 
   const std::string stem = PngStem(path);
   const size_t frame_bytes = static_cast<size_t>(height) *

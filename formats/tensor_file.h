@@ -41,6 +41,11 @@ absl::StatusOr<at::Tensor> ReadTensorFile(
 absl::Status WriteTensorFile(const std::string& path, std::string_view name,
                              const at::Tensor& t);
 
+// 8-bit pixels of a float NCHW / NCTHW sample as diffusers' image processor
+// makes them: round(clamp(x/2 + 0.5, 0, 1) * 255), as [N, T, H, W, C] uint8
+// (T = 1 for images). The caller checks the shape.
+absl::StatusOr<at::Tensor> ToImagePixels(const at::Tensor& sample);
+
 // Writes decoded samples as 8-bit PNGs, the way diffusers' image processor
 // does: pixel = round(clamp(sample / 2 + 0.5, 0, 1) * 255), with sample / 2 +
 // 0.5 computed in the sample's dtype, the rest in float32, and ties rounded

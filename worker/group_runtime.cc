@@ -1,0 +1,130 @@
+#include "worker/group_runtime.h"
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace vaedecode::worker {
+
+GroupRuntime::GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models,
+                           absl::Duration heartbeat)
+    : comm_(std::move(comm)), models_(std::move(models)), heartbeat_(heartbeat) {
+  last_step_ = absl::Now();
+  if (comm_->rank() == kLeader && comm_->world_size() > 1) {
+    heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+  }
+}
+
+GroupRuntime::~GroupRuntime() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+int GroupRuntime::FindModel(const std::string& name) const {
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (models_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void GroupRuntime::MarkBroken(const absl::Status& why) {
+  if (!broken_.exchange(true)) spdlog::error("worker group broken (rank {}): {}", comm_->rank(), why.ToString());
+}
+
+void GroupRuntime::HeartbeatLoop() {
+  while (true) {
+    absl::MutexLock lock(&mu_);
+    const absl::Time due = last_step_ + heartbeat_;
+    auto ready = [this, due]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || absl::Now() >= due; };
+    mu_.AwaitWithDeadline(absl::Condition(&ready), due);
+    if (stopping_ || broken_) return;
+    if (absl::Now() < last_step_ + heartbeat_) continue;  // a job ran meanwhile
+    GroupJob beat;
+    beat.kind = JobKind::kHeartbeat;
+    absl::StatusOr<GroupJob> sent = BroadcastJob(*comm_, &beat);
+    last_step_ = absl::Now();
+    if (!sent.ok()) {
+      MarkBroken(sent.status());
+      return;
+    }
+  }
+}
+
+absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job) {
+  absl::MutexLock lock(&mu_);
+  if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
+  absl::StatusOr<DecodeOutcome> outcome = Execute(job);
+  last_step_ = absl::Now();
+  if (!outcome.ok() && outcome.status().code() != absl::StatusCode::kInvalidArgument) {
+    MarkBroken(outcome.status());
+  }
+  return outcome;
+}
+
+absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job) {
+  if (job.model_index < 0 || job.model_index >= static_cast<int64_t>(models_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no model with index ", job.model_index));
+  }
+  families::Decoder& decoder = *models_[job.model_index].decoder;
+  // Checked before the broadcast: a bad latent never reaches the peers.
+  if (absl::Status valid = decoder.ValidateLatent(job.decode.latent); !valid.ok()) return valid;
+  absl::StatusOr<GroupJob> shared = BroadcastJob(*comm_, &job);
+  if (!shared.ok()) return shared.status();
+  parallel::CountingCommunicator counting(*comm_);
+  absl::StatusOr<GroupDecodeResult> result =
+      DecodeWithGroup(decoder, counting, shared->decode, shared->allow_exact);
+  if (!result.ok()) return result.status();
+  DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
+  absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
+  if (!ranks.ok()) return ranks.status();
+  outcome.ranks = *std::move(ranks);
+  ++decodes_;
+  return outcome;
+}
+
+void GroupRuntime::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  stopping_ = true;
+  if (!broken_ && comm_->world_size() > 1) {
+    GroupJob stop;
+    stop.kind = JobKind::kShutdown;
+    absl::StatusOr<GroupJob> sent = BroadcastJob(*comm_, &stop);
+    if (!sent.ok()) MarkBroken(sent.status());
+  }
+}
+
+absl::Status GroupRuntime::ServeAsPeer() {
+  while (true) {
+    absl::StatusOr<GroupJob> job = BroadcastJob(*comm_, nullptr);
+    if (!job.ok()) {
+      MarkBroken(job.status());
+      return job.status();
+    }
+    if (job->kind == JobKind::kHeartbeat) continue;
+    if (job->kind == JobKind::kShutdown) return absl::OkStatus();
+    if (job->model_index < 0 || job->model_index >= static_cast<int64_t>(models_.size())) {
+      const absl::Status bad = absl::InternalError(absl::StrCat("the leader sent model index ", job->model_index));
+      comm_->Abort(std::string(bad.message()));
+      return bad;
+    }
+    families::Decoder& decoder = *models_[job->model_index].decoder;
+    absl::StatusOr<GroupDecodeResult> result = DecodeWithGroup(decoder, *comm_, job->decode, job->allow_exact);
+    if (!result.ok()) {
+      if (result.status().code() == absl::StatusCode::kInvalidArgument) continue;  // the leader saw it too
+      MarkBroken(result.status());
+      return result.status();
+    }
+    absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, *result);
+    if (!ranks.ok()) {
+      MarkBroken(ranks.status());
+      return ranks.status();
+    }
+    ++decodes_;
+  }
+}
+
+}  // namespace vaedecode::worker

@@ -1,0 +1,81 @@
+#pragma once
+
+// One rank's side of a long-lived worker group: the models, the communicator
+// and the protocol that keeps every rank in step.
+//
+// Leader (rank 0): Run() executes one job at a time (callers from any thread
+// queue on a mutex), and a heartbeat thread broadcasts a heartbeat whenever
+// the group has been idle for `heartbeat`, so peers waiting for work never
+// reach the communicator's timeout. Peers: ServeAsPeer() follows the leader
+// until it broadcasts a shutdown or the group fails.
+//
+// Fail-stop: an error other than INVALID_ARGUMENT (which every rank detects
+// identically before any collective) may leave the ranks out of step, so the
+// runtime marks itself broken; its process should exit and the supervisor
+// rebuilds the group.
+
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "parallel/communicator.h"
+#include "parallel/counting_communicator.h"
+#include "worker/exact_decode.h"
+#include "worker/group_job.h"
+#include "worker/model_repository.h"
+
+namespace vaedecode::worker {
+
+struct DecodeOutcome {
+  GroupDecodeResult result;        // the whole sample (leader)
+  std::vector<RankStats> ranks;    // every rank's time and peak memory
+  parallel::CommStats comm;        // the leader's calls during the decode
+};
+
+class GroupRuntime {
+ public:
+  GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models,
+               absl::Duration heartbeat);
+  ~GroupRuntime();  // leader: stops the heartbeat thread (call Shutdown first to release peers)
+
+  // Leader only. Thread-safe; blocks until the job has run on the group.
+  absl::StatusOr<DecodeOutcome> Run(const GroupJob& job) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Leader only: tells the peers to exit, then stops the heartbeats.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Peers only: returns OK after a shutdown job, the error otherwise.
+  absl::Status ServeAsPeer();
+
+  bool broken() const { return broken_.load(); }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+  int64_t decodes() const { return decodes_.load(); }
+  const std::vector<NamedModel>& models() const { return models_; }
+  // Index of the model called `name`, or -1.
+  int FindModel(const std::string& name) const;
+
+ private:
+  absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HeartbeatLoop();
+  void MarkBroken(const absl::Status& why);
+
+  std::unique_ptr<parallel::Communicator> comm_;
+  const std::vector<NamedModel> models_;
+  const absl::Duration heartbeat_;
+
+  absl::Mutex mu_;  // one step of the protocol at a time
+  absl::Time last_step_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_thread_;
+
+  std::atomic<bool> broken_{false};
+  std::atomic<int64_t> decodes_{0};
+};
+
+}  // namespace vaedecode::worker

@@ -1,0 +1,174 @@
+#include "worker/leader_service.h"
+
+#include <chrono>
+#include <cstring>
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/output_stream.h"
+
+namespace vaedecode::worker {
+namespace {
+
+void FillModelInfo(const NamedModel& m, const std::string& dtype_name, int world_size, v1::ModelInfo* out) {
+  const families::ModelInfo& info = m.decoder->info();
+  out->set_name(m.name);
+  out->set_family(info.family);
+  out->set_diffusers_class(info.diffusers_class);
+  out->set_config_json(info.config_json);
+  out->set_latent_channels(info.latent_channels);
+  out->set_out_channels(info.out_channels);
+  out->set_spatial_factor(info.spatial_factor);
+  out->set_temporal_factor(info.temporal_factor);
+  out->set_is_video(info.is_video);
+  out->set_scaling_factor(info.scaling_factor);
+  if (info.shift_factor) out->set_shift_factor(*info.shift_factor);
+  out->set_raw_to_vae_formula(info.raw_to_vae_formula);
+  out->set_parameter_count(info.parameter_count);
+  out->set_dtype(dtype_name);
+  out->add_supported_modes(v1::MODE_DENSE);
+  // A one-row latent is always shardable if the family has an adapter.
+  const std::vector<int64_t> probe = info.is_video ? std::vector<int64_t>{1, info.latent_channels, 1, 64, 64}
+                                                   : std::vector<int64_t>{1, info.latent_channels, 64, 64};
+  if (world_size > 1 && m.decoder->CheckExactSharding(probe, world_size).ok()) {
+    out->add_supported_modes(v1::MODE_EXACT);
+  }
+}
+
+int64_t MaxChunkBytes(const grpc::ServerContext& context) {
+  auto it = context.client_metadata().find(kMaxChunkBytesKey);
+  int64_t value = 0;
+  if (it != context.client_metadata().end() &&
+      absl::SimpleAtoi(std::string(it->second.data(), it->second.size()), &value) && value > 0) {
+    return value;
+  }
+  return kDefaultMaxChunkBytes;
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent) {
+  at::ScalarType type;
+  switch (latent.dtype()) {
+    case v1::FLOAT32:
+      type = at::kFloat;
+      break;
+    case v1::FLOAT16:
+      type = at::kHalf;
+      break;
+    case v1::BFLOAT16:
+      type = at::kBFloat16;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("latent dtype ", v1::DType_Name(latent.dtype()), " is not a float type (FLOAT32, FLOAT16, BFLOAT16)"));
+  }
+  std::vector<int64_t> shape(latent.shape().begin(), latent.shape().end());
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 1 || d > (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError(absl::StrCat("latent shape [", absl::StrJoin(shape, ", "), "] has a bad dimension"));
+    }
+    numel *= d;
+    if (numel > (int64_t{1} << 34)) return absl::InvalidArgumentError("latent is too large");
+  }
+  const int64_t want = numel * static_cast<int64_t>(c10::elementSize(type));
+  if (static_cast<int64_t>(latent.data().size()) != want) {
+    return absl::InvalidArgumentError(absl::StrCat("latent data has ", latent.data().size(), " bytes; shape [",
+                                                   absl::StrJoin(shape, ", "), "] of ", v1::DType_Name(latent.dtype()),
+                                                   " needs ", want));
+  }
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(type));
+  std::memcpy(t.data_ptr(), latent.data().data(), static_cast<size_t>(want));
+  return t;
+}
+
+LeaderService::LeaderService(GroupRuntime& runtime, std::string dtype_name)
+    : runtime_(runtime), dtype_name_(std::move(dtype_name)) {}
+
+grpc::Status LeaderService::Models(grpc::ServerContext*, const v1::ListModelsRequest*,
+                                   v1::ListModelsResponse* response) {
+  for (const NamedModel& m : runtime_.models()) {
+    FillModelInfo(m, dtype_name_, runtime_.world_size(), response->add_models());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusRequest*,
+                                   internal::StatusResponse* response) {
+  response->set_world_size(runtime_.world_size());
+  response->set_decodes(runtime_.decodes());
+  absl::MutexLock lock(&stats_mu_);
+  for (int64_t b : last_peak_bytes_) response->add_peak_bytes_per_rank(b);
+  return grpc::Status::OK;
+}
+
+grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRequest* request,
+                                grpc::ServerWriter<v1::DecodeResponse>* writer) {
+  const int model = runtime_.FindModel(request->model());
+  if (model < 0) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown model \"", request->model(), "\""));
+  }
+  if (request->mode() == v1::MODE_TILED) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "tiled mode is not available in this build");
+  }
+  absl::StatusOr<at::Tensor> latent = LatentFromRequest(request->latent());
+  if (!latent.ok()) return ToGrpcStatus(latent.status());
+
+  GroupJob job;
+  job.model_index = model;
+  job.allow_exact = request->mode() != v1::MODE_DENSE;
+  job.decode.latent = *latent;
+  job.decode.latent_space =
+      request->latent_space() == v1::LATENT_SPACE_RAW ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+  absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job);
+  if (!outcome.ok()) return ToGrpcStatus(outcome.status());
+  {
+    absl::MutexLock lock(&stats_mu_);
+    last_peak_bytes_.clear();
+    for (const RankStats& r : outcome->ranks) last_peak_bytes_.push_back(r.peak_bytes);
+  }
+
+  const auto stream_start = std::chrono::steady_clock::now();
+  v1::DecodeResponse header_message;
+  v1::Header* header = header_message.mutable_header();
+  header->set_request_id(request->request_id());
+  header->set_mode(outcome->result.mode == "exact" ? v1::MODE_EXACT : v1::MODE_DENSE);
+  header->set_degree(outcome->result.mode == "exact" ? runtime_.world_size() : 1);
+  header->set_mode_reason(outcome->result.mode == "exact"
+                              ? absl::StrCat("exact sharding over ", runtime_.world_size(), " ranks")
+                              : (outcome->result.reason.empty() ? "one rank" : outcome->result.reason));
+  if (absl::Status s = DescribeOutput(outcome->result.sample, request->output_format(), header); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  if (!writer->Write(header_message)) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+
+  absl::Status streamed = EmitChunks(outcome->result.sample, request->output_format(), MaxChunkBytes(*context),
+                                     [&](v1::Chunk&& chunk) {
+                                       if (context->IsCancelled()) return false;
+                                       v1::DecodeResponse message;
+                                       *message.mutable_chunk() = std::move(chunk);
+                                       return writer->Write(message);
+                                     });
+  if (!streamed.ok()) return ToGrpcStatus(streamed);
+
+  v1::DecodeResponse trailer_message;
+  v1::Trailer* trailer = trailer_message.mutable_trailer();
+  trailer->mutable_timings()->set_decode_ms(outcome->result.decode_ms);
+  trailer->mutable_timings()->set_stream_ms(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - stream_start).count());
+  for (const RankStats& r : outcome->ranks) trailer->add_peak_bytes_per_rank(r.peak_bytes);
+  trailer->set_collectives(outcome->comm.collectives());
+  writer->Write(trailer_message);
+  return grpc::Status::OK;
+}
+
+}  // namespace vaedecode::worker

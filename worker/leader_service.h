@@ -1,0 +1,47 @@
+#pragma once
+
+// The group leader's side of proto/vaedecode/internal/worker.proto, served on
+// a Unix socket to the server (the frontend). Run converts the request's raw
+// latent bytes to a tensor, runs the job on the group, and streams the output
+// as the public API's Header / Chunks / Trailer.
+//
+// Threading: gRPC's sync server calls handlers on its own threads; jobs
+// serialise inside GroupRuntime::Run.
+
+#include <grpcpp/grpcpp.h>
+
+#include "vaedecode/internal/worker.grpc.pb.h"
+#include "worker/group_runtime.h"
+
+namespace vaedecode::worker {
+
+// Metadata key with which the server sets the chunk size limit.
+inline constexpr const char* kMaxChunkBytesKey = "x-max-chunk-bytes";
+inline constexpr int64_t kDefaultMaxChunkBytes = int64_t{4} << 20;
+
+class LeaderService final : public internal::GroupLeader::Service {
+ public:
+  // `runtime` must outlive the service; `dtype_name` is what models run in.
+  LeaderService(GroupRuntime& runtime, std::string dtype_name);
+
+  grpc::Status Run(grpc::ServerContext* context, const v1::DecodeRequest* request,
+                   grpc::ServerWriter<v1::DecodeResponse>* writer) override;
+  grpc::Status Models(grpc::ServerContext* context, const v1::ListModelsRequest* request,
+                      v1::ListModelsResponse* response) override;
+  grpc::Status Status(grpc::ServerContext* context, const internal::StatusRequest* request,
+                      internal::StatusResponse* response) override;
+
+ private:
+  GroupRuntime& runtime_;
+  const std::string dtype_name_;
+  absl::Mutex stats_mu_;
+  std::vector<int64_t> last_peak_bytes_ ABSL_GUARDED_BY(stats_mu_);
+};
+
+// absl::Status -> grpc::Status with the same code and message.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// The latent of a request as a CPU tensor, or INVALID_ARGUMENT naming what is wrong.
+absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent);
+
+}  // namespace vaedecode::worker

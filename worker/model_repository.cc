@@ -1,0 +1,50 @@
+#include "worker/model_repository.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "families/autoencoder_kl/embedded_default.h"
+#include "families/builtin_families.h"
+
+namespace vaedecode::worker {
+
+absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype) {
+  LoadedRepository out;
+  if (repository.empty()) {
+    absl::Status ok = families::CheckDtypeSupported(dtype);
+    if (!ok.ok()) return ok;
+    NamedModel m{kDefaultModelName, families::autoencoder_kl::MakeEmbeddedDefault()};
+    if (dtype != at::kFloat) m.decoder->ToDtype(dtype);
+    out.models.push_back(std::move(m));
+    return out;
+  }
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(repository, ec)) {
+    return absl::NotFoundError(absl::StrCat("model repository ", repository, " is not a folder"));
+  }
+  std::vector<std::string> names;
+  for (const fs::directory_entry& entry : fs::directory_iterator(repository, ec)) {
+    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  families::LoadOptions options;
+  options.dtype = dtype;
+  for (const std::string& name : names) {
+    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
+        families::BuiltinFamilies().Load((fs::path(repository) / name).string(), options);
+    if (!decoder.ok()) {
+      out.skipped.push_back(absl::StrCat(name, ": ", decoder.status().message()));
+      continue;
+    }
+    out.models.push_back({name, *std::move(decoder)});
+  }
+  if (out.models.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no loadable model in ", repository,
+                                                   out.skipped.empty() ? "" : absl::StrCat(" (", out.skipped[0], ")")));
+  }
+  return out;
+}
+
+}  // namespace vaedecode::worker

@@ -1,0 +1,34 @@
+#pragma once
+
+// The models a worker serves: every subfolder of a repository folder that
+// holds a diffusers VAE (model name = folder name), or the embedded default
+// model (named "default") when no repository is given. Every rank of a group
+// loads the same folder in the same (sorted) order, so a model index means
+// the same model everywhere.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "families/decoder.h"
+
+namespace vaedecode::worker {
+
+inline constexpr const char* kDefaultModelName = "default";
+
+struct NamedModel {
+  std::string name;
+  std::unique_ptr<families::Decoder> decoder;
+};
+
+struct LoadedRepository {
+  std::vector<NamedModel> models;
+  std::vector<std::string> skipped;  // "name: reason" for folders that failed to load
+};
+
+// `repository` empty → the embedded default only. A folder with no loadable
+// model is an error (a worker with nothing to serve is a configuration bug).
+absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype);
+
+}  // namespace vaedecode::worker

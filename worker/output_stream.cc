@@ -1,0 +1,125 @@
+#include "worker/output_stream.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "formats/png.h"
+#include "formats/tensor_file.h"
+
+namespace vaedecode::worker {
+namespace {
+
+struct Geometry {
+  int64_t batch, channels, frames, height, width;
+  bool video;
+};
+
+absl::StatusOr<Geometry> GeometryOf(const at::Tensor& sample) {
+  if (sample.dim() != 4 && sample.dim() != 5) {
+    return absl::InternalError(absl::StrCat("decoded sample has ", sample.dim(), " dimensions"));
+  }
+  const bool video = sample.dim() == 5;
+  return Geometry{sample.size(0), sample.size(1), video ? sample.size(2) : 1, sample.size(-2), sample.size(-1),
+                  video};
+}
+
+int64_t RowsPerChunk(int64_t bytes_per_row, int64_t max_chunk_bytes) {
+  return std::max<int64_t>(1, max_chunk_bytes / std::max<int64_t>(1, bytes_per_row));
+}
+
+}  // namespace
+
+absl::Status DescribeOutput(const at::Tensor& sample, v1::OutputFormat format, v1::Header* header) {
+  absl::StatusOr<Geometry> g = GeometryOf(sample);
+  if (!g.ok()) return g.status();
+  header->clear_shape();
+  header->set_output_format(format);
+  header->set_frames(g->frames);
+  header->set_height(g->height);
+  header->set_width(g->width);
+  switch (format) {
+    case v1::OUTPUT_FLOAT32:
+    case v1::OUTPUT_FLOAT16:
+      for (int64_t s : sample.sizes()) header->add_shape(s);
+      header->set_dtype(format == v1::OUTPUT_FLOAT32 ? v1::FLOAT32 : v1::FLOAT16);
+      return absl::OkStatus();
+    case v1::OUTPUT_UINT8:
+    case v1::OUTPUT_PNG:
+      header->add_shape(g->batch);
+      if (g->video) header->add_shape(g->frames);
+      header->add_shape(g->height);
+      header->add_shape(g->width);
+      header->add_shape(g->channels);
+      header->set_dtype(v1::UINT8);
+      if (format == v1::OUTPUT_PNG && g->channels != 1 && g->channels != 3 && g->channels != 4) {
+        return absl::InvalidArgumentError(absl::StrCat("PNG output needs 1, 3 or 4 channels; this model has ",
+                                                       g->channels));
+      }
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
+  }
+}
+
+absl::Status EmitChunks(const at::Tensor& sample, v1::OutputFormat format, int64_t max_chunk_bytes,
+                        const std::function<bool(v1::Chunk&&)>& emit) {
+  absl::StatusOr<Geometry> g = GeometryOf(sample);
+  if (!g.ok()) return g.status();
+  auto send = [&](int64_t b, int64_t f, int64_t r0, int64_t r1, const void* data, size_t n) {
+    v1::Chunk chunk;
+    chunk.set_batch_index(b);
+    chunk.set_frame(f);
+    chunk.set_row_begin(r0);
+    chunk.set_row_end(r1);
+    chunk.set_data(static_cast<const char*>(data), n);
+    return emit(std::move(chunk));
+  };
+  const absl::Status cancelled = absl::CancelledError("the output stream was closed");
+
+  if (format == v1::OUTPUT_FLOAT32 || format == v1::OUTPUT_FLOAT16) {
+    const at::Tensor values = sample.to(format == v1::OUTPUT_FLOAT32 ? at::kFloat : at::kHalf);
+    const int64_t row_bytes = g->channels * g->width * values.element_size();
+    const int64_t step = RowsPerChunk(row_bytes, max_chunk_bytes);
+    for (int64_t b = 0; b < g->batch; ++b) {
+      for (int64_t f = 0; f < g->frames; ++f) {
+        at::Tensor image = g->video ? values[b].select(1, f) : values[b];  // [C, H, W]
+        for (int64_t r0 = 0; r0 < g->height; r0 += step) {
+          const int64_t r1 = std::min(g->height, r0 + step);
+          const at::Tensor rows = image.narrow(1, r0, r1 - r0).contiguous();
+          if (!send(b, f, r0, r1, rows.data_ptr(), rows.nbytes())) return cancelled;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<at::Tensor> pixels = formats::ToImagePixels(sample);  // [B, T, H, W, C]
+  if (!pixels.ok()) return pixels.status();
+  for (int64_t b = 0; b < g->batch; ++b) {
+    for (int64_t f = 0; f < g->frames; ++f) {
+      const at::Tensor image = (*pixels)[b][f];  // [H, W, C], contiguous
+      if (format == v1::OUTPUT_UINT8) {
+        const int64_t step = RowsPerChunk(g->width * g->channels, max_chunk_bytes);
+        for (int64_t r0 = 0; r0 < g->height; r0 += step) {
+          const int64_t r1 = std::min(g->height, r0 + step);
+          const at::Tensor rows = image.narrow(0, r0, r1 - r0);
+          if (!send(b, f, r0, r1, rows.data_ptr(), rows.nbytes())) return cancelled;
+        }
+        continue;
+      }
+      absl::StatusOr<std::string> png = formats::EncodePng(static_cast<int>(g->width), static_cast<int>(g->height),
+                                                           static_cast<int>(g->channels), image.data_ptr<uint8_t>());
+      if (!png.ok()) return png.status();
+      const size_t piece = static_cast<size_t>(std::max<int64_t>(1, max_chunk_bytes));
+      for (size_t offset = 0; offset < png->size(); offset += piece) {
+        const size_t n = std::min(piece, png->size() - offset);
+        if (!send(b, f, 0, g->height, png->data() + offset, n)) return cancelled;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace vaedecode::worker

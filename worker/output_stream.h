@@ -1,0 +1,34 @@
+#pragma once
+
+// Turns a decoded sample into the public API's output messages: the Header's
+// shape fields and a sequence of Chunks, each at most `max_chunk_bytes` of
+// data (a single row larger than that still goes alone), ordered by batch
+// entry, then frame, then rows.
+//
+// Layouts (per chunk: one batch entry `b`, one frame `f`, rows [r0, r1)):
+//  - OUTPUT_FLOAT32 / OUTPUT_FLOAT16: sample[b, :, (f,) r0:r1, :] in C order,
+//    i.e. [C, rows, W] little-endian; header shape = the sample's NCHW/NCTHW.
+//  - OUTPUT_UINT8: pixels[b, f, r0:r1] as [rows, W, C]; header shape
+//    [B, H, W, C] or [B, T, H, W, C].
+//  - OUTPUT_PNG: one image per (b, f); its bytes split over consecutive
+//    chunks when larger than the limit (same b and f, rows 0..H).
+
+#include <cstdint>
+#include <functional>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::worker {
+
+// Fills shape, dtype, output_format, frames, height, width of `header`.
+absl::Status DescribeOutput(const at::Tensor& sample, v1::OutputFormat format, v1::Header* header);
+
+// Calls `emit` with each chunk; stops early (returning CANCELLED) when emit
+// returns false.
+absl::Status EmitChunks(const at::Tensor& sample, v1::OutputFormat format, int64_t max_chunk_bytes,
+                        const std::function<bool(v1::Chunk&&)>& emit);
+
+}  // namespace vaedecode::worker

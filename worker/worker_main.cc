@@ -1,0 +1,110 @@
+// vaedecode_worker: one rank of a worker group, started and supervised by
+// vaedecode_server. Loads the models, joins the group's communicator; the
+// leader (rank 0) then serves the server on a Unix socket, the peers follow
+// the leader's jobs. Exits 0 after a shutdown, non-zero when the group fails
+// (the server then rebuilds the group).
+
+#include <csignal>
+#include <memory>
+#include <string>
+
+#include <ATen/Parallel.h>
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "parallel/gloo_communicator.h"
+#include "worker/counting_cpu_allocator.h"
+#include "worker/group_runtime.h"
+#include "worker/leader_service.h"
+#include "worker/model_repository.h"
+#include "worker/runtime_info.h"
+
+ABSL_FLAG(int, rank, 0, "this process's rank in its group");
+ABSL_FLAG(int, world, 1, "ranks in the group");
+ABSL_FLAG(std::string, group, "g0", "group name, unique per incarnation");
+ABSL_FLAG(int, store_port, 0, "TCPStore port on 127.0.0.1 (rank 0 hosts it); unused at world size 1");
+ABSL_FLAG(std::string, socket, "", "leader only: Unix socket path to serve the server on");
+ABSL_FLAG(std::string, model_repository, "", "folder of diffusers VAE folders; empty: the embedded default");
+ABSL_FLAG(std::string, device, "cpu:0", "device: cpu:N (CUDA devices need a CUDA LibTorch build)");
+ABSL_FLAG(std::string, dtype, "float32", "float32 or bfloat16 (float16 needs a GPU)");
+ABSL_FLAG(int, threads, 1, "intra-op threads per rank");
+ABSL_FLAG(int, collective_timeout_s, 300, "bound on every collective (a rank stuck longer fails the group)");
+ABSL_FLAG(int, heartbeat_s, 10, "idle leader heartbeat period");
+
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
+  if (name == "float32") return at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  return absl::InvalidArgumentError(absl::StrCat("unknown --dtype ", name));
+}
+
+int Fail(const absl::Status& status) {
+  spdlog::error("worker rank {} group {}: {}", absl::GetFlag(FLAGS_rank), absl::GetFlag(FLAGS_group),
+                status.ToString());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  vaedecode::worker::CountingCpuAllocator::Install();
+  absl::ParseCommandLine(argc, argv);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  const int rank = absl::GetFlag(FLAGS_rank);
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device.rfind("cpu", 0) != 0) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("device ", device, " needs a CUDA build of LibTorch")));
+  }
+  at::set_num_threads(absl::GetFlag(FLAGS_threads));
+  absl::StatusOr<at::ScalarType> dtype = ParseDtype(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return Fail(dtype.status());
+
+  absl::StatusOr<vaedecode::worker::LoadedRepository> repo =
+      vaedecode::worker::LoadRepository(absl::GetFlag(FLAGS_model_repository), *dtype);
+  if (!repo.ok()) return Fail(repo.status());
+  for (const std::string& skipped : repo->skipped) spdlog::warn("model skipped: {}", skipped);
+
+  vaedecode::parallel::GlooOptions options;
+  options.rank = rank;
+  options.world_size = absl::GetFlag(FLAGS_world);
+  options.group_name = absl::GetFlag(FLAGS_group);
+  options.store_port = absl::GetFlag(FLAGS_store_port);
+  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
+  absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> comm =
+      vaedecode::parallel::GlooCommunicator::Create(options);
+  if (!comm.ok()) return Fail(comm.status());
+
+  vaedecode::worker::GroupRuntime runtime(*std::move(comm), std::move(repo->models),
+                                          absl::Seconds(absl::GetFlag(FLAGS_heartbeat_s)));
+  if (rank != vaedecode::worker::kLeader) {
+    absl::Status served = runtime.ServeAsPeer();
+    return served.ok() ? 0 : Fail(served);
+  }
+
+  const std::string socket = absl::GetFlag(FLAGS_socket);
+  if (socket.empty()) return Fail(absl::InvalidArgumentError("the leader needs --socket"));
+  vaedecode::worker::LeaderService service(runtime, absl::GetFlag(FLAGS_dtype));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat("unix:", socket), grpc::InsecureServerCredentials());
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server) return Fail(absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket)));
+  spdlog::info("worker group {} leader ready: {} rank(s), {} model(s), socket {}, blas {}", options.group_name,
+               options.world_size, runtime.models().size(), socket, vaedecode::worker::LoadedBlasLibrary());
+
+  while (!g_stop && !runtime.broken()) absl::SleepFor(absl::Milliseconds(50));
+  const bool broken = runtime.broken();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  runtime.Shutdown();
+  return broken ? 1 : 0;
+}
