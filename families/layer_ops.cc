@@ -7,6 +7,8 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include "families/status_error.h"
+
 namespace vaedecode::families {
 namespace {
 
@@ -110,6 +112,30 @@ at::Tensor DenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at
 at::Tensor DenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                int64_t /*tokens_per_row*/) {
   return ScaledDotProductAttention(q, k, v);
+}
+
+void CancellableDenseOps::CheckCancelled() const {
+  if (cancelled_ != nullptr && cancelled_->load()) {
+    throw StatusError(absl::CancelledError("the request was cancelled"));
+  }
+}
+
+at::Tensor CancellableDenseOps::Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                     const ConvGeometry& geometry) {
+  CheckCancelled();
+  return dense_.Conv(x, weight, bias, geometry);
+}
+
+at::Tensor CancellableDenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+                                          const at::Tensor& bias, double eps) {
+  CheckCancelled();
+  return dense_.GroupNorm(x, num_groups, weight, bias, eps);
+}
+
+at::Tensor CancellableDenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          int64_t tokens_per_row) {
+  CheckCancelled();
+  return dense_.Attention(q, k, v, tokens_per_row);
 }
 
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,

@@ -12,6 +12,7 @@
 // Pointwise ops, channel-only norms and nearest upsampling stay in the blocks:
 // they are local under any row partition.
 
+#include <atomic>
 #include <cstdint>
 
 #include <ATen/core/Tensor.h>
@@ -63,6 +64,24 @@ class DenseOps final : public LayerOps {
                        const at::Tensor& bias, double eps) override;
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        int64_t tokens_per_row) override;
+};
+
+// DenseOps that stop with StatusError(CANCELLED) at the first op after
+// *cancelled becomes true.
+class CancellableDenseOps final : public LayerOps {
+ public:
+  explicit CancellableDenseOps(const std::atomic<bool>* cancelled) : cancelled_(cancelled) {}
+  at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                  const ConvGeometry& geometry) override;
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+                       const at::Tensor& bias, double eps) override;
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       int64_t tokens_per_row) override;
+
+ private:
+  void CheckCancelled() const;
+  const std::atomic<bool>* cancelled_;
+  DenseOps dense_;
 };
 
 // Building blocks shared by DenseOps and the sharded ops, so both compute

@@ -50,8 +50,11 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
 at::Tensor ShardedOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                  const at::Tensor& bias, double eps) {
   const int h_axis = static_cast<int>(x.dim()) - 2;
-  return ValueOrThrow(parallel::ShardedGroupNorm(comm_, x, SpecForRows(x.size(h_axis), h_axis),
-                                                 num_groups, weight, bias, eps));
+  double signal = (cancelled_ != nullptr && cancelled_->load()) ? 1.0 : 0.0;
+  at::Tensor y = ValueOrThrow(parallel::ShardedGroupNorm(comm_, x, SpecForRows(x.size(h_axis), h_axis),
+                                                         num_groups, weight, bias, eps, &signal));
+  if (signal != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
+  return y;
 }
 
 at::Tensor ShardedOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

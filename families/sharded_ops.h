@@ -12,6 +12,8 @@
 // A communicator failure inside an op throws StatusError (caught by the
 // worker's job wrapper). Not thread-safe; one decode at a time.
 
+#include <atomic>
+
 #include "families/layer_ops.h"
 #include "parallel/band_partition.h"
 #include "parallel/communicator.h"
@@ -34,9 +36,15 @@ class ShardedOps final : public LayerOps {
   // The layout of a tensor holding `local_rows` rows of this rank's band.
   parallel::ShardSpec SpecForRows(int64_t local_rows, int axis) const;
 
+  // Leader: when *cancelled becomes true, every rank of the group throws
+  // StatusError(CANCELLED) at the next GroupNorm, together (the flag rides in
+  // that norm's collective), so the group stays in step. Peers pass nothing.
+  void set_cancel_flag(const std::atomic<bool>* cancelled) { cancelled_ = cancelled; }
+
  private:
   parallel::Communicator& comm_;
   parallel::ShardSpec latent_spec_;
+  const std::atomic<bool>* cancelled_ = nullptr;
 };
 
 }  // namespace vaedecode::families

@@ -51,7 +51,7 @@ absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
 absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x,
                                             const ShardSpec& spec, int64_t num_groups,
                                             const at::Tensor& weight, const at::Tensor& bias,
-                                            double eps) {
+                                            double eps, double* leader_signal) {
   const int64_t batch = x.size(0), channels = x.size(1);
   const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   // [B, G, elements of the group in this band]
@@ -77,10 +77,17 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
     // Each rank's count follows from its band (elements per row are equal
     // on every rank), so only (mean, M2) travel: one collective per norm.
     const int64_t per_row = n_local / spec.local_rows();
-    const at::Tensor stats = at::stack({mean_local, m2_local}).unsqueeze(0);  // [1, 2, B, G]
+    const int64_t bg = batch * num_groups;
+    // [1, 2·B·G + 1]: means, M2s, and the leader's signal word.
+    const at::Tensor stats =
+        at::cat({mean_local.flatten(), m2_local.flatten(),
+                 at::full({1}, leader_signal ? *leader_signal : 0.0, at::kDouble)})
+            .unsqueeze(0);
     std::vector<int64_t> ones(spec.world_size, 1);
-    absl::StatusOr<at::Tensor> all = comm.AllGather(stats, ones, CallKind::kGroupNormStats);
-    if (!all.ok()) return all.status();
+    absl::StatusOr<at::Tensor> gathered = comm.AllGather(stats, ones, CallKind::kGroupNormStats);
+    if (!gathered.ok()) return gathered.status();
+    if (leader_signal != nullptr) *leader_signal = (*gathered)[0][2 * bg].item<double>();
+    const at::Tensor all = gathered->narrow(1, 0, 2 * bg).view({spec.world_size, 2, batch, num_groups});
     std::vector<double> counts;
     double total = 0;
     for (int r = 0; r < spec.world_size; ++r) {
@@ -88,8 +95,8 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
       total += counts.back();
     }
     const at::Tensor n_r = at::tensor(counts, at::kDouble).view({-1, 1, 1});  // [W, 1, 1]
-    const at::Tensor means = all->select(1, 0);                              // [W, B, G]
-    const at::Tensor m2s = all->select(1, 1);
+    const at::Tensor means = all.select(1, 0);  // [W, B, G]
+    const at::Tensor m2s = all.select(1, 1);
     const at::Tensor w = n_r / total;
     mean = (w * means).sum(0);
     var = (w * (m2s / n_r + (means - mean.unsqueeze(0)).square())).sum(0);

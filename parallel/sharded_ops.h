@@ -34,10 +34,14 @@ absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
 //   mean = Σ w_i·mean_i,  var = Σ w_i·(var_i + (mean_i − mean)²),  w_i = n_i / n
 // (population variance), then normalised and the affine applied locally.
 // `weight`/`bias` may be undefined (no affine).
+//
+// `leader_signal`, when given, rides along in the same collective: every
+// rank reads the value the leader put there (e.g. "this job is cancelled"),
+// so all ranks learn it at the same layer without an extra collective.
 absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x,
                                             const ShardSpec& spec, int64_t num_groups,
                                             const at::Tensor& weight, const at::Tensor& bias,
-                                            double eps);
+                                            double eps, double* leader_signal = nullptr);
 
 // K and V of every rank, stacked into one uneven all-gather along the token
 // dim (-2 of [B, heads, N, D]); `token_sizes[r]` tokens come from rank r.

@@ -27,22 +27,23 @@ namespace {
 
 absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& decoder,
                                                          parallel::Communicator& comm,
-                                                         const DecodeJob& job, bool allow_exact) {
+                                                         const DecodeJob& job,
+                                                         const GroupDecodeOptions& options) {
   GroupDecodeResult result;
   absl::Status valid = decoder.ValidateLatent(job.latent);
   if (!valid.ok()) return valid;  // every rank sees the same latent and the same verdict
 
-  absl::Status shardable = allow_exact
+  absl::Status shardable = options.allow_exact
                                ? decoder.CheckExactSharding(job.latent.sizes().vec(), comm.world_size())
                                : absl::FailedPreconditionError("dense decoding was requested");
   if (!shardable.ok()) {
     result.mode = "dense";
     result.reason = std::string(shardable.message());
-    if (comm.world_size() > 1 && allow_exact) {
+    if (comm.world_size() > 1 && options.allow_exact) {
       spdlog::info("exact sharding not used: {}; the leader decodes densely", result.reason);
     }
     if (comm.rank() != kLeader) return result;
-    families::DenseOps dense;
+    families::CancellableDenseOps dense(options.cancelled);
     absl::StatusOr<at::Tensor> sample = RunDecode(decoder, job, dense);
     if (!sample.ok()) return sample.status();
     result.sample = *sample;
@@ -59,7 +60,10 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& deco
   // de-normalisation is per channel.
   local.latent = job.latent.narrow(h_axis, band.begin, band.size()).contiguous();
   families::ShardedOps ops(comm, latent_spec);
+  if (comm.rank() == kLeader) ops.set_cancel_flag(options.cancelled);
   absl::StatusOr<at::Tensor> rows = RunDecode(decoder, local, ops);
+  // Every rank learns of a cancellation at the same norm: still in step.
+  if (!rows.ok() && rows.status().code() == absl::StatusCode::kCancelled) return rows.status();
   if (!rows.ok()) return AbortWith(comm, rows.status());
 
   absl::StatusOr<at::Tensor> gathered = parallel::GatherRowsToRoot(
@@ -73,11 +77,12 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& deco
 
 absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
                                                   parallel::Communicator& comm,
-                                                  const DecodeJob& job, bool allow_exact) {
+                                                  const DecodeJob& job,
+                                                  const GroupDecodeOptions& options) {
   CountingCpuAllocator* allocator = CountingCpuAllocator::Installed();
   if (allocator != nullptr) allocator->ResetPeak();
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<GroupDecodeResult> result = DecodeWithGroupUntimed(decoder, comm, job, allow_exact);
+  absl::StatusOr<GroupDecodeResult> result = DecodeWithGroupUntimed(decoder, comm, job, options);
   if (!result.ok()) return result;
   result->decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (allocator != nullptr) result->peak_bytes = allocator->peak_bytes();

@@ -9,6 +9,7 @@
 // Statuses; on any error this rank aborts the communicator so its peers fail
 // fast instead of waiting for the timeout.
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -38,10 +39,18 @@ struct RankStats {
 
 // Decodes `job` (identical on every rank) with the group. World size 1,
 // latents the family cannot shard and !allow_exact decode densely on the
-// leader while the peers return at once.
+// leader while the peers return at once. A cancelled decode returns
+// CANCELLED on every rank and leaves the group in step.
+struct GroupDecodeOptions {
+  bool allow_exact = true;
+  // Leader only: set to true to stop the decode on every rank (CANCELLED).
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
 absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
                                                   parallel::Communicator& comm,
-                                                  const DecodeJob& job, bool allow_exact = true);
+                                                  const DecodeJob& job,
+                                                  const GroupDecodeOptions& options = {});
 
 // Every rank's figures on the leader (empty on peers): one small gather,
 // made after the decode so it never counts as one of its collectives.

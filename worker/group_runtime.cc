@@ -5,6 +5,16 @@
 #include "absl/strings/str_cat.h"
 
 namespace vaedecode::worker {
+namespace {
+
+// Errors every rank detects identically, at the same step: the group stays
+// in step (bad input is caught before any collective; a cancellation is
+// learnt by all ranks in the same collective).
+bool IsGroupSafe(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kCancelled;
+}
+
+}  // namespace
 
 GroupRuntime::GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models,
                            absl::Duration heartbeat)
@@ -53,18 +63,17 @@ void GroupRuntime::HeartbeatLoop() {
   }
 }
 
-absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job) {
+absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled) {
   absl::MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
-  absl::StatusOr<DecodeOutcome> outcome = Execute(job);
+  if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("the request was cancelled");
+  absl::StatusOr<DecodeOutcome> outcome = Execute(job, cancelled);
   last_step_ = absl::Now();
-  if (!outcome.ok() && outcome.status().code() != absl::StatusCode::kInvalidArgument) {
-    MarkBroken(outcome.status());
-  }
+  if (!outcome.ok() && !IsGroupSafe(outcome.status())) MarkBroken(outcome.status());
   return outcome;
 }
 
-absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job) {
+absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const std::atomic<bool>* cancelled) {
   if (job.model_index < 0 || job.model_index >= static_cast<int64_t>(models_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no model with index ", job.model_index));
   }
@@ -75,7 +84,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job) {
   if (!shared.ok()) return shared.status();
   parallel::CountingCommunicator counting(*comm_);
   absl::StatusOr<GroupDecodeResult> result =
-      DecodeWithGroup(decoder, counting, shared->decode, shared->allow_exact);
+      DecodeWithGroup(decoder, counting, shared->decode, {shared->allow_exact, cancelled});
   if (!result.ok()) return result.status();
   DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
   absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
@@ -112,9 +121,9 @@ absl::Status GroupRuntime::ServeAsPeer() {
       return bad;
     }
     families::Decoder& decoder = *models_[job->model_index].decoder;
-    absl::StatusOr<GroupDecodeResult> result = DecodeWithGroup(decoder, *comm_, job->decode, job->allow_exact);
+    absl::StatusOr<GroupDecodeResult> result = DecodeWithGroup(decoder, *comm_, job->decode, {job->allow_exact});
     if (!result.ok()) {
-      if (result.status().code() == absl::StatusCode::kInvalidArgument) continue;  // the leader saw it too
+      if (IsGroupSafe(result.status())) continue;  // every rank saw the same
       MarkBroken(result.status());
       return result.status();
     }

@@ -10,9 +10,10 @@
 // until it broadcasts a shutdown or the group fails.
 //
 // Fail-stop: an error other than INVALID_ARGUMENT (which every rank detects
-// identically before any collective) may leave the ranks out of step, so the
-// runtime marks itself broken; its process should exit and the supervisor
-// rebuilds the group.
+// identically before any collective) or CANCELLED (which every rank learns in
+// the same collective) may leave the ranks out of step, so the runtime marks
+// itself broken; its process should exit and the supervisor rebuilds the
+// group.
 
 #include <atomic>
 #include <memory>
@@ -44,7 +45,10 @@ class GroupRuntime {
   ~GroupRuntime();  // leader: stops the heartbeat thread (call Shutdown first to release peers)
 
   // Leader only. Thread-safe; blocks until the job has run on the group.
-  absl::StatusOr<DecodeOutcome> Run(const GroupJob& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // Setting *cancelled stops it on every rank (CANCELLED) without breaking
+  // the group.
+  absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Leader only: tells the peers to exit, then stops the heartbeats.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
@@ -61,7 +65,8 @@ class GroupRuntime {
   int FindModel(const std::string& name) const;
 
  private:
-  absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job, const std::atomic<bool>* cancelled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLoop();
   void MarkBroken(const absl::Status& why);
 

@@ -1,7 +1,9 @@
 #include "worker/leader_service.h"
 
 #include <chrono>
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
@@ -129,7 +131,22 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   job.decode.latent = *latent;
   job.decode.latent_space =
       request->latent_space() == v1::LATENT_SPACE_RAW ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
-  absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job);
+  // The sync API has no cancellation callback: a watcher polls the context
+  // and raises the flag the group checks at every GroupNorm.
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> finished{false};
+  std::thread watcher([&] {
+    while (!finished.load()) {
+      if (context->IsCancelled()) {
+        cancelled = true;
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, &cancelled);
+  finished = true;
+  watcher.join();
   if (!outcome.ok()) return ToGrpcStatus(outcome.status());
   {
     absl::MutexLock lock(&stats_mu_);

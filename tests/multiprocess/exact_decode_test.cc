@@ -3,6 +3,8 @@
 // (prime latent heights, so bands are uneven; batch 2), repeat decodes in one
 // group, a rank failing mid-decode, and deterministic collective counts.
 
+#include <atomic>
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -192,6 +194,56 @@ TEST(ExactDecodeGroup, OneRankFailingMidDecodeFailsEveryRankWithoutHanging) {
   }
   EXPECT_NE(std::string((*outcomes)[1].status.message()).find("injected failure"), std::string::npos)
       << (*outcomes)[1].status;
+}
+
+TEST(ExactDecodeGroup, CancellationStopsEveryRankAndKeepsTheGroupInStep) {
+  const testing::FixtureCase c = SdMain();
+  absl::Status s = parallel::testing::RunRanks(3, [&](int rank, int w, int port) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+    if (!decoder.ok()) return decoder.status();
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+    if (!comm.ok()) return comm.status();
+    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+    if (!latent.ok()) return latent.status();
+    // The leader's flag is up before the decode starts: every rank must stop
+    // at the first GroupNorm with CANCELLED.
+    std::atomic<bool> cancelled{true};
+    worker::GroupDecodeOptions options;
+    if (rank == worker::kLeader) options.cancelled = &cancelled;
+    absl::StatusOr<worker::GroupDecodeResult> stopped =
+        worker::DecodeWithGroup(**decoder, **comm, worker::DecodeJob{*latent}, options);
+    if (stopped.ok() || stopped.status().code() != absl::StatusCode::kCancelled) {
+      return absl::InternalError(absl::StrCat("rank ", rank, " was not cancelled: ", stopped.status().ToString()));
+    }
+    // The same communicator still works: the next decode is exact and right.
+    return DecodeAndCheck(c, **decoder, **comm).status();
+  }, absl::Seconds(120));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(ExactDecodeGroup, ThinLatentsFallBackToDenseOnTheLeader) {
+  const testing::FixtureCase c = SdMain();
+  absl::Status s = parallel::testing::RunRanks(4, [&](int rank, int w, int port) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+    if (!decoder.ok()) return decoder.status();
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+    if (!comm.ok()) return comm.status();
+    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+    if (!latent.ok()) return latent.status();
+    const at::Tensor thin = latent->narrow(2, 0, 3).contiguous();  // 3 rows over 4 ranks
+    absl::StatusOr<worker::GroupDecodeResult> result =
+        worker::DecodeWithGroup(**decoder, **comm, worker::DecodeJob{thin});
+    if (!result.ok()) return result.status();
+    if (result->mode != "dense" || result->reason.find("thinner than the conv halo") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("mode ", result->mode, " reason ", result->reason));
+    }
+    if (rank != worker::kLeader) return absl::OkStatus();
+    families::DenseOps dense;
+    absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, worker::DecodeJob{thin}, dense);
+    if (!want.ok()) return want.status();
+    return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");
+  }, absl::Seconds(120));
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(ExactDecodeHarness, TheComparisonCatchesAOneRowError) {
