@@ -40,10 +40,11 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
               ", padding ", g.padding_h, ")");
   TORCH_CHECK(g.mode != PaddingMode::kCircular, "circular padding cannot be sharded by rows");
   const parallel::ShardSpec spec = SpecForRows(x.size(h_axis), h_axis);
-  at::Tensor with_rows = ValueOrThrow(parallel::ExchangeHalo(comm_, x, spec, halo));
+  const bool zeros = g.mode == PaddingMode::kZeros;
+  at::Tensor with_rows = ValueOrThrow(parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros));
   // The layer's own padding only at the global edges; interior edges have
   // real neighbour rows (replicate/reflect included).
-  with_rows = PadRows(with_rows, spec.is_first() ? halo : 0, spec.is_last() ? halo : 0, g.mode);
+  if (!zeros) with_rows = PadRows(with_rows, spec.is_first() ? halo : 0, spec.is_last() ? halo : 0, g.mode);
   return ConvWithRowsProvided(with_rows, weight, bias, g);
 }
 

@@ -15,8 +15,14 @@ at::Tensor RowsFirst(const at::Tensor& x, int64_t axis) { return x.movedim(axis,
 }  // namespace
 
 absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
-                                        const ShardSpec& spec, int64_t halo) {
-  if (halo == 0 || spec.world_size == 1) return x;
+                                        const ShardSpec& spec, int64_t halo, bool zero_edges) {
+  if (halo == 0) return x;
+  auto zero_rows = [&] {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[spec.axis] = halo;
+    return at::zeros(shape, x.options());
+  };
+  if (spec.world_size == 1) return zero_edges ? at::cat({zero_rows(), x, zero_rows()}, spec.axis) : x;
   if (spec.min_band_rows() < halo) {
     return absl::FailedPreconditionError(absl::StrCat("halo of ", halo, " rows exceeds the thinnest band (",
                                                       spec.min_band_rows(), " rows)"));
@@ -41,6 +47,10 @@ absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
   }
   absl::Status status = comm.SendRecv(ops, CallKind::kHalo);
   if (!status.ok()) return status;
+  if (zero_edges) {
+    if (!from_above.defined()) from_above = zero_rows();
+    if (!from_below.defined()) from_below = zero_rows();
+  }
   std::vector<at::Tensor> parts;
   if (from_above.defined()) parts.push_back(from_above);
   parts.push_back(x);
@@ -54,19 +64,21 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
                                             double eps, double* leader_signal) {
   const int64_t batch = x.size(0), channels = x.size(1);
   const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  // [B, G, elements of the group in this band]
+  // [B, G, elements of the group in this band]; no copy for fp32/fp64 input.
   const at::Tensor grouped = x.contiguous().to(acc).view({batch, num_groups, -1});
   const int64_t n_local = grouped.size(-1);
 
-  // Local central moments about the rounded mean m: d = x − m is exact for
-  // values near m, so with s1 = Σd, s2 = Σd², the moments mean = m + s1/n and
-  // M2 = s2 − s1²/n keep the bits that an fp32 mean of large values rounds
-  // away. Only these [B, G] statistics are carried in fp64.
+  // Local central moments about the rounded local mean m (the cheap,
+  // vectorised cascade sum): d = x − m is exact for values near m, and with
+  // s1 = Σd, s2 = Σd², mean = m + s1/n and
+  // M2 = s2 − s1²/n keep the bits an fp32 mean of large values rounds away.
+  // d's buffer is reused for the output; only the [B, G] statistics go to fp64.
   const at::Tensor rough = grouped.mean(-1, /*keepdim=*/true);  // [B, G, 1]
-  const at::Tensor d = grouped - rough;
+  at::Tensor d = grouped - rough;                                // [B, G, n]
   const at::Tensor s1 = d.sum(-1).to(at::kDouble);
-  const at::Tensor s2 = d.square().sum(-1).to(at::kDouble);
-  const at::Tensor mean_local = rough.squeeze(-1).to(at::kDouble) + s1 / static_cast<double>(n_local);
+  const at::Tensor s2 = d.square().sum(-1).to(at::kDouble);  // cascade sum: ~1e-7 relative
+  const at::Tensor rough64 = rough.squeeze(-1).to(at::kDouble);
+  const at::Tensor mean_local = rough64 + s1 / static_cast<double>(n_local);
   const at::Tensor m2_local = s2 - s1.square() / static_cast<double>(n_local);
 
   at::Tensor mean, var;  // fp64, [B, G]
@@ -101,17 +113,20 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
     mean = (w * means).sum(0);
     var = (w * (m2s / n_r + (means - mean.unsqueeze(0)).square())).sum(0);
   }
-  // x − mean as (x − mean_hi) − mean_lo: the first difference is exact near
-  // the mean, the second carries the part of the mean fp32 cannot hold.
-  const at::Tensor mean_hi = mean.to(acc);
-  const at::Tensor mean_lo = (mean - mean_hi.to(at::kDouble)).to(acc);
-  const at::Tensor rstd = (var + eps).rsqrt().to(acc);
-  at::Tensor y = (((grouped - mean_hi.unsqueeze(-1)) - mean_lo.unsqueeze(-1)) * rstd.unsqueeze(-1)).view(x.sizes());
-  if (weight.defined()) {
-    std::vector<int64_t> affine_shape(x.dim(), 1);
-    affine_shape[1] = channels;
-    y = y * weight.to(acc).view(affine_shape) + bias.to(acc).view(affine_shape);
-  }
+  // y = (d − δ)·rstd·γ + β with δ = mean − m small, as one fused pass over d
+  // in place: y = d·scale + shift, scale = rstd·γ, shift = β − δ·scale (no
+  // large terms cancel, whatever the activations' offset).
+  const int64_t per_group = channels / num_groups;
+  at::Tensor scale = (var + eps).rsqrt().repeat_interleave(per_group, /*dim=*/1);    // [B, C]
+  const at::Tensor delta = (mean - rough64).repeat_interleave(per_group, /*dim=*/1);  // [B, C]
+  if (weight.defined()) scale = scale * weight.to(at::kDouble).unsqueeze(0);
+  at::Tensor shift = -delta * scale;
+  if (bias.defined()) shift = shift + bias.to(at::kDouble).unsqueeze(0);
+  std::vector<int64_t> per_channel(x.dim(), 1);
+  per_channel[0] = batch;
+  per_channel[1] = channels;
+  at::Tensor y = d.view(x.sizes());
+  at::addcmul_out(y, shift.to(acc).view(per_channel), y, scale.to(acc).view(per_channel));
   return y.to(x.scalar_type());
 }
 

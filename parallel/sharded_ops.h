@@ -18,22 +18,23 @@
 namespace vaedecode::parallel {
 
 // Returns x with `halo` real rows of the rank above prepended and `halo` rows
-// of the rank below appended along spec.axis; nothing is added at the global
-// top/bottom edges (the caller pads there with the layer's own padding). Both
-// directions go in one SendRecv batch. Every band must hold >= halo rows
-// (FAILED_PRECONDITION otherwise).
+// of the rank below appended along spec.axis. At the global top/bottom edges
+// nothing is added (the caller pads with the layer's own padding), or, with
+// `zero_edges`, `halo` zero rows, so a zero-padded conv needs one copy in all.
+// Both directions go in one SendRecv batch. Every band must hold >= halo
+// rows (FAILED_PRECONDITION otherwise).
 absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
-                                        const ShardSpec& spec, int64_t halo);
+                                        const ShardSpec& spec, int64_t halo,
+                                        bool zero_edges = false);
 
 // GroupNorm over the whole (sharded) tensor: x is [B, C, ...] with the band
 // along spec.axis. Per batch×group, local central moments (count is known
-// from the partition; computed in FP32, FP64 for FP64 input, about the
-// rounded local mean so no bits are lost to a large offset; the [B, G]
-// statistics themselves travel in FP64) are all-gathered in one collective
-// and merged:
+// from the partition; mean and variance in one Welford pass in FP32, FP64 for
+// FP64 input; the [B, G] statistics travel in FP64) are all-gathered in one
+// collective and merged:
 //   mean = Σ w_i·mean_i,  var = Σ w_i·(var_i + (mean_i − mean)²),  w_i = n_i / n
-// (population variance), then normalised and the affine applied locally.
-// `weight`/`bias` may be undefined (no affine).
+// (population variance), then normalised and the affine applied locally in
+// one fused pass. `weight`/`bias` may be undefined (no affine).
 //
 // `leader_signal`, when given, rides along in the same collective: every
 // rank reads the value the leader put there (e.g. "this job is cancelled"),
