@@ -1,8 +1,6 @@
 #include "families/builtin_families.h"
 
 #include "families/autoencoder_kl/decoder.h"
-#include "families/qwenimage/decoder.h"
-#include "families/wan/decoder.h"
 
 namespace vaedecode::families {
 
@@ -10,8 +8,6 @@ const Registry& BuiltinFamilies() {
   static const Registry* registry = [] {
     auto* r = new Registry();
     autoencoder_kl::Register(*r);
-    wan::Register(*r);
-    qwenimage::Register(*r);
     return r;
   }();
   return *registry;
