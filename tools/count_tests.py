@@ -1,44 +1,71 @@
 #!/usr/bin/env python3
-"""Counts test cases from Bazel's test.xml files and prints 'N passed, N failed'.
+"""Prints 'N passed, N failed' for the test targets of one `bazel test` run.
 
-A test target with no test.xml (failed to build, timed out, crashed before
-writing it) counts as one failure, so a broken target can never look green.
+Reads Bazel's summary lines from the run's log, so only the targets of this
+run count (cached results included). For a target that ran, every gtest case
+in its test.xml counts; a target that did not build, did not run, or timed
+out counts as one failure, so a broken target can never look green.
+
+    count_tests.py --log bazel_test.log --testlogs "$(bazel info bazel-testlogs)"
 """
+import argparse
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
 
+SUMMARY = re.compile(r"^(//\S+)\s+(?:\(cached\) )?(PASSED|FAILED|FLAKY|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE|SKIPPED)\b")
 
-def main(testlogs):
+
+def count_cases(xml_path):
+    """(passed, failed) test cases in one test.xml, or None if unreadable."""
+    try:
+        root = ET.parse(xml_path).getroot()
+    except (OSError, ET.ParseError):
+        return None
     passed = failed = 0
-    for root, _, files in os.walk(testlogs):
-        if "test.xml" not in files:
-            if "test.log" in files:
-                failed += 1
-            continue
-        try:
-            tree = ET.parse(os.path.join(root, "test.xml")).getroot()
-        except ET.ParseError:
+    cases = list(root.iter("testcase"))
+    for case in cases:
+        if case.find("failure") is not None or case.find("error") is not None:
             failed += 1
-            continue
-        cases = tree.iter("testcase")
-        seen = False
-        for case in cases:
-            seen = True
-            if case.find("failure") is not None or case.find("error") is not None:
-                failed += 1
-            elif case.get("status", "run") == "run" or case.get("result") == "completed":
-                passed += 1
-        if not seen:
-            # A non-gtest test: Bazel writes one suite whose failure count is the verdict.
-            failures = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in tree.iter("testsuite"))
-            if failures:
-                failed += 1
+        elif case.get("status", "run") == "run" and case.get("result", "completed") == "completed":
+            passed += 1
+    if not cases:  # a non-gtest test: its suite's counts are the verdict
+        bad = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in root.iter("testsuite"))
+        return (0, 1) if bad else (1, 0)
+    return passed, failed
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--testlogs", required=True)
+    args = ap.parse_args()
+    passed = failed = 0
+    seen = set()
+    with open(args.log, errors="replace") as log:
+        for line in log:
+            m = SUMMARY.match(line.strip())
+            if not m or m.group(1) in seen:
+                continue
+            target, verdict = m.groups()
+            seen.add(target)
+            if verdict == "SKIPPED":
+                continue
+            if verdict in ("PASSED", "FAILED", "FLAKY"):
+                package, name = target[2:].split(":")
+                counts = count_cases(os.path.join(args.testlogs, package, name, "test.xml"))
+                if counts is None:
+                    counts = (1, 0) if verdict != "FAILED" else (0, 1)
+                if verdict == "FAILED" and counts[1] == 0:
+                    counts = (counts[0], 1)  # crashed after its cases passed
+                passed += counts[0]
+                failed += counts[1]
             else:
-                passed += 1
+                failed += 1
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 and passed > 0 else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "bazel-testlogs"))
+    sys.exit(main())
