@@ -1,0 +1,140 @@
+#include "tiling/planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vaedecode::tiling {
+
+int64_t EstimatePeakBytes(const FamilyGeometry& g, int64_t rows, int64_t cols) {
+  return g.fixed_bytes +
+         static_cast<int64_t>(std::ceil(g.peak_bytes_per_latent * static_cast<double>(rows * cols) * kHeadroom));
+}
+
+AxisLayout SpreadTiles(int64_t length, int64_t tile) {
+  AxisLayout out;
+  out.length = length;
+  out.tile = std::min(tile, length);
+  if (out.tile >= length) {
+    out.starts = {0};
+    return out;
+  }
+  // Fewest tiles whose even spread keeps every overlap >= kMinOverlap.
+  const int64_t stride_max = out.tile - kMinOverlap;
+  const int64_t n = 1 + (length - out.tile + stride_max - 1) / stride_max;
+  for (int64_t k = 0; k < n; ++k) {
+    // Rounded even spread: first at 0, last ending exactly at the edge.
+    out.starts.push_back((k * (length - out.tile) + (n - 1) / 2) / (n - 1));
+  }
+  return out;
+}
+
+AxisLayout StockLayout(int64_t length, const FamilyGeometry& g) {
+  AxisLayout out;
+  out.length = length;
+  out.tile = std::min(g.stock_tile, length);
+  for (int64_t i = 0; i < length; i += g.stock_stride) out.starts.push_back(i);
+  return out;
+}
+
+int64_t StockDecodedLatents(int64_t length, const FamilyGeometry& g) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < length; i += g.stock_stride) total += std::min(g.stock_tile, length - i);
+  return total;
+}
+
+namespace {
+
+// Candidate tile lengths along one axis, widest first.
+std::vector<int64_t> Candidates(int64_t length) {
+  std::vector<int64_t> out;
+  if (length <= kFloorTile) return {length};
+  for (int64_t t = length; t >= kFloorTile; --t) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+TilePlan PlanTiles(int64_t rows, int64_t cols, const FamilyGeometry& g, int64_t budget_bytes) {
+  TilePlan plan;
+  const int64_t whole = EstimatePeakBytes(g, rows, cols);
+  if (whole <= budget_bytes) {
+    plan.kind = PlanKind::kUntiled;
+    plan.rows = SpreadTiles(rows, rows);
+    plan.cols = SpreadTiles(cols, cols);
+    plan.peak_bytes = whole;
+    plan.reason = "the whole latent fits";
+    return plan;
+  }
+  const int64_t stock_rows = StockDecodedLatents(rows, g);
+  const int64_t stock_cols = StockDecodedLatents(cols, g);
+  bool found = false, found_within_stock = false;
+  TilePlan best;
+  for (int64_t th : Candidates(rows)) {
+    const AxisLayout r = SpreadTiles(rows, th);
+    for (int64_t tw : Candidates(cols)) {
+      const int64_t peak = EstimatePeakBytes(g, r.tile, std::min(tw, cols));
+      if (peak > budget_bytes) continue;
+      const AxisLayout c = SpreadTiles(cols, tw);
+      const bool within_stock = r.decoded() <= stock_rows && c.decoded() <= stock_cols;
+      const int64_t calls = static_cast<int64_t>(r.starts.size() * c.starts.size());
+      // Prefer layouts within the stock budget of decoded latents; then the
+      // fewest calls; then the widest (largest-area) tile.
+      bool better = !found || (within_stock && !found_within_stock);
+      if (found && within_stock == found_within_stock) {
+        better = calls < best.calls() || (calls == best.calls() && r.tile * c.tile > best.rows.tile * best.cols.tile);
+      }
+      if (better) {
+        best.kind = PlanKind::kTiled;
+        best.rows = r;
+        best.cols = c;
+        best.peak_bytes = peak;
+        found = true;
+        found_within_stock = within_stock;
+      }
+    }
+  }
+  if (found) {
+    best.reason = found_within_stock ? "largest seam-free tiles that fit the budget"
+                                     : "seam-free floor tiles (decode more latents than stock)";
+    return best;
+  }
+  plan.kind = PlanKind::kStock;
+  plan.rows = StockLayout(rows, g);
+  plan.cols = StockLayout(cols, g);
+  plan.peak_bytes = EstimatePeakBytes(g, plan.rows.tile, plan.cols.tile);
+  plan.reason = "even the 32-latent floor tile does not fit the budget: stock tiles";
+  return plan;
+}
+
+std::vector<std::vector<float>> AxisBlendWeights(const AxisLayout& layout, int64_t f) {
+  const size_t n = layout.starts.size();
+  std::vector<std::vector<float>> raw(n, std::vector<float>(static_cast<size_t>(layout.tile * f), 1.0f));
+  auto ramp = [f](int64_t pixels_from_edge) {
+    const double latents = static_cast<double>(pixels_from_edge) / static_cast<double>(f);
+    if (latents < kBlendDead) return 0.0f;
+    return static_cast<float>(std::min(1.0, (latents - kBlendDead) / kBlendRamp));
+  };
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t pixels = layout.tile * f;
+    for (int64_t p = 0; p < pixels; ++p) {
+      float w = 1.0f;
+      if (k > 0) w = std::min(w, ramp(p));                       // shares its top/left edge
+      if (k + 1 < n) w = std::min(w, ramp(pixels - 1 - p));      // shares its bottom/right edge
+      raw[k][static_cast<size_t>(p)] = w;
+    }
+  }
+  // Normalise: sum over tiles covering each pixel of the axis.
+  std::vector<double> total(static_cast<size_t>(layout.length * f), 0.0);
+  for (size_t k = 0; k < n; ++k) {
+    for (int64_t p = 0; p < layout.tile * f; ++p) total[static_cast<size_t>(layout.starts[k] * f + p)] += raw[k][p];
+  }
+  for (size_t k = 0; k < n; ++k) {
+    for (int64_t p = 0; p < layout.tile * f; ++p) {
+      const double t = total[static_cast<size_t>(layout.starts[k] * f + p)];
+      raw[k][static_cast<size_t>(p)] = static_cast<float>(raw[k][static_cast<size_t>(p)] / t);
+    }
+  }
+  return raw;
+}
+
+}  // namespace vaedecode::tiling
