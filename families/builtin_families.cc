@@ -1,6 +1,8 @@
 #include "families/builtin_families.h"
 
 #include "families/autoencoder_kl/decoder.h"
+#include "families/qwenimage/decoder.h"
+#include "families/wan/decoder.h"
 
 namespace vaedecode::families {
 
@@ -8,6 +10,8 @@ const Registry& BuiltinFamilies() {
   static const Registry* registry = [] {
     auto* r = new Registry();
     autoencoder_kl::Register(*r);
+    wan::Register(*r);
+    qwenimage::Register(*r);
     return r;
   }();
   return *registry;

@@ -1,0 +1,329 @@
+#include "families/wan/blocks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace vaedecode::families::wan {
+namespace {
+
+// diffusers' CACHE_T: frames a causal conv keeps from the previous chunk.
+constexpr int64_t kCacheFrames = 2;
+// F.normalize's default eps.
+constexpr double kNormalizeEps = 1e-12;
+
+// A stride-1, odd-kernel, "same"-padded 2-D conv through `ops`.
+at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
+  ConvGeometry g;
+  g.padding_h = (conv.weight.size(2) - 1) / 2;
+  g.padding_w = (conv.weight.size(3) - 1) / 2;
+  return ops.Conv(x, conv.weight, conv.bias, g);
+}
+
+torch::nn::Conv2d MakeConv2d(int64_t in, int64_t out, int64_t kernel) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).padding((kernel - 1) / 2));
+}
+
+WanCausalConv3d MakeCausalConv(int64_t in, int64_t out, std::array<int64_t, 3> kernel,
+                               std::array<int64_t, 3> padding) {
+  return WanCausalConv3d(std::make_shared<WanCausalConv3dImpl>(in, out, kernel, padding));
+}
+
+WanCausalConv3d MakeConv3x3x3(int64_t in, int64_t out) { return MakeCausalConv(in, out, {3, 3, 3}, {1, 1, 1}); }
+
+// The last min(2, T) frames of x, completed to 2 frames with the slot's last
+// frame when x has only one (diffusers' "cache last frame of last two chunk").
+at::Tensor FramesToKeep(const at::Tensor& x, const FeatureCache::Slot& slot) {
+  const int64_t t = x.size(2);
+  const int64_t n = std::min(kCacheFrames, t);
+  at::Tensor keep = x.narrow(2, t - n, n).clone();  // [B, C, n, H, W]
+  if (n < kCacheFrames && slot.state == FeatureCache::Slot::State::kFrames) {
+    const at::Tensor& old = slot.frames;
+    keep = at::cat({old.narrow(2, old.size(2) - 1, 1), keep}, 2);
+  }
+  return keep;
+}
+
+}  // namespace
+
+FeatureCache::Slot& FeatureCache::Next() {
+  if (next_ == slots_.size()) slots_.emplace_back();
+  return slots_[next_++];
+}
+
+WanCausalConv3dImpl::WanCausalConv3dImpl(int64_t in_channels, int64_t out_channels,
+                                         std::array<int64_t, 3> kernel, std::array<int64_t, 3> padding)
+    : torch::nn::Conv3dImpl(
+          torch::nn::Conv3dOptions(in_channels, out_channels, {kernel[0], kernel[1], kernel[2]})),
+      causal_pad_t_(2 * padding[0]),
+      pad_h_(padding[1]),
+      pad_w_(padding[2]) {}
+
+at::Tensor WanCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& cache) {
+  at::Tensor input = x;
+  int64_t front = causal_pad_t_;
+  if (cache.defined() && front > 0) {
+    input = at::cat({cache.to(x.scalar_type()), x}, 2);  // [B, C, cached + T, H, W]
+    front -= cache.size(2);
+  }
+  TORCH_CHECK(front >= 0, "a causal conv got ", cache.size(2), " cached frames for ", causal_pad_t_, " of padding");
+  if (front > 0) input = at::constant_pad_nd(input, {0, 0, 0, 0, front, 0}, 0);
+  // Time is fully padded now; H (sharded) and W pad as a "same" conv.
+  ConvGeometry g;
+  g.padding_h = pad_h_;
+  g.padding_w = pad_w_;
+  return ops.Conv(input, weight, bias, g);  // [B, C', T, H, W]
+}
+
+at::Tensor WanCausalConv3dImpl::ForwardCached(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
+  FeatureCache::Slot& slot = cache.Next();
+  at::Tensor keep = FramesToKeep(x, slot);
+  const bool cached = slot.state == FeatureCache::Slot::State::kFrames;
+  at::Tensor out = forward(x, ops, cached ? slot.frames : at::Tensor());
+  slot.state = FeatureCache::Slot::State::kFrames;
+  slot.frames = std::move(keep);
+  return out;
+}
+
+WanRMSNormImpl::WanRMSNormImpl(int64_t dim, bool images) : scale_(std::sqrt(static_cast<double>(dim))) {
+  gamma = register_parameter("gamma", images ? at::ones({dim, 1, 1}) : at::ones({dim, 1, 1, 1}));
+}
+
+at::Tensor WanRMSNormImpl::forward(const at::Tensor& x) {
+  // diffusers normalises reduced-precision inputs in fp32.
+  const bool upcast = x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf;
+  const at::Tensor in = upcast ? x.to(at::kFloat) : x;
+  // F.normalize(in, dim=1): in / max(‖in‖₂ over channels, eps).
+  const at::Tensor denom = in.norm(2.0, {1}, /*keepdim=*/true).clamp_min(kNormalizeEps).expand_as(in);
+  const at::Tensor normalized = (in / denom).to(x.scalar_type());
+  return normalized * scale_ * gamma;
+}
+
+WanResidualBlockImpl::WanResidualBlockImpl(int64_t in_dim, int64_t out_dim) {
+  norm1 = register_module("norm1", WanRMSNorm(in_dim, /*images=*/false));
+  conv1 = register_module("conv1", MakeConv3x3x3(in_dim, out_dim));
+  norm2 = register_module("norm2", WanRMSNorm(out_dim, /*images=*/false));
+  conv2 = register_module("conv2", MakeConv3x3x3(out_dim, out_dim));
+  if (in_dim != out_dim) {
+    conv_shortcut = register_module("conv_shortcut", MakeCausalConv(in_dim, out_dim, {1, 1, 1}, {0, 0, 0}));
+  }
+}
+
+at::Tensor WanResidualBlockImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
+  const at::Tensor shortcut = conv_shortcut ? conv_shortcut->forward(x, ops) : x;  // no cache: 1x1x1
+  at::Tensor h = at::silu(norm1->forward(x));
+  h = conv1->ForwardCached(h, ops, cache);
+  h = at::silu(norm2->forward(h));
+  h = conv2->ForwardCached(h, ops, cache);
+  return h + shortcut;
+}
+
+WanAttentionBlockImpl::WanAttentionBlockImpl(int64_t dim) {
+  norm = register_module("norm", WanRMSNorm(dim, /*images=*/true));
+  to_qkv = register_module("to_qkv", MakeConv2d(dim, dim * 3, 1));
+  proj = register_module("proj", MakeConv2d(dim, dim, 1));
+}
+
+at::Tensor WanAttentionBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
+  at::Tensor frames = x.permute({0, 2, 1, 3, 4}).reshape({b * t, c, h, w});  // [B·T, C, H, W]
+  frames = norm->forward(frames);
+  at::Tensor qkv = RunConv2d(ops, *to_qkv, frames);                                // [B·T, 3C, H, W]
+  qkv = qkv.reshape({b * t, 1, 3 * c, h * w}).permute({0, 1, 3, 2}).contiguous();  // [B·T, 1, H·W, 3C]
+  const std::vector<at::Tensor> q_k_v = qkv.chunk(3, -1);                          // 3 x [B·T, 1, H·W, C]
+  // Tokens are a frame's pixels in row-major order: a row band is a contiguous run.
+  at::Tensor out = ops.Attention(q_k_v[0], q_k_v[1], q_k_v[2], /*tokens_per_row=*/w);  // [B·T, 1, H·W, C]
+  out = out.squeeze(1).permute({0, 2, 1}).reshape({b * t, c, h, w});
+  out = RunConv2d(ops, *proj, out);                                 // [B·T, C, H, W]
+  out = out.view({b, t, c, h, w}).permute({0, 2, 1, 3, 4});        // [B, C, T, H, W]
+  return out + x;
+}
+
+WanMidBlockImpl::WanMidBlockImpl(int64_t dim) {
+  attentions = register_module("attentions", torch::nn::ModuleList());
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  resnets->push_back(WanResidualBlock(dim, dim));
+  attentions->push_back(WanAttentionBlock(dim));
+  resnets->push_back(WanResidualBlock(dim, dim));
+}
+
+at::Tensor WanMidBlockImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
+  at::Tensor h = resnets[0]->as<WanResidualBlockImpl>()->forward(x, ops, cache);
+  h = attentions[0]->as<WanAttentionBlockImpl>()->forward(h, ops);
+  return resnets[1]->as<WanResidualBlockImpl>()->forward(h, ops, cache);
+}
+
+at::Tensor WanUpsampleImpl::forward(const at::Tensor& x) {
+  const at::Tensor in = x.to(at::kFloat);
+  return at::upsample_nearest2d(in, {in.size(2) * 2, in.size(3) * 2}).to(x.scalar_type());
+}
+
+WanResampleImpl::WanResampleImpl(int64_t dim, ResampleMode mode, int64_t out_dim) {
+  TORCH_CHECK(mode != ResampleMode::kNone, "WanResample needs an upsample mode");
+  resample = register_module("resample", torch::nn::ModuleList());
+  resample->push_back(WanUpsample());
+  resample->push_back(MakeConv2d(dim, out_dim, 3));
+  if (mode == ResampleMode::kUpsample3d) {
+    time_conv = register_module("time_conv", MakeCausalConv(dim, dim * 2, {3, 1, 1}, {1, 0, 0}));
+  }
+}
+
+at::Tensor WanResampleImpl::UpsampleTime(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
+  using State = FeatureCache::Slot::State;
+  FeatureCache::Slot& slot = cache.Next();
+  if (slot.state == State::kEmpty) {
+    // The first chunk stays one frame; later chunks double.
+    slot.state = State::kRepeat;
+    return x;
+  }
+  const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
+  at::Tensor keep = FramesToKeep(x, slot);
+  if (keep.size(2) < kCacheFrames) keep = at::cat({at::zeros_like(keep), keep}, 2);  // after "Rep"
+  at::Tensor y = time_conv->forward(x, ops, slot.state == State::kFrames ? slot.frames : at::Tensor());
+  slot.state = State::kFrames;
+  slot.frames = std::move(keep);
+  // [B, 2C, T, H, W]: channel j·C + c is frame 2t + j of channel c.
+  y = y.reshape({b, 2, c, t, h, w});
+  y = at::stack({y.select(1, 0), y.select(1, 1)}, 3);  // [B, C, T, 2, H, W]
+  return y.reshape({b, c, t * 2, h, w});
+}
+
+at::Tensor WanResampleImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
+  const at::Tensor in = time_conv ? UpsampleTime(x, ops, cache) : x;  // [B, C, T', H, W]
+  const int64_t b = in.size(0), c = in.size(1), t = in.size(2);
+  at::Tensor frames = in.permute({0, 2, 1, 3, 4}).reshape({b * t, c, in.size(3), in.size(4)});  // [B·T', C, H, W]
+  frames = resample[0]->as<WanUpsampleImpl>()->forward(frames);                                 // [B·T', C, 2H, 2W]
+  frames = RunConv2d(ops, *resample[1]->as<torch::nn::Conv2dImpl>(), frames);                  // [B·T', C', 2H, 2W]
+  return frames.view({b, t, frames.size(1), frames.size(2), frames.size(3)}).permute({0, 2, 1, 3, 4});
+}
+
+DupUp3DImpl::DupUp3DImpl(int64_t in_channels, int64_t out_channels, int64_t factor_t, int64_t factor_s)
+    : out_channels_(out_channels), factor_t_(factor_t), factor_s_(factor_s) {
+  const int64_t factor = factor_t * factor_s * factor_s;
+  TORCH_CHECK(out_channels * factor % in_channels == 0, "DupUp3D: ", out_channels, "·", factor,
+              " is not a multiple of ", in_channels);
+  repeats_ = out_channels * factor / in_channels;
+}
+
+at::Tensor DupUp3DImpl::forward(const at::Tensor& x, bool first_chunk) {
+  const int64_t b = x.size(0), t = x.size(2), h = x.size(3), w = x.size(4);
+  at::Tensor y = x.repeat_interleave(repeats_, 1);  // [B, C·r, T, H, W]
+  y = y.reshape({b, out_channels_, factor_t_, factor_s_, factor_s_, t, h, w});
+  y = y.permute({0, 1, 5, 2, 6, 3, 7, 4}).contiguous();  // [B, C', T, ft, H, fs, W, fs]
+  y = y.view({b, out_channels_, t * factor_t_, h * factor_s_, w * factor_s_});
+  // The first chunk's upsamplers did not double time: keep its last frame.
+  if (first_chunk) y = y.narrow(2, factor_t_ - 1, y.size(2) - (factor_t_ - 1));
+  return y;
+}
+
+WanUpBlockImpl::WanUpBlockImpl(int64_t in_dim, int64_t out_dim, int64_t num_res_blocks, ResampleMode mode) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  upsamplers = register_module("upsamplers", torch::nn::ModuleList());
+  int64_t dim = in_dim;
+  for (int64_t i = 0; i <= num_res_blocks; ++i) {
+    resnets->push_back(WanResidualBlock(dim, out_dim));
+    dim = out_dim;
+  }
+  // Wan 2.1's upsamplers halve the width (upsample_out_dim = dim // 2).
+  if (mode != ResampleMode::kNone) upsamplers->push_back(WanResample(out_dim, mode, out_dim / 2));
+}
+
+at::Tensor WanUpBlockImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<WanResidualBlockImpl>()->forward(h, ops, cache);
+  for (const auto& up : *upsamplers) h = up->as<WanResampleImpl>()->forward(h, ops, cache);
+  return h;
+}
+
+WanResidualUpBlockImpl::WanResidualUpBlockImpl(int64_t in_dim, int64_t out_dim, int64_t num_res_blocks,
+                                               ResampleMode mode) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  int64_t dim = in_dim;
+  for (int64_t i = 0; i <= num_res_blocks; ++i) {
+    resnets->push_back(WanResidualBlock(dim, out_dim));
+    dim = out_dim;
+  }
+  if (mode != ResampleMode::kNone) {
+    upsampler = register_module("upsampler", WanResample(out_dim, mode, out_dim));
+    const int64_t factor_t = mode == ResampleMode::kUpsample3d ? 2 : 1;
+    avg_shortcut = register_module("avg_shortcut", DupUp3D(in_dim, out_dim, factor_t, 2));
+  }
+}
+
+at::Tensor WanResidualUpBlockImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache,
+                                           bool first_chunk) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<WanResidualBlockImpl>()->forward(h, ops, cache);
+  if (upsampler) h = upsampler->forward(h, ops, cache);
+  if (avg_shortcut) h = h + avg_shortcut->forward(x, first_chunk);
+  return h;
+}
+
+WanDecoder3dImpl::WanDecoder3dImpl(const WanConfig& c) {
+  const std::vector<int64_t> dims = c.decoder_dims();  // [mid, block 0 out, ..., block L-1 out]
+  const int64_t levels = c.levels();
+  const bool residual = c.up_block_type() == UpBlockType::kResidualUpBlock;
+  conv_in = register_module("conv_in", MakeConv3x3x3(c.z_dim, dims[0]));
+  mid_block = register_module("mid_block", WanMidBlock(dims[0]));
+  up_blocks = register_module("up_blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < levels; ++i) {
+    // Wan 2.1's upsamplers halve the width; the next block widens it again.
+    const int64_t in_dim = (i > 0 && !residual) ? dims[i] / 2 : dims[i];
+    const ResampleMode mode = i == levels - 1              ? ResampleMode::kNone
+                              : c.up_block_upsamples_time(i) ? ResampleMode::kUpsample3d
+                                                             : ResampleMode::kUpsample2d;
+    if (residual) {
+      up_blocks->push_back(WanResidualUpBlock(in_dim, dims[i + 1], c.num_res_blocks, mode));
+    } else {
+      up_blocks->push_back(WanUpBlock(in_dim, dims[i + 1], c.num_res_blocks, mode));
+    }
+  }
+  norm_out = register_module("norm_out", WanRMSNorm(dims.back(), /*images=*/false));
+  conv_out = register_module("conv_out", MakeConv3x3x3(dims.back(), c.out_channels));
+}
+
+at::Tensor WanDecoder3dImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache, bool first_chunk) {
+  at::Tensor h = conv_in->ForwardCached(x, ops, cache);  // [B, C, 1, h, w]
+  h = mid_block->forward(h, ops, cache);
+  for (const auto& block : *up_blocks) {
+    if (auto* up = block->as<WanUpBlockImpl>()) {
+      h = up->forward(h, ops, cache);
+    } else {
+      h = block->as<WanResidualUpBlockImpl>()->forward(h, ops, cache, first_chunk);
+    }
+  }
+  h = at::silu(norm_out->forward(h));
+  return conv_out->ForwardCached(h, ops, cache);  // [B, out_channels, T', H, W]
+}
+
+AutoencoderKLWanImpl::AutoencoderKLWanImpl(const WanConfig& c) : patch_size_(c.patch()) {
+  decoder = register_module("decoder", WanDecoder3d(c));
+  post_quant_conv = register_module("post_quant_conv", MakeCausalConv(c.z_dim, c.z_dim, {1, 1, 1}, {0, 0, 0}));
+}
+
+at::Tensor AutoencoderKLWanImpl::Decode(const at::Tensor& z, LayerOps& ops) {
+  const at::Tensor x = post_quant_conv->forward(z, ops);  // [B, z, T, h, w]
+  FeatureCache cache;
+  std::vector<at::Tensor> chunks;
+  for (int64_t i = 0; i < x.size(2); ++i) {
+    cache.BeginChunk();
+    chunks.push_back(decoder->forward(x.narrow(2, i, 1), ops, cache, /*first_chunk=*/i == 0));
+    TORCH_CHECK(cache.used() == cache.size(), "chunk ", i, " visited ", cache.used(), " of ", cache.size(),
+                " cached layers");
+  }
+  at::Tensor out = chunks.size() == 1 ? chunks[0] : at::cat(chunks, 2);  // [B, C·P·P, T', H, W]
+  out = Unpatchify(out, patch_size_);
+  return at::clamp(out, -1.0, 1.0);
+}
+
+at::Tensor Unpatchify(const at::Tensor& x, int64_t p) {
+  if (p == 1) return x;
+  const int64_t b = x.size(0), c = x.size(1) / (p * p), f = x.size(2), h = x.size(3), w = x.size(4);
+  at::Tensor y = x.reshape({b, c, p, p, f, h, w});  // [B, C, dx, dy, F, H, W]
+  y = y.permute({0, 1, 4, 5, 3, 6, 2}).contiguous();  // [B, C, F, H, dy, W, dx]
+  return y.view({b, c, f, h * p, w * p});
+}
+
+}  // namespace vaedecode::families::wan

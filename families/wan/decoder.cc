@@ -1,0 +1,103 @@
+#include "families/wan/decoder.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "families/wan/adapter.h"
+#include "families/wan/blocks.h"
+#include "families/weight_loading.h"
+
+namespace vaedecode::families::wan {
+
+const WanFamily& WanFamilySpec() {
+  static const WanFamily* spec =
+      new WanFamily{"wan", "AutoencoderKLWan", {UpBlockType::kUpBlock, UpBlockType::kResidualUpBlock}};
+  return *spec;
+}
+
+absl::StatusOr<std::unique_ptr<WanDecoder>> WanDecoder::Create(const WanFamily& family, WanConfig config,
+                                                               std::string config_json) {
+  const UpBlockType wanted = config.up_block_type();
+  if (std::find(family.up_blocks.begin(), family.up_blocks.end(), wanted) == family.up_blocks.end()) {
+    std::vector<std::string> accepted;
+    for (UpBlockType t : family.up_blocks) accepted.push_back(UpBlockTypeName(t));
+    return absl::InvalidArgumentError(absl::StrCat(family.diffusers_class, " config needs ", UpBlockTypeName(wanted),
+                                                   " blocks; this family is built from ",
+                                                   absl::StrJoin(accepted, ", ")));
+  }
+  return std::unique_ptr<WanDecoder>(new WanDecoder(family, std::move(config), std::move(config_json)));
+}
+
+WanDecoder::WanDecoder(const WanFamily& family, WanConfig config, std::string config_json)
+    : config_(std::move(config)), module_(std::make_shared<AutoencoderKLWanImpl>(config_)) {
+  module_->eval();
+  info_.family = family.family;
+  info_.diffusers_class = family.diffusers_class;
+  info_.config_json = std::move(config_json);
+  info_.latent_channels = config_.z_dim;
+  info_.out_channels = config_.image_channels();
+  info_.spatial_factor = config_.spatial_factor();
+  info_.temporal_factor = config_.temporal_factor();
+  info_.is_video = true;
+  info_.scaling_factor = 1.0;
+  info_.parameter_count = CountParameters(*module_);
+  info_.raw_to_vae_formula = "z / (1 / latents_std) + latents_mean";
+}
+
+WanDecoder::~WanDecoder() = default;
+
+torch::nn::Module& WanDecoder::module() { return *module_; }
+
+at::Tensor WanDecoder::ToVaeSpace(const at::Tensor& raw) const {
+  // As WanPipeline / QwenImagePipeline write it, in fp32:
+  // std = 1.0 / tensor(latents_std); latents / std + mean.
+  const int64_t c = config_.z_dim;
+  const at::Tensor mean = at::tensor(config_.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  const at::Tensor inv_std =
+      at::reciprocal(at::tensor(config_.latents_std, at::kDouble).to(at::kFloat)).view({1, c, 1, 1, 1});
+  return raw.to(at::kFloat) / inv_std + mean;
+}
+
+at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) {
+  at::NoGradGuard no_grad;
+  return module_->Decode(z.to(dtype_), ops);
+}
+
+absl::Status WanDecoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
+  return wan::CheckExactSharding(config_, latent_shape, world_size);
+}
+
+void WanDecoder::ToDtype(at::ScalarType dtype) {
+  module_->to(dtype);
+  dtype_ = dtype;
+}
+
+absl::StatusOr<std::unique_ptr<Decoder>> LoadWanFamily(const WanFamily& family, const WanConfig& config,
+                                                       const ModelFiles& files, const LoadOptions& options) {
+  absl::StatusOr<std::unique_ptr<WanDecoder>> decoder = WanDecoder::Create(family, config, files.config().dump(2));
+  if (!decoder.ok()) return decoder.status();
+  // decode() never touches the encoder side; those keys are ignored by name.
+  IgnoreRules ignore{{"encoder.", "quant_conv."}, {}};
+  absl::Status loaded =
+      LoadStrict((*decoder)->module(), files.tensors(), ignore, absl::StrCat(files.vae_dir(), " weights"));
+  if (!loaded.ok()) return loaded;
+  if (options.dtype != at::kFloat) (*decoder)->ToDtype(options.dtype);
+  return std::unique_ptr<Decoder>(std::move(*decoder));
+}
+
+absl::StatusOr<std::unique_ptr<Decoder>> LoadWan(const ModelFiles& files, const LoadOptions& options) {
+  absl::StatusOr<WanConfig> config = WanConfig::FromJson(files.config(), files.config_path());
+  if (!config.ok()) return config.status();
+  return LoadWanFamily(WanFamilySpec(), *config, files, options);
+}
+
+void Register(Registry& registry) {
+  const WanFamily& spec = WanFamilySpec();
+  registry.Register({spec.family, {spec.diffusers_class}, &LoadWan});
+}
+
+}  // namespace vaedecode::families::wan

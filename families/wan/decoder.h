@@ -1,0 +1,81 @@
+#pragma once
+
+// The Wan family: diffusers' AutoencoderKLWan decode path (post_quant_conv,
+// then WanDecoder3d one latent frame at a time with a causal feature cache,
+// the Wan 2.2 unpatchify, the clamp to [-1, 1]) for Wan 2.1 and Wan 2.2
+// configs. Qwen-Image (families/qwenimage) builds the same decoder from its
+// own config and names the block types it accepts.
+//
+// This header is free of torch::nn so that families built on Wan stay cheap
+// to compile; the modules are in families/wan/blocks.h.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "families/decoder.h"
+#include "families/registry.h"
+#include "families/wan/config.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace vaedecode::families::wan {
+
+class AutoencoderKLWanImpl;
+
+// A family built on the Wan blocks: its registry name, its diffusers class,
+// and the up-block classes its checkpoints are made of.
+struct WanFamily {
+  std::string family;           // ModelInfo::family, e.g. "wan"
+  std::string diffusers_class;  // config "_class_name", e.g. "AutoencoderKLWan"
+  std::vector<UpBlockType> up_blocks;
+};
+
+// "wan": AutoencoderKLWan with WanUpBlock (2.1) or WanResidualUpBlock (2.2).
+const WanFamily& WanFamilySpec();
+
+class WanDecoder final : public Decoder {
+ public:
+  // A decoder with default-initialised weights (callers load or fill them).
+  // INVALID_ARGUMENT when `config` needs an up-block type `family` does not accept.
+  static absl::StatusOr<std::unique_ptr<WanDecoder>> Create(const WanFamily& family, WanConfig config,
+                                                            std::string config_json);
+  ~WanDecoder() override;
+
+  const ModelInfo& info() const override { return info_; }
+  // The pipelines' de-normalisation: z / (1 / latents_std) + latents_mean, per channel.
+  at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
+  // Fresh feature cache per call; the module holds no decode state.
+  at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
+  void ToDtype(at::ScalarType dtype) override;
+  at::ScalarType dtype() const override { return dtype_; }
+  absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
+
+  const WanConfig& config() const { return config_; }
+  // The decode side of the diffusers model, named as its state dict
+  // (decoder.*, post_quant_conv.*).
+  torch::nn::Module& module();
+
+ private:
+  WanDecoder(const WanFamily& family, WanConfig config, std::string config_json);
+
+  WanConfig config_;
+  std::shared_ptr<AutoencoderKLWanImpl> module_;
+  ModelInfo info_;
+  at::ScalarType dtype_ = at::kFloat;
+};
+
+// Builds a `family` decoder for `config` and loads it strictly from `files`
+// (encoder.* and quant_conv.* ignored by name).
+absl::StatusOr<std::unique_ptr<Decoder>> LoadWanFamily(const WanFamily& family, const WanConfig& config,
+                                                       const ModelFiles& files, const LoadOptions& options);
+
+// Loads an AutoencoderKLWan from diffusers files.
+absl::StatusOr<std::unique_ptr<Decoder>> LoadWan(const ModelFiles& files, const LoadOptions& options);
+
+void Register(Registry& registry);
+
+}  // namespace vaedecode::families::wan
