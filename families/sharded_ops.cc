@@ -66,7 +66,9 @@ at::Tensor ShardedOps::Attention(const at::Tensor& q, const at::Tensor& k, const
   const parallel::ShardSpec spec = SpecForRows(local_tokens / tokens_per_row, /*axis=*/0);
   std::vector<int64_t> token_sizes = spec.sizes();
   for (int64_t& s : token_sizes) s *= tokens_per_row;
-  auto [k_all, v_all] = ValueOrThrow(parallel::AllGatherKV(comm_, k, v, token_sizes));
+  double signal = (cancelled_ != nullptr && cancelled_->load()) ? 1.0 : 0.0;
+  auto [k_all, v_all] = ValueOrThrow(parallel::AllGatherKV(comm_, k, v, token_sizes, &signal));
+  if (signal != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
   // Local queries against every key; the output stays local.
   return ScaledDotProductAttention(q, k_all, v_all);
 }

@@ -37,8 +37,10 @@ class ShardedOps final : public LayerOps {
   parallel::ShardSpec SpecForRows(int64_t local_rows, int axis) const;
 
   // Leader: when *cancelled becomes true, every rank of the group throws
-  // StatusError(CANCELLED) at the next GroupNorm, together (the flag rides in
-  // that norm's collective), so the group stays in step. Peers pass nothing.
+  // StatusError(CANCELLED) at the next GroupNorm or attention, together (the
+  // flag rides in that op's all-gather), so the group stays in step. A
+  // family with neither (LTX-2) can only be cancelled between jobs. Peers
+  // pass nothing.
   void set_cancel_flag(const std::atomic<bool>* cancelled) { cancelled_ = cancelled; }
 
  private:

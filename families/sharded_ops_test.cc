@@ -4,6 +4,8 @@
 
 #include "families/sharded_ops.h"
 
+#include <atomic>
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -130,6 +132,32 @@ TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
     }, absl::Seconds(60));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
+}
+
+TEST(ShardedAttention, TheLeadersCancelFlagStopsEveryRankAtTheSameOp) {
+  absl::Status s = parallel::testing::RunRanks(3, [](int rank, int w, int port) -> absl::Status {
+    parallel::GlooOptions o;
+    o.rank = rank;
+    o.world_size = w;
+    o.store_port = port;
+    o.timeout = absl::Seconds(20);
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+    if (!comm.ok()) return comm.status();
+    parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+    ShardedOps sharded(**comm, spec);
+    std::atomic<bool> cancelled{true};
+    if (rank == 0) sharded.set_cancel_flag(&cancelled);
+    const int64_t tokens = spec.local_rows() * 4;
+    at::Tensor q = at::randn({1, 1, tokens, 8});
+    try {
+      sharded.Attention(q, q, q, 4);
+    } catch (const StatusError& e) {
+      if (e.status().code() == absl::StatusCode::kCancelled) return absl::OkStatus();
+      return e.status();
+    }
+    return absl::InternalError("attention ran to completion despite the leader's cancel flag");
+  }, absl::Seconds(30));
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(ShardedConvRefusal, CircularPaddingIsRefused) {

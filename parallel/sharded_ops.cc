@@ -133,14 +133,30 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
 absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm,
                                                               const at::Tensor& k,
                                                               const at::Tensor& v,
-                                                              absl::Span<const int64_t> token_sizes) {
+                                                              absl::Span<const int64_t> token_sizes,
+                                                              double* leader_signal) {
   if (comm.world_size() == 1) return std::make_pair(k, v);
   const int64_t token_dim = k.dim() - 2;
   // One collective for both: [N, 2, B, heads, D].
-  const at::Tensor kv = RowsFirst(at::stack({k, v}), token_dim + 1);
-  absl::StatusOr<at::Tensor> all = comm.AllGather(kv, token_sizes, CallKind::kAttentionKV);
+  at::Tensor kv = RowsFirst(at::stack({k, v}), token_dim + 1);
+  std::vector<int64_t> sizes(token_sizes.begin(), token_sizes.end());
+  if (leader_signal != nullptr) {
+    // The leader appends one extra row whose first value is its signal.
+    sizes[0] += 1;
+    if (comm.rank() == 0) {
+      at::Tensor extra = at::zeros({1, kv.size(1), kv.size(2), kv.size(3), kv.size(4)}, kv.options());
+      extra.view({-1})[0] = *leader_signal;
+      kv = at::cat({kv, extra});
+    }
+  }
+  absl::StatusOr<at::Tensor> all = comm.AllGather(kv, sizes, CallKind::kAttentionKV);
   if (!all.ok()) return all.status();
-  const at::Tensor back = all->movedim(0, token_dim + 1);  // [2, B, heads, N_total, D]
+  at::Tensor rows = *all;
+  if (leader_signal != nullptr) {
+    *leader_signal = rows[token_sizes[0]].view({-1})[0].item<double>();
+    rows = at::cat({rows.narrow(0, 0, token_sizes[0]), rows.narrow(0, token_sizes[0] + 1, rows.size(0) - token_sizes[0] - 1)});
+  }
+  const at::Tensor back = rows.movedim(0, token_dim + 1);  // [2, B, heads, N_total, D]
   return std::make_pair(back.select(0, 0), back.select(0, 1));
 }
 

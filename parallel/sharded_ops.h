@@ -47,10 +47,12 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
 // K and V of every rank, stacked into one uneven all-gather along the token
 // dim (-2 of [B, heads, N, D]); `token_sizes[r]` tokens come from rank r.
 // Returns (K_global, V_global) with no transport padding.
+// `leader_signal` as in ShardedGroupNorm (one extra row from the leader).
 absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm,
                                                               const at::Tensor& k,
                                                               const at::Tensor& v,
-                                                              absl::Span<const int64_t> token_sizes);
+                                                              absl::Span<const int64_t> token_sizes,
+                                                              double* leader_signal = nullptr);
 
 // The decoded rows of every rank concatenated along spec.axis on `root`;
 // an undefined tensor on the other ranks.
