@@ -29,6 +29,12 @@ class CountingCpuAllocator final : public c10::Allocator {
   // Starts a new peak window at the current usage.
   void ResetPeak() { peak_.store(current_bytes(), std::memory_order_relaxed); }
 
+  // A budget for CPU serving and tests of the out-of-memory path: an
+  // allocation that would take live bytes above `bytes` fails like a real
+  // out-of-memory (c10::Error "out of memory"). 0 removes the limit.
+  void set_limit_bytes(int64_t bytes) { limit_.store(bytes, std::memory_order_relaxed); }
+  int64_t limit_bytes() const { return limit_.load(std::memory_order_relaxed); }
+
   c10::DataPtr allocate(size_t nbytes) const override;
   c10::DeleterFnPtr raw_deleter() const override;
   // Required by LibTorch >= 2.3 (pure virtual there); plain member on 1.13.
@@ -40,6 +46,7 @@ class CountingCpuAllocator final : public c10::Allocator {
 
   mutable std::atomic<int64_t> current_{0};
   mutable std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> limit_{0};
 };
 
 }  // namespace vaedecode::worker

@@ -25,6 +25,21 @@ TEST(CountingCpuAllocator, CountsLiveAndPeakBytes) {
   EXPECT_EQ(a.peak_bytes(), a.current_bytes());
 }
 
+TEST(CountingCpuAllocator, ABudgetFailsAllocationsLikeOutOfMemory) {
+  CountingCpuAllocator& a = CountingCpuAllocator::Install();
+  a.set_limit_bytes(a.current_bytes() + (8 << 20));
+  at::Tensor fits = at::empty({1 << 20}, at::kFloat);  // 4 MiB
+  try {
+    at::Tensor too_much = at::empty({2 << 20}, at::kFloat);  // 8 MiB more
+    ADD_FAILURE() << "allocation above the budget succeeded";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  }
+  a.set_limit_bytes(0);
+  at::Tensor now_fine = at::empty({2 << 20}, at::kFloat);
+  EXPECT_EQ(now_fine.numel(), 2 << 20);
+}
+
 TEST(CountingCpuAllocator, TensorsStillWork) {
   CountingCpuAllocator::Install();
   at::Tensor x = at::arange(10, at::kFloat);

@@ -1,0 +1,42 @@
+#pragma once
+
+// Executes a TilePlan: decodes every tile of the latent with the family's
+// own decoder and blends the tiles into the output with the plan's weights
+// (vectorised over each tile: one multiply-add of the tile by the outer
+// product of its row and column weights).
+//
+// Works for image (NCHW) and video (NCTHW) latents: tiles are spatial only.
+// DecodeTiles may throw c10::Error / StatusError like any decode: the caller
+// runs it inside worker::CatchExceptions.
+
+#include <functional>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "families/decoder.h"
+#include "families/layer_ops.h"
+#include "tiling/planner.h"
+
+namespace vaedecode::tiling {
+
+// `z` is in VAE space and the decoder's dtype.
+at::Tensor DecodeTiles(families::Decoder& decoder, const at::Tensor& z, const TilePlan& plan,
+                       families::LayerOps& ops);
+
+struct TiledResult {
+  at::Tensor sample;
+  TilePlan plan;        // the plan that succeeded
+  int retries = 0;      // out-of-memory retries taken (floor tile, then stock)
+};
+
+// One decode attempt with a plan, exceptions already turned into a Status
+// (the worker wraps DecodeTiles in its job wrapper).
+using TileAttempt = std::function<absl::StatusOr<at::Tensor>(const TilePlan&)>;
+
+// The OOM ladder: runs `attempt` with `plan`; on RESOURCE_EXHAUSTED retries
+// with floor tiles, then with the stock layout. Other errors return at once.
+absl::StatusOr<TiledResult> RunOomLadder(const TilePlan& plan, const FamilyGeometry& geometry,
+                                         const TileAttempt& attempt);
+
+}  // namespace vaedecode::tiling

@@ -1,0 +1,127 @@
+// Tiled decode against the dense decode on a real (seeded) AutoencoderKL:
+// close to dense, no seams at tile boundaries, and the out-of-memory ladder
+// driven by an allocator that fails above a threshold.
+
+#include "tiling/tiled_decode.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "families/autoencoder_kl/embedded_default.h"
+#include "worker/counting_cpu_allocator.h"
+#include "worker/decode_job.h"
+
+namespace vaedecode::tiling {
+namespace {
+
+std::unique_ptr<families::Decoder> SmallDecoder() {
+  families::autoencoder_kl::AutoencoderKLConfig c;
+  c.block_out_channels = {16, 32};
+  c.layers_per_block = 1;
+  c.norm_num_groups = 8;
+  return families::autoencoder_kl::MakeSeededAutoencoderKL(c, 42);
+}
+
+FamilyGeometry SmallGeometry(const families::Decoder& d) {
+  FamilyGeometry g;
+  g.spatial_factor = d.info().spatial_factor;
+  g.stock_tile = 32;
+  g.stock_stride = 24;
+  g.peak_bytes_per_latent = 40e3;
+  return g;
+}
+
+double Psnr(const at::Tensor& a, const at::Tensor& b) {
+  const double range = (b.max() - b.min()).item<double>();
+  const double mse = (a - b).pow(2).mean().item<double>();
+  return 10 * std::log10(range * range / mse);
+}
+
+at::Tensor Latent(int64_t h, int64_t w) {
+  at::manual_seed(7);
+  return at::randn({1, 4, h, w});
+}
+
+TEST(DecodeTiles, UntiledPlanIsTheDenseDecode) {
+  auto decoder = SmallDecoder();
+  const at::Tensor z = Latent(20, 24);
+  families::DenseOps ops;
+  TilePlan plan = PlanTiles(20, 24, SmallGeometry(*decoder), int64_t{1} << 40);
+  ASSERT_EQ(plan.kind, PlanKind::kUntiled);
+  EXPECT_TRUE(DecodeTiles(*decoder, z, plan, ops).equal(decoder->Decode(z, ops)));
+}
+
+TEST(DecodeTiles, LargeLatentTiledIsCloseToDenseWithoutSeams) {
+  auto decoder = SmallDecoder();
+  const FamilyGeometry g = SmallGeometry(*decoder);
+  const at::Tensor z = Latent(96, 80);
+  families::DenseOps ops;
+  const TilePlan plan = PlanTiles(96, 80, g, EstimatePeakBytes(g, 48, 48));
+  ASSERT_EQ(plan.kind, PlanKind::kTiled);
+  ASSERT_GT(plan.calls(), 1);
+  const at::Tensor dense = decoder->Decode(z, ops);
+  const at::Tensor tiled = DecodeTiles(*decoder, z, plan, ops);
+  ASSERT_EQ(tiled.sizes(), dense.sizes());
+  EXPECT_GE(Psnr(tiled, dense), 40.0) << plan.rows.tile << "x" << plan.cols.tile << " tiles";
+
+  // No seam: at every pixel row where a tile's contribution starts or ends,
+  // the mean absolute jump between adjacent rows is no larger than between
+  // the rows around it (within noise).
+  const int64_t f = g.spatial_factor;
+  auto row_jump = [&](int64_t r) {
+    return (tiled.select(2, r + 1) - tiled.select(2, r)).abs().mean().item<double>();
+  };
+  for (size_t k = 1; k < plan.rows.starts.size(); ++k) {
+    for (int64_t boundary : {(plan.rows.starts[k] + kBlendDead) * f, (plan.rows.starts[k - 1] + plan.rows.tile - kBlendDead) * f}) {
+      double around = 0;
+      for (int64_t d : {-3, -2, 2, 3}) around = std::max(around, row_jump(boundary + d));
+      EXPECT_LE(row_jump(boundary - 1), 1.5 * around) << "seam at pixel row " << boundary;
+    }
+  }
+}
+
+TEST(RunOomLadder, RetriesAtTheFloorThenStockOnOutOfMemory) {
+  auto decoder = SmallDecoder();
+  const FamilyGeometry g = SmallGeometry(*decoder);
+  const at::Tensor z = Latent(96, 80);
+  families::DenseOps ops;
+  worker::CountingCpuAllocator& allocator = worker::CountingCpuAllocator::Install();
+
+  // Measure one floor tile's decode peak, then allow a bit more than that.
+  allocator.ResetPeak();
+  const int64_t base = allocator.current_bytes();
+  decoder->Decode(z.narrow(2, 0, kFloorTile).narrow(3, 0, kFloorTile).contiguous(), ops);
+  const int64_t floor_peak = allocator.peak_bytes() - base;
+
+  const TilePlan wide = PlanTiles(96, 80, g, EstimatePeakBytes(g, 96, 64));  // big tiles
+  ASSERT_EQ(wide.kind, PlanKind::kTiled);
+  ASSERT_GT(wide.rows.tile * wide.cols.tile, 2 * kFloorTile * kFloorTile);
+  int attempts = 0;
+  allocator.set_limit_bytes(base + floor_peak * 3 / 2 + 6 * 3 * 96 * 8 * 80 * 8 * 4);  // + the output
+  absl::StatusOr<TiledResult> result = RunOomLadder(wide, g, [&](const TilePlan& plan) -> absl::StatusOr<at::Tensor> {
+    ++attempts;
+    at::Tensor out;
+    absl::Status s = worker::CatchExceptions("tiled decode", [&] { out = DecodeTiles(*decoder, z, plan, ops); });
+    if (!s.ok()) return s;
+    return out;
+  });
+  allocator.set_limit_bytes(0);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->retries, 1);
+  EXPECT_EQ(attempts, 2);
+  EXPECT_EQ(result->plan.rows.tile, kFloorTile);
+
+  // Errors other than out-of-memory are not retried.
+  attempts = 0;
+  absl::StatusOr<TiledResult> failed = RunOomLadder(wide, g, [&](const TilePlan&) -> absl::StatusOr<at::Tensor> {
+    ++attempts;
+    return absl::InvalidArgumentError("bad latent");
+  });
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(attempts, 1);
+}
+
+}  // namespace
+}  // namespace vaedecode::tiling
