@@ -1,0 +1,71 @@
+#include "tiling/calibration.h"
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "families/autoencoder_kl/embedded_default.h"
+#include "worker/counting_cpu_allocator.h"
+
+namespace vaedecode::tiling {
+namespace {
+
+std::unique_ptr<families::Decoder> SmallDecoder() {
+  families::autoencoder_kl::AutoencoderKLConfig c;
+  c.block_out_channels = {16, 32, 32};
+  c.layers_per_block = 1;
+  c.norm_num_groups = 8;
+  return families::autoencoder_kl::MakeSeededAutoencoderKL(c, 3);
+}
+
+PeakProbe CpuProbe() {
+  worker::CountingCpuAllocator& a = worker::CountingCpuAllocator::Install();
+  return {[&a] { a.ResetPeak(); }, [&a] { return a.peak_bytes(); }, [&a] { return a.current_bytes(); }};
+}
+
+TEST(Calibrate, PredictsAMeasuredDecodePeakWithin15Percent) {
+  auto decoder = SmallDecoder();
+  const PeakProbe probe = CpuProbe();
+  absl::StatusOr<PeakProfile> profile = Calibrate(*decoder, probe, {8, 16, 24}, "cpu");
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  ASSERT_EQ(profile->peaks.size(), 3u);
+  EXPECT_GT(profile->bytes_per_latent, 0);
+
+  // A decode at a size calibration never saw (non-square): its real peak.
+  at::manual_seed(1);
+  const at::Tensor z = at::randn({1, 4, 20, 28});
+  families::DenseOps ops;
+  const int64_t before = probe.current_bytes();
+  probe.reset_peak();
+  decoder->Decode(z, ops);
+  const double measured = static_cast<double>(probe.peak_bytes() - before);
+  const double predicted = profile->Predict(20 * 28);
+  EXPECT_GE(predicted, measured * 0.85) << "predicted " << predicted << " measured " << measured;
+  EXPECT_LE(predicted, measured * 1.15) << "predicted " << predicted << " measured " << measured;
+}
+
+TEST(LoadOrCalibrate, CachesTheProfileAndRecalibratesWhenMissing) {
+  auto decoder = SmallDecoder();
+  const PeakProbe probe = CpuProbe();
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/profiles";
+  std::filesystem::remove_all(dir);
+  int decodes = 0;
+  PeakProbe counting = probe;
+  counting.reset_peak = [&] { ++decodes; probe.reset_peak(); };
+  absl::StatusOr<PeakProfile> first = LoadOrCalibrate(*decoder, counting, {8, 16}, "cpu", dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(decodes, 2);
+  absl::StatusOr<PeakProfile> second = LoadOrCalibrate(*decoder, counting, {8, 16}, "cpu", dir);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(decodes, 2) << "the cached profile was not used";
+  EXPECT_DOUBLE_EQ(second->bytes_per_latent, first->bytes_per_latent);
+  // Another dtype or backend is another key.
+  EXPECT_NE(ProfileKey(*decoder, "cuda"), first->key);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(LoadOrCalibrate(*decoder, counting, {8, 16}, "cpu", dir).ok());
+  EXPECT_EQ(decodes, 4);
+}
+
+}  // namespace
+}  // namespace vaedecode::tiling
