@@ -39,6 +39,10 @@ struct ModelInfo {
   int64_t parameter_count = 0;  // decoder-side parameters actually used
   // How `raw` latents are de-normalised, as a formula for humans.
   std::string raw_to_vae_formula;
+  // diffusers' own tiled decode for this model, in latents: tile side and
+  // stride (the tiling planner never decodes more latents than this layout).
+  int64_t stock_tile = 32;
+  int64_t stock_stride = 24;
 };
 
 class Decoder {

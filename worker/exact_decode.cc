@@ -1,5 +1,6 @@
 #include "worker/exact_decode.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -89,9 +90,18 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
   return result;
 }
 
+int64_t FreeBytes() {
+  CountingCpuAllocator* allocator = CountingCpuAllocator::Installed();
+  if (allocator == nullptr || allocator->limit_bytes() <= 0) return -1;
+  return std::max<int64_t>(0, allocator->limit_bytes() - allocator->current_bytes());
+}
+
 absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm,
                                                        const GroupDecodeResult& mine) {
-  at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes)}, at::kDouble).view({1, 2});
+  at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes),
+                                 static_cast<double>(FreeBytes())},
+                                at::kDouble)
+                         .view({1, 3});
   std::vector<int64_t> ones(comm.world_size(), 1);
   absl::StatusOr<at::Tensor> all = comm.world_size() == 1
                                        ? absl::StatusOr<at::Tensor>(local)
@@ -100,7 +110,8 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
   std::vector<RankStats> out;
   if (comm.rank() != kLeader) return out;
   for (int64_t r = 0; r < all->size(0); ++r) {
-    out.push_back({(*all)[r][0].item<double>(), static_cast<int64_t>((*all)[r][1].item<double>())});
+    out.push_back({(*all)[r][0].item<double>(), static_cast<int64_t>((*all)[r][1].item<double>()),
+                   static_cast<int64_t>((*all)[r][2].item<double>())});
   }
   return out;
 }

@@ -20,6 +20,13 @@ GroupRuntime::GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::ve
                            absl::Duration heartbeat)
     : comm_(std::move(comm)), models_(std::move(models)), heartbeat_(heartbeat) {
   last_step_ = absl::Now();
+  // Start-up memory report: the leader learns every rank's free bytes.
+  absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, GroupDecodeResult{});
+  if (ranks.ok()) {
+    RecordStats(*ranks);
+  } else {
+    MarkBroken(ranks.status());
+  }
   if (comm_->rank() == kLeader && comm_->world_size() > 1) {
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   }
@@ -63,7 +70,33 @@ void GroupRuntime::HeartbeatLoop() {
   }
 }
 
+void GroupRuntime::RecordStats(const std::vector<RankStats>& ranks) {
+  if (ranks.empty()) return;  // peers receive nothing
+  absl::MutexLock lock(&stats_mu_);
+  free_bytes_.clear();
+  for (const RankStats& r : ranks) free_bytes_.push_back(r.free_bytes);
+}
+
+std::vector<int64_t> GroupRuntime::free_bytes_per_rank() const {
+  absl::MutexLock lock(&stats_mu_);
+  return free_bytes_;
+}
+
+absl::Status GroupRuntime::RunLocal(const std::function<absl::Status()>& fn) {
+  absl::MutexLock job(&job_mu_);
+  if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
+  absl::Status status = fn();
+  std::vector<int64_t> free = free_bytes_per_rank();
+  if (!free.empty()) {
+    free[0] = FreeBytes();
+    absl::MutexLock lock(&stats_mu_);
+    free_bytes_ = free;
+  }
+  return status;
+}
+
 absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled) {
+  absl::MutexLock job_lock(&job_mu_);
   absl::MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
   if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("the request was cancelled");
@@ -90,6 +123,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
   if (!ranks.ok()) return ranks.status();
   outcome.ranks = *std::move(ranks);
+  RecordStats(outcome.ranks);
   ++decodes_;
   return outcome;
 }

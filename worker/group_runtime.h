@@ -16,6 +16,7 @@
 // group.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -50,6 +51,14 @@ class GroupRuntime {
   absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Leader only: runs `fn` (a decode that needs no peer, e.g. tiled) as the
+  // group's next job; heartbeats go on meanwhile, so peers keep waiting.
+  absl::Status RunLocal(const std::function<absl::Status()>& fn) ABSL_LOCKS_EXCLUDED(job_mu_);
+
+  // Leader: every rank's free bytes as last reported (after start-up and
+  // after every group decode); -1 entries for ranks without a budget.
+  std::vector<int64_t> free_bytes_per_rank() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+
   // Leader only: tells the peers to exit, then stops the heartbeats.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -74,7 +83,12 @@ class GroupRuntime {
   const std::vector<NamedModel> models_;
   const absl::Duration heartbeat_;
 
-  absl::Mutex mu_;  // one step of the protocol at a time
+  void RecordStats(const std::vector<RankStats>& ranks) ABSL_LOCKS_EXCLUDED(stats_mu_);
+
+  absl::Mutex job_mu_;  // one job at a time (group or local), in arrival order
+  absl::Mutex mu_;      // one step of the protocol at a time
+  mutable absl::Mutex stats_mu_;
+  std::vector<int64_t> free_bytes_ ABSL_GUARDED_BY(stats_mu_);
   absl::Time last_step_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;

@@ -11,6 +11,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "vaedecode/internal/worker.grpc.pb.h"
+#include "tiling/calibration.h"
 #include "worker/group_runtime.h"
 
 namespace vaedecode::worker {
@@ -21,8 +22,9 @@ inline constexpr int64_t kDefaultMaxChunkBytes = int64_t{4} << 20;
 
 class LeaderService final : public internal::GroupLeader::Service {
  public:
-  // `runtime` must outlive the service; `dtype_name` is what models run in.
-  LeaderService(GroupRuntime& runtime, std::string dtype_name);
+  // `runtime` must outlive the service; `dtype_name` is what models run in;
+  // `profiles[i]` is model i's measured decode peak (tiling/calibration.h).
+  LeaderService(GroupRuntime& runtime, std::string dtype_name, std::vector<tiling::PeakProfile> profiles);
 
   grpc::Status Run(grpc::ServerContext* context, const v1::DecodeRequest* request,
                    grpc::ServerWriter<v1::DecodeResponse>* writer) override;
@@ -32,8 +34,13 @@ class LeaderService final : public internal::GroupLeader::Service {
                       internal::StatusResponse* response) override;
 
  private:
+  // MODE_TILED: the leader alone decodes the tiles that fit its free memory.
+  grpc::Status RunTiled(grpc::ServerContext* context, const v1::DecodeRequest& request, int model,
+                        const at::Tensor& latent, grpc::ServerWriter<v1::DecodeResponse>* writer);
+
   GroupRuntime& runtime_;
   const std::string dtype_name_;
+  const std::vector<tiling::PeakProfile> profiles_;
   absl::Mutex stats_mu_;
   std::vector<int64_t> last_peak_bytes_ ABSL_GUARDED_BY(stats_mu_);
 };

@@ -5,6 +5,7 @@
 // (the server then rebuilds the group).
 
 #include <csignal>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "parallel/gloo_communicator.h"
+#include "tiling/calibration.h"
 #include "worker/counting_cpu_allocator.h"
 #include "worker/group_runtime.h"
 #include "worker/leader_service.h"
@@ -33,6 +35,10 @@ ABSL_FLAG(std::string, dtype, "float32", "float32 or bfloat16 (float16 needs a G
 ABSL_FLAG(int, threads, 1, "intra-op threads per rank");
 ABSL_FLAG(int, collective_timeout_s, 300, "bound on every collective (a rank stuck longer fails the group)");
 ABSL_FLAG(int, heartbeat_s, 10, "idle leader heartbeat period");
+ABSL_FLAG(int64_t, memory_budget_mib, 0,
+          "CPU: bytes this rank may allocate (the scheduler's free memory; above it allocations fail like an "
+          "out-of-memory); 0 = unbounded");
+ABSL_FLAG(std::string, profile_dir, "", "where measured decode-peak profiles are cached (default ~/.cache/vaedecode/profiles)");
 
 namespace {
 
@@ -73,6 +79,26 @@ int main(int argc, char** argv) {
   if (!repo.ok()) return Fail(repo.status());
   for (const std::string& skipped : repo->skipped) spdlog::warn("model skipped: {}", skipped);
 
+  // Measured decode peaks, before the budget applies (calibration decodes).
+  vaedecode::worker::CountingCpuAllocator& allocator = vaedecode::worker::CountingCpuAllocator::Install();
+  const vaedecode::tiling::PeakProbe probe{[&] { allocator.ResetPeak(); }, [&] { return allocator.peak_bytes(); },
+                                           [&] { return allocator.current_bytes(); }};
+  std::string profile_dir = absl::GetFlag(FLAGS_profile_dir);
+  if (profile_dir.empty()) {
+    const char* home = std::getenv("HOME");
+    profile_dir = absl::StrCat(home ? home : "/tmp", "/.cache/vaedecode/profiles");
+  }
+  std::vector<vaedecode::tiling::PeakProfile> profiles;
+  for (const vaedecode::worker::NamedModel& m : repo->models) {
+    absl::StatusOr<vaedecode::tiling::PeakProfile> profile =
+        vaedecode::tiling::LoadOrCalibrate(*m.decoder, probe, {8, 16}, "cpu", profile_dir);
+    if (!profile.ok()) return Fail(profile.status());
+    profiles.push_back(*profile);
+  }
+  if (absl::GetFlag(FLAGS_memory_budget_mib) > 0) {
+    allocator.set_limit_bytes(absl::GetFlag(FLAGS_memory_budget_mib) << 20);
+  }
+
   vaedecode::parallel::GlooOptions options;
   options.rank = rank;
   options.world_size = absl::GetFlag(FLAGS_world);
@@ -92,7 +118,7 @@ int main(int argc, char** argv) {
 
   const std::string socket = absl::GetFlag(FLAGS_socket);
   if (socket.empty()) return Fail(absl::InvalidArgumentError("the leader needs --socket"));
-  vaedecode::worker::LeaderService service(runtime, absl::GetFlag(FLAGS_dtype));
+  vaedecode::worker::LeaderService service(runtime, absl::GetFlag(FLAGS_dtype), std::move(profiles));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("unix:", socket), grpc::InsecureServerCredentials());
   builder.SetMaxReceiveMessageSize(-1);

@@ -24,6 +24,7 @@ std::string AutoencoderKLConfig::ToJson() const {
       {"latents_mean", latents_mean ? nlohmann::json(*latents_mean) : nlohmann::json(nullptr)},
       {"latents_std", latents_std ? nlohmann::json(*latents_std) : nlohmann::json(nullptr)},
       {"force_upcast", force_upcast},
+      {"sample_size", sample_size},
   };
   return j.dump(2);
 }
@@ -45,6 +46,7 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
   c.latents_mean = r.OptionalDoubleList("latents_mean");
   c.latents_std = r.OptionalDoubleList("latents_std");
   c.force_upcast = r.Bool("force_upcast", c.force_upcast);
+  c.sample_size = r.Int("sample_size", c.sample_size);
   const std::vector<std::string> up_blocks = r.StringList(
       "up_block_types",
       std::vector<std::string>(c.block_out_channels.size(), "UpDecoderBlock2D"));

@@ -70,6 +70,9 @@ AutoencoderKLDecoder::AutoencoderKLDecoder(AutoencoderKLConfig config, std::stri
   info_.scaling_factor = config_.scaling_factor;
   info_.shift_factor = config_.shift_factor;
   info_.parameter_count = CountParameters(*module_);
+  // AutoencoderKL.tiled_decode: tile_sample_min_size = sample_size, overlap 0.25.
+  info_.stock_tile = std::max<int64_t>(1, config_.sample_size / config_.spatial_factor());
+  info_.stock_stride = std::max<int64_t>(1, info_.stock_tile * 3 / 4);
   info_.raw_to_vae_formula = config_.latents_mean ? "z * latents_std / scaling_factor + latents_mean"
                              : config_.shift_factor ? "z / scaling_factor + shift_factor"
                                                     : "z / scaling_factor";

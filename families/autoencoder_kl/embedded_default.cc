@@ -40,6 +40,7 @@ AutoencoderKLConfig EmbeddedDefaultConfig() {
   c.layers_per_block = 2;
   c.norm_num_groups = 32;
   c.scaling_factor = 0.18215;
+  c.sample_size = 512;
   return c;
 }
 
