@@ -1,0 +1,177 @@
+#include "client/client_io.h"
+
+#include <cstring>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "formats/file_io.h"
+#include "formats/npy.h"
+#include "formats/safetensors.h"
+
+namespace vaedecode::client {
+namespace {
+
+absl::StatusOr<v1::Tensor> ToTensor(const std::string& path, formats::DType dtype,
+                                    const std::vector<int64_t>& shape, const void* data,
+                                    size_t nbytes) {
+  v1::Tensor t;
+  for (int64_t d : shape) t.add_shape(d);
+  switch (dtype) {
+    case formats::DType::kF32:
+      t.set_dtype(v1::FLOAT32);
+      t.set_data(static_cast<const char*>(data), nbytes);
+      return t;
+    case formats::DType::kF16:
+      t.set_dtype(v1::FLOAT16);
+      t.set_data(static_cast<const char*>(data), nbytes);
+      return t;
+    case formats::DType::kBF16:
+      t.set_dtype(v1::BFLOAT16);
+      t.set_data(static_cast<const char*>(data), nbytes);
+      return t;
+    case formats::DType::kF64: {
+      t.set_dtype(v1::FLOAT32);
+      const size_t n = nbytes / 8;
+      std::string out(n * 4, '\0');
+      for (size_t i = 0; i < n; ++i) {
+        double v;
+        std::memcpy(&v, static_cast<const char*>(data) + i * 8, 8);
+        const float f = static_cast<float>(v);
+        std::memcpy(out.data() + i * 4, &f, 4);
+      }
+      t.set_data(std::move(out));
+      return t;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          formats::Cat(path, ": latent must be a floating tensor (F32, F16, BF16 or F64), got ",
+                       formats::DTypeName(dtype)));
+  }
+}
+
+formats::DType FormatsDType(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT16:
+      return formats::DType::kF16;
+    case v1::UINT8:
+      return formats::DType::kU8;
+    default:
+      return formats::DType::kF32;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path) {
+  if (absl::EndsWith(path, ".safetensors")) {
+    absl::StatusOr<std::unique_ptr<formats::SafetensorsFile>> file =
+        formats::SafetensorsFile::Open(path);
+    if (!file.ok()) return file.status();
+    const formats::TensorView* view = nullptr;
+    if ((*file)->tensors().size() == 1) {
+      view = &(*file)->tensors()[0];
+    } else {
+      view = (*file)->Find("latent");
+    }
+    if (view == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", (*file)->tensors().size(),
+                       " tensors and none is called \"latent\"; which one is the latent?"));
+    }
+    return ToTensor(path, view->dtype, view->shape, view->data, view->nbytes);
+  }
+  if (absl::EndsWith(path, ".npy")) {
+    absl::StatusOr<formats::NpyArray> array = formats::ReadNpy(path);
+    if (!array.ok()) return array.status();
+    return ToTensor(path, array->dtype, array->shape, array->data.data(), array->data.size());
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": latent files must be .safetensors or .npy"));
+}
+
+v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
+  v1::Tensor t;
+  t.set_dtype(v1::FLOAT32);
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    t.add_shape(d);
+    n *= d;
+  }
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::string data(n * 4, '\0');
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = normal(gen);
+    std::memcpy(data.data() + i * 4, &v, 4);
+  }
+  t.set_data(std::move(data));
+  return t;
+}
+
+absl::StatusOr<v1::OutputFormat> FormatForPath(const std::string& path) {
+  if (absl::EndsWith(path, ".png")) return v1::OUTPUT_PNG;
+  if (absl::EndsWith(path, ".safetensors") || absl::EndsWith(path, ".npy")) {
+    return v1::OUTPUT_FLOAT32;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--out ", path, ": extension must be .safetensors, .npy or .png"));
+}
+
+absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
+                                                     const OutputAssembler& output) {
+  if (absl::Status s = output.Finish(); !s.ok()) return s;
+  const v1::Header& h = output.header();
+  std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
+  if (h.output_format() == v1::OUTPUT_PNG) {
+    if (!absl::EndsWith(path, ".png")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--out ", path, ": PNG output needs a .png path"));
+    }
+    const std::string stem = path.substr(0, path.size() - 4);
+    const int64_t batch = shape[0];
+    const int64_t frames = shape.size() == 5 ? shape[1] : 1;
+    const bool video = shape.size() == 5;
+    std::vector<std::string> written;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < frames; ++t) {
+        std::string name;
+        if (!video) {
+          name = batch == 1 ? path : absl::StrCat(stem, "_", b, ".png");
+        } else {
+          name = batch == 1 ? absl::StrFormat("%s_f%03d.png", stem, t)
+                            : absl::StrFormat("%s_%d_f%03d.png", stem, b, t);
+        }
+        const std::string& png = output.pngs()[b * frames + t];
+        if (absl::Status s = formats::WriteFileAtomically(name, {{png.data(), png.size()}});
+            !s.ok()) {
+          return s;
+        }
+        written.push_back(name);
+      }
+    }
+    return written;
+  }
+  const std::string& bytes = output.tensor_bytes();
+  const formats::DType dtype = FormatsDType(h.dtype());
+  absl::Status s;
+  if (absl::EndsWith(path, ".npy")) {
+    s = formats::WriteNpy(path, dtype, shape, bytes.data(), bytes.size());
+  } else if (absl::EndsWith(path, ".safetensors")) {
+    formats::TensorView view;
+    view.name = "sample";
+    view.dtype = dtype;
+    view.shape = shape;
+    view.data = reinterpret_cast<const uint8_t*>(bytes.data());
+    view.nbytes = bytes.size();
+    s = formats::WriteSafetensors(path, {view});
+  } else {
+    s = absl::InvalidArgumentError(
+        absl::StrCat("--out ", path, ": tensor output needs .safetensors or .npy"));
+  }
+  if (!s.ok()) return s;
+  return std::vector<std::string>{path};
+}
+
+}  // namespace vaedecode::client

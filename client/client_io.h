@@ -1,0 +1,42 @@
+#pragma once
+
+// The client's files: latents in (.safetensors, .npy, or a seeded demo
+// latent), decoded outputs out (.safetensors / .npy tensors, .png images),
+// with the same conventions as the `vaedecode` CLI. No torch.
+//
+// Thread-safe: no shared state.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/output_assembler.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::client {
+
+// Reads a latent: a .safetensors file's only tensor (or the one named
+// "latent") or a .npy array, of dtype F32, F16, BF16 or F64 (F64 is sent as
+// FLOAT32). INVALID_ARGUMENT naming the file otherwise.
+absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path);
+
+// A FLOAT32 latent of `shape` with N(0, 1) entries from std::mt19937_64
+// seeded with `seed` (deterministic, but not the CLI's torch.randn values).
+v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed);
+
+// The output format an --out path asks for: .png → OUTPUT_PNG; .safetensors
+// and .npy → OUTPUT_FLOAT32. INVALID_ARGUMENT for other extensions.
+absl::StatusOr<v1::OutputFormat> FormatForPath(const std::string& path);
+
+// Writes a finished stream's output to `path`:
+//   .safetensors / .npy   one tensor "sample" in the header's shape and dtype
+//                         (float32, float16 or uint8);
+//   .png                  PNG streams as received; one image → `path`, N > 1
+//                         images → stem_0.png …, video → stem_f000.png …,
+//                         N > 1 videos → stem_0_f000.png … (the CLI's names).
+// Returns the files written.
+absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
+                                                     const OutputAssembler& output);
+
+}  // namespace vaedecode::client

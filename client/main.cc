@@ -1,0 +1,228 @@
+// vaedecode_client: decodes one latent through a vaedecode server and writes
+// the result like the `vaedecode` CLI does (.safetensors / .npy / .png).
+//
+//   vaedecode_client --server=127.0.0.1:50051 --latent=latent.safetensors --out=image.png
+//   vaedecode_client --server=… --latent_shape=1,4,32,32 --seed=0 --out=demo.png
+//
+// Prints one summary line; errors are one line on stderr and exit code 1
+// (2 for bad flags).
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/client_io.h"
+#include "client/output_assembler.h"
+#include "vaedecode/v1/vaedecode.grpc.pb.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address HOST:PORT");
+ABSL_FLAG(std::string, model, "default", "Model name (the server's ListModels)");
+ABSL_FLAG(std::string, latent, "", ".safetensors or .npy latent; empty: a seeded demo latent");
+ABSL_FLAG(std::string, latent_shape, "1,4,32,32", "Shape of the demo latent");
+ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent");
+ABSL_FLAG(std::string, latent_space, "vae", "vae (what vae.decode takes) or raw (denoiser output)");
+ABSL_FLAG(std::string, mode, "auto", "auto, dense, exact or tiled");
+ABSL_FLAG(std::string, output_format, "",
+          "float32, float16, uint8 or png; empty: from --out (.png → png, else float32)");
+ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy or .png");
+ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
+ABSL_FLAG(std::string, request_id, "", "Request id (the server generates one when empty)");
+ABSL_FLAG(int64_t, max_message_bytes, 256 << 20, "Largest message the client accepts");
+ABSL_FLAG(bool, list_models, false, "Print the server's models and exit");
+
+namespace {
+
+using vaedecode::client::OutputAssembler;
+namespace v1 = vaedecode::v1;
+
+absl::Status Fail(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// Under `bazel run` the working directory is the runfiles tree: relative
+// paths mean the caller's directory.
+std::string ResolvePath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
+  std::vector<int64_t> shape;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t d = 0;
+    if (!absl::SimpleAtoi(part, &d) || d < 1) {
+      return Fail(absl::StrCat("--latent_shape=", text, ": positive integers separated by commas"));
+    }
+    shape.push_back(d);
+  }
+  return shape;
+}
+
+absl::StatusOr<v1::DecodeRequest> BuildRequest() {
+  v1::DecodeRequest request;
+  request.set_model(absl::GetFlag(FLAGS_model));
+  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+  const std::string latent = ResolvePath(absl::GetFlag(FLAGS_latent));
+  if (latent.empty()) {
+    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(absl::GetFlag(FLAGS_latent_shape));
+    if (!shape.ok()) return shape.status();
+    *request.mutable_latent() = vaedecode::client::DemoLatent(*shape, absl::GetFlag(FLAGS_seed));
+  } else {
+    absl::StatusOr<v1::Tensor> t = vaedecode::client::ReadLatent(latent);
+    if (!t.ok()) return t.status();
+    *request.mutable_latent() = *std::move(t);
+  }
+  const std::string space = absl::GetFlag(FLAGS_latent_space);
+  if (space == "vae") {
+    request.set_latent_space(v1::LATENT_SPACE_VAE);
+  } else if (space == "raw") {
+    request.set_latent_space(v1::LATENT_SPACE_RAW);
+  } else {
+    return Fail(absl::StrCat("--latent_space=", space, ": vae or raw"));
+  }
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "auto")
+    request.set_mode(v1::MODE_AUTO);
+  else if (mode == "dense")
+    request.set_mode(v1::MODE_DENSE);
+  else if (mode == "exact")
+    request.set_mode(v1::MODE_EXACT);
+  else if (mode == "tiled")
+    request.set_mode(v1::MODE_TILED);
+  else
+    return Fail(absl::StrCat("--mode=", mode, ": auto, dense, exact or tiled"));
+
+  const std::string out = absl::GetFlag(FLAGS_out);
+  const std::string format = absl::GetFlag(FLAGS_output_format);
+  if (format.empty()) {
+    absl::StatusOr<v1::OutputFormat> f = vaedecode::client::FormatForPath(out);
+    if (!f.ok()) return f.status();
+    request.set_output_format(*f);
+  } else if (format == "float32")
+    request.set_output_format(v1::OUTPUT_FLOAT32);
+  else if (format == "float16")
+    request.set_output_format(v1::OUTPUT_FLOAT16);
+  else if (format == "uint8")
+    request.set_output_format(v1::OUTPUT_UINT8);
+  else if (format == "png")
+    request.set_output_format(v1::OUTPUT_PNG);
+  else
+    return Fail(absl::StrCat("--output_format=", format, ": float32, float16, uint8 or png"));
+  return request;
+}
+
+std::string StatusLine(const grpc::Status& s) {
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
+  const int code = static_cast<int>(s.error_code());
+  return absl::StrCat(code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN", ": ", s.error_message());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "vaedecode_client --server=HOST:PORT [--model=NAME] [--latent=FILE | --latent_shape=B,C,H,W "
+      "--seed=S] --out=FILE.{safetensors,npy,png}");
+  absl::ParseCommandLine(argc, argv);
+
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
+  args.SetMaxSendMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
+  auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server),
+                                           grpc::InsecureChannelCredentials(), args);
+  std::unique_ptr<v1::VaeDecoder::Stub> stub = v1::VaeDecoder::NewStub(channel);
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_deadline_s) * 1000));
+
+  if (absl::GetFlag(FLAGS_list_models)) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    v1::ListModelsResponse models;
+    const grpc::Status s = stub->ListModels(&ctx, v1::ListModelsRequest(), &models);
+    if (!s.ok()) {
+      std::cerr << "vaedecode_client: " << StatusLine(s) << "\n";
+      return 1;
+    }
+    for (const v1::ModelInfo& m : models.models()) {
+      std::cout << m.name() << " family=" << m.family()
+                << " latent_channels=" << m.latent_channels()
+                << " spatial_factor=" << m.spatial_factor()
+                << " video=" << (m.is_video() ? "yes" : "no") << "\n";
+    }
+    return 0;
+  }
+
+  if (absl::GetFlag(FLAGS_out).empty()) {
+    std::cerr << "vaedecode_client: --out FILE is required (.safetensors, .npy or .png)\n";
+    return 2;
+  }
+  absl::StatusOr<v1::DecodeRequest> request = BuildRequest();
+  if (!request.ok()) {
+    std::cerr << "vaedecode_client: " << request.status().message() << "\n";
+    return 2;
+  }
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  // Waits for the server to come up (within the deadline) instead of failing at once.
+  ctx.set_wait_for_ready(true);
+  OutputAssembler output;
+  std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader = stub->Decode(&ctx, *request);
+  v1::DecodeResponse message;
+  absl::Status stream_error;
+  while (reader->Read(&message)) {
+    if (!stream_error.ok()) continue;
+    stream_error = output.Add(message);
+    if (!stream_error.ok()) ctx.TryCancel();
+  }
+  const grpc::Status status = reader->Finish();
+  if (!stream_error.ok()) {
+    std::cerr << "vaedecode_client: bad stream from the server: " << stream_error.message() << "\n";
+    return 1;
+  }
+  if (!status.ok()) {
+    std::cerr << "vaedecode_client: " << StatusLine(status) << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::vector<std::string>> written =
+      vaedecode::client::WriteOutput(ResolvePath(absl::GetFlag(FLAGS_out)), output);
+  if (!written.ok()) {
+    std::cerr << "vaedecode_client: " << written.status().message() << "\n";
+    return 1;
+  }
+  const v1::Header& h = output.header();
+  const v1::Timings& t = output.trailer().timings();
+  std::cout << "request_id=" << h.request_id() << " shape=[" << absl::StrJoin(h.shape(), ",")
+            << "] mode=" << v1::Mode_Name(h.mode()) << " degree=" << h.degree()
+            << " chunks=" << output.chunks() << " queue_ms=" << t.queue_ms()
+            << " decode_ms=" << t.decode_ms() << " gather_ms=" << t.gather_ms()
+            << " total_ms=" << t.total_ms() << " wrote=" << absl::StrJoin(*written, ",") << "\n";
+  return 0;
+}

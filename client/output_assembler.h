@@ -1,0 +1,63 @@
+#pragma once
+
+// Reassembles a Decode stream (Header, Chunks, Trailer) into whole outputs,
+// checking it as it goes. No torch: plain bytes in the header's layout.
+//
+// Chunk layout (vaedecode.v1.Chunk): for tensor outputs a chunk holds rows
+// [row_begin, row_end) of one image (batch_index) and frame, for every
+// channel, in the header shape's layout restricted to those rows:
+//   FLOAT32/FLOAT16, shape [B, C, H, W] or [B, C, T, H, W]: [C, rows, W]
+//   UINT8,           shape [B, H, W, C] or [B, T, H, W, C]: [rows, W, C]
+// For PNG, a chunk is one PNG file of one image / frame, or a piece of one
+// when the file is larger than the chunk limit (consecutive chunks of the
+// same image and frame, concatenated in order).
+//
+// Threading: one thread at a time.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::client {
+
+class OutputAssembler {
+ public:
+  // Takes the next message of the stream. INVALID_ARGUMENT (DATA_LOSS for
+  // missing data) when the stream breaks the protocol.
+  absl::Status Add(const v1::DecodeResponse& message);
+  // The stream ended: every row (every PNG) must have arrived, and the trailer.
+  absl::Status Finish() const;
+
+  bool has_header() const { return has_header_; }
+  const v1::Header& header() const { return header_; }
+  const v1::Trailer& trailer() const { return trailer_; }
+  int64_t chunks() const { return chunks_; }
+
+  // Tensor outputs: the whole output, C order in header().shape(), of
+  // header().dtype() elements.
+  const std::string& tensor_bytes() const { return tensor_; }
+  // PNG outputs: one file per image/frame, index b * frames + t.
+  const std::vector<std::string>& pngs() const { return pngs_; }
+
+ private:
+  absl::Status AddHeader(const v1::Header& header);
+  absl::Status AddChunk(const v1::Chunk& chunk);
+
+  bool has_header_ = false;
+  bool has_trailer_ = false;
+  v1::Header header_;
+  v1::Trailer trailer_;
+  int64_t chunks_ = 0;
+  // Geometry of tensor outputs.
+  int64_t batch_ = 0, channels_ = 0, frames_ = 0, height_ = 0, width_ = 0, elem_ = 0;
+  bool channels_last_ = false;
+  std::string tensor_;
+  std::vector<int64_t> rows_seen_;  // per (b, t): rows received
+  std::vector<std::string> pngs_;
+  int64_t last_png_ = -1;  // the image the previous PNG chunk belonged to
+};
+
+}  // namespace vaedecode::client

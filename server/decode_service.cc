@@ -1,0 +1,166 @@
+#include "server/decode_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <mutex>
+#include <random>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "server/mode_selection.h"
+#include "server/request_validation.h"
+#include "server/status_util.h"
+
+namespace vaedecode::server {
+namespace {
+
+std::string NewRequestId() {
+  static std::mutex mu;
+  static std::mt19937_64 gen{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  return absl::StrFormat("%016x", gen());
+}
+
+absl::Time CallDeadline(const grpc::CallbackServerContext& ctx) {
+  const auto deadline = ctx.deadline();
+  // No deadline reads as a time far in the future (gpr_inf_future).
+  if (deadline > std::chrono::system_clock::now() + std::chrono::hours(24 * 365 * 100)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
+
+std::string Shape(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+// One reactor per Decode call; the Job holds the call's state.
+class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>, public JobStream {
+ public:
+  DecodeReactor(std::shared_ptr<Job> job, std::atomic<int64_t>& active)
+      : job_(std::move(job)), active_(active) {
+    active_.fetch_add(1);
+  }
+
+  // JobStream: the Job drives the stream.
+  void StartWrite(const v1::DecodeResponse* message) override {
+    grpc::ServerWriteReactor<v1::DecodeResponse>::StartWrite(message);
+  }
+  void Finish(const absl::Status& status) override {
+    grpc::ServerWriteReactor<v1::DecodeResponse>::Finish(ToGrpcStatus(status));
+  }
+
+  void OnWriteDone(bool ok) override { job_->OnWriteDone(ok); }
+
+  void OnCancel() override {
+    // A client whose deadline passes cancels the call itself, a little
+    // before the server's copy of the deadline (which starts when the call
+    // arrives): a cancellation that close to the deadline is the deadline.
+    constexpr absl::Duration kDeadlineSkew = absl::Milliseconds(200);
+    if (absl::Now() + kDeadlineSkew >= job_->deadline()) {
+      job_->Cancel(absl::DeadlineExceededError(absl::StrCat(
+          "deadline exceeded after ", absl::FormatDuration(absl::Now() - job_->received()))));
+    } else {
+      job_->Cancel(absl::CancelledError("cancelled by the client"));
+    }
+  }
+
+  void OnDone() override {
+    active_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  const std::shared_ptr<Job> job_;
+  std::atomic<int64_t>& active_;
+};
+
+}  // namespace
+
+DecodeService::DecodeService(DecodeServiceOptions options, Scheduler& scheduler,
+                             ModelCatalog& catalog, ServerMetrics& metrics)
+    : options_(options), scheduler_(scheduler), catalog_(catalog), metrics_(metrics) {}
+
+void DecodeService::StopAccepting() { accepting_.store(false); }
+
+grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
+    grpc::CallbackServerContext* context, const v1::DecodeRequest* request) {
+  const absl::Time received = absl::Now();
+  v1::DecodeRequest copy = *request;
+  if (copy.request_id().empty()) copy.set_request_id(NewRequestId());
+
+  absl::Status status;
+  v1::ModelInfo model;
+  if (!accepting_.load()) {
+    status = absl::UnavailableError("the server is draining; retry on another replica");
+  } else if (copy.model().empty()) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("model: empty; available models: ", absl::StrJoin(catalog_.Names(), ", ")));
+  } else {
+    absl::StatusOr<v1::ModelInfo> found = catalog_.Lookup(copy.model());
+    if (found.ok()) {
+      model = *std::move(found);
+      status = ValidateDecodeRequest(copy, model);
+      if (status.ok()) {
+        GroupResources every_group;
+        every_group.degree = options_.group_size;
+        status = SelectMode(copy, model, every_group).status();
+      }
+    } else {
+      status = found.status();
+    }
+  }
+
+  auto job = std::make_shared<Job>(std::move(copy), std::move(model), received,
+                                   CallDeadline(*context), options_.max_buffered_messages);
+  auto* reactor = new DecodeReactor(job, active_);
+  job->Attach(reactor, [this](const Job& j, const absl::Status& s) { Report(j, s); });
+  if (status.ok()) status = scheduler_.Enqueue(job);
+  if (!status.ok()) job->Finish(status);
+  return reactor;
+}
+
+void DecodeService::Report(const Job& job, const absl::Status& status) {
+  const JobReport r = job.report();
+  const double total_ms = absl::ToDoubleMilliseconds(absl::Now() - job.received());
+  const v1::DecodeRequest& req = job.request();
+  std::vector<int64_t> latent(req.latent().shape().begin(), req.latent().shape().end());
+  const std::string model = job.model().name().empty() ? "_unknown" : job.model().name();
+  metrics_.RecordRequest(model, status.code(), total_ms / 1000);
+  spdlog::info(
+      "request id={} model={} latent={} latent_dtype={} output={} format={} mode={} degree={} "
+      "group={} queue_ms={:.1f} decode_ms={:.1f} gather_ms={:.1f} stream_ms={:.1f} "
+      "total_ms={:.1f} collectives={} peak_bytes={} status={} message=\"{}\"",
+      req.request_id(), req.model().empty() ? "-" : req.model(), Shape(latent),
+      v1::DType_IsValid(req.latent().dtype()) ? v1::DType_Name(req.latent().dtype()) : "?",
+      Shape(r.output_shape),
+      v1::OutputFormat_IsValid(req.output_format()) ? v1::OutputFormat_Name(req.output_format())
+                                                    : "?",
+      r.mode, r.degree, r.group.empty() ? "-" : r.group, r.timings.queue_ms(),
+      r.timings.decode_ms(), r.timings.gather_ms(), r.timings.stream_ms(), total_ms, r.collectives,
+      Shape(r.peak_bytes_per_rank), StatusCodeName(status.code()), absl::CEscape(status.message()));
+}
+
+grpc::ServerUnaryReactor* DecodeService::ListModels(grpc::CallbackServerContext* context,
+                                                    const v1::ListModelsRequest*,
+                                                    v1::ListModelsResponse* response) {
+  for (v1::ModelInfo& m : catalog_.List()) *response->add_models() = std::move(m);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DecodeService::GetModel(grpc::CallbackServerContext* context,
+                                                  const v1::GetModelRequest* request,
+                                                  v1::ModelInfo* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<v1::ModelInfo> found = catalog_.Lookup(request->name());
+  if (found.ok()) *response = *std::move(found);
+  reactor->Finish(ToGrpcStatus(found.status()));
+  return reactor;
+}
+
+}  // namespace vaedecode::server

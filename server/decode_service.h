@@ -1,0 +1,71 @@
+#pragma once
+
+// The public vaedecode.v1.VaeDecoder service on gRPC's callback API.
+//
+// Decode: one reactor per call. The handler validates the request against
+// the model (everything checkable before queueing), wraps it in a Job and
+// queues it; it never blocks. A group's dispatcher thread later feeds the
+// leader's stream into the Job, which keeps one write in flight on the
+// reactor and a bounded buffer. OnCancel (client cancellation or the
+// deadline) cancels the Job: out of the queue if queued, the leader's call
+// if running. The reactor deletes itself in OnDone.
+//
+// Every Decode, whatever its outcome, produces one structured info log line
+// and counts in vaedecode_requests_total.
+//
+// Threading: the handlers run on gRPC's callback threads and only take
+// short locks. StopAccepting/active_calls may be called from any thread.
+// Ownership: scheduler, catalog and metrics are borrowed and must outlive
+// the service and every call it started.
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "server/job.h"
+#include "server/metrics.h"
+#include "server/model_catalog.h"
+#include "server/scheduler.h"
+#include "vaedecode/v1/vaedecode.grpc.pb.h"
+
+namespace vaedecode::server {
+
+struct DecodeServiceOptions {
+  int group_size = 1;                // every group's rank count (mode pre-check)
+  size_t max_buffered_messages = 8;  // per call, between the leader and the client
+};
+
+class DecodeService final : public v1::VaeDecoder::CallbackService {
+ public:
+  DecodeService(DecodeServiceOptions options, Scheduler& scheduler, ModelCatalog& catalog,
+                ServerMetrics& metrics);
+
+  grpc::ServerWriteReactor<v1::DecodeResponse>* Decode(grpc::CallbackServerContext* context,
+                                                       const v1::DecodeRequest* request) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
+                                       const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
+                                     const v1::GetModelRequest* request,
+                                     v1::ModelInfo* response) override;
+
+  // From now on Decode answers UNAVAILABLE (draining).
+  void StopAccepting();
+  // Decode calls started and not yet done (OnDone).
+  int64_t active_calls() const { return active_.load(); }
+
+ private:
+  // The log line and metrics for a finished call.
+  void Report(const Job& job, const absl::Status& status);
+
+  const DecodeServiceOptions options_;
+  Scheduler& scheduler_;
+  ModelCatalog& catalog_;
+  ServerMetrics& metrics_;
+  std::atomic<bool> accepting_{true};
+  std::atomic<int64_t> active_{0};
+};
+
+}  // namespace vaedecode::server

@@ -1,0 +1,134 @@
+// vaedecode_server: the gRPC decode service. Starts the worker groups, serves
+// vaedecode.v1.VaeDecoder (plus grpc.health.v1 and reflection) and /metrics,
+// and drains gracefully on SIGTERM or SIGINT (exit code 0).
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "server/server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address HOST:PORT (port 0: any free port)");
+ABSL_FLAG(std::string, model_repository, "",
+          "Folder whose subfolders are diffusers VAE folders (model name = folder name); "
+          "empty: the embedded default model, named \"default\"");
+ABSL_FLAG(std::string, devices, "cpu:1", "Worker devices: cpu:N or cuda:0,1,...");
+ABSL_FLAG(int, group_size, 1, "Ranks per worker group (groups are carved from --devices at start)");
+ABSL_FLAG(int64_t, max_queue, 64, "Requests that may wait for a group; beyond: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "Largest request (latent) and response message");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090",
+          "Prometheus /metrics address HOST:PORT; empty: none");
+ABSL_FLAG(int, drain_timeout_s, 30, "On SIGTERM, how long calls in flight may take to finish");
+ABSL_FLAG(std::string, worker_binary, "",
+          "Path of vaedecode_worker; empty: the one beside this binary");
+ABSL_FLAG(std::string, dtype, "float32", "Worker compute dtype: float32, bfloat16 or float16");
+ABSL_FLAG(int, threads, 1, "Intra-op threads per worker process");
+ABSL_FLAG(int, collective_timeout_s, 300, "Worker collective timeout");
+ABSL_FLAG(int, worker_start_timeout_s, 300,
+          "How long a group may take to form and load its models");
+ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "Largest Chunk.data in a Decode stream");
+ABSL_FLAG(std::string, socket_dir, "",
+          "Folder for the leaders' Unix sockets; empty: a fresh /tmp folder");
+ABSL_FLAG(std::string, ready_file, "",
+          "Once listening, write \"grpc_port=P\\nmetrics_port=M\\n\" here (for scripts and tests)");
+ABSL_FLAG(std::string, log_level, "info", "spdlog level: trace, debug, info, warn, error");
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+// Under `bazel run` the working directory is the runfiles tree: relative
+// paths mean the caller's directory.
+std::string ResolvePath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
+  return absl::StrCat(cwd, "/", path);
+}
+
+void OnSignal(int sig) {
+  const char c = static_cast<char>(sig);
+  // Async-signal-safe; a full pipe means a signal is already pending.
+  ssize_t unused = write(g_signal_pipe[1], &c, 1);
+  (void)unused;
+}
+
+int WaitForSignal() {
+  char c = 0;
+  while (read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
+  }
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "vaedecode_server --listen=HOST:PORT [--model_repository=DIR] "
+      "[--devices=cpu:N|cuda:0,1] [--group_size=G] ...");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+
+  // Installed before any thread exists; handlers only write to a pipe.
+  if (pipe(g_signal_pipe) != 0) {
+    std::perror("vaedecode_server: pipe");
+    return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  vaedecode::server::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.model_repository = ResolvePath(absl::GetFlag(FLAGS_model_repository));
+  options.devices = absl::GetFlag(FLAGS_devices);
+  options.group_size = absl::GetFlag(FLAGS_group_size);
+  options.max_queue = absl::GetFlag(FLAGS_max_queue);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
+  options.worker_binary = ResolvePath(absl::GetFlag(FLAGS_worker_binary));
+  options.dtype = absl::GetFlag(FLAGS_dtype);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
+  options.worker_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout_s));
+  options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  options.socket_dir = ResolvePath(absl::GetFlag(FLAGS_socket_dir));
+
+  absl::StatusOr<std::unique_ptr<vaedecode::server::Server>> server =
+      vaedecode::server::Server::Create(options);
+  if (!server.ok()) {
+    spdlog::error("event=start_failed message=\"{}\"", std::string(server.status().message()));
+    return 1;
+  }
+  const std::string ready_file = ResolvePath(absl::GetFlag(FLAGS_ready_file));
+  if (!ready_file.empty()) {
+    const std::string tmp = ready_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << "grpc_port=" << (*server)->port() << "\nmetrics_port=" << (*server)->metrics_port()
+          << "\n";
+    }
+    std::rename(tmp.c_str(), ready_file.c_str());
+  }
+
+  const int sig = WaitForSignal();
+  spdlog::info("event=signal signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  const absl::Status drained = (*server)->Drain(options.drain_timeout);
+  if (!drained.ok()) spdlog::warn("event=drain message=\"{}\"", std::string(drained.message()));
+  server->reset();
+  spdlog::info("event=exit code=0");
+  return 0;
+}

@@ -1,0 +1,119 @@
+#include "server/metrics.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/status_util.h"
+
+namespace vaedecode::server {
+namespace {
+
+using prometheus::Histogram;
+
+// Seconds, 1 ms to ~5 min.
+Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 300};
+}
+
+Histogram::BucketBoundaries CountBuckets() {
+  return {0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(prometheus::Registry& registry)
+    : requests_(prometheus::BuildCounter()
+                    .Name("vaedecode_requests_total")
+                    .Help("Decode requests by model and final gRPC status")
+                    .Register(registry)),
+      decode_(prometheus::BuildHistogram()
+                  .Name("vaedecode_decode_seconds")
+                  .Help("Decode time on the group (leader-measured) by family, mode and degree")
+                  .Register(registry)),
+      gather_(prometheus::BuildHistogram()
+                  .Name("vaedecode_gather_seconds")
+                  .Help("Time gathering decoded rows to the leader")
+                  .Register(registry)),
+      collectives_(prometheus::BuildHistogram()
+                       .Name("vaedecode_collectives_per_decode")
+                       .Help("Collective operations per decode (every rank meets at each)")
+                       .Register(registry)),
+      request_seconds_(prometheus::BuildHistogram()
+                           .Name("vaedecode_request_seconds")
+                           .Help("Decode requests end to end, by final gRPC status")
+                           .Register(registry)),
+      queue_(prometheus::BuildHistogram()
+                 .Name("vaedecode_queue_seconds")
+                 .Help("Time a request waited for a worker group")
+                 .Register(registry)
+                 .Add({}, LatencyBuckets())),
+      stream_(prometheus::BuildHistogram()
+                  .Name("vaedecode_stream_seconds")
+                  .Help("Time from the leader's first message to the trailer being handed to the "
+                        "client stream")
+                  .Register(registry)
+                  .Add({}, LatencyBuckets())),
+      queue_depth_(prometheus::BuildGauge()
+                       .Name("vaedecode_queue_depth")
+                       .Help("Requests waiting for a worker group")
+                       .Register(registry)
+                       .Add({})),
+      in_flight_(prometheus::BuildGauge()
+                     .Name("vaedecode_in_flight")
+                     .Help("Requests running on a worker group")
+                     .Register(registry)
+                     .Add({})),
+      device_free_(prometheus::BuildGauge()
+                       .Name("vaedecode_device_free_bytes")
+                       .Help("Free memory per device, as its worker last reported")
+                       .Register(registry)),
+      device_peak_(prometheus::BuildGauge()
+                       .Name("vaedecode_device_peak_bytes")
+                       .Help("Peak memory per device, as its worker last reported")
+                       .Register(registry)),
+      restarts_(prometheus::BuildCounter()
+                    .Name("vaedecode_worker_restarts_total")
+                    .Help("Worker group rebuilds after a failure")
+                    .Register(registry)),
+      group_ready_(prometheus::BuildGauge()
+                       .Name("vaedecode_group_ready")
+                       .Help("1 when the worker group is formed and serving")
+                       .Register(registry)) {}
+
+void ServerMetrics::RecordRequest(const std::string& model, absl::StatusCode code, double total_s) {
+  const std::string status = StatusCodeName(code);
+  requests_.Add({{"model", model}, {"status", status}}).Increment();
+  request_seconds_.Add({{"status", status}}, LatencyBuckets()).Observe(total_s);
+}
+
+void ServerMetrics::RecordDecode(const std::string& family, const std::string& mode, int degree,
+                                 double decode_s, double gather_s, int64_t collectives) {
+  const prometheus::Labels labels = {
+      {"family", family}, {"mode", mode}, {"degree", absl::StrCat(degree)}};
+  decode_.Add(labels, LatencyBuckets()).Observe(decode_s);
+  gather_.Add(labels, LatencyBuckets()).Observe(gather_s);
+  collectives_.Add(labels, CountBuckets()).Observe(static_cast<double>(collectives));
+}
+
+void ServerMetrics::RecordQueueTime(double seconds) { queue_.Observe(seconds); }
+void ServerMetrics::RecordStreamTime(double seconds) { stream_.Observe(seconds); }
+void ServerMetrics::SetQueueDepth(int64_t depth) { queue_depth_.Set(static_cast<double>(depth)); }
+void ServerMetrics::AddInFlight(int64_t delta) { in_flight_.Increment(static_cast<double>(delta)); }
+
+void ServerMetrics::SetDeviceFreeBytes(const std::string& group, const std::string& device,
+                                       int64_t bytes) {
+  device_free_.Add({{"device", device}, {"group", group}}).Set(static_cast<double>(bytes));
+}
+
+void ServerMetrics::SetDevicePeakBytes(const std::string& group, const std::string& device,
+                                       int64_t bytes) {
+  device_peak_.Add({{"device", device}, {"group", group}}).Set(static_cast<double>(bytes));
+}
+
+void ServerMetrics::RecordWorkerRestart(const std::string& group) {
+  restarts_.Add({{"group", group}}).Increment();
+}
+
+void ServerMetrics::SetGroupReady(const std::string& group, bool ready) {
+  group_ready_.Add({{"group", group}}).Set(ready ? 1 : 0);
+}
+
+}  // namespace vaedecode::server

@@ -1,0 +1,73 @@
+#pragma once
+
+// The server's Prometheus metrics, built once at start-up on the registry
+// passed in (which the /metrics exposer serves). Label sets are bounded:
+// model names come from the catalog ("_unknown" for names that are not),
+// status is a gRPC code name, family/mode/degree come from the models and the
+// fixed group size, device and group from the --devices carving.
+//
+//   vaedecode_requests_total{model,status}            counter
+//   vaedecode_decode_seconds{family,mode,degree}       histogram (leader decode time)
+//   vaedecode_gather_seconds{family,mode,degree}       histogram
+//   vaedecode_collectives_per_decode{family,mode,degree} histogram
+//   vaedecode_queue_seconds                            histogram (time in the queue)
+//   vaedecode_stream_seconds                           histogram
+//   vaedecode_request_seconds{status}                  histogram (end to end)
+//   vaedecode_queue_depth                              gauge
+//   vaedecode_in_flight                                gauge (running on a group)
+//   vaedecode_device_free_bytes{device,group}          gauge
+//   vaedecode_device_peak_bytes{device,group}          gauge
+//   vaedecode_worker_restarts_total{group}             counter
+//   vaedecode_group_ready{group}                       gauge (1 ready, 0 not)
+//
+// Thread-safe: prometheus-cpp metrics are atomic and families lock when a
+// new label set is added.
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace vaedecode::server {
+
+class ServerMetrics {
+ public:
+  // Registers every family on `registry`, which must outlive this object.
+  explicit ServerMetrics(prometheus::Registry& registry);
+
+  void RecordRequest(const std::string& model, absl::StatusCode code, double total_s);
+  // One finished decode, from the leader's header and trailer.
+  void RecordDecode(const std::string& family, const std::string& mode, int degree, double decode_s,
+                    double gather_s, int64_t collectives);
+  void RecordQueueTime(double seconds);
+  void RecordStreamTime(double seconds);
+  void SetQueueDepth(int64_t depth);
+  void AddInFlight(int64_t delta);
+  void SetDeviceFreeBytes(const std::string& group, const std::string& device, int64_t bytes);
+  void SetDevicePeakBytes(const std::string& group, const std::string& device, int64_t bytes);
+  void RecordWorkerRestart(const std::string& group);
+  void SetGroupReady(const std::string& group, bool ready);
+
+ private:
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& decode_;
+  prometheus::Family<prometheus::Histogram>& gather_;
+  prometheus::Family<prometheus::Histogram>& collectives_;
+  prometheus::Family<prometheus::Histogram>& request_seconds_;
+  prometheus::Histogram& queue_;
+  prometheus::Histogram& stream_;
+  prometheus::Gauge& queue_depth_;
+  prometheus::Gauge& in_flight_;
+  prometheus::Family<prometheus::Gauge>& device_free_;
+  prometheus::Family<prometheus::Gauge>& device_peak_;
+  prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Family<prometheus::Gauge>& group_ready_;
+};
+
+}  // namespace vaedecode::server

@@ -1,0 +1,125 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace vaedecode::server {
+
+Scheduler::Scheduler(int64_t max_queue, std::function<void(int64_t)> on_depth)
+    : max_queue_(max_queue), on_depth_(std::move(on_depth)) {}
+
+void Scheduler::ReportDepth(int64_t depth) {
+  if (on_depth_) on_depth_(depth);
+}
+
+bool Scheduler::ArmHook(const std::shared_ptr<Job>& job) {
+  // A weak reference: the hook lives inside the job.
+  std::weak_ptr<Job> weak = job;
+  return job->SetCancelHook([this, weak] {
+    if (std::shared_ptr<Job> j = weak.lock()) Remove(j.get());
+  });
+}
+
+absl::Status Scheduler::Enqueue(std::shared_ptr<Job> job) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_)
+      return absl::UnavailableError("the server is shutting down; retry on another replica");
+    if (static_cast<int64_t>(queue_.size()) >= max_queue_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the request queue is full (", max_queue_, " waiting); retry later"));
+    }
+    queue_.push_back(job);
+    ReportDepth(static_cast<int64_t>(queue_.size()));
+    cv_.SignalAll();
+  }
+  // Outside our lock (lock order Job, then Scheduler). A cancellation that
+  // raced ahead leaves the hook unarmed: remove the job ourselves.
+  if (!ArmHook(job)) Remove(job.get());
+  return absl::OkStatus();
+}
+
+std::shared_ptr<Job> Scheduler::Next(const std::function<bool(const Job&)>& can_run,
+                                     absl::Duration timeout) {
+  // Queued deadlines are also enforced by gRPC cancelling the call (which
+  // removes the job); the poll only bounds how late a missed one is noticed.
+  constexpr absl::Duration kPoll = absl::Milliseconds(50);
+  const absl::Time until = absl::Now() + timeout;
+  std::vector<std::shared_ptr<Job>> expired;
+  std::shared_ptr<Job> picked;
+  {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      const absl::Time now = absl::Now();
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->deadline() <= now) {
+          expired.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else if (!picked && can_run(**it)) {
+          picked = std::move(*it);
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (picked || !expired.empty() || (closed_ && queue_.empty()) || now >= until) break;
+      cv_.WaitWithDeadline(&mu_, std::min(until, now + kPoll));
+    }
+    if (picked || !expired.empty()) ReportDepth(static_cast<int64_t>(queue_.size()));
+  }
+  for (const auto& job : expired) {
+    job->ClearCancelHook();
+    job->Finish(absl::DeadlineExceededError(
+        "deadline exceeded while waiting in the queue for a worker group"));
+  }
+  if (picked) picked->ClearCancelHook();
+  return picked;
+}
+
+bool Scheduler::Requeue(std::shared_ptr<Job> job) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return false;
+    queue_.push_front(job);
+    ReportDepth(static_cast<int64_t>(queue_.size()));
+    cv_.SignalAll();
+  }
+  if (!ArmHook(job)) {
+    Remove(job.get());
+    return false;
+  }
+  return true;
+}
+
+void Scheduler::Remove(const Job* job) {
+  std::shared_ptr<Job> removed;  // released after the lock
+  absl::MutexLock lock(&mu_);
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->get() == job) {
+      removed = std::move(*it);
+      queue_.erase(it);
+      ReportDepth(static_cast<int64_t>(queue_.size()));
+      break;
+    }
+  }
+}
+
+void Scheduler::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  cv_.SignalAll();
+}
+
+bool Scheduler::closed() const {
+  absl::MutexLock lock(&mu_);
+  return closed_;
+}
+
+int64_t Scheduler::depth() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+}  // namespace vaedecode::server

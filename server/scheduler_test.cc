@@ -1,0 +1,106 @@
+#include "server/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace vaedecode::server {
+namespace {
+
+class NullStream : public JobStream {
+ public:
+  void StartWrite(const v1::DecodeResponse*) override {}
+  void Finish(const absl::Status& s) override {
+    absl::MutexLock lock(&mu);
+    finished = true;
+    status = s;
+  }
+  absl::Mutex mu;
+  bool finished = false;
+  absl::Status status;
+};
+
+struct TestJob {
+  NullStream stream;
+  std::shared_ptr<Job> job;
+};
+
+std::unique_ptr<TestJob> Make(const std::string& model,
+                              absl::Time deadline = absl::InfiniteFuture()) {
+  auto t = std::make_unique<TestJob>();
+  v1::ModelInfo m;
+  m.set_name(model);
+  t->job = std::make_shared<Job>(v1::DecodeRequest(), m, absl::Now(), deadline, 4);
+  t->job->Attach(&t->stream, nullptr);
+  return t;
+}
+
+const auto kAny = [](const Job&) { return true; };
+
+TEST(SchedulerTest, FifoAndBounded) {
+  int64_t reported = -1;
+  Scheduler s(2, [&](int64_t d) { reported = d; });
+  auto a = Make("a"), b = Make("b"), c = Make("c");
+  ASSERT_TRUE(s.Enqueue(a->job).ok());
+  ASSERT_TRUE(s.Enqueue(b->job).ok());
+  EXPECT_EQ(reported, 2);
+  EXPECT_EQ(s.Enqueue(c->job).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.Next(kAny, absl::ZeroDuration()), a->job);
+  EXPECT_EQ(s.Next(kAny, absl::ZeroDuration()), b->job);
+  EXPECT_EQ(reported, 0);
+  EXPECT_EQ(s.Next(kAny, absl::Milliseconds(10)), nullptr);
+}
+
+TEST(SchedulerTest, PicksTheOldestJobTheGroupCanRun) {
+  Scheduler s(8, nullptr);
+  auto a = Make("a"), b = Make("b"), b2 = Make("b");
+  ASSERT_TRUE(s.Enqueue(a->job).ok());
+  ASSERT_TRUE(s.Enqueue(b->job).ok());
+  ASSERT_TRUE(s.Enqueue(b2->job).ok());
+  const auto only_b = [](const Job& j) { return j.model().name() == "b"; };
+  EXPECT_EQ(s.Next(only_b, absl::ZeroDuration()), b->job);
+  EXPECT_EQ(s.Next(only_b, absl::ZeroDuration()), b2->job);
+  EXPECT_EQ(s.Next(only_b, absl::Milliseconds(10)), nullptr);
+  EXPECT_EQ(s.depth(), 1);
+}
+
+TEST(SchedulerTest, CancellingAQueuedJobRemovesIt) {
+  Scheduler s(1, nullptr);
+  auto a = Make("a"), b = Make("b");
+  ASSERT_TRUE(s.Enqueue(a->job).ok());
+  a->job->Cancel(absl::CancelledError("gone"));
+  EXPECT_EQ(s.depth(), 0);
+  EXPECT_TRUE(a->stream.finished);
+  ASSERT_TRUE(s.Enqueue(b->job).ok());  // the slot is free again
+}
+
+TEST(SchedulerTest, ExpiredJobsFinishWithDeadlineExceeded) {
+  Scheduler s(4, nullptr);
+  auto late = Make("a", absl::Now() + absl::Milliseconds(30));
+  ASSERT_TRUE(s.Enqueue(late->job).ok());
+  const auto never = [](const Job&) { return false; };
+  absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (s.depth() > 0 && absl::Now() < give_up) s.Next(never, absl::Milliseconds(100));
+  EXPECT_EQ(s.depth(), 0);
+  EXPECT_TRUE(late->stream.finished);
+  EXPECT_EQ(late->stream.status.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(SchedulerTest, NextWakesOnEnqueueAndCloseRefusesNewJobs) {
+  Scheduler s(4, nullptr);
+  auto a = Make("a");
+  std::shared_ptr<Job> got;
+  std::thread waiter([&] { got = s.Next(kAny, absl::Seconds(10)); });
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(s.Enqueue(a->job).ok());
+  waiter.join();
+  EXPECT_EQ(got, a->job);
+  s.Close();
+  auto b = Make("b");
+  EXPECT_EQ(s.Enqueue(b->job).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.Next(kAny, absl::Seconds(10)), nullptr);  // closed and empty: at once
+  EXPECT_FALSE(s.Requeue(b->job));
+}
+
+}  // namespace
+}  // namespace vaedecode::server

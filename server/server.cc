@@ -1,0 +1,225 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "server/device_spec.h"
+#include "worker/child_process.h"
+
+namespace vaedecode::server {
+namespace {
+
+constexpr char kServiceName[] = "vaedecode.v1.VaeDecoder";
+// Room for a Chunk's other fields and the message framing.
+constexpr int64_t kMessageOverhead = 64 << 10;
+
+bool IsExecutable(const std::string& path) {
+  std::error_code ec;
+  return !path.empty() && std::filesystem::is_regular_file(path, ec) &&
+         access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+std::string ModelHealthName(const std::string& model) {
+  return absl::StrCat(kServiceName, "/", model);
+}
+
+absl::StatusOr<std::string> FindWorkerBinary(const std::string& flag) {
+  if (!flag.empty()) {
+    if (IsExecutable(flag)) return std::filesystem::absolute(flag).string();
+    return absl::InvalidArgumentError(
+        absl::StrCat("--worker_binary=", flag, ": not an executable file"));
+  }
+  const std::filesystem::path self = worker::SelfExecutable();
+  std::vector<std::string> candidates = {
+      (self.parent_path().parent_path() / "worker" / "vaedecode_worker").string(),
+      self.string() + ".runfiles/vaedecode/worker/vaedecode_worker",
+  };
+  if (const char* runfiles = getenv("RUNFILES_DIR")) {
+    candidates.push_back(absl::StrCat(runfiles, "/vaedecode/worker/vaedecode_worker"));
+  }
+  if (const char* srcdir = getenv("TEST_SRCDIR")) {
+    candidates.push_back(absl::StrCat(srcdir, "/vaedecode/worker/vaedecode_worker"));
+  }
+  for (const std::string& c : candidates) {
+    if (IsExecutable(c)) return c;
+  }
+  return absl::InvalidArgumentError(
+      "cannot find vaedecode_worker beside the server; build //worker:vaedecode_worker or "
+      "pass --worker_binary");
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
+  absl::StatusOr<std::vector<std::string>> devices = ParseDevices(options.devices);
+  if (!devices.ok()) return devices.status();
+  absl::StatusOr<std::vector<GroupSpec>> groups = CarveGroups(*devices, options.group_size);
+  if (!groups.ok()) return groups.status();
+  absl::StatusOr<std::vector<std::string>> names = ListRepositoryModels(options.model_repository);
+  if (!names.ok()) return names.status();
+  absl::StatusOr<std::string> worker_binary = FindWorkerBinary(options.worker_binary);
+  if (!worker_binary.ok()) return worker_binary.status();
+  if (options.max_queue < 1) {
+    // Every request waits in the queue, if only for a moment.
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_queue=", options.max_queue, ": must be at least 1"));
+  }
+  if (options.max_message_bytes < (1 << 20) || options.max_message_bytes > (int64_t{1} << 31) - 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_message_bytes=", options.max_message_bytes, ": must be in [1 MiB, 2 GiB)"));
+  }
+  if (options.chunk_bytes < 1024 ||
+      options.chunk_bytes > options.max_message_bytes - kMessageOverhead) {
+    return absl::InvalidArgumentError(absl::StrCat("--chunk_bytes=", options.chunk_bytes,
+                                                   ": must be at least 1024 and leave 64 KiB "
+                                                   "below --max_message_bytes=",
+                                                   options.max_message_bytes));
+  }
+
+  std::unique_ptr<Server> s(new Server());
+  s->options_ = options;
+  s->options_.worker_binary = *worker_binary;
+  s->registry_ = std::make_shared<prometheus::Registry>();
+  s->metrics_ = std::make_unique<ServerMetrics>(*s->registry_);
+  s->catalog_ = std::make_unique<ModelCatalog>(*names);
+  ServerMetrics* metrics = s->metrics_.get();
+  s->scheduler_ = std::make_unique<Scheduler>(
+      options.max_queue, [metrics](int64_t depth) { metrics->SetQueueDepth(depth); });
+  DecodeServiceOptions service_options;
+  service_options.group_size = options.group_size;
+  s->service_ =
+      std::make_unique<DecodeService>(service_options, *s->scheduler_, *s->catalog_, *s->metrics_);
+
+  if (!options.metrics_listen.empty()) {
+    try {
+      s->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_listen);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("--metrics_listen=", options.metrics_listen, ": ", e.what()));
+    }
+    s->exposer_->RegisterCollectable(s->registry_);
+    const std::vector<int> ports = s->exposer_->GetListeningPorts();
+    s->metrics_port_ = ports.empty() ? 0 : ports[0];
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->service_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  s->grpc_server_ = builder.BuildAndStart();
+  if (!s->grpc_server_ || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on --listen=", options.listen));
+  }
+  Server* raw = s.get();
+  s->catalog_->SetListener([raw] { raw->UpdateHealth(); });
+  s->UpdateHealth();
+
+  s->socket_dir_ = options.socket_dir;
+  if (s->socket_dir_.empty()) {
+    char tmpl[] = "/tmp/vaedecode-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      return absl::UnavailableError("cannot create a socket folder under /tmp");
+    }
+    s->socket_dir_ = tmpl;
+    s->own_socket_dir_ = true;
+  }
+
+  for (const GroupSpec& spec : *groups) {
+    WorkerGroupOptions g;
+    g.name = spec.name;
+    g.devices = spec.devices;
+    g.worker_binary = s->options_.worker_binary;
+    g.model_repository = options.model_repository.empty()
+                             ? ""
+                             : std::filesystem::absolute(options.model_repository).string();
+    g.dtype = options.dtype;
+    g.threads = options.threads;
+    g.collective_timeout_s = options.collective_timeout_s;
+    g.socket_dir = s->socket_dir_;
+    g.start_timeout = options.worker_start_timeout;
+    g.max_chunk_bytes = options.chunk_bytes;
+    s->groups_.push_back(
+        std::make_unique<WorkerGroup>(g, *s->scheduler_, *s->catalog_, *s->metrics_));
+  }
+  for (auto& g : s->groups_) g->Start();
+  spdlog::info(
+      "event=listening address={} port={} metrics_port={} groups={} group_size={} "
+      "worker={}",
+      options.listen, s->port_, s->metrics_port_, s->groups_.size(), options.group_size,
+      s->options_.worker_binary);
+  return s;
+}
+
+void Server::UpdateHealth() {
+  absl::MutexLock lock(&health_mu_);
+  if (health_final_ || !grpc_server_) return;
+  grpc::HealthCheckServiceInterface* health = grpc_server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  bool any = false;
+  for (const std::string& name : catalog_->Names()) {
+    const bool serving = catalog_->Serving(name);
+    any |= serving;
+    health->SetServingStatus(ModelHealthName(name), serving);
+  }
+  health->SetServingStatus("", any);
+  health->SetServingStatus(kServiceName, any);
+}
+
+absl::Status Server::Drain(absl::Duration timeout) {
+  if (drained_) return absl::OkStatus();
+  drained_ = true;
+  const absl::Time start = absl::Now();
+  spdlog::info("event=drain_start active_calls={} queued={} timeout_s={}", service_->active_calls(),
+               scheduler_->depth(), absl::ToDoubleSeconds(timeout));
+  {
+    absl::MutexLock lock(&health_mu_);
+    health_final_ = true;
+    // Every service NOT_SERVING, and later changes ignored.
+    if (grpc_server_ && grpc_server_->GetHealthCheckService()) {
+      grpc_server_->GetHealthCheckService()->Shutdown();
+    }
+  }
+  service_->StopAccepting();
+  scheduler_->Close();
+  const absl::Time deadline = start + timeout;
+  while (service_->active_calls() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const int64_t cut = service_->active_calls();
+  // Cancels whatever is left; returns once every call is done.
+  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  grpc_server_->Wait();
+  spdlog::debug("event=drain_grpc_down ms={:.0f}", absl::ToDoubleMilliseconds(absl::Now() - start));
+  for (auto& g : groups_) g->Stop();
+  spdlog::debug("event=drain_workers_stopped ms={:.0f}",
+                absl::ToDoubleMilliseconds(absl::Now() - start));
+  exposer_.reset();
+  if (own_socket_dir_) {
+    std::error_code ec;
+    std::filesystem::remove_all(socket_dir_, ec);
+  }
+  spdlog::info("event=drain_done cancelled_calls={} drain_ms={:.0f}", cut,
+               absl::ToDoubleMilliseconds(absl::Now() - start));
+  if (cut > 0) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        cut, " call(s) were still running after the drain timeout and were cancelled"));
+  }
+  return absl::OkStatus();
+}
+
+Server::~Server() {
+  if (!drained_ && grpc_server_) Drain(absl::ZeroDuration()).IgnoreError();
+  for (auto& g : groups_) g->Stop();
+}
+
+}  // namespace vaedecode::server

@@ -1,0 +1,100 @@
+#pragma once
+
+// The vaedecode server: the public gRPC service (with standard health and
+// reflection), the scheduler, the worker groups and the /metrics endpoint,
+// wired together and torn down in order.
+//
+// Health service names: "" and "vaedecode.v1.VaeDecoder" are SERVING while
+// any group is ready and the server is not draining; each model has its own
+// name "vaedecode.v1.VaeDecoder/<model>", SERVING while a ready group serves
+// it.
+//
+// Threading: Create, Drain and the destructor from one owner thread.
+
+#include <grpcpp/grpcpp.h>
+#include <prometheus/exposer.h>
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/decode_service.h"
+#include "server/metrics.h"
+#include "server/model_catalog.h"
+#include "server/scheduler.h"
+#include "server/worker_group.h"
+
+namespace vaedecode::server {
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:50051";
+  std::string model_repository;  // "" = the workers' embedded default model
+  std::string devices = "cpu:1";
+  int group_size = 1;
+  int64_t max_queue = 64;                // waiting requests (running ones not counted); >= 1
+  int64_t max_message_bytes = 64 << 20;  // largest request (latent) and response message
+  std::string metrics_listen;            // "" = no /metrics endpoint
+  absl::Duration drain_timeout = absl::Seconds(30);
+  std::string worker_binary;  // "" = found beside the server binary
+  std::string dtype = "float32";
+  int threads = 1;
+  int collective_timeout_s = 300;
+  absl::Duration worker_start_timeout = absl::Minutes(5);
+  int64_t chunk_bytes = 1 << 20;  // largest Chunk.data the leader sends
+  std::string socket_dir;         // "" = a fresh /tmp/vaedecode-XXXXXX
+};
+
+// The health service name of a model.
+std::string ModelHealthName(const std::string& model);
+
+class Server {
+ public:
+  // Validates the options, listens, starts the metrics endpoint and the
+  // worker groups (which become ready in the background; health says when).
+  static absl::StatusOr<std::unique_ptr<Server>> Create(const ServerOptions& options);
+  ~Server();  // Drain(absl::ZeroDuration()) if not drained
+
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_port_; }
+
+  // Graceful shutdown: health NOT_SERVING, new calls UNAVAILABLE, waits up to
+  // `timeout` for calls in flight (queued or running) to finish, cancels the
+  // rest, stops the workers. DEADLINE_EXCEEDED (after shutting down anyway)
+  // when calls had to be cancelled.
+  absl::Status Drain(absl::Duration timeout);
+
+ private:
+  Server() = default;
+  void UpdateHealth();
+
+  ServerOptions options_;
+  std::string socket_dir_;
+  bool own_socket_dir_ = false;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  bool drained_ = false;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<ModelCatalog> catalog_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<DecodeService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::vector<std::unique_ptr<WorkerGroup>> groups_;
+
+  absl::Mutex health_mu_;
+  bool health_final_ ABSL_GUARDED_BY(health_mu_) = false;
+};
+
+// The worker binary: `flag` if set, else vaedecode_worker beside the server
+// (bazel-bin/worker/ next to bazel-bin/server/, or in the runfiles).
+absl::StatusOr<std::string> FindWorkerBinary(const std::string& flag);
+
+}  // namespace vaedecode::server

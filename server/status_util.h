@@ -1,0 +1,24 @@
+#pragma once
+
+// The one place where absl::Status and grpc::Status meet. Inside the server
+// everything is absl::Status; it becomes a grpc::Status only when a call is
+// finished, and a grpc::Status from a group leader becomes an absl::Status as
+// soon as it is read. Codes map one to one (both follow google.rpc.Code).
+//
+// Thread-safe: pure functions.
+
+#include <grpcpp/support/status.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace vaedecode::server {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// "OK", "INVALID_ARGUMENT", ...: the label value used in metrics and logs.
+std::string StatusCodeName(absl::StatusCode code);
+
+}  // namespace vaedecode::server

@@ -1,0 +1,115 @@
+#pragma once
+
+// Test harness for the service: starts a real vaedecode_server process on
+// loopback (ports chosen by the kernel, read back from --ready_file), talks
+// to it over gRPC (VaeDecoder, grpc.health.v1, reflection) and HTTP
+// (/metrics), finds its worker processes in /proc.
+//
+// Threading: a ServerProcess is used by one test thread; Decode may run on
+// many threads at once with the stub.
+
+#include <grpcpp/grpcpp.h>
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/output_assembler.h"
+#include "vaedecode/v1/vaedecode.grpc.pb.h"
+#include "worker/child_process.h"
+
+namespace vaedecode::testing {
+
+// $TEST_SRCDIR/vaedecode/<path> (a runfile of this test).
+std::string Runfile(const std::string& path);
+// A fresh folder under $TEST_TMPDIR.
+std::string TempDir(const std::string& name);
+
+struct WorkerProcess {
+  pid_t pid = 0;
+  int rank = -1;
+  std::string group;  // the --group flag (incarnation)
+};
+
+class ServerProcess {
+ public:
+  // Starts Runfile("server/vaedecode_server") with --listen=127.0.0.1:0,
+  // --metrics_listen=127.0.0.1:0, --ready_file and `flags`; waits until it
+  // listens (not until its groups are ready: see WaitServing).
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      const std::vector<std::string>& flags, absl::Duration timeout = absl::Seconds(60));
+
+  pid_t pid() const { return child_.pid(); }
+  std::string address() const;
+  int metrics_port() const { return metrics_port_; }
+  v1::VaeDecoder::Stub& stub() { return *stub_; }
+  std::shared_ptr<grpc::Channel> channel() { return channel_; }
+
+  // grpc.health.v1 Check: true SERVING, false NOT_SERVING; an error status
+  // otherwise (NOT_FOUND for an unknown service name).
+  absl::StatusOr<bool> Serving(const std::string& service);
+  // Polls Serving until it equals `serving`.
+  absl::Status WaitServing(const std::string& service, bool serving, absl::Duration timeout);
+  // Reflection's list_services.
+  absl::StatusOr<std::vector<std::string>> ReflectionServices();
+
+  // The server's worker processes (its children), by rank.
+  std::vector<WorkerProcess> Workers() const;
+  // Waits until the server has `count` workers, none in `exclude` groups.
+  absl::StatusOr<std::vector<WorkerProcess>> WaitWorkers(size_t count, absl::Duration timeout,
+                                                         const std::string& exclude_group = "");
+
+  // GET /metrics over HTTP/1.0: the body.
+  absl::StatusOr<std::string> ScrapeMetrics();
+
+  void Signal(int sig);
+  // The server's exit code.
+  absl::StatusOr<int> WaitExit(absl::Duration timeout);
+
+ private:
+  ServerProcess(worker::ChildProcess child, std::string socket_dir)
+      : child_(std::move(child)), socket_dir_(std::move(socket_dir)) {}
+
+ public:
+  // Kills the server (its workers die with it) and removes its socket folder.
+  ~ServerProcess();
+
+ private:
+  worker::ChildProcess child_;
+  std::string socket_dir_;
+  int port_ = 0;
+  int metrics_port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::VaeDecoder::Stub> stub_;
+};
+
+struct DecodeOutcome {
+  grpc::Status status;
+  client::OutputAssembler output;
+  absl::Status stream_error;  // the stream broke the protocol
+  int messages = 0;
+};
+
+// One Decode call. `on_start(context)` runs once the call is started (the
+// context stays valid until Decode returns: another thread may TryCancel
+// it); `on_message(count, context)` after each message; `deadline` bounds
+// the call.
+DecodeOutcome Decode(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& request,
+                     absl::Duration deadline = absl::Seconds(120),
+                     const std::function<void(int, grpc::ClientContext&)>& on_message = nullptr,
+                     const std::function<void(grpc::ClientContext&)>& on_start = nullptr);
+
+// The value of the sample `name{labels}` in a Prometheus text exposition
+// (labels in any order, as "k=\"v\"" pieces that must all appear); -1 when absent.
+double MetricValue(const std::string& exposition, const std::string& name,
+                   const std::vector<std::string>& label_pieces = {});
+
+// Runs `promtool check metrics` on `exposition`: its combined output, or an
+// error with it when promtool fails.
+absl::StatusOr<std::string> PromtoolCheck(const std::string& exposition);
+
+}  // namespace vaedecode::testing
