@@ -51,6 +51,7 @@ struct JobReport {
   std::vector<int64_t> output_shape;
   v1::Timings timings;  // filled as far as the job got
   int64_t collectives = 0;
+  int tile_retries = 0;
   std::vector<int64_t> peak_bytes_per_rank;
   bool decoded = false;  // the leader sent its trailer
 };

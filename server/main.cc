@@ -34,6 +34,9 @@ ABSL_FLAG(std::string, worker_binary, "",
 ABSL_FLAG(std::string, dtype, "float32", "Worker compute dtype: float32, bfloat16 or float16");
 ABSL_FLAG(int, threads, 1, "Intra-op threads per worker process");
 ABSL_FLAG(int, collective_timeout_s, 300, "Worker collective timeout");
+ABSL_FLAG(int64_t, memory_budget_mib, 0,
+          "CPU devices: memory each worker rank may use (its free memory for the exact/tiled/queue "
+          "choice; allocations above it fail like an out-of-memory). 0 = unbounded");
 ABSL_FLAG(int, worker_start_timeout_s, 300,
           "How long a group may take to form and load its models");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "Largest Chunk.data in a Decode stream");
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
   options.dtype = absl::GetFlag(FLAGS_dtype);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
+  options.memory_budget_mib = absl::GetFlag(FLAGS_memory_budget_mib);
   options.worker_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout_s));
   options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
   options.socket_dir = ResolvePath(absl::GetFlag(FLAGS_socket_dir));

@@ -73,6 +73,10 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                     .Name("vaedecode_worker_restarts_total")
                     .Help("Worker group rebuilds after a failure")
                     .Register(registry)),
+      tile_retries_(prometheus::BuildCounter()
+                        .Name("vaedecode_tile_retries_total")
+                        .Help("Out-of-memory retries of tiled decodes (floor tile, then stock tiles)")
+                        .Register(registry)),
       group_ready_(prometheus::BuildGauge()
                        .Name("vaedecode_group_ready")
                        .Help("1 when the worker group is formed and serving")
@@ -110,6 +114,10 @@ void ServerMetrics::SetDevicePeakBytes(const std::string& group, const std::stri
 
 void ServerMetrics::RecordWorkerRestart(const std::string& group) {
   restarts_.Add({{"group", group}}).Increment();
+}
+
+void ServerMetrics::RecordTileRetries(const std::string& model, int retries) {
+  tile_retries_.Add({{"model", model}}).Increment(retries);
 }
 
 void ServerMetrics::SetGroupReady(const std::string& group, bool ready) {

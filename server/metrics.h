@@ -18,6 +18,7 @@
 //   vaedecode_device_free_bytes{device,group}          gauge
 //   vaedecode_device_peak_bytes{device,group}          gauge
 //   vaedecode_worker_restarts_total{group}             counter
+//   vaedecode_tile_retries_total{model}                counter (OOM-ladder fallbacks)
 //   vaedecode_group_ready{group}                       gauge (1 ready, 0 not)
 //
 // Thread-safe: prometheus-cpp metrics are atomic and families lock when a
@@ -52,6 +53,8 @@ class ServerMetrics {
   void SetDeviceFreeBytes(const std::string& group, const std::string& device, int64_t bytes);
   void SetDevicePeakBytes(const std::string& group, const std::string& device, int64_t bytes);
   void RecordWorkerRestart(const std::string& group);
+  // Out-of-memory retries of the tiled ladder (floor tile, then stock tiles).
+  void RecordTileRetries(const std::string& model, int retries);
   void SetGroupReady(const std::string& group, bool ready);
 
  private:
@@ -67,6 +70,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& device_free_;
   prometheus::Family<prometheus::Gauge>& device_peak_;
   prometheus::Family<prometheus::Counter>& restarts_;
+  prometheus::Family<prometheus::Counter>& tile_retries_;
   prometheus::Family<prometheus::Gauge>& group_ready_;
 };
 

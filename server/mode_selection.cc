@@ -1,6 +1,9 @@
 #include "server/mode_selection.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,14 +42,64 @@ std::string ModeName(v1::Mode mode) {
   }
 }
 
+PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInfo& model, int degree) {
+  constexpr double kHeadroom = 1.25;
+  const auto& shape = request.latent().shape();
+  PeakEstimates e;
+  if (shape.size() < 4) return e;
+  const double batch = static_cast<double>(shape[0]);
+  const double frames = shape.size() == 5 ? static_cast<double>(shape[2]) : 1.0;
+  const double rows = static_cast<double>(shape[shape.size() - 2]);
+  const double cols = static_cast<double>(shape[shape.size() - 1]);
+  const double per_latent = model.peak_bytes_per_latent();
+  const double fixed = model.fixed_peak_bytes();
+  auto peak = [&](double latent_rows, double latent_cols) {
+    return static_cast<int64_t>(kHeadroom * (fixed + per_latent * batch * frames * latent_rows * latent_cols));
+  };
+  e.dense = peak(rows, cols);
+  // The thickest band (first ranks take the remainder) plus a halo row on
+  // each side; the leader also holds the gathered float32 output.
+  const double band = std::ceil(rows / std::max(1, degree)) + 2;
+  const double f = static_cast<double>(std::max<int64_t>(1, model.spatial_factor()));
+  const double t_out = shape.size() == 5 ? 1 + static_cast<double>(model.temporal_factor()) * (frames - 1) : 1.0;
+  const double output = batch * static_cast<double>(model.out_channels()) * t_out * rows * f * cols * f * 4;
+  e.exact_rank = peak(std::min(rows, band), cols) + static_cast<int64_t>(output);
+  e.floor_tile = peak(std::min(rows, 32.0), std::min(cols, 32.0));
+  return e;
+}
+
+namespace {
+
+// Free bytes of every rank, or nullopt when any rank has no measured budget.
+std::optional<std::vector<int64_t>> MeasuredFree(const GroupResources& group) {
+  if (group.free_bytes_per_rank.empty()) return std::nullopt;
+  for (int64_t b : group.free_bytes_per_rank) {
+    if (b < 0) return std::nullopt;
+  }
+  return group.free_bytes_per_rank;
+}
+
+std::string MiB(int64_t bytes) { return absl::StrCat(bytes >> 20, " MiB"); }
+
+}  // namespace
+
 absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1::ModelInfo& model,
                                       const GroupResources& group) {
+  const std::optional<std::vector<int64_t>> free = MeasuredFree(group);
+  const PeakEstimates need = EstimatePeaks(request, model, group.degree);
+  const int64_t leader_free = free ? (*free)[0] : 0;
+  const int64_t min_free = free ? *std::min_element(free->begin(), free->end()) : 0;
+  const bool exact_possible = group.degree >= 2 && Supports(model, v1::MODE_EXACT);
   switch (request.mode()) {
     case v1::MODE_DENSE:
+      if (free && need.dense > leader_free) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "mode: DENSE needs about ", MiB(need.dense), " but the leader has ", MiB(leader_free),
+            " free (use AUTO or TILED)"));
+      }
       return ModeChoice{v1::MODE_DENSE, "requested"};
     case v1::MODE_TILED:
-      return absl::UnimplementedError(
-          "mode: TILED is not implemented yet; use AUTO, DENSE or EXACT");
+      return ModeChoice{v1::MODE_TILED, "requested"};
     case v1::MODE_EXACT:
       if (group.degree < 2) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -58,14 +111,37 @@ absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1
             absl::StrCat("mode: model \"", model.name(), "\" (", model.family(),
                          ") cannot be decoded in EXACT mode; it supports ", SupportedList(model)));
       }
+      if (free && need.exact_rank > min_free) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "mode: EXACT needs about ", MiB(need.exact_rank), " on each of ", group.degree,
+            " ranks but the tightest rank has ", MiB(min_free), " free (use AUTO or TILED)"));
+      }
       return ModeChoice{v1::MODE_EXACT, "requested"};
     case v1::MODE_AUTO:
-      if (group.degree < 2) return ModeChoice{v1::MODE_DENSE, "group has one rank"};
-      if (!Supports(model, v1::MODE_EXACT)) {
-        return ModeChoice{v1::MODE_DENSE,
-                          absl::StrCat("model family ", model.family(), " cannot shard exactly")};
+      if (!free) {
+        if (exact_possible) return ModeChoice{v1::MODE_EXACT, absl::StrCat("auto: exact over ", group.degree, " ranks")};
+        if (group.degree < 2) return ModeChoice{v1::MODE_DENSE, "group has one rank"};
+        return ModeChoice{v1::MODE_DENSE, absl::StrCat("model family ", model.family(), " cannot shard exactly")};
       }
-      return ModeChoice{v1::MODE_EXACT, absl::StrCat("auto: exact over ", group.degree, " ranks")};
+      if (exact_possible && need.exact_rank <= min_free) {
+        return ModeChoice{v1::MODE_EXACT, absl::StrCat("auto: exact over ", group.degree, " ranks (needs ",
+                                                       MiB(need.exact_rank), " per rank, ", MiB(min_free),
+                                                       " free)")};
+      }
+      if (!exact_possible && need.dense <= leader_free) {
+        return ModeChoice{v1::MODE_DENSE, absl::StrCat("auto: dense fits (", MiB(need.dense), " of ",
+                                                       MiB(leader_free), " free)")};
+      }
+      if (Supports(model, v1::MODE_TILED) && need.floor_tile <= leader_free) {
+        return ModeChoice{v1::MODE_TILED, absl::StrCat("auto: tiled; ", exact_possible ? "exact needs " : "dense needs ",
+                                                       MiB(exact_possible ? need.exact_rank : need.dense),
+                                                       " per rank, ", MiB(exact_possible ? min_free : leader_free),
+                                                       " free")};
+      }
+      return ModeChoice{v1::MODE_DENSE,
+                        absl::StrCat("waiting for memory: even a floor tile needs ", MiB(need.floor_tile), ", ",
+                                     MiB(leader_free), " free"),
+                        /*wait_for_memory=*/true};
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("mode: unknown value ", static_cast<int>(request.mode())));

@@ -24,18 +24,35 @@ struct GroupResources {
 };
 
 struct ModeChoice {
-  // The mode forwarded to the group leader: MODE_DENSE or MODE_EXACT (never
-  // MODE_AUTO). The leader may still fall back to dense for a latent too
-  // small to shard; its header says what it used.
+  // The mode forwarded to the group leader: MODE_DENSE, MODE_EXACT or
+  // MODE_TILED (never MODE_AUTO). The leader may still fall back to dense
+  // for a latent too small to shard; its header says what it used.
   v1::Mode mode = v1::MODE_DENSE;
   std::string reason;
+  // Nothing fits the group's free memory now: keep the job queued on this
+  // group and ask again (until the request's deadline).
+  bool wait_for_memory = false;
 };
 
-// Rules (for now): a forced mode is honoured or refused, never switched —
-// MODE_TILED is UNIMPLEMENTED, MODE_EXACT on a group of one rank or on a
-// model whose adapter cannot shard is INVALID_ARGUMENT. MODE_AUTO picks exact
-// when the group has more than one rank and the model supports it, else
-// dense.
+// Estimated decode peaks, from the model's measured profile (fixed bytes +
+// bytes per latent of area, see tiling/calibration.h) with 25% headroom.
+struct PeakEstimates {
+  int64_t dense = 0;       // the whole latent on one rank
+  int64_t exact_rank = 0;  // the largest per-rank share in exact mode (rows + halos), plus the
+                           // leader's gathered output
+  int64_t floor_tile = 0;  // one 32x32-latent tile
+};
+PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInfo& model, int degree);
+
+// Rules: a forced mode is honoured or refused, never switched. MODE_EXACT on
+// a group of one rank or on a model that cannot shard is INVALID_ARGUMENT;
+// a forced mode whose estimate exceeds the free memory measured on the group
+// is FAILED_PRECONDITION with the numbers. MODE_AUTO (DESIGN.md): exact if
+// every rank has room for its share with headroom; else tiled if a floor
+// tile fits the leader; else wait for memory. Without memory figures (empty
+// free_bytes_per_rank, or -1 entries for ranks without a budget) memory is
+// taken as sufficient: exact when the group has more than one rank and the
+// model supports it, else dense.
 absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1::ModelInfo& model,
                                       const GroupResources& group);
 

@@ -46,10 +46,78 @@ TEST(ModeSelectionTest, ForcedModesAreHonouredOrRefused) {
   absl::Status s = SelectMode(Request(v1::MODE_EXACT), Model(false), Group(2)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("supports DENSE"));
-  EXPECT_EQ(SelectMode(Request(v1::MODE_TILED), Model(true), Group(2)).status().code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(SelectMode(Request(v1::MODE_TILED), Model(true), Group(2))->mode, v1::MODE_TILED);
   EXPECT_EQ(SelectMode(Request(static_cast<v1::Mode>(17)), Model(true), Group(2)).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A 1x4x64x64 latent on a model measured at 1 MiB fixed + 10 KiB per latent:
+// dense ≈ 1.25 × (1 + 40) MiB = 51 MiB; one floor tile ≈ 1.25 × 11 MiB.
+v1::ModelInfo Measured(bool exact) {
+  v1::ModelInfo m = Model(exact);
+  m.add_supported_modes(v1::MODE_TILED);
+  m.set_fixed_peak_bytes(1 << 20);
+  m.set_peak_bytes_per_latent(10 << 10);
+  m.set_spatial_factor(8);
+  m.set_out_channels(3);
+  return m;
+}
+
+v1::DecodeRequest Sized(v1::Mode mode) {
+  v1::DecodeRequest r = Request(mode);
+  for (int64_t d : {1, 4, 64, 64}) r.mutable_latent()->add_shape(d);
+  return r;
+}
+
+GroupResources WithFree(int degree, int64_t mib_each) {
+  GroupResources g = Group(degree);
+  g.free_bytes_per_rank.assign(degree, mib_each << 20);
+  return g;
+}
+
+TEST(ModeSelectionTest, AutoChoosesExactTiledOrWaitAroundTheThresholds) {
+  const v1::ModelInfo m = Measured(true);
+  const PeakEstimates need = EstimatePeaks(Sized(v1::MODE_AUTO), m, 2);
+  ASSERT_GT(need.exact_rank, need.floor_tile);
+  auto choose = [&](int64_t free_bytes) {
+    GroupResources g = Group(2);
+    g.free_bytes_per_rank = {free_bytes, free_bytes};
+    return SelectMode(Sized(v1::MODE_AUTO), m, g);
+  };
+  EXPECT_EQ(choose(need.exact_rank)->mode, v1::MODE_EXACT);
+  EXPECT_EQ(choose(need.exact_rank - 1)->mode, v1::MODE_TILED);
+  EXPECT_EQ(choose(need.floor_tile)->mode, v1::MODE_TILED);
+  absl::StatusOr<ModeChoice> wait = choose(need.floor_tile - 1);
+  EXPECT_TRUE(wait->wait_for_memory);
+  EXPECT_THAT(wait->reason, HasSubstr("waiting for memory"));
+  // One tight rank is enough to rule exact out.
+  GroupResources uneven = Group(2);
+  uneven.free_bytes_per_rank = {need.exact_rank, need.exact_rank - 1};
+  EXPECT_EQ(SelectMode(Sized(v1::MODE_AUTO), m, uneven)->mode, v1::MODE_TILED);
+}
+
+TEST(ModeSelectionTest, AutoOnOneRankIsDenseWhenItFitsElseTiled) {
+  const v1::ModelInfo m = Measured(false);
+  const PeakEstimates need = EstimatePeaks(Sized(v1::MODE_AUTO), m, 1);
+  GroupResources g = Group(1);
+  g.free_bytes_per_rank = {need.dense};
+  EXPECT_EQ(SelectMode(Sized(v1::MODE_AUTO), m, g)->mode, v1::MODE_DENSE);
+  g.free_bytes_per_rank = {need.dense - 1};
+  EXPECT_EQ(SelectMode(Sized(v1::MODE_AUTO), m, g)->mode, v1::MODE_TILED);
+}
+
+TEST(ModeSelectionTest, ForcedModesThatCannotFitAreFailedPreconditionWithTheNumbers) {
+  const v1::ModelInfo m = Measured(true);
+  absl::StatusOr<ModeChoice> exact = SelectMode(Sized(v1::MODE_EXACT), m, WithFree(2, 1));
+  EXPECT_EQ(exact.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(exact.status().message()), HasSubstr("MiB free"));
+  absl::StatusOr<ModeChoice> dense = SelectMode(Sized(v1::MODE_DENSE), m, WithFree(2, 1));
+  EXPECT_EQ(dense.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(SelectMode(Sized(v1::MODE_DENSE), m, WithFree(2, 1 << 12))->mode, v1::MODE_DENSE);
+  // Unmeasured ranks (-1) do not constrain.
+  GroupResources unknown = Group(2);
+  unknown.free_bytes_per_rank = {-1, -1};
+  EXPECT_EQ(SelectMode(Sized(v1::MODE_EXACT), m, unknown)->mode, v1::MODE_EXACT);
 }
 
 }  // namespace

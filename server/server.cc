@@ -145,6 +145,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     g.dtype = options.dtype;
     g.threads = options.threads;
     g.collective_timeout_s = options.collective_timeout_s;
+    g.memory_budget_mib = options.memory_budget_mib;
     g.socket_dir = s->socket_dir_;
     g.start_timeout = options.worker_start_timeout;
     g.max_chunk_bytes = options.chunk_bytes;

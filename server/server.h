@@ -45,6 +45,7 @@ struct ServerOptions {
   std::string dtype = "float32";
   int threads = 1;
   int collective_timeout_s = 300;
+  int64_t memory_budget_mib = 0;  // per CPU rank; 0 = unbounded (no memory-based mode choice)
   absl::Duration worker_start_timeout = absl::Minutes(5);
   int64_t chunk_bytes = 1 << 20;  // largest Chunk.data the leader sends
   std::string socket_dir;         // "" = a fresh /tmp/vaedecode-XXXXXX

@@ -26,6 +26,8 @@ namespace {
 constexpr absl::Duration kPoll = absl::Milliseconds(50);
 constexpr absl::Duration kProbeDeadline = absl::Seconds(1);
 constexpr absl::Duration kStatusDeadline = absl::Seconds(2);
+// How often a job that fits no memory asks the group again.
+constexpr absl::Duration kMemoryPoll = absl::Milliseconds(250);
 // How long the supervisor looks for a dead rank to explain a failure the
 // leader reported (a process's socket closes a moment before it is reapable).
 constexpr absl::Duration kExplainWindow = absl::Milliseconds(300);
@@ -193,6 +195,7 @@ absl::StatusOr<std::shared_ptr<WorkerGroup::Leader>> WorkerGroup::Launch(
         absl::StrCat("--dtype=", options_.dtype),
         absl::StrCat("--threads=", options_.threads),
         absl::StrCat("--collective_timeout_s=", options_.collective_timeout_s),
+        absl::StrCat("--memory_budget_mib=", options_.memory_budget_mib),
     };
     if (r == 0) argv.push_back(absl::StrCat("--socket=", socket_path));
     absl::StatusOr<worker::ChildProcess> child = worker::ChildProcess::Spawn(argv);
@@ -369,10 +372,12 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
     r.timings.set_queue_ms(queue_ms);
   });
 
-  // The group's resources, for the mode choice.
-  GroupResources resources;
-  resources.degree = static_cast<int>(options_.devices.size());
-  {
+  // The group's resources, for the mode choice; asked again while nothing
+  // fits the group's free memory, until the request's deadline.
+  absl::StatusOr<ModeChoice> choice;
+  while (true) {
+    GroupResources resources;
+    resources.degree = static_cast<int>(options_.devices.size());
     grpc::ClientContext ctx;
     SetDeadline(ctx, std::min(job->deadline(), absl::Now() + kStatusDeadline));
     internal::StatusResponse status;
@@ -396,8 +401,15 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
         return;
       }
     }
+    choice = SelectMode(job->request(), job->model(), resources);
+    if (!choice.ok() || !choice->wait_for_memory) break;
+    if (absl::Now() + kMemoryPoll >= job->deadline()) {
+      job->Finish(absl::DeadlineExceededError(
+          absl::StrCat("deadline exceeded while waiting for memory: ", choice->reason)));
+      return;
+    }
+    absl::SleepFor(kMemoryPoll);
   }
-  absl::StatusOr<ModeChoice> choice = SelectMode(job->request(), job->model(), resources);
   if (!choice.ok()) {
     job->Finish(choice.status());
     return;
@@ -457,6 +469,7 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
       job->UpdateReport([&](JobReport& r) {
         r.timings = trailer.timings();
         r.collectives = trailer.collectives();
+        r.tile_retries = trailer.tile_retries();
         r.peak_bytes_per_rank.assign(trailer.peak_bytes_per_rank().begin(),
                                      trailer.peak_bytes_per_rank().end());
         r.decoded = true;
@@ -511,6 +524,7 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
                         report.timings.decode_ms() / 1000, report.timings.gather_ms() / 1000,
                         report.collectives);
   metrics_.RecordStreamTime(report.timings.stream_ms() / 1000);
+  if (report.tile_retries > 0) metrics_.RecordTileRetries(job->model().name(), report.tile_retries);
   job->Finish(absl::OkStatus());
   RefreshMemory(leader);
 }

@@ -55,6 +55,7 @@ struct WorkerGroupOptions {
   std::string dtype = "float32";
   int threads = 1;  // intra-op threads per worker
   int collective_timeout_s = 300;
+  int64_t memory_budget_mib = 0;
   std::string socket_dir;  // leader sockets go here (short path: 108-byte limit)
   absl::Duration start_timeout = absl::Minutes(5);
   int64_t max_chunk_bytes = 1 << 20;
