@@ -67,9 +67,12 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& deco
   if (!rows.ok() && rows.status().code() == absl::StatusCode::kCancelled) return rows.status();
   if (!rows.ok()) return AbortWith(comm, rows.status());
 
+  const auto gather_start = std::chrono::steady_clock::now();
   absl::StatusOr<at::Tensor> gathered = parallel::GatherRowsToRoot(
       comm, *rows, ops.SpecForRows(rows->size(h_axis), h_axis), kLeader);
   if (!gathered.ok()) return AbortWith(comm, gathered.status());
+  result.gather_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - gather_start).count();
   result.sample = *gathered;
   return result;
 }

@@ -28,6 +28,7 @@ struct GroupDecodeResult {
   std::string mode;     // "exact" or "dense"
   std::string reason;   // why dense, when it fell back
   double decode_ms = 0;         // this rank: its decode plus the row gather
+  double gather_ms = 0;         // of which gathering rows to the leader
   int64_t peak_bytes = 0;       // this rank's allocator peak during the decode (0 if not counted)
 };
 

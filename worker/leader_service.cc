@@ -188,6 +188,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   v1::DecodeResponse trailer_message;
   v1::Trailer* trailer = trailer_message.mutable_trailer();
   trailer->mutable_timings()->set_decode_ms(outcome->result.decode_ms);
+  trailer->mutable_timings()->set_gather_ms(outcome->result.gather_ms);
   trailer->mutable_timings()->set_stream_ms(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - stream_start).count());
   for (const RankStats& r : outcome->ranks) trailer->add_peak_bytes_per_rank(r.peak_bytes);
