@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Dense vs exact decode of the SD-1.x-sized embedded decoder, side by side.
+"""Dense vs exact decode, side by side, through the `vaedecode` CLI.
 
-Runs `vaedecode decode` (no --model: widths 128/256/512/512, 2 layers per
-block, seeded weights) on seeded 1x4xNxN latents in each configuration,
-interleaved round by round so machine noise hits all of them alike, and
-prints a Markdown table: median decode time, ratio to dense 1 thread, peak
-allocator bytes per rank, max RSS, collectives and bytes per decode.
+By default the SD-1.x-sized embedded decoder (no --model: widths
+128/256/512/512, 2 layers per block, seeded weights) on seeded 1x4xNxN
+latents; --model and --shapes select another model (e.g. a Wan fixture with
+1,16,5,32,32). Configurations run interleaved round by round so machine
+noise hits all of them alike. Prints a Markdown table: median decode time,
+ratio to dense 1 thread, peak allocator MiB per rank, max RSS, collectives
+and bytes per decode.
 
     bazel build //:vaedecode && python3 bench/decode_bench.py [--sizes 32,64] [--rounds 2]
+    python3 bench/decode_bench.py --model ../shared/fixtures/wan21 --shapes 1,16,5,32,32
 """
 import argparse
 import os
@@ -25,9 +28,10 @@ CONFIGS = [
 COUNT_ONLY = [("exact, 4 ranks x 1 thread (counts)", ["--threads", "1", "--mode", "exact", "--ranks", "4"])]
 
 
-def run(binary, size, flags, out_dir):
-    cmd = [binary, "decode", "--latent-shape", f"1,4,{size},{size}", "--out",
-           os.path.join(out_dir, f"bench_{size}.npy")] + flags
+def run(binary, shape, flags, out_dir, model):
+    cmd = [binary, "decode", "--latent-shape", shape, "--out", os.path.join(out_dir, "bench.npy")] + flags
+    if model:
+        cmd += ["--model", model]
     line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     fields = dict(re.findall(r"(\w+)=(\[[^\]]*\]|\{[^}]*\}|\S+)", line))
     return fields, line
@@ -36,7 +40,9 @@ def run(binary, size, flags, out_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default="bazel-bin/cli/vaedecode")
-    ap.add_argument("--sizes", default="32,64")
+    ap.add_argument("--sizes", default="32,64", help="square SD latents 1x4xNxN")
+    ap.add_argument("--shapes", default="", help="explicit latent shapes, ';'-separated (overrides --sizes)")
+    ap.add_argument("--model", default="", help="a diffusers VAE folder (default: the embedded model)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="/tmp/vaedecode-bench")
     args = ap.parse_args()
@@ -44,19 +50,21 @@ def main():
     env_blas = subprocess.run([args.binary, "info"], capture_output=True, text=True).stdout
     blas = re.search(r"blas: (.*)", env_blas)
     print(f"binary: {args.binary}; blas: {blas.group(1) if blas else '?'}; cpus: {os.cpu_count()}\n")
-    for size in [int(s) for s in args.sizes.split(",")]:
+    shapes = args.shapes.split(";") if args.shapes else [f"1,4,{n},{n}" for n in args.sizes.split(",")]
+    for shape in shapes:
         times = {name: [] for name, _ in CONFIGS}
         last = {}
         for _ in range(args.rounds):
             for name, flags in CONFIGS:
-                fields, line = run(args.binary, size, flags, args.out)
+                fields, line = run(args.binary, shape, flags, args.out, args.model)
                 times[name].append(float(fields["decode_ms"]))
                 last[name] = fields
         for name, flags in COUNT_ONLY:
-            fields, _ = run(args.binary, size, flags, args.out)
+            fields, _ = run(args.binary, shape, flags, args.out, args.model)
             last[name] = fields
         base = statistics.median(times[CONFIGS[0][0]])
-        print(f"### latent 1x4x{size}x{size} -> 1x3x{8*size}x{8*size}, float32, {args.rounds} rounds\n")
+        sample = last[CONFIGS[0][0]].get("sample_shape", "?")
+        print(f"### {args.model or 'embedded SD-1.x decoder'}: latent [{shape}] -> {sample}, float32, {args.rounds} rounds\n")
         print("| configuration | decode ms (median) | speed-up vs dense 1 thread | peak MiB per rank | max RSS MiB (leader) | collectives | bytes |")
         print("|---|---|---|---|---|---|---|")
         for name, _ in CONFIGS + COUNT_ONLY:

@@ -116,6 +116,10 @@ void ServerMetrics::RecordWorkerRestart(const std::string& group) {
   restarts_.Add({{"group", group}}).Increment();
 }
 
+void ServerMetrics::InitGroup(const std::string& group) { restarts_.Add({{"group", group}}); }
+
+void ServerMetrics::InitModel(const std::string& model) { tile_retries_.Add({{"model", model}}); }
+
 void ServerMetrics::RecordTileRetries(const std::string& model, int retries) {
   tile_retries_.Add({{"model", model}}).Increment(retries);
 }

@@ -53,6 +53,10 @@ class ServerMetrics {
   void SetDeviceFreeBytes(const std::string& group, const std::string& device, int64_t bytes);
   void SetDevicePeakBytes(const std::string& group, const std::string& device, int64_t bytes);
   void RecordWorkerRestart(const std::string& group);
+  // Counters exist at 0 before their first event, so rate()/increase() see
+  // the first one (Prometheus cannot count from a series that appears at 1).
+  void InitGroup(const std::string& group);
+  void InitModel(const std::string& model);
   // Out-of-memory retries of the tiled ladder (floor tile, then stock tiles).
   void RecordTileRetries(const std::string& model, int retries);
   void SetGroupReady(const std::string& group, bool ready);

@@ -77,6 +77,7 @@ WorkerGroup::~WorkerGroup() { Stop(); }
 
 void WorkerGroup::Start() {
   metrics_.SetGroupReady(options_.name, false);
+  metrics_.InitGroup(options_.name);
   supervisor_ = std::thread([this] { SupervisorLoop(); });
   dispatcher_ = std::thread([this] { DispatcherLoop(); });
 }
@@ -144,6 +145,7 @@ void WorkerGroup::SupervisorLoop() {
     RefreshMemory(*leader);
     catalog_.GroupReady(options_.name, models);
     metrics_.SetGroupReady(options_.name, true);
+    for (const v1::ModelInfo& m : models) metrics_.InitModel(m.name());
     spdlog::info("group={} event=ready incarnation={} devices={} models={} start_ms={:.0f}",
                  options_.name, (*leader)->incarnation, absl::StrJoin(options_.devices, ","),
                  absl::StrJoin(names, ","), Ms(absl::Now() - t0));

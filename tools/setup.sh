@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libpng-dev
   libopenblas0-pthread
   python3-grpcio python3-protobuf python3-torch
-  prometheus yamllint
+  prometheus yamllint python3-yaml
   clang libclang-rt-14-dev
 )
 
