@@ -1,6 +1,9 @@
 #include "families/builtin_families.h"
 
 #include "families/autoencoder_kl/decoder.h"
+#include "families/flux2/decoder.h"
+#include "families/hunyuanvideo/decoder.h"
+#include "families/ltx2/decoder.h"
 #include "families/qwenimage/decoder.h"
 #include "families/wan/decoder.h"
 
@@ -12,6 +15,9 @@ const Registry& BuiltinFamilies() {
     autoencoder_kl::Register(*r);
     wan::Register(*r);
     qwenimage::Register(*r);
+    flux2::Register(*r);
+    ltx2::Register(*r);
+    hunyuanvideo::Register(*r);
     return r;
   }();
   return *registry;

@@ -114,6 +114,25 @@ at::Tensor DenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const a
   return ScaledDotProductAttention(q, k, v);
 }
 
+at::Tensor DenseOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          int64_t /*tokens_per_row*/) {
+  return FrameCausalScaledDotProductAttention(q, k, v);
+}
+
+at::Tensor LayerOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          int64_t tokens_per_row) {
+  const int64_t frames = q.size(2);
+  std::vector<at::Tensor> out;
+  for (int64_t t = 0; t < frames; ++t) {
+    // Keys of frames 0..t, frame-major: every row of the band appears t+1
+    // times per token row, so `tokens_per_row` grows by the same factor.
+    const at::Tensor keys = k.narrow(2, 0, t + 1).flatten(2, 3);
+    const at::Tensor values = v.narrow(2, 0, t + 1).flatten(2, 3);
+    out.push_back(Attention(q.select(2, t), keys, values, tokens_per_row * (t + 1)));
+  }
+  return at::stack(out, 2);
+}
+
 void CancellableDenseOps::CheckCancelled() const {
   if (cancelled_ != nullptr && cancelled_->load()) {
     throw StatusError(absl::CancelledError("the request was cancelled"));
@@ -136,6 +155,24 @@ at::Tensor CancellableDenseOps::Attention(const at::Tensor& q, const at::Tensor&
                                           int64_t tokens_per_row) {
   CheckCancelled();
   return dense_.Attention(q, k, v, tokens_per_row);
+}
+
+at::Tensor CancellableDenseOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k,
+                                                     const at::Tensor& v, int64_t tokens_per_row) {
+  CheckCancelled();
+  return dense_.FrameCausalAttention(q, k, v, tokens_per_row);
+}
+
+at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
+                                                const at::Tensor& v) {
+  TORCH_CHECK(q.dim() == 5 && k.dim() == 5 && v.dim() == 5 && q.size(2) == k.size(2),
+              "frame-causal attention takes [B, heads, T, N, D] tensors with the same frames");
+  std::vector<at::Tensor> out;
+  for (int64_t t = 0; t < q.size(2); ++t) {
+    out.push_back(ScaledDotProductAttention(q.select(2, t), k.narrow(2, 0, t + 1).flatten(2, 3),
+                                            v.narrow(2, 0, t + 1).flatten(2, 3)));
+  }
+  return at::stack(out, 2);  // [B, heads, T, Nq, D]
 }
 
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,

@@ -53,6 +53,21 @@ class LayerOps {
   // (global) sequence.
   virtual at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                int64_t tokens_per_row) = 0;
+
+  // Frame-causal attention over a video's tokens (HunyuanVideo's mid block):
+  // q, k, v are [B, heads, T, N, D], frame t's N tokens row-major within the
+  // frame (`tokens_per_row` per row of the sharded axis, so a row band's
+  // tokens are contiguous inside each frame, though not across frames).
+  // Query frame t attends to every key of frames 0..t, all rows (the global
+  // mask "0 where key frame <= query frame, -inf elsewhere"), with no mask
+  // materialised. Returns [B, heads, T, N, D] for the local queries.
+  //
+  // The default composes it from Attention(), one call per query frame (so
+  // T K/V gathers when sharded: correct, since attention does not depend on
+  // the keys' order); DenseOps, CancellableDenseOps and ShardedOps override it
+  // (ShardedOps with one gather of every frame's K/V).
+  virtual at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          int64_t tokens_per_row);
 };
 
 // The original, unsharded ops. Stateless; one instance may be shared.
@@ -64,6 +79,8 @@ class DenseOps final : public LayerOps {
                        const at::Tensor& bias, double eps) override;
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        int64_t tokens_per_row) override;
+  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  int64_t tokens_per_row) override;
 };
 
 // DenseOps that stop with StatusError(CANCELLED) at the first op after
@@ -77,6 +94,8 @@ class CancellableDenseOps final : public LayerOps {
                        const at::Tensor& bias, double eps) override;
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        int64_t tokens_per_row) override;
+  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  int64_t tokens_per_row) override;
 
  private:
   void CheckCancelled() const;
@@ -99,5 +118,13 @@ at::Tensor PadRows(const at::Tensor& x, int64_t top, int64_t bottom, PaddingMode
 // stays bounded; every query row is independent, so chunking is exact.
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v);
+
+// Frame-causal attention of q [B, heads, T, Nq, D] against every frame's keys
+// k, v [B, heads, T, Nk, D]: query frame t against the (t+1)·Nk keys of
+// frames 0..t, each through ScaledDotProductAttention. Equal to diffusers'
+// softmax(q·kᵀ·scale + mask)·v over all T·Nk keys up to rounding: masked keys
+// contribute exp(-inf) = 0 there.
+at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
+                                                const at::Tensor& v);
 
 }  // namespace vaedecode::families

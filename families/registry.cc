@@ -1,9 +1,62 @@
 #include "families/registry.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace vaedecode::families {
+namespace {
+
+// What a lineage's decoder-side checkpoint keys have that the others' lack.
+// A checkpoint matches a signature when it has every `present` key (with the
+// given rank, when not 0) and none of the `absent` ones. First match wins.
+struct KeySignature {
+  std::vector<std::string> classes;
+  std::vector<std::pair<std::string, size_t>> present;  // key, rank (0: any)
+  std::vector<std::string> absent;
+};
+
+const std::vector<KeySignature>& Signatures() {
+  static const auto* signatures = new std::vector<KeySignature>{
+      // The latent BatchNorm of the 2x2-patched latent.
+      {{"AutoencoderKLFlux2"}, {{"bn.running_mean", 1}, {"decoder.conv_in.weight", 4}}, {}},
+      // Causal-conv wrappers (`.conv.`), parameter-free norms, latent statistics buffers.
+      {{"AutoencoderKLLTX2Video", "AutoencoderKLLTXVideo"},
+       {{"decoder.conv_in.conv.weight", 5}, {"latents_mean", 1}},
+       {"decoder.conv_norm_out.weight"}},
+      // Causal-conv wrappers with GroupNorm and a mid-block attention.
+      {{"AutoencoderKLHunyuanVideo"},
+       {{"decoder.conv_in.conv.weight", 5}, {"decoder.conv_norm_out.weight", 1}},
+       {}},
+      // RMS norms with `gamma`, 5-D convs without wrappers.
+      {{"AutoencoderKLWan", "AutoencoderKLQwenImage"},
+       {{"decoder.conv_in.weight", 5}, {"decoder.norm_out.gamma", 0}},
+       {}},
+      {{"AutoencoderKL"},
+       {{"decoder.conv_in.weight", 4}, {"decoder.conv_norm_out.weight", 1}},
+       {"bn.running_mean"}},
+  };
+  return *signatures;
+}
+
+}  // namespace
+
+std::vector<std::string> ClassesWithKeysLike(const std::map<std::string, const formats::TensorView*>& tensors) {
+  for (const KeySignature& sig : Signatures()) {
+    bool match = true;
+    for (const auto& [key, rank] : sig.present) {
+      auto it = tensors.find(key);
+      if (it == tensors.end() || (rank != 0 && it->second->shape.size() != rank)) {
+        match = false;
+        break;
+      }
+    }
+    for (const std::string& key : sig.absent) match = match && tensors.count(key) == 0;
+    if (match) return sig.classes;
+  }
+  return {};
+}
 
 void Registry::Register(FamilyRegistration registration) {
   families_.push_back(std::move(registration));
@@ -43,7 +96,17 @@ absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
         (*files)->config_path(), ": model class ", class_name, " is not supported (supported: ",
         absl::StrJoin(SupportedClasses(), ", "), ")"));
   }
-  return family->factory(**files, options);
+  absl::StatusOr<std::unique_ptr<Decoder>> decoder = family->factory(**files, options);
+  if (decoder.ok() || decoder.status().code() != absl::StatusCode::kInvalidArgument) return decoder;
+  const std::vector<std::string> look_like = ClassesWithKeysLike((*files)->tensors());
+  if (look_like.empty() || std::find(look_like.begin(), look_like.end(), class_name) != look_like.end()) {
+    return decoder;
+  }
+  // The likely cause first: the strict-loading list that follows can be long.
+  return absl::InvalidArgumentError(absl::StrCat(
+      "these weights look like a checkpoint of ", absl::StrJoin(look_like, " or "), ", but ",
+      (*files)->config_path(), " says ", class_name, ": the config and the weights come from different models. ",
+      decoder.status().message()));
 }
 
 absl::Status CheckDtypeSupported(at::ScalarType dtype) {

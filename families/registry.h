@@ -7,6 +7,7 @@
 // start-up and read-only afterwards; reads are thread-safe then.
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,15 @@ class Registry {
  private:
   std::vector<FamilyRegistration> families_;
 };
+
+// The diffusers classes whose checkpoints have tensor names like `tensors`
+// (decoder-side keys only each lineage has, e.g. FLUX.2's `bn.running_mean`),
+// or empty when none is recognised. Wan and Qwen-Image checkpoints look
+// alike, so a guess may name several classes. Registry::Load adds the guess
+// to a failed load's error when the config names another class (a config
+// from one model next to weights from another).
+std::vector<std::string> ClassesWithKeysLike(
+    const std::map<std::string, const formats::TensorView*>& tensors);
 
 // Checks that `dtype` can run on this build's CPU backend.
 absl::Status CheckDtypeSupported(at::ScalarType dtype);

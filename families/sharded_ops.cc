@@ -73,4 +73,23 @@ at::Tensor ShardedOps::Attention(const at::Tensor& q, const at::Tensor& k, const
   return ScaledDotProductAttention(q, k_all, v_all);
 }
 
+at::Tensor ShardedOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            int64_t tokens_per_row) {
+  // [B, heads, T, N_band, D]: fold frames into the heads dim so that one
+  // uneven all-gather along the token dim collects every frame's band.
+  const int64_t b = k.size(0), heads = k.size(1), frames = k.size(2), local_tokens = k.size(3), d = k.size(4);
+  TORCH_CHECK(tokens_per_row > 0 && local_tokens % tokens_per_row == 0, "attention tokens are not whole rows");
+  const parallel::ShardSpec spec = SpecForRows(local_tokens / tokens_per_row, /*axis=*/0);
+  std::vector<int64_t> token_sizes = spec.sizes();
+  for (int64_t& s : token_sizes) s *= tokens_per_row;
+  double signal = (cancelled_ != nullptr && cancelled_->load()) ? 1.0 : 0.0;
+  auto [k_all, v_all] = ValueOrThrow(parallel::AllGatherKV(comm_, k.reshape({b, heads * frames, local_tokens, d}),
+                                                           v.reshape({b, heads * frames, local_tokens, d}),
+                                                           token_sizes, &signal));
+  if (signal != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
+  const int64_t tokens = k_all.size(2);
+  return FrameCausalScaledDotProductAttention(q, k_all.reshape({b, heads, frames, tokens, d}),
+                                              v_all.reshape({b, heads, frames, tokens, d}));
+}
+
 }  // namespace vaedecode::families

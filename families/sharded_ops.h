@@ -32,6 +32,9 @@ class ShardedOps final : public LayerOps {
                        const at::Tensor& bias, double eps) override;
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        int64_t tokens_per_row) override;
+  // Every frame's K/V band gathered in one all-gather; local queries.
+  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  int64_t tokens_per_row) override;
 
   // The layout of a tensor holding `local_rows` rows of this rank's band.
   parallel::ShardSpec SpecForRows(int64_t local_rows, int axis) const;

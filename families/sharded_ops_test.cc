@@ -5,6 +5,8 @@
 #include "families/sharded_ops.h"
 
 #include <atomic>
+#include <cmath>
+#include <limits>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -134,6 +136,92 @@ TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
   }
 }
 
+// diffusers' formulation (HunyuanVideo's mid block): softmax over all T·N
+// keys of q·kᵀ·scale plus a mask that is -inf where key frame > query frame.
+at::Tensor MaskedFrameCausalReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t b = q.size(0), h = q.size(1), t = q.size(2), n = q.size(3), d = q.size(4);
+  const at::Tensor frame = at::arange(t).repeat_interleave(n);  // frame of each token
+  const at::Tensor mask = at::where(frame.unsqueeze(0) <= frame.unsqueeze(1), at::zeros({}),
+                                    at::full({}, -std::numeric_limits<float>::infinity()));
+  const at::Tensor scores = at::matmul(q.reshape({b, h, t * n, d}), k.reshape({b, h, t * n, d}).transpose(-2, -1)) /
+                                std::sqrt(static_cast<double>(d)) +
+                            mask;
+  return at::matmul(at::softmax(scores, -1), v.reshape({b, h, t * n, d})).view({b, h, t, n, d});
+}
+
+// Forwards everything but FrameCausalAttention, which falls back to the
+// LayerOps default (one Attention call per query frame).
+class ForwardingOps final : public LayerOps {
+ public:
+  explicit ForwardingOps(LayerOps& inner) : inner_(inner) {}
+  at::Tensor Conv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const ConvGeometry& g) override {
+    return inner_.Conv(x, w, b, g);
+  }
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t groups, const at::Tensor& w, const at::Tensor& b,
+                       double eps) override {
+    return inner_.GroupNorm(x, groups, w, b, eps);
+  }
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t t) override {
+    return inner_.Attention(q, k, v, t);
+  }
+
+ private:
+  LayerOps& inner_;
+};
+
+TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
+  for (int world = 1; world <= 4; ++world) {
+    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
+      parallel::GlooOptions o;
+      o.rank = rank;
+      o.world_size = w;
+      o.store_port = port;
+      o.timeout = absl::Seconds(20);
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+      if (!comm.ok()) return comm.status();
+      at::manual_seed(11);
+      const int64_t width = 5, frames = 3;
+      at::Tensor q = at::randn({2, 1, frames, kLatentRows * width, 8});
+      at::Tensor k = at::randn({2, 1, frames, kLatentRows * width, 8});
+      at::Tensor v = at::randn({2, 1, frames, kLatentRows * width, 8});
+      // The tokens of a row band, in every frame.
+      parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+      const parallel::Band b = spec.local_band();
+      auto band = [&](const at::Tensor& t) { return t.narrow(3, b.begin * width, b.size() * width).contiguous(); };
+      DenseOps dense;
+      const at::Tensor want = dense.FrameCausalAttention(q, k, v, width);
+      if (absl::Status st = ExpectTensorClose(want, MaskedFrameCausalReference(q, k, v), 1e-5, 0, "dense vs mask");
+          !st.ok()) {
+        return st;
+      }
+      parallel::CountingCommunicator counting(**comm);
+      ShardedOps sharded(counting, spec);
+      try {
+        absl::Status st = ExpectTensorClose(sharded.FrameCausalAttention(band(q), band(k), band(v), width), band(want),
+                                            1e-5, 0, "sharded frame-causal attention");
+        if (!st.ok()) return st;
+        if (counting.stats().collectives() != (w > 1 ? 1 : 0)) {
+          return absl::InternalError(absl::StrCat("one gather expected: ", counting.ToString()));
+        }
+        // The LayerOps default: one Attention per query frame, keys in
+        // another order, same result.
+        counting.Reset();
+        ForwardingOps forwarding(sharded);
+        st = ExpectTensorClose(forwarding.FrameCausalAttention(band(q), band(k), band(v), width), band(want), 1e-5, 0,
+                               "default frame-causal attention");
+        if (!st.ok()) return st;
+        if (counting.stats().collectives() != (w > 1 ? frames : 0)) {
+          return absl::InternalError(absl::StrCat("one gather per frame expected: ", counting.ToString()));
+        }
+      } catch (const StatusError& e) {
+        return e.status();
+      }
+      return absl::OkStatus();
+    }, absl::Seconds(60));
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
+  }
+}
+
 TEST(ShardedAttention, TheLeadersCancelFlagStopsEveryRankAtTheSameOp) {
   absl::Status s = parallel::testing::RunRanks(3, [](int rank, int w, int port) -> absl::Status {
     parallel::GlooOptions o;
@@ -156,6 +244,31 @@ TEST(ShardedAttention, TheLeadersCancelFlagStopsEveryRankAtTheSameOp) {
       return e.status();
     }
     return absl::InternalError("attention ran to completion despite the leader's cancel flag");
+  }, absl::Seconds(30));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(ShardedAttention, TheCancelFlagAlsoStopsFrameCausalAttention) {
+  absl::Status s = parallel::testing::RunRanks(3, [](int rank, int w, int port) -> absl::Status {
+    parallel::GlooOptions o;
+    o.rank = rank;
+    o.world_size = w;
+    o.store_port = port;
+    o.timeout = absl::Seconds(20);
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+    if (!comm.ok()) return comm.status();
+    parallel::ShardSpec spec = parallel::ShardSpec::ForRows(3, kLatentRows, rank, w);
+    ShardedOps sharded(**comm, spec);
+    std::atomic<bool> cancelled{true};
+    if (rank == 0) sharded.set_cancel_flag(&cancelled);
+    at::Tensor q = at::randn({1, 1, 2, spec.local_rows() * 4, 8});
+    try {
+      sharded.FrameCausalAttention(q, q, q, 4);
+    } catch (const StatusError& e) {
+      if (e.status().code() == absl::StatusCode::kCancelled) return absl::OkStatus();
+      return e.status();
+    }
+    return absl::InternalError("frame-causal attention ran to completion despite the leader's cancel flag");
   }, absl::Seconds(30));
   EXPECT_TRUE(s.ok()) << s;
 }

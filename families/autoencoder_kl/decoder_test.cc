@@ -1,5 +1,8 @@
 #include "families/autoencoder_kl/decoder.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -15,6 +18,7 @@
 namespace vaedecode::families::autoencoder_kl {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 AutoencoderKLConfig SmallConfig() {
@@ -128,10 +132,16 @@ TEST(EmbeddedDefault, DecodesDeterministically) {
 }
 
 TEST(Registry, UnknownClassIsRejectedWithTheSupportedList) {
-  absl::StatusOr<std::unique_ptr<Decoder>> d =
-      BuiltinFamilies().Load(testing::FixturePath("hunyuanvideo"), {});
+  // A diffusers VAE class no family registers, next to real weights.
+  const std::filesystem::path dir = std::filesystem::path(std::getenv("TEST_TMPDIR")) / "unsupported_class";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"_class_name": "AutoencoderKLMochi"})";
+  std::filesystem::create_symlink(testing::FixturePath("sd_kl/diffusion_pytorch_model.safetensors"),
+                                  dir / "diffusion_pytorch_model.safetensors");
+  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(dir.string(), {});
   ASSERT_FALSE(d.ok());
-  EXPECT_THAT(std::string(d.status().message()), HasSubstr("AutoencoderKLHunyuanVideo is not supported"));
+  EXPECT_THAT(std::string(d.status().message()),
+              AllOf(HasSubstr("AutoencoderKLMochi is not supported"), HasSubstr("AutoencoderKL, ")));
 }
 
 TEST(Registry, Float16IsRefusedOnCpu) {

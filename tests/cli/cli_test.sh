@@ -78,7 +78,10 @@ expect_error 1 "badjson.safetensors" decode --model "$FIX/sd_kl" --latent "$OUT/
 expect_error 1 "expects 4" decode --model "$FIX/sd_kl" --latent "$FIX/flux1_kl/latent.safetensors" --out "$OUT/x.npy"
 expect_error 1 "float16 is not supported" decode --model "$FIX/sd_kl" --dtype float16 --out "$OUT/x.npy"
 expect_error 1 "unknown dtype" decode --dtype int8 --out "$OUT/x.npy"
-expect_error 1 "not supported" decode --model "$FIX/hunyuanvideo" --out "$OUT/x.npy"
+# A diffusers VAE class no family registers, next to real weights.
+mkdir -p "$OUT/unsupported" && echo '{"_class_name": "AutoencoderKLMochi"}' > "$OUT/unsupported/config.json"
+ln -sf "$FIX/sd_kl/diffusion_pytorch_model.safetensors" "$OUT/unsupported/diffusion_pytorch_model.safetensors"
+expect_error 1 "not supported" decode --model "$OUT/unsupported" --out "$OUT/x.npy"
 expect_error 1 "extension" decode --out "$OUT/x.txt"
 expect_error 2 "unknown flag" decode --bogus 1 --out "$OUT/x.npy"
 

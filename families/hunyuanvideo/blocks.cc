@@ -1,0 +1,146 @@
+#include "families/hunyuanvideo/blocks.h"
+
+#include <ATen/ATen.h>
+
+namespace vaedecode::families::hunyuanvideo {
+namespace {
+
+constexpr double kEps = 1e-6;  // HunyuanVideoDecoder3D: resnet_eps and conv_norm_out eps
+
+torch::nn::GroupNorm MakeGroupNorm(int64_t groups, int64_t channels, double eps) {
+  return torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(eps).affine(true));
+}
+
+// Nearest upsampling of [B, C, T, H, W] by integer factors, as F.interpolate
+// does it; bf16 goes through fp32 (a copy of values, exact either way).
+at::Tensor UpsampleNearest(const at::Tensor& x, int64_t ft, int64_t fs) {
+  const bool via_fp32 = x.scalar_type() == at::kBFloat16;
+  const at::Tensor in = via_fp32 ? x.to(at::kFloat) : x;
+  const at::Tensor out = at::upsample_nearest3d(in, {in.size(2) * ft, in.size(3) * fs, in.size(4) * fs});
+  return via_fp32 ? out.to(x.scalar_type()) : out;
+}
+
+}  // namespace
+
+HunyuanVideoCausalConv3dImpl::HunyuanVideoCausalConv3dImpl(int64_t in_channels, int64_t out_channels,
+                                                           int64_t kernel) {
+  conv = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in_channels, out_channels, kernel)));
+}
+
+at::Tensor HunyuanVideoCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const int64_t kt = conv->weight.size(2);
+  // Temporal replicate padding: k-1 copies of the first frame in front.
+  const at::Tensor padded = kt > 1 ? at::cat({x.narrow(2, 0, 1).repeat({1, 1, kt - 1, 1, 1}), x}, 2) : x;
+  ConvGeometry g;
+  g.padding_h = conv->weight.size(3) / 2;
+  g.padding_w = conv->weight.size(4) / 2;
+  g.mode = PaddingMode::kReplicate;
+  return ops.Conv(padded, conv->weight, conv->bias, g);
+}
+
+HunyuanVideoResnetBlockCausal3DImpl::HunyuanVideoResnetBlockCausal3DImpl(int64_t in_channels, int64_t out_channels,
+                                                                         int64_t groups, double eps) {
+  norm1 = register_module("norm1", MakeGroupNorm(groups, in_channels, eps));
+  conv1 = register_module("conv1", HunyuanVideoCausalConv3d(in_channels, out_channels, 3));
+  norm2 = register_module("norm2", MakeGroupNorm(groups, out_channels, eps));
+  conv2 = register_module("conv2", HunyuanVideoCausalConv3d(out_channels, out_channels, 3));
+  if (in_channels != out_channels) {
+    conv_shortcut = register_module("conv_shortcut", HunyuanVideoCausalConv3d(in_channels, out_channels, 1));
+  }
+}
+
+at::Tensor HunyuanVideoResnetBlockCausal3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = at::silu(autoencoder_kl::RunGroupNorm(ops, norm1, x));
+  h = conv1->forward(h, ops);
+  h = at::silu(autoencoder_kl::RunGroupNorm(ops, norm2, h));
+  h = conv2->forward(h, ops);
+  const at::Tensor shortcut = conv_shortcut ? conv_shortcut->forward(x, ops) : x;
+  return h + shortcut;
+}
+
+HunyuanVideoAttentionImpl::HunyuanVideoAttentionImpl(int64_t channels, int64_t groups, double eps)
+    : autoencoder_kl::AttentionImpl(channels, /*head_dim=*/channels, groups, eps) {}
+
+at::Tensor HunyuanVideoAttentionImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
+  // The norm's statistics span T·H·W, as over diffusers' [B, C, T·H·W] tokens.
+  const at::Tensor normed = autoencoder_kl::RunGroupNorm(ops, group_norm, x);
+  // Tokens frame by frame, pixels row-major: [B, T·H·W, C].
+  const at::Tensor tokens = normed.permute({0, 2, 3, 4, 1}).reshape({b, t * h * w, c});
+  auto frames = [&](const at::Tensor& y) { return y.view({b, 1, t, h * w, c}); };  // [B, heads=1, T, N, D]
+  const at::Tensor q = frames(to_q->forward(tokens));
+  const at::Tensor k = frames(to_k->forward(tokens));
+  const at::Tensor v = frames(to_v->forward(tokens));
+  at::Tensor out = ops.FrameCausalAttention(q, k, v, /*tokens_per_row=*/w).reshape({b, t * h * w, c});
+  out = to_out[0]->as<torch::nn::Linear>()->forward(out);
+  out = out.view({b, t, h, w, c}).permute({0, 4, 1, 2, 3});  // [B, C, T, H, W]
+  return out + x;
+}
+
+HunyuanVideoMidBlock3DImpl::HunyuanVideoMidBlock3DImpl(int64_t channels, int64_t groups, double eps,
+                                                       bool add_attention) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  attentions = register_module("attentions", torch::nn::ModuleList());
+  resnets->push_back(HunyuanVideoResnetBlockCausal3D(channels, channels, groups, eps));
+  if (add_attention) attentions->push_back(HunyuanVideoAttention(channels, groups, eps));
+  resnets->push_back(HunyuanVideoResnetBlockCausal3D(channels, channels, groups, eps));
+}
+
+at::Tensor HunyuanVideoMidBlock3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = resnets[0]->as<HunyuanVideoResnetBlockCausal3DImpl>()->forward(x, ops);
+  if (!attentions->is_empty()) h = attentions[0]->as<HunyuanVideoAttentionImpl>()->forward(h, ops);
+  return resnets[1]->as<HunyuanVideoResnetBlockCausal3DImpl>()->forward(h, ops);
+}
+
+HunyuanVideoUpsampleCausal3DImpl::HunyuanVideoUpsampleCausal3DImpl(int64_t channels, bool upsample_time,
+                                                                   bool upsample_space)
+    : factor_t_(upsample_time ? 2 : 1), factor_s_(upsample_space ? 2 : 1) {
+  conv = register_module("conv", HunyuanVideoCausalConv3d(channels, channels, 3));
+}
+
+at::Tensor HunyuanVideoUpsampleCausal3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const int64_t frames = x.size(2);
+  at::Tensor h = UpsampleNearest(x.narrow(2, 0, 1), 1, factor_s_);  // the first frame: space only
+  if (frames > 1) h = at::cat({h, UpsampleNearest(x.narrow(2, 1, frames - 1), factor_t_, factor_s_)}, 2);
+  return conv->forward(h, ops);
+}
+
+HunyuanVideoUpBlock3DImpl::HunyuanVideoUpBlock3DImpl(const UpBlockSpec& spec, int64_t groups, double eps) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  upsamplers = register_module("upsamplers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < spec.num_layers; ++i) {
+    resnets->push_back(
+        HunyuanVideoResnetBlockCausal3D(i == 0 ? spec.in_channels : spec.out_channels, spec.out_channels, groups, eps));
+  }
+  if (spec.upsample_space || spec.upsample_time) {
+    upsamplers->push_back(HunyuanVideoUpsampleCausal3D(spec.out_channels, spec.upsample_time, spec.upsample_space));
+  }
+}
+
+at::Tensor HunyuanVideoUpBlock3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<HunyuanVideoResnetBlockCausal3DImpl>()->forward(h, ops);
+  for (const auto& up : *upsamplers) h = up->as<HunyuanVideoUpsampleCausal3DImpl>()->forward(h, ops);
+  return h;
+}
+
+HunyuanVideoDecoder3DImpl::HunyuanVideoDecoder3DImpl(const HunyuanVideoConfig& c) {
+  const int64_t widest = c.block_out_channels.back();
+  conv_in = register_module("conv_in", HunyuanVideoCausalConv3d(c.latent_channels, widest, 3));
+  mid_block = register_module("mid_block",
+                              HunyuanVideoMidBlock3D(widest, c.norm_num_groups, kEps, c.mid_block_add_attention));
+  up_blocks = register_module("up_blocks", torch::nn::ModuleList());
+  for (const UpBlockSpec& spec : c.UpBlocks()) up_blocks->push_back(HunyuanVideoUpBlock3D(spec, c.norm_num_groups, kEps));
+  conv_norm_out = register_module("conv_norm_out", MakeGroupNorm(c.norm_num_groups, c.block_out_channels.front(), kEps));
+  conv_out = register_module("conv_out", HunyuanVideoCausalConv3d(c.block_out_channels.front(), c.out_channels, 3));
+}
+
+at::Tensor HunyuanVideoDecoder3DImpl::forward(const at::Tensor& z, LayerOps& ops) {
+  at::Tensor h = conv_in->forward(z, ops);
+  h = mid_block->forward(h, ops);
+  for (const auto& block : *up_blocks) h = block->as<HunyuanVideoUpBlock3DImpl>()->forward(h, ops);
+  h = at::silu(autoencoder_kl::RunGroupNorm(ops, conv_norm_out, h));
+  return conv_out->forward(h, ops);
+}
+
+}  // namespace vaedecode::families::hunyuanvideo

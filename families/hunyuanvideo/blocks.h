@@ -1,0 +1,130 @@
+#pragma once
+
+// LibTorch mirrors of the diffusers blocks AutoencoderKLHunyuanVideo's decoder
+// is built from (autoencoders/autoencoder_kl_hunyuan_video.py). Children are
+// registered under the diffusers attribute names, so named_parameters()
+// equals the diffusers state-dict keys (decoder.up_blocks.0.resnets.0.conv1.conv.weight).
+//
+// Row-coupled ops run through LayerOps, height being the sharded axis:
+//  - HunyuanVideoCausalConv3d pads with replicate in T (k-1 frames in front),
+//    H and W (k//2 per side). The temporal half is done here (time is never
+//    sharded); the spatial half is the conv's own ConvGeometry (replicate), so
+//    a sharded conv replicates only at the global top and bottom and reads
+//    the neighbours' rows at interior band edges.
+//  - GroupNorm: statistics over each group's channels and T·H·W.
+//  - The mid-block attention over all T·H·W tokens with HunyuanVideo's
+//    frame-causal mask: LayerOps::FrameCausalAttention. Its queries stay on
+//    their rank; every frame's K/V band is gathered once. We shard it rather
+//    than gather the latent-resolution activations around the whole mid block
+//    because attention is the mid block's cost (O((T·H·W)²) per tile, far
+//    above its convs at real sizes), and replicating it on every rank would
+//    cost each rank the whole of it; sharding costs one K/V gather instead of
+//    one activation gather, plus the mid block's own halo/norm collectives.
+//    The mask is never built: query frame t simply attends to frames 0..t.
+// Nearest upsampling, SiLU and the residual adds are local to a band.
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include "families/autoencoder_kl/blocks.h"
+#include "families/hunyuanvideo/config.h"
+#include "families/layer_ops.h"
+
+namespace vaedecode::families::hunyuanvideo {
+
+// diffusers HunyuanVideoCausalConv3d (stride 1): "conv" after replicate
+// padding, causal in time.
+class HunyuanVideoCausalConv3dImpl : public torch::nn::Module {
+ public:
+  HunyuanVideoCausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, C, T, H, W] -> [B, C', T, H, W]
+
+  torch::nn::Conv3d conv{nullptr};
+};
+TORCH_MODULE(HunyuanVideoCausalConv3d);
+
+// diffusers HunyuanVideoResnetBlockCausal3D (dropout inactive).
+class HunyuanVideoResnetBlockCausal3DImpl : public torch::nn::Module {
+ public:
+  HunyuanVideoResnetBlockCausal3DImpl(int64_t in_channels, int64_t out_channels, int64_t groups, double eps);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  torch::nn::GroupNorm norm1{nullptr};
+  HunyuanVideoCausalConv3d conv1{nullptr};
+  torch::nn::GroupNorm norm2{nullptr};
+  HunyuanVideoCausalConv3d conv2{nullptr};
+  HunyuanVideoCausalConv3d conv_shortcut{nullptr};  // 1x1x1, only when widths differ
+};
+TORCH_MODULE(HunyuanVideoResnetBlockCausal3D);
+
+// diffusers Attention as HunyuanVideoMidBlock3D builds it: AutoencoderKL's
+// mid-block attention (single head, GroupNorm, Linear q/k/v/out, residual;
+// the parameters and their names are autoencoder_kl::AttentionImpl's) over
+// all T·H·W tokens with the frame-causal mask.
+class HunyuanVideoAttentionImpl : public autoencoder_kl::AttentionImpl {
+ public:
+  HunyuanVideoAttentionImpl(int64_t channels, int64_t groups, double eps);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, C, T, H, W] -> same
+};
+TORCH_MODULE(HunyuanVideoAttention);
+
+// diffusers HunyuanVideoMidBlock3D with one layer: resnet, attention (optional), resnet.
+class HunyuanVideoMidBlock3DImpl : public torch::nn::Module {
+ public:
+  HunyuanVideoMidBlock3DImpl(int64_t channels, int64_t groups, double eps, bool add_attention);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  torch::nn::ModuleList resnets{nullptr};
+  torch::nn::ModuleList attentions{nullptr};  // empty without attention
+};
+TORCH_MODULE(HunyuanVideoMidBlock3D);
+
+// diffusers HunyuanVideoUpsampleCausal3D: the first frame upsampled in space
+// only, the others nearest by (ft, fh, fw), then a causal conv.
+class HunyuanVideoUpsampleCausal3DImpl : public torch::nn::Module {
+ public:
+  HunyuanVideoUpsampleCausal3DImpl(int64_t channels, bool upsample_time, bool upsample_space);
+  // [B, C, T, H, W] -> [B, C, 1 + ft·(T-1), fh·H, fw·W]
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  HunyuanVideoCausalConv3d conv{nullptr};
+
+ private:
+  int64_t factor_t_;
+  int64_t factor_s_;
+};
+TORCH_MODULE(HunyuanVideoUpsampleCausal3D);
+
+// diffusers HunyuanVideoUpBlock3D.
+class HunyuanVideoUpBlock3DImpl : public torch::nn::Module {
+ public:
+  HunyuanVideoUpBlock3DImpl(const UpBlockSpec& spec, int64_t groups, double eps);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  torch::nn::ModuleList resnets{nullptr};
+  torch::nn::ModuleList upsamplers{nullptr};  // empty without upsampling
+};
+TORCH_MODULE(HunyuanVideoUpBlock3D);
+
+// diffusers HunyuanVideoDecoder3D.
+class HunyuanVideoDecoder3DImpl : public torch::nn::Module {
+ public:
+  explicit HunyuanVideoDecoder3DImpl(const HunyuanVideoConfig& config);
+  // [B, latent_channels, T, h, w] -> [B, out_channels, 1 + tf·(T-1), h·s, w·s]
+  at::Tensor forward(const at::Tensor& z, LayerOps& ops);
+
+  HunyuanVideoCausalConv3d conv_in{nullptr};
+  HunyuanVideoMidBlock3D mid_block{nullptr};
+  torch::nn::ModuleList up_blocks{nullptr};
+  torch::nn::GroupNorm conv_norm_out{nullptr};
+  HunyuanVideoCausalConv3d conv_out{nullptr};
+};
+TORCH_MODULE(HunyuanVideoDecoder3D);
+
+}  // namespace vaedecode::families::hunyuanvideo

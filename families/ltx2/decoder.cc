@@ -1,0 +1,106 @@
+#include "families/ltx2/decoder.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "families/ltx2/adapter.h"
+#include "families/weight_loading.h"
+
+namespace vaedecode::families::ltx2 {
+namespace {
+
+constexpr double kDecodeTimestep = 0.0;  // LTX2Pipeline's default decode_timestep
+
+}  // namespace
+
+AutoencoderKLLTX2VideoModuleImpl::AutoencoderKLLTX2VideoModuleImpl(const LTX2Config& c) {
+  decoder = register_module("decoder", LTX2VideoDecoder3d(c));
+  latents_mean = register_buffer("latents_mean", at::zeros({c.latent_channels}));
+  latents_std = register_buffer("latents_std", at::ones({c.latent_channels}));
+}
+
+LTX2Decoder::LTX2Decoder(LTX2Config config, std::string config_json)
+    : config_(std::move(config)), module_(AutoencoderKLLTX2VideoModule(config_)) {
+  module_->eval();
+  info_.family = "ltx2";
+  info_.diffusers_class = "AutoencoderKLLTX2Video";
+  info_.config_json = std::move(config_json);
+  info_.latent_channels = config_.latent_channels;
+  info_.out_channels = config_.out_channels;
+  info_.spatial_factor = config_.spatial_factor();
+  info_.temporal_factor = config_.temporal_factor();
+  info_.is_video = true;
+  info_.scaling_factor = config_.scaling_factor;
+  info_.parameter_count = CountParameters(*module_);
+  // AutoencoderKLLTX2Video.tiled_decode: 512-pixel tiles every 448 pixels.
+  info_.stock_tile = std::max<int64_t>(1, 512 / info_.spatial_factor);
+  info_.stock_stride = std::max<int64_t>(1, 448 / info_.spatial_factor);
+  info_.raw_to_vae_formula = "z * latents_std / scaling_factor + latents_mean (latents_mean/std: weights buffers)";
+  if (config_.timestep_conditioning) {
+    info_.raw_to_vae_formula +=
+        "; timestep-conditioned decoder, decoded at timestep 0 (LTX2Pipeline's default decode_timestep, no noise)";
+  }
+}
+
+absl::Status LTX2Decoder::ValidateLatent(const at::Tensor& latent) const {
+  absl::Status status = Decoder::ValidateLatent(latent);
+  if (!status.ok()) return status;
+  // Reflect padding by 1 needs 2 columns, as in diffusers. Rows cannot be
+  // checked here: this also validates a rank's row band, which may be 1 row
+  // (its reflect padding then reads the neighbour's halo row); a whole
+  // 1-row latent fails in the conv, as it does in diffusers.
+  if (config_.spatial_padding == PaddingMode::kReflect && latent.size(4) < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("latent width must be >= 2 for ", info_.diffusers_class,
+                                                   "'s reflect padding, got ", latent.size(4)));
+  }
+  return absl::OkStatus();
+}
+
+at::Tensor LTX2Decoder::ToVaeSpace(const at::Tensor& raw) const {
+  const int64_t c = config_.latent_channels;
+  const auto type = raw.scalar_type();
+  const at::Tensor mean = module_->latents_mean.view({1, c, 1, 1, 1}).to(type);
+  const at::Tensor std = module_->latents_std.view({1, c, 1, 1, 1}).to(type);
+  return raw * std / config_.scaling_factor + mean;
+}
+
+at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
+  at::NoGradGuard no_grad;
+  at::Tensor timestep;
+  if (config_.timestep_conditioning) {
+    timestep = at::full({z.size(0)}, kDecodeTimestep, at::TensorOptions().dtype(dtype_));
+  }
+  return module_->decoder->forward(z.to(dtype_), ops, timestep);
+}
+
+void LTX2Decoder::ToDtype(at::ScalarType dtype) {
+  module_->decoder->to(dtype);
+  dtype_ = dtype;
+}
+
+absl::Status LTX2Decoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
+  return ltx2::CheckExactSharding(config_, latent_shape, world_size);
+}
+
+absl::StatusOr<std::unique_ptr<Decoder>> LoadLTX2(const ModelFiles& files, const LoadOptions& options) {
+  absl::StatusOr<LTX2Config> config = LTX2Config::FromJson(files.config(), files.config_path());
+  if (!config.ok()) return config.status();
+  auto decoder = std::make_unique<LTX2Decoder>(*config, files.config().dump(2));
+  // decode() never touches the encoder (released checkpoints hold it; the
+  // decoder-only ones do not).
+  IgnoreRules ignore{{"encoder."}, {}};
+  absl::Status loaded =
+      LoadStrict(*decoder->module(), files.tensors(), ignore, absl::StrCat(files.vae_dir(), " weights"));
+  if (!loaded.ok()) return loaded;
+  if (options.dtype != at::kFloat) decoder->ToDtype(options.dtype);
+  return decoder;
+}
+
+void Register(Registry& registry) {
+  registry.Register({"ltx2", {"AutoencoderKLLTX2Video"}, &LoadLTX2});
+}
+
+}  // namespace vaedecode::families::ltx2

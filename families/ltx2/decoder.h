@@ -1,0 +1,73 @@
+#pragma once
+
+// The LTX-2 family: diffusers' AutoencoderKLLTX2Video decode path
+// (LTX2VideoDecoder3d on the whole latent: no post-quant conv, no tiling),
+// and LTX2Pipeline's de-normalisation of `raw` latents with the model's
+// latents_mean / latents_std buffers.
+//
+// Timestep-conditioned decoders are decoded at timestep 0.0 (LTX2Pipeline's
+// default decode_timestep, with which its default noise scale adds no noise;
+// a request has no timestep field). The pipeline's optional latent noising
+// is the caller's.
+// Noise-injecting decoders are refused at load (see LTX2Config::FromJson).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "absl/status/statusor.h"
+#include "families/decoder.h"
+#include "families/ltx2/blocks.h"
+#include "families/ltx2/config.h"
+#include "families/registry.h"
+
+namespace vaedecode::families::ltx2 {
+
+// The decode-side state of AutoencoderKLLTX2Video, named as in its state dict:
+// decoder.*, latents_mean, latents_std.
+class AutoencoderKLLTX2VideoModuleImpl : public torch::nn::Module {
+ public:
+  explicit AutoencoderKLLTX2VideoModuleImpl(const LTX2Config& config);
+
+  LTX2VideoDecoder3d decoder{nullptr};
+  at::Tensor latents_mean;  // [latent_channels]
+  at::Tensor latents_std;   // [latent_channels]
+};
+TORCH_MODULE(AutoencoderKLLTX2VideoModule);
+
+class LTX2Decoder final : public Decoder {
+ public:
+  // A decoder with default-initialised weights (callers load or fill them).
+  LTX2Decoder(LTX2Config config, std::string config_json);
+
+  const ModelInfo& info() const override { return info_; }
+  // Also: reflect padding needs latent width >= 2 (as in diffusers).
+  absl::Status ValidateLatent(const at::Tensor& latent) const override;
+  // LTX2Pipeline._denormalize_latents: z * latents_std / scaling_factor + latents_mean, per channel.
+  at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
+  at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
+  // The decoder's weights; latents_mean / latents_std stay fp32.
+  void ToDtype(at::ScalarType dtype) override;
+  at::ScalarType dtype() const override { return dtype_; }
+  absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
+
+  const LTX2Config& config() const { return config_; }
+  AutoencoderKLLTX2VideoModule& module() { return module_; }
+
+ private:
+  LTX2Config config_;
+  AutoencoderKLLTX2VideoModule module_;
+  ModelInfo info_;
+  at::ScalarType dtype_ = at::kFloat;
+};
+
+// Loads an AutoencoderKLLTX2Video from diffusers files (encoder.* ignored by
+// name; decoder-only files are fine).
+absl::StatusOr<std::unique_ptr<Decoder>> LoadLTX2(const ModelFiles& files, const LoadOptions& options);
+
+void Register(Registry& registry);
+
+}  // namespace vaedecode::families::ltx2

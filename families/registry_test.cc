@@ -1,0 +1,98 @@
+#include "families/registry.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "families/builtin_families.h"
+#include "tests/fixtures/fixture_paths.h"
+
+namespace vaedecode::families {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+namespace fs = std::filesystem;
+
+TEST(ClassesWithKeysLike, RecognisesEveryFixtureCheckpoint) {
+  std::set<std::string> seen;
+  for (const testing::FixtureCase& c : testing::FixtureCases({"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
+                                                              "AutoencoderKLQwenImage", "AutoencoderKLHunyuanVideo",
+                                                              "AutoencoderKLLTX2Video"})) {
+    if (!seen.insert(c.fixture).second) continue;
+    absl::StatusOr<std::unique_ptr<ModelFiles>> files = ModelFiles::Open(testing::FixturePath(c.fixture));
+    ASSERT_TRUE(files.ok()) << files.status();
+    EXPECT_THAT(ClassesWithKeysLike((*files)->tensors()), Contains(c.diffusers_class)) << c.fixture;
+  }
+  EXPECT_EQ(seen.size(), 8u);  // every fixture folder
+}
+
+TEST(ClassesWithKeysLike, UnknownKeysGuessNothing) {
+  EXPECT_TRUE(ClassesWithKeysLike({}).empty());
+}
+
+// A model folder whose config.json says `class_name` next to `fixture`'s weights.
+std::string MismatchedFolder(const std::string& fixture, const std::string& class_name) {
+  const fs::path dir = fs::path(std::getenv("TEST_TMPDIR")) / (fixture + "_as_" + class_name);
+  fs::create_directories(dir);
+  std::ifstream in(testing::FixturePath(fixture + "/config.json"));
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["_class_name"] = class_name;
+  std::ofstream(dir / "config.json") << config.dump(2);
+  const fs::path weights = dir / "diffusion_pytorch_model.safetensors";
+  if (!fs::exists(weights)) {
+    fs::create_symlink(testing::FixturePath(fixture + "/diffusion_pytorch_model.safetensors"), weights);
+  }
+  return dir.string();
+}
+
+struct Mismatch {
+  std::string fixture;     // whose weights
+  std::string config_as;   // the class config.json claims
+  std::string looks_like;  // what the error must name
+};
+
+class WrongFamily : public ::testing::TestWithParam<Mismatch> {};
+
+TEST_P(WrongFamily, TheErrorNamesTheFamilyTheWeightsLookLike) {
+  const Mismatch& m = GetParam();
+  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(MismatchedFolder(m.fixture, m.config_as), {});
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(d.status().message()),
+              AllOf(HasSubstr(absl::StrCat("these weights look like a checkpoint of ", m.looks_like)),
+                    HasSubstr(absl::StrCat("says ", m.config_as))));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, WrongFamily,
+    ::testing::Values(Mismatch{"flux2_kl", "AutoencoderKL", "AutoencoderKLFlux2, but"},
+                      Mismatch{"sd_kl", "AutoencoderKLFlux2", "AutoencoderKL, but"},
+                      Mismatch{"hunyuanvideo", "AutoencoderKL", "AutoencoderKLHunyuanVideo, but"},
+                      Mismatch{"ltx2", "AutoencoderKLWan", "AutoencoderKLLTX2Video or AutoencoderKLLTXVideo"},
+                      Mismatch{"wan21", "AutoencoderKLFlux2", "AutoencoderKLWan or AutoencoderKLQwenImage"}),
+    [](const ::testing::TestParamInfo<Mismatch>& info) { return info.param.fixture + "_as_" + info.param.config_as; });
+
+TEST(WrongFamily, AStrictLoadingErrorStillListsTheOffendingKeys) {
+  absl::StatusOr<std::unique_ptr<Decoder>> d =
+      BuiltinFamilies().Load(MismatchedFolder("flux2_kl", "AutoencoderKL"), {});
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(std::string(d.status().message()),
+              AllOf(HasSubstr("does not match the model"), HasSubstr("unexpected: bn.num_batches_tracked, bn.running_mean")));
+}
+
+TEST(WrongFamily, RightFamilyLoadsWithoutAGuess) {
+  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("flux2_kl"), {});
+  EXPECT_TRUE(d.ok()) << d.status();
+}
+
+}  // namespace
+}  // namespace vaedecode::families

@@ -1,0 +1,231 @@
+// Exact (layer-wise sharded) FLUX.2 decode equals the dense decode and
+// diffusers, with real worker processes over real Gloo: every
+// AutoencoderKLFlux2 fixture at world sizes 1-4 (latent heights 26 and 17,
+// so bands are uneven), the raw pipeline latent (13 raw rows, banded before
+// the BatchNorm de-normalisation and the 2x2 unpatchify double them), and
+// collective counts derived from the layer structure.
+
+#include <iostream>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "families/builtin_families.h"
+#include "families/layer_ops.h"
+#include "formats/tensor_file.h"
+#include "parallel/counting_communicator.h"
+#include "parallel/gloo_communicator.h"
+#include "parallel/testing/multi_process.h"
+#include "parallel/testing/tensor_checks.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "worker/decode_job.h"
+#include "worker/exact_decode.h"
+
+namespace vaedecode {
+namespace {
+
+using parallel::testing::ExpectTensorClose;
+
+// Exact and dense differ only in floating-point rounding (FLUX.2's decoder
+// is 2-D, so mostly GroupNorm's merged statistics), but this random-weight
+// decoder amplifies rounding: diffusers' own fp32 decode is 1.2e-5 from its
+// fp64 decode (fixtures README). Measured exact vs dense: up to 1.4e-5 on
+// values up to 5. A wrong halo row or patch order is off by O(0.1).
+constexpr double kExactVsDense = 5e-5;
+constexpr double kVsDiffusers = 1e-4;
+const std::vector<std::string> kClasses = {"AutoencoderKLFlux2"};
+
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> Join(int rank, int world, int port) {
+  parallel::GlooOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.store_port = port;
+  o.group_name = "flux2-exact-decode-test";
+  o.timeout = absl::Seconds(30);
+  return parallel::GlooCommunicator::Create(o);
+}
+
+absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixture(const std::string& fixture) {
+  return families::BuiltinFamilies().Load(testing::FixturePath(fixture), {});
+}
+
+struct Checked {
+  parallel::CommStats stats;
+  at::Tensor sample;  // leader only
+};
+
+// Decodes `latent` (given on the leader only) in `space` with the group; on
+// the leader, checks it against the dense decode and diffusers' output.
+absl::StatusOr<Checked> DecodeAndCheck(families::Decoder& decoder, parallel::Communicator& comm,
+                                       const at::Tensor& latent, families::LatentSpace space,
+                                       const std::string& expected_file, const std::string& what) {
+  worker::GroupJob job;
+  job.decode.latent = latent;
+  job.decode.latent_space = space;
+  absl::StatusOr<worker::GroupJob> shared = worker::BroadcastJob(comm, comm.rank() == worker::kLeader ? &job : nullptr);
+  if (!shared.ok()) return shared.status();
+  // Counts the decode's own collectives (the job broadcast is not one of them).
+  parallel::CountingCommunicator counting(comm);
+  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, shared->decode);
+  if (!result.ok()) return result.status();
+  const std::string want_mode = comm.world_size() > 1 ? "exact" : "dense";
+  if (result->mode != want_mode) {
+    return absl::InternalError(absl::StrCat(what, ": mode ", result->mode, " (", result->reason, "), want ", want_mode));
+  }
+  Checked out{counting.stats(), result->sample};
+  if (comm.rank() != worker::kLeader) {
+    if (result->sample.defined()) return absl::InternalError("a peer kept decoded rows");
+    return out;
+  }
+  families::DenseOps dense;
+  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, shared->decode, dense);
+  if (!reference.ok()) return reference.status();
+  const std::string where = absl::StrCat(what, " at world size ", comm.world_size());
+  if (absl::Status s = ExpectTensorClose(result->sample, *reference, kExactVsDense, 0, where + " vs dense"); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(expected_file, "sample");
+  if (!expected.ok()) return expected.status();
+  if (absl::Status s = ExpectTensorClose(result->sample, *expected, kVsDiffusers, 0, where + " vs diffusers"); !s.ok()) {
+    return s;
+  }
+  std::cout << where << ": max abs error vs diffusers "
+            << (result->sample - *expected).abs().max().item<double>() << ", vs dense "
+            << (result->sample - *reference).abs().max().item<double>() << "\n";
+  return out;
+}
+
+absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank) {
+  if (rank != worker::kLeader) return at::Tensor();
+  return formats::ReadTensorFile(file, "latent");
+}
+
+class Flux2ExactDecode : public ::testing::TestWithParam<std::tuple<testing::FixtureCase, int>> {};
+
+TEST_P(Flux2ExactDecode, EqualsDenseAndDiffusers) {
+  const auto& [c, world] = GetParam();
+  absl::Status s = parallel::testing::RunRanks(world, [&c = c](int rank, int w, int port) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+    if (!decoder.ok()) return decoder.status();
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+    if (!comm.ok()) return comm.status();
+    absl::StatusOr<at::Tensor> latent = LeaderLatent(c.latent_file, rank);
+    if (!latent.ok()) return latent.status();
+    absl::StatusOr<Checked> vae = DecodeAndCheck(**decoder, **comm, *latent, families::LatentSpace::kVae,
+                                                 c.expected_file, c.fixture + "/" + c.name);
+    if (!vae.ok() || c.pipeline_latent_file.empty()) return vae.status();
+    absl::StatusOr<at::Tensor> raw = LeaderLatent(c.pipeline_latent_file, rank);
+    if (!raw.ok()) return raw.status();
+    return DecodeAndCheck(**decoder, **comm, *raw, families::LatentSpace::kRaw, c.expected_file,
+                          c.fixture + "/" + c.name + " (raw)")
+        .status();
+  }, absl::Seconds(120));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+std::string CaseName(const ::testing::TestParamInfo<std::tuple<testing::FixtureCase, int>>& info) {
+  const auto& [c, world] = info.param;
+  return absl::StrCat(c.fixture, "_", c.name, "_ws", world);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Flux2ExactDecode,
+                         ::testing::Combine(::testing::ValuesIn(testing::FixtureCases(kClasses)),
+                                            ::testing::Values(1, 2, 3, 4)),
+                         CaseName);
+
+TEST(Flux2ExactDecodeCoverage, EveryFlux2FixtureIsTested) {
+  EXPECT_GE(testing::FixtureCases(kClasses).size(), 2u);
+}
+
+// Collectives of one exact decode at world size > 1, from the layer
+// structure of the flux2_kl fixture (4 levels, layers_per_block 2, so 3
+// resnets per up block; mid block resnet-attention-resnet):
+//   halo exchanges (3x3 convs) = 1 (conv_in) + 4 (mid resnets) + 4 x 3 x 2
+//       (up-block resnets) + 3 (upsamplers) + 1 (conv_out) = 33
+//   GroupNorm statistics       = 4 (mid resnets) + 1 (attention) + 4 x 3 x 2
+//       (up-block resnets) + 1 (conv_norm_out) = 30
+//   K/V all-gathers            = 1 (mid-block attention)
+//   row gather to the leader   = 1
+// = 65. post_quant_conv and the conv_shortcuts are 1x1 (no halo); the
+// BatchNorm de-normalisation and the unpatchify of a raw latent are per
+// channel / per row: none, so raw and VAE-space decodes count the same. None
+// at world size 1. The job broadcast before the decode is counted apart.
+constexpr int64_t kHalo = 33;
+constexpr int64_t kGroupNorm = 30;
+
+TEST(Flux2ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
+  testing::FixtureCase c;
+  for (const testing::FixtureCase& f : testing::FixtureCases(kClasses)) {
+    if (f.name == "main") c = f;
+  }
+  ASSERT_FALSE(c.fixture.empty());
+  for (int world : {1, 2, 4}) {
+    absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
+      absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+      if (!decoder.ok()) return decoder.status();
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+      if (!comm.ok()) return comm.status();
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        const bool raw = repeat == 1;
+        absl::StatusOr<at::Tensor> latent = LeaderLatent(raw ? c.pipeline_latent_file : c.latent_file, rank);
+        if (!latent.ok()) return latent.status();
+        absl::StatusOr<Checked> checked =
+            DecodeAndCheck(**decoder, **comm, *latent, raw ? families::LatentSpace::kRaw : families::LatentSpace::kVae,
+                           c.expected_file, c.fixture);
+        if (!checked.ok()) return checked.status();
+        const parallel::CommStats& st = checked->stats;
+        const bool sharded = w > 1;
+        const int64_t want = sharded ? kHalo + kGroupNorm + 1 + 1 : 0;
+        if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != (sharded ? kHalo : 0) ||
+            st.ForKind(parallel::CallKind::kGroupNormStats).calls != (sharded ? kGroupNorm : 0) ||
+            st.ForKind(parallel::CallKind::kAttentionKV).calls != (sharded ? 1 : 0)) {
+          return absl::InternalError(absl::StrCat(c.fixture, raw ? " raw" : " vae", " decode made ", st.collectives(),
+                                                  " collectives, want ", want, ": ", st.ToString()));
+        }
+      }
+      return absl::OkStatus();
+    }, absl::Seconds(120));
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
+  }
+}
+
+TEST(Flux2ExactDecodeGroup, RawBandsThinnerThanTheHaloFallBackToDense) {
+  // 5 raw rows over 6 ranks leave a band empty (even though the VAE latent
+  // would have 10 rows): the raw partition is the binding one.
+  testing::FixtureCase c;
+  for (const testing::FixtureCase& f : testing::FixtureCases(kClasses)) {
+    if (f.name == "main") c = f;
+  }
+  ASSERT_FALSE(c.fixture.empty());
+  absl::Status s = parallel::testing::RunRanks(6, [&](int rank, int w, int port) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+    if (!decoder.ok()) return decoder.status();
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+    if (!comm.ok()) return comm.status();
+    absl::StatusOr<at::Tensor> raw = LeaderLatent(c.pipeline_latent_file, rank);
+    if (!raw.ok()) return raw.status();
+    worker::GroupJob job;
+    if (rank == worker::kLeader) job.decode.latent = raw->narrow(2, 0, 5).contiguous();
+    job.decode.latent_space = families::LatentSpace::kRaw;
+    absl::StatusOr<worker::GroupJob> shared = worker::BroadcastJob(**comm, rank == worker::kLeader ? &job : nullptr);
+    if (!shared.ok()) return shared.status();
+    absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(**decoder, **comm, shared->decode);
+    if (!result.ok()) return result.status();
+    if (result->mode != "dense" || result->reason.find("thinner than the conv halo") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("mode ", result->mode, " (", result->reason, ")"));
+    }
+    if (rank != worker::kLeader) return absl::OkStatus();
+    families::DenseOps dense;
+    absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, shared->decode, dense);
+    if (!want.ok()) return want.status();
+    if (result->sample.sizes() != at::IntArrayRef({1, 3, 80, 112})) {
+      return absl::InternalError(absl::StrCat("dense fallback shape ", c10::str(result->sample.sizes())));
+    }
+    return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");
+  }, absl::Seconds(120));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+}  // namespace
+}  // namespace vaedecode
