@@ -64,22 +64,19 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
                                             double eps, double* leader_signal) {
   const int64_t batch = x.size(0), channels = x.size(1);
   const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  // [B, G, elements of the group in this band]; no copy for fp32/fp64 input.
-  const at::Tensor grouped = x.contiguous().to(acc).view({batch, num_groups, -1});
-  const int64_t n_local = grouped.size(-1);
-
-  // Local central moments about the rounded local mean m (the cheap,
-  // vectorised cascade sum): d = x − m is exact for values near m, and with
-  // s1 = Σd, s2 = Σd², mean = m + s1/n and
-  // M2 = s2 − s1²/n keep the bits an fp32 mean of large values rounds away.
-  // d's buffer is reused for the output; only the [B, G] statistics go to fp64.
-  const at::Tensor rough = grouped.mean(-1, /*keepdim=*/true);  // [B, G, 1]
-  at::Tensor d = grouped - rough;                                // [B, G, n]
-  const at::Tensor s1 = d.sum(-1).to(at::kDouble);
-  const at::Tensor s2 = d.square().sum(-1).to(at::kDouble);  // cascade sum: ~1e-7 relative
-  const at::Tensor rough64 = rough.squeeze(-1).to(at::kDouble);
-  const at::Tensor mean_local = rough64 + s1 / static_cast<double>(n_local);
-  const at::Tensor m2_local = s2 - s1.square() / static_cast<double>(n_local);
+  // LibTorch's own fused GroupNorm kernel on the band, without the affine:
+  // it returns the band normalised with its local statistics (ŷ) and those
+  // statistics (mean, rstd per batch×group), in one pass as the dense op
+  // does. The [B, G] statistics go to fp64 for the merge.
+  const at::Tensor input = x.contiguous().to(acc);
+  const int64_t spatial = input.numel() / std::max<int64_t>(1, batch * channels);
+  const int64_t n_local = spatial * (channels / num_groups);
+  auto [normalised, mean_acc, rstd_acc] =
+      at::native_group_norm(input, c10::nullopt, c10::nullopt, batch, channels, spatial, num_groups, eps);
+  const at::Tensor mean_local = mean_acc.to(at::kDouble).view({batch, num_groups});
+  const at::Tensor rstd_local = rstd_acc.to(at::kDouble).view({batch, num_groups});
+  const at::Tensor m2_local =
+      (rstd_local.square().reciprocal() - eps).clamp_min(0) * static_cast<double>(n_local);
 
   at::Tensor mean, var;  // fp64, [B, G]
   if (spec.world_size == 1) {
@@ -113,21 +110,24 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
     mean = (w * means).sum(0);
     var = (w * (m2s / n_r + (means - mean.unsqueeze(0)).square())).sum(0);
   }
-  // y = (d − δ)·rstd·γ + β with δ = mean − m small, as one fused pass over d
-  // in place: y = d·scale + shift, scale = rstd·γ, shift = β − δ·scale (no
-  // large terms cancel, whatever the activations' offset).
+  // Re-normalise with the group's statistics, in place, one fused pass:
+  // y = ŷ·(rstd/rstd_local)·γ + (mean_local − mean)·rstd·γ + β
+  // (x − mean = (x − mean_local) + (mean_local − mean): no large terms cancel).
   const int64_t per_group = channels / num_groups;
-  at::Tensor scale = (var + eps).rsqrt().repeat_interleave(per_group, /*dim=*/1);    // [B, C]
-  const at::Tensor delta = (mean - rough64).repeat_interleave(per_group, /*dim=*/1);  // [B, C]
-  if (weight.defined()) scale = scale * weight.to(at::kDouble).unsqueeze(0);
-  at::Tensor shift = -delta * scale;
+  const at::Tensor rstd = (var + eps).rsqrt();
+  at::Tensor scale = (rstd / rstd_local).repeat_interleave(per_group, /*dim=*/1);                  // [B, C]
+  at::Tensor shift = ((mean_local - mean) * rstd).repeat_interleave(per_group, /*dim=*/1);         // [B, C]
+  if (weight.defined()) {
+    const at::Tensor gamma = weight.to(at::kDouble).unsqueeze(0);
+    scale = scale * gamma;
+    shift = shift * gamma;
+  }
   if (bias.defined()) shift = shift + bias.to(at::kDouble).unsqueeze(0);
   std::vector<int64_t> per_channel(x.dim(), 1);
   per_channel[0] = batch;
   per_channel[1] = channels;
-  at::Tensor y = d.view(x.sizes());
-  at::addcmul_out(y, shift.to(acc).view(per_channel), y, scale.to(acc).view(per_channel));
-  return y.to(x.scalar_type());
+  normalised.mul_(scale.to(acc).view(per_channel)).add_(shift.to(acc).view(per_channel));
+  return normalised.to(x.scalar_type());
 }
 
 absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm,

@@ -28,13 +28,14 @@ absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
                                         bool zero_edges = false);
 
 // GroupNorm over the whole (sharded) tensor: x is [B, C, ...] with the band
-// along spec.axis. Per batch×group, local central moments (count is known
-// from the partition; mean and variance in one Welford pass in FP32, FP64 for
-// FP64 input; the [B, G] statistics travel in FP64) are all-gathered in one
-// collective and merged:
+// along spec.axis. LibTorch's fused GroupNorm kernel normalises the band with
+// its local statistics (one pass, as the dense op); per batch×group the
+// local (mean, M2) — the count is known from the partition — are
+// all-gathered in FP64 in one collective and merged:
 //   mean = Σ w_i·mean_i,  var = Σ w_i·(var_i + (mean_i − mean)²),  w_i = n_i / n
-// (population variance), then normalised and the affine applied locally in
-// one fused pass. `weight`/`bias` may be undefined (no affine).
+// (population variance); one in-place pass then re-normalises with the
+// group's statistics and applies the affine. Accumulation is FP32, FP64 for
+// FP64 input. `weight`/`bias` may be undefined (no affine).
 //
 // `leader_signal`, when given, rides along in the same collective: every
 // rank reads the value the leader put there (e.g. "this job is cancelled"),
