@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
@@ -87,6 +88,18 @@ ServerProcess::~ServerProcess() {
 }
 
 std::string ServerProcess::address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+std::unique_ptr<v1::VaeDecoder::Stub> ServerProcess::SlowReaderStub() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  // A channel of its own, not shared with stub(): the window is per channel.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return v1::VaeDecoder::NewStub(
+      grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args));
+}
 
 absl::StatusOr<bool> ServerProcess::Serving(const std::string& service) {
   auto stub = grpc::health::v1::Health::NewStub(channel_);
@@ -203,6 +216,37 @@ absl::StatusOr<std::string> ServerProcess::ScrapeMetrics() {
   return response.substr(body + 4);
 }
 
+absl::Status ServerProcess::WaitMetric(const std::string& name,
+                                       const std::vector<std::string>& label_pieces,
+                                       const std::function<bool(double)>& want,
+                                       absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  std::string last = "no scrape";
+  while (absl::Now() < give_up) {
+    absl::StatusOr<std::string> m = ScrapeMetrics();
+    if (m.ok()) {
+      const double v = MetricValue(*m, name, label_pieces);
+      if (want(v)) return absl::OkStatus();
+      last = absl::StrCat(v);
+    } else {
+      last = m.status().ToString();
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(name, "{", absl::StrJoin(label_pieces, ","),
+                                                  "} did not reach the wanted value within ",
+                                                  absl::FormatDuration(timeout), "; last: ", last));
+}
+
+absl::Status ServerProcess::WaitMetric(const std::string& name,
+                                       const std::vector<std::string>& label_pieces, double value,
+                                       absl::Duration timeout) {
+  absl::Status s = WaitMetric(
+      name, label_pieces, [value](double v) { return v == value; }, timeout);
+  if (s.ok()) return s;
+  return absl::DeadlineExceededError(absl::StrCat("wanted ", value, ": ", s.message()));
+}
+
 void ServerProcess::Signal(int sig) {
   if (child_.pid() > 0) kill(child_.pid(), sig);
 }
@@ -249,12 +293,17 @@ double MetricValue(const std::string& exposition, const std::string& name,
 }
 
 absl::StatusOr<std::string> PromtoolCheck(const std::string& exposition) {
+  constexpr char kPromtool[] = "/usr/bin/promtool";
+  if (access(kPromtool, X_OK) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        kPromtool, " is missing: run tools/setup.sh (it installs Debian's prometheus package)"));
+  }
   const std::string path = TempDir("promtool") + "/metrics.txt";
   {
     std::ofstream out(path);
     out << exposition;
   }
-  const std::string cmd = absl::StrCat("/usr/bin/promtool check metrics < ", path, " 2>&1");
+  const std::string cmd = absl::StrCat(kPromtool, " check metrics < ", path, " 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return absl::UnavailableError("cannot run promtool");
   std::string output;

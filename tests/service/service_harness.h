@@ -47,6 +47,10 @@ class ServerProcess {
   std::string address() const;
   int metrics_port() const { return metrics_port_; }
   v1::VaeDecoder::Stub& stub() { return *stub_; }
+  // A stub on a channel of its own whose receive window stays at 64 KiB (no
+  // BDP probing): a client that stops reading stalls the server's stream
+  // after a few chunks instead of taking the whole output into its buffers.
+  std::unique_ptr<v1::VaeDecoder::Stub> SlowReaderStub();
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
 
   // grpc.health.v1 Check: true SERVING, false NOT_SERVING; an error status
@@ -65,6 +69,14 @@ class ServerProcess {
 
   // GET /metrics over HTTP/1.0: the body.
   absl::StatusOr<std::string> ScrapeMetrics();
+  // Polls /metrics until the sample `name{label_pieces}` (see MetricValue)
+  // satisfies `want`; DEADLINE_EXCEEDED naming the last value otherwise.
+  absl::Status WaitMetric(const std::string& name, const std::vector<std::string>& label_pieces,
+                          const std::function<bool(double)>& want,
+                          absl::Duration timeout = absl::Seconds(30));
+  // … until it equals `value`.
+  absl::Status WaitMetric(const std::string& name, const std::vector<std::string>& label_pieces,
+                          double value, absl::Duration timeout = absl::Seconds(30));
 
   void Signal(int sig);
   // The server's exit code.
@@ -109,7 +121,8 @@ double MetricValue(const std::string& exposition, const std::string& name,
                    const std::vector<std::string>& label_pieces = {});
 
 // Runs `promtool check metrics` on `exposition`: its combined output, or an
-// error with it when promtool fails.
+// error with it when promtool fails (FAILED_PRECONDITION, naming
+// tools/setup.sh, when /usr/bin/promtool is not installed).
 absl::StatusOr<std::string> PromtoolCheck(const std::string& exposition);
 
 }  // namespace vaedecode::testing

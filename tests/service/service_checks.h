@@ -1,0 +1,67 @@
+#pragma once
+
+// What the service tests share on top of the harness: model repositories
+// made of the diffusers fixtures (../shared/fixtures), server flags that run
+// the real vaedecode_worker, requests, and gtest checks of decoded outputs
+// against the diffusers references.
+//
+// Threading: the checks report through gtest and may run on any thread; the
+// rest has no shared state.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/service/service_harness.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::testing {
+
+// The health service name of a model is this prefix + the model's name.
+inline constexpr char kModelHealth[] = "vaedecode.v1.VaeDecoder/";
+
+// A fresh model repository whose folders are symlinks to the named fixtures.
+std::string FixtureRepository(const std::vector<std::string>& fixtures);
+
+// Server flags for `devices` in groups of `group_size` running the real
+// worker on `repository` ("" = the worker's embedded default model), then
+// `extra`.
+std::vector<std::string> RealWorkerFlags(const std::string& repository, const std::string& devices,
+                                         int group_size, std::vector<std::string> extra = {});
+
+// Starts the server and waits until every model in `models` is SERVING;
+// nullptr (and a test failure saying why) otherwise.
+std::unique_ptr<ServerProcess> StartServing(const std::vector<std::string>& flags,
+                                            const std::vector<std::string>& models);
+
+struct FloatTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+// The only tensor of a float32 .safetensors file.
+FloatTensor ReadFloat(const std::string& path);
+
+// A request for `model` with the latent of the .safetensors file `latent_file`.
+v1::DecodeRequest FixtureRequest(const std::string& model, const std::string& latent_file,
+                                 v1::OutputFormat format = v1::OUTPUT_FLOAT32,
+                                 v1::Mode mode = v1::MODE_AUTO);
+
+// A request for `model` with a seeded FLOAT32 latent of `shape`.
+v1::DecodeRequest SyntheticRequest(const std::string& model, const std::vector<int64_t>& shape,
+                                   const std::string& request_id = "");
+
+std::vector<float> AsFloats(const DecodeOutcome& out);
+std::vector<int64_t> Shape(const v1::Header& header);
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b);
+
+// The call ended OK with a complete, well-formed stream.
+void ExpectOk(const DecodeOutcome& out);
+
+// Compares a decode in `format` with the diffusers reference `expected`
+// (NCHW or NCTHW float32): float32 to 1e-4, float16 to its rounding,
+// uint8/PNG to one level of the 8-bit conversion.
+void ExpectMatches(const DecodeOutcome& out, const FloatTensor& expected, v1::OutputFormat format);
+
+}  // namespace vaedecode::testing
