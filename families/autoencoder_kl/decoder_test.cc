@@ -56,6 +56,47 @@ TEST(AutoencoderKLDecoder, WithoutPostQuantConvHasNoSuchParameters) {
   }
 }
 
+// Records the weight storage every row-coupled op is handed.
+class RecordingOps : public LayerOps {
+ public:
+  at::Tensor Conv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const ConvGeometry& g) override {
+    seen.insert(w.data_ptr());
+    seen.insert(b.data_ptr());
+    return dense.Conv(x, w, b, g);
+  }
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t groups, const at::Tensor& w, const at::Tensor& b,
+                       double eps) override {
+    seen.insert(w.data_ptr());
+    seen.insert(b.data_ptr());
+    return dense.GroupNorm(x, groups, w, b, eps);
+  }
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t t) override {
+    return dense.Attention(q, k, v, t);
+  }
+  std::set<const void*> seen;
+  DenseOps dense;
+};
+
+TEST(AutoencoderKLDecoder, ShardedAndDenseDecodesRunTheLoadedParametersThemselves) {
+  // The exact-sharding adapter is the LayerOps a decode runs through: the
+  // ops receive the module's own parameter tensors (same storage), never
+  // copies, so a sharded decode cannot drift from the loaded weights.
+  AutoencoderKLConfig c = SmallConfig();
+  AutoencoderKLDecoder decoder(c, "{}");
+  std::set<const void*> parameters;
+  for (const auto& item : decoder.module()->named_parameters()) parameters.insert(item.value().data_ptr());
+  RecordingOps ops;
+  decoder.Decode(at::randn({1, 4, 3, 3}), ops);
+  ASSERT_FALSE(ops.seen.empty());
+  for (const void* p : ops.seen) EXPECT_TRUE(parameters.count(p)) << "an op got a copy of a parameter";
+  // Every conv and norm parameter reached an op (Linear q/k/v/out run locally).
+  size_t conv_and_norm = 0;
+  for (const auto& item : decoder.module()->named_parameters()) {
+    if (!absl::StrContains(item.key(), "to_")) ++conv_and_norm;
+  }
+  EXPECT_EQ(ops.seen.size(), conv_and_norm);
+}
+
 TEST(AutoencoderKLDecoder, OutputShapeFollowsTheConfig) {
   AutoencoderKLDecoder decoder(SmallConfig(), "{}");
   DenseOps ops;
