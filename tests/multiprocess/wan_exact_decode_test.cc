@@ -18,6 +18,7 @@
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
 #include "tests/fixtures/fixture_paths.h"
+#include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
 #include "worker/exact_decode.h"
 
@@ -39,68 +40,30 @@ constexpr double kVsDiffusers = 1e-4;
 const std::vector<std::string> kClasses = {"AutoencoderKLWan", "AutoencoderKLQwenImage"};
 
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> Join(int rank, int world, int port) {
-  parallel::GlooOptions o;
-  o.rank = rank;
-  o.world_size = world;
-  o.store_port = port;
-  o.group_name = "wan-exact-decode-test";
-  o.timeout = absl::Seconds(30);
-  return parallel::GlooCommunicator::Create(o);
+  return testing::JoinTestGroup(rank, world, port, "wan-exact-decode-test");
 }
+
+using Checked = testing::GroupDecodeCheck;
 
 absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixture(const std::string& fixture) {
-  return families::BuiltinFamilies().Load(testing::FixturePath(fixture), {});
+  return testing::LoadFixtureDecoder(fixture);
 }
 
-struct Checked {
-  parallel::CommStats stats;
-  at::Tensor sample;  // leader only
-};
-
-// Decodes `latent` (read on the leader only) with the group; on the leader,
+// Decodes `latent` (given on the leader only) with the group; on the leader,
 // checks it against the dense decode and, when given, diffusers' output.
 absl::StatusOr<Checked> DecodeAndCheck(families::Decoder& decoder, parallel::Communicator& comm,
                                        const at::Tensor& latent, const std::string& expected_file,
                                        const std::string& what) {
-  worker::GroupJob job;
-  job.decode.latent = latent;
-  absl::StatusOr<worker::GroupJob> shared = worker::BroadcastJob(comm, comm.rank() == worker::kLeader ? &job : nullptr);
-  if (!shared.ok()) return shared.status();
-  // Counts the decode's own collectives (the job broadcast is not one of them).
-  parallel::CountingCommunicator counting(comm);
-  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, shared->decode);
-  if (!result.ok()) return result.status();
-  const std::string want_mode = comm.world_size() > 1 ? "exact" : "dense";
-  if (result->mode != want_mode) {
-    return absl::InternalError(
-        absl::StrCat(what, ": mode ", result->mode, " (", result->reason, "), want ", want_mode));
-  }
-  Checked out{counting.stats(), result->sample};
-  if (comm.rank() != worker::kLeader) {
-    if (result->sample.defined()) return absl::InternalError("a peer kept decoded rows");
-    return out;
-  }
-  families::DenseOps dense;
-  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, shared->decode, dense);
-  if (!reference.ok()) return reference.status();
-  const std::string where = absl::StrCat(what, " at world size ", comm.world_size());
-  if (absl::Status s = ExpectTensorClose(result->sample, *reference, kExactVsDense, 0, where + " vs dense"); !s.ok()) {
-    return s;
-  }
-  if (!expected_file.empty()) {
-    absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(expected_file, "sample");
-    if (!expected.ok()) return expected.status();
-    if (absl::Status s = ExpectTensorClose(result->sample, *expected, kVsDiffusers, 0, where + " vs diffusers");
-        !s.ok()) {
-      return s;
-    }
-  }
-  return out;
+  testing::GroupCheckOptions o;
+  o.expected_file = expected_file;
+  o.what = what;
+  o.exact_vs_dense = kExactVsDense;
+  o.vs_diffusers = kVsDiffusers;
+  return testing::DecodeWithGroupAndCheck(decoder, comm, latent, o);
 }
 
 absl::StatusOr<at::Tensor> LeaderLatent(const testing::FixtureCase& c, int rank) {
-  if (rank != worker::kLeader) return at::Tensor();
-  return formats::ReadTensorFile(c.latent_file, "latent");
+  return testing::LeaderLatent(c.latent_file, rank);
 }
 
 class WanExactDecode : public ::testing::TestWithParam<std::tuple<testing::FixtureCase, int>> {};

@@ -155,7 +155,7 @@ TEST(ServiceSupervisionTest, QueueFullDeadlinesAndCancellationOnOneRank) {
     EXPECT_EQ(cut.messages, 0);  // still decoding
     ExpectMatches(Decode(server->stub(), Small()), SmallExpected(), v1::OUTPUT_FLOAT32);
     // Without the stop: about 4 × reference after t0.
-    EXPECT_LT(absl::Now() - t0, 2 * reference);
+    EXPECT_LT(absl::Now() - t0, 3 * reference);
   }
   ExpectReached(
       server->WaitMetric("vaedecode_requests_total", {"status=\"DEADLINE_EXCEEDED\""}, 2));
@@ -171,8 +171,9 @@ TEST(ServiceSupervisionTest, QueueFullDeadlinesAndCancellationOnOneRank) {
     EXPECT_EQ(cancelled.Join().status.error_code(), grpc::StatusCode::CANCELLED);
     ExpectMatches(Decode(server->stub(), Small()), SmallExpected(), v1::OUTPUT_FLOAT32);
     // Without the stop the small decode would wait for the rest of the long
-    // one (about 4 × reference - 0.3 s).
-    EXPECT_LT(absl::Now() - t0, 1.5 * reference);
+    // one (about 4 × reference - 0.3 s); the bound leaves room for a loaded
+    // machine while still telling the two apart.
+    EXPECT_LT(absl::Now() - t0, 3 * reference);
   }
   ExpectReached(server->WaitMetric("vaedecode_requests_total", {"status=\"CANCELLED\""}, 1));
 

@@ -1,0 +1,85 @@
+#include "tests/multiprocess/group_decode_checks.h"
+
+#include <iostream>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "families/builtin_families.h"
+#include "formats/tensor_file.h"
+#include "parallel/gloo_communicator.h"
+#include "parallel/testing/tensor_checks.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "worker/decode_job.h"
+#include "worker/exact_decode.h"
+#include "worker/group_job.h"
+
+namespace vaedecode::testing {
+
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinTestGroup(int rank, int world, int port,
+                                                                      const std::string& group) {
+  parallel::GlooOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.store_port = port;
+  o.group_name = group;
+  o.timeout = absl::Seconds(30);
+  return parallel::GlooCommunicator::Create(o);
+}
+
+absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixtureDecoder(const std::string& fixture) {
+  return families::BuiltinFamilies().Load(FixturePath(fixture), {});
+}
+
+absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank) {
+  if (rank != worker::kLeader) return at::Tensor();
+  return formats::ReadTensorFile(file, "latent");
+}
+
+absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& decoder, parallel::Communicator& comm,
+                                                         const at::Tensor& latent, const GroupCheckOptions& options) {
+  worker::GroupJob job;
+  job.decode.latent = latent;
+  job.decode.latent_space = options.space;
+  absl::StatusOr<worker::GroupJob> shared =
+      worker::BroadcastJob(comm, comm.rank() == worker::kLeader ? &job : nullptr);
+  if (!shared.ok()) return shared.status();
+  parallel::CountingCommunicator counting(comm);
+  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, shared->decode);
+  if (!result.ok()) return result.status();
+  const std::string want_mode =
+      !options.want_mode.empty() ? options.want_mode : (comm.world_size() > 1 ? "exact" : "dense");
+  if (result->mode != want_mode) {
+    return absl::InternalError(
+        absl::StrCat(options.what, ": mode ", result->mode, " (", result->reason, "), want ", want_mode));
+  }
+  GroupDecodeCheck out{counting.stats(), result->mode, result->sample};
+  if (comm.rank() != worker::kLeader) {
+    if (result->sample.defined()) return absl::InternalError("a peer kept decoded rows");
+    return out;
+  }
+  families::DenseOps dense;
+  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, shared->decode, dense);
+  if (!reference.ok()) return reference.status();
+  const std::string where = absl::StrCat(options.what, " at world size ", comm.world_size(), " (", result->mode, ")");
+  if (absl::Status s =
+          parallel::testing::ExpectTensorClose(result->sample, *reference, options.exact_vs_dense, 0, where + " vs dense");
+      !s.ok()) {
+    return s;
+  }
+  std::cout << where << ": max abs error vs dense " << (result->sample - *reference).abs().max().item<double>();
+  if (!options.expected_file.empty()) {
+    absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(options.expected_file, "sample");
+    if (!expected.ok()) return expected.status();
+    if (absl::Status s = parallel::testing::ExpectTensorClose(result->sample, *expected, options.vs_diffusers, 0,
+                                                              where + " vs diffusers");
+        !s.ok()) {
+      return s;
+    }
+    std::cout << ", vs diffusers " << (result->sample - *expected).abs().max().item<double>();
+  }
+  std::cout << "\n";
+  return out;
+}
+
+}  // namespace vaedecode::testing

@@ -1,0 +1,48 @@
+#pragma once
+
+// Shared pieces of the multi-process exact-decode tests: join a Gloo group,
+// load a fixture's decoder, broadcast a latent from the leader, decode it
+// with the group and check the leader's output against the dense decode and,
+// when given, diffusers' output. For RunRanks bodies: everything returns a
+// Status (gtest assertions are lost in the child processes).
+
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "families/decoder.h"
+#include "parallel/communicator.h"
+#include "parallel/counting_communicator.h"
+
+namespace vaedecode::testing {
+
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinTestGroup(int rank, int world, int port,
+                                                                      const std::string& group);
+
+absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixtureDecoder(const std::string& fixture);
+
+// The file's latent on the leader; an undefined tensor on peers (they receive it).
+absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank);
+
+struct GroupCheckOptions {
+  families::LatentSpace space = families::LatentSpace::kVae;
+  std::string want_mode;      // "" = "exact" at world size > 1, else "dense"
+  std::string expected_file;  // diffusers' output to compare with; "" to skip
+  std::string what;           // names the case in errors
+  double exact_vs_dense = 1e-5;
+  double vs_diffusers = 1e-4;
+};
+
+struct GroupDecodeCheck {
+  parallel::CommStats stats;  // the decode's own collectives (not the job broadcast)
+  std::string mode;
+  at::Tensor sample;          // the leader's whole output; undefined on peers
+};
+
+// Every rank calls it; `latent` matters on the leader only.
+absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& decoder, parallel::Communicator& comm,
+                                                         const at::Tensor& latent, const GroupCheckOptions& options);
+
+}  // namespace vaedecode::testing
