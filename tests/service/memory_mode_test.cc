@@ -1,0 +1,81 @@
+// The scheduler's exact / tiled / wait choice through the real service: two
+// CPU ranks with a memory budget each, the embedded SD-1.x-sized model, and
+// latents whose measured-peak estimates fall on either side of the free
+// memory. The model's own calibrated profile (GetModel) and the group's
+// free memory (/metrics) decide; the test derives its expectations from the
+// same figures, with wide margins.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "tests/service/service_checks.h"
+#include "tests/service/service_harness.h"
+
+namespace vaedecode::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The embedded model's weights (189 MiB) live inside each rank's budget.
+constexpr int64_t kBudgetMib = 189 + 330;
+
+TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndWaitsWhenNothingFits) {
+  std::unique_ptr<ServerProcess> server = StartServing(
+      RealWorkerFlags("", "cpu:2", 2, {absl::StrCat("--memory_budget_mib=", kBudgetMib)}), {"default"});
+  ASSERT_NE(server, nullptr);
+
+  grpc::ClientContext info_ctx;
+  v1::GetModelRequest get;
+  get.set_name("default");
+  v1::ModelInfo model;
+  ASSERT_TRUE(server->stub().GetModel(&info_ctx, get, &model).ok());
+  ASSERT_GT(model.peak_bytes_per_latent(), 0);
+  absl::StatusOr<std::string> metrics = server->ScrapeMetrics();
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  const double free_bytes = MetricValue(*metrics, "vaedecode_device_free_bytes", {"device=\"cpu:0\""});
+  ASSERT_GT(free_bytes, 0) << *metrics;
+
+  // A tall latent: a 2-rank share (66 of 128 rows) needs far more than the
+  // free memory, a 32-latent floor tile far less.
+  const auto estimate = [&](double latents) {
+    return 1.25 * (model.fixed_peak_bytes() + model.peak_bytes_per_latent() * latents);
+  };
+  ASSERT_GT(estimate(66 * 24), 1.2 * free_bytes) << "the budget no longer separates the cases";
+  ASSERT_LT(estimate(32 * 24), 0.8 * free_bytes) << "the budget no longer separates the cases";
+
+  const DecodeOutcome tiled = Decode(server->stub(), SyntheticRequest("default", {1, 4, 128, 24}, "tall"));
+  ExpectOk(tiled);
+  ASSERT_TRUE(tiled.output.has_header());
+  EXPECT_EQ(tiled.output.header().mode(), v1::MODE_TILED) << tiled.output.header().mode_reason();
+  EXPECT_THAT(tiled.output.header().tile_plan(), HasSubstr("tiles of"));
+  EXPECT_EQ(Shape(tiled.output.header()), (std::vector<int64_t>{1, 3, 1024, 192}));
+  for (float v : AsFloats(tiled)) ASSERT_TRUE(std::isfinite(v));
+
+  // Forcing EXACT on the same latent cannot fit: refused with the numbers.
+  v1::DecodeRequest exact = SyntheticRequest("default", {1, 4, 128, 24}, "forced-exact");
+  exact.set_mode(v1::MODE_EXACT);
+  const DecodeOutcome refused = Decode(server->stub(), exact);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("MiB free"));
+
+  // A latent small enough for a 2-rank share goes exact.
+  const DecodeOutcome small = Decode(server->stub(), SyntheticRequest("default", {1, 4, 16, 16}, "small"));
+  ExpectOk(small);
+  ASSERT_TRUE(small.output.has_header());
+  EXPECT_EQ(small.output.header().mode(), v1::MODE_EXACT) << small.output.header().mode_reason();
+
+  // A batch so large that even one floor tile cannot fit: the request waits
+  // for memory until its deadline.
+  ASSERT_GT(estimate(16.0 * 32 * 32), 2.0 * free_bytes);
+  const DecodeOutcome waiting =
+      Decode(server->stub(), SyntheticRequest("default", {16, 4, 32, 32}, "too-big"), absl::Seconds(3));
+  EXPECT_EQ(waiting.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The server still serves.
+  ExpectOk(Decode(server->stub(), SyntheticRequest("default", {1, 4, 8, 8}, "after")));
+}
+
+}  // namespace
+}  // namespace vaedecode::testing
