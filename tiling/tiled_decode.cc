@@ -7,35 +7,46 @@
 
 namespace vaedecode::tiling {
 
+at::Tensor TileLatent(const at::Tensor& z, const TilePlan& plan, size_t i, size_t j) {
+  return z.narrow(z.dim() - 2, plan.rows.starts[i], plan.rows.tile)
+      .narrow(z.dim() - 1, plan.cols.starts[j], plan.cols.tile)
+      .contiguous();
+}
+
+TileBlender::TileBlender(const TilePlan& plan, int64_t spatial_factor)
+    : plan_(plan),
+      f_(spatial_factor),
+      row_w_(AxisBlendWeights(plan.rows, spatial_factor)),
+      col_w_(AxisBlendWeights(plan.cols, spatial_factor)) {}
+
+void TileBlender::Add(size_t i, size_t j, const at::Tensor& tile_in) {
+  const at::Tensor tile = tile_in.to(at::kFloat);
+  const int64_t h_dim = tile.dim() - 2, w_dim = tile.dim() - 1;
+  if (!out_.defined()) {
+    std::vector<int64_t> shape = tile.sizes().vec();
+    shape[h_dim] = plan_.rows.length * f_;
+    shape[w_dim] = plan_.cols.length * f_;
+    out_ = at::zeros(shape, tile.options());
+  }
+  const at::Tensor wy = at::tensor(row_w_[i]).view({-1, 1});
+  const at::Tensor wx = at::tensor(col_w_[j]).view({1, -1});
+  at::Tensor dest = out_.narrow(h_dim, plan_.rows.starts[i] * f_, plan_.rows.tile * f_)
+                        .narrow(w_dim, plan_.cols.starts[j] * f_, plan_.cols.tile * f_);
+  dest.add_(tile * (wy * wx));  // weights broadcast over batch, channels, frames
+}
+
+at::Tensor TileBlender::Finish(at::ScalarType dtype) const { return out_.to(dtype); }
+
 at::Tensor DecodeTiles(families::Decoder& decoder, const at::Tensor& z, const TilePlan& plan,
                        families::LayerOps& ops) {
-  const int64_t h_dim = z.dim() - 2, w_dim = z.dim() - 1;
-  const int64_t f = decoder.info().spatial_factor;
   if (plan.kind == PlanKind::kUntiled) return decoder.Decode(z, ops);
-
-  const std::vector<std::vector<float>> row_w = AxisBlendWeights(plan.rows, f);
-  const std::vector<std::vector<float>> col_w = AxisBlendWeights(plan.cols, f);
-  at::Tensor out;
+  TileBlender blender(plan, decoder.info().spatial_factor);
   for (size_t i = 0; i < plan.rows.starts.size(); ++i) {
     for (size_t j = 0; j < plan.cols.starts.size(); ++j) {
-      const at::Tensor tile_z = z.narrow(h_dim, plan.rows.starts[i], plan.rows.tile)
-                                    .narrow(w_dim, plan.cols.starts[j], plan.cols.tile)
-                                    .contiguous();
-      const at::Tensor tile = decoder.Decode(tile_z, ops).to(at::kFloat);  // [B, C, (T,) th*f, tw*f]
-      if (!out.defined()) {
-        std::vector<int64_t> shape = tile.sizes().vec();
-        shape[h_dim] = plan.rows.length * f;
-        shape[w_dim] = plan.cols.length * f;
-        out = at::zeros(shape, tile.options());
-      }
-      const at::Tensor wy = at::tensor(row_w[i]).view({-1, 1});
-      const at::Tensor wx = at::tensor(col_w[j]).view({1, -1});
-      at::Tensor dest = out.narrow(h_dim, plan.rows.starts[i] * f, plan.rows.tile * f)
-                            .narrow(w_dim, plan.cols.starts[j] * f, plan.cols.tile * f);
-      dest.add_(tile * (wy * wx));  // weights broadcast over batch, channels, frames
+      blender.Add(i, j, decoder.Decode(TileLatent(z, plan, i, j), ops));
     }
   }
-  return out.to(decoder.dtype());
+  return blender.Finish(decoder.dtype());
 }
 
 namespace {
@@ -60,13 +71,18 @@ TilePlan StockPlan(const TilePlan& plan, const FamilyGeometry& g) {
 
 }  // namespace
 
-absl::StatusOr<TiledResult> RunOomLadder(const TilePlan& plan, const FamilyGeometry& geometry,
-                                         const TileAttempt& attempt_fn) {
+std::vector<TilePlan> OomLadder(const TilePlan& plan, const FamilyGeometry& geometry) {
   std::vector<TilePlan> ladder = {plan};
   if (plan.kind != PlanKind::kStock) {
     ladder.push_back(FloorPlan(plan));
     ladder.push_back(StockPlan(plan, geometry));
   }
+  return ladder;
+}
+
+absl::StatusOr<TiledResult> RunOomLadder(const TilePlan& plan, const FamilyGeometry& geometry,
+                                         const TileAttempt& attempt_fn) {
+  const std::vector<TilePlan> ladder = OomLadder(plan, geometry);
   absl::Status last;
   for (size_t attempt = 0; attempt < ladder.size(); ++attempt) {
     absl::StatusOr<at::Tensor> sample = attempt_fn(ladder[attempt]);

@@ -10,6 +10,7 @@
 // runs it inside worker::CatchExceptions.
 
 #include <functional>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -20,6 +21,26 @@
 
 namespace vaedecode::tiling {
 
+// The latent of tile (i, j) of `plan` (contiguous).
+at::Tensor TileLatent(const at::Tensor& z, const TilePlan& plan, size_t i, size_t j);
+
+// Accumulates decoded tiles into the output, each times the outer product of
+// its normalised row and column weights; tiles may arrive in any order.
+class TileBlender {
+ public:
+  TileBlender(const TilePlan& plan, int64_t spatial_factor);
+  // `tile`: [B, C, (T,) tile_rows*f, tile_cols*f] of tile (i, j).
+  void Add(size_t i, size_t j, const at::Tensor& tile);
+  at::Tensor Finish(at::ScalarType dtype) const;
+
+ private:
+  const TilePlan& plan_;
+  const int64_t f_;
+  std::vector<std::vector<float>> row_w_;
+  std::vector<std::vector<float>> col_w_;
+  at::Tensor out_;
+};
+
 // `z` is in VAE space and the decoder's dtype.
 at::Tensor DecodeTiles(families::Decoder& decoder, const at::Tensor& z, const TilePlan& plan,
                        families::LayerOps& ops);
@@ -29,6 +50,10 @@ struct TiledResult {
   TilePlan plan;        // the plan that succeeded
   int retries = 0;      // out-of-memory retries taken (floor tile, then stock)
 };
+
+// The plans of the out-of-memory ladder: `plan`, then floor tiles, then the
+// stock layout (just `plan` when it already is the stock layout).
+std::vector<TilePlan> OomLadder(const TilePlan& plan, const FamilyGeometry& geometry);
 
 // One decode attempt with a plan, exceptions already turned into a Status
 // (the worker wraps DecodeTiles in its job wrapper).

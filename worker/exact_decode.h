@@ -29,6 +29,8 @@ struct GroupDecodeResult {
   std::string reason;   // why dense, when it fell back
   double decode_ms = 0;         // this rank: its decode plus the row gather
   double gather_ms = 0;         // of which gathering rows to the leader
+  int tile_retries = 0;         // tiled: out-of-memory retries taken
+  std::string tile_plan;        // tiled: the plan that succeeded
   int64_t peak_bytes = 0;       // this rank's allocator peak during the decode (0 if not counted)
 };
 

@@ -10,8 +10,9 @@ namespace vaedecode::worker {
 namespace {
 
 constexpr int64_t kMaxDims = 6;
-// Header: [kind, model, allow_exact, dims, sizes x kMaxDims, dtype, latent space].
-constexpr int64_t kFixed = 4;
+// Header: [kind, model, allow_exact, dims, tile_rows, tile_cols, stock_tiles,
+//          sizes x kMaxDims, dtype, latent space].
+constexpr int64_t kFixed = 7;
 constexpr int64_t kHeaderLength = kFixed + kMaxDims + 2;
 
 absl::StatusOr<at::ScalarType> DtypeFromCode(int64_t code) {
@@ -59,6 +60,9 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
     h[0] = static_cast<int64_t>(job->kind);
     h[1] = job->model_index;
     h[2] = job->allow_exact ? 1 : 0;
+    h[4] = job->tile_rows;
+    h[5] = job->tile_cols;
+    h[6] = job->stock_tiles ? 1 : 0;
     if (job->kind == JobKind::kDecode) {
       const at::Tensor& latent = job->decode.latent;
       if (!latent.defined() || latent.dim() < 1 || latent.dim() > kMaxDims) {
@@ -80,6 +84,9 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   out.kind = static_cast<JobKind>(h[0]);
   out.model_index = h[1];
   out.allow_exact = h[2] == 1;
+  out.tile_rows = h[4];
+  out.tile_cols = h[5];
+  out.stock_tiles = h[6] == 1;
   if (out.kind != JobKind::kDecode) return out;
   if (h[3] < 1 || h[3] > kMaxDims) return AbortWith(comm, absl::InternalError("bad rank in a job header"));
   std::vector<int64_t> shape(h + kFixed, h + kFixed + h[3]);

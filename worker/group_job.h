@@ -26,6 +26,11 @@ struct GroupJob {
   int64_t model_index = 0;  // into the group's model list (same order on every rank)
   bool allow_exact = true;  // false: the leader decodes densely (a forced dense request)
   DecodeJob decode;         // only for kDecode
+  // Tiled decodes: every rank decodes whole tiles of this size (latents);
+  // 0 = not tiled. `stock_tiles` selects diffusers' stock layout.
+  int64_t tile_rows = 0;
+  int64_t tile_cols = 0;
+  bool stock_tiles = false;
 };
 
 absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJob* job);

@@ -1,8 +1,12 @@
 #include "worker/group_runtime.h"
 
+#include <chrono>
+
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "worker/counting_cpu_allocator.h"
+#include "worker/tiled_group_decode.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -82,17 +86,27 @@ std::vector<int64_t> GroupRuntime::free_bytes_per_rank() const {
   return free_bytes_;
 }
 
-absl::Status GroupRuntime::RunLocal(const std::function<absl::Status()>& fn) {
-  absl::MutexLock job(&job_mu_);
-  if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
-  absl::Status status = fn();
-  std::vector<int64_t> free = free_bytes_per_rank();
-  if (!free.empty()) {
-    free[0] = FreeBytes();
-    absl::MutexLock lock(&stats_mu_);
-    free_bytes_ = free;
+absl::StatusOr<GroupDecodeResult> GroupRuntime::DecodeJobOnGroup(families::Decoder& decoder,
+                                                                 parallel::Communicator& comm, const GroupJob& job,
+                                                                 const std::atomic<bool>* cancelled) {
+  if (job.tile_rows <= 0 && !job.stock_tiles) {
+    return DecodeWithGroup(decoder, comm, job.decode, {job.allow_exact, cancelled});
   }
-  return status;
+  const int64_t rows = job.decode.latent.size(-2), cols = job.decode.latent.size(-1);
+  const tiling::TilePlan plan = PlanFromHeader(decoder, rows, cols, job.tile_rows, job.tile_cols, job.stock_tiles);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(decoder, comm, job.decode, plan);
+  if (!tiled.ok()) return tiled.status();
+  GroupDecodeResult result;
+  result.sample = tiled->sample;
+  result.mode = "tiled";
+  result.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  result.tile_retries = tiled->retries;
+  result.tile_plan = absl::StrCat(tiled->plan.rows.starts.size(), "x", tiled->plan.cols.starts.size(), " tiles of ",
+                                  tiled->plan.rows.tile, "x", tiled->plan.cols.tile, " latents over ",
+                                  comm.world_size(), " rank(s)");
+  if (CountingCpuAllocator* a = CountingCpuAllocator::Installed()) result.peak_bytes = a->peak_bytes();
+  return result;
 }
 
 absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled) {
@@ -116,8 +130,8 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   absl::StatusOr<GroupJob> shared = BroadcastJob(*comm_, &job);
   if (!shared.ok()) return shared.status();
   parallel::CountingCommunicator counting(*comm_);
-  absl::StatusOr<GroupDecodeResult> result =
-      DecodeWithGroup(decoder, counting, shared->decode, {shared->allow_exact, cancelled});
+  if (CountingCpuAllocator* a = CountingCpuAllocator::Installed()) a->ResetPeak();
+  absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, counting, *shared, cancelled);
   if (!result.ok()) return result.status();
   DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
   absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
@@ -155,7 +169,8 @@ absl::Status GroupRuntime::ServeAsPeer() {
       return bad;
     }
     families::Decoder& decoder = *models_[job->model_index].decoder;
-    absl::StatusOr<GroupDecodeResult> result = DecodeWithGroup(decoder, *comm_, job->decode, {job->allow_exact});
+    if (CountingCpuAllocator* a = CountingCpuAllocator::Installed()) a->ResetPeak();
+    absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, *comm_, *job, nullptr);
     if (!result.ok()) {
       if (IsGroupSafe(result.status())) continue;  // every rank saw the same
       MarkBroken(result.status());

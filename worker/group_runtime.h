@@ -51,10 +51,6 @@ class GroupRuntime {
   absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Leader only: runs `fn` (a decode that needs no peer, e.g. tiled) as the
-  // group's next job; heartbeats go on meanwhile, so peers keep waiting.
-  absl::Status RunLocal(const std::function<absl::Status()>& fn) ABSL_LOCKS_EXCLUDED(job_mu_);
-
   // Leader: every rank's free bytes as last reported (after start-up and
   // after every group decode); -1 entries for ranks without a budget.
   std::vector<int64_t> free_bytes_per_rank() const ABSL_LOCKS_EXCLUDED(stats_mu_);
@@ -76,6 +72,9 @@ class GroupRuntime {
  private:
   absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job, const std::atomic<bool>* cancelled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A group job: exact/dense, or tiled when the job carries a tile size.
+  static absl::StatusOr<GroupDecodeResult> DecodeJobOnGroup(families::Decoder& decoder, parallel::Communicator& comm,
+                                                            const GroupJob& job, const std::atomic<bool>* cancelled);
   void HeartbeatLoop();
   void MarkBroken(const absl::Status& why);
 

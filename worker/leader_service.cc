@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tiling/planner.h"
-#include "tiling/tiled_decode.h"
+#include "worker/tiled_group_decode.h"
 #include "worker/counting_cpu_allocator.h"
 #include "worker/output_stream.h"
 
@@ -131,14 +131,18 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   }
   absl::StatusOr<at::Tensor> latent = LatentFromRequest(request->latent());
   if (!latent.ok()) return ToGrpcStatus(latent.status());
-  if (request->mode() == v1::MODE_TILED) return RunTiled(context, *request, model, *latent, writer);
-
   GroupJob job;
   job.model_index = model;
   job.allow_exact = request->mode() != v1::MODE_DENSE;
   job.decode.latent = *latent;
   job.decode.latent_space =
       request->latent_space() == v1::LATENT_SPACE_RAW ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+  std::string tiled_reason;
+  if (request->mode() == v1::MODE_TILED) {
+    absl::StatusOr<tiling::TilePlan> plan = PlanTiledJob(model, *latent, &job);
+    if (!plan.ok()) return ToGrpcStatus(plan.status());
+    tiled_reason = plan->reason;
+  }
   // The sync API has no cancellation callback: a watcher polls the context
   // and raises the flag the group checks at every GroupNorm.
   std::atomic<bool> cancelled{false};
@@ -166,11 +170,13 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   v1::DecodeResponse header_message;
   v1::Header* header = header_message.mutable_header();
   header->set_request_id(request->request_id());
-  header->set_mode(outcome->result.mode == "exact" ? v1::MODE_EXACT : v1::MODE_DENSE);
-  header->set_degree(outcome->result.mode == "exact" ? runtime_.world_size() : 1);
-  header->set_mode_reason(outcome->result.mode == "exact"
-                              ? absl::StrCat("exact sharding over ", runtime_.world_size(), " ranks")
-                              : (outcome->result.reason.empty() ? "one rank" : outcome->result.reason));
+  const std::string& used = outcome->result.mode;
+  header->set_mode(used == "exact" ? v1::MODE_EXACT : used == "tiled" ? v1::MODE_TILED : v1::MODE_DENSE);
+  header->set_degree(used == "dense" ? 1 : runtime_.world_size());
+  header->set_mode_reason(used == "exact"   ? absl::StrCat("exact sharding over ", runtime_.world_size(), " ranks")
+                          : used == "tiled" ? tiled_reason
+                                            : (outcome->result.reason.empty() ? "one rank" : outcome->result.reason));
+  header->set_tile_plan(outcome->result.tile_plan);
   if (absl::Status s = DescribeOutput(outcome->result.sample, request->output_format(), header); !s.ok()) {
     return ToGrpcStatus(s);
   }
@@ -193,102 +199,38 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - stream_start).count());
   for (const RankStats& r : outcome->ranks) trailer->add_peak_bytes_per_rank(r.peak_bytes);
   trailer->set_collectives(outcome->comm.collectives());
+  trailer->set_tile_retries(outcome->result.tile_retries);
+  trailer->set_tile_plan(outcome->result.tile_plan);
+  if (outcome->result.tile_retries > 0) {
+    spdlog::warn("tiled decode of request {} needed {} out-of-memory retr{}", request->request_id(),
+                 outcome->result.tile_retries, outcome->result.tile_retries == 1 ? "y" : "ies");
+  }
   writer->Write(trailer_message);
   return grpc::Status::OK;
 }
 
-namespace {
-
-bool WriteAll(grpc::ServerContext* context, grpc::ServerWriter<v1::DecodeResponse>* writer,
-              const at::Tensor& sample, const v1::DecodeRequest& request, v1::DecodeResponse header_message,
-              v1::DecodeResponse trailer_message, absl::Status* status) {
-  if (absl::Status s = DescribeOutput(sample, request.output_format(), header_message.mutable_header()); !s.ok()) {
-    *status = s;
-    return false;
-  }
-  if (!writer->Write(header_message)) return false;
-  *status = EmitChunks(sample, request.output_format(), MaxChunkBytes(*context), [&](v1::Chunk&& chunk) {
-    if (context->IsCancelled()) return false;
-    v1::DecodeResponse message;
-    *message.mutable_chunk() = std::move(chunk);
-    return writer->Write(message);
-  });
-  if (!status->ok()) return false;
-  return writer->Write(trailer_message);
-}
-
-std::string PlanText(const tiling::TilePlan& plan) {
-  return absl::StrCat(plan.rows.starts.size(), "x", plan.cols.starts.size(), " tiles of ", plan.rows.tile, "x",
-                      plan.cols.tile, " latents (", plan.reason, ")");
-}
-
-}  // namespace
-
-grpc::Status LeaderService::RunTiled(grpc::ServerContext* context, const v1::DecodeRequest& request, int model,
-                                     const at::Tensor& latent, grpc::ServerWriter<v1::DecodeResponse>* writer) {
-  families::Decoder& decoder = *runtime_.models()[model].decoder;
-  if (absl::Status valid = decoder.ValidateLatent(latent); !valid.ok()) return ToGrpcStatus(valid);
-  const families::ModelInfo& info = decoder.info();
-  tiling::FamilyGeometry geometry;
-  geometry.spatial_factor = info.spatial_factor;
-  geometry.stock_tile = info.stock_tile;
-  geometry.stock_stride = info.stock_stride;
+absl::StatusOr<tiling::TilePlan> LeaderService::PlanTiledJob(int model, const at::Tensor& latent, GroupJob* job) {
+  const families::Decoder& decoder = *runtime_.models()[model].decoder;
+  if (absl::Status valid = decoder.ValidateLatent(latent); !valid.ok()) return valid;
+  tiling::FamilyGeometry geometry = LadderGeometry(decoder);
   geometry.peak_bytes_per_latent = profiles_[model].bytes_per_latent * static_cast<double>(latent.size(0));
   geometry.fixed_bytes = static_cast<int64_t>(profiles_[model].fixed_bytes);
-  const int64_t free = FreeBytes();
-  const int64_t budget = free >= 0 ? free : std::numeric_limits<int64_t>::max() / 2;
-  const tiling::TilePlan plan = tiling::PlanTiles(latent.size(-2), latent.size(-1), geometry, budget);
-
-  tiling::TiledResult result;
-  double decode_ms = 0;
-  const int64_t peak_before = CountingCpuAllocator::Installed() ? CountingCpuAllocator::Installed()->current_bytes() : 0;
-  if (CountingCpuAllocator::Installed()) CountingCpuAllocator::Installed()->ResetPeak();
-  absl::Status status = runtime_.RunLocal([&]() -> absl::Status {
-    const auto start = std::chrono::steady_clock::now();
-    at::Tensor z;
-    absl::Status prepared = CatchExceptions("latent conversion", [&] {
-      z = request.latent_space() == v1::LATENT_SPACE_RAW ? decoder.ToVaeSpace(latent.to(at::kFloat)) : latent;
-      z = z.to(decoder.dtype()).contiguous();
-    });
-    if (!prepared.ok()) return prepared;
-    families::DenseOps ops;
-    absl::StatusOr<tiling::TiledResult> tiled =
-        tiling::RunOomLadder(plan, geometry, [&](const tiling::TilePlan& p) -> absl::StatusOr<at::Tensor> {
-          at::Tensor out;
-          absl::Status s = CatchExceptions("tiled decode", [&] { out = tiling::DecodeTiles(decoder, z, p, ops); });
-          if (!s.ok()) return s;
-          return out;
-        });
-    decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!tiled.ok()) return tiled.status();
-    result = *std::move(tiled);
-    return absl::OkStatus();
-  });
-  if (!status.ok()) return ToGrpcStatus(status);
-  if (result.retries > 0) {
-    spdlog::warn("tiled decode of request {} needed {} out-of-memory retr{}", request.request_id(), result.retries,
-                 result.retries == 1 ? "y" : "ies");
+  // Every rank decodes whole tiles: the tightest rank bounds the tile.
+  int64_t budget = std::numeric_limits<int64_t>::max() / 2;
+  for (int64_t free : runtime_.free_bytes_per_rank()) {
+    if (free >= 0) budget = std::min(budget, free);
   }
-
-  v1::DecodeResponse header;
-  header.mutable_header()->set_request_id(request.request_id());
-  header.mutable_header()->set_mode(v1::MODE_TILED);
-  header.mutable_header()->set_degree(1);
-  header.mutable_header()->set_mode_reason(absl::StrCat("tiled to fit ", budget >> 20, " MiB free"));
-  header.mutable_header()->set_tile_plan(PlanText(plan));
-  v1::DecodeResponse trailer;
-  trailer.mutable_trailer()->mutable_timings()->set_decode_ms(decode_ms);
-  trailer.mutable_trailer()->set_tile_retries(result.retries);
-  trailer.mutable_trailer()->set_tile_plan(PlanText(result.plan));
-  if (CountingCpuAllocator::Installed()) {
-    trailer.mutable_trailer()->add_peak_bytes_per_rank(CountingCpuAllocator::Installed()->peak_bytes() - peak_before);
+  if (runtime_.free_bytes_per_rank().empty() && FreeBytes() >= 0) budget = FreeBytes();
+  tiling::TilePlan plan = tiling::PlanTiles(latent.size(-2), latent.size(-1), geometry, budget);
+  if (plan.kind == tiling::PlanKind::kUntiled) {
+    // The whole latent fits: one tile (still the tiled protocol, as requested).
+    plan.kind = tiling::PlanKind::kTiled;
   }
-  absl::Status stream_status;
-  if (!WriteAll(context, writer, result.sample, request, header, trailer, &stream_status)) {
-    return stream_status.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away")
-                              : ToGrpcStatus(stream_status);
-  }
-  return grpc::Status::OK;
+  job->tile_rows = plan.rows.tile;
+  job->tile_cols = plan.cols.tile;
+  job->stock_tiles = plan.kind == tiling::PlanKind::kStock;
+  plan.reason = absl::StrCat("tiled to fit ", budget >> 20, " MiB free per rank: ", plan.reason);
+  return plan;
 }
 
 }  // namespace vaedecode::worker

@@ -12,6 +12,7 @@
 
 #include "vaedecode/internal/worker.grpc.pb.h"
 #include "tiling/calibration.h"
+#include "tiling/planner.h"
 #include "worker/group_runtime.h"
 
 namespace vaedecode::worker {
@@ -34,9 +35,9 @@ class LeaderService final : public internal::GroupLeader::Service {
                       internal::StatusResponse* response) override;
 
  private:
-  // MODE_TILED: the leader alone decodes the tiles that fit its free memory.
-  grpc::Status RunTiled(grpc::ServerContext* context, const v1::DecodeRequest& request, int model,
-                        const at::Tensor& latent, grpc::ServerWriter<v1::DecodeResponse>* writer);
+  // MODE_TILED: the largest seam-free tiles that fit every rank's free
+  // memory; sets the job's tile fields (the ranks share the tiles).
+  absl::StatusOr<tiling::TilePlan> PlanTiledJob(int model, const at::Tensor& latent, GroupJob* job);
 
   GroupRuntime& runtime_;
   const std::string dtype_name_;

@@ -122,15 +122,15 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
   ExpectMatches(Decode(server->stub(), raw), sd_expected, v1::OUTPUT_FLOAT32);
   ++ok["sd_kl"];
   ++exact_decodes;
-  // TILED on request: the leader alone; this latent fits one tile, so the
-  // output is the dense one.
+  // TILED on request: the group's ranks share the tiles; this latent fits
+  // one tile, so the output is the dense one.
   const DecodeOutcome tiled =
       Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"),
                                             v1::OUTPUT_FLOAT32, v1::MODE_TILED));
   ExpectMatches(tiled, sd_expected, v1::OUTPUT_FLOAT32);
   ++ok["sd_kl"];
   EXPECT_EQ(tiled.output.header().mode(), v1::MODE_TILED);
-  EXPECT_EQ(tiled.output.header().degree(), 1);
+  EXPECT_EQ(tiled.output.header().degree(), 2);
   EXPECT_THAT(tiled.output.header().tile_plan(), ::testing::StartsWith("1x1 tiles"));
   // No request id: the server makes one up (16 hex digits).
   const DecodeOutcome anonymous =
@@ -242,7 +242,7 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
                         {"family=\"autoencoder_kl\"", "mode=\"EXACT\"", "degree=\"2\""}),
             exact_decodes);
   EXPECT_EQ(MetricValue(*m, "vaedecode_decode_seconds_count",
-                        {"family=\"autoencoder_kl\"", "mode=\"TILED\"", "degree=\"1\""}),
+                        {"family=\"autoencoder_kl\"", "mode=\"TILED\"", "degree=\"2\""}),
             1);
   EXPECT_GT(MetricValue(*m, "vaedecode_collectives_per_decode_sum", {"mode=\"EXACT\""}),
             exact_decodes);

@@ -1,0 +1,114 @@
+#include "worker/tiled_group_decode.h"
+
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "tiling/tiled_decode.h"
+#include "worker/group_job.h"
+
+namespace vaedecode::worker {
+namespace {
+
+enum Outcome { kOk = 0, kOutOfMemory = 1, kFailed = 2 };
+
+}  // namespace
+
+tiling::FamilyGeometry LadderGeometry(const families::Decoder& decoder) {
+  tiling::FamilyGeometry g;
+  g.spatial_factor = decoder.info().spatial_factor;
+  g.stock_tile = decoder.info().stock_tile;
+  g.stock_stride = decoder.info().stock_stride;
+  return g;
+}
+
+tiling::TilePlan PlanFromHeader(const families::Decoder& decoder, int64_t rows, int64_t cols, int64_t tile_rows,
+                                int64_t tile_cols, bool stock) {
+  tiling::TilePlan plan;
+  if (stock) {
+    const tiling::FamilyGeometry g = LadderGeometry(decoder);
+    plan.kind = tiling::PlanKind::kStock;
+    plan.rows = tiling::StockLayout(rows, g);
+    plan.cols = tiling::StockLayout(cols, g);
+    plan.reason = "stock tiles";
+    return plan;
+  }
+  plan.kind = tiling::PlanKind::kTiled;
+  plan.rows = tiling::SpreadTiles(rows, tile_rows);
+  plan.cols = tiling::SpreadTiles(cols, tile_cols);
+  plan.reason = "seam-free tiles";
+  return plan;
+}
+
+absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder, parallel::Communicator& comm,
+                                                      const DecodeJob& job, const tiling::TilePlan& plan) {
+  if (absl::Status valid = decoder.ValidateLatent(job.latent); !valid.ok()) return valid;
+  at::Tensor z;
+  absl::Status prepared = CatchExceptions("latent conversion", [&] {
+    z = job.latent_space == families::LatentSpace::kRaw ? decoder.ToVaeSpace(job.latent.to(at::kFloat)) : job.latent;
+    z = z.to(decoder.dtype()).contiguous();
+  });
+  if (!prepared.ok()) return prepared;  // identical on every rank
+
+  const int world = comm.world_size(), rank = comm.rank();
+  const std::vector<tiling::TilePlan> ladder = tiling::OomLadder(plan, LadderGeometry(decoder));
+  families::DenseOps ops;
+  for (size_t attempt = 0; attempt < ladder.size(); ++attempt) {
+    const tiling::TilePlan& p = ladder[attempt];
+    const int64_t cols = static_cast<int64_t>(p.cols.starts.size());
+    const int64_t tiles = static_cast<int64_t>(p.rows.starts.size()) * cols;
+    std::vector<int64_t> tile_latent_shape = z.sizes().vec();
+    tile_latent_shape[z.dim() - 2] = p.rows.tile;
+    tile_latent_shape[z.dim() - 1] = p.cols.tile;
+    const std::vector<int64_t> tile_shape = decoder.OutputShape(tile_latent_shape);
+    int64_t tile_numel = 1;
+    for (int64_t d : tile_shape) tile_numel *= d;
+    tiling::TileBlender blender(p, decoder.info().spatial_factor);
+    bool out_of_memory = false;
+    for (int64_t round = 0; round * world < tiles && !out_of_memory; ++round) {
+      const int64_t mine = round * world + rank;
+      at::Tensor tile;
+      absl::Status status;
+      if (mine < tiles) {
+        status = CatchExceptions("tiled decode", [&] {
+          tile = decoder.Decode(tiling::TileLatent(z, p, mine / cols, mine % cols), ops).to(at::kFloat);
+        });
+      }
+      // Every rank learns every outcome of the round before anything else.
+      const double code = status.ok() ? kOk : status.code() == absl::StatusCode::kResourceExhausted ? kOutOfMemory : kFailed;
+      absl::StatusOr<at::Tensor> codes = comm.AllGather(at::full({1, 1}, code, at::kDouble),
+                                                        std::vector<int64_t>(world, 1), parallel::CallKind::kOther);
+      if (!codes.ok()) return codes.status();
+      for (int r = 0; r < world; ++r) {
+        const double c = (*codes)[r][0].item<double>();
+        if (c == kFailed) {
+          return status.ok() ? absl::InternalError(absl::StrCat("rank ", r, " failed to decode its tile")) : status;
+        }
+        if (c == kOutOfMemory) out_of_memory = true;
+      }
+      if (out_of_memory) break;
+      std::vector<int64_t> sizes(world, 0);
+      for (int r = 0; r < world; ++r) sizes[r] = round * world + r < tiles ? 1 : 0;
+      const at::Tensor local = mine < tiles ? tile.reshape({1, tile_numel}) : at::empty({0, tile_numel}, at::kFloat);
+      absl::StatusOr<at::Tensor> gathered = comm.GatherToRoot(local, sizes, kLeader, parallel::CallKind::kGatherOutput);
+      if (!gathered.ok()) return gathered.status();
+      if (rank != kLeader) continue;
+      int64_t row = 0;
+      for (int r = 0; r < world; ++r) {
+        const int64_t k = round * world + r;
+        if (k >= tiles) continue;
+        blender.Add(k / cols, k % cols, (*gathered)[row++].view(tile_shape));
+      }
+    }
+    if (out_of_memory) continue;
+    TiledGroupResult result;
+    if (rank == kLeader) result.sample = blender.Finish(decoder.dtype());
+    result.plan = p;
+    result.retries = static_cast<int>(attempt);
+    return result;
+  }
+  return absl::ResourceExhaustedError("tiled decode ran out of memory even with stock tiles");
+}
+
+}  // namespace vaedecode::worker
