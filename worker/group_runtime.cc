@@ -88,39 +88,40 @@ std::vector<int64_t> GroupRuntime::free_bytes_per_rank() const {
 
 absl::StatusOr<GroupDecodeResult> GroupRuntime::DecodeJobOnGroup(families::Decoder& decoder,
                                                                  parallel::Communicator& comm, const GroupJob& job,
-                                                                 const std::atomic<bool>* cancelled) {
+                                                                 const std::atomic<bool>* cancelled,
+                                                                 const RowsReady& rows_ready) {
   if (job.tile_rows <= 0 && !job.stock_tiles) {
     return DecodeWithGroup(decoder, comm, job.decode, {job.allow_exact, cancelled});
   }
   const int64_t rows = job.decode.latent.size(-2), cols = job.decode.latent.size(-1);
   const tiling::TilePlan plan = PlanFromHeader(decoder, rows, cols, job.tile_rows, job.tile_cols, job.stock_tiles);
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(decoder, comm, job.decode, plan);
+  absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(decoder, comm, job.decode, plan, rows_ready);
   if (!tiled.ok()) return tiled.status();
   GroupDecodeResult result;
   result.sample = tiled->sample;
   result.mode = "tiled";
   result.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   result.tile_retries = tiled->retries;
-  result.tile_plan = absl::StrCat(tiled->plan.rows.starts.size(), "x", tiled->plan.cols.starts.size(), " tiles of ",
-                                  tiled->plan.rows.tile, "x", tiled->plan.cols.tile, " latents over ",
-                                  comm.world_size(), " rank(s)");
+  result.tile_plan = DescribePlan(tiled->plan, comm.world_size());
   if (CountingCpuAllocator* a = CountingCpuAllocator::Installed()) result.peak_bytes = a->peak_bytes();
   return result;
 }
 
-absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled) {
+absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled,
+                                                 const RowsReady& rows_ready) {
   absl::MutexLock job_lock(&job_mu_);
   absl::MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
   if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("the request was cancelled");
-  absl::StatusOr<DecodeOutcome> outcome = Execute(job, cancelled);
+  absl::StatusOr<DecodeOutcome> outcome = Execute(job, cancelled, rows_ready);
   last_step_ = absl::Now();
   if (!outcome.ok() && !IsGroupSafe(outcome.status())) MarkBroken(outcome.status());
   return outcome;
 }
 
-absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const std::atomic<bool>* cancelled) {
+absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
+                                                     const RowsReady& rows_ready) {
   if (job.model_index < 0 || job.model_index >= static_cast<int64_t>(models_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no model with index ", job.model_index));
   }
@@ -131,7 +132,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   if (!shared.ok()) return shared.status();
   parallel::CountingCommunicator counting(*comm_);
   if (CountingCpuAllocator* a = CountingCpuAllocator::Installed()) a->ResetPeak();
-  absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, counting, *shared, cancelled);
+  absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, counting, *shared, cancelled, rows_ready);
   if (!result.ok()) return result.status();
   DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
   absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
@@ -170,7 +171,7 @@ absl::Status GroupRuntime::ServeAsPeer() {
     }
     families::Decoder& decoder = *models_[job->model_index].decoder;
     if (CountingCpuAllocator* a = CountingCpuAllocator::Installed()) a->ResetPeak();
-    absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, *comm_, *job, nullptr);
+    absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, *comm_, *job, nullptr, nullptr);
     if (!result.ok()) {
       if (IsGroupSafe(result.status())) continue;  // every rank saw the same
       MarkBroken(result.status());

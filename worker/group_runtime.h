@@ -30,6 +30,7 @@
 #include "worker/exact_decode.h"
 #include "worker/group_job.h"
 #include "worker/model_repository.h"
+#include "worker/tiled_group_decode.h"
 
 namespace vaedecode::worker {
 
@@ -48,8 +49,9 @@ class GroupRuntime {
   // Leader only. Thread-safe; blocks until the job has run on the group.
   // Setting *cancelled stops it on every rank (CANCELLED) without breaking
   // the group.
-  absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // `rows_ready` (tiled jobs) sees the blended output as rows become final.
+  absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr,
+                                    const RowsReady& rows_ready = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Leader: every rank's free bytes as last reported (after start-up and
   // after every group decode); -1 entries for ranks without a budget.
@@ -70,11 +72,12 @@ class GroupRuntime {
   int FindModel(const std::string& name) const;
 
  private:
-  absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job, const std::atomic<bool>* cancelled)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
+                                        const RowsReady& rows_ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A group job: exact/dense, or tiled when the job carries a tile size.
   static absl::StatusOr<GroupDecodeResult> DecodeJobOnGroup(families::Decoder& decoder, parallel::Communicator& comm,
-                                                            const GroupJob& job, const std::atomic<bool>* cancelled);
+                                                            const GroupJob& job, const std::atomic<bool>* cancelled,
+                                                            const RowsReady& rows_ready);
   void HeartbeatLoop();
   void MarkBroken(const absl::Status& why);
 

@@ -137,11 +137,12 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   job.decode.latent = *latent;
   job.decode.latent_space =
       request->latent_space() == v1::LATENT_SPACE_RAW ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
-  std::string tiled_reason;
+  std::string tiled_reason, planned_tiles;
   if (request->mode() == v1::MODE_TILED) {
     absl::StatusOr<tiling::TilePlan> plan = PlanTiledJob(model, *latent, &job);
     if (!plan.ok()) return ToGrpcStatus(plan.status());
     tiled_reason = plan->reason;
+    planned_tiles = DescribePlan(*plan, runtime_.world_size());
   }
   // The sync API has no cancellation callback: a watcher polls the context
   // and raises the flag the group checks at every GroupNorm.
@@ -156,7 +157,59 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
       absl::SleepFor(absl::Milliseconds(20));
     }
   });
-  absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, &cancelled);
+  // Tiled single images stream row bands as soon as no later tile touches
+  // them: the header goes first (the output shape is known from the latent).
+  // Other outputs stream after the decode.
+  const families::Decoder& decoder = *runtime_.models()[model].decoder;
+  const std::vector<int64_t> out_shape = decoder.OutputShape(latent->sizes().vec());
+  const bool incremental = request->mode() == v1::MODE_TILED && request->output_format() != v1::OUTPUT_PNG &&
+                           out_shape[0] == 1 && (out_shape.size() == 4 || out_shape[2] == 1);
+  const auto stream_start = std::chrono::steady_clock::now();
+  bool header_sent = false;
+  bool caller_gone = false;
+  int64_t streamed_rows = 0;
+  absl::Status stream_status;
+  auto write_header = [&](const std::string& mode_used, const std::string& reason, const std::string& tile_plan,
+                          int degree) {
+    v1::DecodeResponse message;
+    v1::Header* header = message.mutable_header();
+    header->set_request_id(request->request_id());
+    header->set_mode(mode_used == "exact" ? v1::MODE_EXACT : mode_used == "tiled" ? v1::MODE_TILED : v1::MODE_DENSE);
+    header->set_degree(degree);
+    header->set_mode_reason(reason);
+    header->set_tile_plan(tile_plan);
+    if (absl::Status s = DescribeOutput(out_shape, request->output_format(), header); !s.ok()) {
+      stream_status = s;
+      return false;
+    }
+    header_sent = true;
+    if (!writer->Write(message)) caller_gone = true;
+    return !caller_gone;
+  };
+  // Streams rows [streamed_rows, final_rows) of `sample` (NCHW or NC1HW).
+  auto stream_rows = [&](const at::Tensor& sample, int64_t final_rows) {
+    if (caller_gone || !stream_status.ok() || final_rows <= streamed_rows) return;
+    const int64_t first = streamed_rows;
+    const at::Tensor band = sample.narrow(sample.dim() - 2, first, final_rows - first);
+    stream_status = EmitChunks(band, request->output_format(), MaxChunkBytes(*context), [&](v1::Chunk&& chunk) {
+      if (context->IsCancelled()) return false;
+      chunk.set_row_begin(chunk.row_begin() + first);
+      chunk.set_row_end(chunk.row_end() + first);
+      v1::DecodeResponse message;
+      *message.mutable_chunk() = std::move(chunk);
+      return writer->Write(message);
+    });
+    if (!stream_status.ok()) caller_gone = stream_status.code() == absl::StatusCode::kCancelled;
+    streamed_rows = final_rows;
+  };
+  RowsReady rows_ready;
+  if (incremental) {
+    rows_ready = [&](const at::Tensor& blended, int64_t final_rows) {
+      if (!header_sent && !write_header("tiled", tiled_reason, planned_tiles, runtime_.world_size())) return;
+      stream_rows(blended, final_rows);
+    };
+  }
+  absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, &cancelled, rows_ready);
   finished = true;
   watcher.join();
   if (!outcome.ok()) return ToGrpcStatus(outcome.status());
@@ -165,31 +218,27 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
     last_peak_bytes_.clear();
     for (const RankStats& r : outcome->ranks) last_peak_bytes_.push_back(r.peak_bytes);
   }
-
-  const auto stream_start = std::chrono::steady_clock::now();
-  v1::DecodeResponse header_message;
-  v1::Header* header = header_message.mutable_header();
-  header->set_request_id(request->request_id());
   const std::string& used = outcome->result.mode;
-  header->set_mode(used == "exact" ? v1::MODE_EXACT : used == "tiled" ? v1::MODE_TILED : v1::MODE_DENSE);
-  header->set_degree(used == "dense" ? 1 : runtime_.world_size());
-  header->set_mode_reason(used == "exact"   ? absl::StrCat("exact sharding over ", runtime_.world_size(), " ranks")
-                          : used == "tiled" ? tiled_reason
-                                            : (outcome->result.reason.empty() ? "one rank" : outcome->result.reason));
-  header->set_tile_plan(outcome->result.tile_plan);
-  if (absl::Status s = DescribeOutput(outcome->result.sample, request->output_format(), header); !s.ok()) {
-    return ToGrpcStatus(s);
+  if (!header_sent) {
+    const std::string reason = used == "exact"   ? absl::StrCat("exact sharding over ", runtime_.world_size(), " ranks")
+                               : used == "tiled" ? tiled_reason
+                                                 : (outcome->result.reason.empty() ? "one rank" : outcome->result.reason);
+    write_header(used, reason, outcome->result.tile_plan, used == "dense" ? 1 : runtime_.world_size());
   }
-  if (!writer->Write(header_message)) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
-
-  absl::Status streamed = EmitChunks(outcome->result.sample, request->output_format(), MaxChunkBytes(*context),
-                                     [&](v1::Chunk&& chunk) {
-                                       if (context->IsCancelled()) return false;
-                                       v1::DecodeResponse message;
-                                       *message.mutable_chunk() = std::move(chunk);
-                                       return writer->Write(message);
-                                     });
-  if (!streamed.ok()) return ToGrpcStatus(streamed);
+  if (!stream_status.ok() && !caller_gone) return ToGrpcStatus(stream_status);
+  if (caller_gone) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+  if (incremental) {
+    stream_rows(outcome->result.sample, outcome->result.sample.size(-2));
+  } else {
+    stream_status = EmitChunks(outcome->result.sample, request->output_format(), MaxChunkBytes(*context),
+                               [&](v1::Chunk&& chunk) {
+                                 if (context->IsCancelled()) return false;
+                                 v1::DecodeResponse message;
+                                 *message.mutable_chunk() = std::move(chunk);
+                                 return writer->Write(message);
+                               });
+  }
+  if (!stream_status.ok()) return ToGrpcStatus(stream_status);
 
   v1::DecodeResponse trailer_message;
   v1::Trailer* trailer = trailer_message.mutable_trailer();

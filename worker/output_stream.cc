@@ -16,14 +16,15 @@ struct Geometry {
   bool video;
 };
 
-absl::StatusOr<Geometry> GeometryOf(const at::Tensor& sample) {
-  if (sample.dim() != 4 && sample.dim() != 5) {
-    return absl::InternalError(absl::StrCat("decoded sample has ", sample.dim(), " dimensions"));
+absl::StatusOr<Geometry> GeometryOf(const std::vector<int64_t>& s) {
+  if (s.size() != 4 && s.size() != 5) {
+    return absl::InternalError(absl::StrCat("decoded sample has ", s.size(), " dimensions"));
   }
-  const bool video = sample.dim() == 5;
-  return Geometry{sample.size(0), sample.size(1), video ? sample.size(2) : 1, sample.size(-2), sample.size(-1),
-                  video};
+  const bool video = s.size() == 5;
+  return Geometry{s[0], s[1], video ? s[2] : 1, s[s.size() - 2], s[s.size() - 1], video};
 }
+
+absl::StatusOr<Geometry> GeometryOf(const at::Tensor& sample) { return GeometryOf(sample.sizes().vec()); }
 
 int64_t RowsPerChunk(int64_t bytes_per_row, int64_t max_chunk_bytes) {
   return std::max<int64_t>(1, max_chunk_bytes / std::max<int64_t>(1, bytes_per_row));
@@ -32,7 +33,11 @@ int64_t RowsPerChunk(int64_t bytes_per_row, int64_t max_chunk_bytes) {
 }  // namespace
 
 absl::Status DescribeOutput(const at::Tensor& sample, v1::OutputFormat format, v1::Header* header) {
-  absl::StatusOr<Geometry> g = GeometryOf(sample);
+  return DescribeOutput(sample.sizes().vec(), format, header);
+}
+
+absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat format, v1::Header* header) {
+  absl::StatusOr<Geometry> g = GeometryOf(shape);
   if (!g.ok()) return g.status();
   header->clear_shape();
   header->set_output_format(format);
@@ -42,7 +47,7 @@ absl::Status DescribeOutput(const at::Tensor& sample, v1::OutputFormat format, v
   switch (format) {
     case v1::OUTPUT_FLOAT32:
     case v1::OUTPUT_FLOAT16:
-      for (int64_t s : sample.sizes()) header->add_shape(s);
+      for (int64_t s : shape) header->add_shape(s);
       header->set_dtype(format == v1::OUTPUT_FLOAT32 ? v1::FLOAT32 : v1::FLOAT16);
       return absl::OkStatus();
     case v1::OUTPUT_UINT8:

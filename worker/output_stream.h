@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -25,6 +26,8 @@ namespace vaedecode::worker {
 
 // Fills shape, dtype, output_format, frames, height, width of `header`.
 absl::Status DescribeOutput(const at::Tensor& sample, v1::OutputFormat format, v1::Header* header);
+// The same from the sample's shape (NCHW / NCTHW), before it exists.
+absl::Status DescribeOutput(const std::vector<int64_t>& sample_shape, v1::OutputFormat format, v1::Header* header);
 
 // Calls `emit` with each chunk; stops early (returning CANCELLED) when emit
 // returns false.

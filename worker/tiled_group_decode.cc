@@ -1,5 +1,6 @@
 #include "worker/tiled_group_decode.h"
 
+#include <algorithm>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -14,6 +15,11 @@ namespace {
 enum Outcome { kOk = 0, kOutOfMemory = 1, kFailed = 2 };
 
 }  // namespace
+
+std::string DescribePlan(const tiling::TilePlan& plan, int world_size) {
+  return absl::StrCat(plan.rows.starts.size(), "x", plan.cols.starts.size(), " tiles of ", plan.rows.tile, "x",
+                      plan.cols.tile, " latents over ", world_size, " rank(s)");
+}
 
 tiling::FamilyGeometry LadderGeometry(const families::Decoder& decoder) {
   tiling::FamilyGeometry g;
@@ -42,7 +48,8 @@ tiling::TilePlan PlanFromHeader(const families::Decoder& decoder, int64_t rows, 
 }
 
 absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder, parallel::Communicator& comm,
-                                                      const DecodeJob& job, const tiling::TilePlan& plan) {
+                                                      const DecodeJob& job, const tiling::TilePlan& plan,
+                                                      const RowsReady& rows_ready) {
   if (absl::Status valid = decoder.ValidateLatent(job.latent); !valid.ok()) return valid;
   at::Tensor z;
   absl::Status prepared = CatchExceptions("latent conversion", [&] {
@@ -99,6 +106,15 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
         const int64_t k = round * world + r;
         if (k >= tiles) continue;
         blender.Add(k / cols, k % cols, (*gathered)[row++].view(tile_shape));
+      }
+      if (rows_ready && attempt == 0) {
+        // Tiles arrive in row-major order: every tile row before the first
+        // incomplete one is blended, and only those cover the pixel rows
+        // above that tile row's start.
+        const int64_t done = std::min(tiles, (round + 1) * world);
+        const int64_t f = decoder.info().spatial_factor;
+        const int64_t final_rows = done == tiles ? p.rows.length * f : p.rows.starts[done / cols] * f;
+        rows_ready(blender.blended(), final_rows);
       }
     }
     if (out_of_memory) continue;

@@ -8,9 +8,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "formats/png.h"
 #include "tests/service/service_checks.h"
 #include "tests/service/service_harness.h"
 
@@ -52,7 +54,30 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndWaitsWhenNothingFits) 
   EXPECT_EQ(tiled.output.header().mode(), v1::MODE_TILED) << tiled.output.header().mode_reason();
   EXPECT_THAT(tiled.output.header().tile_plan(), HasSubstr("tiles of"));
   EXPECT_EQ(Shape(tiled.output.header()), (std::vector<int64_t>{1, 3, 1024, 192}));
-  for (float v : AsFloats(tiled)) ASSERT_TRUE(std::isfinite(v));
+  const std::vector<float> rows = AsFloats(tiled);
+  for (float v : rows) ASSERT_TRUE(std::isfinite(v));
+
+  // The float output streamed row bands while tiles were still decoding; the
+  // PNG of the same request is encoded from the finished image. Both are the
+  // same decode: every pixel within one 8-bit level.
+  v1::DecodeRequest as_png = SyntheticRequest("default", {1, 4, 128, 24}, "tall");
+  as_png.set_output_format(v1::OUTPUT_PNG);
+  const DecodeOutcome png = Decode(server->stub(), as_png);
+  ExpectOk(png);
+  ASSERT_EQ(png.output.pngs().size(), 1u);
+  absl::StatusOr<formats::PngImage> image = formats::DecodePng(png.output.pngs()[0]);
+  ASSERT_TRUE(image.ok()) << image.status();
+  ASSERT_EQ(image->width, 192);
+  ASSERT_EQ(image->height, 1024);
+  const int64_t plane = 1024 * 192;
+  int64_t off_by_more = 0;
+  for (int64_t c = 0; c < 3; ++c) {
+    for (int64_t p = 0; p < plane; ++p) {
+      const double level = std::round(std::clamp(rows[c * plane + p] / 2.0 + 0.5, 0.0, 1.0) * 255.0);
+      if (std::abs(level - image->pixels[p * 3 + c]) > 1) ++off_by_more;
+    }
+  }
+  EXPECT_EQ(off_by_more, 0);
 
   // Forcing EXACT on the same latent cannot fit: refused with the numbers.
   v1::DecodeRequest exact = SyntheticRequest("default", {1, 4, 128, 24}, "forced-exact");
