@@ -40,8 +40,10 @@ std::string Shape(const std::vector<int64_t>& shape) {
 // One reactor per Decode call; the Job holds the call's state.
 class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>, public JobStream {
  public:
-  DecodeReactor(std::shared_ptr<Job> job, std::atomic<int64_t>& active)
-      : job_(std::move(job)), active_(active) {
+  // `accepting` is the service's flag: false once the server drains, so a
+  // cancellation after that is the drain timeout cutting the call.
+  DecodeReactor(std::shared_ptr<Job> job, std::atomic<int64_t>& active, const std::atomic<bool>& accepting)
+      : job_(std::move(job)), active_(active), accepting_(accepting) {
     active_.fetch_add(1);
   }
 
@@ -59,10 +61,11 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
     // A client whose deadline passes cancels the call itself, a little
     // before the server's copy of the deadline (which starts when the call
     // arrives): a cancellation that close to the deadline is the deadline.
-    constexpr absl::Duration kDeadlineSkew = absl::Milliseconds(200);
-    if (absl::Now() + kDeadlineSkew >= job_->deadline()) {
+    if (job_->DeadlinePassed()) {
       job_->Cancel(absl::DeadlineExceededError(absl::StrCat(
           "deadline exceeded after ", absl::FormatDuration(absl::Now() - job_->received()))));
+    } else if (!accepting_.load()) {
+      job_->Cancel(absl::UnavailableError("the server is draining and its drain timeout cut the call"));
     } else {
       job_->Cancel(absl::CancelledError("cancelled by the client"));
     }
@@ -76,6 +79,7 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
  private:
   const std::shared_ptr<Job> job_;
   std::atomic<int64_t>& active_;
+  const std::atomic<bool>& accepting_;
 };
 
 }  // namespace
@@ -116,7 +120,7 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
 
   auto job = std::make_shared<Job>(std::move(copy), std::move(model), received,
                                    CallDeadline(*context), options_.max_buffered_messages);
-  auto* reactor = new DecodeReactor(job, active_);
+  auto* reactor = new DecodeReactor(job, active_, accepting_);
   job->Attach(reactor, [this](const Job& j, const absl::Status& s) { Report(j, s); });
   if (status.ok()) status = scheduler_.Enqueue(job);
   if (!status.ok()) job->Finish(status);

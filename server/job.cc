@@ -1,5 +1,8 @@
 #include "server/job.h"
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+
 namespace vaedecode::server {
 
 Job::Job(v1::DecodeRequest request, v1::ModelInfo model, absl::Time received, absl::Time deadline,
@@ -72,6 +75,11 @@ JobReport Job::report() const {
   return report_;
 }
 
+bool Job::DeadlinePassed() const {
+  constexpr absl::Duration kDeadlineSkew = absl::Milliseconds(200);
+  return absl::Now() + kDeadlineSkew >= deadline_;
+}
+
 void Job::OnWriteDone(bool ok) {
   Action action;
   {
@@ -82,7 +90,10 @@ void Job::OnWriteDone(bool ok) {
       cancelled_ = true;
       buffer_.clear();
       if (!finish_requested_ || final_status_.ok()) {
-        final_status_ = absl::CancelledError("the client stream closed");
+        final_status_ = DeadlinePassed()
+                            ? absl::DeadlineExceededError(absl::StrCat(
+                                  "deadline exceeded after ", absl::FormatDuration(absl::Now() - received_)))
+                            : absl::CancelledError("the client stream closed");
       }
       if (cancel_hook_) {
         cancel_hook_();

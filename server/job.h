@@ -79,6 +79,10 @@ class Job {
   const std::string& request_id() const { return request_.request_id(); }
   absl::Time received() const { return received_; }
   absl::Time deadline() const { return deadline_; }
+  // Whether the call's deadline has (about) passed: a client whose deadline
+  // expires cancels the call itself a little before the server's copy of
+  // the deadline (which starts when the call arrives).
+  bool DeadlinePassed() const;
 
   // ---- dispatcher side -------------------------------------------------
   // Queues `message` for the client, blocking while the buffer is full.
