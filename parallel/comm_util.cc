@@ -130,4 +130,32 @@ std::chrono::milliseconds RemainingMillis(absl::Time deadline) {
   return std::chrono::milliseconds(std::max<int64_t>(1, ms));
 }
 
+std::vector<PointToPoint> PlanAllGather(const at::Tensor& source, absl::Span<const int64_t> sizes, int rank,
+                                        int world_size, at::Tensor* out) {
+  const std::vector<int64_t> offsets = RowOffsets(sizes);
+  *out = EmptyGatherOutput(source, sizes);
+  if (sizes[rank] > 0) out->narrow(0, offsets[rank], sizes[rank]).copy_(source);
+  std::vector<PointToPoint> messages;
+  for (int peer = 0; peer < world_size; ++peer) {
+    if (peer == rank) continue;
+    messages.push_back(PointToPoint{false, peer, out->narrow(0, offsets[peer], sizes[peer])});
+    messages.push_back(PointToPoint{true, peer, source});
+  }
+  return messages;
+}
+
+std::vector<PointToPoint> PlanGatherToRoot(const at::Tensor& source, absl::Span<const int64_t> sizes, int rank,
+                                           int world_size, int root, at::Tensor* out) {
+  if (rank != root) return {PointToPoint{true, root, source}};
+  const std::vector<int64_t> offsets = RowOffsets(sizes);
+  *out = EmptyGatherOutput(source, sizes);
+  if (sizes[rank] > 0) out->narrow(0, offsets[rank], sizes[rank]).copy_(source);
+  std::vector<PointToPoint> messages;
+  for (int peer = 0; peer < world_size; ++peer) {
+    if (peer == rank) continue;
+    messages.push_back(PointToPoint{false, peer, out->narrow(0, offsets[peer], sizes[peer])});
+  }
+  return messages;
+}
+
 }  // namespace vaedecode::parallel

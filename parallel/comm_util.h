@@ -47,6 +47,24 @@ absl::Status CheckRoot(int root, int world_size);
 // offsets[r] = sizes[0] + ... + sizes[r-1]; offsets has world_size + 1 entries.
 std::vector<int64_t> RowOffsets(absl::Span<const int64_t> sizes);
 
+// One point-to-point message of a backend's exchange.
+struct PointToPoint {
+  bool send;
+  int peer;
+  at::Tensor tensor;  // contiguous, on the communicator's device
+};
+
+// An uneven all-gather as point-to-point messages, shared by the backends:
+// allocates *out (every rank's rows, this rank's already copied in) and
+// returns the sends of `source` and the receives into *out's rows.
+std::vector<PointToPoint> PlanAllGather(const at::Tensor& source, absl::Span<const int64_t> sizes, int rank,
+                                        int world_size, at::Tensor* out);
+
+// The same gathered to `root` only: on root *out as above and a receive per
+// peer; elsewhere one send and *out left undefined.
+std::vector<PointToPoint> PlanGatherToRoot(const at::Tensor& source, absl::Span<const int64_t> sizes, int rank,
+                                           int world_size, int root, at::Tensor* out);
+
 // The gather result: [sum(sizes), local.sizes()[1:]...], local's dtype and
 // device, uninitialised.
 at::Tensor EmptyGatherOutput(const at::Tensor& local,

@@ -351,17 +351,8 @@ absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(
   const at::Tensor source = local.contiguous();
   if (world_size_ == 1) return source;
   const absl::Time deadline = absl::Now() + timeout_;
-  const std::vector<int64_t> offsets = RowOffsets(sizes);
-  at::Tensor out = EmptyGatherOutput(local, sizes);
-  if (sizes[rank_] > 0)
-    out.narrow(0, offsets[rank_], sizes[rank_]).copy_(source);
-  std::vector<Message> messages;
-  for (int peer = 0; peer < world_size_; ++peer) {
-    if (peer == rank_) continue;
-    messages.push_back(
-        Message{false, peer, out.narrow(0, offsets[peer], sizes[peer])});
-    messages.push_back(Message{true, peer, source});
-  }
+  at::Tensor out;
+  std::vector<Message> messages = PlanAllGather(source, sizes, rank_, world_size_, &out);
   absl::Status status = Exchange(
       std::move(messages),
       absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]"), deadline);
@@ -382,22 +373,8 @@ absl::StatusOr<at::Tensor> GlooCommunicator::GatherToRoot(
   const at::Tensor source = local.contiguous();
   if (world_size_ == 1) return source;
   const absl::Time deadline = absl::Now() + timeout_;
-  std::vector<Message> messages;
   at::Tensor out;
-  if (rank_ == root) {
-    const std::vector<int64_t> offsets = RowOffsets(sizes);
-    out = EmptyGatherOutput(local, sizes);
-    if (sizes[rank_] > 0) {
-      out.narrow(0, offsets[rank_], sizes[rank_]).copy_(source);
-    }
-    for (int peer = 0; peer < world_size_; ++peer) {
-      if (peer == rank_) continue;
-      messages.push_back(
-          Message{false, peer, out.narrow(0, offsets[peer], sizes[peer])});
-    }
-  } else {
-    messages.push_back(Message{true, root, source});
-  }
+  std::vector<Message> messages = PlanGatherToRoot(source, sizes, rank_, world_size_, root, &out);
   absl::Status status = Exchange(
       std::move(messages),
       absl::StrCat("GatherToRoot[", AsAbsl(CallKindName(kind)), "]"), deadline);

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "parallel/abort_watcher.h"
+#include "parallel/comm_util.h"
 #include "parallel/communicator.h"
 #include "parallel/store.h"
 
@@ -91,11 +92,7 @@ class GlooCommunicator final : public Communicator {
   void Abort(std::string_view reason) override;
 
  private:
-  struct Message {
-    bool send;
-    int peer;
-    at::Tensor tensor;  // contiguous
-  };
+  using Message = PointToPoint;
   // State shared with Gloo completion callbacks, which may outlive a call.
   struct Shared;
 

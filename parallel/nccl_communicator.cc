@@ -531,17 +531,8 @@ absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(
   const absl::Time deadline = absl::Now() + timeout_;
   // Grouped sends and receives straight into the result's rows: exact for
   // uneven bands, no padding and no second copy.
-  const std::vector<int64_t> offsets = RowOffsets(sizes);
-  at::Tensor out = EmptyGatherOutput(local, sizes);
-  if (sizes[rank_] > 0)
-    out.narrow(0, offsets[rank_], sizes[rank_]).copy_(source);
-  std::vector<Transfer> transfers;
-  for (int peer = 0; peer < world_size_; ++peer) {
-    if (peer == rank_) continue;
-    transfers.push_back(
-        Transfer{false, peer, out.narrow(0, offsets[peer], sizes[peer])});
-    transfers.push_back(Transfer{true, peer, source});
-  }
+  at::Tensor out;
+  std::vector<Transfer> transfers = PlanAllGather(source, sizes, rank_, world_size_, &out);
   absl::Status status =
       RunTransfers(absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]"),
                    std::move(transfers), deadline);
@@ -562,22 +553,8 @@ absl::StatusOr<at::Tensor> NcclCommunicator::GatherToRoot(
   const at::Tensor source = local.contiguous();
   if (world_size_ == 1) return source;
   const absl::Time deadline = absl::Now() + timeout_;
-  std::vector<Transfer> transfers;
   at::Tensor out;
-  if (rank_ == root) {
-    const std::vector<int64_t> offsets = RowOffsets(sizes);
-    out = EmptyGatherOutput(local, sizes);
-    if (sizes[rank_] > 0) {
-      out.narrow(0, offsets[rank_], sizes[rank_]).copy_(source);
-    }
-    for (int peer = 0; peer < world_size_; ++peer) {
-      if (peer == rank_) continue;
-      transfers.push_back(
-          Transfer{false, peer, out.narrow(0, offsets[peer], sizes[peer])});
-    }
-  } else {
-    transfers.push_back(Transfer{true, root, source});
-  }
+  std::vector<Transfer> transfers = PlanGatherToRoot(source, sizes, rank_, world_size_, root, &out);
   absl::Status status = RunTransfers(
       absl::StrCat("GatherToRoot[", AsAbsl(CallKindName(kind)), "]"),
       std::move(transfers), deadline);

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "parallel/abort_watcher.h"
+#include "parallel/comm_util.h"
 #include "parallel/communicator.h"
 #include "parallel/store.h"
 
@@ -92,11 +93,7 @@ class NcclCommunicator final : public Communicator {
   // CUDA / NCCL handles; defined in the .cc (CUDA builds only).
   struct Device;
   // One queued point-to-point transfer of a grouped exchange.
-  struct Transfer {
-    bool send;
-    int peer;
-    at::Tensor tensor;  // contiguous, on the device
-  };
+  using Transfer = PointToPoint;
 
   explicit NcclCommunicator(const NcclOptions& options);
 
