@@ -32,6 +32,8 @@ class TileBlender {
   // `tile`: [B, C, (T,) tile_rows*f, tile_cols*f] of tile (i, j).
   void Add(size_t i, size_t j, const at::Tensor& tile);
   at::Tensor Finish(at::ScalarType dtype) const;
+  // The float32 accumulation so far (undefined before the first tile).
+  const at::Tensor& blended() const { return out_; }
 
  private:
   const TilePlan& plan_;
