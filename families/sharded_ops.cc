@@ -41,6 +41,23 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
   TORCH_CHECK(g.mode != PaddingMode::kCircular, "circular padding cannot be sharded by rows");
   const parallel::ShardSpec spec = SpecForRows(x.size(h_axis), h_axis);
   const bool zeros = g.mode == PaddingMode::kZeros;
+  const int64_t rows = x.size(h_axis);
+  if (zeros && halo > 0 && rows >= 2 * halo) {
+    // No copy of the band: convolve it with zero row padding (exact for
+    // every output row but the `halo` rows at an interior edge), then redo
+    // those rows from a thin slab of neighbour rows + own rows.
+    const parallel::HaloRows neighbours = ValueOrThrow(parallel::ExchangeHaloRows(comm_, x, spec, halo));
+    at::Tensor out = DenseOps().Conv(x, weight, bias, g);
+    if (neighbours.above.defined()) {
+      const at::Tensor slab = at::cat({neighbours.above, x.narrow(h_axis, 0, 2 * halo)}, h_axis);
+      out.narrow(h_axis, 0, halo).copy_(ConvWithRowsProvided(slab, weight, bias, g));
+    }
+    if (neighbours.below.defined()) {
+      const at::Tensor slab = at::cat({x.narrow(h_axis, rows - 2 * halo, 2 * halo), neighbours.below}, h_axis);
+      out.narrow(h_axis, rows - halo, halo).copy_(ConvWithRowsProvided(slab, weight, bias, g));
+    }
+    return out;
+  }
   at::Tensor with_rows = ValueOrThrow(parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros));
   // The layer's own padding only at the global edges; interior edges have
   // real neighbour rows (replicate/reflect included).

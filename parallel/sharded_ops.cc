@@ -14,48 +14,50 @@ at::Tensor RowsFirst(const at::Tensor& x, int64_t axis) { return x.movedim(axis,
 
 }  // namespace
 
-absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
-                                        const ShardSpec& spec, int64_t halo, bool zero_edges) {
-  if (halo == 0) return x;
-  auto zero_rows = [&] {
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape[spec.axis] = halo;
-    return at::zeros(shape, x.options());
-  };
-  if (spec.world_size == 1) return zero_edges ? at::cat({zero_rows(), x, zero_rows()}, spec.axis) : x;
+absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
+                                          int64_t halo) {
+  HaloRows rows;
+  if (halo == 0 || spec.world_size == 1) return rows;
   if (spec.min_band_rows() < halo) {
     return absl::FailedPreconditionError(absl::StrCat("halo of ", halo, " rows exceeds the thinnest band (",
                                                       spec.min_band_rows(), " rows)"));
   }
   const int64_t axis = spec.axis;
-  const int64_t rows = x.size(axis);
+  const int64_t local_rows = x.size(axis);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[axis] = halo;
   std::vector<P2POp> ops;
-  at::Tensor from_above, from_below;
   if (!spec.is_first()) {
     ops.push_back({P2POp::kSend, spec.rank - 1, x.narrow(axis, 0, halo).contiguous()});
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape[axis] = halo;
-    from_above = at::empty(shape, x.options());
-    ops.push_back({P2POp::kRecv, spec.rank - 1, from_above});
+    rows.above = at::empty(shape, x.options());
+    ops.push_back({P2POp::kRecv, spec.rank - 1, rows.above});
   }
   if (!spec.is_last()) {
-    ops.push_back({P2POp::kSend, spec.rank + 1, x.narrow(axis, rows - halo, halo).contiguous()});
-    std::vector<int64_t> shape = x.sizes().vec();
-    shape[axis] = halo;
-    from_below = at::empty(shape, x.options());
-    ops.push_back({P2POp::kRecv, spec.rank + 1, from_below});
+    ops.push_back({P2POp::kSend, spec.rank + 1, x.narrow(axis, local_rows - halo, halo).contiguous()});
+    rows.below = at::empty(shape, x.options());
+    ops.push_back({P2POp::kRecv, spec.rank + 1, rows.below});
   }
   absl::Status status = comm.SendRecv(ops, CallKind::kHalo);
   if (!status.ok()) return status;
+  return rows;
+}
+
+absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
+                                        int64_t halo, bool zero_edges) {
+  if (halo == 0) return x;
+  absl::StatusOr<HaloRows> rows = ExchangeHaloRows(comm, x, spec, halo);
+  if (!rows.ok()) return rows.status();
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[spec.axis] = halo;
   if (zero_edges) {
-    if (!from_above.defined()) from_above = zero_rows();
-    if (!from_below.defined()) from_below = zero_rows();
+    if (!rows->above.defined()) rows->above = at::zeros(shape, x.options());
+    if (!rows->below.defined()) rows->below = at::zeros(shape, x.options());
   }
   std::vector<at::Tensor> parts;
-  if (from_above.defined()) parts.push_back(from_above);
+  if (rows->above.defined()) parts.push_back(rows->above);
   parts.push_back(x);
-  if (from_below.defined()) parts.push_back(from_below);
-  return at::cat(parts, axis);
+  if (rows->below.defined()) parts.push_back(rows->below);
+  return parts.size() == 1 ? x : at::cat(parts, spec.axis);
 }
 
 absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x,

@@ -23,6 +23,15 @@ namespace vaedecode::parallel {
 // `zero_edges`, `halo` zero rows, so a zero-padded conv needs one copy in all.
 // Both directions go in one SendRecv batch. Every band must hold >= halo
 // rows (FAILED_PRECONDITION otherwise).
+// The neighbours' rows alone: `halo` rows from the rank above and below
+// (undefined at the global edges), in one SendRecv batch.
+struct HaloRows {
+  at::Tensor above;
+  at::Tensor below;
+};
+absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
+                                          int64_t halo);
+
 absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
                                         const ShardSpec& spec, int64_t halo,
                                         bool zero_edges = false);
