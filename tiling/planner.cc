@@ -32,7 +32,14 @@ AxisLayout StockLayout(int64_t length, const FamilyGeometry& g) {
   AxisLayout out;
   out.length = length;
   out.tile = std::min(g.stock_tile, length);
-  for (int64_t i = 0; i < length; i += g.stock_stride) out.starts.push_back(i);
+  // diffusers cuts its last tiles short at the edge; here the last tile
+  // moves back to end there at full size, like every other layout (one tile
+  // shape per plan, blended by the same weights).
+  for (int64_t i = 0;; i += std::max<int64_t>(1, g.stock_stride)) {
+    const int64_t start = std::min(i, length - out.tile);
+    out.starts.push_back(start);
+    if (start + out.tile >= length) break;
+  }
   return out;
 }
 
@@ -109,17 +116,26 @@ TilePlan PlanTiles(int64_t rows, int64_t cols, const FamilyGeometry& g, int64_t 
 std::vector<std::vector<float>> AxisBlendWeights(const AxisLayout& layout, int64_t f) {
   const size_t n = layout.starts.size();
   std::vector<std::vector<float>> raw(n, std::vector<float>(static_cast<size_t>(layout.tile * f), 1.0f));
-  auto ramp = [f](int64_t pixels_from_edge) {
-    const double latents = static_cast<double>(pixels_from_edge) / static_cast<double>(f);
-    if (latents < kBlendDead) return 0.0f;
-    return static_cast<float>(std::min(1.0, (latents - kBlendDead) / kBlendRamp));
+  // Weight at `pixels_from_edge` from an edge shared over `overlap` latents:
+  // dead, then a ramp. Overlaps too short for both (stock layouts with
+  // small tiles) cross-fade linearly over the whole overlap instead, so
+  // some tile always has weight.
+  auto ramp = [f](int64_t pixels_from_edge, int64_t overlap) {
+    const bool roomy = overlap >= 2 * kBlendDead + kBlendRamp;
+    const double dead = roomy ? kBlendDead : 0.0;
+    const double length = roomy ? kBlendRamp : static_cast<double>(std::max<int64_t>(1, overlap));
+    const double latents = (static_cast<double>(pixels_from_edge) + (roomy ? 0.0 : 0.5)) / static_cast<double>(f);
+    if (latents < dead) return 0.0f;
+    return static_cast<float>(std::min(1.0, (latents - dead) / length));
   };
   for (size_t k = 0; k < n; ++k) {
     const int64_t pixels = layout.tile * f;
+    const int64_t above = k > 0 ? layout.starts[k - 1] + layout.tile - layout.starts[k] : 0;
+    const int64_t below = k + 1 < n ? layout.starts[k] + layout.tile - layout.starts[k + 1] : 0;
     for (int64_t p = 0; p < pixels; ++p) {
       float w = 1.0f;
-      if (k > 0) w = std::min(w, ramp(p));                       // shares its top/left edge
-      if (k + 1 < n) w = std::min(w, ramp(pixels - 1 - p));      // shares its bottom/right edge
+      if (k > 0) w = std::min(w, ramp(p, above));                   // shares its top/left edge
+      if (k + 1 < n) w = std::min(w, ramp(pixels - 1 - p, below));  // shares its bottom/right edge
       raw[k][static_cast<size_t>(p)] = w;
     }
   }

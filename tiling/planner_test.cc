@@ -47,6 +47,29 @@ TEST(SpreadTiles, EveryLengthGivesFullEdgeAlignedOverlappingTiles) {
   }
 }
 
+TEST(StockLayout, EveryLengthGivesFullEdgeAlignedTilesThatBlend) {
+  // AutoencoderKL's stock tiles at 512 and 256 samples, and tiny ones whose
+  // overlap is shorter than the dead zones.
+  for (auto [tile, stride] : {std::pair<int64_t, int64_t>{64, 48}, {32, 24}, {8, 6}, {4, 3}}) {
+    FamilyGeometry g = Sd();
+    g.stock_tile = tile;
+    g.stock_stride = stride;
+    for (int64_t length = 1; length <= 300; ++length) {
+      const AxisLayout a = StockLayout(length, g);
+      const std::string where = "length " + std::to_string(length) + " stock " + std::to_string(tile);
+      ASSERT_FALSE(a.starts.empty()) << where;
+      EXPECT_EQ(a.tile, std::min(tile, length)) << where;
+      EXPECT_EQ(a.starts.front(), 0) << where;
+      EXPECT_EQ(a.starts.back() + a.tile, length) << where;
+      for (size_t k = 1; k < a.starts.size(); ++k) {
+        EXPECT_GT(a.starts[k], a.starts[k - 1]) << where;
+        EXPECT_LE(a.starts[k] - a.starts[k - 1], stride) << where;  // never a gap
+      }
+      ExpectWeightsSumToOne(a, 8, where);
+    }
+  }
+}
+
 TEST(BlendWeights, ZeroNearSharedEdgesAndFullAwayFromThem) {
   const AxisLayout a = SpreadTiles(80, 48);  // two tiles: [0, 48) and [32, 80)
   ASSERT_EQ(a.starts.size(), 2u);
@@ -96,7 +119,8 @@ TEST(PlanTiles, FloorThatCannotFitFallsBackToStockTiles) {
   const TilePlan p = PlanTiles(200, 200, Sd(), 1 << 20);
   EXPECT_EQ(p.kind, PlanKind::kStock);
   EXPECT_EQ(p.rows.tile, 64);
-  EXPECT_EQ(p.rows.starts, (std::vector<int64_t>{0, 48, 96, 144, 192}));
+  // diffusers' stride of 48; the last tile ends at the edge at full size.
+  EXPECT_EQ(p.rows.starts, (std::vector<int64_t>{0, 48, 96, 136}));
   EXPECT_NE(p.reason.find("floor"), std::string::npos);
 }
 
