@@ -1,0 +1,303 @@
+#!/usr/bin/python3
+"""Decode one latent through a vaedecode server, in Python.
+
+The Python counterpart of vaedecode_client (client/main.cc), using Debian's
+python3-grpcio and python3-numpy with stubs that protoc and
+grpc_python_plugin generate from proto/vaedecode/v1/vaedecode.proto:
+
+    /usr/bin/python3 client/python/vaedecode_client.py --server 127.0.0.1:50051 \\
+        --latent-shape 1,4,32,32 --seed 0 --out out/py.png
+    /usr/bin/python3 client/python/vaedecode_client.py --server … --model sdxl \\
+        --latent latent.npy --latent-space raw --mode exact --out image.npy
+
+The stubs are imported from $VAEDECODE_PY_STUBS (e.g.
+$(bazel info bazel-bin)/client/python, the genrule's output) or from beside
+this file (where `bazel test` runfiles put them); failing both, they are
+generated with protoc into a temporary folder removed at exit.
+
+The latent goes out as raw little-endian bytes; the reply is a stream of one
+Header, Chunks (row bands of one image/frame; PNG: pieces of one PNG) and one
+Trailer. Prints one summary line; errors are one line on stderr with exit
+code 1 (2 for bad arguments), gRPC failures as "CODE: message".
+"""
+import argparse
+import atexit
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))  # not realpath: runfiles keep stubs beside us
+PROTO_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__)))), "proto")
+PROTO = "vaedecode/v1/vaedecode.proto"
+
+
+def _generate_stubs():
+    """protoc + grpc_python_plugin into a temporary folder (removed at exit)."""
+    out = tempfile.mkdtemp(prefix="vaedecode-pystubs-")
+    atexit.register(shutil.rmtree, out, True)
+    subprocess.run(["/usr/bin/protoc", "-I" + PROTO_ROOT, "--python_out=" + out, "--grpc_python_out=" + out,
+                    "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
+                    os.path.join(PROTO_ROOT, PROTO)], check=True)
+    return out
+
+
+def load_stubs():
+    """Returns (vaedecode_pb2, vaedecode_pb2_grpc)."""
+    def has_stubs(d):
+        return d and os.path.isfile(os.path.join(d, "vaedecode/v1/vaedecode_pb2_grpc.py"))
+
+    for candidate in (os.environ.get("VAEDECODE_PY_STUBS", ""), HERE, _generate_stubs):
+        d = candidate() if callable(candidate) else candidate
+        if has_stubs(d):
+            sys.path.insert(0, d)
+            break
+    from vaedecode.v1 import vaedecode_pb2, vaedecode_pb2_grpc  # pylint: disable=import-outside-toplevel
+    return vaedecode_pb2, vaedecode_pb2_grpc
+
+
+pb2, pb2_grpc = load_stubs()
+
+MODES = {"auto": pb2.MODE_AUTO, "dense": pb2.MODE_DENSE, "exact": pb2.MODE_EXACT, "tiled": pb2.MODE_TILED}
+FORMATS = {"float32": pb2.OUTPUT_FLOAT32, "float16": pb2.OUTPUT_FLOAT16, "uint8": pb2.OUTPUT_UINT8,
+           "png": pb2.OUTPUT_PNG}
+# Element type of the output, by output format (PNG: the uint8 images the PNGs hold).
+OUTPUT_NUMPY = {pb2.OUTPUT_FLOAT32: "<f4", pb2.OUTPUT_FLOAT16: "<f2", pb2.OUTPUT_UINT8: "u1", pb2.OUTPUT_PNG: "u1"}
+LATENT_DTYPES = {"float32": pb2.FLOAT32, "float16": pb2.FLOAT16}
+
+
+class StreamError(Exception):
+    """The server's stream broke the protocol (not a gRPC status)."""
+
+
+def channel(server):
+    limit = 256 << 20
+    return grpc.insecure_channel(server, options=[("grpc.max_receive_message_length", limit),
+                                                  ("grpc.max_send_message_length", limit)])
+
+
+def latent_tensor(array):
+    """A numpy latent as a vaedecode.v1.Tensor: little-endian bytes in C order."""
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    if array.dtype.name not in LATENT_DTYPES:
+        raise ValueError(f"latent must be float32, float16 or float64, got {array.dtype}")
+    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return pb2.Tensor(dtype=LATENT_DTYPES[array.dtype.name], shape=list(array.shape), data=array.tobytes())
+
+
+def demo_latent(shape, seed):
+    """A seeded N(0, 1) float32 latent (numpy's PCG64: not the C++ client's demo latent)."""
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+class Decoded:
+    """One Decode call: the header, the assembled output, the trailer and client-side times."""
+
+    def __init__(self):
+        self.header = None
+        self.trailer = None
+        self.array = None       # tensor formats: the whole output, shaped as the header says
+        self.pngs = []          # PNG: one bytes object per image (batch-major, then frame)
+        self.chunks = 0
+        self.first_chunk_s = None  # seconds from the call to the first Chunk
+        self.total_s = None        # seconds from the call to the end of the stream
+        self._rows = None
+
+    def add(self, message):
+        kind = message.WhichOneof("kind")
+        if self.trailer is not None:
+            raise StreamError("a message after the trailer")
+        if kind == "header":
+            if self.header is not None:
+                raise StreamError("a second header")
+            self._add_header(message.header)
+        elif self.header is None:
+            raise StreamError(f"a {kind} before the header")
+        elif kind == "chunk":
+            self._add_chunk(message.chunk)
+        elif kind == "trailer":
+            self.trailer = message.trailer
+        else:
+            raise StreamError("an empty message")
+
+    def _add_header(self, h):
+        self.header = h
+        if len(h.shape) not in (4, 5) or min(h.shape) < 1:
+            raise StreamError(f"header shape {list(h.shape)}")
+        if h.output_format not in OUTPUT_NUMPY:
+            raise StreamError(f"unknown output format {h.output_format}")
+        b = h.shape[0]
+        self.channels_last = h.output_format in (pb2.OUTPUT_UINT8, pb2.OUTPUT_PNG)
+        self.frames = 1
+        if self.channels_last:  # [B, (T,) H, W, C]
+            self.height, self.width, self.channels = h.shape[-3:]
+            if len(h.shape) == 5:
+                self.frames = h.shape[1]
+        else:  # [B, C, (T,) H, W]
+            self.channels, (self.height, self.width) = h.shape[1], h.shape[-2:]
+            if len(h.shape) == 5:
+                self.frames = h.shape[2]
+        if h.output_format == pb2.OUTPUT_PNG:
+            self.pngs = [b""] * (b * self.frames)
+            return
+        self.array = np.zeros(tuple(h.shape), dtype=OUTPUT_NUMPY[h.output_format])
+        self._rows = np.zeros(b * self.frames, dtype=np.int64)
+
+    def _add_chunk(self, c):
+        self.chunks += 1
+        b, t, r0, r1 = c.batch_index, c.frame, c.row_begin, c.row_end
+        if not (0 <= b < self.header.shape[0] and 0 <= t < self.frames):
+            raise StreamError(f"chunk: batch {b} frame {t} outside the header's shape")
+        image = b * self.frames + t
+        if self.header.output_format == pb2.OUTPUT_PNG:
+            self.pngs[image] += c.data  # pieces of one PNG arrive in order
+            return
+        if not 0 <= r0 < r1 <= self.height:
+            raise StreamError(f"chunk: rows [{r0}, {r1}) outside [0, {self.height})")
+        rows = r1 - r0
+        dtype = self.array.dtype
+        want = rows * self.width * self.channels * dtype.itemsize
+        if len(c.data) != want:
+            raise StreamError(f"chunk: {len(c.data)} bytes for rows [{r0}, {r1}), expected {want}")
+        band = np.frombuffer(c.data, dtype=dtype)
+        if self.channels_last:  # rows [r0, r1) of one [H, W, C] image, contiguous
+            view = self.array.reshape(-1, self.frames, self.height, self.width, self.channels)
+            view[b, t, r0:r1] = band.reshape(rows, self.width, self.channels)
+        else:  # every channel's rows [r0, r1), channel after channel
+            view = self.array.reshape(-1, self.channels, self.frames, self.height, self.width)
+            view[b, :, t, r0:r1] = band.reshape(self.channels, rows, self.width)
+        self._rows[image] += rows
+
+    def finish(self):
+        if self.header is None:
+            raise StreamError("no header")
+        if self.header.output_format == pb2.OUTPUT_PNG:
+            missing = [i for i, p in enumerate(self.pngs) if not p]
+            if missing:
+                raise StreamError(f"PNG {missing[0]} missing")
+        elif (self._rows != self.height).any():
+            i = int(np.argmax(self._rows != self.height))
+            raise StreamError(f"image {i} got {self._rows[i]} of {self.height} rows")
+        if self.trailer is None:
+            raise StreamError("no trailer")
+
+
+def decode(stub, request, timeout_s=600.0):
+    """Sends one DecodeRequest and assembles the stream; grpc.RpcError on a failed call."""
+    result = Decoded()
+    start = time.perf_counter()
+    call = stub.Decode(request, timeout=timeout_s, wait_for_ready=True)
+    try:
+        for message in call:
+            if result.first_chunk_s is None and message.WhichOneof("kind") == "chunk":
+                result.first_chunk_s = time.perf_counter() - start
+            result.add(message)
+    except StreamError:
+        call.cancel()
+        raise
+    result.total_s = time.perf_counter() - start
+    result.finish()
+    return result
+
+
+def write_output(path, result):
+    """Writes .npy (tensor formats) or .png files (named like the C++ client); returns the paths."""
+    h = result.header
+    if h.output_format != pb2.OUTPUT_PNG:
+        if not path.endswith(".npy"):
+            raise ValueError(f"--out {path}: tensor output needs a .npy path")
+        np.save(path, result.array)
+        return [path]
+    if not path.endswith(".png"):
+        raise ValueError(f"--out {path}: PNG output needs a .png path")
+    stem, batch, video = path[:-4], h.shape[0], len(h.shape) == 5
+    frames = h.shape[1] if video else 1
+    written = []
+    for b in range(batch):
+        for t in range(frames):
+            if not video:
+                name = path if batch == 1 else f"{stem}_{b}.png"
+            else:
+                name = f"{stem}_f{t:03d}.png" if batch == 1 else f"{stem}_{b}_f{t:03d}.png"
+            with open(name, "wb") as f:
+                f.write(result.pngs[b * frames + t])
+            written.append(name)
+    return written
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description="Decode one latent through a vaedecode server.")
+    ap.add_argument("--server", default="127.0.0.1:50051", help="HOST:PORT")
+    ap.add_argument("--model", default="default", help="model name (see --list-models)")
+    ap.add_argument("--latent", default="", help=".npy latent; without it a seeded demo latent")
+    ap.add_argument("--latent-shape", default="1,4,32,32", help="shape of the demo latent")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the demo latent")
+    ap.add_argument("--save-latent", default="", help="also write the latent sent to this .npy")
+    ap.add_argument("--latent-space", choices=["vae", "raw"], default="vae")
+    ap.add_argument("--mode", choices=list(MODES), default="auto")
+    ap.add_argument("--format", choices=list(FORMATS), default=None,
+                    help="output format; default: png for a .png --out, else float32")
+    ap.add_argument("--out", default="", help="output .npy (tensor formats) or .png")
+    ap.add_argument("--request-id", default="")
+    ap.add_argument("--deadline-s", type=float, default=600.0)
+    ap.add_argument("--list-models", action="store_true", help="print the server's models and exit")
+    args = ap.parse_args(argv)
+    if not args.list_models and not args.out:
+        ap.error("--out FILE is required (.npy or .png)")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    prog = os.path.basename(sys.argv[0])
+    stub = pb2_grpc.VaeDecoderStub(channel(args.server))
+    try:
+        if args.list_models:
+            for m in stub.ListModels(pb2.ListModelsRequest(), timeout=args.deadline_s).models:
+                print(f"{m.name} family={m.family} latent_channels={m.latent_channels} "
+                      f"spatial_factor={m.spatial_factor} video={'yes' if m.is_video else 'no'}")
+            return 0
+        try:
+            if args.latent:
+                latent = np.load(args.latent)
+            else:
+                latent = demo_latent([int(d) for d in args.latent_shape.split(",")], args.seed)
+            tensor = latent_tensor(latent)
+        except (OSError, ValueError) as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            return 2
+        if args.save_latent:
+            np.save(args.save_latent, latent)
+        fmt = args.format or ("png" if args.out.endswith(".png") else "float32")
+        request = pb2.DecodeRequest(
+            model=args.model, latent=tensor, mode=MODES[args.mode], output_format=FORMATS[fmt],
+            latent_space=pb2.LATENT_SPACE_RAW if args.latent_space == "raw" else pb2.LATENT_SPACE_VAE,
+            request_id=args.request_id)
+        result = decode(stub, request, args.deadline_s)
+        written = write_output(args.out, result)
+    except grpc.RpcError as e:
+        print(f"{prog}: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+    except StreamError as e:
+        print(f"{prog}: bad stream from the server: {e}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    h, t = result.header, result.trailer.timings
+    print(f"request_id={h.request_id} shape=[{','.join(map(str, h.shape))}] mode={pb2.Mode.Name(h.mode)} "
+          f"degree={h.degree} reason=\"{h.mode_reason}\" chunks={result.chunks} "
+          f"first_chunk_ms={(result.first_chunk_s or 0) * 1e3:.1f} queue_ms={t.queue_ms:.1f} "
+          f"decode_ms={t.decode_ms:.1f} gather_ms={t.gather_ms:.1f} stream_ms={t.stream_ms:.1f} "
+          f"total_ms={t.total_ms:.1f} client_ms={result.total_s * 1e3:.1f} wrote={','.join(written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
