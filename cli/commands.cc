@@ -16,11 +16,16 @@
 #include "absl/strings/str_join.h"
 #include "cli/group_mode.h"
 #include "cli/model_loading.h"
+#include "device/compute_device.h"
+#include "device/device_memory.h"
 #include "formats/tensor_file.h"
-#include "worker/counting_cpu_allocator.h"
+#include "tiling/calibration.h"
+#include "tiling/planner.h"
+#include "tiling/tiled_decode.h"
 #include "worker/decode_job.h"
 #include "worker/exact_decode.h"
 #include "worker/runtime_info.h"
+#include "worker/tiled_group_decode.h"
 
 namespace vaedecode::cli {
 namespace {
@@ -72,13 +77,101 @@ absl::Status ApplyThreads(const ParsedArgs& args) {
   return absl::OkStatus();
 }
 
+std::string Mib(double bytes) { return absl::StrFormat("%.1f", bytes / 1048576.0); }
+
+double MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// What a decode produced and the summary line's figures for it.
+struct DecodeOutcome {
+  at::Tensor sample;
+  std::string mode;
+  std::string figures;
+};
+
+absl::StatusOr<DecodeOutcome> DecodeDense(families::Decoder& decoder, const worker::DecodeJob& job,
+                                          device::DeviceMemory& memory) {
+  families::DenseOps ops;
+  const int64_t before = memory.current_bytes();
+  memory.ResetPeak();
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<at::Tensor> sample = worker::RunDecode(decoder, job, ops);
+  if (!sample.ok()) return sample.status();
+  return DecodeOutcome{*sample, "dense",
+                       absl::StrCat(" decode_ms=", absl::StrFormat("%.0f", MillisecondsSince(start)),
+                                    " decode_peak_mib=", Mib(memory.peak_bytes() - before), " peak_mib=[",
+                                    Mib(memory.peak_bytes()), "]")};
+}
+
+// Tiles sized for what the device has free (the budget, when one is set),
+// from the model's measured peak profile; out-of-memory retries walk the
+// ladder (floor tiles, then stock tiles) as the service does.
+absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const worker::DecodeJob& job,
+                                          device::DeviceMemory& memory) {
+  if (absl::Status valid = decoder.ValidateLatent(job.latent); !valid.ok()) return valid;
+  absl::StatusOr<tiling::PeakProfile> profile =
+      tiling::LoadOrCalibrate(decoder, tiling::ProbeOf(memory), tiling::CalibrationSides(decoder.device()),
+                              memory.backend(), tiling::DefaultProfileDir());
+  if (!profile.ok()) return profile.status();
+  tiling::FamilyGeometry geometry = worker::LadderGeometry(decoder);
+  geometry.peak_bytes_per_latent = profile->bytes_per_latent * static_cast<double>(job.latent.size(0));
+  geometry.fixed_bytes = static_cast<int64_t>(profile->fixed_bytes);
+  const int64_t free = memory.free_bytes();
+  const int64_t budget = free >= 0 ? free : std::numeric_limits<int64_t>::max() / 2;
+  const tiling::TilePlan plan = tiling::PlanTiles(job.latent.size(-2), job.latent.size(-1), geometry, budget);
+
+  at::Tensor z;
+  absl::Status prepared = worker::CatchExceptions("latent conversion", [&] {
+    z = job.latent.to(decoder.device());
+    if (job.latent_space == families::LatentSpace::kRaw) z = decoder.ToVaeSpace(z.to(at::kFloat));
+    z = z.to(decoder.dtype()).contiguous();
+  });
+  if (!prepared.ok()) return prepared;
+  families::DenseOps ops;
+  const int64_t before = memory.current_bytes();
+  memory.ResetPeak();
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<tiling::TiledResult> tiled =
+      tiling::RunOomLadder(plan, geometry, [&](const tiling::TilePlan& p) -> absl::StatusOr<at::Tensor> {
+        at::Tensor sample;
+        absl::Status s = worker::CatchExceptions("tiled decode", [&] { sample = tiling::DecodeTiles(decoder, z, p, ops); });
+        if (!s.ok()) return s;
+        return sample;
+      });
+  if (!tiled.ok() && tiled.status().code() == absl::StatusCode::kResourceExhausted) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        tiled.status().message(), " (plan: ", plan.reason, "; the budget is ", Mib(budget), " MiB and the ",
+        tiling::kFloorTile, "-latent floor tile needs about ",
+        Mib(tiling::EstimatePeakBytes(geometry, std::min<int64_t>(tiling::kFloorTile, job.latent.size(-2)),
+                                      std::min<int64_t>(tiling::kFloorTile, job.latent.size(-1)))),
+        " MiB)"));
+  }
+  if (!tiled.ok()) return tiled.status();
+  const std::string plan_text = tiled->plan.kind == tiling::PlanKind::kUntiled
+                                    ? "untiled"
+                                    : absl::StrCat(tiled->plan.rows.starts.size(), "x", tiled->plan.cols.starts.size(),
+                                                   "_tiles_of_", tiled->plan.rows.tile, "x", tiled->plan.cols.tile);
+  return DecodeOutcome{
+      tiled->sample, "tiled (" + tiled->plan.reason + ")",
+      absl::StrCat(" plan=", plan_text, " tile_calls=", tiled->plan.calls(), " tile_retries=", tiled->retries,
+                   " decoded_latents=", tiled->plan.rows.decoded() * tiled->plan.cols.decoded(),
+                   " stock_decoded_latents=",
+                   tiling::StockDecodedLatents(job.latent.size(-2), geometry) *
+                       tiling::StockDecodedLatents(job.latent.size(-1), geometry),
+                   " decode_ms=", absl::StrFormat("%.0f", MillisecondsSince(start)),
+                   " budget_mib=", free >= 0 ? Mib(free) : "unbounded",
+                   " predicted_peak_mib=", Mib(static_cast<double>(tiled->plan.peak_bytes)),
+                   " decode_peak_mib=", Mib(memory.peak_bytes() - before), " peak_mib=[", Mib(memory.peak_bytes()), "]")};
+}
+
 }  // namespace
 
 const std::map<std::string, std::set<std::string>>& CommandFlags() {
   static const auto* flags = new std::map<std::string, std::set<std::string>>{
       {"decode",
        {"model", "latent", "out", "latent-space", "dtype", "threads", "latent-shape", "seed", "mode",
-        "ranks", "timeout-s"}},
+        "ranks", "timeout-s", "device", "budget-mib"}},
       {"info", {"model"}},
       // Internal: a peer rank of `decode --mode exact`, started by the leader.
       {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s"}},
@@ -90,12 +183,15 @@ std::string Usage() {
   return "usage:\n"
          "  vaedecode decode [--model DIR] [--latent FILE] --out FILE [--latent-space vae|raw]\n"
          "                   [--dtype float32|bfloat16|float16] [--threads N]\n"
-         "                   [--mode dense|exact --ranks N --timeout-s S]\n"
+         "                   [--device cpu|cuda:N] [--mode dense|tiled|exact] [--budget-mib M]\n"
+         "                   [--ranks N --timeout-s S]   (exact: N local CPU ranks)\n"
          "                   [--latent-shape 1,4,32,32 --seed N]   (demo latent when --latent is absent)\n"
          "  vaedecode info [--model DIR]\n"
          "Without --model, an embedded SD-1.x-shaped AutoencoderKL with seeded random weights is used.\n"
          "--latent: .safetensors (one tensor, or the tensor named \"latent\") or .npy.\n"
-         "--out: .safetensors / .npy (float32 tensor \"sample\") or .png (one image per batch entry).\n";
+         "--out: .safetensors / .npy (float32 tensor \"sample\") or .png (one image per batch entry).\n"
+         "--budget-mib: memory the decode may use on the device beyond the loaded model; --mode tiled sizes\n"
+         "  its tiles from the model's measured peak to fit it (allocations beyond it fail and retry smaller).\n";
 }
 
 absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
@@ -119,8 +215,8 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
 
   const std::string mode = args.Get("mode").value_or("dense");
   int ranks = 1;
-  if (mode != "dense" && mode != "exact") {
-    return absl::InvalidArgumentError(absl::StrCat("--mode must be dense or exact, got \"", mode, "\""));
+  if (mode != "dense" && mode != "exact" && mode != "tiled") {
+    return absl::InvalidArgumentError(absl::StrCat("--mode must be dense, tiled or exact, got \"", mode, "\""));
   }
   if (auto r = args.Get("ranks"); r && (!absl::SimpleAtoi(*r, &ranks) || ranks < 1 || ranks > 64)) {
     return absl::InvalidArgumentError(absl::StrCat("--ranks must be an integer in 1..64, got \"", *r, "\""));
@@ -133,8 +229,26 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     return absl::InvalidArgumentError(absl::StrCat("--timeout-s must be a positive integer, got \"", *t, "\""));
   }
 
+  int64_t budget_mib = 0;
+  if (auto b = args.Get("budget-mib"); b && (!absl::SimpleAtoi(*b, &budget_mib) || budget_mib < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--budget-mib must be a positive integer, got \"", *b, "\""));
+  }
+  absl::StatusOr<c10::Device> device = device::ParseComputeDevice(args.Get("device").value_or("cpu"));
+  if (!device.ok()) return device.status();
+  if (mode == "exact" && (!device->is_cpu() || budget_mib > 0)) {
+    return absl::InvalidArgumentError(
+        "--mode exact runs local CPU ranks without a budget; GPU groups and budgets are vaedecode_server's");
+  }
+  if (absl::Status s = device::PrepareComputeDevice(*device); !s.ok()) return s;
+  absl::StatusOr<device::DeviceMemory*> memory = device::InstallDeviceMemory(*device);
+  if (!memory.ok()) return memory.status();
+
   absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype);
   if (!model.ok()) return model.status();
+  if (!device->is_cpu()) {
+    absl::Status moved = worker::CatchExceptions("moving the weights", [&] { model->decoder->ToDevice(*device); });
+    if (!moved.ok()) return moved;
+  }
 
   at::Tensor latent;
   std::string latent_name;
@@ -173,27 +287,29 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     sample = result->decode.sample;
     std::vector<std::string> peaks, times;
     for (const worker::RankStats& r : result->ranks) {
-      peaks.push_back(absl::StrFormat("%.1f", r.peak_bytes / 1048576.0));
+      peaks.push_back(Mib(r.peak_bytes));
       times.push_back(absl::StrFormat("%.0f", r.decode_ms));
     }
     figures = absl::StrCat(" decode_ms=", absl::StrFormat("%.0f", result->decode.decode_ms), " rank_decode_ms=[",
                            absl::StrJoin(times, ","), "] peak_mib=[", absl::StrJoin(peaks, ","),
                            "] collectives=", result->comm.collectives(), " comm={", result->comm.ToString(), "}");
   } else {
-    families::DenseOps ops;
-    worker::CountingCpuAllocator::Install().ResetPeak();
-    const auto decode_start = std::chrono::steady_clock::now();
-    sample = worker::RunDecode(*model->decoder, job, ops);
-    const double decode_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - decode_start).count();
-    figures = absl::StrCat(" decode_ms=", absl::StrFormat("%.0f", decode_ms), " peak_mib=[",
-                           absl::StrFormat("%.1f", worker::CountingCpuAllocator::Install().peak_bytes() / 1048576.0),
-                           "]");
+    // The budget counts from here: the loaded model is not the decode's.
+    if (budget_mib > 0) {
+      if (absl::Status s = (*memory)->SetBudget((*memory)->current_bytes() + (budget_mib << 20)); !s.ok()) return s;
+    }
+    absl::StatusOr<DecodeOutcome> outcome =
+        mode == "tiled" ? DecodeTiled(*model->decoder, job, **memory) : DecodeDense(*model->decoder, job, **memory);
+    if (!outcome.ok()) return outcome.status();
+    sample = outcome->sample;
+    mode_used = outcome->mode;
+    figures = outcome->figures;
+    (void)(*memory)->SetBudget(0);  // writing the output is not the decode's
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!sample.ok()) return sample.status();
 
-  at::Tensor result = sample->to(at::kFloat).contiguous();
+  at::Tensor result = sample->to(at::kFloat).cpu().contiguous();
   std::string written = out_file;
   if (EndsWith(out_file, ".png")) {
     absl::StatusOr<std::vector<std::string>> files = formats::WritePngImages(out_file, result);
@@ -205,7 +321,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   out << "decoded model=" << model->name << " family=" << model->decoder->info().family
       << " latent=" << latent_name << " latent_shape=" << ShapeText(latent.sizes())
       << " space=" << space_name << " sample_shape=" << ShapeText(result.sizes())
-      << " dtype=" << DtypeName(*dtype) << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
+      << " dtype=" << DtypeName(*dtype) << " device=" << device->str() << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
       << " time_ms=" << static_cast<int64_t>(ms) << figures << " max_rss_mib=" << MaxRssMib()
       << " out=" << written << "\n";
   return absl::OkStatus();

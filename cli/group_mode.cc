@@ -8,10 +8,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cli/model_loading.h"
+#include "device/counting_cpu_allocator.h"
+#include "device/device_memory.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/store.h"
 #include "worker/child_process.h"
-#include "worker/counting_cpu_allocator.h"
 
 namespace vaedecode::cli {
 namespace {
@@ -94,7 +95,10 @@ absl::Status RunRank(const ParsedArgs& args) {
     if (!s->ok()) return s->status();
   }
   at::set_num_threads(*threads);
-  worker::CountingCpuAllocator::Install();
+  device::CountingCpuAllocator::Install();
+  if (absl::StatusOr<device::DeviceMemory*> m = device::InstallDeviceMemory(c10::Device(c10::kCPU)); !m.ok()) {
+    return m.status();
+  }
   absl::StatusOr<at::ScalarType> dtype = ParseDtype(args.Get("dtype").value_or("float32"));
   if (!dtype.ok()) return dtype.status();
   absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype);

@@ -7,12 +7,12 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/group_mode.h"
-#include "worker/counting_cpu_allocator.h"
+#include "device/counting_cpu_allocator.h"
 
 int main(int argc, char** argv) {
   using vaedecode::cli::ParseArgs;
   // Before any tensor exists, so every CPU allocation is counted (peaks).
-  vaedecode::worker::CountingCpuAllocator::Install();
+  vaedecode::device::CountingCpuAllocator::Install();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::cout << vaedecode::cli::Usage();

@@ -1,4 +1,4 @@
-#include "worker/counting_cpu_allocator.h"
+#include "device/counting_cpu_allocator.h"
 
 #include <cstring>
 
@@ -6,7 +6,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
-namespace vaedecode::worker {
+namespace vaedecode::device {
 namespace {
 
 // Each block carries its size in a header, so the context can be the data
@@ -61,4 +61,4 @@ void CountingCpuAllocator::copy_data(void* dest, const void* src, std::size_t co
   std::memcpy(dest, src, count);
 }
 
-}  // namespace vaedecode::worker
+}  // namespace vaedecode::device

@@ -15,7 +15,7 @@
 
 #include <c10/core/Allocator.h>
 
-namespace vaedecode::worker {
+namespace vaedecode::device {
 
 class CountingCpuAllocator final : public c10::Allocator {
  public:
@@ -49,4 +49,4 @@ class CountingCpuAllocator final : public c10::Allocator {
   std::atomic<int64_t> limit_{0};
 };
 
-}  // namespace vaedecode::worker
+}  // namespace vaedecode::device

@@ -1,9 +1,9 @@
-#include "worker/counting_cpu_allocator.h"
+#include "device/counting_cpu_allocator.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-namespace vaedecode::worker {
+namespace vaedecode::device {
 namespace {
 
 TEST(CountingCpuAllocator, CountsLiveAndPeakBytes) {

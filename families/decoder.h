@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include "absl/status/status.h"
 #include "families/layer_ops.h"
@@ -64,6 +65,12 @@ class Decoder {
   // Weights and activations in `dtype` (kFloat, kBFloat16, kHalf).
   virtual void ToDtype(at::ScalarType dtype) = 0;
   virtual at::ScalarType dtype() const = 0;
+
+  // Weights and buffers on `device` (CPU after loading). Decode and
+  // ToVaeSpace take their inputs on this device and create every other
+  // tensor there; callers move latents in and results out.
+  virtual void ToDevice(const c10::Device& device) = 0;
+  virtual c10::Device device() const = 0;
 
   // OK when a latent of this shape can be decoded exactly sharded over
   // `world_size` row bands; otherwise the reason it cannot (the caller falls

@@ -92,7 +92,7 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
     // [1, 2·B·G + 1]: means, M2s, and the leader's signal word.
     const at::Tensor stats =
         at::cat({mean_local.flatten(), m2_local.flatten(),
-                 at::full({1}, leader_signal ? *leader_signal : 0.0, at::kDouble)})
+                 at::full({1}, leader_signal ? *leader_signal : 0.0, mean_local.options())})
             .unsqueeze(0);
     std::vector<int64_t> ones(spec.world_size, 1);
     absl::StatusOr<at::Tensor> gathered = comm.AllGather(stats, ones, CallKind::kGroupNormStats);
@@ -105,7 +105,7 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
       counts.push_back(static_cast<double>(spec.band(r).size() * per_row));
       total += counts.back();
     }
-    const at::Tensor n_r = at::tensor(counts, at::kDouble).view({-1, 1, 1});  // [W, 1, 1]
+    const at::Tensor n_r = at::tensor(counts, at::kDouble).to(mean_local.device()).view({-1, 1, 1});  // [W, 1, 1]
     const at::Tensor means = all.select(1, 0);  // [W, B, G]
     const at::Tensor m2s = all.select(1, 1);
     const at::Tensor w = n_r / total;

@@ -1,6 +1,7 @@
 #include "tiling/calibration.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -13,6 +14,20 @@
 #include "absl/strings/str_format.h"
 
 namespace vaedecode::tiling {
+
+PeakProbe ProbeOf(device::DeviceMemory& memory) {
+  return {[&memory] { memory.ResetPeak(); }, [&memory] { return memory.peak_bytes(); },
+          [&memory] { return memory.current_bytes(); }};
+}
+
+std::vector<int64_t> CalibrationSides(const c10::Device& device) {
+  return device.is_cuda() ? std::vector<int64_t>{16, 32} : std::vector<int64_t>{8, 16};
+}
+
+std::string DefaultProfileDir() {
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home != nullptr && *home != '\0' ? home : "/tmp", "/.cache/vaedecode/profiles");
+}
 
 std::string ProfileKey(const families::Decoder& decoder, const std::string& backend) {
   const families::ModelInfo& info = decoder.info();
@@ -34,7 +49,7 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
     if (info.is_video) shape.insert(shape.begin() + 2, 1);
     double peak = 0;
     try {
-      const at::Tensor z = at::zeros(shape, at::TensorOptions().dtype(decoder.dtype()));
+      const at::Tensor z = at::zeros(shape, at::TensorOptions().dtype(decoder.dtype()).device(decoder.device()));
       const int64_t before = probe.current_bytes();
       probe.reset_peak();
       decoder.Decode(z, ops);

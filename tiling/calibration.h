@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/Device.h>
+
 #include "absl/status/statusor.h"
+#include "device/device_memory.h"
 #include "families/decoder.h"
 
 namespace vaedecode::tiling {
@@ -37,6 +40,16 @@ struct PeakProfile {
 
   double Predict(int64_t latents) const { return fixed_bytes + bytes_per_latent * static_cast<double>(latents); }
 };
+
+// A probe reading the process's device memory accounting.
+PeakProbe ProbeOf(device::DeviceMemory& memory);
+
+// Square tile sides calibration measures on `device` (larger on GPUs, where
+// attention's growing share shows only at larger tiles).
+std::vector<int64_t> CalibrationSides(const c10::Device& device);
+
+// Where profiles are cached by default: $HOME/.cache/vaedecode/profiles.
+std::string DefaultProfileDir();
 
 // Identifies what a profile is valid for.
 std::string ProfileKey(const families::Decoder& decoder, const std::string& backend);

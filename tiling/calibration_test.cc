@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "families/autoencoder_kl/embedded_default.h"
-#include "worker/counting_cpu_allocator.h"
+#include "device/counting_cpu_allocator.h"
 
 namespace vaedecode::tiling {
 namespace {
@@ -20,7 +20,7 @@ std::unique_ptr<families::Decoder> SmallDecoder() {
 }
 
 PeakProbe CpuProbe() {
-  worker::CountingCpuAllocator& a = worker::CountingCpuAllocator::Install();
+  device::CountingCpuAllocator& a = device::CountingCpuAllocator::Install();
   return {[&a] { a.ResetPeak(); }, [&a] { return a.peak_bytes(); }, [&a] { return a.current_bytes(); }};
 }
 

@@ -28,8 +28,8 @@ void TileBlender::Add(size_t i, size_t j, const at::Tensor& tile_in) {
     shape[w_dim] = plan_.cols.length * f_;
     out_ = at::zeros(shape, tile.options());
   }
-  const at::Tensor wy = at::tensor(row_w_[i]).view({-1, 1});
-  const at::Tensor wx = at::tensor(col_w_[j]).view({1, -1});
+  const at::Tensor wy = at::tensor(row_w_[i]).to(tile.device()).view({-1, 1});
+  const at::Tensor wx = at::tensor(col_w_[j]).to(tile.device()).view({1, -1});
   at::Tensor dest = out_.narrow(h_dim, plan_.rows.starts[i] * f_, plan_.rows.tile * f_)
                         .narrow(w_dim, plan_.cols.starts[j] * f_, plan_.cols.tile * f_);
   dest.add_(tile * (wy * wx));  // weights broadcast over batch, channels, frames

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "families/autoencoder_kl/embedded_default.h"
-#include "worker/counting_cpu_allocator.h"
+#include "device/counting_cpu_allocator.h"
 #include "worker/decode_job.h"
 
 namespace vaedecode::tiling {
@@ -87,7 +87,7 @@ TEST(RunOomLadder, RetriesAtTheFloorThenStockOnOutOfMemory) {
   const FamilyGeometry g = SmallGeometry(*decoder);
   const at::Tensor z = Latent(96, 80);
   families::DenseOps ops;
-  worker::CountingCpuAllocator& allocator = worker::CountingCpuAllocator::Install();
+  device::CountingCpuAllocator& allocator = device::CountingCpuAllocator::Install();
 
   // Measure one floor tile's decode peak, then allow a bit more than that.
   allocator.ResetPeak();

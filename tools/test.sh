@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Installs what is missing, then builds and runs every test. The NCCL
-# communicator is also compiled and linked against /usr/local/cuda: it cannot
-# run without a GPU, but it must always build.
+# Installs what is missing, then builds and runs every test. The GPU worker
+# path (NCCL communicator, the worker and CLI with CUDA devices, the GPU
+# tests) is also compiled and linked against /usr/local/cuda: it cannot run
+# without a GPU and a CUDA LibTorch, but it must always build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 status=0
 bazel test //... "$@" || status=$?
 if [ -f /usr/local/cuda/include/nccl.h ]; then
-  bazel build --config=cuda //parallel:nccl_communicator //parallel:nccl_communicator_test || status=$?
+  # The GPU worker path links NCCL and the CUDA runtime; the caching
+  # allocator's accounting needs an official CUDA LibTorch to link, so it is
+  # compiled only.
+  bazel build --config=cuda //parallel:nccl_communicator //parallel:nccl_communicator_test \
+    //worker:vaedecode_worker //:vaedecode //tests/gpu:gpu_decode_test || status=$?
+  bazel build --config=gpu //device:cuda_memory || status=$?
 else
   echo "test.sh: /usr/local/cuda has no NCCL; skipped the --config=cuda build" >&2
 fi

@@ -49,7 +49,7 @@ absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob
   if (!valid.ok()) return valid;
   at::Tensor sample;
   absl::Status status = CatchExceptions("decode", [&] {
-    at::Tensor z = job.latent;
+    at::Tensor z = job.latent.to(decoder.device());
     if (job.latent_space == families::LatentSpace::kRaw) z = decoder.ToVaeSpace(z.to(at::kFloat));
     sample = decoder.Decode(z.to(decoder.dtype()).contiguous(), ops);
   });

@@ -11,7 +11,7 @@
 #include "families/sharded_ops.h"
 #include "parallel/band_partition.h"
 #include "parallel/sharded_ops.h"
-#include "worker/counting_cpu_allocator.h"
+#include "device/device_memory.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -83,20 +83,19 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
                                                   parallel::Communicator& comm,
                                                   const DecodeJob& job,
                                                   const GroupDecodeOptions& options) {
-  CountingCpuAllocator* allocator = CountingCpuAllocator::Installed();
-  if (allocator != nullptr) allocator->ResetPeak();
+  device::DeviceMemory* memory = device::ProcessDeviceMemory();
+  if (memory != nullptr) memory->ResetPeak();
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<GroupDecodeResult> result = DecodeWithGroupUntimed(decoder, comm, job, options);
   if (!result.ok()) return result;
   result->decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (allocator != nullptr) result->peak_bytes = allocator->peak_bytes();
+  if (memory != nullptr) result->peak_bytes = memory->peak_bytes();
   return result;
 }
 
 int64_t FreeBytes() {
-  CountingCpuAllocator* allocator = CountingCpuAllocator::Installed();
-  if (allocator == nullptr || allocator->limit_bytes() <= 0) return -1;
-  return std::max<int64_t>(0, allocator->limit_bytes() - allocator->current_bytes());
+  const device::DeviceMemory* memory = device::ProcessDeviceMemory();
+  return memory == nullptr ? -1 : memory->free_bytes();
 }
 
 absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm,
@@ -104,7 +103,8 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
   at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes),
                                  static_cast<double>(FreeBytes())},
                                 at::kDouble)
-                         .view({1, 3});
+                         .view({1, 3})
+                         .to(comm.device());
   std::vector<int64_t> ones(comm.world_size(), 1);
   absl::StatusOr<at::Tensor> all = comm.world_size() == 1
                                        ? absl::StatusOr<at::Tensor>(local)
@@ -112,6 +112,7 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
   if (!all.ok()) return all.status();
   std::vector<RankStats> out;
   if (comm.rank() != kLeader) return out;
+  *all = all->cpu();
   for (int64_t r = 0; r < all->size(0); ++r) {
     out.push_back({(*all)[r][0].item<double>(), static_cast<int64_t>((*all)[r][1].item<double>()),
                    static_cast<int64_t>((*all)[r][2].item<double>())});

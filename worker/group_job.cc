@@ -53,8 +53,9 @@ absl::Status AbortWith(parallel::Communicator& comm, absl::Status status) {
 }  // namespace
 
 absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJob* job) {
+  // Filled and read on the host; travels on the communicator's device.
   at::Tensor header = at::zeros({kHeaderLength}, at::kLong);
-  auto* h = header.data_ptr<int64_t>();
+  int64_t* h = header.data_ptr<int64_t>();
   if (comm.rank() == kLeader) {
     if (job == nullptr) return AbortWith(comm, absl::InternalError("the leader has no job to broadcast"));
     h[0] = static_cast<int64_t>(job->kind);
@@ -77,7 +78,10 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
     }
     if (comm.world_size() == 1) return *job;
   }
-  if (absl::Status s = comm.Broadcast(header, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) return s;
+  at::Tensor sent = header.to(comm.device());
+  if (absl::Status s = comm.Broadcast(sent, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) return s;
+  header = sent.cpu();
+  h = header.data_ptr<int64_t>();
 
   GroupJob out;
   if (h[0] < 0 || h[0] > 2) return AbortWith(comm, absl::InternalError("bad job kind in a job header"));
@@ -93,8 +97,9 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   absl::StatusOr<at::ScalarType> dtype = DtypeFromCode(h[kFixed + kMaxDims]);
   if (!dtype.ok()) return AbortWith(comm, dtype.status());
   out.decode.latent_space = h[kFixed + kMaxDims + 1] == 1 ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
-  out.decode.latent = comm.rank() == kLeader ? job->decode.latent.contiguous()
-                                             : at::empty(shape, at::TensorOptions().dtype(*dtype));
+  out.decode.latent = comm.rank() == kLeader
+                          ? job->decode.latent.to(comm.device()).contiguous()
+                          : at::empty(shape, at::TensorOptions().dtype(*dtype).device(comm.device()));
   if (absl::Status s = comm.Broadcast(out.decode.latent, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) {
     return s;
   }

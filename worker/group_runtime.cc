@@ -5,7 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
-#include "worker/counting_cpu_allocator.h"
+#include "device/device_memory.h"
 #include "worker/tiled_group_decode.h"
 
 namespace vaedecode::worker {
@@ -104,7 +104,7 @@ absl::StatusOr<GroupDecodeResult> GroupRuntime::DecodeJobOnGroup(families::Decod
   result.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   result.tile_retries = tiled->retries;
   result.tile_plan = DescribePlan(tiled->plan, comm.world_size());
-  if (CountingCpuAllocator* a = CountingCpuAllocator::Installed()) result.peak_bytes = a->peak_bytes();
+  if (const device::DeviceMemory* m = device::ProcessDeviceMemory()) result.peak_bytes = m->peak_bytes();
   return result;
 }
 
@@ -131,7 +131,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   absl::StatusOr<GroupJob> shared = BroadcastJob(*comm_, &job);
   if (!shared.ok()) return shared.status();
   parallel::CountingCommunicator counting(*comm_);
-  if (CountingCpuAllocator* a = CountingCpuAllocator::Installed()) a->ResetPeak();
+  if (device::DeviceMemory* m = device::ProcessDeviceMemory()) m->ResetPeak();
   absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, counting, *shared, cancelled, rows_ready);
   if (!result.ok()) return result.status();
   DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
@@ -170,7 +170,7 @@ absl::Status GroupRuntime::ServeAsPeer() {
       return bad;
     }
     families::Decoder& decoder = *models_[job->model_index].decoder;
-    if (CountingCpuAllocator* a = CountingCpuAllocator::Installed()) a->ResetPeak();
+    if (device::DeviceMemory* m = device::ProcessDeviceMemory()) m->ResetPeak();
     absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, *comm_, *job, nullptr, nullptr);
     if (!result.ok()) {
       if (IsGroupSafe(result.status())) continue;  // every rank saw the same

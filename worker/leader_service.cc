@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "tiling/planner.h"
 #include "worker/tiled_group_decode.h"
-#include "worker/counting_cpu_allocator.h"
+#include "device/counting_cpu_allocator.h"
 #include "worker/output_stream.h"
 
 namespace vaedecode::worker {

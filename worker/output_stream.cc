@@ -68,8 +68,9 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
   }
 }
 
-absl::Status EmitChunks(const at::Tensor& sample, v1::OutputFormat format, int64_t max_chunk_bytes,
+absl::Status EmitChunks(const at::Tensor& decoded, v1::OutputFormat format, int64_t max_chunk_bytes,
                         const std::function<bool(v1::Chunk&&)>& emit) {
+  const at::Tensor sample = decoded.cpu();  // GPU decodes stream from host memory
   absl::StatusOr<Geometry> g = GeometryOf(sample);
   if (!g.ok()) return g.status();
   auto send = [&](int64_t b, int64_t f, int64_t r0, int64_t r1, const void* data, size_t n) {

@@ -54,7 +54,7 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
   at::Tensor z;
   absl::Status prepared = CatchExceptions("latent conversion", [&] {
     z = job.latent_space == families::LatentSpace::kRaw ? decoder.ToVaeSpace(job.latent.to(at::kFloat)) : job.latent;
-    z = z.to(decoder.dtype()).contiguous();
+    z = z.to(decoder.device(), decoder.dtype()).contiguous();
   });
   if (!prepared.ok()) return prepared;  // identical on every rank
 
@@ -84,11 +84,13 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
       }
       // Every rank learns every outcome of the round before anything else.
       const double code = status.ok() ? kOk : status.code() == absl::StatusCode::kResourceExhausted ? kOutOfMemory : kFailed;
-      absl::StatusOr<at::Tensor> codes = comm.AllGather(at::full({1, 1}, code, at::kDouble),
+      const at::TensorOptions on_comm = at::TensorOptions().device(comm.device());
+      absl::StatusOr<at::Tensor> codes = comm.AllGather(at::full({1, 1}, code, on_comm.dtype(at::kDouble)),
                                                         std::vector<int64_t>(world, 1), parallel::CallKind::kOther);
       if (!codes.ok()) return codes.status();
+      const at::Tensor outcomes = codes->cpu();
       for (int r = 0; r < world; ++r) {
-        const double c = (*codes)[r][0].item<double>();
+        const double c = outcomes[r][0].item<double>();
         if (c == kFailed) {
           return status.ok() ? absl::InternalError(absl::StrCat("rank ", r, " failed to decode its tile")) : status;
         }
@@ -97,7 +99,7 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
       if (out_of_memory) break;
       std::vector<int64_t> sizes(world, 0);
       for (int r = 0; r < world; ++r) sizes[r] = round * world + r < tiles ? 1 : 0;
-      const at::Tensor local = mine < tiles ? tile.reshape({1, tile_numel}) : at::empty({0, tile_numel}, at::kFloat);
+      const at::Tensor local = mine < tiles ? tile.reshape({1, tile_numel}) : at::empty({0, tile_numel}, on_comm.dtype(at::kFloat));
       absl::StatusOr<at::Tensor> gathered = comm.GatherToRoot(local, sizes, kLeader, parallel::CallKind::kGatherOutput);
       if (!gathered.ok()) return gathered.status();
       if (rank != kLeader) continue;

@@ -16,9 +16,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "device/compute_device.h"
+#include "device/counting_cpu_allocator.h"
+#include "device/device_memory.h"
 #include "parallel/gloo_communicator.h"
+#include "parallel/nccl_communicator.h"
 #include "tiling/calibration.h"
-#include "worker/counting_cpu_allocator.h"
+#include "worker/decode_job.h"
 #include "worker/group_runtime.h"
 #include "worker/leader_service.h"
 #include "worker/model_repository.h"
@@ -30,14 +34,14 @@ ABSL_FLAG(std::string, group, "g0", "group name, unique per incarnation");
 ABSL_FLAG(int, store_port, 0, "TCPStore port on 127.0.0.1 (rank 0 hosts it); unused at world size 1");
 ABSL_FLAG(std::string, socket, "", "leader only: Unix socket path to serve the server on");
 ABSL_FLAG(std::string, model_repository, "", "folder of diffusers VAE folders; empty: the embedded default");
-ABSL_FLAG(std::string, device, "cpu:0", "device: cpu:N (CUDA devices need a CUDA LibTorch build)");
+ABSL_FLAG(std::string, device, "cpu:0", "device: cpu:N, or cuda:N (a --config=gpu build with a CUDA LibTorch)");
 ABSL_FLAG(std::string, dtype, "float32", "float32 or bfloat16 (float16 needs a GPU)");
 ABSL_FLAG(int, threads, 1, "intra-op threads per rank");
 ABSL_FLAG(int, collective_timeout_s, 300, "bound on every collective (a rank stuck longer fails the group)");
 ABSL_FLAG(int, heartbeat_s, 10, "idle leader heartbeat period");
 ABSL_FLAG(int64_t, memory_budget_mib, 0,
-          "CPU: bytes this rank may allocate (the scheduler's free memory; above it allocations fail like an "
-          "out-of-memory); 0 = unbounded");
+          "bytes this rank may allocate on its device (the scheduler's free memory; above it allocations fail "
+          "with an out-of-memory); 0 = CPU: unbounded, GPU: the whole device");
 ABSL_FLAG(std::string, profile_dir, "", "where measured decode-peak profiles are cached (default ~/.cache/vaedecode/profiles)");
 
 namespace {
@@ -60,16 +64,41 @@ int Fail(const absl::Status& status) {
 
 }  // namespace
 
+// The group's communicator: Gloo between CPU workers, NCCL between GPUs.
+absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> JoinGroup(const c10::Device& device) {
+  const int world = absl::GetFlag(FLAGS_world);
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
+  if (device.is_cuda()) {
+    vaedecode::parallel::NcclOptions options;
+    options.rank = absl::GetFlag(FLAGS_rank);
+    options.world_size = world;
+    options.device = device.index();
+    options.group_name = absl::GetFlag(FLAGS_group);
+    options.store_port = absl::GetFlag(FLAGS_store_port);
+    options.timeout = timeout;
+    return vaedecode::parallel::NcclCommunicator::Create(options);
+  }
+  vaedecode::parallel::GlooOptions options;
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = world;
+  options.group_name = absl::GetFlag(FLAGS_group);
+  options.store_port = absl::GetFlag(FLAGS_store_port);
+  options.timeout = timeout;
+  return vaedecode::parallel::GlooCommunicator::Create(options);
+}
+
 int main(int argc, char** argv) {
-  vaedecode::worker::CountingCpuAllocator::Install();
+  // Before any tensor exists, so that every CPU allocation is counted.
+  vaedecode::device::CountingCpuAllocator::Install();
   absl::ParseCommandLine(argc, argv);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   const int rank = absl::GetFlag(FLAGS_rank);
-  const std::string device = absl::GetFlag(FLAGS_device);
-  if (device.rfind("cpu", 0) != 0) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("device ", device, " needs a CUDA build of LibTorch")));
-  }
+  absl::StatusOr<c10::Device> device = vaedecode::device::ParseComputeDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) return Fail(device.status());
+  if (absl::Status ready = vaedecode::device::PrepareComputeDevice(*device); !ready.ok()) return Fail(ready);
+  absl::StatusOr<vaedecode::device::DeviceMemory*> memory = vaedecode::device::InstallDeviceMemory(*device);
+  if (!memory.ok()) return Fail(memory.status());
   at::set_num_threads(absl::GetFlag(FLAGS_threads));
   absl::StatusOr<at::ScalarType> dtype = ParseDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return Fail(dtype.status());
@@ -78,35 +107,31 @@ int main(int argc, char** argv) {
       vaedecode::worker::LoadRepository(absl::GetFlag(FLAGS_model_repository), *dtype);
   if (!repo.ok()) return Fail(repo.status());
   for (const std::string& skipped : repo->skipped) spdlog::warn("model skipped: {}", skipped);
+  if (!device->is_cpu()) {
+    absl::Status moved = vaedecode::worker::CatchExceptions("moving the weights to the GPU", [&] {
+      for (vaedecode::worker::NamedModel& m : repo->models) m.decoder->ToDevice(*device);
+    });
+    if (!moved.ok()) return Fail(moved);
+  }
 
   // Measured decode peaks, before the budget applies (calibration decodes).
-  vaedecode::worker::CountingCpuAllocator& allocator = vaedecode::worker::CountingCpuAllocator::Install();
-  const vaedecode::tiling::PeakProbe probe{[&] { allocator.ResetPeak(); }, [&] { return allocator.peak_bytes(); },
-                                           [&] { return allocator.current_bytes(); }};
+  vaedecode::device::DeviceMemory& meter = **memory;
+  const vaedecode::tiling::PeakProbe probe = vaedecode::tiling::ProbeOf(meter);
+  const std::vector<int64_t> sides = vaedecode::tiling::CalibrationSides(*device);
   std::string profile_dir = absl::GetFlag(FLAGS_profile_dir);
-  if (profile_dir.empty()) {
-    const char* home = std::getenv("HOME");
-    profile_dir = absl::StrCat(home ? home : "/tmp", "/.cache/vaedecode/profiles");
-  }
+  if (profile_dir.empty()) profile_dir = vaedecode::tiling::DefaultProfileDir();
   std::vector<vaedecode::tiling::PeakProfile> profiles;
   for (const vaedecode::worker::NamedModel& m : repo->models) {
     absl::StatusOr<vaedecode::tiling::PeakProfile> profile =
-        vaedecode::tiling::LoadOrCalibrate(*m.decoder, probe, {8, 16}, "cpu", profile_dir);
+        vaedecode::tiling::LoadOrCalibrate(*m.decoder, probe, sides, meter.backend(), profile_dir);
     if (!profile.ok()) return Fail(profile.status());
     profiles.push_back(*profile);
   }
   if (absl::GetFlag(FLAGS_memory_budget_mib) > 0) {
-    allocator.set_limit_bytes(absl::GetFlag(FLAGS_memory_budget_mib) << 20);
+    if (absl::Status s = meter.SetBudget(absl::GetFlag(FLAGS_memory_budget_mib) << 20); !s.ok()) return Fail(s);
   }
 
-  vaedecode::parallel::GlooOptions options;
-  options.rank = rank;
-  options.world_size = absl::GetFlag(FLAGS_world);
-  options.group_name = absl::GetFlag(FLAGS_group);
-  options.store_port = absl::GetFlag(FLAGS_store_port);
-  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
-  absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> comm =
-      vaedecode::parallel::GlooCommunicator::Create(options);
+  absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> comm = JoinGroup(*device);
   if (!comm.ok()) return Fail(comm.status());
 
   vaedecode::worker::GroupRuntime runtime(*std::move(comm), std::move(repo->models),
@@ -125,8 +150,9 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return Fail(absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket)));
-  spdlog::info("worker group {} leader ready: {} rank(s), {} model(s), socket {}, blas {}", options.group_name,
-               options.world_size, runtime.models().size(), socket, vaedecode::worker::LoadedBlasLibrary());
+  spdlog::info("worker group {} leader ready: {} rank(s) on {}, {} model(s), socket {}, blas {}",
+               absl::GetFlag(FLAGS_group), absl::GetFlag(FLAGS_world), meter.backend(), runtime.models().size(),
+               socket, vaedecode::worker::LoadedBlasLibrary());
 
   while (!g_stop && !runtime.broken()) absl::SleepFor(absl::Milliseconds(50));
   const bool broken = runtime.broken();

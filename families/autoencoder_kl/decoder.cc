@@ -81,7 +81,7 @@ AutoencoderKLDecoder::AutoencoderKLDecoder(AutoencoderKLConfig config, std::stri
 at::Tensor AutoencoderKLDecoder::ToVaeSpace(const at::Tensor& raw) const {
   // As diffusers' pipelines do it (SDXL with statistics; SD/FLUX/SD3 without).
   if (config_.latents_mean) {
-    const auto opts = at::TensorOptions().dtype(raw.scalar_type());
+    const auto opts = at::TensorOptions().dtype(raw.scalar_type()).device(raw.device());
     const int64_t c = config_.latent_channels;
     at::Tensor mean = at::tensor(*config_.latents_mean, at::kDouble).to(opts).view({1, c, 1, 1});
     at::Tensor std = at::tensor(*config_.latents_std, at::kDouble).to(opts).view({1, c, 1, 1});
@@ -105,6 +105,11 @@ absl::Status AutoencoderKLDecoder::CheckExactSharding(const std::vector<int64_t>
 void AutoencoderKLDecoder::ToDtype(at::ScalarType dtype) {
   module_->to(dtype);
   dtype_ = dtype;
+}
+
+void AutoencoderKLDecoder::ToDevice(const c10::Device& device) {
+  module_->to(device);
+  device_ = device;
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadAutoencoderKL(const ModelFiles& files,

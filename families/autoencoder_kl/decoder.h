@@ -54,6 +54,8 @@ class AutoencoderKLDecoder final : public Decoder {
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
   void ToDtype(at::ScalarType dtype) override;
   at::ScalarType dtype() const override { return dtype_; }
+  void ToDevice(const c10::Device& device) override;
+  c10::Device device() const override { return device_; }
   absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape,
                                   int world_size) const override;
 
@@ -65,6 +67,7 @@ class AutoencoderKLDecoder final : public Decoder {
   AutoencoderKLModule module_;
   ModelInfo info_;
   at::ScalarType dtype_ = at::kFloat;
+  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Loads an AutoencoderKL from diffusers files (encoder keys ignored by name).

@@ -87,6 +87,11 @@ void Flux2Decoder::ToDtype(at::ScalarType dtype) {
   dtype_ = dtype;
 }
 
+void Flux2Decoder::ToDevice(const c10::Device& device) {
+  module_->to(device);
+  device_ = device;
+}
+
 absl::Status Flux2Decoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
   return flux2::CheckExactSharding(config_, latent_shape, world_size);
 }

@@ -55,6 +55,8 @@ class Flux2Decoder final : public Decoder {
   // runs on the fp32 raw latent, as RunDecode hands it over).
   void ToDtype(at::ScalarType dtype) override;
   at::ScalarType dtype() const override { return dtype_; }
+  void ToDevice(const c10::Device& device) override;
+  c10::Device device() const override { return device_; }
   absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
   // For [B, 4·C, h, w] (raw) the output is that of [B, C, 2h, 2w].
   std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const override;
@@ -67,6 +69,7 @@ class Flux2Decoder final : public Decoder {
   AutoencoderKLFlux2Module module_;
   ModelInfo info_;
   at::ScalarType dtype_ = at::kFloat;
+  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Loads an AutoencoderKLFlux2 from diffusers files (encoder.*, quant_conv.*

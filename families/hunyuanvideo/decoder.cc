@@ -90,6 +90,11 @@ void HunyuanVideoDecoder::ToDtype(at::ScalarType dtype) {
   dtype_ = dtype;
 }
 
+void HunyuanVideoDecoder::ToDevice(const c10::Device& device) {
+  module_->to(device);
+  device_ = device;
+}
+
 absl::Status HunyuanVideoDecoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
   return hunyuanvideo::CheckExactSharding(config_, latent_shape, world_size);
 }

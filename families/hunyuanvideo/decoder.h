@@ -53,6 +53,8 @@ class HunyuanVideoDecoder final : public Decoder {
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
   void ToDtype(at::ScalarType dtype) override;
   at::ScalarType dtype() const override { return dtype_; }
+  void ToDevice(const c10::Device& device) override;
+  c10::Device device() const override { return device_; }
   absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
 
   const HunyuanVideoConfig& config() const { return config_; }
@@ -63,6 +65,7 @@ class HunyuanVideoDecoder final : public Decoder {
   AutoencoderKLHunyuanVideoModule module_;
   ModelInfo info_;
   at::ScalarType dtype_ = at::kFloat;
+  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Loads an AutoencoderKLHunyuanVideo from diffusers files (encoder.* and

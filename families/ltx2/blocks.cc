@@ -71,7 +71,7 @@ at::Tensor TimestepEmbeddingImpl::forward(const at::Tensor& x) {
 
 at::Tensor SinusoidalTimestepEmbedding(const at::Tensor& timestep, int64_t dim) {
   const int64_t half = dim / 2;
-  at::Tensor exponent = at::arange(0, half, at::TensorOptions().dtype(at::kFloat)) * (-std::log(10000.0));
+  at::Tensor exponent = at::arange(0, half, at::TensorOptions().dtype(at::kFloat).device(timestep.device())) * (-std::log(10000.0));
   exponent = exponent / static_cast<double>(half);  // downscale_freq_shift 0
   at::Tensor emb = timestep.unsqueeze(1).to(at::kFloat) * at::exp(exponent).unsqueeze(0);  // [B, half]
   emb = at::cat({at::cos(emb), at::sin(emb)}, -1);  // flip_sin_to_cos

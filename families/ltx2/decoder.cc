@@ -71,7 +71,7 @@ at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
   at::NoGradGuard no_grad;
   at::Tensor timestep;
   if (config_.timestep_conditioning) {
-    timestep = at::full({z.size(0)}, kDecodeTimestep, at::TensorOptions().dtype(dtype_));
+    timestep = at::full({z.size(0)}, kDecodeTimestep, at::TensorOptions().dtype(dtype_).device(z.device()));
   }
   return module_->decoder->forward(z.to(dtype_), ops, timestep);
 }
@@ -79,6 +79,11 @@ at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
 void LTX2Decoder::ToDtype(at::ScalarType dtype) {
   module_->decoder->to(dtype);
   dtype_ = dtype;
+}
+
+void LTX2Decoder::ToDevice(const c10::Device& device) {
+  module_->to(device);
+  device_ = device;
 }
 
 absl::Status LTX2Decoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {

@@ -52,6 +52,8 @@ class LTX2Decoder final : public Decoder {
   // The decoder's weights; latents_mean / latents_std stay fp32.
   void ToDtype(at::ScalarType dtype) override;
   at::ScalarType dtype() const override { return dtype_; }
+  void ToDevice(const c10::Device& device) override;
+  c10::Device device() const override { return device_; }
   absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
 
   const LTX2Config& config() const { return config_; }
@@ -62,6 +64,7 @@ class LTX2Decoder final : public Decoder {
   AutoencoderKLLTX2VideoModule module_;
   ModelInfo info_;
   at::ScalarType dtype_ = at::kFloat;
+  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Loads an AutoencoderKLLTX2Video from diffusers files (encoder.* ignored by

@@ -56,9 +56,10 @@ at::Tensor WanDecoder::ToVaeSpace(const at::Tensor& raw) const {
   // As WanPipeline / QwenImagePipeline write it, in fp32:
   // std = 1.0 / tensor(latents_std); latents / std + mean.
   const int64_t c = config_.z_dim;
-  const at::Tensor mean = at::tensor(config_.latents_mean, at::kDouble).to(at::kFloat).view({1, c, 1, 1, 1});
+  const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(raw.device());
+  const at::Tensor mean = at::tensor(config_.latents_mean, at::kDouble).to(fp32).view({1, c, 1, 1, 1});
   const at::Tensor inv_std =
-      at::reciprocal(at::tensor(config_.latents_std, at::kDouble).to(at::kFloat)).view({1, c, 1, 1, 1});
+      at::reciprocal(at::tensor(config_.latents_std, at::kDouble).to(fp32)).view({1, c, 1, 1, 1});
   return raw.to(at::kFloat) / inv_std + mean;
 }
 
@@ -74,6 +75,11 @@ absl::Status WanDecoder::CheckExactSharding(const std::vector<int64_t>& latent_s
 void WanDecoder::ToDtype(at::ScalarType dtype) {
   module_->to(dtype);
   dtype_ = dtype;
+}
+
+void WanDecoder::ToDevice(const c10::Device& device) {
+  module_->to(device);
+  device_ = device;
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadWanFamily(const WanFamily& family, const WanConfig& config,

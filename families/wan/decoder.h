@@ -52,6 +52,8 @@ class WanDecoder final : public Decoder {
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
   void ToDtype(at::ScalarType dtype) override;
   at::ScalarType dtype() const override { return dtype_; }
+  void ToDevice(const c10::Device& device) override;
+  c10::Device device() const override { return device_; }
   absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
 
   const WanConfig& config() const { return config_; }
@@ -66,6 +68,7 @@ class WanDecoder final : public Decoder {
   std::shared_ptr<AutoencoderKLWanImpl> module_;
   ModelInfo info_;
   at::ScalarType dtype_ = at::kFloat;
+  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Builds a `family` decoder for `config` and loads it strictly from `files`

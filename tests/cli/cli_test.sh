@@ -85,6 +85,56 @@ expect_error 1 "not supported" decode --model "$OUT/unsupported" --out "$OUT/x.n
 expect_error 1 "extension" decode --out "$OUT/x.txt"
 expect_error 2 "unknown flag" decode --bogus 1 --out "$OUT/x.npy"
 
+echo "== tiled decode within a memory budget (--mode tiled --budget-mib)"
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" "$2"; }
+# Every AutoencoderKL fixture case fits a budget of its dense peak plus the
+# planner's headroom: one tile, within the budget, diffusers' output.
+while read -r folder name latent expected pipeline; do
+  "$BIN" decode --model "$FIX/$folder" --latent "$FIX/$latent" --out "$OUT/d.npy" > "$OUT/d.log" \
+    || fail "dense decode of $folder/$name"
+  budget=$("$PY" -c "import math,sys; print(math.ceil(float(sys.argv[1]) * 1.3) + 1)" "$(field decode_peak_mib "$OUT/d.log")")
+  "$BIN" decode --model "$FIX/$folder" --latent "$FIX/$latent" --out "$OUT/${folder}_${name}_tiled.npy" \
+    --mode tiled --budget-mib "$budget" > "$OUT/t.log" || fail "tiled decode of $folder/$name: $(cat "$OUT/t.log")"
+  within=$("$PY" -c "import sys; print(float(sys.argv[1]) <= float(sys.argv[2]))" "$(field decode_peak_mib "$OUT/t.log")" "$budget")
+  [ "$within" = True ] || fail "$folder/$name: tiled peak above the $budget MiB budget: $(cat "$OUT/t.log")"
+  compare "$FIX/$expected" "$OUT/${folder}_${name}_tiled.npy"
+done <<< "$cases"
+
+# Latents larger than the fixtures, with budgets well below their dense
+# peak: several seam-free tiles, the measured peak within the budget, and
+# at least 40 dB against the untiled decode.
+for spec in "sd_kl 1,4,72,88 0.45" "flux1_kl 1,16,64,56 0.5"; do
+  read -r folder shape share <<< "$spec"
+  "$BIN" decode --model "$FIX/$folder" --latent-shape "$shape" --out "$OUT/big_dense.npy" > "$OUT/d.log" \
+    || fail "dense decode of $folder at $shape"
+  budget=$("$PY" -c "import sys; print(int(float(sys.argv[1]) * float(sys.argv[2])) + 1)" \
+    "$(field decode_peak_mib "$OUT/d.log")" "$share")
+  "$BIN" decode --model "$FIX/$folder" --latent-shape "$shape" --out "$OUT/big_tiled.npy" --mode tiled \
+    --budget-mib "$budget" > "$OUT/t.log" || { fail "tiled decode of $folder at $shape"; continue; }
+  echo "  $folder $shape budget ${budget} MiB: $(grep -o 'plan=.*decode_peak_mib=[^ ]*' "$OUT/t.log")"
+  verdict=$("$PY" - "$OUT/big_dense.npy" "$OUT/big_tiled.npy" "$(field decode_peak_mib "$OUT/t.log")" "$budget" \
+    "$(field tile_calls "$OUT/t.log")" <<'PY'
+import sys
+import numpy as np
+dense, tiled = np.load(sys.argv[1]).astype(np.float64), np.load(sys.argv[2]).astype(np.float64)
+peak, budget, calls = float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+mse = float(np.mean((dense - tiled) ** 2))
+span = float(dense.max() - dense.min())
+psnr = 10 * np.log10(span * span / mse) if mse > 0 else float("inf")
+problems = []
+if calls < 2: problems.append(f"{calls} tile call(s): the budget did not force tiling")
+if peak > budget: problems.append(f"peak {peak} MiB above the {budget} MiB budget")
+if psnr < 40: problems.append(f"PSNR {psnr:.1f} dB < 40")
+print("; ".join(problems) if problems else f"OK psnr={psnr:.1f}dB")
+PY
+)
+  case "$verdict" in OK*) echo "  ok: $verdict" ;; *) fail "$folder at $shape: $verdict" ;; esac
+done
+expect_error 1 "out of memory" decode --model "$FIX/sd_kl" --latent-shape 1,4,72,88 --mode tiled --budget-mib 1 \
+  --out "$OUT/x.npy"
+expect_error 1 "budget-mib must be a positive integer" decode --mode tiled --budget-mib 0 --out "$OUT/x.npy"
+expect_error 1 "this LibTorch has no CUDA" decode --device cuda:0 --out "$OUT/x.npy"
+
 echo "== a rank killed mid-decode fails the group without hanging or orphans"
 start=$(date +%s)
 "$BIN" decode --latent-shape 1,4,40,40 --mode exact --ranks 3 --timeout-s 30 --out "$OUT/killed.npy" \

@@ -12,7 +12,7 @@
 #include "parallel/testing/tensor_checks.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "tiling/tiled_decode.h"
-#include "worker/counting_cpu_allocator.h"
+#include "device/counting_cpu_allocator.h"
 #include "worker/tiled_group_decode.h"
 
 namespace vaedecode {
@@ -33,7 +33,7 @@ at::Tensor Latent() {
 }
 
 absl::Status RunTiled(int rank, int world, int port, int64_t tile, int oom_rank, int want_retries) {
-  worker::CountingCpuAllocator& allocator = worker::CountingCpuAllocator::Install();
+  device::CountingCpuAllocator& allocator = device::CountingCpuAllocator::Install();
   auto decoder = SmallDecoder();
   absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm =
       testing::JoinTestGroup(rank, world, port, "tiled-group-test");

@@ -1,0 +1,53 @@
+#include "device/compute_device.h"
+
+#include <ATen/Context.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace vaedecode::device {
+
+absl::StatusOr<c10::Device> ParseComputeDevice(const std::string& name) {
+  const size_t colon = name.find(':');
+  const std::string kind = name.substr(0, colon);
+  int index = 0;
+  const bool has_index = colon != std::string::npos;
+  if (has_index && (!absl::SimpleAtoi(name.substr(colon + 1), &index) || index < 0 || index > 1023)) {
+    return absl::InvalidArgumentError(absl::StrCat("device \"", name, "\": the index must be 0..1023"));
+  }
+  if (kind == "cpu") return c10::Device(c10::kCPU);
+  if (kind == "cuda" && has_index) return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+  return absl::InvalidArgumentError(absl::StrCat("device \"", name, "\": expected cpu:N or cuda:N"));
+}
+
+absl::Status PrepareComputeDevice(const c10::Device& device) {
+  if (device.is_cpu()) return absl::OkStatus();
+  if (!device.is_cuda()) {
+    return absl::InvalidArgumentError(absl::StrCat("device ", device.str(), " is not supported (cpu or cuda)"));
+  }
+  if (!at::hasCUDA()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "device ", device.str(),
+        ": this LibTorch has no CUDA (Debian's is CPU-only; GPU builds use an official CUDA LibTorch, see "
+        "deploy/docker/Dockerfile.gpu)"));
+  }
+  try {
+    c10::impl::VirtualGuardImpl guard(c10::kCUDA);
+    const int count = guard.deviceCount();
+    if (device.index() >= count) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device ", device.str(), ": this process sees ", count, " GPU(s)"));
+    }
+    guard.setDevice(device);
+  } catch (const c10::Error& e) {
+    return absl::FailedPreconditionError(absl::StrCat("device ", device.str(), ": ", e.what_without_backtrace()));
+  }
+  // diffusers' references are float32; TF32 would change every conv and matmul.
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+  return absl::OkStatus();
+}
+
+}  // namespace vaedecode::device

@@ -1,0 +1,27 @@
+#pragma once
+
+// The device a process decodes on. Workers and the CLI name devices as the
+// server does: "cpu:N" (N numbers CPU workers; LibTorch has one CPU device)
+// or "cuda:N" (a GPU index as CUDA numbers them in this process).
+
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace vaedecode::device {
+
+// "cpu", "cpu:N" -> the CPU device; "cuda:N" -> CUDA device N. Anything else
+// is INVALID_ARGUMENT naming the text.
+absl::StatusOr<c10::Device> ParseComputeDevice(const std::string& name);
+
+// Makes `device` this process's compute device. CUDA: FAILED_PRECONDITION
+// when this LibTorch has no CUDA or the GPU does not exist; otherwise it
+// becomes the current device and TF32 is switched off for matmuls and
+// convolutions (decodes must match float32 references; TF32 keeps 10
+// mantissa bits). CPU: nothing to do.
+absl::Status PrepareComputeDevice(const c10::Device& device);
+
+}  // namespace vaedecode::device

@@ -1,0 +1,90 @@
+// GPU memory accounting from the CUDA caching allocator (libc10_cuda) and the
+// CUDA runtime. Built only with --config=gpu, against an official CUDA
+// LibTorch; the API used here is the same in LibTorch 1.13 and 2.x
+// (statistics indexed by StatType::AGGREGATE == 0).
+
+#if !__has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+// Debian's CPU LibTorch ships c10/cuda headers without this generated one
+// (it only defines C10_CUDA_BUILD_SHARED_LIBS, which Linux does not need).
+#define C10_CUDA_NO_CMAKE_CONFIGURE_FILE
+#endif
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include "absl/strings/str_cat.h"
+#include "device/cuda_memory.h"
+
+namespace vaedecode::device {
+namespace {
+
+namespace allocator = c10::cuda::CUDACachingAllocator;
+constexpr size_t kAggregate = 0;  // StatType::AGGREGATE in every LibTorch
+
+class CudaDeviceMemory final : public DeviceMemory {
+ public:
+  CudaDeviceMemory(int index, std::string backend, int64_t total_bytes)
+      : index_(index), backend_(std::move(backend)), total_bytes_(total_bytes) {}
+
+  std::string backend() const override { return backend_; }
+  int64_t current_bytes() const override { return Stats().allocated_bytes[kAggregate].current; }
+  int64_t peak_bytes() const override { return Stats().allocated_bytes[kAggregate].peak; }
+  void ResetPeak() override { allocator::resetPeakStats(static_cast<c10::DeviceIndex>(index_)); }
+
+  int64_t free_bytes() const override {
+    const auto stats = Stats();
+    const int64_t allocated = stats.allocated_bytes[kAggregate].current;
+    const int64_t cached = stats.reserved_bytes[kAggregate].current - allocated;
+    size_t free_now = 0, total = 0;
+    int previous = -1;
+    cudaGetDevice(&previous);
+    cudaSetDevice(index_);
+    const bool known = cudaMemGetInfo(&free_now, &total) == cudaSuccess;
+    if (previous >= 0) cudaSetDevice(previous);
+    // Blocks the caching allocator holds but no tensor uses are free to us.
+    int64_t free = known ? static_cast<int64_t>(free_now) + cached : total_bytes_ - allocated;
+    const int64_t budget = budget_bytes_.load();
+    if (budget > 0) free = std::min(free, budget - allocated);
+    return std::max<int64_t>(0, free);
+  }
+
+  absl::Status SetBudget(int64_t bytes) override {
+    if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative memory budget ", bytes));
+    // The allocator refuses to reserve beyond the fraction: an out-of-memory
+    // error, as when the GPU itself is full.
+    const double fraction = bytes == 0 ? 1.0 : std::min(1.0, static_cast<double>(bytes) / total_bytes_);
+    allocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(index_));
+    budget_bytes_.store(bytes);
+    return absl::OkStatus();
+  }
+  int64_t budget_bytes() const override { return budget_bytes_.load(); }
+
+ private:
+  // DeviceStats moved namespaces in LibTorch 2.x; the call's type is stable.
+  using StatsType = decltype(allocator::getDeviceStats(0));
+  StatsType Stats() const { return allocator::getDeviceStats(static_cast<c10::DeviceIndex>(index_)); }
+
+  const int index_;
+  const std::string backend_;
+  const int64_t total_bytes_;
+  std::atomic<int64_t> budget_bytes_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeviceMemory>> NewCudaDeviceMemory(int index) {
+  cudaDeviceProp properties;
+  if (cudaError_t e = cudaGetDeviceProperties(&properties, index); e != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda:", index, ": cudaGetDeviceProperties: ", cudaGetErrorString(e)));
+  }
+  return std::unique_ptr<DeviceMemory>(std::make_unique<CudaDeviceMemory>(
+      index, absl::StrCat("cuda/", properties.name), static_cast<int64_t>(properties.totalGlobalMem)));
+}
+
+}  // namespace vaedecode::device

@@ -1,0 +1,207 @@
+// The GPU worker path, run where a CUDA LibTorch and GPUs exist (every test
+// skips elsewhere, e.g. in CI with Debian's CPU LibTorch; tools/gpu_check.sh
+// runs them on a GPU machine):
+//  * every fixture decodes densely on cuda:0 within diffusers' 1e-4 (float32
+//    with TF32 off), from VAE and raw latents, and the group path (job
+//    broadcast, decode, rank statistics) runs with a communicator on the GPU;
+//  * exact decode sharded over 2-4 GPUs with NCCL equals the dense decode;
+//  * (--config=gpu) device memory reads the CUDA caching allocator and a
+//    budget turns an oversized allocation into an out-of-memory status.
+//
+// CUDA is only touched inside forked ranks: a CUDA context does not survive
+// fork, so the gtest process never creates one.
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "device/compute_device.h"
+#include "device/device_memory.h"
+#include "formats/tensor_file.h"
+#include "parallel/nccl_communicator.h"
+#include "parallel/testing/multi_process.h"
+#include "parallel/testing/tensor_checks.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "tests/multiprocess/group_decode_checks.h"
+#include "worker/decode_job.h"
+#include "worker/exact_decode.h"
+
+namespace vaedecode {
+namespace {
+
+using parallel::testing::RankOutcome;
+constexpr const char* kSkip = "SKIP: ";
+
+#define RETURN_IF_ERROR(expr)                  \
+  do {                                         \
+    const absl::Status status_ = (expr);       \
+    if (!status_.ok()) return status_;         \
+  } while (false)
+
+// Runs `body` on `world` forked ranks, rank r on cuda:r; skips the test
+// unless a CUDA LibTorch sees at least `world` GPUs.
+void RunOnGpus(int world, absl::Duration timeout, const std::function<absl::Status(int rank, int port)>& body) {
+  parallel::testing::RunRanksOptions options;
+  options.world_size = world;
+  options.timeout = timeout;
+  absl::StatusOr<std::vector<RankOutcome>> outcomes =
+      parallel::testing::RunRanksCollect(options, [&body](int rank, int world, int port) -> absl::Status {
+        if (!at::hasCUDA()) return absl::FailedPreconditionError(absl::StrCat(kSkip, "needs a CUDA LibTorch"));
+        const int count = c10::impl::VirtualGuardImpl(c10::kCUDA).deviceCount();
+        if (count < world) {
+          return absl::FailedPreconditionError(absl::StrCat(kSkip, "needs ", world, " GPUs, found ", count));
+        }
+        RETURN_IF_ERROR(device::PrepareComputeDevice(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(rank))));
+        return body(rank, port);
+      });
+  ASSERT_TRUE(outcomes.ok()) << outcomes.status();
+  for (const RankOutcome& outcome : *outcomes) {
+    if (absl::StartsWith(outcome.status.message(), kSkip)) GTEST_SKIP() << outcome.status.message();
+  }
+  for (const RankOutcome& outcome : *outcomes) {
+    EXPECT_TRUE(outcome.status.ok()) << "rank " << outcome.rank << ": " << outcome.status;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<families::Decoder>> GpuDecoder(const std::string& fixture, int index) {
+  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = testing::LoadFixtureDecoder(fixture);
+  if (!decoder.ok()) return decoder.status();
+  (*decoder)->ToDevice(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)));
+  return decoder;
+}
+
+class GpuFixture : public ::testing::TestWithParam<testing::FixtureCase> {};
+
+TEST_P(GpuFixture, DenseOnTheGpuMatchesDiffusers) {
+  const testing::FixtureCase c = GetParam();
+  RunOnGpus(1, absl::Seconds(300), [&c](int, int) -> absl::Status {
+    if (at::globalContext().allowTF32CuBLAS() || at::globalContext().allowTF32CuDNN()) {
+      return absl::InternalError("TF32 is still enabled on the compute device");
+    }
+    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, 0);
+    RETURN_IF_ERROR(decoder.status());
+    absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
+    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+    RETURN_IF_ERROR(expected.status());
+    RETURN_IF_ERROR(latent.status());
+    families::DenseOps ops;
+    absl::StatusOr<at::Tensor> sample = worker::RunDecode(**decoder, {*latent, families::LatentSpace::kVae}, ops);
+    RETURN_IF_ERROR(sample.status());
+    if (!sample->is_cuda()) return absl::InternalError("the decode did not run on the GPU");
+    RETURN_IF_ERROR(parallel::testing::ExpectTensorClose(*sample, *expected, 1e-4, 0, c.fixture + " on cuda:0"));
+    if (c.pipeline_latent_file.empty()) return absl::OkStatus();
+    absl::StatusOr<at::Tensor> raw = formats::ReadTensorFile(c.pipeline_latent_file, "latent");
+    RETURN_IF_ERROR(raw.status());
+    absl::StatusOr<at::Tensor> from_raw = worker::RunDecode(**decoder, {*raw, families::LatentSpace::kRaw}, ops);
+    RETURN_IF_ERROR(from_raw.status());
+    return parallel::testing::ExpectTensorClose(*from_raw, *expected, 1e-4, 0, c.fixture + " raw on cuda:0");
+  });
+}
+
+TEST_P(GpuFixture, GroupPathWithTheCommunicatorOnTheGpu) {
+  // World size 1 over NCCL: the leader's job and statistics tensors live on
+  // the GPU, the sample comes back there.
+  const testing::FixtureCase c = GetParam();
+  RunOnGpus(1, absl::Seconds(300), [&c](int rank, int port) -> absl::Status {
+    parallel::NcclOptions options;
+    options.device = 0;
+    options.store_port = port;
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::NcclCommunicator::Create(options);
+    if (!comm.ok() && comm.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::FailedPreconditionError(absl::StrCat(kSkip, comm.status().message()));
+    }
+    RETURN_IF_ERROR(comm.status());
+    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, 0);
+    RETURN_IF_ERROR(decoder.status());
+    absl::StatusOr<at::Tensor> latent = testing::LeaderLatent(c.latent_file, rank);
+    RETURN_IF_ERROR(latent.status());
+    testing::GroupCheckOptions check;
+    check.expected_file = c.expected_file;
+    check.what = c.fixture + "/" + c.name + " (group of 1 on cuda:0)";
+    absl::StatusOr<testing::GroupDecodeCheck> result =
+        testing::DecodeWithGroupAndCheck(**decoder, **comm, *latent, check);
+    RETURN_IF_ERROR(result.status());
+    worker::GroupDecodeResult mine;
+    absl::StatusOr<std::vector<worker::RankStats>> stats = worker::GatherRankStats(**comm, mine);
+    RETURN_IF_ERROR(stats.status());
+    return stats->size() == 1 ? absl::OkStatus() : absl::InternalError("no rank statistics");
+  });
+}
+
+std::string CaseName(const ::testing::TestParamInfo<testing::FixtureCase>& info) {
+  return info.param.fixture + "_" + info.param.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixture, ::testing::ValuesIn(testing::AllFixtureCases()), CaseName);
+
+class GpuExact : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuExact, ShardedOverGpusEqualsDense) {
+  const int world = GetParam();
+  RunOnGpus(world, absl::Seconds(600), [world](int rank, int port) -> absl::Status {
+    parallel::NcclOptions options;
+    options.rank = rank;
+    options.world_size = world;
+    options.device = rank;
+    options.store_port = port;
+    options.timeout = absl::Seconds(120);
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::NcclCommunicator::Create(options);
+    if (!comm.ok() && comm.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::FailedPreconditionError(absl::StrCat(kSkip, comm.status().message()));
+    }
+    RETURN_IF_ERROR(comm.status());
+    for (const testing::FixtureCase& c : testing::AllFixtureCases()) {
+      absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, rank);
+      RETURN_IF_ERROR(decoder.status());
+      absl::StatusOr<at::Tensor> latent = testing::LeaderLatent(c.latent_file, rank);
+      RETURN_IF_ERROR(latent.status());
+      testing::GroupCheckOptions check;
+      check.expected_file = c.expected_file;
+      check.what = absl::StrCat(c.fixture, "/", c.name, " exact over ", world, " GPUs");
+      absl::StatusOr<testing::GroupDecodeCheck> result =
+          testing::DecodeWithGroupAndCheck(**decoder, **comm, *latent, check);
+      RETURN_IF_ERROR(result.status());
+    }
+    return absl::OkStatus();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GpuExact, ::testing::Values(2, 3, 4));
+
+TEST(GpuMemory, CachingAllocatorStatisticsAndBudget) {
+  RunOnGpus(1, absl::Seconds(120), [](int, int) -> absl::Status {
+    absl::StatusOr<device::DeviceMemory*> memory = device::InstallDeviceMemory(c10::Device(c10::kCUDA, 0));
+    if (!memory.ok() && memory.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::FailedPreconditionError(absl::StrCat(kSkip, memory.status().message()));
+    }
+    RETURN_IF_ERROR(memory.status());
+    device::DeviceMemory& m = **memory;
+    if (!absl::StartsWith(m.backend(), "cuda/")) return absl::InternalError("backend " + m.backend());
+    const int64_t base = m.current_bytes();
+    m.ResetPeak();
+    {
+      at::Tensor block = at::empty({64 << 20}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+      if (m.current_bytes() - base != (64 << 20)) {
+        return absl::InternalError(absl::StrCat("current grew by ", m.current_bytes() - base));
+      }
+    }
+    if (m.current_bytes() != base || m.peak_bytes() - base != (64 << 20)) {
+      return absl::InternalError(absl::StrCat("current ", m.current_bytes(), " peak ", m.peak_bytes()));
+    }
+    if (m.free_bytes() <= (64 << 20)) return absl::InternalError("free memory not reported");
+    RETURN_IF_ERROR(m.SetBudget(m.current_bytes() + (256 << 20)));
+    if (m.free_bytes() > (256 << 20)) return absl::InternalError("the budget does not bound free memory");
+    const absl::Status too_big = worker::CatchExceptions("allocation", [] {
+      at::Tensor t = at::empty({int64_t{1} << 30}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+    });
+    if (too_big.code() != absl::StatusCode::kResourceExhausted) {
+      return absl::InternalError("1 GiB under a 256 MiB budget: " + too_big.ToString());
+    }
+    return m.SetBudget(0);
+  });
+}
+
+}  // namespace
+}  // namespace vaedecode
