@@ -122,7 +122,11 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
                                    CallDeadline(*context), options_.max_buffered_messages);
   auto* reactor = new DecodeReactor(job, active_, accepting_);
   job->Attach(reactor, [this](const Job& j, const absl::Status& s) { Report(j, s); });
-  if (status.ok()) status = scheduler_.Enqueue(job);
+  if (status.ok()) {
+    job->MarkPending();
+    metrics_.AddPending(job->model().name(), 1);
+    status = scheduler_.Enqueue(job);
+  }
   if (!status.ok()) job->Finish(status);
   return reactor;
 }
@@ -133,7 +137,9 @@ void DecodeService::Report(const Job& job, const absl::Status& status) {
   const v1::DecodeRequest& req = job.request();
   std::vector<int64_t> latent(req.latent().shape().begin(), req.latent().shape().end());
   const std::string model = job.model().name().empty() ? "_unknown" : job.model().name();
-  metrics_.RecordRequest(model, status.code(), total_ms / 1000);
+  if (job.TakePending()) metrics_.AddPending(job.model().name(), -1);
+  metrics_.RecordRequest(model, status.code(), total_ms / 1000, r.timings.queue_ms() / 1000,
+                         r.timings.decode_ms() / 1000);
   spdlog::info(
       "request id={} model={} latent={} latent_dtype={} output={} format={} mode={} degree={} "
       "group={} queue_ms={:.1f} decode_ms={:.1f} gather_ms={:.1f} stream_ms={:.1f} "

@@ -17,6 +17,7 @@
 // always started outside the Job's lock. Lock order: Job, then the
 // scheduler (a queued job's cancel hook removes it from the queue).
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -102,6 +103,12 @@ class Job {
   void UpdateReport(const std::function<void(JobReport&)>& update);
   JobReport report() const;
 
+  // Pending = queued and not yet taken by a group (Triton's pending count).
+  // MarkPending before the job is queued; TakePending is true exactly once
+  // afterwards, for whoever ends the pending time first (dispatch or finish).
+  void MarkPending() { pending_.store(true); }
+  bool TakePending() const { return pending_.exchange(false); }
+
   // ---- reactor side (gRPC threads) ---------------------------------------
   void OnWriteDone(bool ok);
   // The client went away or the deadline passed: drop buffered messages,
@@ -110,6 +117,7 @@ class Job {
   void Cancel(absl::Status reason);
 
  private:
+  mutable std::atomic<bool> pending_{false};
   enum class Action { kNone, kWrite, kFinish };
   // Decides the next stream operation; the caller performs it after
   // unlocking.

@@ -29,14 +29,19 @@ ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "Largest request (latent) and re
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090",
           "Prometheus /metrics address HOST:PORT; empty: none");
 ABSL_FLAG(int, drain_timeout_s, 30, "On SIGTERM, how long calls in flight may take to finish");
+ABSL_FLAG(int, max_connection_age_s, 300,
+          "Close client connections after this long (GOAWAY, so clients reconnect and L4 load balancers "
+          "spread them over replicas); 0 = never");
+ABSL_FLAG(int, max_connection_age_grace_s, 600,
+          "How long calls on a connection past its age may still take before it is closed");
 ABSL_FLAG(std::string, worker_binary, "",
           "Path of vaedecode_worker; empty: the one beside this binary");
 ABSL_FLAG(std::string, dtype, "float32", "Worker compute dtype: float32, bfloat16 or float16");
 ABSL_FLAG(int, threads, 1, "Intra-op threads per worker process");
 ABSL_FLAG(int, collective_timeout_s, 300, "Worker collective timeout");
 ABSL_FLAG(int64_t, memory_budget_mib, 0,
-          "CPU devices: memory each worker rank may use (its free memory for the exact/tiled/queue "
-          "choice; allocations above it fail like an out-of-memory). 0 = unbounded");
+          "Memory each worker rank may use on its device (its free memory for the exact/tiled/queue "
+          "choice; allocations above it fail with an out-of-memory). 0 = CPU: unbounded, GPU: the whole GPU");
 ABSL_FLAG(int, worker_start_timeout_s, 300,
           "How long a group may take to form and load its models");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "Largest Chunk.data in a Decode stream");
@@ -102,6 +107,8 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
+  options.max_connection_age = absl::Seconds(absl::GetFlag(FLAGS_max_connection_age_s));
+  options.max_connection_age_grace = absl::Seconds(absl::GetFlag(FLAGS_max_connection_age_grace_s));
   options.worker_binary = ResolvePath(absl::GetFlag(FLAGS_worker_binary));
   options.dtype = absl::GetFlag(FLAGS_dtype);
   options.threads = absl::GetFlag(FLAGS_threads);

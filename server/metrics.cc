@@ -80,19 +80,63 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
       group_ready_(prometheus::BuildGauge()
                        .Name("vaedecode_group_ready")
                        .Help("1 when the worker group is formed and serving")
-                       .Register(registry)) {}
+                       .Register(registry)),
+      success_(prometheus::BuildCounter()
+                   .Name("vaedecode_request_success")
+                   .Help("Successful decode requests (Triton's nv_inference_request_success)")
+                   .Register(registry)),
+      failure_(prometheus::BuildCounter()
+                   .Name("vaedecode_request_failure")
+                   .Help("Failed decode requests by reason, the gRPC status code (Triton's "
+                         "nv_inference_request_failure)")
+                   .Register(registry)),
+      request_us_(prometheus::BuildCounter()
+                      .Name("vaedecode_request_duration_us")
+                      .Help("Cumulative end-to-end time of successful requests, microseconds (Triton's "
+                            "nv_inference_request_duration_us)")
+                      .Register(registry)),
+      queue_us_(prometheus::BuildCounter()
+                    .Name("vaedecode_queue_duration_us")
+                    .Help("Cumulative time successful requests waited for a worker group, microseconds "
+                          "(Triton's nv_inference_queue_duration_us)")
+                    .Register(registry)),
+      compute_us_(prometheus::BuildCounter()
+                      .Name("vaedecode_compute_infer_duration_us")
+                      .Help("Cumulative decode time of successful requests on their group, microseconds "
+                            "(Triton's nv_inference_compute_infer_duration_us)")
+                      .Register(registry)),
+      pending_(prometheus::BuildGauge()
+                   .Name("vaedecode_pending_request_count")
+                   .Help("Requests queued for a worker group and not yet running (Triton's "
+                         "nv_inference_pending_request_count)")
+                   .Register(registry)) {}
 
-void ServerMetrics::RecordRequest(const std::string& model, absl::StatusCode code, double total_s) {
+void ServerMetrics::RecordRequest(const std::string& model, absl::StatusCode code, double total_s,
+                                  double queue_s, double decode_s) {
   const std::string status = StatusCodeName(code);
   requests_.Add({{"model", model}, {"status", status}}).Increment();
   request_seconds_.Add({{"status", status}}, LatencyBuckets()).Observe(total_s);
+  if (code != absl::StatusCode::kOk) {
+    failure_.Add({{"model", model}, {"reason", status}}).Increment();
+    return;
+  }
+  success_.Add({{"model", model}}).Increment();
+  request_us_.Add({{"model", model}}).Increment(total_s * 1e6);
+  queue_us_.Add({{"model", model}}).Increment(queue_s * 1e6);
+  compute_us_.Add({{"model", model}}).Increment(decode_s * 1e6);
 }
 
-void ServerMetrics::RecordDecode(const std::string& family, const std::string& mode, int degree,
-                                 double decode_s, double gather_s, int64_t collectives) {
+void ServerMetrics::AddPending(const std::string& model, int64_t delta) {
+  pending_.Add({{"model", model}}).Increment(static_cast<double>(delta));
+}
+
+void ServerMetrics::RecordDecode(const std::string& model, const std::string& family, const std::string& mode,
+                                 int degree, double decode_s, double gather_s, int64_t collectives) {
   const prometheus::Labels labels = {
       {"family", family}, {"mode", mode}, {"degree", absl::StrCat(degree)}};
-  decode_.Add(labels, LatencyBuckets()).Observe(decode_s);
+  decode_.Add({{"model", model}, {"family", family}, {"mode", mode}, {"degree", absl::StrCat(degree)}},
+              LatencyBuckets())
+      .Observe(decode_s);
   gather_.Add(labels, LatencyBuckets()).Observe(gather_s);
   collectives_.Add(labels, CountBuckets()).Observe(static_cast<double>(collectives));
 }
@@ -118,7 +162,14 @@ void ServerMetrics::RecordWorkerRestart(const std::string& group) {
 
 void ServerMetrics::InitGroup(const std::string& group) { restarts_.Add({{"group", group}}); }
 
-void ServerMetrics::InitModel(const std::string& model) { tile_retries_.Add({{"model", model}}); }
+void ServerMetrics::InitModel(const std::string& model) {
+  tile_retries_.Add({{"model", model}});
+  success_.Add({{"model", model}});
+  request_us_.Add({{"model", model}});
+  queue_us_.Add({{"model", model}});
+  compute_us_.Add({{"model", model}});
+  pending_.Add({{"model", model}});
+}
 
 void ServerMetrics::RecordTileRetries(const std::string& model, int retries) {
   tile_retries_.Add({{"model", model}}).Increment(retries);

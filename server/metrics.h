@@ -7,7 +7,7 @@
 // fixed group size, device and group from the --devices carving.
 //
 //   vaedecode_requests_total{model,status}            counter
-//   vaedecode_decode_seconds{family,mode,degree}       histogram (leader decode time)
+//   vaedecode_decode_seconds{model,family,mode,degree} histogram (leader decode time)
 //   vaedecode_gather_seconds{family,mode,degree}       histogram
 //   vaedecode_collectives_per_decode{family,mode,degree} histogram
 //   vaedecode_queue_seconds                            histogram (time in the queue)
@@ -20,6 +20,15 @@
 //   vaedecode_worker_restarts_total{group}             counter
 //   vaedecode_tile_retries_total{model}                counter (OOM-ladder fallbacks)
 //   vaedecode_group_ready{group}                       gauge (1 ready, 0 not)
+//
+// Triton's per-model names and meanings, so dashboards built for Triton
+// (nv_inference_*) work with the prefix swapped:
+//   vaedecode_request_success{model}                   counter
+//   vaedecode_request_failure{model,reason}            counter (reason: gRPC code name)
+//   vaedecode_request_duration_us{model}               counter (cumulative, successful requests)
+//   vaedecode_queue_duration_us{model}                 counter (cumulative, successful requests)
+//   vaedecode_compute_infer_duration_us{model}         counter (cumulative decode time, successful)
+//   vaedecode_pending_request_count{model}             gauge (queued, not yet on a group)
 //
 // Thread-safe: prometheus-cpp metrics are atomic and families lock when a
 // new label set is added.
@@ -42,10 +51,13 @@ class ServerMetrics {
   // Registers every family on `registry`, which must outlive this object.
   explicit ServerMetrics(prometheus::Registry& registry);
 
-  void RecordRequest(const std::string& model, absl::StatusCode code, double total_s);
+  // One finished request; queue and decode times count for successful ones.
+  void RecordRequest(const std::string& model, absl::StatusCode code, double total_s, double queue_s,
+                     double decode_s);
   // One finished decode, from the leader's header and trailer.
-  void RecordDecode(const std::string& family, const std::string& mode, int degree, double decode_s,
-                    double gather_s, int64_t collectives);
+  void RecordDecode(const std::string& model, const std::string& family, const std::string& mode, int degree,
+                    double decode_s, double gather_s, int64_t collectives);
+  void AddPending(const std::string& model, int64_t delta);
   void RecordQueueTime(double seconds);
   void RecordStreamTime(double seconds);
   void SetQueueDepth(int64_t depth);
@@ -76,6 +88,12 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Counter>& tile_retries_;
   prometheus::Family<prometheus::Gauge>& group_ready_;
+  prometheus::Family<prometheus::Counter>& success_;
+  prometheus::Family<prometheus::Counter>& failure_;
+  prometheus::Family<prometheus::Counter>& request_us_;
+  prometheus::Family<prometheus::Counter>& queue_us_;
+  prometheus::Family<prometheus::Counter>& compute_us_;
+  prometheus::Family<prometheus::Gauge>& pending_;
 };
 
 }  // namespace vaedecode::server

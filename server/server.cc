@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,11 @@ namespace {
 constexpr char kServiceName[] = "vaedecode.v1.VaeDecoder";
 // Room for a Chunk's other fields and the message framing.
 constexpr int64_t kMessageOverhead = 64 << 10;
+
+// gRPC channel arguments are ints of milliseconds.
+int MillisecondsArg(absl::Duration d) {
+  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d), std::numeric_limits<int>::max()));
+}
 
 bool IsExecutable(const std::string& path) {
   std::error_code ec;
@@ -83,6 +90,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                                    options.max_message_bytes));
   }
 
+  if (options.max_connection_age < absl::ZeroDuration() || options.max_connection_age_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--max_connection_age_s and --max_connection_age_grace_s must not be negative");
+  }
+
   std::unique_ptr<Server> s(new Server());
   s->options_ = options;
   s->options_.worker_binary = *worker_binary;
@@ -116,6 +127,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  if (options.max_connection_age > absl::ZeroDuration()) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, MillisecondsArg(options.max_connection_age));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               MillisecondsArg(options.max_connection_age_grace));
+  }
   s->grpc_server_ = builder.BuildAndStart();
   if (!s->grpc_server_ || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on --listen=", options.listen));

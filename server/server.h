@@ -41,11 +41,16 @@ struct ServerOptions {
   int64_t max_message_bytes = 64 << 20;  // largest request (latent) and response message
   std::string metrics_listen;            // "" = no /metrics endpoint
   absl::Duration drain_timeout = absl::Seconds(30);
+  // Connections are closed (GOAWAY) after this age so that long-lived
+  // clients reconnect and spread over replicas behind an L4 balancer;
+  // calls in flight get the grace. Zero: connections live forever.
+  absl::Duration max_connection_age = absl::Minutes(5);
+  absl::Duration max_connection_age_grace = absl::Minutes(10);
   std::string worker_binary;  // "" = found beside the server binary
   std::string dtype = "float32";
   int threads = 1;
   int collective_timeout_s = 300;
-  int64_t memory_budget_mib = 0;  // per CPU rank; 0 = unbounded (no memory-based mode choice)
+  int64_t memory_budget_mib = 0;  // per rank; 0 = CPU: unbounded (no memory-based mode choice), GPU: whole GPU
   absl::Duration worker_start_timeout = absl::Minutes(5);
   int64_t chunk_bytes = 1 << 20;  // largest Chunk.data the leader sends
   std::string socket_dir;         // "" = a fresh /tmp/vaedecode-XXXXXX

@@ -369,6 +369,7 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
   const absl::Time dispatched = absl::Now();
   const double queue_ms = Ms(dispatched - job->received());
   metrics_.RecordQueueTime(queue_ms / 1000);
+  if (job->TakePending()) metrics_.AddPending(job->model().name(), -1);
   job->UpdateReport([&](JobReport& r) {
     r.group = options_.name;
     r.timings.set_queue_ms(queue_ms);
@@ -522,7 +523,7 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
     return;
   }
   const JobReport report = job->report();
-  metrics_.RecordDecode(job->model().family(), report.mode, report.degree,
+  metrics_.RecordDecode(job->model().name(), job->model().family(), report.mode, report.degree,
                         report.timings.decode_ms() / 1000, report.timings.gather_ms() / 1000,
                         report.collectives);
   metrics_.RecordStreamTime(report.timings.stream_ms() / 1000);

@@ -558,7 +558,7 @@ def cmd_dockerfiles(helpfull, docker_dir, k8s_dir, out_dir):
             check(re.search(r"ARG DEBIAN_IMAGE=debian:12\b", open(path).read()) is not None, f"{where}: base is not debian:12")
         else:
             check(any("cuda" in f.lower() for f in froms), f"{where}: no CUDA base image")
-            check(any("--config=cuda" in a for i, a in ins if i == "RUN"), f"{where}: does not build the NCCL communicator")
+            check(any("--config=gpu" in a for i, a in ins if i == "RUN"), f"{where}: does not build the GPU worker path (--config=gpu)")
             check(any("LIBTORCH_URL" in a for i, a in ins if i == "ARG"), f"{where}: no LibTorch build argument")
             text = open(path).read()
             for arg in re.findall(r"^ARG (\w+)", text, re.M):

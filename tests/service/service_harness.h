@@ -116,7 +116,8 @@ DecodeOutcome Decode(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& reques
                      const std::function<void(grpc::ClientContext&)>& on_start = nullptr);
 
 // The value of the sample `name{labels}` in a Prometheus text exposition
-// (labels in any order, as "k=\"v\"" pieces that must all appear); -1 when absent.
+// (labels in any order, as "k=\"v\"" pieces that must all appear), summed
+// over every series that matches; -1 when none does.
 double MetricValue(const std::string& exposition, const std::string& name,
                    const std::vector<std::string>& label_pieces = {});
 

@@ -359,6 +359,29 @@ TEST(ServiceSupervisionTest, FailedStartsKeepRetryingAndHealthSaysNotServing) {
   ExpectMatches(Decode(server.stub(), Small()), SmallExpected(), v1::OUTPUT_FLOAT32);
 }
 
+TEST(ServiceSupervisionTest, ConnectionsAreClosedAtTheirMaximumAgeAndClientsReconnect) {
+  // So that an L4 load balancer sees long-lived clients reconnect and
+  // spreads them over new replicas.
+  const std::string repo = FixtureRepository({"sd_kl"});
+  auto server = StartServing(
+      RealWorkerFlags(repo, "cpu:1", 1, {"--max_connection_age_s=1", "--max_connection_age_grace_s=1"}),
+      {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  std::shared_ptr<grpc::Channel> channel = server->channel();
+  ExpectMatches(Decode(server->stub(), Small("before-the-age")), SmallExpected(), v1::OUTPUT_FLOAT32);
+  ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  // The server's GOAWAY (age 1 s, ±10% jitter, + 1 s grace) leaves the
+  // channel idle; nothing else would close a connection this young.
+  bool closed = false;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!closed && absl::Now() < give_up) {
+    closed = channel->GetState(false) != GRPC_CHANNEL_READY;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(closed) << "the connection outlived --max_connection_age_s=1";
+  ExpectMatches(Decode(server->stub(), Small("after-the-age")), SmallExpected(), v1::OUTPUT_FLOAT32);
+}
+
 TEST(ServiceSupervisionTest, SigtermDrainsInFlightAndQueuedThenExitsZero) {
   const std::string repo = FixtureRepository({"sd_kl"});
   auto server =
@@ -368,6 +391,7 @@ TEST(ServiceSupervisionTest, SigtermDrainsInFlightAndQueuedThenExitsZero) {
   ExpectReached(server->WaitMetric("vaedecode_in_flight", {}, 1));
   BackgroundDecode queued(*server, Small("queued-before-sigterm"));
   ExpectReached(server->WaitMetric("vaedecode_queue_depth", {}, 1));
+  ExpectReached(server->WaitMetric("vaedecode_pending_request_count", {"model=\"sd_kl\""}, 1));
   server->Signal(SIGTERM);
   EXPECT_TRUE(server->WaitServing("", false, absl::Seconds(5)).ok());
   EXPECT_EQ(server->Serving(std::string(kModelHealth) + "sd_kl").value_or(true), false);

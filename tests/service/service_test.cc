@@ -238,6 +238,25 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
               count)
         << key.first << " " << key.second;
   }
+  // The same counts under Triton's names; cumulative durations grow with them.
+  for (const auto& [key, count] : refused) {
+    EXPECT_EQ(MetricValue(*m, "vaedecode_request_failure",
+                          {absl::StrCat("model=\"", key.first, "\""), absl::StrCat("reason=\"", key.second, "\"")}),
+              count)
+        << key.first << " " << key.second;
+  }
+  for (const auto& [model, count] : ok) {
+    const std::string label = absl::StrCat("model=\"", model, "\"");
+    EXPECT_EQ(MetricValue(*m, "vaedecode_request_success", {label}), count) << model;
+    const double request_us = MetricValue(*m, "vaedecode_request_duration_us", {label});
+    const double compute_us = MetricValue(*m, "vaedecode_compute_infer_duration_us", {label});
+    const double queue_us = MetricValue(*m, "vaedecode_queue_duration_us", {label});
+    EXPECT_GT(compute_us, 0) << model;
+    EXPECT_GE(queue_us, 0) << model;
+    EXPECT_GT(request_us, compute_us + queue_us) << model;
+    EXPECT_EQ(MetricValue(*m, "vaedecode_pending_request_count", {label}), 0) << model;
+    EXPECT_GT(MetricValue(*m, "vaedecode_decode_seconds_count", {label}), 0) << model;  // labelled by model
+  }
   EXPECT_EQ(MetricValue(*m, "vaedecode_decode_seconds_count",
                         {"family=\"autoencoder_kl\"", "mode=\"EXACT\"", "degree=\"2\""}),
             exact_decodes);
