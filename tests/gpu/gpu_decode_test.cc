@@ -65,6 +65,22 @@ void RunOnGpus(int world, absl::Duration timeout, const std::function<absl::Stat
   }
 }
 
+// Rank `rank` of an NCCL group on cuda:<rank>; a skip where NCCL is not
+// compiled in (builds without --config=cuda).
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinNcclGroup(int rank, int world, int port) {
+  parallel::NcclOptions options;
+  options.rank = rank;
+  options.world_size = world;
+  options.device = rank;
+  options.store_port = port;
+  options.timeout = absl::Seconds(120);
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::NcclCommunicator::Create(options);
+  if (!comm.ok() && comm.status().code() == absl::StatusCode::kUnimplemented) {
+    return absl::FailedPreconditionError(absl::StrCat(kSkip, comm.status().message()));
+  }
+  return comm;
+}
+
 absl::StatusOr<std::unique_ptr<families::Decoder>> GpuDecoder(const std::string& fixture, int index) {
   absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = testing::LoadFixtureDecoder(fixture);
   if (!decoder.ok()) return decoder.status();
@@ -105,13 +121,7 @@ TEST_P(GpuFixture, GroupPathWithTheCommunicatorOnTheGpu) {
   // the GPU, the sample comes back there.
   const testing::FixtureCase c = GetParam();
   RunOnGpus(1, absl::Seconds(300), [&c](int rank, int port) -> absl::Status {
-    parallel::NcclOptions options;
-    options.device = 0;
-    options.store_port = port;
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::NcclCommunicator::Create(options);
-    if (!comm.ok() && comm.status().code() == absl::StatusCode::kUnimplemented) {
-      return absl::FailedPreconditionError(absl::StrCat(kSkip, comm.status().message()));
-    }
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinNcclGroup(rank, 1, port);
     RETURN_IF_ERROR(comm.status());
     absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, 0);
     RETURN_IF_ERROR(decoder.status());
@@ -141,16 +151,7 @@ class GpuExact : public ::testing::TestWithParam<int> {};
 TEST_P(GpuExact, ShardedOverGpusEqualsDense) {
   const int world = GetParam();
   RunOnGpus(world, absl::Seconds(600), [world](int rank, int port) -> absl::Status {
-    parallel::NcclOptions options;
-    options.rank = rank;
-    options.world_size = world;
-    options.device = rank;
-    options.store_port = port;
-    options.timeout = absl::Seconds(120);
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::NcclCommunicator::Create(options);
-    if (!comm.ok() && comm.status().code() == absl::StatusCode::kUnimplemented) {
-      return absl::FailedPreconditionError(absl::StrCat(kSkip, comm.status().message()));
-    }
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinNcclGroup(rank, world, port);
     RETURN_IF_ERROR(comm.status());
     for (const testing::FixtureCase& c : testing::AllFixtureCases()) {
       absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, rank);
