@@ -161,7 +161,11 @@ absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const work
                        tiling::StockDecodedLatents(job.latent.size(-1), geometry),
                    " decode_ms=", absl::StrFormat("%.0f", MillisecondsSince(start)),
                    " budget_mib=", free >= 0 ? Mib(free) : "unbounded",
-                   " predicted_peak_mib=", Mib(static_cast<double>(tiled->plan.peak_bytes)),
+                   // The calibrated estimate of one tile's peak, and with the planner's headroom.
+                   " predicted_peak_mib=",
+                   Mib(static_cast<double>(geometry.fixed_bytes) +
+                       geometry.peak_bytes_per_latent * static_cast<double>(tiled->plan.rows.tile * tiled->plan.cols.tile)),
+                   " planned_peak_mib=", Mib(static_cast<double>(tiled->plan.peak_bytes)),
                    " decode_peak_mib=", Mib(memory.peak_bytes() - before), " peak_mib=[", Mib(memory.peak_bytes()), "]")};
 }
 

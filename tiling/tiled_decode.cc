@@ -72,10 +72,14 @@ TilePlan StockPlan(const TilePlan& plan, const FamilyGeometry& g) {
 }  // namespace
 
 std::vector<TilePlan> OomLadder(const TilePlan& plan, const FamilyGeometry& geometry) {
+  // Each rung must decode smaller tiles than every rung before it: a retry
+  // with tiles no smaller than the ones that ran out of memory would fail
+  // again. So a stock plan is followed by the floor tile when that is
+  // smaller, and the stock rung is skipped when its tiles are the larger.
   std::vector<TilePlan> ladder = {plan};
-  if (plan.kind != PlanKind::kStock) {
-    ladder.push_back(FloorPlan(plan));
-    ladder.push_back(StockPlan(plan, geometry));
+  auto area = [](const TilePlan& p) { return p.rows.tile * p.cols.tile; };
+  for (TilePlan next : {FloorPlan(plan), StockPlan(plan, geometry)}) {
+    if (area(next) < area(ladder.back())) ladder.push_back(std::move(next));
   }
   return ladder;
 }

@@ -54,7 +54,8 @@ struct TiledResult {
 };
 
 // The plans of the out-of-memory ladder: `plan`, then floor tiles, then the
-// stock layout (just `plan` when it already is the stock layout).
+// stock layout, keeping only rungs whose tiles are smaller than every rung
+// before them (so a stock plan of large tiles is followed by floor tiles).
 std::vector<TilePlan> OomLadder(const TilePlan& plan, const FamilyGeometry& geometry);
 
 // One decode attempt with a plan, exceptions already turned into a Status

@@ -123,5 +123,33 @@ TEST(RunOomLadder, RetriesAtTheFloorThenStockOnOutOfMemory) {
   EXPECT_EQ(attempts, 1);
 }
 
+TEST(OomLadder, EveryRungDecodesSmallerTiles) {
+  FamilyGeometry g;
+  g.stock_tile = 64;
+  g.stock_stride = 48;
+  // Large seam-free tiles: floor next; stock (64) is no smaller than the floor.
+  TilePlan wide;
+  wide.kind = PlanKind::kTiled;
+  wide.rows = SpreadTiles(200, 100);
+  wide.cols = SpreadTiles(200, 100);
+  std::vector<TilePlan> ladder = OomLadder(wide, g);
+  ASSERT_EQ(ladder.size(), 2u);
+  EXPECT_EQ(ladder[1].rows.tile, kFloorTile);
+  // A stock plan (the floor was predicted not to fit) still tries the floor.
+  TilePlan stock;
+  stock.kind = PlanKind::kStock;
+  stock.rows = StockLayout(64, g);
+  stock.cols = StockLayout(64, g);
+  ladder = OomLadder(stock, g);
+  ASSERT_EQ(ladder.size(), 2u);
+  EXPECT_EQ(ladder[1].rows.tile, kFloorTile);
+  // Small stock tiles (256-sample models) come after the floor.
+  g.stock_tile = 16;
+  g.stock_stride = 12;
+  ladder = OomLadder(wide, g);
+  ASSERT_EQ(ladder.size(), 3u);
+  EXPECT_EQ(ladder[2].rows.tile, 16);
+}
+
 }  // namespace
 }  // namespace vaedecode::tiling
