@@ -90,8 +90,15 @@ struct DecodeOutcome {
   std::string figures;
 };
 
+// Caps the device's allocations at `budget` bytes beyond what is live now
+// (the loaded model is not the decode's); 0 leaves it unbounded.
+absl::Status ApplyDecodeBudget(device::DeviceMemory& memory, int64_t budget) {
+  return budget > 0 ? memory.SetBudget(memory.current_bytes() + budget) : absl::OkStatus();
+}
+
 absl::StatusOr<DecodeOutcome> DecodeDense(families::Decoder& decoder, const worker::DecodeJob& job,
-                                          device::DeviceMemory& memory) {
+                                          device::DeviceMemory& memory, int64_t budget) {
+  if (absl::Status s = ApplyDecodeBudget(memory, budget); !s.ok()) return s;
   families::DenseOps ops;
   const int64_t before = memory.current_bytes();
   memory.ResetPeak();
@@ -108,12 +115,14 @@ absl::StatusOr<DecodeOutcome> DecodeDense(families::Decoder& decoder, const work
 // from the model's measured peak profile; out-of-memory retries walk the
 // ladder (floor tiles, then stock tiles) as the service does.
 absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const worker::DecodeJob& job,
-                                          device::DeviceMemory& memory) {
+                                          device::DeviceMemory& memory, int64_t budget_bytes) {
   if (absl::Status valid = decoder.ValidateLatent(job.latent); !valid.ok()) return valid;
+  // Calibration (when no profile is cached yet) runs before the budget applies.
   absl::StatusOr<tiling::PeakProfile> profile =
       tiling::LoadOrCalibrate(decoder, tiling::ProbeOf(memory), tiling::CalibrationSides(decoder.device()),
                               memory.backend(), tiling::DefaultProfileDir());
   if (!profile.ok()) return profile.status();
+  if (absl::Status s = ApplyDecodeBudget(memory, budget_bytes); !s.ok()) return s;
   tiling::FamilyGeometry geometry = worker::LadderGeometry(decoder);
   geometry.peak_bytes_per_latent = profile->bytes_per_latent * static_cast<double>(job.latent.size(0));
   geometry.fixed_bytes = static_cast<int64_t>(profile->fixed_bytes);
@@ -247,7 +256,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   absl::StatusOr<device::DeviceMemory*> memory = device::InstallDeviceMemory(*device);
   if (!memory.ok()) return memory.status();
 
-  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype);
+  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype, *device);
   if (!model.ok()) return model.status();
   if (!device->is_cpu()) {
     absl::Status moved = worker::CatchExceptions("moving the weights", [&] { model->decoder->ToDevice(*device); });
@@ -298,12 +307,10 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
                            absl::StrJoin(times, ","), "] peak_mib=[", absl::StrJoin(peaks, ","),
                            "] collectives=", result->comm.collectives(), " comm={", result->comm.ToString(), "}");
   } else {
-    // The budget counts from here: the loaded model is not the decode's.
-    if (budget_mib > 0) {
-      if (absl::Status s = (*memory)->SetBudget((*memory)->current_bytes() + (budget_mib << 20)); !s.ok()) return s;
-    }
-    absl::StatusOr<DecodeOutcome> outcome =
-        mode == "tiled" ? DecodeTiled(*model->decoder, job, **memory) : DecodeDense(*model->decoder, job, **memory);
+    // Budgets count beyond the loaded model (it is not the decode's).
+    const int64_t budget = budget_mib << 20;
+    absl::StatusOr<DecodeOutcome> outcome = mode == "tiled" ? DecodeTiled(*model->decoder, job, **memory, budget)
+                                                            : DecodeDense(*model->decoder, job, **memory, budget);
     if (!outcome.ok()) return outcome.status();
     sample = outcome->sample;
     mode_used = outcome->mode;

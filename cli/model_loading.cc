@@ -28,9 +28,10 @@ std::string DtypeName(at::ScalarType dtype) {
   }
 }
 
-absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype) {
+absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype,
+                                      const c10::Device& device) {
   if (!path || path->empty()) {
-    absl::Status ok = families::CheckDtypeSupported(dtype);
+    absl::Status ok = families::CheckDtypeSupported(dtype, device);
     if (!ok.ok()) return ok;
     LoadedModel m{families::autoencoder_kl::kEmbeddedDefaultName,
                   families::autoencoder_kl::MakeEmbeddedDefault()};
@@ -39,6 +40,7 @@ absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at
   }
   families::LoadOptions options;
   options.dtype = dtype;
+  options.device = device;
   absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
       families::BuiltinFamilies().Load(ResolveUserPath(*path), options);
   if (!decoder.ok()) return decoder.status();

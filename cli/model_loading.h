@@ -24,6 +24,9 @@ std::string DtypeName(at::ScalarType dtype);
 
 // The model at `path` (relative to the caller's directory), or the embedded
 // default when `path` is empty.
-absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype);
+// `device` is where it will run (it decides the dtypes allowed); the model is
+// loaded on the CPU.
+absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype,
+                                      const c10::Device& device = c10::Device(c10::kCPU));
 
 }  // namespace vaedecode::cli

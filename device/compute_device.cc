@@ -1,5 +1,7 @@
 #include "device/compute_device.h"
 
+#include <limits>
+
 #include <ATen/Context.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
@@ -14,8 +16,10 @@ absl::StatusOr<c10::Device> ParseComputeDevice(const std::string& name) {
   const std::string kind = name.substr(0, colon);
   int index = 0;
   const bool has_index = colon != std::string::npos;
-  if (has_index && (!absl::SimpleAtoi(name.substr(colon + 1), &index) || index < 0 || index > 1023)) {
-    return absl::InvalidArgumentError(absl::StrCat("device \"", name, "\": the index must be 0..1023"));
+  // c10::DeviceIndex is int8_t in LibTorch 1.13, int16_t in 2.x.
+  const int max_index = std::numeric_limits<c10::DeviceIndex>::max();
+  if (has_index && (!absl::SimpleAtoi(name.substr(colon + 1), &index) || index < 0 || index > max_index)) {
+    return absl::InvalidArgumentError(absl::StrCat("device \"", name, "\": the index must be 0..", max_index));
   }
   if (kind == "cpu") return c10::Device(c10::kCPU);
   if (kind == "cuda" && has_index) return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
@@ -45,9 +49,14 @@ absl::Status PrepareComputeDevice(const c10::Device& device) {
     return absl::FailedPreconditionError(absl::StrCat("device ", device.str(), ": ", e.what_without_backtrace()));
   }
   // diffusers' references are float32; TF32 would change every conv and matmul.
+  // (Process-wide settings: they hold on every thread.)
   at::globalContext().setAllowTF32CuBLAS(false);
   at::globalContext().setAllowTF32CuDNN(false);
   return absl::OkStatus();
+}
+
+void UseComputeDevice(const c10::Device& device) {
+  if (device.is_cuda()) c10::impl::VirtualGuardImpl(c10::kCUDA).setDevice(device);
 }
 
 }  // namespace vaedecode::device

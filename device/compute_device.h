@@ -24,4 +24,11 @@ absl::StatusOr<c10::Device> ParseComputeDevice(const std::string& name);
 // mantissa bits). CPU: nothing to do.
 absl::Status PrepareComputeDevice(const c10::Device& device);
 
+// Makes `device` current on the calling thread (CUDA; nothing for the CPU).
+// Every thread that touches the worker's GPU calls it first: a thread starts
+// on device 0, and code that restores "the previous device" would otherwise
+// create a context on GPU 0 in every worker (CUDA 12 creates contexts on
+// cudaSetDevice).
+void UseComputeDevice(const c10::Device& device);
+
 }  // namespace vaedecode::device

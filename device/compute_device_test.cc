@@ -14,7 +14,7 @@ TEST(ComputeDeviceTest, ParsesWorkerDeviceNames) {
   EXPECT_EQ(ParseComputeDevice("cpu:3").value(), c10::Device(c10::kCPU));
   EXPECT_EQ(ParseComputeDevice("cuda:0").value(), c10::Device(c10::kCUDA, 0));
   EXPECT_EQ(ParseComputeDevice("cuda:7").value(), c10::Device(c10::kCUDA, 7));
-  for (const char* bad : {"", "cuda", "cuda:", "cuda:-1", "cuda:x", "gpu:0", "cpu:1:2", "cuda:2048"}) {
+  for (const char* bad : {"", "cuda", "cuda:", "cuda:-1", "cuda:x", "gpu:0", "cpu:1:2", "cuda:99999"}) {
     absl::StatusOr<c10::Device> d = ParseComputeDevice(bad);
     ASSERT_FALSE(d.ok()) << bad;
     EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument) << bad;
@@ -25,7 +25,7 @@ TEST(ComputeDeviceTest, ParsesWorkerDeviceNames) {
 TEST(ComputeDeviceTest, CpuNeedsNothing) { EXPECT_TRUE(PrepareComputeDevice(c10::Device(c10::kCPU)).ok()); }
 
 TEST(ComputeDeviceTest, CudaIsRefusedClearlyWhereItCannotRun) {
-  const absl::Status status = PrepareComputeDevice(c10::Device(c10::kCUDA, 1023));
+  const absl::Status status = PrepareComputeDevice(c10::Device(c10::kCUDA, 127));
   ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   if (!at::hasCUDA()) {
     EXPECT_TRUE(absl::StrContains(status.message(), "this LibTorch has no CUDA")) << status;

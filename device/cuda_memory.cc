@@ -15,6 +15,7 @@
 #include <atomic>
 #include <string>
 
+#include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
 #include "absl/strings/str_cat.h"
@@ -41,11 +42,10 @@ class CudaDeviceMemory final : public DeviceMemory {
     const int64_t allocated = stats.allocated_bytes[kAggregate].current;
     const int64_t cached = stats.reserved_bytes[kAggregate].current - allocated;
     size_t free_now = 0, total = 0;
-    int previous = -1;
-    cudaGetDevice(&previous);
+    // The worker's device stays current on this thread: every thread of a
+    // worker works on it (see device::UseComputeDevice).
     cudaSetDevice(index_);
     const bool known = cudaMemGetInfo(&free_now, &total) == cudaSuccess;
-    if (previous >= 0) cudaSetDevice(previous);
     // Blocks the caching allocator holds but no tensor uses are free to us.
     int64_t free = known ? static_cast<int64_t>(free_now) + cached : total_bytes_ - allocated;
     const int64_t budget = budget_bytes_.load();
@@ -78,6 +78,13 @@ class CudaDeviceMemory final : public DeviceMemory {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DeviceMemory>> NewCudaDeviceMemory(int index) {
+  // The caching allocator's statistics exist once LibTorch has initialised
+  // CUDA, which it does lazily on the first CUDA tensor.
+  try {
+    (void)at::empty({0}, at::TensorOptions().device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)));
+  } catch (const c10::Error& e) {
+    return absl::FailedPreconditionError(absl::StrCat("cuda:", index, ": ", e.what_without_backtrace()));
+  }
   cudaDeviceProp properties;
   if (cudaError_t e = cudaGetDeviceProperties(&properties, index); e != cudaSuccess) {
     return absl::FailedPreconditionError(

@@ -81,7 +81,7 @@ std::vector<std::string> Registry::SupportedClasses() const {
 
 absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
                                                         const LoadOptions& options) const {
-  absl::Status dtype_ok = CheckDtypeSupported(options.dtype);
+  absl::Status dtype_ok = CheckDtypeSupported(options.dtype, options.device);
   if (!dtype_ok.ok()) return dtype_ok;
   absl::StatusOr<std::unique_ptr<ModelFiles>> files = ModelFiles::Open(path);
   if (!files.ok()) return files.status();
@@ -109,13 +109,14 @@ absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
       decoder.status().message()));
 }
 
-absl::Status CheckDtypeSupported(at::ScalarType dtype) {
+absl::Status CheckDtypeSupported(at::ScalarType dtype, const c10::Device& device) {
   switch (dtype) {
     case at::kFloat:
     case at::kBFloat16:
       return absl::OkStatus();
     case at::kHalf:
-      // CPU conv/group_norm have no fp16 kernels; GPU builds run fp16.
+      // CPU conv/group_norm have no fp16 kernels; GPUs run fp16.
+      if (device.is_cuda()) return absl::OkStatus();
       return absl::InvalidArgumentError(
           "float16 is not supported on the CPU backend; use float32 or bfloat16");
     default:

@@ -20,6 +20,9 @@ namespace vaedecode::families {
 
 struct LoadOptions {
   at::ScalarType dtype = at::kFloat;
+  // Where the decoder will run (the caller moves it there after loading):
+  // decides which dtypes are supported.
+  c10::Device device = c10::Device(c10::kCPU);
 };
 
 using DecoderFactory = std::function<absl::StatusOr<std::unique_ptr<Decoder>>(
@@ -58,6 +61,6 @@ std::vector<std::string> ClassesWithKeysLike(
     const std::map<std::string, const formats::TensorView*>& tensors);
 
 // Checks that `dtype` can run on this build's CPU backend.
-absl::Status CheckDtypeSupported(at::ScalarType dtype);
+absl::Status CheckDtypeSupported(at::ScalarType dtype, const c10::Device& device);
 
 }  // namespace vaedecode::families

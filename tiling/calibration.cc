@@ -1,6 +1,7 @@
 #include "tiling/calibration.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -75,7 +76,12 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
                                             const std::string& dir) {
   namespace fs = std::filesystem;
   const std::string key = ProfileKey(decoder, backend);
-  const fs::path path = fs::path(dir) / (key + ".json");
+  // Backends carry GPU model names ("cuda/NVIDIA H200"): one plain file name.
+  std::string file = key;
+  for (char& c : file) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  const fs::path path = fs::path(dir) / (file + ".json");
   {
     std::ifstream in(path);
     if (in) {

@@ -65,6 +65,10 @@ TEST(LoadOrCalibrate, CachesTheProfileAndRecalibratesWhenMissing) {
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(LoadOrCalibrate(*decoder, counting, {8, 16}, "cpu", dir).ok());
   EXPECT_EQ(decodes, 4);
+  // GPU backends name the GPU model ("cuda/NVIDIA H200"): still one cache file.
+  ASSERT_TRUE(LoadOrCalibrate(*decoder, counting, {8, 16}, "cuda/NVIDIA H200", dir).ok());
+  ASSERT_TRUE(LoadOrCalibrate(*decoder, counting, {8, 16}, "cuda/NVIDIA H200", dir).ok());
+  EXPECT_EQ(decodes, 6) << "the GPU backend's profile was not cached";
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 namespace vaedecode::worker {
 
 struct DecodeJob {
-  at::Tensor latent;  // NCHW or NCTHW, any float dtype, CPU
+  at::Tensor latent;  // NCHW or NCTHW, any float dtype; any device (moved to the decoder's)
   families::LatentSpace latent_space = families::LatentSpace::kVae;
 };
 

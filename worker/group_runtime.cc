@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "device/compute_device.h"
 #include "device/device_memory.h"
 #include "worker/tiled_group_decode.h"
 
@@ -56,6 +57,7 @@ void GroupRuntime::MarkBroken(const absl::Status& why) {
 }
 
 void GroupRuntime::HeartbeatLoop() {
+  device::UseComputeDevice(comm_->device());
   while (true) {
     absl::MutexLock lock(&mu_);
     const absl::Time due = last_step_ + heartbeat_;

@@ -66,6 +66,8 @@ class GroupRuntime {
   bool broken() const { return broken_.load(); }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
+  // The group's device (the communicator's): CPU, or this rank's GPU.
+  c10::Device device() const { return comm_->device(); }
   int64_t decodes() const { return decodes_.load(); }
   const std::vector<NamedModel>& models() const { return models_; }
   // Index of the model called `name`, or -1.

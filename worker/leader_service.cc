@@ -12,10 +12,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "device/compute_device.h"
 #include "tiling/planner.h"
-#include "worker/tiled_group_decode.h"
-#include "device/counting_cpu_allocator.h"
 #include "worker/output_stream.h"
+#include "worker/tiled_group_decode.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -125,6 +125,7 @@ grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusR
 
 grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRequest* request,
                                 grpc::ServerWriter<v1::DecodeResponse>* writer) {
+  device::UseComputeDevice(runtime_.device());  // a gRPC thread: make the worker's GPU current
   const int model = runtime_.FindModel(request->model());
   if (model < 0) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown model \"", request->model(), "\""));

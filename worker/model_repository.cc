@@ -9,10 +9,11 @@
 
 namespace vaedecode::worker {
 
-absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype) {
+absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype,
+                                                 const c10::Device& device) {
   LoadedRepository out;
   if (repository.empty()) {
-    absl::Status ok = families::CheckDtypeSupported(dtype);
+    absl::Status ok = families::CheckDtypeSupported(dtype, device);
     if (!ok.ok()) return ok;
     NamedModel m{kDefaultModelName, families::autoencoder_kl::MakeEmbeddedDefault()};
     if (dtype != at::kFloat) m.decoder->ToDtype(dtype);
@@ -31,6 +32,7 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
   std::sort(names.begin(), names.end());
   families::LoadOptions options;
   options.dtype = dtype;
+  options.device = device;
   for (const std::string& name : names) {
     absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
         families::BuiltinFamilies().Load((fs::path(repository) / name).string(), options);

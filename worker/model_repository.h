@@ -29,6 +29,9 @@ struct LoadedRepository {
 
 // `repository` empty → the embedded default only. A folder with no loadable
 // model is an error (a worker with nothing to serve is a configuration bug).
-absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype);
+// `device` is where the models will run (it decides the dtypes allowed); they
+// are loaded on the CPU.
+absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype,
+                                                 const c10::Device& device);
 
 }  // namespace vaedecode::worker

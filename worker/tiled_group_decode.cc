@@ -53,8 +53,9 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
   if (absl::Status valid = decoder.ValidateLatent(job.latent); !valid.ok()) return valid;
   at::Tensor z;
   absl::Status prepared = CatchExceptions("latent conversion", [&] {
-    z = job.latent_space == families::LatentSpace::kRaw ? decoder.ToVaeSpace(job.latent.to(at::kFloat)) : job.latent;
-    z = z.to(decoder.device(), decoder.dtype()).contiguous();
+    const at::Tensor in = job.latent.to(decoder.device());
+    z = job.latent_space == families::LatentSpace::kRaw ? decoder.ToVaeSpace(in.to(at::kFloat)) : in;
+    z = z.to(decoder.dtype()).contiguous();
   });
   if (!prepared.ok()) return prepared;  // identical on every rank
 

@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   if (!dtype.ok()) return Fail(dtype.status());
 
   absl::StatusOr<vaedecode::worker::LoadedRepository> repo =
-      vaedecode::worker::LoadRepository(absl::GetFlag(FLAGS_model_repository), *dtype);
+      vaedecode::worker::LoadRepository(absl::GetFlag(FLAGS_model_repository), *dtype, *device);
   if (!repo.ok()) return Fail(repo.status());
   for (const std::string& skipped : repo->skipped) spdlog::warn("model skipped: {}", skipped);
   if (!device->is_cpu()) {

@@ -193,6 +193,19 @@ TEST(Registry, Float16IsRefusedOnCpu) {
   EXPECT_THAT(std::string(d.status().message()), HasSubstr("float16 is not supported on the CPU"));
 }
 
+TEST(Registry, Float16LoadsForAGpu) {
+  // Loaded (and converted) on the CPU; the worker then moves it to its GPU.
+  LoadOptions options;
+  options.dtype = at::kHalf;
+  options.device = c10::Device(c10::kCUDA, 0);
+  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("sd_kl"), options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->dtype(), at::kHalf);
+  EXPECT_TRUE(CheckDtypeSupported(at::kHalf, c10::Device(c10::kCUDA, 1)).ok());
+  EXPECT_FALSE(CheckDtypeSupported(at::kHalf, c10::Device(c10::kCPU)).ok());
+  EXPECT_FALSE(CheckDtypeSupported(at::kLong, c10::Device(c10::kCUDA, 0)).ok());
+}
+
 TEST(Registry, MissingFolderIsNotFound) {
   absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load("/nonexistent/model", {});
   EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
