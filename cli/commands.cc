@@ -123,9 +123,7 @@ absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const work
                               memory.backend(), tiling::DefaultProfileDir());
   if (!profile.ok()) return profile.status();
   if (absl::Status s = ApplyDecodeBudget(memory, budget_bytes); !s.ok()) return s;
-  tiling::FamilyGeometry geometry = worker::LadderGeometry(decoder);
-  geometry.peak_bytes_per_latent = profile->bytes_per_latent * static_cast<double>(job.latent.size(0));
-  geometry.fixed_bytes = static_cast<int64_t>(profile->fixed_bytes);
+  const tiling::FamilyGeometry geometry = tiling::PlanningGeometry(decoder, *profile, job.latent.size(0));
   const int64_t free = memory.free_bytes();
   const int64_t budget = free >= 0 ? free : std::numeric_limits<int64_t>::max() / 2;
   const tiling::TilePlan plan = tiling::PlanTiles(job.latent.size(-2), job.latent.size(-1), geometry, budget);
@@ -172,8 +170,7 @@ absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const work
                    " budget_mib=", free >= 0 ? Mib(free) : "unbounded",
                    // The calibrated estimate of one tile's peak, and with the planner's headroom.
                    " predicted_peak_mib=",
-                   Mib(static_cast<double>(geometry.fixed_bytes) +
-                       geometry.peak_bytes_per_latent * static_cast<double>(tiled->plan.rows.tile * tiled->plan.cols.tile)),
+                   Mib(tiling::PredictPeakBytes(geometry, tiled->plan.rows.tile, tiled->plan.cols.tile)),
                    " planned_peak_mib=", Mib(static_cast<double>(tiled->plan.peak_bytes)),
                    " decode_peak_mib=", Mib(memory.peak_bytes() - before), " peak_mib=[", Mib(memory.peak_bytes()), "]")};
 }

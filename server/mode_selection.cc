@@ -51,20 +51,29 @@ PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInf
   const double frames = shape.size() == 5 ? static_cast<double>(shape[2]) : 1.0;
   const double rows = static_cast<double>(shape[shape.size() - 2]);
   const double cols = static_cast<double>(shape[shape.size() - 1]);
-  const double per_latent = model.peak_bytes_per_latent();
-  const double fixed = model.fixed_peak_bytes();
-  auto peak = [&](double latent_rows, double latent_cols) {
-    return static_cast<int64_t>(kHeadroom * (fixed + per_latent * batch * frames * latent_rows * latent_cols));
+  // The larger of the convolution and attention phases (tiling/calibration.h)
+  // for queries of `latent_rows` x `latent_cols` against the keys of
+  // `key_latents` (the whole image in exact mode: every rank holds all keys).
+  auto peak = [&](double latent_rows, double latent_cols, double key_latents) {
+    const double queries = latent_rows * latent_cols;
+    const double convolutions = model.fixed_peak_bytes() + batch * frames * model.peak_bytes_per_latent() * queries;
+    const double attention =
+        model.attention_fixed_bytes() +
+        batch * frames *
+            (model.attention_bytes_per_latent() * queries +
+             model.attention_bytes_per_latent_pair() * queries * key_latents);
+    return static_cast<int64_t>(kHeadroom * std::max(convolutions, attention));
   };
-  e.dense = peak(rows, cols);
+  e.dense = peak(rows, cols, rows * cols);
   // The thickest band (first ranks take the remainder) plus a halo row on
   // each side; the leader also holds the gathered float32 output.
   const double band = std::ceil(rows / std::max(1, degree)) + 2;
   const double f = static_cast<double>(std::max<int64_t>(1, model.spatial_factor()));
   const double t_out = shape.size() == 5 ? 1 + static_cast<double>(model.temporal_factor()) * (frames - 1) : 1.0;
   const double output = batch * static_cast<double>(model.out_channels()) * t_out * rows * f * cols * f * 4;
-  e.exact_rank = peak(std::min(rows, band), cols) + static_cast<int64_t>(output);
-  e.floor_tile = peak(std::min(rows, 32.0), std::min(cols, 32.0));
+  e.exact_rank = peak(std::min(rows, band), cols, rows * cols) + static_cast<int64_t>(output);
+  const double tile_rows = std::min(rows, 32.0), tile_cols = std::min(cols, 32.0);
+  e.floor_tile = peak(tile_rows, tile_cols, tile_rows * tile_cols);
   return e;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <tuple>
+#include <utility>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +32,89 @@ std::string DefaultProfileDir() {
   return absl::StrCat(home != nullptr && *home != '\0' ? home : "/tmp", "/.cache/vaedecode/profiles");
 }
 
+double PeakProfile::Predict(int64_t latents, int64_t key_latents) const {
+  const double q = static_cast<double>(latents), k = static_cast<double>(key_latents);
+  return std::max(fixed_bytes + bytes_per_latent * q,
+                  attention_fixed_bytes + attention_bytes_per_latent * q + attention_bytes_per_latent_pair * q * k);
+}
+
+FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProfile& profile, int64_t batch) {
+  const double b = static_cast<double>(batch);
+  FamilyGeometry g;
+  g.spatial_factor = decoder.info().spatial_factor;
+  g.stock_tile = decoder.info().stock_tile;
+  g.stock_stride = decoder.info().stock_stride;
+  g.fixed_bytes = static_cast<int64_t>(profile.fixed_bytes);
+  g.peak_bytes_per_latent = profile.bytes_per_latent * b;
+  g.attention_fixed_bytes = static_cast<int64_t>(profile.attention_fixed_bytes);
+  g.attention_bytes_per_latent = profile.attention_bytes_per_latent * b;
+  g.attention_bytes_per_latent_pair = profile.attention_bytes_per_latent_pair * b;
+  return g;
+}
+
+namespace {
+
+// DenseOps that also measure every attention call's transient memory (the
+// peak during the call above what was live when it began). The probe's peak
+// window restarts at each call, so the meter keeps the decode's peak from
+// before it.
+class AttentionMeter final : public families::LayerOps {
+ public:
+  explicit AttentionMeter(const PeakProbe& probe) : probe_(probe) {}
+
+  at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                  const families::ConvGeometry& geometry) override {
+    return dense_.Conv(x, weight, bias, geometry);
+  }
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
+                       double eps) override {
+    return dense_.GroupNorm(x, num_groups, weight, bias, eps);
+  }
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       int64_t tokens_per_row) override {
+    return Measured([&] { return dense_.Attention(q, k, v, tokens_per_row); });
+  }
+  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  int64_t tokens_per_row) override {
+    return Measured([&] { return dense_.FrameCausalAttention(q, k, v, tokens_per_row); });
+  }
+
+  int64_t decode_peak() const { return std::max(earlier_peak_, probe_.peak_bytes()); }
+  // The most bytes live when an attention call began, and the largest
+  // call's own peak above that (0 and 0 for decoders without attention).
+  int64_t largest_live() const { return largest_live_; }
+  int64_t largest_transient() const { return largest_transient_; }
+
+ private:
+  template <typename Call>
+  at::Tensor Measured(const Call& call) {
+    earlier_peak_ = std::max(earlier_peak_, probe_.peak_bytes());
+    const int64_t before = probe_.current_bytes();
+    probe_.reset_peak();
+    at::Tensor out = call();
+    largest_live_ = std::max(largest_live_, before);
+    largest_transient_ = std::max(largest_transient_, probe_.peak_bytes() - before);
+    return out;
+  }
+
+  const PeakProbe& probe_;
+  families::DenseOps dense_;
+  int64_t earlier_peak_ = 0;
+  int64_t largest_live_ = 0;
+  int64_t largest_transient_ = 0;
+};
+
+// The worst slope between consecutive points, and the rest of the first.
+std::pair<double, double> LinearBound(const std::vector<double>& areas, const std::vector<double>& values) {
+  double slope = 0;
+  for (size_t i = 1; i < areas.size(); ++i) {
+    slope = std::max(slope, (values[i] - values[i - 1]) / (areas[i] - areas[i - 1]));
+  }
+  return {std::max(0.0, values[0] - slope * areas[0]), slope};
+}
+
+}  // namespace
+
 std::string ProfileKey(const families::Decoder& decoder, const std::string& backend) {
   const families::ModelInfo& info = decoder.info();
   const size_t hash = std::hash<std::string>{}(info.diffusers_class + "\n" + info.config_json);
@@ -44,30 +129,42 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
   PeakProfile profile;
   profile.key = ProfileKey(decoder, backend);
   const families::ModelInfo& info = decoder.info();
-  families::DenseOps ops;
   for (int64_t side : sides) {
     std::vector<int64_t> shape = {1, info.latent_channels, side, side};
     if (info.is_video) shape.insert(shape.begin() + 2, 1);
-    double peak = 0;
+    double peak = 0, attention_live = 0, attention_transient = 0;
     try {
       const at::Tensor z = at::zeros(shape, at::TensorOptions().dtype(decoder.dtype()).device(decoder.device()));
       const int64_t before = probe.current_bytes();
       probe.reset_peak();
+      AttentionMeter ops(probe);
       decoder.Decode(z, ops);
-      peak = static_cast<double>(probe.peak_bytes() - before);
+      peak = static_cast<double>(ops.decode_peak() - before);
+      if (ops.largest_transient() > 0) {
+        attention_live = static_cast<double>(std::max<int64_t>(0, ops.largest_live() - before));
+        attention_transient = static_cast<double>(ops.largest_transient());
+      }
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("calibration decode at side ", side, " failed: ",
                                               std::string(e.what()).substr(0, 200)));
     }
     profile.sides.push_back(side);
     profile.peaks.push_back(peak);
+    profile.attention_live.push_back(attention_live);
+    profile.attention_transient.push_back(attention_transient);
   }
-  for (size_t i = 1; i < sides.size(); ++i) {
-    const double d_area = static_cast<double>(sides[i] * sides[i] - sides[i - 1] * sides[i - 1]);
-    profile.bytes_per_latent = std::max(profile.bytes_per_latent, (profile.peaks[i] - profile.peaks[i - 1]) / d_area);
+  std::vector<double> areas, transient_per_latent;
+  for (size_t i = 0; i < sides.size(); ++i) {
+    areas.push_back(static_cast<double>(sides[i] * sides[i]));
+    transient_per_latent.push_back(profile.attention_transient[i] / areas.back());
   }
-  profile.fixed_bytes =
-      std::max(0.0, profile.peaks[0] - profile.bytes_per_latent * static_cast<double>(sides[0] * sides[0]));
+  std::tie(profile.fixed_bytes, profile.bytes_per_latent) = LinearBound(areas, profile.peaks);
+  // Attention phase: live bytes are linear in the area; the call's transient
+  // is p·area + q·area², so its per-latent cost is linear in the area.
+  double live_per_latent = 0, p = 0;
+  std::tie(profile.attention_fixed_bytes, live_per_latent) = LinearBound(areas, profile.attention_live);
+  std::tie(p, profile.attention_bytes_per_latent_pair) = LinearBound(areas, transient_per_latent);
+  profile.attention_bytes_per_latent = live_per_latent + p;
   return profile;
 }
 
@@ -91,11 +188,17 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
       const nlohmann::json j = nlohmann::json::parse(body.begin(), body.end(), nullptr, false);
       if (!j.is_discarded() && j.is_object() && j.value("key", "") == key && j.contains("bytes_per_latent") &&
           j["bytes_per_latent"].is_number() && j.contains("fixed_bytes") && j["fixed_bytes"].is_number() &&
+          j.contains("attention_bytes_per_latent_pair") && j["attention_bytes_per_latent_pair"].is_number() &&
+          j.contains("attention_bytes_per_latent") && j["attention_bytes_per_latent"].is_number() &&
+          j.contains("attention_fixed_bytes") && j["attention_fixed_bytes"].is_number() &&
           j.contains("sides") && j["sides"] == nlohmann::json(sides)) {
         PeakProfile p;
         p.key = key;
         p.bytes_per_latent = j["bytes_per_latent"].get<double>();
         p.fixed_bytes = j["fixed_bytes"].get<double>();
+        p.attention_bytes_per_latent_pair = j["attention_bytes_per_latent_pair"].get<double>();
+        p.attention_bytes_per_latent = j["attention_bytes_per_latent"].get<double>();
+        p.attention_fixed_bytes = j["attention_fixed_bytes"].get<double>();
         p.sides = sides;
         if (j.contains("peaks") && j["peaks"].is_array()) {
           for (const auto& v : j["peaks"]) p.peaks.push_back(v.is_number() ? v.get<double>() : 0.0);
@@ -111,6 +214,11 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
   const nlohmann::json j = {{"key", key},
                             {"bytes_per_latent", profile->bytes_per_latent},
                             {"fixed_bytes", profile->fixed_bytes},
+                            {"attention_fixed_bytes", profile->attention_fixed_bytes},
+                            {"attention_bytes_per_latent", profile->attention_bytes_per_latent},
+                            {"attention_bytes_per_latent_pair", profile->attention_bytes_per_latent_pair},
+                            {"attention_live", profile->attention_live},
+                            {"attention_transient", profile->attention_transient},
                             {"sides", profile->sides},
                             {"peaks", profile->peaks}};
   const fs::path tmp = path.string() + ".tmp";

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "device/device_memory.h"
 #include "families/decoder.h"
+#include "tiling/planner.h"
 
 namespace vaedecode::tiling {
 
@@ -27,18 +28,34 @@ struct PeakProbe {
   std::function<int64_t()> current_bytes;  // live now
 };
 
-// peak(area) ≈ fixed_bytes + bytes_per_latent · area, where bytes_per_latent
-// is the worst marginal cost between consecutive measured sides (attention
-// grows faster than area, so the largest sides dominate) and fixed_bytes the
-// rest of the smallest measurement (buffers that do not scale with the tile).
+// A decode's peak is the larger of two phases:
+//   convolutions:  fixed_bytes + bytes_per_latent · area
+//   attention:     attention_fixed_bytes + attention_bytes_per_latent · area
+//                  + attention_bytes_per_latent_pair · queries · keys
+// bytes_per_latent is the worst marginal cost of the whole decode's peak
+// between consecutive measured sides, fixed_bytes the rest of the smallest
+// measurement. The attention phase is measured on its own (what is live when
+// an attention call starts, plus the call's transient memory): its growth
+// beyond linear is the score matrix (queries × keys), which small
+// calibration tiles cannot show in the decode's peak but which dominates
+// large tiles and exact bands (a band's queries against every key). Kernels
+// that never hold the scores (fused attention) measure a zero pair term.
 struct PeakProfile {
   std::string key;                 // model config hash, dtype, backend
   double bytes_per_latent = 0;
   double fixed_bytes = 0;
+  double attention_fixed_bytes = 0;
+  double attention_bytes_per_latent = 0;
+  double attention_bytes_per_latent_pair = 0;
   std::vector<int64_t> sides;      // square tile sides measured (latents)
   std::vector<double> peaks;       // decode peak (bytes above live) at each side
+  std::vector<double> attention_live;       // live bytes when attention starts, at each side
+  std::vector<double> attention_transient;  // largest attention call's own peak, at each side
 
-  double Predict(int64_t latents) const { return fixed_bytes + bytes_per_latent * static_cast<double>(latents); }
+  // Peak of a decode whose queries cover `latents` and whose attention keys
+  // cover `key_latents` (the same for a whole-image or tile decode).
+  double Predict(int64_t latents, int64_t key_latents) const;
+  double Predict(int64_t latents) const { return Predict(latents, latents); }
 };
 
 // A probe reading the process's device memory accounting.
@@ -50,6 +67,10 @@ std::vector<int64_t> CalibrationSides(const c10::Device& device);
 
 // Where profiles are cached by default: $HOME/.cache/vaedecode/profiles.
 std::string DefaultProfileDir();
+
+// The planner's geometry for `decoder` with a measured profile, for latents
+// of batch size `batch`.
+FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProfile& profile, int64_t batch);
 
 // Identifies what a profile is valid for.
 std::string ProfileKey(const families::Decoder& decoder, const std::string& backend);

@@ -35,6 +35,11 @@ struct FamilyGeometry {
   int64_t stock_tile = 64;      // diffusers' tile_latent_min_size
   int64_t stock_stride = 48;    // tile_latent_min_size * (1 - tile_overlap_factor)
   double peak_bytes_per_latent = 0.17 * 1048576;  // measured decode peak per latent of tile area
+  // The attention phase (see tiling/calibration.h): its own fixed, per-latent
+  // and per (query latent x key latent) costs; all 0 without attention.
+  int64_t attention_fixed_bytes = 0;
+  double attention_bytes_per_latent = 0;
+  double attention_bytes_per_latent_pair = 0;
   int64_t fixed_bytes = 0;      // weights and other costs independent of the tile
 };
 
@@ -57,7 +62,9 @@ struct TilePlan {
   int64_t calls() const { return static_cast<int64_t>(rows.starts.size() * cols.starts.size()); }
 };
 
-// Estimated decode peak (with headroom) of a tile of `rows` x `cols` latents.
+// Predicted decode peak of a tile of `rows` x `cols` latents, and the
+// planner's estimate: the same with kHeadroom on what grows with the tile.
+int64_t PredictPeakBytes(const FamilyGeometry& geometry, int64_t rows, int64_t cols);
 int64_t EstimatePeakBytes(const FamilyGeometry& geometry, int64_t rows, int64_t cols);
 
 // Evenly spread tiles of length `tile` over `length` with overlaps >= kMinOverlap.

@@ -39,6 +39,9 @@ void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile, cons
   out->set_dtype(dtype_name);
   out->set_peak_bytes_per_latent(profile.bytes_per_latent);
   out->set_fixed_peak_bytes(profile.fixed_bytes);
+  out->set_attention_bytes_per_latent_pair(profile.attention_bytes_per_latent_pair);
+  out->set_attention_fixed_bytes(profile.attention_fixed_bytes);
+  out->set_attention_bytes_per_latent(profile.attention_bytes_per_latent);
   out->add_supported_modes(v1::MODE_DENSE);
   out->add_supported_modes(v1::MODE_TILED);
   // A one-row latent is always shardable if the family has an adapter.
@@ -262,9 +265,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
 absl::StatusOr<tiling::TilePlan> LeaderService::PlanTiledJob(int model, const at::Tensor& latent, GroupJob* job) {
   const families::Decoder& decoder = *runtime_.models()[model].decoder;
   if (absl::Status valid = decoder.ValidateLatent(latent); !valid.ok()) return valid;
-  tiling::FamilyGeometry geometry = LadderGeometry(decoder);
-  geometry.peak_bytes_per_latent = profiles_[model].bytes_per_latent * static_cast<double>(latent.size(0));
-  geometry.fixed_bytes = static_cast<int64_t>(profiles_[model].fixed_bytes);
+  const tiling::FamilyGeometry geometry = tiling::PlanningGeometry(decoder, profiles_[model], latent.size(0));
   // Every rank decodes whole tiles: the tightest rank bounds the tile.
   int64_t budget = std::numeric_limits<int64_t>::max() / 2;
   for (int64_t free : runtime_.free_bytes_per_rank()) {

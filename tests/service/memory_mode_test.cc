@@ -42,11 +42,13 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndWaitsWhenNothingFits) 
 
   // A tall latent: a 2-rank share (66 of 128 rows) needs far more than the
   // free memory, a 32-latent floor tile far less.
-  const auto estimate = [&](double latents) {
-    return 1.25 * (model.fixed_peak_bytes() + model.peak_bytes_per_latent() * latents);
+  const auto estimate = [&](double queries, double keys) {
+    return 1.25 * std::max(model.fixed_peak_bytes() + model.peak_bytes_per_latent() * queries,
+                           model.attention_fixed_bytes() + model.attention_bytes_per_latent() * queries +
+                               model.attention_bytes_per_latent_pair() * queries * keys);
   };
-  ASSERT_GT(estimate(66 * 24), 1.2 * free_bytes) << "the budget no longer separates the cases";
-  ASSERT_LT(estimate(32 * 24), 0.8 * free_bytes) << "the budget no longer separates the cases";
+  ASSERT_GT(estimate(66 * 24, 128 * 24), 1.2 * free_bytes) << "the budget no longer separates the cases";
+  ASSERT_LT(estimate(32 * 24, 32 * 24), 0.8 * free_bytes) << "the budget no longer separates the cases";
 
   const DecodeOutcome tiled = Decode(server->stub(), SyntheticRequest("default", {1, 4, 128, 24}, "tall"));
   ExpectOk(tiled);
@@ -94,7 +96,7 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndWaitsWhenNothingFits) 
 
   // A batch so large that even one floor tile cannot fit: the request waits
   // for memory until its deadline.
-  ASSERT_GT(estimate(16.0 * 32 * 32), 2.0 * free_bytes);
+  ASSERT_GT(estimate(16.0 * 32 * 32, 32.0 * 32), 2.0 * free_bytes);  // 16 images of 32x32
   const DecodeOutcome waiting =
       Decode(server->stub(), SyntheticRequest("default", {16, 4, 32, 32}, "too-big"), absl::Seconds(3));
   EXPECT_EQ(waiting.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
