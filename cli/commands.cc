@@ -25,7 +25,6 @@
 #include "worker/decode_job.h"
 #include "worker/exact_decode.h"
 #include "worker/runtime_info.h"
-#include "worker/tiled_group_decode.h"
 
 namespace vaedecode::cli {
 namespace {

@@ -38,12 +38,17 @@ double PeakProfile::Predict(int64_t latents, int64_t key_latents) const {
                   attention_fixed_bytes + attention_bytes_per_latent * q + attention_bytes_per_latent_pair * q * k);
 }
 
-FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProfile& profile, int64_t batch) {
-  const double b = static_cast<double>(batch);
+FamilyGeometry DecoderGeometry(const families::Decoder& decoder) {
   FamilyGeometry g;
   g.spatial_factor = decoder.info().spatial_factor;
   g.stock_tile = decoder.info().stock_tile;
   g.stock_stride = decoder.info().stock_stride;
+  return g;
+}
+
+FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProfile& profile, int64_t batch) {
+  const double b = static_cast<double>(batch);
+  FamilyGeometry g = DecoderGeometry(decoder);
   g.fixed_bytes = static_cast<int64_t>(profile.fixed_bytes);
   g.peak_bytes_per_latent = profile.bytes_per_latent * b;
   g.attention_fixed_bytes = static_cast<int64_t>(profile.attention_fixed_bytes);

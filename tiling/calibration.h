@@ -68,6 +68,10 @@ std::vector<int64_t> CalibrationSides(const c10::Device& device);
 // Where profiles are cached by default: $HOME/.cache/vaedecode/profiles.
 std::string DefaultProfileDir();
 
+// A decoder's layout facts for the planner (spatial factor, stock tiles),
+// without peaks: enough for the out-of-memory ladder.
+FamilyGeometry DecoderGeometry(const families::Decoder& decoder);
+
 // The planner's geometry for `decoder` with a measured profile, for latents
 // of batch size `batch`.
 FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProfile& profile, int64_t batch);

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "tiling/calibration.h"
 #include "tiling/tiled_decode.h"
 #include "worker/group_job.h"
 
@@ -21,19 +22,11 @@ std::string DescribePlan(const tiling::TilePlan& plan, int world_size) {
                       plan.cols.tile, " latents over ", world_size, " rank(s)");
 }
 
-tiling::FamilyGeometry LadderGeometry(const families::Decoder& decoder) {
-  tiling::FamilyGeometry g;
-  g.spatial_factor = decoder.info().spatial_factor;
-  g.stock_tile = decoder.info().stock_tile;
-  g.stock_stride = decoder.info().stock_stride;
-  return g;
-}
-
 tiling::TilePlan PlanFromHeader(const families::Decoder& decoder, int64_t rows, int64_t cols, int64_t tile_rows,
                                 int64_t tile_cols, bool stock) {
   tiling::TilePlan plan;
   if (stock) {
-    const tiling::FamilyGeometry g = LadderGeometry(decoder);
+    const tiling::FamilyGeometry g = tiling::DecoderGeometry(decoder);
     plan.kind = tiling::PlanKind::kStock;
     plan.rows = tiling::StockLayout(rows, g);
     plan.cols = tiling::StockLayout(cols, g);
@@ -60,7 +53,7 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
   if (!prepared.ok()) return prepared;  // identical on every rank
 
   const int world = comm.world_size(), rank = comm.rank();
-  const std::vector<tiling::TilePlan> ladder = tiling::OomLadder(plan, LadderGeometry(decoder));
+  const std::vector<tiling::TilePlan> ladder = tiling::OomLadder(plan, tiling::DecoderGeometry(decoder));
   families::DenseOps ops;
   for (size_t attempt = 0; attempt < ladder.size(); ++attempt) {
     const tiling::TilePlan& p = ladder[attempt];

@@ -48,7 +48,4 @@ tiling::TilePlan PlanFromHeader(const families::Decoder& decoder, int64_t rows, 
 // "RxC tiles of AxB latents over N rank(s)", for headers, trailers and logs.
 std::string DescribePlan(const tiling::TilePlan& plan, int world_size);
 
-// The ladder geometry of a decoder (spatial factor and stock layout).
-tiling::FamilyGeometry LadderGeometry(const families::Decoder& decoder);
-
 }  // namespace vaedecode::worker
