@@ -173,7 +173,11 @@ def throughput_run(args, server, clients):
 
     def client():
         stub = pb2_grpc.VaeDecoderStub(vc.channel(server.address))
-        stub.ListModels(pb2.ListModelsRequest(), timeout=30)  # connect before the clock starts
+        try:
+            stub.ListModels(pb2.ListModelsRequest(), timeout=30)  # connect before the clock starts
+        except grpc.RpcError:
+            barrier.abort()  # the other threads fail at the barrier instead of waiting forever
+            raise
         barrier.wait()
         for _ in range(args.throughput_requests):
             try:

@@ -121,12 +121,8 @@ absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const work
       tiling::LoadOrCalibrate(decoder, tiling::ProbeOf(memory), tiling::CalibrationSides(decoder.device()),
                               memory.backend(), tiling::DefaultProfileDir());
   if (!profile.ok()) return profile.status();
-  if (absl::Status s = ApplyDecodeBudget(memory, budget_bytes); !s.ok()) return s;
-  const tiling::FamilyGeometry geometry = tiling::PlanningGeometry(decoder, *profile, job.latent.size(0));
-  const int64_t free = memory.free_bytes();
-  const int64_t budget = free >= 0 ? free : std::numeric_limits<int64_t>::max() / 2;
-  const tiling::TilePlan plan = tiling::PlanTiles(job.latent.size(-2), job.latent.size(-1), geometry, budget);
-
+  // Tiles are cut from the VAE-space latent (a packed raw FLUX.2 latent
+  // unpacks to twice the rows and columns), so convert before planning.
   at::Tensor z;
   absl::Status prepared = worker::CatchExceptions("latent conversion", [&] {
     z = job.latent.to(decoder.device());
@@ -134,6 +130,15 @@ absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const work
     z = z.to(decoder.dtype()).contiguous();
   });
   if (!prepared.ok()) return prepared;
+  if (absl::Status s = ApplyDecodeBudget(memory, budget_bytes); !s.ok()) return s;
+  const tiling::FamilyGeometry geometry = tiling::PlanningGeometry(decoder, *profile, z.size(0));
+  const int64_t free = memory.free_bytes();
+  // The blended float32 output is live while every tile decodes.
+  int64_t output_bytes = 4;
+  for (int64_t d : decoder.OutputShape(z.sizes().vec())) output_bytes *= d;
+  const int64_t budget =
+      free >= 0 ? std::max<int64_t>(0, free - output_bytes) : std::numeric_limits<int64_t>::max() / 2;
+  const tiling::TilePlan plan = tiling::PlanTiles(z.size(-2), z.size(-1), geometry, budget);
   families::DenseOps ops;
   const int64_t before = memory.current_bytes();
   memory.ResetPeak();
@@ -149,8 +154,8 @@ absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const work
     return absl::ResourceExhaustedError(absl::StrCat(
         tiled.status().message(), " (plan: ", plan.reason, "; the budget is ", Mib(budget), " MiB and the ",
         tiling::kFloorTile, "-latent floor tile needs about ",
-        Mib(tiling::EstimatePeakBytes(geometry, std::min<int64_t>(tiling::kFloorTile, job.latent.size(-2)),
-                                      std::min<int64_t>(tiling::kFloorTile, job.latent.size(-1)))),
+        Mib(tiling::EstimatePeakBytes(geometry, std::min<int64_t>(tiling::kFloorTile, z.size(-2)),
+                                      std::min<int64_t>(tiling::kFloorTile, z.size(-1)))),
         " MiB)"));
   }
   if (!tiled.ok()) return tiled.status();
@@ -163,8 +168,7 @@ absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const work
       absl::StrCat(" plan=", plan_text, " tile_calls=", tiled->plan.calls(), " tile_retries=", tiled->retries,
                    " decoded_latents=", tiled->plan.rows.decoded() * tiled->plan.cols.decoded(),
                    " stock_decoded_latents=",
-                   tiling::StockDecodedLatents(job.latent.size(-2), geometry) *
-                       tiling::StockDecodedLatents(job.latent.size(-1), geometry),
+                   tiling::StockDecodedLatents(z.size(-2), geometry) * tiling::StockDecodedLatents(z.size(-1), geometry),
                    " decode_ms=", absl::StrFormat("%.0f", MillisecondsSince(start)),
                    " budget_mib=", free >= 0 ? Mib(free) : "unbounded",
                    // The calibrated estimate of one tile's peak, and with the planner's headroom.
@@ -230,8 +234,8 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   if (auto r = args.Get("ranks"); r && (!absl::SimpleAtoi(*r, &ranks) || ranks < 1 || ranks > 64)) {
     return absl::InvalidArgumentError(absl::StrCat("--ranks must be an integer in 1..64, got \"", *r, "\""));
   }
-  if (mode == "dense" && ranks != 1) {
-    return absl::InvalidArgumentError("--ranks needs --mode exact (dense decodes in one process)");
+  if (mode != "exact" && ranks != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--ranks needs --mode exact (", mode, " decodes in one process)"));
   }
   int timeout_s = 120;
   if (auto t = args.Get("timeout-s"); t && (!absl::SimpleAtoi(*t, &timeout_s) || timeout_s < 1)) {
@@ -239,8 +243,10 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   }
 
   int64_t budget_mib = 0;
-  if (auto b = args.Get("budget-mib"); b && (!absl::SimpleAtoi(*b, &budget_mib) || budget_mib < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("--budget-mib must be a positive integer, got \"", *b, "\""));
+  if (auto b = args.Get("budget-mib");
+      b && (!absl::SimpleAtoi(*b, &budget_mib) || budget_mib < 1 || budget_mib > (int64_t{1} << 30))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--budget-mib must be a positive integer (at most 2^30), got \"", *b, "\""));
   }
   absl::StatusOr<c10::Device> device = device::ParseComputeDevice(args.Get("device").value_or("cpu"));
   if (!device.ok()) return device.status();

@@ -31,6 +31,11 @@ struct ModelInfo {
   std::string diffusers_class;  // config "_class_name", e.g. "AutoencoderKL"
   std::string config_json;      // the config as loaded (for `info`)
   int64_t latent_channels = 0;
+  // A `raw` latent's channels and how many VAE-space latents each of its
+  // rows/columns unpacks into (FLUX.2 packs 2x2 patches: 4x the channels,
+  // half the size); 0 channels = the same as latent_channels.
+  int64_t raw_latent_channels = 0;
+  int64_t raw_patch = 1;
   int64_t out_channels = 0;
   int64_t spatial_factor = 1;   // output pixels per latent row/column
   int64_t temporal_factor = 1;  // 1 for image families

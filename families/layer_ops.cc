@@ -175,6 +175,14 @@ at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::T
   return at::stack(out, 2);  // [B, heads, T, Nq, D]
 }
 
+int64_t AttentionScoreBytesBound() {
+#if TORCH_VERSION_MAJOR >= 2
+  return 0;
+#else
+  return 3 * kScoreBytesPerChunk;
+#endif
+}
+
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v) {
 #if TORCH_VERSION_MAJOR >= 2

@@ -116,6 +116,12 @@ at::Tensor PadRows(const at::Tensor& x, int64_t top, int64_t bottom, PaddingMode
 
 // softmax(q·kᵀ·scale)·v with queries processed in chunks so the score matrix
 // stays bounded; every query row is independent, so chunking is exact.
+// The most memory one attention call's score matrices take, whatever the
+// sequence length: LibTorch 1.x runs the queries in chunks whose scores stay
+// within a fixed budget (its scores, their scaled copy and the softmax). 0
+// when unbounded here (2.x's fused kernel decides; calibration measures it).
+int64_t AttentionScoreBytesBound();
+
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v);
 

@@ -33,7 +33,7 @@ ABSL_FLAG(int, max_connection_age_s, 300,
           "Close client connections after this long (GOAWAY, so clients reconnect and L4 load balancers "
           "spread them over replicas); 0 = never");
 ABSL_FLAG(int, max_connection_age_grace_s, 600,
-          "How long calls on a connection past its age may still take before it is closed");
+          "How long calls on a connection past its age may still take before it is closed; 0 = no limit");
 ABSL_FLAG(std::string, worker_binary, "",
           "Path of vaedecode_worker; empty: the one beside this binary");
 ABSL_FLAG(std::string, dtype, "float32", "Worker compute dtype: float32, bfloat16 or float16");

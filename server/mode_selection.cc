@@ -49,20 +49,25 @@ PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInf
   if (shape.size() < 4) return e;
   const double batch = static_cast<double>(shape[0]);
   const double frames = shape.size() == 5 ? static_cast<double>(shape[2]) : 1.0;
-  const double rows = static_cast<double>(shape[shape.size() - 2]);
-  const double cols = static_cast<double>(shape[shape.size() - 1]);
+  // The decoder sees VAE-space latents: a packed raw latent unpacks first.
+  const double patch = request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1
+                           ? static_cast<double>(model.raw_patch())
+                           : 1.0;
+  const double rows = patch * static_cast<double>(shape[shape.size() - 2]);
+  const double cols = patch * static_cast<double>(shape[shape.size() - 1]);
   // The larger of the convolution and attention phases (tiling/calibration.h)
   // for queries of `latent_rows` x `latent_cols` against the keys of
   // `key_latents` (the whole image in exact mode: every rank holds all keys).
   auto peak = [&](double latent_rows, double latent_cols, double key_latents) {
+    // Headroom on what grows with the latent, as the tiling planner does.
     const double queries = latent_rows * latent_cols;
-    const double convolutions = model.fixed_peak_bytes() + batch * frames * model.peak_bytes_per_latent() * queries;
-    const double attention =
-        model.attention_fixed_bytes() +
-        batch * frames *
-            (model.attention_bytes_per_latent() * queries +
-             model.attention_bytes_per_latent_pair() * queries * key_latents);
-    return static_cast<int64_t>(kHeadroom * std::max(convolutions, attention));
+    const double convolutions =
+        model.fixed_peak_bytes() + kHeadroom * batch * frames * model.peak_bytes_per_latent() * queries;
+    double scores = batch * frames * model.attention_bytes_per_latent_pair() * queries * key_latents;
+    if (model.attention_pair_cap_bytes() > 0) scores = std::min(scores, model.attention_pair_cap_bytes());
+    const double attention = model.attention_fixed_bytes() +
+                             kHeadroom * (batch * frames * model.attention_bytes_per_latent() * queries + scores);
+    return static_cast<int64_t>(std::max(convolutions, attention));
   };
   e.dense = peak(rows, cols, rows * cols);
   // The thickest band (first ranks take the remainder) plus a halo row on
@@ -73,7 +78,8 @@ PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInf
   const double output = batch * static_cast<double>(model.out_channels()) * t_out * rows * f * cols * f * 4;
   e.exact_rank = peak(std::min(rows, band), cols, rows * cols) + static_cast<int64_t>(output);
   const double tile_rows = std::min(rows, 32.0), tile_cols = std::min(cols, 32.0);
-  e.floor_tile = peak(tile_rows, tile_cols, tile_rows * tile_cols);
+  // Tiles are spread over every rank; the leader also holds the output.
+  e.floor_tile = peak(tile_rows, tile_cols, tile_rows * tile_cols) + static_cast<int64_t>(output);
   return e;
 }
 
@@ -141,7 +147,8 @@ absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1
         return ModeChoice{v1::MODE_DENSE, absl::StrCat("auto: dense fits (", MiB(need.dense), " of ",
                                                        MiB(leader_free), " free)")};
       }
-      if (Supports(model, v1::MODE_TILED) && need.floor_tile <= leader_free) {
+      // Every rank decodes tiles: the tightest rank decides.
+      if (Supports(model, v1::MODE_TILED) && need.floor_tile <= min_free) {
         return ModeChoice{v1::MODE_TILED, absl::StrCat("auto: tiled; ", exact_possible ? "exact needs " : "dense needs ",
                                                        MiB(exact_possible ? need.exact_rank : need.dense),
                                                        " per rank, ", MiB(exact_possible ? min_free : leader_free),
@@ -149,7 +156,7 @@ absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1
       }
       return ModeChoice{v1::MODE_DENSE,
                         absl::StrCat("waiting for memory: even a floor tile needs ", MiB(need.floor_tile), ", ",
-                                     MiB(leader_free), " free"),
+                                     MiB(min_free), " free on the tightest rank"),
                         /*wait_for_memory=*/true};
     default:
       return absl::InvalidArgumentError(

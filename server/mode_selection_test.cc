@@ -94,6 +94,23 @@ TEST(ModeSelectionTest, AutoChoosesExactTiledOrWaitAroundTheThresholds) {
   GroupResources uneven = Group(2);
   uneven.free_bytes_per_rank = {need.exact_rank, need.exact_rank - 1};
   EXPECT_EQ(SelectMode(Sized(v1::MODE_AUTO), m, uneven)->mode, v1::MODE_TILED);
+  // Every rank decodes tiles: a roomy leader does not make up for a peer
+  // without room for one floor tile.
+  uneven.free_bytes_per_rank = {need.exact_rank, need.floor_tile - 1};
+  EXPECT_TRUE(SelectMode(Sized(v1::MODE_AUTO), m, uneven)->wait_for_memory);
+}
+
+TEST(ModeSelectionTest, PackedRawLatentsAreEstimatedUnpacked) {
+  // FLUX.2's raw latents pack 2x2 patches: a 32x32 raw latent decodes as 64x64.
+  v1::ModelInfo m = Measured(true);
+  m.set_raw_patch(2);
+  v1::DecodeRequest raw = Request(v1::MODE_AUTO);
+  for (int64_t d : {1, 16, 32, 32}) raw.mutable_latent()->add_shape(d);
+  raw.set_latent_space(v1::LATENT_SPACE_RAW);
+  const PeakEstimates packed = EstimatePeaks(raw, m, 2);
+  const PeakEstimates unpacked = EstimatePeaks(Sized(v1::MODE_AUTO), m, 2);
+  EXPECT_EQ(packed.dense, unpacked.dense);
+  EXPECT_EQ(packed.exact_rank, unpacked.exact_rank);
 }
 
 TEST(ModeSelectionTest, AutoOnOneRankIsDenseWhenItFitsElseTiled) {

@@ -91,10 +91,15 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
     }
     numel *= d;
   }
-  if (model.latent_channels() > 0 && latent.shape(1) != model.latent_channels()) {
+  const bool raw = request.latent_space() == v1::LATENT_SPACE_RAW;
+  const int64_t channels =
+      raw && model.raw_latent_channels() > 0 ? model.raw_latent_channels() : model.latent_channels();
+  if (channels > 0 && latent.shape(1) != channels) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "latent.shape: model \"", model.name(), "\" takes ", model.latent_channels(),
-        " latent channels, got ", latent.shape(1), " in ", ShapeString(latent.shape())));
+        "latent.shape: model \"", model.name(), "\" takes ", channels, raw ? " raw" : "",
+        " latent channels, got ", latent.shape(1), " in ", ShapeString(latent.shape()),
+        !raw && latent.shape(1) == model.raw_latent_channels() ? " (a packed raw latent: send latent_space RAW)"
+                                                                : ""));
   }
   const int64_t want_bytes = numel * DTypeSize(latent.dtype()).value();
   if (static_cast<int64_t>(latent.data().size()) != want_bytes) {

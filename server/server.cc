@@ -129,8 +129,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.max_connection_age > absl::ZeroDuration()) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, MillisecondsArg(options.max_connection_age));
+    // A grace of 0 would cut calls in flight at the GOAWAY: it means "no limit".
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
-                               MillisecondsArg(options.max_connection_age_grace));
+                               options.max_connection_age_grace > absl::ZeroDuration()
+                                   ? MillisecondsArg(options.max_connection_age_grace)
+                                   : std::numeric_limits<int>::max());
   }
   s->grpc_server_ = builder.BuildAndStart();
   if (!s->grpc_server_ || s->port_ == 0) {

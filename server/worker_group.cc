@@ -368,8 +368,6 @@ void WorkerGroup::RefreshMemory(const std::shared_ptr<Leader>& leader) {
 void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::shared_ptr<Job>& job) {
   const absl::Time dispatched = absl::Now();
   const double queue_ms = Ms(dispatched - job->received());
-  metrics_.RecordQueueTime(queue_ms / 1000);
-  if (job->TakePending()) metrics_.AddPending(job->model().name(), -1);
   job->UpdateReport([&](JobReport& r) {
     r.group = options_.name;
     r.timings.set_queue_ms(queue_ms);
@@ -440,6 +438,13 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
   if (!job->SetCancelHook([&ctx] { ctx.TryCancel(); })) {
     unregister();  // cancelled while we prepared: it finishes itself
     return;
+  }
+  // Pending until it runs: a job waiting here for memory, or requeued
+  // after its group failed, still counts as pending (and its queue time
+  // once, when it finally runs).
+  if (job->TakePending()) {
+    metrics_.AddPending(job->model().name(), -1);
+    metrics_.RecordQueueTime(queue_ms / 1000);
   }
   metrics_.AddInFlight(1);
 

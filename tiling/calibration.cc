@@ -34,8 +34,9 @@ std::string DefaultProfileDir() {
 
 double PeakProfile::Predict(int64_t latents, int64_t key_latents) const {
   const double q = static_cast<double>(latents), k = static_cast<double>(key_latents);
-  return std::max(fixed_bytes + bytes_per_latent * q,
-                  attention_fixed_bytes + attention_bytes_per_latent * q + attention_bytes_per_latent_pair * q * k);
+  double scores = attention_bytes_per_latent_pair * q * k;
+  if (attention_pair_cap_bytes > 0) scores = std::min(scores, attention_pair_cap_bytes);
+  return std::max(fixed_bytes + bytes_per_latent * q, attention_fixed_bytes + attention_bytes_per_latent * q + scores);
 }
 
 FamilyGeometry DecoderGeometry(const families::Decoder& decoder) {
@@ -54,6 +55,7 @@ FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProf
   g.attention_fixed_bytes = static_cast<int64_t>(profile.attention_fixed_bytes);
   g.attention_bytes_per_latent = profile.attention_bytes_per_latent * b;
   g.attention_bytes_per_latent_pair = profile.attention_bytes_per_latent_pair * b;
+  g.attention_pair_cap_bytes = static_cast<int64_t>(profile.attention_pair_cap_bytes);
   return g;
 }
 
@@ -128,8 +130,8 @@ std::string ProfileKey(const families::Decoder& decoder, const std::string& back
 
 absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProbe& probe,
                                       const std::vector<int64_t>& sides, const std::string& backend) {
-  if (sides.size() < 2 || !std::is_sorted(sides.begin(), sides.end())) {
-    return absl::InvalidArgumentError("calibration needs at least two ascending tile sides");
+  if (sides.size() < 2 || std::adjacent_find(sides.begin(), sides.end(), std::greater_equal<int64_t>()) != sides.end()) {
+    return absl::InvalidArgumentError("calibration needs at least two strictly ascending tile sides");
   }
   PeakProfile profile;
   profile.key = ProfileKey(decoder, backend);
@@ -170,6 +172,7 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
   std::tie(profile.attention_fixed_bytes, live_per_latent) = LinearBound(areas, profile.attention_live);
   std::tie(p, profile.attention_bytes_per_latent_pair) = LinearBound(areas, transient_per_latent);
   profile.attention_bytes_per_latent = live_per_latent + p;
+  profile.attention_pair_cap_bytes = static_cast<double>(families::AttentionScoreBytesBound());
   return profile;
 }
 
@@ -204,6 +207,7 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
         p.attention_bytes_per_latent_pair = j["attention_bytes_per_latent_pair"].get<double>();
         p.attention_bytes_per_latent = j["attention_bytes_per_latent"].get<double>();
         p.attention_fixed_bytes = j["attention_fixed_bytes"].get<double>();
+        p.attention_pair_cap_bytes = j.value("attention_pair_cap_bytes", 0.0);
         p.sides = sides;
         if (j.contains("peaks") && j["peaks"].is_array()) {
           for (const auto& v : j["peaks"]) p.peaks.push_back(v.is_number() ? v.get<double>() : 0.0);
@@ -222,6 +226,7 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
                             {"attention_fixed_bytes", profile->attention_fixed_bytes},
                             {"attention_bytes_per_latent", profile->attention_bytes_per_latent},
                             {"attention_bytes_per_latent_pair", profile->attention_bytes_per_latent_pair},
+                            {"attention_pair_cap_bytes", profile->attention_pair_cap_bytes},
                             {"attention_live", profile->attention_live},
                             {"attention_transient", profile->attention_transient},
                             {"sides", profile->sides},

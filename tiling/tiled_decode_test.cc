@@ -82,7 +82,7 @@ TEST(DecodeTiles, LargeLatentTiledIsCloseToDenseWithoutSeams) {
   }
 }
 
-TEST(RunOomLadder, RetriesAtTheFloorThenStockOnOutOfMemory) {
+TEST(RunOomLadder, RetriesAtTheFloorTileOnOutOfMemory) {
   auto decoder = SmallDecoder();
   const FamilyGeometry g = SmallGeometry(*decoder);
   const at::Tensor z = Latent(96, 80);

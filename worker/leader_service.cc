@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "device/compute_device.h"
 #include "tiling/planner.h"
+#include "worker/decode_job.h"
 #include "worker/output_stream.h"
 #include "worker/tiled_group_decode.h"
 
@@ -28,6 +29,8 @@ void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile, cons
   out->set_diffusers_class(info.diffusers_class);
   out->set_config_json(info.config_json);
   out->set_latent_channels(info.latent_channels);
+  out->set_raw_latent_channels(info.raw_latent_channels > 0 ? info.raw_latent_channels : info.latent_channels);
+  out->set_raw_patch(info.raw_patch);
   out->set_out_channels(info.out_channels);
   out->set_spatial_factor(info.spatial_factor);
   out->set_temporal_factor(info.temporal_factor);
@@ -42,6 +45,7 @@ void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile, cons
   out->set_attention_bytes_per_latent_pair(profile.attention_bytes_per_latent_pair);
   out->set_attention_fixed_bytes(profile.attention_fixed_bytes);
   out->set_attention_bytes_per_latent(profile.attention_bytes_per_latent);
+  out->set_attention_pair_cap_bytes(profile.attention_pair_cap_bytes);
   out->add_supported_modes(v1::MODE_DENSE);
   out->add_supported_modes(v1::MODE_TILED);
   // A one-row latent is always shardable if the family has an adapter.
@@ -265,14 +269,31 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
 absl::StatusOr<tiling::TilePlan> LeaderService::PlanTiledJob(int model, const at::Tensor& latent, GroupJob* job) {
   const families::Decoder& decoder = *runtime_.models()[model].decoder;
   if (absl::Status valid = decoder.ValidateLatent(latent); !valid.ok()) return valid;
-  const tiling::FamilyGeometry geometry = tiling::PlanningGeometry(decoder, profiles_[model], latent.size(0));
-  // Every rank decodes whole tiles: the tightest rank bounds the tile.
+  // Tiles are cut from the VAE-space latent (a packed raw FLUX.2 latent
+  // unpacks to twice the rows and columns): convert once, here, and send
+  // every rank the converted latent.
+  if (job->decode.latent_space == families::LatentSpace::kRaw) {
+    at::Tensor z;
+    absl::Status converted = CatchExceptions("latent conversion", [&] {
+      z = decoder.ToVaeSpace(latent.to(decoder.device()).to(at::kFloat)).contiguous();
+    });
+    if (!converted.ok()) return converted;
+    job->decode.latent = z;
+    job->decode.latent_space = families::LatentSpace::kVae;
+  }
+  const at::Tensor& z = job->decode.latent;
+  const tiling::FamilyGeometry geometry = tiling::PlanningGeometry(decoder, profiles_[model], z.size(0));
+  // Every rank decodes whole tiles: the tightest rank bounds the tile. The
+  // leader also holds the blended float32 output meanwhile.
   int64_t budget = std::numeric_limits<int64_t>::max() / 2;
   for (int64_t free : runtime_.free_bytes_per_rank()) {
     if (free >= 0) budget = std::min(budget, free);
   }
   if (runtime_.free_bytes_per_rank().empty() && FreeBytes() >= 0) budget = FreeBytes();
-  tiling::TilePlan plan = tiling::PlanTiles(latent.size(-2), latent.size(-1), geometry, budget);
+  int64_t output_bytes = 4;
+  for (int64_t d : decoder.OutputShape(z.sizes().vec())) output_bytes *= d;
+  budget = std::max<int64_t>(0, budget - output_bytes);
+  tiling::TilePlan plan = tiling::PlanTiles(z.size(-2), z.size(-1), geometry, budget);
   if (plan.kind == tiling::PlanKind::kUntiled) {
     // The whole latent fits: one tile (still the tiled protocol, as requested).
     plan.kind = tiling::PlanKind::kTiled;

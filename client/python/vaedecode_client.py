@@ -81,13 +81,18 @@ def channel(server):
                                                   ("grpc.max_send_message_length", limit)])
 
 
-def latent_tensor(array):
-    """A numpy latent as a vaedecode.v1.Tensor: little-endian bytes in C order."""
-    if array.dtype == np.float64:
+def wire_array(array):
+    """The latent as it is sent: float64 becomes float32; little-endian, C order."""
+    if array.dtype.kind == "f" and array.dtype.itemsize == 8:  # float64 in either byte order
         array = array.astype(np.float32)
     if array.dtype.name not in LATENT_DTYPES:
         raise ValueError(f"latent must be float32, float16 or float64, got {array.dtype}")
-    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+
+
+def latent_tensor(array):
+    """A numpy latent as a vaedecode.v1.Tensor: little-endian bytes in C order."""
+    array = wire_array(array)
     return pb2.Tensor(dtype=LATENT_DTYPES[array.dtype.name], shape=list(array.shape), data=array.tobytes())
 
 
@@ -273,7 +278,7 @@ def main(argv=None):
             print(f"{prog}: {e}", file=sys.stderr)
             return 2
         if args.save_latent:
-            np.save(args.save_latent, latent)
+            np.save(args.save_latent, wire_array(latent))  # exactly what is sent
         fmt = args.format or ("png" if args.out.endswith(".png") else "float32")
         request = pb2.DecodeRequest(
             model=args.model, latent=tensor, mode=MODES[args.mode], output_format=FORMATS[fmt],

@@ -34,6 +34,8 @@ Flux2Decoder::Flux2Decoder(Flux2Config config, std::string config_json)
   info_.diffusers_class = "AutoencoderKLFlux2";
   info_.config_json = std::move(config_json);
   info_.latent_channels = config_.latent_channels();
+  info_.raw_latent_channels = config_.patched_channels();
+  info_.raw_patch = config_.patch_h;  // square patches (checked by the config)
   info_.out_channels = config_.decoder.out_channels;
   info_.spatial_factor = config_.decoder.spatial_factor();
   info_.scaling_factor = 1.0;

@@ -43,9 +43,9 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndWaitsWhenNothingFits) 
   // A tall latent: a 2-rank share (66 of 128 rows) needs far more than the
   // free memory, a 32-latent floor tile far less.
   const auto estimate = [&](double queries, double keys) {
-    return 1.25 * std::max(model.fixed_peak_bytes() + model.peak_bytes_per_latent() * queries,
-                           model.attention_fixed_bytes() + model.attention_bytes_per_latent() * queries +
-                               model.attention_bytes_per_latent_pair() * queries * keys);
+    return std::max(model.fixed_peak_bytes() + 1.25 * model.peak_bytes_per_latent() * queries,
+                    model.attention_fixed_bytes() + 1.25 * (model.attention_bytes_per_latent() * queries +
+                                                            model.attention_bytes_per_latent_pair() * queries * keys));
   };
   ASSERT_GT(estimate(66 * 24, 128 * 24), 1.2 * free_bytes) << "the budget no longer separates the cases";
   ASSERT_LT(estimate(32 * 24, 32 * 24), 0.8 * free_bytes) << "the budget no longer separates the cases";
@@ -60,8 +60,11 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndWaitsWhenNothingFits) 
   for (float v : rows) ASSERT_TRUE(std::isfinite(v));
 
   // The float output streamed row bands while tiles were still decoding; the
-  // PNG of the same request is encoded from the finished image. Both are the
-  // same decode: every pixel within one 8-bit level.
+  // PNG of the same request is encoded from the finished image. With the
+  // same plan both are the same decode: every pixel within one 8-bit level.
+  // (Free memory moves by a few MiB between requests, which can move the
+  // tile size by a latent: then the two are different seam-free blends, and
+  // only close — at least 40 dB.)
   v1::DecodeRequest as_png = SyntheticRequest("default", {1, 4, 128, 24}, "tall");
   as_png.set_output_format(v1::OUTPUT_PNG);
   const DecodeOutcome png = Decode(server->stub(), as_png);
@@ -73,13 +76,23 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndWaitsWhenNothingFits) 
   ASSERT_EQ(image->height, 1024);
   const int64_t plane = 1024 * 192;
   int64_t off_by_more = 0;
+  double squared = 0;
   for (int64_t c = 0; c < 3; ++c) {
     for (int64_t p = 0; p < plane; ++p) {
       const double level = std::round(std::clamp(rows[c * plane + p] / 2.0 + 0.5, 0.0, 1.0) * 255.0);
-      if (std::abs(level - image->pixels[p * 3 + c]) > 1) ++off_by_more;
+      const double d = level - image->pixels[p * 3 + c];
+      if (std::abs(d) > 1) ++off_by_more;
+      squared += d * d;
     }
   }
-  EXPECT_EQ(off_by_more, 0);
+  const std::string plans = absl::StrCat("float32: ", tiled.output.header().tile_plan(),
+                                         "; png: ", png.output.header().tile_plan());
+  if (tiled.output.header().tile_plan() == png.output.header().tile_plan()) {
+    EXPECT_EQ(off_by_more, 0) << plans;
+  } else {
+    const double psnr = 10 * std::log10(255.0 * 255.0 / std::max(1e-12, squared / (3.0 * plane)));
+    EXPECT_GE(psnr, 40.0) << plans;
+  }
 
   // Forcing EXACT on the same latent cannot fit: refused with the numbers.
   v1::DecodeRequest exact = SyntheticRequest("default", {1, 4, 128, 24}, "forced-exact");

@@ -277,7 +277,8 @@ DecodeOutcome Decode(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& reques
 
 double MetricValue(const std::string& exposition, const std::string& name,
                    const std::vector<std::string>& label_pieces) {
-  double total = -1;
+  double total = 0;
+  bool found = false;
   for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
     if (line.empty() || line[0] == '#') continue;
     const size_t space = line.rfind(' ');
@@ -290,10 +291,11 @@ double MetricValue(const std::string& exposition, const std::string& name,
     if (!all) continue;
     double v = 0;
     if (absl::SimpleAtod(line.substr(space + 1), &v)) {
-      total = total < 0 ? v : total + v;
+      total += v;
+      found = true;
     }
   }
-  return total;
+  return found ? total : -1;
 }
 
 absl::StatusOr<std::string> PromtoolCheck(const std::string& exposition) {

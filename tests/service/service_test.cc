@@ -252,7 +252,6 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
     const double compute_us = MetricValue(*m, "vaedecode_compute_infer_duration_us", {label});
     const double queue_us = MetricValue(*m, "vaedecode_queue_duration_us", {label});
     EXPECT_GT(compute_us, 0) << model;
-    EXPECT_GE(queue_us, 0) << model;
     EXPECT_GT(request_us, compute_us + queue_us) << model;
     EXPECT_EQ(MetricValue(*m, "vaedecode_pending_request_count", {label}), 0) << model;
     EXPECT_GT(MetricValue(*m, "vaedecode_decode_seconds_count", {label}), 0) << model;  // labelled by model
