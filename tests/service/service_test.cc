@@ -294,6 +294,28 @@ TEST(ServiceTest, VideoModelStreamsFrames) {
   }
 }
 
+TEST(ServiceTest, PackedRawFlux2LatentsInEveryMode) {
+  // FLUX.2's pipeline latent packs 2x2 patches (4x the channels, half the
+  // size): accepted as latent_space RAW, unpacked before any sharding or
+  // tiling, diffusers' output in every mode.
+  const std::string repo = FixtureRepository({"flux2_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:2", 2), {"flux2_kl"});
+  ASSERT_NE(server, nullptr);
+  const FloatTensor expected = ReadFloat(FixturePath("flux2_kl/expected.safetensors"));
+  for (v1::Mode mode : {v1::MODE_AUTO, v1::MODE_DENSE, v1::MODE_TILED}) {
+    SCOPED_TRACE(v1::Mode_Name(mode));
+    v1::DecodeRequest raw =
+        FixtureRequest("flux2_kl", FixturePath("flux2_kl/pipeline_latent.safetensors"), v1::OUTPUT_FLOAT32, mode);
+    raw.set_latent_space(v1::LATENT_SPACE_RAW);
+    ExpectMatches(Decode(server->stub(), raw), expected, v1::OUTPUT_FLOAT32);
+  }
+  // The packed latent sent as VAE space is refused with a hint.
+  const DecodeOutcome unmarked = Decode(
+      server->stub(), FixtureRequest("flux2_kl", FixturePath("flux2_kl/pipeline_latent.safetensors")));
+  EXPECT_EQ(unmarked.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(unmarked.status.error_message(), HasSubstr("latent_space RAW"));
+}
+
 TEST(ServiceTest, ExactOnGroupsOfTwoAndThreeEqualsDense) {
   const std::string repo = FixtureRepository({"sd_kl", "flux1_kl"});
   for (int g : {2, 3}) {
