@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
+# Bazel names one convenience symlink after the checkout's folder
+# (bazel-<folder>, pointing into the execroot); `//...` would descend into
+# it on a second run. .bazelignore lists the usual names; this covers any
+# folder name (the build recreates the link).
+link="bazel-$(basename "$PWD")"
+if [ -L "$link" ]; then rm -f "$link"; fi
 status=0
 bazel test //... "$@" || status=$?
 if [ -f /usr/local/cuda/include/nccl.h ]; then
