@@ -82,4 +82,28 @@ absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& deco
   return out;
 }
 
+absl::Status CheckFixtureCase(const FixtureCase& c, int rank, int world, int port, const std::string& group,
+                              GroupCheckOptions options) {
+  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixtureDecoder(c.fixture);
+  if (!decoder.ok()) return decoder.status();
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinTestGroup(rank, world, port, group);
+  if (!comm.ok()) return comm.status();
+  options.expected_file = c.expected_file;
+  for (const bool raw : {false, true}) {
+    const std::string& file = raw ? c.pipeline_latent_file : c.latent_file;
+    if (file.empty()) continue;
+    absl::StatusOr<at::Tensor> latent = LeaderLatent(file, rank);
+    if (!latent.ok()) return latent.status();
+    options.space = raw ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+    options.what = absl::StrCat(c.fixture, "/", c.name, raw ? " (raw)" : "");
+    absl::StatusOr<GroupDecodeCheck> checked = DecodeWithGroupAndCheck(**decoder, **comm, *latent, options);
+    if (!checked.ok()) return checked.status();
+  }
+  return absl::OkStatus();
+}
+
+std::string FixtureCaseName(const FixtureCase& c, int world) {
+  return absl::StrCat(c.fixture, "_", c.name, "_ws", world);
+}
+
 }  // namespace vaedecode::testing

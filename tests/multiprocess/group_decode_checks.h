@@ -15,6 +15,7 @@
 #include "families/decoder.h"
 #include "parallel/communicator.h"
 #include "parallel/counting_communicator.h"
+#include "tests/fixtures/fixture_paths.h"
 
 namespace vaedecode::testing {
 
@@ -44,5 +45,16 @@ struct GroupDecodeCheck {
 // Every rank calls it; `latent` matters on the leader only.
 absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& decoder, parallel::Communicator& comm,
                                                          const at::Tensor& latent, const GroupCheckOptions& options);
+
+// One rank's part of a fixture case on a Gloo group of `world` ranks named
+// `group`: decode its VAE-space latent and, when it has one, its pipeline
+// latent as raw, each checked on the leader against the dense decode and
+// diffusers' output. `options` gives the tolerances and the mode wanted
+// (its space, expected_file and what are set here).
+absl::Status CheckFixtureCase(const FixtureCase& c, int rank, int world, int port, const std::string& group,
+                              GroupCheckOptions options);
+
+// "<fixture>_<case>_ws<world>": names of tests parameterised by case and world size.
+std::string FixtureCaseName(const FixtureCase& c, int world);
 
 }  // namespace vaedecode::testing

@@ -44,7 +44,6 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> Join(int rank, int world
 }
 
 using Checked = testing::GroupDecodeCheck;
-using testing::LeaderLatent;
 
 absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixture(const std::string& fixture) {
   return testing::LoadFixtureDecoder(fixture);
@@ -72,28 +71,16 @@ class HunyuanVideoExactDecode : public ::testing::TestWithParam<std::tuple<testi
 TEST_P(HunyuanVideoExactDecode, EqualsDenseAndDiffusers) {
   const auto& [c, world] = GetParam();
   absl::Status s = parallel::testing::RunRanks(world, [&c = c](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-    if (!comm.ok()) return comm.status();
-    absl::StatusOr<at::Tensor> latent = LeaderLatent(c.latent_file, rank);
-    if (!latent.ok()) return latent.status();
-    const std::string mode = w > 1 ? "exact" : "dense";
-    absl::StatusOr<Checked> vae = DecodeAndCheck(**decoder, **comm, *latent, families::LatentSpace::kVae, mode,
-                                                 c.expected_file, c.fixture + "/" + c.name);
-    if (!vae.ok() || c.pipeline_latent_file.empty()) return vae.status();
-    absl::StatusOr<at::Tensor> raw = LeaderLatent(c.pipeline_latent_file, rank);
-    if (!raw.ok()) return raw.status();
-    return DecodeAndCheck(**decoder, **comm, *raw, families::LatentSpace::kRaw, mode, c.expected_file,
-                          c.fixture + "/" + c.name + " (raw)")
-        .status();
+    testing::GroupCheckOptions options;
+    options.exact_vs_dense = kExactVsDense;
+    options.vs_diffusers = kVsDiffusers;
+    return testing::CheckFixtureCase(c, rank, w, port, "hunyuanvideo-exact-decode-test", options);
   }, absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
 }
 
 std::string CaseName(const ::testing::TestParamInfo<std::tuple<testing::FixtureCase, int>>& info) {
-  const auto& [c, world] = info.param;
-  return absl::StrCat(c.fixture, "_", c.name, "_ws", world);
+  return testing::FixtureCaseName(std::get<0>(info.param), std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HunyuanVideoExactDecode,

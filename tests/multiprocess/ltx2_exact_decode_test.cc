@@ -43,7 +43,6 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> Join(int rank, int world
 }
 
 using Checked = testing::GroupDecodeCheck;
-using testing::LeaderLatent;
 
 absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixture(const std::string& fixture) {
   return testing::LoadFixtureDecoder(fixture);
@@ -71,30 +70,19 @@ class LTX2ExactDecode : public ::testing::TestWithParam<std::tuple<testing::Fixt
 TEST_P(LTX2ExactDecode, EqualsDenseAndDiffusers) {
   const auto& [c, world] = GetParam();
   absl::Status s = parallel::testing::RunRanks(world, [&c = c](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-    if (!comm.ok()) return comm.status();
-    absl::StatusOr<at::Tensor> latent = LeaderLatent(c.latent_file, rank);
-    if (!latent.ok()) return latent.status();
+    testing::GroupCheckOptions options;
+    options.exact_vs_dense = kExactVsDense;
+    options.vs_diffusers = kVsDiffusers;
     // The fixture has 2 latent rows: 1-row bands at world size 2; 3 and 4
     // ranks would leave a band empty, so the leader decodes densely.
-    const std::string mode = w == 2 ? "exact" : "dense";
-    absl::StatusOr<Checked> vae = DecodeAndCheck(**decoder, **comm, *latent, families::LatentSpace::kVae, mode,
-                                                 c.expected_file, c.fixture + "/" + c.name);
-    if (!vae.ok() || c.pipeline_latent_file.empty()) return vae.status();
-    absl::StatusOr<at::Tensor> raw = LeaderLatent(c.pipeline_latent_file, rank);
-    if (!raw.ok()) return raw.status();
-    return DecodeAndCheck(**decoder, **comm, *raw, families::LatentSpace::kRaw, mode, c.expected_file,
-                          c.fixture + "/" + c.name + " (raw)")
-        .status();
+    options.want_mode = w == 2 ? "exact" : "dense";
+    return testing::CheckFixtureCase(c, rank, w, port, "ltx2-exact-decode-test", options);
   }, absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
 }
 
 std::string CaseName(const ::testing::TestParamInfo<std::tuple<testing::FixtureCase, int>>& info) {
-  const auto& [c, world] = info.param;
-  return absl::StrCat(c.fixture, "_", c.name, "_ws", world);
+  return testing::FixtureCaseName(std::get<0>(info.param), std::get<1>(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LTX2ExactDecode,
