@@ -11,6 +11,7 @@
 // batch 2), HunyuanVideo (frame-causal attention, replicate padding), LTX-2
 // (depth-to-space upsamplers, reflect padding, 4x4 unpatchify).
 
+#include <algorithm>
 #include <iostream>
 
 #include <ATen/ATen.h>
@@ -93,11 +94,17 @@ std::string CaseName(const ::testing::TestParamInfo<testing::FixtureCase>& info)
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(testing::AllFixtureCases()), CaseName);
 
 TEST(GoldenCoverage, EveryFixtureBelongsToARegisteredFamily) {
-  const std::vector<testing::FixtureCase> cases = testing::AllFixtureCases();
-  EXPECT_GE(cases.size(), 12u);  // 8 fixtures, 12 cases at the time of writing
+  const std::vector<testing::FixtureCase> cases = testing::IndexFixtureCases();
+  EXPECT_GE(cases.size(), 18u);  // 11 fixtures, 18 cases at the time of writing
+  EXPECT_GE(testing::AllFixtureCases().size(), 12u);
+  const std::vector<std::string>& pending = testing::ClassesWithoutAFamilyYet();
   for (const testing::FixtureCase& c : cases) {
-    EXPECT_NE(families::BuiltinFamilies().FindByClass(c.diffusers_class), nullptr)
-        << c.fixture << ": no family registers " << c.diffusers_class;
+    const bool registered = families::BuiltinFamilies().FindByClass(c.diffusers_class) != nullptr;
+    if (std::find(pending.begin(), pending.end(), c.diffusers_class) != pending.end()) {
+      EXPECT_FALSE(registered) << c.diffusers_class << " has a family now: take it off ClassesWithoutAFamilyYet()";
+    } else {
+      EXPECT_TRUE(registered) << c.fixture << ": no family registers " << c.diffusers_class;
+    }
   }
 }
 
