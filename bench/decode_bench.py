@@ -47,9 +47,9 @@ def main():
     ap.add_argument("--out", default="/tmp/vaedecode-bench")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    env_blas = subprocess.run([args.binary, "info"], capture_output=True, text=True).stdout
-    blas = re.search(r"blas: (.*)", env_blas)
-    print(f"binary: {args.binary}; blas: {blas.group(1) if blas else '?'}; cpus: {os.cpu_count()}\n")
+    env_info = subprocess.run([args.binary, "info"], capture_output=True, text=True).stdout
+    libtorch = re.search(r"libtorch: (.*)", env_info)
+    print(f"binary: {args.binary}; {libtorch.group(1) if libtorch else 'LibTorch ?'}; cpus: {os.cpu_count()}\n")
     shapes = args.shapes.split(";") if args.shapes else [f"1,4,{n},{n}" for n in args.sizes.split(",")]
     for shape in shapes:
         times = {name: [] for name, _ in CONFIGS}

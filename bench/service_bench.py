@@ -263,8 +263,8 @@ def main():
             sys.exit(f"service_bench: {os.path.join(args.bin, b)} missing: "
                      "bazel build //:vaedecode //:vaedecode_server //worker:vaedecode_worker")
     info = subprocess.run([os.path.join(args.bin, "cli/vaedecode"), "info"], capture_output=True, text=True).stdout
-    blas = re.search(r"blas: (.*)", info)
-    print(f"binaries: {args.bin}; blas: {blas.group(1) if blas else '?'}; cpus: {os.cpu_count()}; "
+    libtorch = re.search(r"libtorch: (.*)", info)
+    print(f"binaries: {args.bin}; {libtorch.group(1) if libtorch else 'LibTorch ?'}; cpus: {os.cpu_count()}; "
           f"{datetime.date.today()}\n")
 
     server = Server(args)

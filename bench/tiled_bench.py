@@ -80,9 +80,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
 
     print("command: " + " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv))
-    env_blas = subprocess.run([binary, "info"], capture_output=True, text=True).stdout
-    blas = re.search(r"blas: (.*)", env_blas)
-    print(f"binary: {binary}; blas: {blas.group(1) if blas else '?'}; cpus: {os.cpu_count()}\n")
+    env_info = subprocess.run([binary, "info"], capture_output=True, text=True).stdout
+    libtorch = re.search(r"libtorch: (.*)", env_info)
+    print(f"binary: {binary}; {libtorch.group(1) if libtorch else 'LibTorch ?'}; cpus: {os.cpu_count()}\n")
 
     dense_out = os.path.join(args.out, "dense.npy")
     budgets = None

@@ -2,9 +2,12 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -86,6 +89,7 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 struct DecodeOutcome {
   at::Tensor sample;
   std::string mode;
+  double decode_ms = 0;  // until the device finished (CUDA kernels are asynchronous)
   std::string figures;
 };
 
@@ -104,9 +108,10 @@ absl::StatusOr<DecodeOutcome> DecodeDense(families::Decoder& decoder, const work
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<at::Tensor> sample = worker::RunDecode(decoder, job, ops);
   if (!sample.ok()) return sample.status();
-  return DecodeOutcome{*sample, "dense",
-                       absl::StrCat(" decode_ms=", absl::StrFormat("%.0f", MillisecondsSince(start)),
-                                    " decode_peak_mib=", Mib(memory.peak_bytes() - before), " peak_mib=[",
+  device::SynchronizeDevice(decoder.device());
+  const double ms = MillisecondsSince(start);
+  return DecodeOutcome{*sample, "dense", ms,
+                       absl::StrCat(" decode_peak_mib=", Mib(memory.peak_bytes() - before), " peak_mib=[",
                                     Mib(memory.peak_bytes()), "]")};
 }
 
@@ -159,17 +164,18 @@ absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const work
         " MiB)"));
   }
   if (!tiled.ok()) return tiled.status();
+  device::SynchronizeDevice(decoder.device());
+  const double ms = MillisecondsSince(start);
   const std::string plan_text = tiled->plan.kind == tiling::PlanKind::kUntiled
                                     ? "untiled"
                                     : absl::StrCat(tiled->plan.rows.starts.size(), "x", tiled->plan.cols.starts.size(),
                                                    "_tiles_of_", tiled->plan.rows.tile, "x", tiled->plan.cols.tile);
   return DecodeOutcome{
-      tiled->sample, "tiled (" + tiled->plan.reason + ")",
+      tiled->sample, "tiled (" + tiled->plan.reason + ")", ms,
       absl::StrCat(" plan=", plan_text, " tile_calls=", tiled->plan.calls(), " tile_retries=", tiled->retries,
                    " decoded_latents=", tiled->plan.rows.decoded() * tiled->plan.cols.decoded(),
                    " stock_decoded_latents=",
                    tiling::StockDecodedLatents(z.size(-2), geometry) * tiling::StockDecodedLatents(z.size(-1), geometry),
-                   " decode_ms=", absl::StrFormat("%.0f", MillisecondsSince(start)),
                    " budget_mib=", free >= 0 ? Mib(free) : "unbounded",
                    // The calibrated estimate of one tile's peak, and with the planner's headroom.
                    " predicted_peak_mib=",
@@ -184,7 +190,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
   static const auto* flags = new std::map<std::string, std::set<std::string>>{
       {"decode",
        {"model", "latent", "out", "latent-space", "dtype", "threads", "latent-shape", "seed", "mode",
-        "ranks", "timeout-s", "device", "budget-mib"}},
+        "ranks", "timeout-s", "device", "budget-mib", "seeded-weights", "warmup", "repeat"}},
       {"info", {"model"}},
       // Internal: a peer rank of `decode --mode exact`, started by the leader.
       {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s"}},
@@ -199,12 +205,15 @@ std::string Usage() {
          "                   [--device cpu|cuda:N] [--mode dense|tiled|exact] [--budget-mib M]\n"
          "                   [--ranks N --timeout-s S]   (exact: N local CPU ranks)\n"
          "                   [--latent-shape 1,4,32,32 --seed N]   (demo latent when --latent is absent)\n"
+         "                   [--seeded-weights SEED]   (--model's config.json alone, weights seeded)\n"
+         "                   [--warmup W --repeat N]   (dense/tiled: W untimed decodes, then N timed)\n"
          "  vaedecode info [--model DIR]\n"
          "Without --model, an embedded SD-1.x-shaped AutoencoderKL with seeded random weights is used.\n"
          "--latent: .safetensors (one tensor, or the tensor named \"latent\") or .npy.\n"
          "--out: .safetensors / .npy (float32 tensor \"sample\") or .png (one image per batch entry).\n"
          "--budget-mib: memory the decode may use on the device beyond the loaded model; --mode tiled sizes\n"
-         "  its tiles from the model's measured peak to fit it (allocations beyond it fail and retry smaller).\n";
+         "  its tiles from the model's measured peak to fit it (allocations beyond it fail and retry smaller).\n"
+         "--repeat N: decode_ms is the median of the N timed decodes (decode_ms_runs lists them).\n";
 }
 
 absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
@@ -248,6 +257,25 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     return absl::InvalidArgumentError(
         absl::StrCat("--budget-mib must be a positive integer (at most 2^30), got \"", *b, "\""));
   }
+  int warmup = 0, repeat = 1;
+  if (auto w = args.Get("warmup"); w && (!absl::SimpleAtoi(*w, &warmup) || warmup < 0 || warmup > 1000)) {
+    return absl::InvalidArgumentError(absl::StrCat("--warmup must be an integer in 0..1000, got \"", *w, "\""));
+  }
+  if (auto r = args.Get("repeat"); r && (!absl::SimpleAtoi(*r, &repeat) || repeat < 1 || repeat > 1000)) {
+    return absl::InvalidArgumentError(absl::StrCat("--repeat must be an integer in 1..1000, got \"", *r, "\""));
+  }
+  std::optional<uint64_t> seeded_weights;
+  if (auto s = args.Get("seeded-weights")) {
+    uint64_t seed = 0;
+    if (!absl::SimpleAtoi(*s, &seed)) {
+      return absl::InvalidArgumentError(absl::StrCat("--seeded-weights must be an integer seed, got \"", *s, "\""));
+    }
+    if (!args.Get("model")) return absl::InvalidArgumentError("--seeded-weights needs --model DIR (its config.json)");
+    seeded_weights = seed;
+  }
+  if (mode == "exact" && (warmup > 0 || repeat > 1 || seeded_weights)) {
+    return absl::InvalidArgumentError("--warmup, --repeat and --seeded-weights are for dense and tiled decodes");
+  }
   absl::StatusOr<c10::Device> device = device::ParseComputeDevice(args.Get("device").value_or("cpu"));
   if (!device.ok()) return device.status();
   if (mode == "exact" && (!device->is_cpu() || budget_mib > 0)) {
@@ -258,7 +286,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   absl::StatusOr<device::DeviceMemory*> memory = device::InstallDeviceMemory(*device);
   if (!memory.ok()) return memory.status();
 
-  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype, *device);
+  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype, seeded_weights);
   if (!model.ok()) return model.status();
   if (!device->is_cpu()) {
     absl::Status moved = worker::CatchExceptions("moving the weights", [&] { model->decoder->ToDevice(*device); });
@@ -311,13 +339,28 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   } else {
     // Budgets count beyond the loaded model (it is not the decode's).
     const int64_t budget = budget_mib << 20;
-    absl::StatusOr<DecodeOutcome> outcome = mode == "tiled" ? DecodeTiled(*model->decoder, job, **memory, budget)
-                                                            : DecodeDense(*model->decoder, job, **memory, budget);
-    if (!outcome.ok()) return outcome.status();
+    std::vector<double> runs;
+    absl::StatusOr<DecodeOutcome> outcome;
+    for (int i = 0; i < warmup + repeat; ++i) {
+      outcome = mode == "tiled" ? DecodeTiled(*model->decoder, job, **memory, budget)
+                                : DecodeDense(*model->decoder, job, **memory, budget);
+      (void)(*memory)->SetBudget(0);  // writing the output is not the decode's
+      if (!outcome.ok()) return outcome.status();
+      if (i >= warmup) runs.push_back(outcome->decode_ms);
+    }
     sample = outcome->sample;
     mode_used = outcome->mode;
-    figures = outcome->figures;
-    (void)(*memory)->SetBudget(0);  // writing the output is not the decode's
+    std::vector<double> sorted = runs;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    figures = absl::StrCat(" decode_ms=", absl::StrFormat("%.1f", median));
+    if (n > 1) {
+      std::vector<std::string> texts;
+      for (double ms : runs) texts.push_back(absl::StrFormat("%.1f", ms));
+      absl::StrAppend(&figures, " decode_ms_runs=[", absl::StrJoin(texts, ","), "] warmup=", warmup);
+    }
+    absl::StrAppend(&figures, outcome->figures);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!sample.ok()) return sample.status();
@@ -334,7 +377,9 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   out << "decoded model=" << model->name << " family=" << model->decoder->info().family
       << " latent=" << latent_name << " latent_shape=" << ShapeText(latent.sizes())
       << " space=" << space_name << " sample_shape=" << ShapeText(result.sizes())
-      << " dtype=" << DtypeName(*dtype) << " device=" << device->str() << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
+      << " dtype=" << DtypeName(model->decoder->dtype())
+      << (model->decoder->dtype() != *dtype ? " requested_dtype=" + DtypeName(*dtype) + " (force_upcast)" : "")
+      << " device=" << device->str() << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
       << " time_ms=" << static_cast<int64_t>(ms) << figures << " max_rss_mib=" << MaxRssMib()
       << " out=" << written << "\n";
   return absl::OkStatus();
@@ -354,7 +399,7 @@ absl::Status RunInfo(const ParsedArgs& args, std::ostream& out) {
   out << "scaling factor: " << m.scaling_factor << "\n"
       << "shift factor: " << (m.shift_factor ? absl::StrCat(*m.shift_factor) : "none") << "\n"
       << "raw latent space: " << m.raw_to_vae_formula << "\n"
-      << "blas: " << worker::LoadedBlasLibrary() << "\n"
+      << "libtorch: " << worker::LibTorchSummary() << "\n"
       << "config: " << m.config_json << "\n";
   return absl::OkStatus();
 }

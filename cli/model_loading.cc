@@ -15,32 +15,21 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
       absl::StrCat("unknown dtype \"", name, "\" (float32, bfloat16 or float16)"));
 }
 
-std::string DtypeName(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat:
-      return "float32";
-    case at::kBFloat16:
-      return "bfloat16";
-    case at::kHalf:
-      return "float16";
-    default:
-      return c10::toString(dtype);
-  }
-}
+std::string DtypeName(at::ScalarType dtype) { return families::DtypeName(dtype); }
 
 absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype,
-                                      const c10::Device& device) {
+                                      std::optional<uint64_t> seeded_weights) {
   if (!path || path->empty()) {
-    absl::Status ok = families::CheckDtypeSupported(dtype, device);
+    absl::Status ok = families::CheckDtypeSupported(dtype);
     if (!ok.ok()) return ok;
     LoadedModel m{families::autoencoder_kl::kEmbeddedDefaultName,
                   families::autoencoder_kl::MakeEmbeddedDefault()};
-    if (dtype != at::kFloat) m.decoder->ToDtype(dtype);
+    families::ApplyDecodeDtype(*m.decoder, dtype);
     return m;
   }
   families::LoadOptions options;
   options.dtype = dtype;
-  options.device = device;
+  options.seeded_weights = seeded_weights;
   absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
       families::BuiltinFamilies().Load(ResolveUserPath(*path), options);
   if (!decoder.ok()) return decoder.status();

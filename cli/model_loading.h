@@ -2,6 +2,7 @@
 
 // Model and dtype selection shared by the CLI's commands and its rank workers.
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,10 +24,10 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);
 std::string DtypeName(at::ScalarType dtype);
 
 // The model at `path` (relative to the caller's directory), or the embedded
-// default when `path` is empty.
-// `device` is where it will run (it decides the dtypes allowed); the model is
-// loaded on the CPU.
+// default when `path` is empty, loaded on the CPU in DecodeDtype(info,
+// dtype). `seeded_weights`: the folder's config.json alone, with parameters
+// seeded from it (families::LoadOptions).
 absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype,
-                                      const c10::Device& device = c10::Device(c10::kCPU));
+                                      std::optional<uint64_t> seeded_weights = std::nullopt);
 
 }  // namespace vaedecode::cli

@@ -16,7 +16,6 @@ absl::StatusOr<c10::Device> ParseComputeDevice(const std::string& name) {
   const std::string kind = name.substr(0, colon);
   int index = 0;
   const bool has_index = colon != std::string::npos;
-  // c10::DeviceIndex is int8_t in LibTorch 1.13, int16_t in 2.x.
   const int max_index = std::numeric_limits<c10::DeviceIndex>::max();
   if (has_index && (!absl::SimpleAtoi(name.substr(colon + 1), &index) || index < 0 || index > max_index)) {
     return absl::InvalidArgumentError(absl::StrCat("device \"", name, "\": the index must be 0..", max_index));
@@ -33,9 +32,7 @@ absl::Status PrepareComputeDevice(const c10::Device& device) {
   }
   if (!at::hasCUDA()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "device ", device.str(),
-        ": this LibTorch has no CUDA (Debian's is CPU-only; GPU builds use an official CUDA LibTorch, see "
-        "deploy/docker/Dockerfile.gpu)"));
+        "device ", device.str(), ": this build has no CUDA backend (build with --config=gpu)"));
   }
   try {
     c10::impl::VirtualGuardImpl guard(c10::kCUDA);
@@ -49,10 +46,17 @@ absl::Status PrepareComputeDevice(const c10::Device& device) {
     return absl::FailedPreconditionError(absl::StrCat("device ", device.str(), ": ", e.what_without_backtrace()));
   }
   // diffusers' references are float32; TF32 would change every conv and matmul.
-  // (Process-wide settings: they hold on every thread.)
-  at::globalContext().setAllowTF32CuBLAS(false);
-  at::globalContext().setAllowTF32CuDNN(false);
+  // (Process-wide settings: they hold on every thread.) Per operator, with
+  // the precision API: setAllowTF32* is deprecated in LibTorch 2.x, and an
+  // operator's own setting (convolutions default to TF32) overrides "all".
+  for (at::Float32Op op : {at::Float32Op::CONV, at::Float32Op::MATMUL, at::Float32Op::RNN}) {
+    at::globalContext().setFloat32Precision(at::Float32Backend::CUDA, op, at::Float32Precision::IEEE);
+  }
   return absl::OkStatus();
+}
+
+void SynchronizeDevice(const c10::Device& device) {
+  if (device.is_cuda()) c10::impl::VirtualGuardImpl(c10::kCUDA).synchronizeDevice(device.index());
 }
 
 void UseComputeDevice(const c10::Device& device) {

@@ -18,11 +18,15 @@ namespace vaedecode::device {
 absl::StatusOr<c10::Device> ParseComputeDevice(const std::string& name);
 
 // Makes `device` this process's compute device. CUDA: FAILED_PRECONDITION
-// when this LibTorch has no CUDA or the GPU does not exist; otherwise it
+// when this build has no CUDA backend or the GPU does not exist; otherwise it
 // becomes the current device and TF32 is switched off for matmuls and
 // convolutions (decodes must match float32 references; TF32 keeps 10
 // mantissa bits). CPU: nothing to do.
 absl::Status PrepareComputeDevice(const c10::Device& device);
+
+// Waits until every kernel queued on `device` has finished (CUDA; nothing for
+// the CPU, whose ops are synchronous): a decode's time ends there.
+void SynchronizeDevice(const c10::Device& device);
 
 // Makes `device` current on the calling thread (CUDA; nothing for the CPU).
 // Every thread that touches the worker's GPU calls it first: a thread starts

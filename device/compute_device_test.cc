@@ -28,7 +28,7 @@ TEST(ComputeDeviceTest, CudaIsRefusedClearlyWhereItCannotRun) {
   const absl::Status status = PrepareComputeDevice(c10::Device(c10::kCUDA, 127));
   ASSERT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
   if (!at::hasCUDA()) {
-    EXPECT_TRUE(absl::StrContains(status.message(), "this LibTorch has no CUDA")) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "this build has no CUDA backend")) << status;
   } else {
     EXPECT_TRUE(absl::StrContains(status.message(), "GPU(s)")) << status;
   }
@@ -36,11 +36,17 @@ TEST(ComputeDeviceTest, CudaIsRefusedClearlyWhereItCannotRun) {
 
 TEST(ComputeDeviceTest, CudaTurnsTf32Off) {
   if (!at::hasCUDA()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU";
-  at::globalContext().setAllowTF32CuBLAS(true);
-  at::globalContext().setAllowTF32CuDNN(true);
+  at::Context& context = at::globalContext();
+  for (at::Float32Op op : {at::Float32Op::CONV, at::Float32Op::MATMUL}) {
+    context.setFloat32Precision(at::Float32Backend::CUDA, op, at::Float32Precision::TF32);
+  }
   ASSERT_TRUE(PrepareComputeDevice(c10::Device(c10::kCUDA, 0)).ok());
-  EXPECT_FALSE(at::globalContext().allowTF32CuBLAS());
-  EXPECT_FALSE(at::globalContext().allowTF32CuDNN());
+  EXPECT_EQ(context.float32Precision(at::Float32Backend::CUDA, at::Float32Op::CONV), at::Float32Precision::IEEE);
+  EXPECT_EQ(context.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL), at::Float32Precision::IEEE);
+  // What cuDNN convolutions and cuBLAS matmuls ask (the latter also checks
+  // that the legacy and new settings agree).
+  EXPECT_FALSE(context.allowTF32CuDNN(at::Float32Op::CONV));
+  EXPECT_FALSE(context.allowTF32CuBLAS());
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ CountingCpuAllocator& CountingCpuAllocator::Install() {
   return *instance;
 }
 
-c10::DataPtr CountingCpuAllocator::allocate(size_t nbytes) const {
+c10::DataPtr CountingCpuAllocator::allocate(size_t nbytes) {
   const int64_t limit = limit_.load(std::memory_order_relaxed);
   if (limit > 0 && current_.load(std::memory_order_relaxed) + static_cast<int64_t>(nbytes) > limit) {
     TORCH_CHECK(false, "CPU out of memory: allocating ", nbytes, " bytes would exceed the ", limit,

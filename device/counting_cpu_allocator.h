@@ -35,20 +35,16 @@ class CountingCpuAllocator final : public c10::Allocator {
   void set_limit_bytes(int64_t bytes) { limit_.store(bytes, std::memory_order_relaxed); }
   int64_t limit_bytes() const { return limit_.load(std::memory_order_relaxed); }
 
-  // LibTorch < 2.3 declares allocate() const, later versions non-const; one
-  // of these two overrides it in either (no `override`, so both compile).
-  c10::DataPtr allocate(size_t nbytes) const;
-  c10::DataPtr allocate(size_t nbytes) { return static_cast<const CountingCpuAllocator*>(this)->allocate(nbytes); }
+  c10::DataPtr allocate(size_t nbytes) override;
   c10::DeleterFnPtr raw_deleter() const override;
-  // Required by LibTorch >= 2.3 (pure virtual there); plain member on 1.13.
-  void copy_data(void* dest, const void* src, std::size_t count) const;
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
 
  private:
   CountingCpuAllocator() = default;
   static void Delete(void* data);
 
-  mutable std::atomic<int64_t> current_{0};
-  mutable std::atomic<int64_t> peak_{0};
+  std::atomic<int64_t> current_{0};
+  std::atomic<int64_t> peak_{0};
   std::atomic<int64_t> limit_{0};
 };
 

@@ -1,13 +1,6 @@
 // GPU memory accounting from the CUDA caching allocator (libc10_cuda) and the
-// CUDA runtime. Built only with --config=gpu, against an official CUDA
-// LibTorch; the API used here is the same in LibTorch 1.13 and 2.x
-// (statistics indexed by StatType::AGGREGATE == 0).
-
-#if !__has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
-// Debian's CPU LibTorch ships c10/cuda headers without this generated one
-// (it only defines C10_CUDA_BUILD_SHARED_LIBS, which Linux does not need).
-#define C10_CUDA_NO_CMAKE_CONFIGURE_FILE
-#endif
+// CUDA runtime. Built only with --config=gpu (statistics indexed by
+// StatType::AGGREGATE == 0).
 
 #include <cuda_runtime_api.h>
 
@@ -65,7 +58,6 @@ class CudaDeviceMemory final : public DeviceMemory {
   int64_t budget_bytes() const override { return budget_bytes_.load(); }
 
  private:
-  // DeviceStats moved namespaces in LibTorch 2.x; the call's type is stable.
   using StatsType = decltype(allocator::getDeviceStats(0));
   StatsType Stats() const { return allocator::getDeviceStats(static_cast<c10::DeviceIndex>(index_)); }
 

@@ -5,6 +5,34 @@
 
 namespace vaedecode::families {
 
+std::string DtypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      return c10::toString(dtype);
+  }
+}
+
+at::ScalarType DecodeDtype(const ModelInfo& info, at::ScalarType requested) {
+  return requested == at::kHalf && info.force_upcast ? at::kFloat : requested;
+}
+
+std::string DecodeDtypeReason(const ModelInfo& info, at::ScalarType requested) {
+  if (DecodeDtype(info, requested) == requested) return "";
+  return absl::StrCat("decoded in float32, not float16: the VAE's config sets force_upcast (",
+                      info.diffusers_class, " overflows in float16; diffusers' pipelines upcast it too)");
+}
+
+void ApplyDecodeDtype(Decoder& decoder, at::ScalarType requested) {
+  const at::ScalarType dtype = DecodeDtype(decoder.info(), requested);
+  if (dtype != decoder.dtype()) decoder.ToDtype(dtype);
+}
+
 absl::Status Decoder::ValidateLatent(const at::Tensor& latent) const {
   const ModelInfo& m = info();
   const int64_t want_dims = m.is_video ? 5 : 4;

@@ -49,7 +49,23 @@ struct ModelInfo {
   // stride (the tiling planner never decodes more latents than this layout).
   int64_t stock_tile = 32;
   int64_t stock_stride = 24;
+  // The config's `force_upcast`: diffusers' SD/SDXL pipelines decode this
+  // VAE in float32 when it is asked for float16 (SDXL's VAE overflows in
+  // float16). See DecodeDtype.
+  bool force_upcast = false;
 };
+
+// "float32", "bfloat16", "float16"; LibTorch's name for other dtypes.
+std::string DtypeName(at::ScalarType dtype);
+
+// The dtype a model decodes in when `requested` is asked for, as diffusers'
+// pipelines choose it: float32 instead of float16 when the config sets
+// force_upcast; `requested` otherwise.
+at::ScalarType DecodeDtype(const ModelInfo& info, at::ScalarType requested);
+
+// Why DecodeDtype differs from `requested` (for response headers and logs);
+// "" when it does not.
+std::string DecodeDtypeReason(const ModelInfo& info, at::ScalarType requested);
 
 class Decoder {
  public:
@@ -67,7 +83,8 @@ class Decoder {
   // dtype. Layers whose result depends on other rows run through `ops`.
   virtual at::Tensor Decode(const at::Tensor& z, LayerOps& ops) = 0;
 
-  // Weights and activations in `dtype` (kFloat, kBFloat16, kHalf).
+  // Weights and activations in `dtype` (kFloat, kBFloat16, kHalf), exactly;
+  // callers that serve a requested dtype convert with ApplyDecodeDtype.
   virtual void ToDtype(at::ScalarType dtype) = 0;
   virtual at::ScalarType dtype() const = 0;
 
@@ -86,5 +103,8 @@ class Decoder {
   // Output shape for a latent shape (NCHW or NCTHW).
   virtual std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const;
 };
+
+// Converts a float32-loaded decoder to DecodeDtype(decoder.info(), requested).
+void ApplyDecodeDtype(Decoder& decoder, at::ScalarType requested);
 
 }  // namespace vaedecode::families

@@ -5,16 +5,11 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <torch/version.h>
 
 #include "families/status_error.h"
 
 namespace vaedecode::families {
 namespace {
-
-// Score-matrix budget per chunk of queries: bounds attention memory at large
-// latents (a 128² latent has 16k tokens, a 1 GiB full score matrix).
-constexpr int64_t kScoreBytesPerChunk = int64_t{256} << 20;
 
 std::string PadModeName(PaddingMode mode) {
   switch (mode) {
@@ -30,22 +25,15 @@ std::string PadModeName(PaddingMode mode) {
   return "constant";
 }
 
-// Pads the last dim. at::pad does not exist in LibTorch 1.13; the
-// replication/reflection kernels do in 1.13 and 2.x, though 1.13 has no bf16
-// CPU kernels for them, so reduced precision pads in fp32 (pads copy values:
-// the round trip is exact).
+// Pads the last dim, as a batch of 1-D signals (reflect/replicate pads of
+// one dim take a 2-D or 3-D input).
 at::Tensor PadLastDim(const at::Tensor& x, int64_t left, int64_t right, PaddingMode mode) {
   if (left == 0 && right == 0) return x;
   if (mode == PaddingMode::kZeros) return at::constant_pad_nd(x, {left, right}, 0);
   TORCH_CHECK(mode == PaddingMode::kReplicate || mode == PaddingMode::kReflect, "padding mode ",
               PadModeName(mode), " is not supported by the decoder ops");
   std::vector<int64_t> sizes = x.sizes().vec();
-  at::Tensor flat = x.reshape({1, -1, sizes.back()});
-  const bool reduced = flat.scalar_type() == at::kBFloat16 || flat.scalar_type() == at::kHalf;
-  if (reduced) flat = flat.to(at::kFloat);
-  flat = mode == PaddingMode::kReplicate ? at::replication_pad1d(flat, {left, right})
-                                         : at::reflection_pad1d(flat, {left, right});
-  if (reduced) flat = flat.to(x.scalar_type());
+  const at::Tensor flat = at::pad(x.reshape({1, -1, sizes.back()}), {left, right}, PadModeName(mode));
   sizes.back() += left + right;
   return flat.view(sizes);
 }
@@ -104,9 +92,7 @@ at::Tensor DenseOps::Conv(const at::Tensor& x, const at::Tensor& weight, const a
 
 at::Tensor DenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                const at::Tensor& bias, double eps) {
-  // contiguous(): LibTorch 1.13's bf16 CPU group_norm computes wrong
-  // statistics on channels-last inputs (which bf16 upsampling produces).
-  return at::group_norm(x.contiguous(), num_groups, weight, bias, eps);
+  return at::group_norm(x, num_groups, weight, bias, eps);
 }
 
 at::Tensor DenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -175,39 +161,11 @@ at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::T
   return at::stack(out, 2);  // [B, heads, T, Nq, D]
 }
 
-int64_t AttentionScoreBytesBound() {
-#if TORCH_VERSION_MAJOR >= 2
-  return 0;
-#else
-  return 3 * kScoreBytesPerChunk;
-#endif
-}
-
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v) {
-#if TORCH_VERSION_MAJOR >= 2
-  // Fused kernels (flash / memory-efficient) on 2.x.
+  // LibTorch picks the kernel (flash or memory-efficient where the shapes
+  // allow, else the math path); calibration measures what it allocates.
   return at::scaled_dot_product_attention(q, k, v);
-#else
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  const at::Tensor kt = k.transpose(-2, -1);
-  const int64_t batch_heads = q.numel() / (q.size(-1) * q.size(-2));
-  const int64_t bytes_per_query_row =
-      std::max<int64_t>(1, batch_heads * k.size(-2) * q.element_size());
-  const int64_t chunk = std::max<int64_t>(1, kScoreBytesPerChunk / bytes_per_query_row);
-  auto attend = [&](const at::Tensor& q_part) {
-    // Same op order as the reference: (q·kᵀ)·scale, softmax, ·v.
-    at::Tensor scores = at::matmul(q_part, kt) * scale;
-    return at::matmul(at::softmax(scores, -1), v);
-  };
-  const int64_t n = q.size(-2);
-  if (n <= chunk) return attend(q);
-  std::vector<at::Tensor> parts;
-  for (int64_t begin = 0; begin < n; begin += chunk) {
-    parts.push_back(attend(q.narrow(-2, begin, std::min(chunk, n - begin))));
-  }
-  return at::cat(parts, -2);
-#endif
 }
 
 }  // namespace vaedecode::families

@@ -114,14 +114,7 @@ at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor&
 // Applies `geometry`'s padding along H only, at both edges (global edges).
 at::Tensor PadRows(const at::Tensor& x, int64_t top, int64_t bottom, PaddingMode mode);
 
-// softmax(q·kᵀ·scale)·v with queries processed in chunks so the score matrix
-// stays bounded; every query row is independent, so chunking is exact.
-// The most memory one attention call's score matrices take, whatever the
-// sequence length: LibTorch 1.x runs the queries in chunks whose scores stay
-// within a fixed budget (its scores, their scaled copy and the softmax). 0
-// when unbounded here (2.x's fused kernel decides; calibration measures it).
-int64_t AttentionScoreBytesBound();
-
+// softmax(q·kᵀ/√d)·v, diffusers' F.scaled_dot_product_attention (no mask).
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
                                      const at::Tensor& v);
 

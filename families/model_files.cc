@@ -61,7 +61,7 @@ std::string ModelFiles::class_name() const {
   return it->get<std::string>();
 }
 
-absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path, Weights needed) {
   absl::StatusOr<fs::path> dir = ResolveVaeDir(path);
   if (!dir.ok()) return dir.status();
 
@@ -83,6 +83,7 @@ absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& 
         absl::StrCat(files->config_path_, ": not a JSON object"));
   }
 
+  if (needed == Weights::kIgnored) return files;
   absl::StatusOr<std::vector<std::string>> weights = FindWeightFiles(*dir);
   if (!weights.ok()) return weights.status();
   files->weight_files_ = *weights;

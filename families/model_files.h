@@ -19,8 +19,13 @@ namespace vaedecode::families {
 
 class ModelFiles {
  public:
+  enum class Weights {
+    kRequired,  // config.json and the weights
+    kIgnored,   // config.json alone; tensors() is empty (seeded decoders)
+  };
   // `path`: a folder with config.json and weights, or a model root with vae/.
-  static absl::StatusOr<std::unique_ptr<ModelFiles>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<ModelFiles>> Open(const std::string& path,
+                                                          Weights weights = Weights::kRequired);
   ~ModelFiles();
 
   const std::string& vae_dir() const { return vae_dir_; }

@@ -81,9 +81,10 @@ std::vector<std::string> Registry::SupportedClasses() const {
 
 absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
                                                         const LoadOptions& options) const {
-  absl::Status dtype_ok = CheckDtypeSupported(options.dtype, options.device);
+  absl::Status dtype_ok = CheckDtypeSupported(options.dtype);
   if (!dtype_ok.ok()) return dtype_ok;
-  absl::StatusOr<std::unique_ptr<ModelFiles>> files = ModelFiles::Open(path);
+  absl::StatusOr<std::unique_ptr<ModelFiles>> files = ModelFiles::Open(
+      path, options.seeded_weights ? ModelFiles::Weights::kIgnored : ModelFiles::Weights::kRequired);
   if (!files.ok()) return files.status();
   const std::string class_name = (*files)->class_name();
   if (class_name.empty()) {
@@ -97,7 +98,11 @@ absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
         absl::StrJoin(SupportedClasses(), ", "), ")"));
   }
   absl::StatusOr<std::unique_ptr<Decoder>> decoder = family->factory(**files, options);
-  if (decoder.ok() || decoder.status().code() != absl::StatusCode::kInvalidArgument) return decoder;
+  if (decoder.ok()) {
+    ApplyDecodeDtype(**decoder, options.dtype);
+    return decoder;
+  }
+  if (decoder.status().code() != absl::StatusCode::kInvalidArgument) return decoder;
   const std::vector<std::string> look_like = ClassesWithKeysLike((*files)->tensors());
   if (look_like.empty() || std::find(look_like.begin(), look_like.end(), class_name) != look_like.end()) {
     return decoder;
@@ -109,20 +114,18 @@ absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
       decoder.status().message()));
 }
 
-absl::Status CheckDtypeSupported(at::ScalarType dtype, const c10::Device& device) {
-  switch (dtype) {
-    case at::kFloat:
-    case at::kBFloat16:
-      return absl::OkStatus();
-    case at::kHalf:
-      // CPU conv/group_norm have no fp16 kernels; GPUs run fp16.
-      if (device.is_cuda()) return absl::OkStatus();
-      return absl::InvalidArgumentError(
-          "float16 is not supported on the CPU backend; use float32 or bfloat16");
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("dtype ", c10::toString(dtype), " is not a decoder dtype"));
+absl::Status FillWeights(torch::nn::Module& module, const ModelFiles& files, const IgnoreRules& ignore,
+                         const LoadOptions& options) {
+  if (options.seeded_weights) {
+    SeedParameters(module, *options.seeded_weights);
+    return absl::OkStatus();
   }
+  return LoadStrict(module, files.tensors(), ignore, absl::StrCat(files.vae_dir(), " weights"));
+}
+
+absl::Status CheckDtypeSupported(at::ScalarType dtype) {
+  if (dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("dtype ", c10::toString(dtype), " is not a decoder dtype"));
 }
 
 }  // namespace vaedecode::families

@@ -7,26 +7,39 @@
 // start-up and read-only afterwards; reads are thread-safe then.
 
 #include <functional>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "families/decoder.h"
 #include "families/model_files.h"
+#include "families/weight_loading.h"
 
 namespace vaedecode::families {
 
 struct LoadOptions {
+  // The dtype asked for; the decoder runs in DecodeDtype(info, dtype)
+  // (float32 for float16 requests of force_upcast VAEs).
   at::ScalarType dtype = at::kFloat;
-  // Where the decoder will run (the caller moves it there after loading):
-  // decides which dtypes are supported.
-  c10::Device device = c10::Device(c10::kCPU);
+  // Set: parameters are seeded random values (SeedParameters) and the
+  // checkpoint is not read, so a folder with config.json alone loads: the
+  // real architecture for benchmarks, without its weights.
+  std::optional<uint64_t> seeded_weights;
 };
 
+// Builds a family's decoder in float32 from `files`, its parameters filled
+// by FillWeights; Registry::Load converts it to the requested dtype.
 using DecoderFactory = std::function<absl::StatusOr<std::unique_ptr<Decoder>>(
     const ModelFiles& files, const LoadOptions& options)>;
+
+// A factory's weights: strictly from the checkpoint (LoadStrict, with the
+// family's ignore rules), or seeded when options.seeded_weights is set.
+absl::Status FillWeights(torch::nn::Module& module, const ModelFiles& files, const IgnoreRules& ignore,
+                         const LoadOptions& options);
 
 struct FamilyRegistration {
   std::string family;                           // e.g. "autoencoder_kl"
@@ -60,7 +73,8 @@ class Registry {
 std::vector<std::string> ClassesWithKeysLike(
     const std::map<std::string, const formats::TensorView*>& tensors);
 
-// Checks that `dtype` can run on this build's CPU backend.
-absl::Status CheckDtypeSupported(at::ScalarType dtype, const c10::Device& device);
+// Checks that `dtype` is a decoder dtype (float32, bfloat16, float16; LibTorch
+// 2.x runs all three on CPUs and GPUs).
+absl::Status CheckDtypeSupported(at::ScalarType dtype);
 
 }  // namespace vaedecode::families

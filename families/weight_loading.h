@@ -7,6 +7,7 @@
 // be on the family's ignore list. Anything else is one error listing every
 // offender (missing, unexpected, mis-shaped, non-float).
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,6 +37,14 @@ struct IgnoreRules {
 // dtype). `source` names the checkpoint in errors.
 absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
                         const IgnoreRules& ignore, const std::string& source);
+
+// Fills every parameter of `module` from `seed`, the same on every machine
+// (SplitMix64, not LibTorch's RNG, whose streams differ between versions and
+// devices): weights and their biases uniform in ±1/√fan_in, like LibTorch's
+// default initialisation; parameters of layers without a weight of rank >= 2
+// (norms) as the identity affine (weight 1, bias 0). Buffers keep their
+// construction values.
+void SeedParameters(torch::nn::Module& module, uint64_t seed);
 
 // An owning CPU tensor with a view's contents, or an error for non-float dtypes.
 absl::StatusOr<at::Tensor> FloatTensorFromView(const formats::TensorView& view);

@@ -98,9 +98,11 @@ absl::StatusOr<at::ScalarType> ToScalarType(DType dtype) {
     case DType::kBool:
       return at::kBool;
     case DType::kU64:
+      return at::kUInt64;
     case DType::kU32:
+      return at::kUInt32;
     case DType::kU16:
-      break;
+      return at::kUInt16;
   }
   return absl::InvalidArgumentError(
       Cat("dtype ", DTypeName(dtype), " has no LibTorch scalar type"));
@@ -126,6 +128,12 @@ absl::StatusOr<DType> FromScalarType(at::ScalarType type) {
       return DType::kI8;
     case at::kByte:
       return DType::kU8;
+    case at::kUInt16:
+      return DType::kU16;
+    case at::kUInt32:
+      return DType::kU32;
+    case at::kUInt64:
+      return DType::kU64;
     case at::kBool:
       return DType::kBool;
     default:
@@ -218,8 +226,7 @@ absl::StatusOr<at::Tensor> ToImagePixels(const at::Tensor& sample) {
     at::Tensor x = sample.detach().to(at::kCPU);
     // diffusers' denormalize runs in the sample's dtype; pt_to_numpy then
     // converts to float32 before * 255 and round. Clamping commutes with the
-    // conversion (0 and 1 are exact), and CPU clamp has no Half kernel in
-    // LibTorch 1.13, so clamp after it.
+    // conversion (0 and 1 are exact), so clamp after it.
     x = x.div(2)
             .add(0.5)
             .to(at::kFloat)

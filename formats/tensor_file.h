@@ -18,9 +18,8 @@
 
 namespace vaedecode::formats {
 
-// DType <-> at::ScalarType. U16/U32/U64 have no ScalarType in LibTorch 1.13,
-// and ScalarTypes outside DType (complex, quantized, ...) have no DType:
-// both are InvalidArgument.
+// DType <-> at::ScalarType. ScalarTypes outside DType (complex, quantized,
+// ...) have no DType: InvalidArgument.
 absl::StatusOr<at::ScalarType> ToScalarType(DType dtype);
 absl::StatusOr<DType> FromScalarType(at::ScalarType type);
 

@@ -44,8 +44,7 @@ class InFlight {
   AbortWatcher* const watcher_;
 };
 
-// Dtypes ProcessGroupGloo reduces natively (its GENERATE_ALL_TYPES list in
-// 1.13; 2.x adds more).
+// Dtypes ProcessGroupGloo reduces natively here (bf16 is summed in fp32).
 bool GlooReducesNatively(at::ScalarType type) {
   switch (type) {
     case at::kFloat:
@@ -424,8 +423,8 @@ absl::Status GlooCommunicator::AllReduceSum(const at::Tensor& tensor,
   }
   if (world_size_ == 1 || tensor.numel() == 0) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + timeout_;
-  // bf16 is summed in fp32 (Gloo 1.13 has no bf16 reduction), which is also
-  // the more accurate order.
+  // bf16 is summed in fp32: the more accurate order, and the same on every
+  // Gloo build.
   at::Tensor buffer = type == at::kBFloat16 ? tensor.to(at::kFloat).contiguous()
                                             : tensor.contiguous();
   const std::string what =

@@ -1,8 +1,7 @@
 #pragma once
 
 // Communicator over c10d's ProcessGroupGloo (CPU tensors; tests and CPU
-// serving). Works with LibTorch 1.13 (ProcessGroupGloo is a ProcessGroup) and
-// 2.x (it is a Backend): only members both versions share are used.
+// serving), a c10d Backend in LibTorch 2.x.
 //
 // Transport: point-to-point messages carry SendRecv, AllGather,
 // GatherToRoot and Broadcast (receives land directly in the result's rows,

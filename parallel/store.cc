@@ -73,7 +73,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectTcpStore(
   // Do not block the master until clients connect (numWorkers stays unset):
   // the group join does that with a bounded wait and names the missing ranks.
   store_options.waitWorkers = false;
-  // Two c10d (1.13) connect quirks shape this loop: its connect timeout has
+  // Two c10d connect quirks shape this loop: its connect timeout has
   // whole-second resolution (under 1 s fails before trying), and after a
   // refused connection (master not listening yet) it sleeps a fixed second
   // if the timeout allows. One-second attempts fail at once when refused, so

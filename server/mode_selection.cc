@@ -63,8 +63,7 @@ PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInf
     const double queries = latent_rows * latent_cols;
     const double convolutions =
         model.fixed_peak_bytes() + kHeadroom * batch * frames * model.peak_bytes_per_latent() * queries;
-    double scores = batch * frames * model.attention_bytes_per_latent_pair() * queries * key_latents;
-    if (model.attention_pair_cap_bytes() > 0) scores = std::min(scores, model.attention_pair_cap_bytes());
+    const double scores = batch * frames * model.attention_bytes_per_latent_pair() * queries * key_latents;
     const double attention = model.attention_fixed_bytes() +
                              kHeadroom * (batch * frames * model.attention_bytes_per_latent() * queries + scores);
     return static_cast<int64_t>(std::max(convolutions, attention));

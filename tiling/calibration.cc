@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+#include <torch/headeronly/version.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,7 +25,10 @@ PeakProbe ProbeOf(device::DeviceMemory& memory) {
 }
 
 std::vector<int64_t> CalibrationSides(const c10::Device& device) {
-  return device.is_cuda() ? std::vector<int64_t>{16, 32} : std::vector<int64_t>{8, 16};
+  // CPU convolutions (oneDNN) take a fixed workspace at small tiles and a
+  // copy of the activation at larger ones: below 16 latents the fixed part
+  // hides the per-latent slope.
+  return device.is_cuda() ? std::vector<int64_t>{16, 32} : std::vector<int64_t>{16, 24};
 }
 
 std::string DefaultProfileDir() {
@@ -34,8 +38,7 @@ std::string DefaultProfileDir() {
 
 double PeakProfile::Predict(int64_t latents, int64_t key_latents) const {
   const double q = static_cast<double>(latents), k = static_cast<double>(key_latents);
-  double scores = attention_bytes_per_latent_pair * q * k;
-  if (attention_pair_cap_bytes > 0) scores = std::min(scores, attention_pair_cap_bytes);
+  const double scores = attention_bytes_per_latent_pair * q * k;
   return std::max(fixed_bytes + bytes_per_latent * q, attention_fixed_bytes + attention_bytes_per_latent * q + scores);
 }
 
@@ -55,7 +58,6 @@ FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProf
   g.attention_fixed_bytes = static_cast<int64_t>(profile.attention_fixed_bytes);
   g.attention_bytes_per_latent = profile.attention_bytes_per_latent * b;
   g.attention_bytes_per_latent_pair = profile.attention_bytes_per_latent_pair * b;
-  g.attention_pair_cap_bytes = static_cast<int64_t>(profile.attention_pair_cap_bytes);
   return g;
 }
 
@@ -125,7 +127,9 @@ std::pair<double, double> LinearBound(const std::vector<double>& areas, const st
 std::string ProfileKey(const families::Decoder& decoder, const std::string& backend) {
   const families::ModelInfo& info = decoder.info();
   const size_t hash = std::hash<std::string>{}(info.diffusers_class + "\n" + info.config_json);
-  return absl::StrFormat("%s-%016x-%s-%s", info.family, hash, c10::toString(decoder.dtype()), backend);
+  // Kernels, and so peaks, change with LibTorch: profiles are per version.
+  return absl::StrFormat("%s-%016x-%s-%s-torch%s", info.family, hash, c10::toString(decoder.dtype()), backend,
+                         TORCH_VERSION);
 }
 
 absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProbe& probe,
@@ -172,7 +176,6 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
   std::tie(profile.attention_fixed_bytes, live_per_latent) = LinearBound(areas, profile.attention_live);
   std::tie(p, profile.attention_bytes_per_latent_pair) = LinearBound(areas, transient_per_latent);
   profile.attention_bytes_per_latent = live_per_latent + p;
-  profile.attention_pair_cap_bytes = static_cast<double>(families::AttentionScoreBytesBound());
   return profile;
 }
 
@@ -207,7 +210,6 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
         p.attention_bytes_per_latent_pair = j["attention_bytes_per_latent_pair"].get<double>();
         p.attention_bytes_per_latent = j["attention_bytes_per_latent"].get<double>();
         p.attention_fixed_bytes = j["attention_fixed_bytes"].get<double>();
-        p.attention_pair_cap_bytes = j.value("attention_pair_cap_bytes", 0.0);
         p.sides = sides;
         if (j.contains("peaks") && j["peaks"].is_array()) {
           for (const auto& v : j["peaks"]) p.peaks.push_back(v.is_number() ? v.get<double>() : 0.0);
@@ -226,7 +228,6 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
                             {"attention_fixed_bytes", profile->attention_fixed_bytes},
                             {"attention_bytes_per_latent", profile->attention_bytes_per_latent},
                             {"attention_bytes_per_latent_pair", profile->attention_bytes_per_latent_pair},
-                            {"attention_pair_cap_bytes", profile->attention_pair_cap_bytes},
                             {"attention_live", profile->attention_live},
                             {"attention_transient", profile->attention_transient},
                             {"sides", profile->sides},

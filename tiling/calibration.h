@@ -47,8 +47,6 @@ struct PeakProfile {
   double attention_fixed_bytes = 0;
   double attention_bytes_per_latent = 0;
   double attention_bytes_per_latent_pair = 0;
-  // The pair term never exceeds this (chunked attention); 0 = unbounded.
-  double attention_pair_cap_bytes = 0;
   std::vector<int64_t> sides;      // square tile sides measured (latents)
   std::vector<double> peaks;       // decode peak (bytes above live) at each side
   std::vector<double> attention_live;       // live bytes when attention starts, at each side

@@ -13,8 +13,7 @@ int64_t PeakBytes(const FamilyGeometry& g, int64_t rows, int64_t cols, double he
   const double area = static_cast<double>(rows * cols);
   const int64_t convolutions =
       g.fixed_bytes + static_cast<int64_t>(std::ceil(g.peak_bytes_per_latent * area * headroom));
-  double scores = g.attention_bytes_per_latent_pair * area * area;
-  if (g.attention_pair_cap_bytes > 0) scores = std::min(scores, static_cast<double>(g.attention_pair_cap_bytes));
+  const double scores = g.attention_bytes_per_latent_pair * area * area;
   const int64_t attention =
       g.attention_fixed_bytes +
       static_cast<int64_t>(std::ceil((g.attention_bytes_per_latent * area + scores) * headroom));

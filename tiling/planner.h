@@ -40,7 +40,6 @@ struct FamilyGeometry {
   int64_t attention_fixed_bytes = 0;
   double attention_bytes_per_latent = 0;
   double attention_bytes_per_latent_pair = 0;
-  int64_t attention_pair_cap_bytes = 0;  // the pair term's bound (chunked attention); 0 = none
   int64_t fixed_bytes = 0;      // weights and other costs independent of the tile
 };
 

@@ -89,17 +89,25 @@ TEST(RunOomLadder, RetriesAtTheFloorTileOnOutOfMemory) {
   families::DenseOps ops;
   device::CountingCpuAllocator& allocator = device::CountingCpuAllocator::Install();
 
-  // Measure one floor tile's decode peak, then allow a bit more than that.
-  allocator.ResetPeak();
-  const int64_t base = allocator.current_bytes();
-  decoder->Decode(z.narrow(2, 0, kFloorTile).narrow(3, 0, kFloorTile).contiguous(), ops);
-  const int64_t floor_peak = allocator.peak_bytes() - base;
-
   const TilePlan wide = PlanTiles(96, 80, g, EstimatePeakBytes(g, 96, 64));  // big tiles
   ASSERT_EQ(wide.kind, PlanKind::kTiled);
   ASSERT_GT(wide.rows.tile * wide.cols.tile, 2 * kFloorTile * kFloorTile);
+
+  // Measure the decode peaks of one floor tile and of one wide tile, then
+  // allow halfway between them, plus the blended output and its weights.
+  const int64_t base = allocator.current_bytes();
+  auto tile_peak = [&](int64_t rows, int64_t cols) {
+    allocator.ResetPeak();
+    decoder->Decode(z.narrow(2, 0, rows).narrow(3, 0, cols).contiguous(), ops);
+    return allocator.peak_bytes() - base;
+  };
+  const int64_t floor_peak = tile_peak(kFloorTile, kFloorTile);
+  const int64_t wide_peak = tile_peak(wide.rows.tile, wide.cols.tile);
+  int64_t output_bytes = 4;
+  for (int64_t d : decoder->OutputShape(z.sizes().vec())) output_bytes *= d;
+  ASSERT_GT(wide_peak - floor_peak, 2 * 6 * output_bytes) << "the test needs tiles whose peaks differ clearly";
   int attempts = 0;
-  allocator.set_limit_bytes(base + floor_peak * 3 / 2 + 6 * 3 * 96 * 8 * 80 * 8 * 4);  // + the output
+  allocator.set_limit_bytes(base + (floor_peak + wide_peak) / 2 + 6 * output_bytes);
   absl::StatusOr<TiledResult> result = RunOomLadder(wide, g, [&](const TilePlan& plan) -> absl::StatusOr<at::Tensor> {
     ++attempts;
     at::Tensor out;

@@ -1,67 +1,207 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a machine with NVIDIA GPUs and an
-# official CUDA LibTorch installed as deploy/docker/Dockerfile.gpu installs it
-# (headers under /usr/local/include with /usr/include/torch pointing there,
-# libraries in /usr/local/lib). Builds with --config=gpu, runs the GPU tests
-# (fixtures on cuda:0 within 1e-4, the group path over NCCL, exact over
-# 2-4 GPUs when present, CUDA memory accounting), decodes with the CLI on the
-# GPU (float32 and bfloat16 at 1024², tiled under a budget), and serves one
-# decode through vaedecode_server --devices=cuda:0. Figures go to stdout and,
-# when $OUT is set, to $OUT/gpu_check.log.
+# The GPU check in one step, run from the bundle tools/gpu_bundle.sh makes:
+# on a bare GPU machine (NVIDIA driver, a python3 with torch 2.11.0+cu130;
+# no Bazel, no Debian packages) or, with the GPU steps skipped, on a CPU
+# machine (tools/test.sh runs it that way, so it cannot rot).
 #
-#   tools/gpu_check.sh
+#   ./gpu_check.sh               # from the bundle folder
+#   OUT=/results ./gpu_check.sh  # figures and log into $OUT (default ./out)
+#
+# LibTorch is the machine's own: python3's torch (its lib/ and the NVIDIA
+# wheels beside it), or VAEDECODE_TORCH_LIB=DIR (libtorch_cpu.so and
+# friends, with a VERSION file one level up). The bundle was built against
+# the version in LIBTORCH_VERSION and refuses any other.
+#
+# Steps (each timed and logged; a failed step does not stop the others):
+#   gpu    the GPU (nvidia-smi); none: every GPU step below runs on the CPU
+#          at small sizes instead, or skips
+#   load   every bundled binary loads (no missing library)
+#   tests  the GPU tests: every fixture dense on cuda:0 in float32 with TF32
+#          off within 1e-4 of diffusers, bfloat16 within the fixtures' bf16
+#          gate (max abs <= 1, RMSE <= 0.05); the group path over NCCL at
+#          world size 1; CUDA memory accounting; TF32 switched off
+#   bench  dense decodes, median of 5 after a warm-up, with the decode's
+#          peak memory: AutoencoderKL at FLUX.1/SD3 width at 1024² and 2048²
+#          (bfloat16, float32), FLUX.2 at 1024² and 2048², Wan 2.1 at
+#          17x480x832; a tiled decode under a memory budget
+#   serve  one decode through vaedecode_server --devices=cuda:0
+# Results: $OUT/gpu_check.json (every step's status, seconds and figures)
+# and $OUT/gpu_check.log. Exit status: 0 when every step passed, 1 when one
+# failed, 2 when the bundle cannot run here at all.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-log=${OUT:-/tmp}/gpu_check.log
-exec > >(tee "$log") 2>&1
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-$here/out}
+mkdir -p "$out"
+exec > >(tee "$out/gpu_check.log") 2>&1
+records="$out/steps.tsv"
+: > "$records"
 failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+py=$(command -v python3 || command -v /usr/bin/python3)
 
-nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv || { echo "no NVIDIA GPU"; exit 2; }
-if ! ls /usr/local/lib/libtorch_cuda.so /usr/lib/libtorch_cuda.so >/dev/null 2>&1; then
-  echo "gpu_check: no CUDA LibTorch (libtorch_cuda.so) in /usr/local/lib; install one as Dockerfile.gpu does"
+# record STEP STATUS SECONDS DETAIL: one line of the JSON's "steps".
+record() {
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4//$'\t'/ }" >> "$records"
+  echo "== $1: $2 (${3}s) ${4:0:300}"
+  [ "$2" = failed ] && failures=$((failures + 1))
+  return 0
+}
+
+die() {
+  echo "gpu_check: $*"
+  record setup failed 0 "$*"
   exit 2
+}
+
+# --- LibTorch: this machine's, the bundle's version.
+want=$(cat "$here/LIBTORCH_VERSION")
+if [ -n "${VAEDECODE_TORCH_LIB:-}" ]; then
+  torch_lib=$VAEDECODE_TORCH_LIB
+  have=$(cat "$torch_lib/../VERSION" 2>/dev/null || echo unknown)
+  nvidia_libs=""
+else
+  [ -n "$py" ] || die "no python3 here, and VAEDECODE_TORCH_LIB is not set: cannot find LibTorch"
+  info=$("$py" -c 'import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__))' 2>&1) \
+    || die "python3 has no torch (${info##*$'\n'}); install torch==${want%%+*} or set VAEDECODE_TORCH_LIB"
+  have=$(sed -n 1p <<<"$info")
+  torch_lib="$(sed -n 2p <<<"$info")/lib"
+  site=$(dirname "$(dirname "$torch_lib")")
+  # NVIDIA's wheels: nvidia/<name>/lib, and nvidia/cu13/lib for the CUDA 13 toolkit.
+  nvidia_libs=$(find "$site/nvidia" -maxdepth 3 -type d -name lib 2>/dev/null | sort | tr '\n' ':')
+fi
+if [ "$have" != "$want" ]; then
+  die "this bundle was built against LibTorch $want; this machine has $have (from $torch_lib). Use torch==${want%%+*} (+${want#*+}) or rebuild the bundle with that version pinned in tools/libtorch.sh."
+fi
+[ -f "$torch_lib/libtorch_cpu.so" ] || die "$torch_lib has no libtorch_cpu.so"
+export LD_LIBRARY_PATH="$here/lib:$torch_lib:${nvidia_libs}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "LibTorch $have from $torch_lib"
+
+gpu_name=""
+if gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null) && [ -n "$gpu" ]; then
+  gpu_name=$(head -n 1 <<<"$gpu" | cut -d, -f1)
+  record gpu passed 0 "$gpu"
+else
+  record gpu skipped 0 "no NVIDIA GPU: the GPU steps run on the CPU at small sizes or skip"
 fi
 
-targets=(//:vaedecode //:vaedecode_server //:vaedecode_client //worker:vaedecode_worker)
-bazel build --config=gpu "${targets[@]}" || { echo "gpu_check: the --config=gpu build failed"; exit 1; }
-bazel test --config=gpu --test_output=all //tests/gpu:gpu_decode_test //parallel:nccl_communicator_test \
-  //device:all || fail "GPU tests"
-
-bin=$(bazel info --config=gpu bazel-bin)
-echo "== CLI on cuda:0 (embedded SD-1.x decoder)"
-for dtype in float32 bfloat16; do
-  for n in 64 128; do
-    "$bin/cli/vaedecode" decode --device cuda:0 --dtype "$dtype" --latent-shape "1,4,$n,$n" \
-      --out "/tmp/gpu_${dtype}_${n}.npy" | tail -n 1 || fail "dense $dtype ${n}x$n on cuda:0"
-  done
+# --- Every binary loads: a missing library is named here, not as a crash later.
+t0=$SECONDS
+versions=$(ldd "$here/bin/vaedecode" 2>&1 | grep -o "version \`[A-Z_]*[0-9.]*' not found" | sort -u | tr '\n' ' ')
+if [[ "$versions" == *GLIBCXX* || "$versions" == *CXXABI* ]]; then
+  echo "this machine's libstdc++ is older than the bundle's: using lib/compat"
+  export LD_LIBRARY_PATH="$here/lib/compat:$LD_LIBRARY_PATH"
+  versions=$(ldd "$here/bin/vaedecode" 2>&1 | grep -o "version \`[A-Z_]*[0-9.]*' not found" | sort -u | tr '\n' ' ')
+fi
+[ -z "$versions" ] || die "the bundle needs a newer C library than this machine's ($versions): glibc 2.36 or later"
+missing=""
+for b in "$here"/bin/* "$here"/server/* "$here"/worker/* "$here"/tests/*; do
+  m=$(ldd "$b" 2>&1 | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
+  [ -z "$m" ] || missing+="$(basename "$b"): $m; "
 done
-"$bin/cli/vaedecode" decode --device cpu --latent-shape 1,4,64,64 --out /tmp/cpu_64.npy | tail -n 1
-/usr/bin/python3 - <<'PY' || fail "cuda:0 float32 differs from the CPU decode"
-import numpy as np
-a, b = np.load("/tmp/gpu_float32_64.npy"), np.load("/tmp/cpu_64.npy")
-d = float(np.abs(a - b).max())
-print(f"cuda:0 vs cpu float32 at 512²: max abs {d:.3g}")
-raise SystemExit(0 if d <= 1e-3 else 1)
-PY
-"$bin/cli/vaedecode" decode --device cuda:0 --latent-shape 1,4,128,128 --mode tiled --budget-mib 2048 \
-  --out /tmp/gpu_tiled.npy | tail -n 1 || fail "tiled under 2 GiB on cuda:0"
+if [ -n "$missing" ]; then
+  record load failed $((SECONDS - t0)) "missing libraries: $missing"
+  exit 2
+fi
+record load passed $((SECONDS - t0)) "$(ls "$here"/bin "$here"/server "$here"/worker "$here"/tests | grep -v : | tr '\n' ' ')"
 
-echo "== vaedecode_server --devices=cuda:0"
-ready=$(mktemp -u /tmp/gpu-check-XXXXXX.ready)
-"$bin/server/vaedecode_server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --devices=cuda:0 \
-  --group_size=1 --dtype=bfloat16 --ready_file="$ready" &
+# --- The GPU tests (they skip their GPU cases without a GPU).
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for t in "$here"/tests/*; do
+  name=$(basename "$t")
+  t0=$SECONDS
+  if TEST_SRCDIR="$here" TEST_TMPDIR="$tmp" timeout 300 "$t" --gtest_output="xml:$out/$name.xml" \
+      > "$out/$name.log" 2>&1; then
+    status=passed
+  else
+    status=failed
+  fi
+  summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/$name.log" | tr '\n' ' ')
+  [ -n "$gpu_name" ] || summary="(no GPU) $summary"
+  record "tests/$name" "$status" $((SECONDS - t0)) "$summary"
+  [ "$status" = passed ] || tail -n 40 "$out/$name.log"
+done
+
+# --- Dense decodes: median of 5 after one warm-up, peak memory of the decode.
+cli="$here/bin/vaedecode"
+bench() {  # NAME TIMEOUT ARGS...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS line
+  if line=$(timeout "$limit" "$cli" decode --out "$tmp/bench.npy" "$@" 2>&1 | tail -n 1) \
+      && [[ "$line" == decoded* ]]; then
+    record "bench/$name" passed $((SECONDS - t0)) "$line"
+  else
+    record "bench/$name" failed $((SECONDS - t0)) "$line"
+  fi
+}
+models="$here/models"
+if [ -n "$gpu_name" ]; then
+  dev=(--device cuda:0 --seeded-weights 1 --warmup 1 --repeat 5)
+  for dtype in bfloat16 float32; do
+    bench "flux1_1024_$dtype" 120 "${dev[@]}" --model "$models/flux1" --dtype $dtype --latent-shape 1,16,128,128
+    bench "flux1_2048_$dtype" 180 "${dev[@]}" --model "$models/flux1" --dtype $dtype --latent-shape 1,16,256,256
+  done
+  bench flux2_1024_bfloat16 120 "${dev[@]}" --model "$models/flux2" --dtype bfloat16 --latent-shape 1,32,128,128
+  bench flux2_2048_bfloat16 180 "${dev[@]}" --model "$models/flux2" --dtype bfloat16 --latent-shape 1,32,256,256
+  bench wan21_17x480x832_bfloat16 240 "${dev[@]}" --model "$models/wan21" --dtype bfloat16 \
+    --latent-shape 1,16,5,60,104
+  bench flux1_2048_bfloat16_tiled_2GiB 180 "${dev[@]}" --model "$models/flux1" --dtype bfloat16 \
+    --latent-shape 1,16,256,256 --mode tiled --budget-mib 2048
+else
+  # The same commands on the CPU at small sizes: the steps' plumbing runs.
+  dev=(--device cpu --seeded-weights 1 --warmup 1 --repeat 2)
+  bench flux1_128_float32_cpu 300 "${dev[@]}" --model "$models/flux1" --latent-shape 1,16,16,16
+  bench flux2_128_bfloat16_cpu 300 "${dev[@]}" --model "$models/flux2" --dtype bfloat16 --latent-shape 1,32,16,16
+  bench wan21_5x64x64_float32_cpu 300 "${dev[@]}" --model "$models/wan21" --latent-shape 1,16,2,8,8
+  bench flux1_320_float32_cpu_tiled 300 --device cpu --seeded-weights 1 --model "$models/flux1" \
+    --latent-shape 1,16,40,40 --mode tiled --budget-mib 256
+fi
+
+# --- One decode through the server.
+t0=$SECONDS
+if [ -n "$gpu_name" ]; then
+  serve_flags=(--devices=cuda:0 --dtype=bfloat16)
+  shape=1,4,128,128
+else
+  serve_flags=(--devices=cpu:1)
+  shape=1,4,16,16
+fi
+ready="$tmp/server.ready"
+"$here/server/vaedecode_server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --group_size=1 \
+  "${serve_flags[@]}" --ready_file="$ready" > "$out/server.log" 2>&1 &
 server=$!
 for _ in $(seq 600); do [ -s "$ready" ] && break; sleep 0.2; done
-port=$(sed -n 's/^grpc_port=//p' "$ready")
-for _ in $(seq 300); do
-  "$bin/client/vaedecode_client" --server="127.0.0.1:$port" --list_models >/dev/null 2>&1 && break
-  sleep 1
-done
-"$bin/client/vaedecode_client" --server="127.0.0.1:$port" --latent_shape=1,4,128,128 --out=/tmp/gpu_served.png \
-  || fail "a decode through the server on cuda:0"
-kill -TERM "$server"
-wait "$server" || fail "the server did not drain cleanly"
+port=$(sed -n 's/^grpc_port=//p' "$ready" 2>/dev/null)
+served=""
+if [ -n "$port" ]; then
+  # SERVING once a worker group has loaded (and calibrated) its models.
+  for _ in $(seq 480); do
+    "$here/bin/vaedecode_health_probe" --addr="127.0.0.1:$port" --service=vaedecode.v1.VaeDecoder \
+      > /dev/null 2>&1 && break
+    sleep 0.5
+  done
+  served=$(timeout 120 "$here/bin/vaedecode_client" --server="127.0.0.1:$port" --latent_shape=$shape \
+    --out="$tmp/served.png" 2>&1 | tail -n 3 | tr '\n' ' ')
+fi
+kill -TERM "$server" 2> /dev/null
+if wait "$server" && [ -n "$port" ] && [ -s "$tmp/served.png" ]; then
+  record serve passed $((SECONDS - t0)) "${serve_flags[*]}: $served"
+else
+  record serve failed $((SECONDS - t0)) "${serve_flags[*]}: ${served:-no port} $(tail -n 5 "$out/server.log" | tr '\n' ' ')"
+fi
 
-echo "$failures failure(s)"
+# --- The JSON of everything above.
+"$py" - "$records" "$out/gpu_check.json" "$have" "$gpu_name" <<'PY'
+import json, re, sys
+records, target, torch_version, gpu = sys.argv[1:]
+steps = []
+for line in open(records):
+    step, status, seconds, detail = line.rstrip("\n").split("\t", 3)
+    entry = {"step": step, "status": status, "seconds": int(seconds), "detail": detail}
+    if step.startswith("bench/") and detail.startswith("decoded"):
+        entry["figures"] = dict(re.findall(r"(\w+)=(\[[^\]]*\]|\{[^}]*\}|\S+)", detail))
+    steps.append(entry)
+json.dump({"libtorch": torch_version, "gpu": gpu or None, "steps": steps}, open(target, "w"), indent=1)
+PY
+echo "gpu_check: $failures failed step(s); $out/gpu_check.json"
 [ "$failures" -eq 0 ]

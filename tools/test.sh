@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs what is missing, then builds and runs every test. The GPU worker
-# path (NCCL communicator, the worker and CLI with CUDA devices, the GPU
-# tests) is also compiled and linked against /usr/local/cuda: it cannot run
-# without a GPU and a CUDA LibTorch, but it must always build.
+# Installs what is missing, then builds and runs every test. Then the GPU
+# build: the service, worker, CLI and GPU tests are built with --config=gpu
+# (LibTorch's CUDA backend, NCCL, /usr/local/cuda) into the bundle a bare GPU
+# machine runs (tools/gpu_bundle.sh), and the bundle's check runs here with
+# its GPU steps replaced by small CPU decodes, so neither can rot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
@@ -15,13 +16,15 @@ if [ -L "$link" ]; then rm -f "$link"; fi
 status=0
 bazel test //... "$@" || status=$?
 if [ -f /usr/local/cuda/include/nccl.h ]; then
-  # The GPU worker path links NCCL and the CUDA runtime; the caching
-  # allocator's accounting needs an official CUDA LibTorch to link, so it is
-  # compiled only.
-  bazel build --config=cuda //parallel:nccl_communicator //parallel:nccl_communicator_test \
-    //worker:vaedecode_worker //:vaedecode //tests/gpu:gpu_decode_test || status=$?
-  bazel build --config=gpu //device:cuda_memory || status=$?
+  if tools/gpu_bundle.sh out/gpu_bundle; then
+    # The machine's own LibTorch stands in for a GPU machine's torch.
+    OUT=out/gpu_check VAEDECODE_TORCH_LIB="$(tools/libtorch.sh --print)/lib" out/gpu_bundle/gpu_check.sh \
+      || { echo "test.sh: the GPU bundle's check failed on the CPU (out/gpu_check/gpu_check.log)" >&2; status=1; }
+  else
+    echo "test.sh: the --config=gpu build or the GPU bundle failed" >&2
+    status=1
+  fi
 else
-  echo "test.sh: /usr/local/cuda has no NCCL; skipped the --config=cuda build" >&2
+  echo "test.sh: /usr/local/cuda has no NCCL; skipped the --config=gpu build and the GPU bundle" >&2
 fi
 exit $status

@@ -11,6 +11,7 @@
 #include "families/sharded_ops.h"
 #include "parallel/band_partition.h"
 #include "parallel/sharded_ops.h"
+#include "device/compute_device.h"
 #include "device/device_memory.h"
 
 namespace vaedecode::worker {
@@ -88,6 +89,7 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<GroupDecodeResult> result = DecodeWithGroupUntimed(decoder, comm, job, options);
   if (!result.ok()) return result;
+  device::SynchronizeDevice(decoder.device());  // CUDA kernels run asynchronously
   result->decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (memory != nullptr) result->peak_bytes = memory->peak_bytes();
   return result;

@@ -100,6 +100,7 @@ absl::StatusOr<GroupDecodeResult> GroupRuntime::DecodeJobOnGroup(families::Decod
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(decoder, comm, job.decode, plan, rows_ready);
   if (!tiled.ok()) return tiled.status();
+  device::SynchronizeDevice(decoder.device());  // CUDA kernels run asynchronously
   GroupDecodeResult result;
   result.sample = tiled->sample;
   result.mode = "tiled";

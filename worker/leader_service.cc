@@ -21,7 +21,7 @@
 namespace vaedecode::worker {
 namespace {
 
-void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile, const std::string& dtype_name,
+void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile,
                    int world_size, v1::ModelInfo* out) {
   const families::ModelInfo& info = m.decoder->info();
   out->set_name(m.name);
@@ -39,13 +39,12 @@ void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile, cons
   if (info.shift_factor) out->set_shift_factor(*info.shift_factor);
   out->set_raw_to_vae_formula(info.raw_to_vae_formula);
   out->set_parameter_count(info.parameter_count);
-  out->set_dtype(dtype_name);
+  out->set_dtype(families::DtypeName(m.decoder->dtype()));
   out->set_peak_bytes_per_latent(profile.bytes_per_latent);
   out->set_fixed_peak_bytes(profile.fixed_bytes);
   out->set_attention_bytes_per_latent_pair(profile.attention_bytes_per_latent_pair);
   out->set_attention_fixed_bytes(profile.attention_fixed_bytes);
   out->set_attention_bytes_per_latent(profile.attention_bytes_per_latent);
-  out->set_attention_pair_cap_bytes(profile.attention_pair_cap_bytes);
   out->add_supported_modes(v1::MODE_DENSE);
   out->add_supported_modes(v1::MODE_TILED);
   // A one-row latent is always shardable if the family has an adapter.
@@ -108,14 +107,14 @@ absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent) {
   return t;
 }
 
-LeaderService::LeaderService(GroupRuntime& runtime, std::string dtype_name,
+LeaderService::LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype,
                              std::vector<tiling::PeakProfile> profiles)
-    : runtime_(runtime), dtype_name_(std::move(dtype_name)), profiles_(std::move(profiles)) {}
+    : runtime_(runtime), requested_dtype_(requested_dtype), profiles_(std::move(profiles)) {}
 
 grpc::Status LeaderService::Models(grpc::ServerContext*, const v1::ListModelsRequest*,
                                    v1::ListModelsResponse* response) {
   for (size_t i = 0; i < runtime_.models().size(); ++i) {
-    FillModelInfo(runtime_.models()[i], profiles_[i], dtype_name_, runtime_.world_size(), response->add_models());
+    FillModelInfo(runtime_.models()[i], profiles_[i], runtime_.world_size(), response->add_models());
   }
   return grpc::Status::OK;
 }
@@ -184,7 +183,9 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
     header->set_request_id(request->request_id());
     header->set_mode(mode_used == "exact" ? v1::MODE_EXACT : mode_used == "tiled" ? v1::MODE_TILED : v1::MODE_DENSE);
     header->set_degree(degree);
-    header->set_mode_reason(reason);
+    // A force_upcast model says it decodes in float32, not the float16 asked for.
+    const std::string upcast = families::DecodeDtypeReason(decoder.info(), requested_dtype_);
+    header->set_mode_reason(upcast.empty() ? reason : absl::StrCat(reason, "; ", upcast));
     header->set_tile_plan(tile_plan);
     if (absl::Status s = DescribeOutput(out_shape, request->output_format(), header); !s.ok()) {
       stream_status = s;

@@ -23,9 +23,11 @@ inline constexpr int64_t kDefaultMaxChunkBytes = int64_t{4} << 20;
 
 class LeaderService final : public internal::GroupLeader::Service {
  public:
-  // `runtime` must outlive the service; `dtype_name` is what models run in;
-  // `profiles[i]` is model i's measured decode peak (tiling/calibration.h).
-  LeaderService(GroupRuntime& runtime, std::string dtype_name, std::vector<tiling::PeakProfile> profiles);
+  // `runtime` must outlive the service; `requested_dtype` is the dtype the
+  // worker was asked to decode in (each model runs in
+  // families::DecodeDtype of it); `profiles[i]` is model i's measured decode
+  // peak (tiling/calibration.h).
+  LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype, std::vector<tiling::PeakProfile> profiles);
 
   grpc::Status Run(grpc::ServerContext* context, const v1::DecodeRequest* request,
                    grpc::ServerWriter<v1::DecodeResponse>* writer) override;
@@ -40,7 +42,7 @@ class LeaderService final : public internal::GroupLeader::Service {
   absl::StatusOr<tiling::TilePlan> PlanTiledJob(int model, const at::Tensor& latent, GroupJob* job);
 
   GroupRuntime& runtime_;
-  const std::string dtype_name_;
+  const at::ScalarType requested_dtype_;
   const std::vector<tiling::PeakProfile> profiles_;
   absl::Mutex stats_mu_;
   std::vector<int64_t> last_peak_bytes_ ABSL_GUARDED_BY(stats_mu_);

@@ -9,14 +9,13 @@
 
 namespace vaedecode::worker {
 
-absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype,
-                                                 const c10::Device& device) {
+absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype) {
   LoadedRepository out;
   if (repository.empty()) {
-    absl::Status ok = families::CheckDtypeSupported(dtype, device);
+    absl::Status ok = families::CheckDtypeSupported(dtype);
     if (!ok.ok()) return ok;
     NamedModel m{kDefaultModelName, families::autoencoder_kl::MakeEmbeddedDefault()};
-    if (dtype != at::kFloat) m.decoder->ToDtype(dtype);
+    families::ApplyDecodeDtype(*m.decoder, dtype);
     out.models.push_back(std::move(m));
     return out;
   }
@@ -32,7 +31,6 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
   std::sort(names.begin(), names.end());
   families::LoadOptions options;
   options.dtype = dtype;
-  options.device = device;
   for (const std::string& name : names) {
     absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
         families::BuiltinFamilies().Load((fs::path(repository) / name).string(), options);

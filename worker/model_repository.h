@@ -29,9 +29,7 @@ struct LoadedRepository {
 
 // `repository` empty → the embedded default only. A folder with no loadable
 // model is an error (a worker with nothing to serve is a configuration bug).
-// `device` is where the models will run (it decides the dtypes allowed); they
-// are loaded on the CPU.
-absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype,
-                                                 const c10::Device& device);
+// Models are loaded on the CPU, each in families::DecodeDtype(info, dtype).
+absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype);
 
 }  // namespace vaedecode::worker

@@ -1,26 +1,17 @@
 #include "worker/runtime_info.h"
 
-#include <link.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <torch/headeronly/version.h>
 
-#include <climits>
-#include <cstdlib>
-#include <cstring>
+#include "absl/strings/str_cat.h"
 
 namespace vaedecode::worker {
 
-std::string LoadedBlasLibrary() {
-  std::string found;
-  dl_iterate_phdr(
-      [](struct dl_phdr_info* info, size_t, void* out) -> int {
-        const char* name = info->dlpi_name;
-        if (name == nullptr || std::strstr(name, "blas") == nullptr) return 0;
-        char resolved[PATH_MAX];
-        const char* path = realpath(name, resolved) ? resolved : name;
-        *static_cast<std::string*>(out) = path;
-        return 1;
-      },
-      &found);
-  return found.empty() ? "unknown" : found;
+std::string LibTorchSummary() {
+  at::Context& context = at::globalContext();
+  return absl::StrCat("LibTorch ", TORCH_VERSION, ", BLAS ", context.hasMKL() ? "MKL" : "other than MKL",
+                      context.hasMKLDNN() ? ", oneDNN" : "", ", ", at::get_num_threads(), " CPU threads");
 }
 
 }  // namespace vaedecode::worker

@@ -4,9 +4,8 @@
 
 namespace vaedecode::worker {
 
-// The BLAS library LibTorch's CPU matmuls resolve to (e.g. "libopenblas.so.0"),
-// found among the loaded shared objects; "unknown" when none is loaded.
-// Reported because the reference netlib BLAS is ~2x slower than OpenBLAS.
-std::string LoadedBlasLibrary();
+// What LibTorch this process runs and how it computes, for start-up logs and
+// `vaedecode info`: e.g. "LibTorch 2.11.0, BLAS MKL, oneDNN, 2 CPU threads".
+std::string LibTorchSummary();
 
 }  // namespace vaedecode::worker

@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   if (!dtype.ok()) return Fail(dtype.status());
 
   absl::StatusOr<vaedecode::worker::LoadedRepository> repo =
-      vaedecode::worker::LoadRepository(absl::GetFlag(FLAGS_model_repository), *dtype, *device);
+      vaedecode::worker::LoadRepository(absl::GetFlag(FLAGS_model_repository), *dtype);
   if (!repo.ok()) return Fail(repo.status());
   for (const std::string& skipped : repo->skipped) spdlog::warn("model skipped: {}", skipped);
   if (!device->is_cpu()) {
@@ -143,16 +143,16 @@ int main(int argc, char** argv) {
 
   const std::string socket = absl::GetFlag(FLAGS_socket);
   if (socket.empty()) return Fail(absl::InvalidArgumentError("the leader needs --socket"));
-  vaedecode::worker::LeaderService service(runtime, absl::GetFlag(FLAGS_dtype), std::move(profiles));
+  vaedecode::worker::LeaderService service(runtime, *dtype, std::move(profiles));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("unix:", socket), grpc::InsecureServerCredentials());
   builder.SetMaxReceiveMessageSize(-1);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return Fail(absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket)));
-  spdlog::info("worker group {} leader ready: {} rank(s) on {}, {} model(s), socket {}, blas {}",
+  spdlog::info("worker group {} leader ready: {} rank(s) on {}, {} model(s), socket {}, {}",
                absl::GetFlag(FLAGS_group), absl::GetFlag(FLAGS_world), meter.backend(), runtime.models().size(),
-               socket, vaedecode::worker::LoadedBlasLibrary());
+               socket, vaedecode::worker::LibTorchSummary());
 
   while (!g_stop && !runtime.broken()) absl::SleepFor(absl::Milliseconds(50));
   const bool broken = runtime.broken();

@@ -69,6 +69,7 @@ AutoencoderKLDecoder::AutoencoderKLDecoder(AutoencoderKLConfig config, std::stri
   info_.spatial_factor = config_.spatial_factor();
   info_.scaling_factor = config_.scaling_factor;
   info_.shift_factor = config_.shift_factor;
+  info_.force_upcast = config_.force_upcast;
   info_.parameter_count = CountParameters(*module_);
   // AutoencoderKL.tiled_decode: tile_sample_min_size = sample_size, overlap 0.25.
   info_.stock_tile = std::max<int64_t>(1, config_.sample_size / config_.spatial_factor());
@@ -120,10 +121,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadAutoencoderKL(const ModelFiles& fil
   auto decoder = std::make_unique<AutoencoderKLDecoder>(*config, files.config().dump(2));
   // decode() never touches the encoder side; those keys are ignored by name.
   IgnoreRules ignore{{"encoder.", "quant_conv."}, {}};
-  absl::Status loaded = LoadStrict(*decoder->module(), files.tensors(), ignore,
-                                   absl::StrCat(files.vae_dir(), " weights"));
+  absl::Status loaded = FillWeights(*decoder->module(), files, ignore, options);
   if (!loaded.ok()) return loaded;
-  if (options.dtype != at::kFloat) decoder->ToDtype(options.dtype);
   return decoder;
 }
 

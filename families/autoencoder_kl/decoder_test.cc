@@ -7,12 +7,14 @@
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
+#include <nlohmann/json.hpp>
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "families/autoencoder_kl/embedded_default.h"
 #include "families/builtin_families.h"
 #include "families/model_files.h"
+#include "formats/tensor_file.h"
 #include "tests/fixtures/fixture_paths.h"
 
 namespace vaedecode::families::autoencoder_kl {
@@ -185,25 +187,78 @@ TEST(Registry, UnknownClassIsRejectedWithTheSupportedList) {
               AllOf(HasSubstr("AutoencoderKLMochi is not supported"), HasSubstr("AutoencoderKL, ")));
 }
 
-TEST(Registry, Float16IsRefusedOnCpu) {
-  LoadOptions options;
-  options.dtype = at::kHalf;
-  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("sd_kl"), options);
-  ASSERT_FALSE(d.ok());
-  EXPECT_THAT(std::string(d.status().message()), HasSubstr("float16 is not supported on the CPU"));
+// A copy of the sd_kl fixture whose config sets force_upcast to `value`.
+std::string SdKlWithForceUpcast(bool value) {
+  const std::filesystem::path dir =
+      std::filesystem::path(std::getenv("TEST_TMPDIR")) / (value ? "upcast_true" : "upcast_false");
+  std::filesystem::create_directories(dir);
+  std::ifstream in(testing::FixturePath("sd_kl/config.json"));
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["force_upcast"] = value;
+  std::ofstream(dir / "config.json") << config.dump();
+  std::filesystem::remove(dir / "diffusion_pytorch_model.safetensors");
+  std::filesystem::create_symlink(testing::FixturePath("sd_kl/diffusion_pytorch_model.safetensors"),
+                                  dir / "diffusion_pytorch_model.safetensors");
+  return dir.string();
 }
 
-TEST(Registry, Float16LoadsForAGpu) {
-  // Loaded (and converted) on the CPU; the worker then moves it to its GPU.
+TEST(Registry, Float16DecodesInFloat32WhenTheConfigForcesUpcast) {
+  // diffusers' SDXL pipeline: vae.dtype == float16 and config.force_upcast
+  // -> the decode runs in float32.
   LoadOptions options;
   options.dtype = at::kHalf;
-  options.device = c10::Device(c10::kCUDA, 0);
-  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("sd_kl"), options);
-  ASSERT_TRUE(d.ok()) << d.status();
-  EXPECT_EQ((*d)->dtype(), at::kHalf);
-  EXPECT_TRUE(CheckDtypeSupported(at::kHalf, c10::Device(c10::kCUDA, 1)).ok());
-  EXPECT_FALSE(CheckDtypeSupported(at::kHalf, c10::Device(c10::kCPU)).ok());
-  EXPECT_FALSE(CheckDtypeSupported(at::kLong, c10::Device(c10::kCUDA, 0)).ok());
+  absl::StatusOr<std::unique_ptr<Decoder>> upcast = BuiltinFamilies().Load(SdKlWithForceUpcast(true), options);
+  ASSERT_TRUE(upcast.ok()) << upcast.status();
+  EXPECT_TRUE((*upcast)->info().force_upcast);
+  EXPECT_EQ((*upcast)->dtype(), at::kFloat);
+  EXPECT_THAT(DecodeDtypeReason((*upcast)->info(), at::kHalf), HasSubstr("force_upcast"));
+  // Only float16 is upcast: bfloat16 has float32's range.
+  EXPECT_EQ(DecodeDtype((*upcast)->info(), at::kBFloat16), at::kBFloat16);
+  EXPECT_EQ(DecodeDtypeReason((*upcast)->info(), at::kBFloat16), "");
+  EXPECT_EQ(DecodeDtype((*upcast)->info(), at::kFloat), at::kFloat);
+
+  absl::StatusOr<std::unique_ptr<Decoder>> half = BuiltinFamilies().Load(SdKlWithForceUpcast(false), options);
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_FALSE((*half)->info().force_upcast);
+  EXPECT_EQ((*half)->dtype(), at::kHalf);
+  EXPECT_EQ(DecodeDtypeReason((*half)->info(), at::kHalf), "");
+
+  // And the float16 decode runs (LibTorch 2.x has CPU float16 kernels), near
+  // the float32 one.
+  absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(testing::FixturePath("sd_kl/latent.safetensors"), "latent");
+  ASSERT_TRUE(latent.ok());
+  DenseOps ops;
+  const at::Tensor fp16 = (*half)->Decode(latent->to(at::kHalf), ops).to(at::kFloat);
+  const at::Tensor fp32 = (*upcast)->Decode(*latent, ops);
+  EXPECT_LE((fp16 - fp32).abs().max().item<double>(), 0.1);
+}
+
+TEST(Registry, DecoderDtypes) {
+  EXPECT_TRUE(CheckDtypeSupported(at::kHalf).ok());
+  EXPECT_TRUE(CheckDtypeSupported(at::kBFloat16).ok());
+  EXPECT_FALSE(CheckDtypeSupported(at::kLong).ok());
+}
+
+TEST(Registry, SeededWeightsNeedOnlyTheConfig) {
+  const std::filesystem::path dir = std::filesystem::path(std::getenv("TEST_TMPDIR")) / "config_only";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(testing::FixturePath("sd_kl/config.json"), dir / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(BuiltinFamilies().Load(dir.string(), {}).status().code(), absl::StatusCode::kNotFound);
+  LoadOptions options;
+  options.seeded_weights = 7;
+  absl::StatusOr<std::unique_ptr<Decoder>> a = BuiltinFamilies().Load(dir.string(), options);
+  absl::StatusOr<std::unique_ptr<Decoder>> b = BuiltinFamilies().Load(dir.string(), options);
+  options.seeded_weights = 8;
+  absl::StatusOr<std::unique_ptr<Decoder>> c = BuiltinFamilies().Load(dir.string(), options);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok()) << a.status();
+  absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(testing::FixturePath("sd_kl/latent.safetensors"), "latent");
+  ASSERT_TRUE(latent.ok());
+  DenseOps ops;
+  const at::Tensor xa = (*a)->Decode(*latent, ops), xb = (*b)->Decode(*latent, ops), xc = (*c)->Decode(*latent, ops);
+  EXPECT_TRUE(xa.equal(xb));  // the same seed, the same decoder
+  EXPECT_GT((xa - xc).abs().max().item<double>(), 1e-3);
+  EXPECT_TRUE(xa.isfinite().all().item<bool>());
 }
 
 TEST(Registry, MissingFolderIsNotFound) {

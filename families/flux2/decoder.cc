@@ -39,6 +39,7 @@ Flux2Decoder::Flux2Decoder(Flux2Config config, std::string config_json)
   info_.out_channels = config_.decoder.out_channels;
   info_.spatial_factor = config_.decoder.spatial_factor();
   info_.scaling_factor = 1.0;
+  info_.force_upcast = config_.decoder.force_upcast;
   info_.parameter_count = CountParameters(*module_);
   // AutoencoderKLFlux2.tiled_decode: tile_latent_min_size = sample_size / 2^(levels-1), overlap 0.25.
   info_.stock_tile = std::max<int64_t>(1, config_.decoder.sample_size / config_.decoder.spatial_factor());
@@ -113,10 +114,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadFlux2(const ModelFiles& files, cons
   // decode() never touches the encoder side; num_batches_tracked (I64) only
   // counts training steps.
   IgnoreRules ignore{{"encoder.", "quant_conv."}, {"bn.num_batches_tracked"}};
-  absl::Status loaded =
-      LoadStrict(*decoder->module(), files.tensors(), ignore, absl::StrCat(files.vae_dir(), " weights"));
+  absl::Status loaded = FillWeights(*decoder->module(), files, ignore, options);
   if (!loaded.ok()) return loaded;
-  if (options.dtype != at::kFloat) decoder->ToDtype(options.dtype);
   return decoder;
 }
 

@@ -105,10 +105,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadHunyuanVideo(const ModelFiles& file
   auto decoder = std::make_unique<HunyuanVideoDecoder>(*config, files.config().dump(2));
   // decode() never touches the encoder side; those keys are ignored by name.
   IgnoreRules ignore{{"encoder.", "quant_conv."}, {}};
-  absl::Status loaded =
-      LoadStrict(*decoder->module(), files.tensors(), ignore, absl::StrCat(files.vae_dir(), " weights"));
+  absl::Status loaded = FillWeights(*decoder->module(), files, ignore, options);
   if (!loaded.ok()) return loaded;
-  if (options.dtype != at::kFloat) decoder->ToDtype(options.dtype);
   return decoder;
 }
 

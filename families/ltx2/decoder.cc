@@ -97,10 +97,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadLTX2(const ModelFiles& files, const
   // decode() never touches the encoder (released checkpoints hold it; the
   // decoder-only ones do not).
   IgnoreRules ignore{{"encoder."}, {}};
-  absl::Status loaded =
-      LoadStrict(*decoder->module(), files.tensors(), ignore, absl::StrCat(files.vae_dir(), " weights"));
+  absl::Status loaded = FillWeights(*decoder->module(), files, ignore, options);
   if (!loaded.ok()) return loaded;
-  if (options.dtype != at::kFloat) decoder->ToDtype(options.dtype);
   return decoder;
 }
 

@@ -129,8 +129,11 @@ TEST(WanDecoder, FramesAndShapesFollowTheCausalProtocol) {
     // Causal: the frames of a prefix of the latent do not see later frames.
     const at::Tensor prefix = d->Decode(z.narrow(2, 0, 2).contiguous(), ops);
     EXPECT_TRUE(prefix.equal(x.narrow(2, 0, 3)));
+    // A lone first frame runs some per-frame ops at other shapes, where
+    // LibTorch may pick other kernels: equal up to rounding (a later
+    // frame leaking in would move it by O(0.1)).
     const at::Tensor first = d->Decode(z.narrow(2, 0, 1).contiguous(), ops);
-    EXPECT_TRUE(first.equal(x.narrow(2, 0, 1)));
+    EXPECT_LE((first - x.narrow(2, 0, 1)).abs().max().item<double>(), 1e-5);
   }
 }
 

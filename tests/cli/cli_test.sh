@@ -56,6 +56,24 @@ echo "== png naming"
 "$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/latent.safetensors" --out "$OUT/one.png" >/dev/null \
   && [ -s "$OUT/one.png" ] || fail "batch 1 did not write one.png"
 
+echo "== float16: force_upcast VAEs decode in float32, as diffusers' pipelines do"
+line=$("$BIN" decode --model "$FIX/sd_kl" --dtype float16 --out "$OUT/fp16.npy" | tail -n 1)
+[[ "$line" == *"dtype=float32 requested_dtype=float16 (force_upcast)"* ]] || fail "sd_kl in float16 was not upcast: $line"
+line=$("$BIN" decode --model "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" --dtype float16 \
+  --out "$OUT/wan_fp16.npy" | tail -n 1)
+[[ "$line" == *"dtype=float16 device"* ]] || fail "wan21 (no force_upcast) did not decode in float16: $line"
+
+echo "== seeded weights from a config alone, timed repeats"
+mkdir -p "$OUT/config_only" && cp "$FIX/flux1_kl/config.json" "$OUT/config_only/"
+line=$("$BIN" decode --model "$OUT/config_only" --seeded-weights 5 --latent-shape 1,16,8,8 --warmup 1 --repeat 3 \
+  --out "$OUT/seeded.npy" | tail -n 1)
+runs=$(sed -n 's/.*decode_ms_runs=\[\([^]]*\)\].*/\1/p' <<<"$line" | tr ',' '\n' | grep -c .)
+[ "$runs" = 3 ] || fail "--repeat 3 did not time 3 decodes: $line"
+[[ "$line" == *"warmup=1"* ]] || fail "no warm-up reported: $line"
+"$BIN" decode --model "$OUT/config_only" --seeded-weights 5 --latent-shape 1,16,8,8 --out "$OUT/seeded2.npy" >/dev/null
+cmp -s "$OUT/seeded.npy" "$OUT/seeded2.npy" || fail "the same seed gave another decoder"
+expect_error 1 "no diffusion_pytorch_model.safetensors" decode --model "$OUT/config_only" --out "$OUT/x.npy"
+
 echo "== info"
 "$BIN" info --model "$FIX/flux1_kl" | grep -q "shift factor: 0.1159" || fail "info lacks the shift factor"
 
@@ -76,7 +94,9 @@ expect_error 1 "does not exist" decode --model "$OUT/nope" --out "$OUT/x.npy"
 expect_error 1 "truncated.safetensors" decode --model "$FIX/sd_kl" --latent "$OUT/truncated.safetensors" --out "$OUT/x.npy"
 expect_error 1 "badjson.safetensors" decode --model "$FIX/sd_kl" --latent "$OUT/badjson.safetensors" --out "$OUT/x.npy"
 expect_error 1 "expects 4" decode --model "$FIX/sd_kl" --latent "$FIX/flux1_kl/latent.safetensors" --out "$OUT/x.npy"
-expect_error 1 "float16 is not supported" decode --model "$FIX/sd_kl" --dtype float16 --out "$OUT/x.npy"
+expect_error 1 "needs --model" decode --seeded-weights 3 --out "$OUT/x.npy"
+expect_error 1 "are for dense and tiled" decode --mode exact --ranks 2 --repeat 3 --out "$OUT/x.npy"
+expect_error 1 "--repeat must be" decode --repeat 0 --out "$OUT/x.npy"
 expect_error 1 "unknown dtype" decode --dtype int8 --out "$OUT/x.npy"
 # A diffusers VAE class no family registers, next to real weights.
 mkdir -p "$OUT/unsupported" && echo '{"_class_name": "AutoencoderKLMochi"}' > "$OUT/unsupported/config.json"
@@ -142,7 +162,7 @@ done
 expect_error 1 "out of memory" decode --model "$FIX/sd_kl" --latent-shape 1,4,72,88 --mode tiled --budget-mib 1 \
   --out "$OUT/x.npy"
 expect_error 1 "budget-mib must be a positive integer" decode --mode tiled --budget-mib 0 --out "$OUT/x.npy"
-expect_error 1 "this LibTorch has no CUDA" decode --device cuda:0 --out "$OUT/x.npy"
+expect_error 1 "this build has no CUDA backend" decode --device cuda:0 --out "$OUT/x.npy"
 
 echo "== a rank killed mid-decode fails the group without hanging or orphans"
 start=$(date +%s)

@@ -559,7 +559,8 @@ def cmd_dockerfiles(helpfull, docker_dir, k8s_dir, out_dir):
         else:
             check(any("cuda" in f.lower() for f in froms), f"{where}: no CUDA base image")
             check(any("--config=gpu" in a for i, a in ins if i == "RUN"), f"{where}: does not build the GPU worker path (--config=gpu)")
-            check(any("LIBTORCH_URL" in a for i, a in ins if i == "ARG"), f"{where}: no LibTorch build argument")
+            check(any("tools/setup.sh" in a for i, a in ins if i == "RUN"),
+                  f"{where}: does not install the README's packages and LibTorch")
             text = open(path).read()
             for arg in re.findall(r"^ARG (\w+)", text, re.M):
                 check(re.search(rf"^#\s+{arg}\s", text, re.M) is not None, f"{where}: build arg {arg} is not documented")

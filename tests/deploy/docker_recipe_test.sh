@@ -18,9 +18,15 @@ cp "$TMP/gpu.uid" "$TMP/uid"
 
 root="$TMP/rootfs"
 "$RUNFILES/deploy/docker/stage.sh" "$RUNFILES" "$root"
-grep -qx 'libtorch1.13' "$root/runtime-packages.txt" || fail "runtime packages miss Debian's LibTorch"
 grep -qx 'libgrpc++1.51' "$root/runtime-packages.txt" || fail "runtime packages miss gRPC"
-[ ! -s "$root/unpackaged-libs.txt" ] || fail "libraries outside Debian packages: $(cat "$root/unpackaged-libs.txt")"
+! grep -q torch "$root/runtime-packages.txt" || fail "a Debian LibTorch package is still a runtime dependency"
+# LibTorch (PyPI's wheel) is the only thing no package provides: staged in lib/.
+for lib in libtorch_cpu.so libc10.so; do
+  grep -qx "$lib" "$root/unpackaged-libs.txt" && [ -f "$root/opt/vaedecode/lib/$lib" ] \
+    || fail "$lib is not staged into the image's lib/"
+done
+others=$(grep -v -E '^lib(torch_cpu|c10|gomp|cudart|cupti)\.so' "$root/unpackaged-libs.txt" || true)
+[ -z "$others" ] || fail "libraries outside Debian packages besides LibTorch's: $others"
 
 # The image's command lines, with /opt/vaedecode re-rooted into the layout.
 reroot() { sed "s#/opt/vaedecode/#$root/opt/vaedecode/#g" "$1"; }

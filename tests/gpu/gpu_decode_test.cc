@@ -1,8 +1,9 @@
 // The GPU worker path, run where a CUDA LibTorch and GPUs exist (every test
-// skips elsewhere, e.g. in CI with Debian's CPU LibTorch; tools/gpu_check.sh
+// skips elsewhere, e.g. in CI without a GPU; tools/gpu_check.sh
 // runs them on a GPU machine):
 //  * every fixture decodes densely on cuda:0 within diffusers' 1e-4 (float32
-//    with TF32 off), from VAE and raw latents, and the group path (job
+//    with TF32 off), from VAE and raw latents; in bfloat16 within the
+//    fixtures' bf16 gate (max abs <= 1, RMSE <= 0.05); and the group path (job
 //    broadcast, decode, rank statistics) runs with a communicator on the GPU;
 //  * exact decode sharded over 2-4 GPUs with NCCL equals the dense decode;
 //  * (--config=gpu) device memory reads the CUDA caching allocator and a
@@ -10,6 +11,8 @@
 //
 // CUDA is only touched inside forked ranks: a CUDA context does not survive
 // fork, so the gtest process never creates one.
+
+#include <iostream>
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -48,7 +51,9 @@ void RunOnGpus(int world, absl::Duration timeout, const std::function<absl::Stat
   options.timeout = timeout;
   absl::StatusOr<std::vector<RankOutcome>> outcomes =
       parallel::testing::RunRanksCollect(options, [&body](int rank, int world, int port) -> absl::Status {
-        if (!at::hasCUDA()) return absl::FailedPreconditionError(absl::StrCat(kSkip, "needs a CUDA LibTorch"));
+        if (!at::hasCUDA()) {
+          return absl::FailedPreconditionError(absl::StrCat(kSkip, "needs a --config=gpu build and a GPU"));
+        }
         const int count = c10::impl::VirtualGuardImpl(c10::kCUDA).deviceCount();
         if (count < world) {
           return absl::FailedPreconditionError(absl::StrCat(kSkip, "needs ", world, " GPUs, found ", count));
@@ -81,8 +86,9 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinNcclGroup(int rank, 
   return comm;
 }
 
-absl::StatusOr<std::unique_ptr<families::Decoder>> GpuDecoder(const std::string& fixture, int index) {
-  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = testing::LoadFixtureDecoder(fixture);
+absl::StatusOr<std::unique_ptr<families::Decoder>> GpuDecoder(const std::string& fixture, int index,
+                                                               at::ScalarType dtype = at::kFloat) {
+  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = testing::LoadFixtureDecoder(fixture, dtype);
   if (!decoder.ok()) return decoder.status();
   (*decoder)->ToDevice(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)));
   return decoder;
@@ -93,7 +99,7 @@ class GpuFixture : public ::testing::TestWithParam<testing::FixtureCase> {};
 TEST_P(GpuFixture, DenseOnTheGpuMatchesDiffusers) {
   const testing::FixtureCase c = GetParam();
   RunOnGpus(1, absl::Seconds(300), [&c](int, int) -> absl::Status {
-    if (at::globalContext().allowTF32CuBLAS() || at::globalContext().allowTF32CuDNN()) {
+    if (at::globalContext().allowTF32CuBLAS() || at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) {
       return absl::InternalError("TF32 is still enabled on the compute device");
     }
     absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, 0);
@@ -113,6 +119,32 @@ TEST_P(GpuFixture, DenseOnTheGpuMatchesDiffusers) {
     absl::StatusOr<at::Tensor> from_raw = worker::RunDecode(**decoder, {*raw, families::LatentSpace::kRaw}, ops);
     RETURN_IF_ERROR(from_raw.status());
     return parallel::testing::ExpectTensorClose(*from_raw, *expected, 1e-4, 0, c.fixture + " raw on cuda:0");
+  });
+}
+
+TEST_P(GpuFixture, Bfloat16OnTheGpuStaysNearReference) {
+  // The fixtures README's bfloat16 gate (as the CPU golden test): max abs
+  // <= 1 and RMSE <= 0.05 against diffusers' float32 decode.
+  const testing::FixtureCase c = GetParam();
+  RunOnGpus(1, absl::Seconds(300), [&c](int, int) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, 0, at::kBFloat16);
+    RETURN_IF_ERROR(decoder.status());
+    if ((*decoder)->dtype() != at::kBFloat16) return absl::InternalError("the decoder is not bfloat16");
+    absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
+    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+    RETURN_IF_ERROR(expected.status());
+    RETURN_IF_ERROR(latent.status());
+    families::DenseOps ops;
+    absl::StatusOr<at::Tensor> sample = worker::RunDecode(**decoder, {*latent, families::LatentSpace::kVae}, ops);
+    RETURN_IF_ERROR(sample.status());
+    const at::Tensor diff = sample->to(at::kFloat).cpu() - *expected;
+    const double max_abs = diff.abs().max().item<double>();
+    const double rmse = diff.pow(2).mean().sqrt().item<double>();
+    std::cout << c.fixture << "/" << c.name << " bfloat16 on cuda:0: max abs " << max_abs << " rmse " << rmse << "\n";
+    if (max_abs > 1.0 || rmse > 0.05) {
+      return absl::InternalError(absl::StrCat(c.fixture, " bfloat16: max abs ", max_abs, ", RMSE ", rmse));
+    }
+    return absl::OkStatus();
   });
 }
 

@@ -27,8 +27,11 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinTestGroup(int rank, 
   return parallel::GlooCommunicator::Create(o);
 }
 
-absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixtureDecoder(const std::string& fixture) {
-  return families::BuiltinFamilies().Load(FixturePath(fixture), {});
+absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixtureDecoder(const std::string& fixture,
+                                                                      at::ScalarType dtype) {
+  families::LoadOptions options;
+  options.dtype = dtype;
+  return families::BuiltinFamilies().Load(FixturePath(fixture), options);
 }
 
 absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank) {

@@ -22,7 +22,9 @@ namespace vaedecode::testing {
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinTestGroup(int rank, int world, int port,
                                                                       const std::string& group);
 
-absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixtureDecoder(const std::string& fixture);
+// A fixture's decoder, in families::DecodeDtype(info, dtype).
+absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixtureDecoder(const std::string& fixture,
+                                                                      at::ScalarType dtype = at::kFloat);
 
 // The file's latent on the leader; an undefined tensor on peers (they receive it).
 absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank);
