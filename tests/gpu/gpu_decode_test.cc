@@ -94,6 +94,27 @@ absl::StatusOr<std::unique_ptr<families::Decoder>> GpuDecoder(const std::string&
   return decoder;
 }
 
+// A fixture case's VAE latent decoded densely on cuda:0 in `dtype`.
+struct GpuCase {
+  std::unique_ptr<families::Decoder> decoder;
+  at::Tensor expected;  // diffusers' float32 decode, on the CPU
+  at::Tensor sample;    // ours, on the GPU
+};
+
+absl::StatusOr<GpuCase> DecodeCaseOnGpu(const testing::FixtureCase& c, at::ScalarType dtype) {
+  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, 0, dtype);
+  RETURN_IF_ERROR(decoder.status());
+  absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
+  absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+  RETURN_IF_ERROR(expected.status());
+  RETURN_IF_ERROR(latent.status());
+  families::DenseOps ops;
+  absl::StatusOr<at::Tensor> sample = worker::RunDecode(**decoder, {*latent, families::LatentSpace::kVae}, ops);
+  RETURN_IF_ERROR(sample.status());
+  if (!sample->is_cuda()) return absl::InternalError("the decode did not run on the GPU");
+  return GpuCase{*std::move(decoder), *expected, *sample};
+}
+
 class GpuFixture : public ::testing::TestWithParam<testing::FixtureCase> {};
 
 TEST_P(GpuFixture, DenseOnTheGpuMatchesDiffusers) {
@@ -102,23 +123,16 @@ TEST_P(GpuFixture, DenseOnTheGpuMatchesDiffusers) {
     if (at::globalContext().allowTF32CuBLAS() || at::globalContext().allowTF32CuDNN(at::Float32Op::CONV)) {
       return absl::InternalError("TF32 is still enabled on the compute device");
     }
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, 0);
-    RETURN_IF_ERROR(decoder.status());
-    absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
-    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
-    RETURN_IF_ERROR(expected.status());
-    RETURN_IF_ERROR(latent.status());
-    families::DenseOps ops;
-    absl::StatusOr<at::Tensor> sample = worker::RunDecode(**decoder, {*latent, families::LatentSpace::kVae}, ops);
-    RETURN_IF_ERROR(sample.status());
-    if (!sample->is_cuda()) return absl::InternalError("the decode did not run on the GPU");
-    RETURN_IF_ERROR(parallel::testing::ExpectTensorClose(*sample, *expected, 1e-4, 0, c.fixture + " on cuda:0"));
+    absl::StatusOr<GpuCase> run = DecodeCaseOnGpu(c, at::kFloat);
+    RETURN_IF_ERROR(run.status());
+    RETURN_IF_ERROR(parallel::testing::ExpectTensorClose(run->sample, run->expected, 1e-4, 0, c.fixture + " on cuda:0"));
     if (c.pipeline_latent_file.empty()) return absl::OkStatus();
     absl::StatusOr<at::Tensor> raw = formats::ReadTensorFile(c.pipeline_latent_file, "latent");
     RETURN_IF_ERROR(raw.status());
-    absl::StatusOr<at::Tensor> from_raw = worker::RunDecode(**decoder, {*raw, families::LatentSpace::kRaw}, ops);
+    families::DenseOps ops;
+    absl::StatusOr<at::Tensor> from_raw = worker::RunDecode(*run->decoder, {*raw, families::LatentSpace::kRaw}, ops);
     RETURN_IF_ERROR(from_raw.status());
-    return parallel::testing::ExpectTensorClose(*from_raw, *expected, 1e-4, 0, c.fixture + " raw on cuda:0");
+    return parallel::testing::ExpectTensorClose(*from_raw, run->expected, 1e-4, 0, c.fixture + " raw on cuda:0");
   });
 }
 
@@ -127,17 +141,10 @@ TEST_P(GpuFixture, Bfloat16OnTheGpuStaysNearReference) {
   // <= 1 and RMSE <= 0.05 against diffusers' float32 decode.
   const testing::FixtureCase c = GetParam();
   RunOnGpus(1, absl::Seconds(300), [&c](int, int) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, 0, at::kBFloat16);
-    RETURN_IF_ERROR(decoder.status());
-    if ((*decoder)->dtype() != at::kBFloat16) return absl::InternalError("the decoder is not bfloat16");
-    absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
-    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
-    RETURN_IF_ERROR(expected.status());
-    RETURN_IF_ERROR(latent.status());
-    families::DenseOps ops;
-    absl::StatusOr<at::Tensor> sample = worker::RunDecode(**decoder, {*latent, families::LatentSpace::kVae}, ops);
-    RETURN_IF_ERROR(sample.status());
-    const at::Tensor diff = sample->to(at::kFloat).cpu() - *expected;
+    absl::StatusOr<GpuCase> run = DecodeCaseOnGpu(c, at::kBFloat16);
+    RETURN_IF_ERROR(run.status());
+    if (run->decoder->dtype() != at::kBFloat16) return absl::InternalError("the decoder is not bfloat16");
+    const at::Tensor diff = run->sample.to(at::kFloat).cpu() - run->expected;
     const double max_abs = diff.abs().max().item<double>();
     const double rmse = diff.pow(2).mean().sqrt().item<double>();
     std::cout << c.fixture << "/" << c.name << " bfloat16 on cuda:0: max abs " << max_abs << " rmse " << rmse << "\n";
