@@ -23,22 +23,31 @@ bool Scheduler::ArmHook(const std::shared_ptr<Job>& job) {
 }
 
 absl::Status Scheduler::Enqueue(std::shared_ptr<Job> job) {
+  // Armed before any dispatcher can take the job: the dispatcher's own hook
+  // (which cancels the call to the group) replaces this one, never the other
+  // way round. Outside our lock (lock order Job, then Scheduler). A
+  // cancellation that raced ahead needs no queue: the job finishes itself.
+  if (!ArmHook(job)) return absl::OkStatus();
+  absl::Status refused;
   {
     absl::MutexLock lock(&mu_);
-    if (closed_)
-      return absl::UnavailableError("the server is shutting down; retry on another replica");
-    if (static_cast<int64_t>(queue_.size()) >= max_queue_) {
-      return absl::ResourceExhaustedError(
+    if (closed_) {
+      refused = absl::UnavailableError("the server is shutting down; retry on another replica");
+    } else if (static_cast<int64_t>(queue_.size()) >= max_queue_) {
+      refused = absl::ResourceExhaustedError(
           absl::StrCat("the request queue is full (", max_queue_, " waiting); retry later"));
+    } else {
+      queue_.push_back(job);
+      ReportDepth(static_cast<int64_t>(queue_.size()));
+      cv_.SignalAll();
     }
-    queue_.push_back(job);
-    ReportDepth(static_cast<int64_t>(queue_.size()));
-    cv_.SignalAll();
   }
-  // Outside our lock (lock order Job, then Scheduler). A cancellation that
-  // raced ahead leaves the hook unarmed: remove the job ourselves.
-  if (!ArmHook(job)) Remove(job.get());
-  return absl::OkStatus();
+  if (!refused.ok()) {
+    job->ClearCancelHook();
+  } else if (job->over()) {
+    Remove(job.get());  // cancelled between arming and queueing: its hook found nothing to remove
+  }
+  return refused;
 }
 
 std::shared_ptr<Job> Scheduler::Next(const std::function<bool(const Job&)>& can_run,
@@ -79,18 +88,24 @@ std::shared_ptr<Job> Scheduler::Next(const std::function<bool(const Job&)>& can_
 }
 
 bool Scheduler::Requeue(std::shared_ptr<Job> job) {
+  // Armed first, as in Enqueue; a cancelled job is not put back.
+  if (!ArmHook(job)) return false;
+  bool queued = false;
   {
     absl::MutexLock lock(&mu_);
-    if (closed_) return false;
-    queue_.push_front(job);
-    ReportDepth(static_cast<int64_t>(queue_.size()));
-    cv_.SignalAll();
+    if (!closed_) {
+      queue_.push_front(job);
+      ReportDepth(static_cast<int64_t>(queue_.size()));
+      cv_.SignalAll();
+      queued = true;
+    }
   }
-  if (!ArmHook(job)) {
+  if (!queued) {
+    job->ClearCancelHook();
+  } else if (job->over()) {
     Remove(job.get());
-    return false;
   }
-  return true;
+  return queued;
 }
 
 void Scheduler::Remove(const Job* job) {

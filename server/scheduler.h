@@ -35,7 +35,8 @@ class Scheduler {
   // in order): it must not call back into the scheduler.
   Scheduler(int64_t max_queue, std::function<void(int64_t)> on_depth);
 
-  // Queues the job and arms its cancel hook. RESOURCE_EXHAUSTED at once when
+  // Arms the job's cancel hook, then queues it (a dispatcher that takes it
+  // arms its own hook, which nothing replaces). RESOURCE_EXHAUSTED at once when
   // the queue is full, UNAVAILABLE once closed; the job is not queued then
   // (the caller finishes it).
   absl::Status Enqueue(std::shared_ptr<Job> job);

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
+
+#include "absl/synchronization/notification.h"
 
 namespace vaedecode::server {
 namespace {
@@ -100,6 +103,54 @@ TEST(SchedulerTest, NextWakesOnEnqueueAndCloseRefusesNewJobs) {
   EXPECT_EQ(s.Enqueue(b->job).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(s.Next(kAny, absl::Seconds(10)), nullptr);  // closed and empty: at once
   EXPECT_FALSE(s.Requeue(b->job));
+}
+
+// While another thread holds `job`'s lock (so no hook can be armed on it),
+// runs `put` (Enqueue or Requeue) and reports whether a dispatcher's Next
+// could take the job meanwhile.
+bool VisibleBeforeItsHookIsArmed(Scheduler& s, const std::shared_ptr<Job>& job,
+                                 const std::function<void()>& put) {
+  absl::Notification held, release;
+  std::thread holder([&] {
+    job->UpdateReport([&](JobReport&) {  // runs under the job's lock
+      held.Notify();
+      release.WaitForNotification();
+    });
+  });
+  held.WaitForNotification();
+  std::thread putter(put);
+  absl::SleepFor(absl::Milliseconds(50));  // put has run as far as it can
+  bool seen = false;
+  std::thread dispatcher([&] {
+    s.Next([&](const Job& j) { return seen = seen || &j == job.get(); }, absl::ZeroDuration());
+  });
+  absl::SleepFor(absl::Milliseconds(50));  // Next has looked at the queue
+  release.Notify();
+  holder.join();
+  putter.join();
+  dispatcher.join();
+  return seen;
+}
+
+TEST(SchedulerTest, AJobIsArmedBeforeADispatcherCanTakeIt) {
+  // A dispatcher that takes a job arms its own hook (it cancels the call to
+  // the group). Had the queue's hook been armed after the job became
+  // visible, it could land after the dispatcher's and replace it: a client's
+  // cancel would then no longer reach the group, which decoded on for
+  // nothing while the next request waited.
+  Scheduler s(4, nullptr);
+  auto a = Make("a");
+  EXPECT_FALSE(VisibleBeforeItsHookIsArmed(s, a->job, [&] { ASSERT_TRUE(s.Enqueue(a->job).ok()); }));
+  std::shared_ptr<Job> taken = s.Next(kAny, absl::Seconds(1));
+  ASSERT_EQ(taken, a->job);
+  EXPECT_FALSE(VisibleBeforeItsHookIsArmed(s, a->job, [&] { ASSERT_TRUE(s.Requeue(a->job)); }));
+  // Armed by the queue: a cancel takes the job out of it.
+  taken = s.Next(kAny, absl::Seconds(1));
+  ASSERT_EQ(taken, a->job);
+  ASSERT_TRUE(s.Requeue(a->job));
+  a->job->Cancel(absl::CancelledError("the client went away"));
+  EXPECT_EQ(s.depth(), 0);
+  EXPECT_TRUE(a->stream.finished);
 }
 
 }  // namespace
