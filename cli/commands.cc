@@ -320,7 +320,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     GroupLaunch launch;
     launch.ranks = ranks;
     launch.model_path = args.Get("model").value_or("");
-    launch.dtype_name = DtypeName(*dtype);
+    launch.dtype_name = families::DtypeName(*dtype);
     launch.threads = at::get_num_threads();
     launch.timeout = absl::Seconds(timeout_s);
     absl::StatusOr<LocalGroupResult> result = DecodeWithLocalGroup(launch, *model->decoder, job);
@@ -377,8 +377,8 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   out << "decoded model=" << model->name << " family=" << model->decoder->info().family
       << " latent=" << latent_name << " latent_shape=" << ShapeText(latent.sizes())
       << " space=" << space_name << " sample_shape=" << ShapeText(result.sizes())
-      << " dtype=" << DtypeName(model->decoder->dtype())
-      << (model->decoder->dtype() != *dtype ? " requested_dtype=" + DtypeName(*dtype) + " (force_upcast)" : "")
+      << " dtype=" << families::DtypeName(model->decoder->dtype())
+      << (model->decoder->dtype() != *dtype ? " requested_dtype=" + families::DtypeName(*dtype) + " (force_upcast)" : "")
       << " device=" << device->str() << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
       << " time_ms=" << static_cast<int64_t>(ms) << figures << " max_rss_mib=" << MaxRssMib()
       << " out=" << written << "\n";

@@ -15,8 +15,6 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
       absl::StrCat("unknown dtype \"", name, "\" (float32, bfloat16 or float16)"));
 }
 
-std::string DtypeName(at::ScalarType dtype) { return families::DtypeName(dtype); }
-
 absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype,
                                       std::optional<uint64_t> seeded_weights) {
   if (!path || path->empty()) {

@@ -21,7 +21,6 @@ struct LoadedModel {
 
 // "float32" | "bfloat16" | "float16" (also fp32/bf16/fp16).
 absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);
-std::string DtypeName(at::ScalarType dtype);
 
 // The model at `path` (relative to the caller's directory), or the embedded
 // default when `path` is empty, loaded on the CPU in DecodeDtype(info,
