@@ -46,6 +46,12 @@ class CudaDeviceMemory final : public DeviceMemory {
     return std::max<int64_t>(0, free);
   }
 
+  int64_t capacity_bytes() const override {
+    const int64_t budget = budget_bytes_.load();
+    const int64_t limit = budget > 0 ? std::min(budget, total_bytes_) : total_bytes_;
+    return std::max<int64_t>(0, limit - Stats().allocated_bytes[kAggregate].current);
+  }
+
   absl::Status SetBudget(int64_t bytes) override {
     if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative memory budget ", bytes));
     // The allocator refuses to reserve beyond the fraction: an out-of-memory

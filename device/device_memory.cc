@@ -23,6 +23,8 @@ class CpuDeviceMemory final : public DeviceMemory {
     const int64_t limit = allocator_.limit_bytes();
     return limit <= 0 ? -1 : std::max<int64_t>(0, limit - allocator_.current_bytes());
   }
+  // The budget is all there is: free memory is the capacity.
+  int64_t capacity_bytes() const override { return free_bytes(); }
   absl::Status SetBudget(int64_t bytes) override {
     if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("negative memory budget ", bytes));
     allocator_.set_limit_bytes(bytes);

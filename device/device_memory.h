@@ -46,6 +46,11 @@ class DeviceMemory {
   // GPU at most the device's free memory plus the allocator's cached blocks.
   // -1 when unbounded (a CPU without a budget).
   virtual int64_t free_bytes() const = 0;
+  // What a decode could allocate with nothing but this process on the
+  // device: the budget (or, on a GPU, the device's memory when smaller or
+  // unbudgeted) less live bytes. A request that needs more can never run
+  // here, however long it waits. -1 when unbounded (a CPU without a budget).
+  virtual int64_t capacity_bytes() const = 0;
 
   // Caps this process's allocations on the device at `bytes` (0: no cap).
   virtual absl::Status SetBudget(int64_t bytes) = 0;

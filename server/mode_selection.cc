@@ -95,6 +95,16 @@ std::optional<std::vector<int64_t>> MeasuredFree(const GroupResources& group) {
 
 std::string MiB(int64_t bytes) { return absl::StrCat(bytes >> 20, " MiB"); }
 
+// The tightest rank's capacity, or nullopt when any rank is unbounded or
+// none was reported.
+std::optional<int64_t> MinCapacity(const GroupResources& group) {
+  if (group.capacity_bytes_per_rank.empty()) return std::nullopt;
+  for (int64_t b : group.capacity_bytes_per_rank) {
+    if (b < 0) return std::nullopt;
+  }
+  return *std::min_element(group.capacity_bytes_per_rank.begin(), group.capacity_bytes_per_rank.end());
+}
+
 }  // namespace
 
 absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1::ModelInfo& model,
@@ -152,6 +162,13 @@ absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1
                                                        MiB(exact_possible ? need.exact_rank : need.dense),
                                                        " per rank, ", MiB(exact_possible ? min_free : leader_free),
                                                        " free")};
+      }
+      if (const std::optional<int64_t> capacity = MinCapacity(group); capacity && need.floor_tile > *capacity) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "this latent can never be decoded on this server: its smallest plan (32x32-latent floor tiles, with "
+            "the output the leader holds) needs about ", MiB(need.floor_tile),
+            " per rank, and the tightest rank can give a decode at most ", MiB(*capacity),
+            " (its memory budget less the loaded models); send a smaller latent or batch"));
       }
       return ModeChoice{v1::MODE_DENSE,
                         absl::StrCat("waiting for memory: even a floor tile needs ", MiB(need.floor_tile), ", ",

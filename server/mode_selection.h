@@ -21,6 +21,9 @@ namespace vaedecode::server {
 struct GroupResources {
   int degree = 1;                            // ranks in the group
   std::vector<int64_t> free_bytes_per_rank;  // empty when not measured
+  // The most each rank could ever have free for a decode (its budget or
+  // device less its models); empty or -1 entries when unbounded.
+  std::vector<int64_t> capacity_bytes_per_rank;
 };
 
 struct ModeChoice {
@@ -49,7 +52,9 @@ PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInf
 // a forced mode whose estimate exceeds the free memory measured on the group
 // is FAILED_PRECONDITION with the numbers. MODE_AUTO (DESIGN.md): exact if
 // every rank has room for its share with headroom; else tiled if a floor
-// tile fits the leader; else wait for memory. Without memory figures (empty
+// tile fits the leader; else RESOURCE_EXHAUSTED with the numbers when even
+// a floor tile exceeds the tightest rank's capacity (waiting cannot help);
+// else wait for memory. Without memory figures (empty
 // free_bytes_per_rank, or -1 entries for ranks without a budget) memory is
 // taken as sufficient: exact when the group has more than one rank and the
 // model supports it, else dense.

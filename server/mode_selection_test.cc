@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace vaedecode::server {
 namespace {
 
@@ -98,6 +100,25 @@ TEST(ModeSelectionTest, AutoChoosesExactTiledOrWaitAroundTheThresholds) {
   // without room for one floor tile.
   uneven.free_bytes_per_rank = {need.exact_rank, need.floor_tile - 1};
   EXPECT_TRUE(SelectMode(Sized(v1::MODE_AUTO), m, uneven)->wait_for_memory);
+}
+
+TEST(ModeSelectionTest, AutoRefusesAtOnceWhatNoAmountOfWaitingCanFit) {
+  const v1::ModelInfo m = Measured(true);
+  const PeakEstimates need = EstimatePeaks(Sized(v1::MODE_AUTO), m, 2);
+  GroupResources g = Group(2);
+  g.free_bytes_per_rank = {need.floor_tile - 1, need.floor_tile - 1};
+  // Memory is held elsewhere now, but the ranks could give enough: wait.
+  g.capacity_bytes_per_rank = {need.floor_tile, need.floor_tile};
+  EXPECT_TRUE(SelectMode(Sized(v1::MODE_AUTO), m, g)->wait_for_memory);
+  // Unbounded capacity (a CPU rank without a budget): wait.
+  g.capacity_bytes_per_rank = {-1, need.floor_tile - 1};
+  EXPECT_TRUE(SelectMode(Sized(v1::MODE_AUTO), m, g)->wait_for_memory);
+  // The tightest rank can never give a floor tile: refused, with the numbers.
+  g.capacity_bytes_per_rank = {need.exact_rank, need.floor_tile - 1};
+  const absl::Status never = SelectMode(Sized(v1::MODE_AUTO), m, g).status();
+  EXPECT_EQ(never.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(never.message()), HasSubstr("can never be decoded on this server"));
+  EXPECT_THAT(std::string(never.message()), HasSubstr(absl::StrCat((need.floor_tile - 1) >> 20, " MiB")));
 }
 
 TEST(ModeSelectionTest, PackedRawLatentsAreEstimatedUnpacked) {

@@ -95,17 +95,13 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder,
   return result;
 }
 
-int64_t FreeBytes() {
-  const device::DeviceMemory* memory = device::ProcessDeviceMemory();
-  return memory == nullptr ? -1 : memory->free_bytes();
-}
-
 absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm,
                                                        const GroupDecodeResult& mine) {
-  at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes),
-                                 static_cast<double>(FreeBytes())},
-                                at::kDouble)
-                         .view({1, 3})
+  const device::DeviceMemory* memory = device::ProcessDeviceMemory();
+  const double free = memory == nullptr ? -1 : static_cast<double>(memory->free_bytes());
+  const double capacity = memory == nullptr ? -1 : static_cast<double>(memory->capacity_bytes());
+  at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes), free, capacity}, at::kDouble)
+                         .view({1, 4})
                          .to(comm.device());
   std::vector<int64_t> ones(comm.world_size(), 1);
   absl::StatusOr<at::Tensor> all = comm.world_size() == 1
@@ -117,7 +113,8 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
   *all = all->cpu();
   for (int64_t r = 0; r < all->size(0); ++r) {
     out.push_back({(*all)[r][0].item<double>(), static_cast<int64_t>((*all)[r][1].item<double>()),
-                   static_cast<int64_t>((*all)[r][2].item<double>())});
+                   static_cast<int64_t>((*all)[r][2].item<double>()),
+                   static_cast<int64_t>((*all)[r][3].item<double>())});
   }
   return out;
 }

@@ -38,11 +38,9 @@ struct GroupDecodeResult {
 struct RankStats {
   double decode_ms = 0;
   int64_t peak_bytes = 0;
-  int64_t free_bytes = -1;  // under this rank's memory budget; -1 when unbounded
+  int64_t free_bytes = -1;      // under this rank's memory budget; -1 when unbounded
+  int64_t capacity_bytes = -1;  // DeviceMemory::capacity_bytes; -1 when unbounded
 };
-
-// This rank's free bytes under its budget (-1 when it has none).
-int64_t FreeBytes();
 
 // Decodes `job` (identical on every rank) with the group. World size 1,
 // latents the family cannot shard and !allow_exact decode densely on the

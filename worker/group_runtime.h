@@ -56,6 +56,8 @@ class GroupRuntime {
   // Leader: every rank's free bytes as last reported (after start-up and
   // after every group decode); -1 entries for ranks without a budget.
   std::vector<int64_t> free_bytes_per_rank() const ABSL_LOCKS_EXCLUDED(stats_mu_);
+  // Leader: every rank's capacity as last reported (DeviceMemory::capacity_bytes).
+  std::vector<int64_t> capacity_bytes_per_rank() const ABSL_LOCKS_EXCLUDED(stats_mu_);
 
   // Leader only: tells the peers to exit, then stops the heartbeats.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
@@ -92,7 +94,7 @@ class GroupRuntime {
   absl::Mutex job_mu_;  // one job at a time (group or local), in arrival order
   absl::Mutex mu_;      // one step of the protocol at a time
   mutable absl::Mutex stats_mu_;
-  std::vector<int64_t> free_bytes_ ABSL_GUARDED_BY(stats_mu_);
+  std::vector<RankStats> rank_stats_ ABSL_GUARDED_BY(stats_mu_);
   absl::Time last_step_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_thread_;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "device/compute_device.h"
+#include "rpc/log_field.h"
 #include "tiling/planner.h"
 #include "worker/decode_job.h"
 #include "worker/output_stream.h"
@@ -124,6 +125,7 @@ grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusR
   response->set_world_size(runtime_.world_size());
   response->set_decodes(runtime_.decodes());
   for (int64_t b : runtime_.free_bytes_per_rank()) response->add_free_bytes_per_rank(b);
+  for (int64_t b : runtime_.capacity_bytes_per_rank()) response->add_capacity_bytes_per_rank(b);
   absl::MutexLock lock(&stats_mu_);
   for (int64_t b : last_peak_bytes_) response->add_peak_bytes_per_rank(b);
   return grpc::Status::OK;
@@ -260,7 +262,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   trailer->set_tile_retries(outcome->result.tile_retries);
   trailer->set_tile_plan(outcome->result.tile_plan);
   if (outcome->result.tile_retries > 0) {
-    spdlog::warn("tiled decode of request {} needed {} out-of-memory retr{}", request->request_id(),
+    spdlog::warn("tiled decode of request {} needed {} out-of-memory retr{}", rpc::LogValue(request->request_id()),
                  outcome->result.tile_retries, outcome->result.tile_retries == 1 ? "y" : "ies");
   }
   writer->Write(trailer_message);
@@ -290,7 +292,10 @@ absl::StatusOr<tiling::TilePlan> LeaderService::PlanTiledJob(int model, const at
   for (int64_t free : runtime_.free_bytes_per_rank()) {
     if (free >= 0) budget = std::min(budget, free);
   }
-  if (runtime_.free_bytes_per_rank().empty() && FreeBytes() >= 0) budget = FreeBytes();
+  const device::DeviceMemory* memory = device::ProcessDeviceMemory();
+  if (runtime_.free_bytes_per_rank().empty() && memory != nullptr && memory->free_bytes() >= 0) {
+    budget = memory->free_bytes();
+  }
   int64_t output_bytes = 4;
   for (int64_t d : decoder.OutputShape(z.sizes().vec())) output_bytes *= d;
   budget = std::max<int64_t>(0, budget - output_bytes);

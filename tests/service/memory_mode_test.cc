@@ -1,4 +1,4 @@
-// The scheduler's exact / tiled / wait choice through the real service: two
+// The scheduler's exact / tiled / refuse choice through the real service: two
 // CPU ranks with a memory budget each, the embedded SD-1.x-sized model, and
 // latents whose measured-peak estimates fall on either side of the free
 // memory. The model's own calibrated profile (GetModel) and the group's
@@ -24,7 +24,7 @@ using ::testing::HasSubstr;
 // The embedded model's weights (189 MiB) live inside each rank's budget.
 constexpr int64_t kBudgetMib = 189 + 330;
 
-TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndWaitsWhenNothingFits) {
+TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndRefusesWhatCanNeverFit) {
   std::unique_ptr<ServerProcess> server = StartServing(
       RealWorkerFlags("", "cpu:2", 2, {absl::StrCat("--memory_budget_mib=", kBudgetMib)}), {"default"});
   ASSERT_NE(server, nullptr);
@@ -107,12 +107,16 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndWaitsWhenNothingFits) 
   ASSERT_TRUE(small.output.has_header());
   EXPECT_EQ(small.output.header().mode(), v1::MODE_EXACT) << small.output.header().mode_reason();
 
-  // A batch so large that even one floor tile cannot fit: the request waits
-  // for memory until its deadline.
+  // A batch so large that even one floor tile can never fit the ranks'
+  // budgets: refused at once with the numbers, long before its deadline
+  // (waiting for memory the group will never have would hold it for good).
   ASSERT_GT(estimate(16.0 * 32 * 32, 32.0 * 32), 2.0 * free_bytes);  // 16 images of 32x32
-  const DecodeOutcome waiting =
-      Decode(server->stub(), SyntheticRequest("default", {16, 4, 32, 32}, "too-big"), absl::Seconds(3));
-  EXPECT_EQ(waiting.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  const absl::Time asked = absl::Now();
+  const DecodeOutcome never =
+      Decode(server->stub(), SyntheticRequest("default", {16, 4, 32, 32}, "too-big"), absl::Seconds(60));
+  EXPECT_EQ(never.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << never.status.error_message();
+  EXPECT_THAT(never.status.error_message(), HasSubstr("can never be decoded on this server"));
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(10));
   // The server still serves.
   ExpectOk(Decode(server->stub(), SyntheticRequest("default", {1, 4, 8, 8}, "after")));
 }
