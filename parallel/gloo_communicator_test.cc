@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -594,6 +596,52 @@ TEST(StoreTest, PickFreePortAndPortValidation) {
   EXPECT_LE(*port, 65535);
   TcpStoreOptions options;
   options.port = 0;
+  EXPECT_EQ(ConnectTcpStore(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The local addresses (hex, as /proc/net/tcp writes them: 0100007F is
+// 127.0.0.1) of the IPv4 and IPv6 sockets listening on `port`.
+std::vector<std::string> ListeningAddresses(int port) {
+  std::vector<std::string> found;
+  const std::string port_hex = absl::StrCat(":", absl::Hex(port, absl::kZeroPad4));
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      if (state != "0A") continue;  // LISTEN
+      if (absl::EndsWithIgnoreCase(local, port_hex)) {
+        found.push_back(local.substr(0, local.size() - port_hex.size()));
+      }
+    }
+  }
+  return found;
+}
+
+TEST(StoreTest, TheMasterListensOnItsHostOnly) {
+  absl::StatusOr<int> port = PickFreePort();
+  ASSERT_TRUE(port.ok()) << port.status();
+  TcpStoreOptions options;
+  options.port = *port;
+  options.is_master = true;
+  options.timeout = absl::Seconds(5);
+  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> store = ConnectTcpStore(options);
+  ASSERT_TRUE(store.ok()) << store.status();
+  // c10d on its own listens on every interface (0.0.0.0 / ::).
+  EXPECT_EQ(ListeningAddresses(*port), std::vector<std::string>{"0100007F"});
+  // And it still works: a client on loopback connects and reads a key.
+  (*store)->set("k", std::vector<uint8_t>{7});
+  options.is_master = false;
+  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> client = ConnectTcpStore(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_EQ((*client)->get("k"), std::vector<uint8_t>{7});
+
+  options.host = "localhost";  // a name cannot be bound exactly
+  options.is_master = true;
   EXPECT_EQ(ConnectTcpStore(options).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -32,6 +32,33 @@ std::chrono::milliseconds ToChrono(absl::Duration d) {
       std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
 }
 
+// A socket bound to host:port, for the master to listen on; c10d takes
+// ownership of it. Binding it here is what keeps the store off the other
+// interfaces.
+absl::StatusOr<int> BindListenSocket(const std::string& host, int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TCPStore host must be an IPv4 address to bind, got '", host, "'"));
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("TCPStore: socket: ", std::strerror(errno)));
+  }
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("TCPStore: bind ", host, ":",
+                                               port, ": ", std::strerror(err)));
+  }
+  return fd;
+}
+
 }  // namespace
 
 absl::StatusOr<int> PickFreePort() {
@@ -73,6 +100,11 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectTcpStore(
   // Do not block the master until clients connect (numWorkers stays unset):
   // the group join does that with a bounded wait and names the missing ranks.
   store_options.waitWorkers = false;
+  if (options.is_master) {
+    absl::StatusOr<int> fd = BindListenSocket(options.host, options.port);
+    if (!fd.ok()) return fd.status();
+    store_options.masterListenFd = *fd;
+  }
   // Two c10d connect quirks shape this loop: its connect timeout has
   // whole-second resolution (under 1 s fails before trying), and after a
   // refused connection (master not listening yet) it sleeps a fixed second

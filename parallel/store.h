@@ -27,6 +27,8 @@ namespace vaedecode::parallel {
 absl::StatusOr<int> PickFreePort();
 
 struct TcpStoreOptions {
+  // The master listens on this IPv4 address only (c10d alone would listen on
+  // every interface, unauthenticated); clients connect to it.
   std::string host = "127.0.0.1";
   // Every process of the group must use the same port, so 0 (any port) is
   // rejected; the caller picks one (PickFreePort) and hands it to all ranks.

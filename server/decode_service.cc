@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "rpc/log_field.h"
 #include "server/mode_selection.h"
 #include "server/request_validation.h"
 #include "server/status_util.h"
@@ -143,15 +144,16 @@ void DecodeService::Report(const Job& job, const absl::Status& status) {
   spdlog::info(
       "request id={} model={} latent={} latent_dtype={} output={} format={} mode={} degree={} "
       "group={} queue_ms={:.1f} decode_ms={:.1f} gather_ms={:.1f} stream_ms={:.1f} "
-      "total_ms={:.1f} collectives={} peak_bytes={} status={} message=\"{}\"",
-      req.request_id(), req.model().empty() ? "-" : req.model(), Shape(latent),
+      "total_ms={:.1f} collectives={} peak_bytes={} status={} message={}",
+      rpc::LogValue(req.request_id()), req.model().empty() ? "-" : rpc::LogValue(req.model()),
+      Shape(latent),
       v1::DType_IsValid(req.latent().dtype()) ? v1::DType_Name(req.latent().dtype()) : "?",
       Shape(r.output_shape),
       v1::OutputFormat_IsValid(req.output_format()) ? v1::OutputFormat_Name(req.output_format())
                                                     : "?",
       r.mode, r.degree, r.group.empty() ? "-" : r.group, r.timings.queue_ms(),
       r.timings.decode_ms(), r.timings.gather_ms(), r.timings.stream_ms(), total_ms, r.collectives,
-      Shape(r.peak_bytes_per_rank), StatusCodeName(status.code()), absl::CEscape(status.message()));
+      Shape(r.peak_bytes_per_rank), StatusCodeName(status.code()), rpc::LogValue(status.message()));
 }
 
 grpc::ServerUnaryReactor* DecodeService::ListModels(grpc::CallbackServerContext* context,

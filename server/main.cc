@@ -16,6 +16,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "rpc/log_field.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address HOST:PORT (port 0: any free port)");
@@ -39,6 +40,9 @@ ABSL_FLAG(std::string, worker_binary, "",
 ABSL_FLAG(std::string, dtype, "float32", "Worker compute dtype: float32, bfloat16 or float16");
 ABSL_FLAG(int, threads, 1, "Intra-op threads per worker process");
 ABSL_FLAG(int, collective_timeout_s, 300, "Worker collective timeout");
+ABSL_FLAG(double, heartbeat_timeout_s, 5,
+          "A worker process silent this long (hung, stopped, swapped out) fails its group's request "
+          "with UNAVAILABLE and the group is rebuilt; workers beat every 0.25 s. 0 = off");
 ABSL_FLAG(int64_t, memory_budget_mib, 0,
           "Memory each worker rank may use on its device (its free memory for the exact/tiled/queue "
           "choice; allocations above it fail with an out-of-memory). 0 = CPU: unbounded, GPU: the whole GPU");
@@ -113,6 +117,7 @@ int main(int argc, char** argv) {
   options.dtype = absl::GetFlag(FLAGS_dtype);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
+  options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   options.memory_budget_mib = absl::GetFlag(FLAGS_memory_budget_mib);
   options.worker_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout_s));
   options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
@@ -121,7 +126,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<vaedecode::server::Server>> server =
       vaedecode::server::Server::Create(options);
   if (!server.ok()) {
-    spdlog::error("event=start_failed message=\"{}\"", std::string(server.status().message()));
+    spdlog::error("event=start_failed message={}", vaedecode::rpc::LogValue(server.status().message()));
     return 1;
   }
   const std::string ready_file = ResolvePath(absl::GetFlag(FLAGS_ready_file));
@@ -138,7 +143,7 @@ int main(int argc, char** argv) {
   const int sig = WaitForSignal();
   spdlog::info("event=signal signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   const absl::Status drained = (*server)->Drain(options.drain_timeout);
-  if (!drained.ok()) spdlog::warn("event=drain message=\"{}\"", std::string(drained.message()));
+  if (!drained.ok()) spdlog::warn("event=drain message={}", vaedecode::rpc::LogValue(drained.message()));
   server->reset();
   spdlog::info("event=exit code=0");
   return 0;

@@ -90,6 +90,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                                    options.max_message_bytes));
   }
 
+  if (options.heartbeat_timeout != absl::ZeroDuration() && options.heartbeat_timeout < absl::Seconds(1)) {
+    // Beats come every 0.25 s; less than four of them would fail busy ranks.
+    return absl::InvalidArgumentError("--heartbeat_timeout_s must be 0 (off) or at least 1");
+  }
   if (options.max_connection_age < absl::ZeroDuration() || options.max_connection_age_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--max_connection_age_s and --max_connection_age_grace_s must not be negative");
   }
@@ -164,6 +168,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     g.dtype = options.dtype;
     g.threads = options.threads;
     g.collective_timeout_s = options.collective_timeout_s;
+    g.heartbeat_timeout = options.heartbeat_timeout;
     g.memory_budget_mib = options.memory_budget_mib;
     g.socket_dir = s->socket_dir_;
     g.start_timeout = options.worker_start_timeout;

@@ -16,7 +16,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "rpc/log_field.h"
 #include "server/mode_selection.h"
 #include "server/status_util.h"
 
@@ -122,14 +124,18 @@ void WorkerGroup::SupervisorLoop() {
     std::vector<worker::ChildProcess> children;
     std::vector<v1::ModelInfo> models;
     const absl::Time t0 = absl::Now();
-    absl::StatusOr<std::shared_ptr<Leader>> leader = Launch(generation, children, models);
+    absl::StatusOr<RankHeartbeats> heartbeats =
+        RankHeartbeats::Create(static_cast<int>(options_.devices.size()));
+    absl::StatusOr<std::shared_ptr<Leader>> leader =
+        heartbeats.ok() ? Launch(generation, children, *heartbeats, models)
+                        : absl::StatusOr<std::shared_ptr<Leader>>(heartbeats.status());
     if (!leader.ok()) {
       for (auto& c : children) c.Kill();
       if (absl::IsCancelled(leader.status())) break;  // stopping
       spdlog::error(
-          "group={} event=start_failed generation={} status={} message=\"{}\" retry_in_s={}",
+          "group={} event=start_failed generation={} status={} message={} retry_in_s={}",
           options_.name, generation, StatusCodeName(leader.status().code()),
-          std::string(leader.status().message()), absl::ToDoubleSeconds(backoff));
+          rpc::LogValue(leader.status().message()), absl::ToDoubleSeconds(backoff));
       if (!SleepUnlessStopping(backoff)) break;
       backoff = std::min(backoff * 2, options_.max_restart_backoff);
       continue;
@@ -150,7 +156,7 @@ void WorkerGroup::SupervisorLoop() {
                  options_.name, (*leader)->incarnation, absl::StrJoin(options_.devices, ","),
                  absl::StrJoin(names, ","), Ms(absl::Now() - t0));
 
-    const std::string reason = Monitor(*leader, children);
+    const std::string reason = Monitor(*leader, children, *heartbeats);
     // Health first, so a client that sees its call fail already sees the
     // model NOT_SERVING (unless another group serves it).
     catalog_.GroupDown(options_.name);
@@ -166,8 +172,8 @@ void WorkerGroup::SupervisorLoop() {
     }
     for (auto& c : children) c.Kill();
     if (stopping) break;
-    spdlog::warn("group={} event=broken incarnation={} reason=\"{}\" action=rebuild", options_.name,
-                 (*leader)->incarnation, reason);
+    spdlog::warn("group={} event=broken incarnation={} reason={} action=rebuild", options_.name,
+                 (*leader)->incarnation, rpc::LogValue(reason));
   }
   absl::MutexLock lock(&mu_);
   state_ = State::kStopped;
@@ -175,7 +181,7 @@ void WorkerGroup::SupervisorLoop() {
 }
 
 absl::StatusOr<std::shared_ptr<WorkerGroup::Leader>> WorkerGroup::Launch(
-    int generation, std::vector<worker::ChildProcess>& children,
+    int generation, std::vector<worker::ChildProcess>& children, RankHeartbeats& heartbeats,
     std::vector<v1::ModelInfo>& models) {
   const int world = static_cast<int>(options_.devices.size());
   const std::string incarnation = absl::StrCat(options_.name, "-inc", generation);
@@ -200,13 +206,19 @@ absl::StatusOr<std::shared_ptr<WorkerGroup::Leader>> WorkerGroup::Launch(
         absl::StrCat("--memory_budget_mib=", options_.memory_budget_mib),
     };
     if (r == 0) argv.push_back(absl::StrCat("--socket=", socket_path));
-    absl::StatusOr<worker::ChildProcess> child = worker::ChildProcess::Spawn(argv);
+    worker::SpawnOptions spawn;
+    if (options_.heartbeat_timeout > absl::ZeroDuration()) {
+      spawn.fd3 = heartbeats.write_fd(r);
+      argv.push_back("--heartbeat_fd=3");
+    }
+    absl::StatusOr<worker::ChildProcess> child = worker::ChildProcess::Spawn(argv, spawn);
     if (!child.ok()) {
       return absl::UnavailableError(absl::StrCat(
           "cannot start rank ", r, " (", options_.worker_binary, "): ", child.status().message()));
     }
     children.push_back(*std::move(child));
   }
+  heartbeats.CloseWriteEnds();
 
   auto leader = std::make_shared<Leader>();
   leader->incarnation = incarnation;
@@ -226,6 +238,10 @@ absl::StatusOr<std::shared_ptr<WorkerGroup::Leader>> WorkerGroup::Launch(
     const std::string exited = FindExited(children);
     if (!exited.empty()) {
       return absl::UnavailableError(absl::StrCat(incarnation, ": ", exited, " during start-up"));
+    }
+    const std::string hung = FindHung(children, heartbeats);
+    if (!hung.empty()) {
+      return absl::UnavailableError(absl::StrCat(incarnation, ": ", hung, " during start-up"));
     }
     if (std::filesystem::exists(socket_path, ec)) {
       grpc::ClientContext ctx;
@@ -261,11 +277,26 @@ std::string WorkerGroup::FindExited(std::vector<worker::ChildProcess>& children)
   return "";
 }
 
+std::string WorkerGroup::FindHung(std::vector<worker::ChildProcess>& children,
+                                  RankHeartbeats& heartbeats) {
+  if (options_.heartbeat_timeout <= absl::ZeroDuration()) return "";
+  absl::Duration silent;
+  const int r = heartbeats.FindSilent(options_.heartbeat_timeout, &silent);
+  if (r < 0) return "";
+  return absl::StrCat("rank ", r, " (pid ", children[r].pid(), ", ", options_.devices[r],
+                      ") stopped answering: no heartbeat for ",
+                      absl::StrFormat("%.1f", absl::ToDoubleSeconds(silent)), " s (hung or stopped)");
+}
+
 std::string WorkerGroup::Monitor(const std::shared_ptr<Leader>& leader,
-                                 std::vector<worker::ChildProcess>& children) {
+                                 std::vector<worker::ChildProcess>& children,
+                                 RankHeartbeats& heartbeats) {
+  heartbeats.HeardAllNow();
   while (true) {
     const std::string exited = FindExited(children);
     if (!exited.empty()) return exited;
+    const std::string hung = FindHung(children, heartbeats);
+    if (!hung.empty()) return hung;
     std::string reported;
     {
       absl::MutexLock lock(&mu_);
@@ -386,14 +417,16 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
     if (s.ok()) {
       resources.free_bytes_per_rank.assign(status.free_bytes_per_rank().begin(),
                                            status.free_bytes_per_rank().end());
+      resources.capacity_bytes_per_rank.assign(status.capacity_bytes_per_rank().begin(),
+                                               status.capacity_bytes_per_rank().end());
     } else if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
       // The leader may be gone. If the supervisor confirms it, the job (not
       // started yet) goes back to the head of the queue for the rebuilt
       // group or another one; otherwise it runs without memory figures.
       const std::string reason = WaitBroken(leader, kExplainWindow + absl::Milliseconds(200));
       if (!reason.empty()) {
-        spdlog::warn("group={} event=requeue request_id={} reason=\"{}\"", options_.name,
-                     job->request_id(), absl::CEscape(reason));
+        spdlog::warn("group={} event=requeue request_id={} reason={}", options_.name,
+                     rpc::LogValue(job->request_id()), rpc::LogValue(reason));
         if (!scheduler_.Requeue(job)) {
           job->Finish(
               absl::UnavailableError(absl::StrCat("worker group ", options_.name, " failed (",
@@ -409,7 +442,14 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
           absl::StrCat("deadline exceeded while waiting for memory: ", choice->reason)));
       return;
     }
-    absl::SleepFor(kMemoryPoll);
+    // The wait holds the group: it ends with the caller (cancelled: the job
+    // finished itself) and with the server.
+    if (!SleepUnlessStopping(kMemoryPoll)) {
+      job->Finish(absl::UnavailableError(
+          absl::StrCat("the server is stopping; the request was waiting for memory: ", choice->reason)));
+      return;
+    }
+    if (job->over()) return;
   }
   if (!choice.ok()) {
     job->Finish(choice.status());

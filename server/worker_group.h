@@ -6,7 +6,8 @@
 //  * the supervisor spawns the group's ranks (`vaedecode_worker`), waits
 //    until the leader (rank 0) answers GroupLeader.Models on its Unix socket,
 //    publishes the group's models to the catalog, then watches the processes.
-//    When a rank exits or the dispatcher reports the group broken, it cancels
+//    When a rank exits or stops sending heartbeats (hung or SIGSTOPped:
+//    see rank_heartbeats.h), or the dispatcher reports the group broken, it cancels
 //    the running call, kills every rank and builds a new incarnation (new
 //    group name, store port and socket: nothing of the old one is reused).
 //    Failed starts back off exponentially.
@@ -41,6 +42,7 @@
 #include "server/job.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
+#include "server/rank_heartbeats.h"
 #include "server/scheduler.h"
 #include "vaedecode/internal/worker.grpc.pb.h"
 #include "worker/child_process.h"
@@ -61,6 +63,9 @@ struct WorkerGroupOptions {
   int64_t max_chunk_bytes = 1 << 20;
   absl::Duration restart_backoff = absl::Milliseconds(500);  // after a failed start; doubles
   absl::Duration max_restart_backoff = absl::Seconds(30);
+  // A rank whose heartbeats stop for this long is hung: the group is failed
+  // and rebuilt. Zero: no heartbeats (only exits and collective timeouts).
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
 };
 
 class WorkerGroup {
@@ -104,13 +109,16 @@ class WorkerGroup {
   // until the leader answers Models.
   absl::StatusOr<std::shared_ptr<Leader>> Launch(int generation,
                                                  std::vector<worker::ChildProcess>& children,
+                                                 RankHeartbeats& heartbeats,
                                                  std::vector<v1::ModelInfo>& models);
-  // Waits until a rank exits, the dispatcher reports a failure or Stop;
-  // returns why.
+  // Waits until a rank exits or stops answering, the dispatcher reports a
+  // failure or Stop; returns why.
   std::string Monitor(const std::shared_ptr<Leader>& leader,
-                      std::vector<worker::ChildProcess>& children);
+                      std::vector<worker::ChildProcess>& children, RankHeartbeats& heartbeats);
   // The first rank found exited, described; "" when all run.
   std::string FindExited(std::vector<worker::ChildProcess>& children);
+  // The first rank silent past the heartbeat timeout, described; "" when none.
+  std::string FindHung(std::vector<worker::ChildProcess>& children, RankHeartbeats& heartbeats);
   void RunJob(const std::shared_ptr<Leader>& leader, const std::shared_ptr<Job>& job);
   // Dispatcher: the leader failed with `message`; returns the reason to
   // report (the supervisor's, naming the dead rank, when it finds one).

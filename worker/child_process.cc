@@ -1,6 +1,7 @@
 #include "worker/child_process.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -22,7 +23,8 @@ int ExitCode(int wstatus) {
 
 }  // namespace
 
-absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv) {
+absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
+                                                 const SpawnOptions& options) {
   if (argv.empty()) return absl::InvalidArgumentError("empty argv");
   std::vector<char*> cargv;
   for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
@@ -34,6 +36,14 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>&
     // Only async-signal-safe calls until exec.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the parent died before prctl
+    if (options.fd3 >= 0) {
+      // dup2 clears close-on-exec on the copy; on fd 3 itself it does nothing.
+      if (options.fd3 == 3 ? fcntl(3, F_SETFD, 0) != 0 : dup2(options.fd3, 3) != 3) _exit(127);
+    }
+    if (!options.output_file.empty()) {
+      const int out = open(options.output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (out < 0 || dup2(out, 1) != 1 || dup2(out, 2) != 2) _exit(127);
+    }
     execv(cargv[0], cargv.data());
     _exit(127);
   }

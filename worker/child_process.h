@@ -16,10 +16,21 @@
 
 namespace vaedecode::worker {
 
+// What a child gets besides its argv.
+struct SpawnOptions {
+  // A descriptor of the parent's that the child inherits as fd 3 (a
+  // heartbeat pipe's write end, say); -1: none. Every other descriptor the
+  // parent opened close-on-exec stays closed.
+  int fd3 = -1;
+  // When set, the child's stdout and stderr are appended to this file.
+  std::string output_file;
+};
+
 class ChildProcess {
  public:
   // argv[0] is the executable path (not searched in PATH).
-  static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv);
+  static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv,
+                                            const SpawnOptions& options = {});
 
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&& other) noexcept;

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "families/status_error.h"
@@ -56,5 +57,16 @@ absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob
   if (!status.ok()) return status;
   return sample;
 }
+
+namespace {
+constexpr char kInStepPayload[] = "type.vaedecode/in-step";
+}  // namespace
+
+absl::Status InStep(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kInStepPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsInStep(const absl::Status& status) { return status.GetPayload(kInStepPayload).has_value(); }
 
 }  // namespace vaedecode::worker

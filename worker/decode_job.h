@@ -26,4 +26,10 @@ absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob
 // Calls `fn`, mapping any exception to a Status with `what` as context.
 absl::Status CatchExceptions(const char* what, const std::function<void()>& fn);
 
+// Marks an error every rank of the group returns together, at the same step
+// (so the group can serve the next job), and tells it apart from one rank's
+// failure. A status payload: it survives copies, not a trip over gRPC.
+absl::Status InStep(absl::Status status);
+bool IsInStep(const absl::Status& status);
+
 }  // namespace vaedecode::worker

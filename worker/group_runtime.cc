@@ -7,16 +7,20 @@
 #include "absl/strings/str_cat.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
+#include "worker/decode_job.h"
 #include "worker/tiled_group_decode.h"
 
 namespace vaedecode::worker {
 namespace {
 
-// Errors every rank detects identically, at the same step: the group stays
-// in step (bad input is caught before any collective; a cancellation is
-// learnt by all ranks in the same collective).
-bool IsGroupSafe(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kCancelled;
+// Errors after which the group is still in step, so it keeps serving: bad
+// input is caught before any collective; a cancellation is learnt by all
+// ranks in the same collective; a tiled decode's exhausted ladder is agreed
+// by all ranks (IsInStep); and a group of one has no peer to be out of step
+// with (an out-of-memory freed the job's tensors while unwinding).
+bool IsGroupSafe(const absl::Status& s, int world_size) {
+  if (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kCancelled) return true;
+  return s.code() == absl::StatusCode::kResourceExhausted && (world_size == 1 || IsInStep(s));
 }
 
 }  // namespace
@@ -79,13 +83,21 @@ void GroupRuntime::HeartbeatLoop() {
 void GroupRuntime::RecordStats(const std::vector<RankStats>& ranks) {
   if (ranks.empty()) return;  // peers receive nothing
   absl::MutexLock lock(&stats_mu_);
-  free_bytes_.clear();
-  for (const RankStats& r : ranks) free_bytes_.push_back(r.free_bytes);
+  rank_stats_ = ranks;
 }
 
 std::vector<int64_t> GroupRuntime::free_bytes_per_rank() const {
   absl::MutexLock lock(&stats_mu_);
-  return free_bytes_;
+  std::vector<int64_t> out;
+  for (const RankStats& r : rank_stats_) out.push_back(r.free_bytes);
+  return out;
+}
+
+std::vector<int64_t> GroupRuntime::capacity_bytes_per_rank() const {
+  absl::MutexLock lock(&stats_mu_);
+  std::vector<int64_t> out;
+  for (const RankStats& r : rank_stats_) out.push_back(r.capacity_bytes);
+  return out;
 }
 
 absl::StatusOr<GroupDecodeResult> GroupRuntime::DecodeJobOnGroup(families::Decoder& decoder,
@@ -119,7 +131,13 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::
   if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("the request was cancelled");
   absl::StatusOr<DecodeOutcome> outcome = Execute(job, cancelled, rows_ready);
   last_step_ = absl::Now();
-  if (!outcome.ok() && !IsGroupSafe(outcome.status())) MarkBroken(outcome.status());
+  if (outcome.ok() || IsGroupSafe(outcome.status(), comm_->world_size())) return outcome;
+  MarkBroken(outcome.status());
+  // A collective that timed out is the group's failure, not the caller's
+  // deadline (the server rebuilds the group; the client may retry).
+  if (absl::IsDeadlineExceeded(outcome.status())) {
+    return absl::UnavailableError(absl::StrCat("the worker group failed: ", outcome.status().message()));
+  }
   return outcome;
 }
 
@@ -176,7 +194,7 @@ absl::Status GroupRuntime::ServeAsPeer() {
     if (device::DeviceMemory* m = device::ProcessDeviceMemory()) m->ResetPeak();
     absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, *comm_, *job, nullptr, nullptr);
     if (!result.ok()) {
-      if (IsGroupSafe(result.status())) continue;  // every rank saw the same
+      if (IsGroupSafe(result.status(), comm_->world_size())) continue;  // every rank saw the same
       MarkBroken(result.status());
       return result.status();
     }

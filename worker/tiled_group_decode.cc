@@ -120,7 +120,8 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
     result.retries = static_cast<int>(attempt);
     return result;
   }
-  return absl::ResourceExhaustedError("tiled decode ran out of memory even with stock tiles");
+  // Every rank saw every round's outcome: they all end here together.
+  return InStep(absl::ResourceExhaustedError("tiled decode ran out of memory even with stock tiles"));
 }
 
 }  // namespace vaedecode::worker

@@ -4,10 +4,16 @@
 // the leader's jobs. Exits 0 after a shutdown, non-zero when the group fails
 // (the server then rebuilds the group).
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <ATen/Parallel.h>
 #include <grpcpp/grpcpp.h>
@@ -38,7 +44,10 @@ ABSL_FLAG(std::string, device, "cpu:0", "device: cpu:N, or cuda:N (a --config=gp
 ABSL_FLAG(std::string, dtype, "float32", "float32 or bfloat16 (float16 needs a GPU)");
 ABSL_FLAG(int, threads, 1, "intra-op threads per rank");
 ABSL_FLAG(int, collective_timeout_s, 300, "bound on every collective (a rank stuck longer fails the group)");
-ABSL_FLAG(int, heartbeat_s, 10, "idle leader heartbeat period");
+ABSL_FLAG(int, heartbeat_s, 10, "idle leader heartbeat period (a no-op job through the group's collectives)");
+ABSL_FLAG(int, heartbeat_fd, -1,
+          "descriptor of the server's heartbeat pipe: a thread of its own writes a byte to it every 250 ms, so the "
+          "server sees a hung or stopped process within seconds; -1: none");
 ABSL_FLAG(int64_t, memory_budget_mib, 0,
           "bytes this rank may allocate on its device (the scheduler's free memory; above it allocations fail "
           "with an out-of-memory); 0 = CPU: unbounded, GPU: the whole device");
@@ -54,6 +63,21 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
   if (name == "bfloat16") return at::kBFloat16;
   if (name == "float16") return at::kHalf;
   return absl::InvalidArgumentError(absl::StrCat("unknown --dtype ", name));
+}
+
+// The server's liveness signal (server/rank_heartbeats.h): its own thread,
+// so a long op or a blocked collective does not silence it; only a process
+// that stops running does. Never joined: it ends with the process.
+void StartServerHeartbeat(int fd) {
+  if (fd < 0) return;
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);  // a full pipe drops a beat, never blocks
+  std::thread([fd] {
+    while (true) {
+      const char beat = 'h';
+      if (write(fd, &beat, 1) < 0 && errno != EAGAIN && errno != EINTR) return;  // the server is gone
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }).detach();
 }
 
 int Fail(const absl::Status& status) {
@@ -93,6 +117,8 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);  // a write to a closed pipe or socket is an error, not death
+  StartServerHeartbeat(absl::GetFlag(FLAGS_heartbeat_fd));
   const int rank = absl::GetFlag(FLAGS_rank);
   absl::StatusOr<c10::Device> device = vaedecode::device::ParseComputeDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return Fail(device.status());

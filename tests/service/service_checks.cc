@@ -192,4 +192,40 @@ void ExpectMatches(const DecodeOutcome& out, const FloatTensor& expected, v1::Ou
   EXPECT_LE(worst, 1);
 }
 
+WorkerProcess Rank(ServerProcess& server, int rank) {
+  for (const WorkerProcess& w : server.Workers()) {
+    if (w.rank == rank) return w;
+  }
+  return {};
+}
+
+BackgroundDecode::BackgroundDecode(ServerProcess& server, v1::DecodeRequest request,
+                                   absl::Duration deadline)
+    : thread_([this, &server, request = std::move(request), deadline] {
+        DecodeOutcome out =
+            Decode(server.stub(), request, deadline, nullptr, [this](grpc::ClientContext& ctx) {
+              absl::MutexLock lock(&mu_);
+              context_ = &ctx;
+            });
+        absl::MutexLock lock(&mu_);
+        context_ = nullptr;
+        outcome_ = std::move(out);
+      }) {}
+
+BackgroundDecode::~BackgroundDecode() {
+  if (thread_.joinable()) thread_.join();
+}
+
+bool BackgroundDecode::Cancel() {
+  absl::MutexLock lock(&mu_);
+  if (context_ == nullptr) return false;
+  context_->TryCancel();
+  return true;
+}
+
+const DecodeOutcome& BackgroundDecode::Join() {
+  if (thread_.joinable()) thread_.join();
+  return outcome_;
+}
+
 }  // namespace vaedecode::testing

@@ -11,8 +11,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "tests/service/service_harness.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
@@ -63,5 +66,25 @@ void ExpectOk(const DecodeOutcome& out);
 // (NCHW or NCTHW float32): float32 to 1e-4, float16 to its rounding,
 // uint8/PNG to one level of the 8-bit conversion.
 void ExpectMatches(const DecodeOutcome& out, const FloatTensor& expected, v1::OutputFormat format);
+
+// The server's worker with `rank` (pid 0 when there is none).
+WorkerProcess Rank(ServerProcess& server, int rank);
+
+// Runs Decode on a thread; the call can be cancelled from the test thread.
+class BackgroundDecode {
+ public:
+  BackgroundDecode(ServerProcess& server, v1::DecodeRequest request,
+                   absl::Duration deadline = absl::Seconds(120));
+  ~BackgroundDecode();
+  // False when the call is not (or no longer) in progress.
+  bool Cancel();
+  const DecodeOutcome& Join();
+
+ private:
+  absl::Mutex mu_;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  DecodeOutcome outcome_;
+  std::thread thread_;
+};
 
 }  // namespace vaedecode::testing

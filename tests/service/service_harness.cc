@@ -50,7 +50,9 @@ std::string TempDir(const std::string& name) {
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
     const std::vector<std::string>& flags, absl::Duration timeout) {
-  const std::string ready = TempDir("server") + "/ready";
+  const std::string dir = TempDir("server");
+  const std::string ready = dir + "/ready";
+  const std::string log_file = dir + "/server.log";
   // Unix socket paths are limited to 108 bytes: $TEST_TMPDIR is too deep.
   char tmpl[] = "/tmp/vaedecode-test-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::UnavailableError("mkdtemp failed");
@@ -58,13 +60,18 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
       Runfile("server/vaedecode_server"), "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
       absl::StrCat("--ready_file=", ready), absl::StrCat("--socket_dir=", tmpl)};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  absl::StatusOr<worker::ChildProcess> child = worker::ChildProcess::Spawn(argv);
+  worker::SpawnOptions spawn;
+  spawn.output_file = log_file;
+  absl::StatusOr<worker::ChildProcess> child = worker::ChildProcess::Spawn(argv, spawn);
   if (!child.ok()) return child.status();
-  std::unique_ptr<ServerProcess> s(new ServerProcess(*std::move(child), tmpl));
+  std::unique_ptr<ServerProcess> s(new ServerProcess(*std::move(child), tmpl, log_file));
   const absl::Time give_up = absl::Now() + timeout;
   while (!std::filesystem::exists(ready)) {
     absl::StatusOr<int> code = s->child_.Wait(absl::InfinitePast());
-    if (code.ok()) return absl::UnavailableError(absl::StrCat("server exited with code ", *code));
+    if (code.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("server exited with code ", *code, "; its log:\n", ReadAll(log_file)));
+    }
     if (absl::Now() > give_up) return absl::DeadlineExceededError("server did not start");
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -86,7 +93,12 @@ ServerProcess::~ServerProcess() {
   child_.Kill();
   std::error_code ec;
   std::filesystem::remove_all(socket_dir_, ec);
+  const std::string log = Log();
+  std::fprintf(stderr, "---- server log (%s) ----\n%s---- end of server log ----\n", log_file_.c_str(),
+               log.c_str());
 }
+
+std::string ServerProcess::Log() const { return ReadAll(log_file_); }
 
 std::string ServerProcess::address() const { return absl::StrCat("127.0.0.1:", port_); }
 

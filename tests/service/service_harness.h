@@ -78,13 +78,17 @@ class ServerProcess {
   absl::Status WaitMetric(const std::string& name, const std::vector<std::string>& label_pieces,
                           double value, absl::Duration timeout = absl::Seconds(30));
 
+  // Everything the server and its workers printed so far (stdout and
+  // stderr go to one file; the destructor copies it to the test's stderr).
+  std::string Log() const;
+
   void Signal(int sig);
   // The server's exit code.
   absl::StatusOr<int> WaitExit(absl::Duration timeout);
 
  private:
-  ServerProcess(worker::ChildProcess child, std::string socket_dir)
-      : child_(std::move(child)), socket_dir_(std::move(socket_dir)) {}
+  ServerProcess(worker::ChildProcess child, std::string socket_dir, std::string log_file)
+      : child_(std::move(child)), socket_dir_(std::move(socket_dir)), log_file_(std::move(log_file)) {}
 
  public:
   // Kills the server (its workers die with it) and removes its socket folder.
@@ -93,6 +97,7 @@ class ServerProcess {
  private:
   worker::ChildProcess child_;
   std::string socket_dir_;
+  std::string log_file_;
   int port_ = 0;
   int metrics_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;

@@ -50,52 +50,6 @@ const FloatTensor& SmallExpected() {
 // Fails the test unless `s` is OK.
 void ExpectReached(const absl::Status& s) { EXPECT_TRUE(s.ok()) << s; }
 
-// The server's worker with `rank` (pid 0 when there is none).
-WorkerProcess Rank(ServerProcess& server, int rank) {
-  for (const WorkerProcess& w : server.Workers()) {
-    if (w.rank == rank) return w;
-  }
-  return {};
-}
-
-// Runs Decode on a thread; the call can be cancelled from the test thread.
-class BackgroundDecode {
- public:
-  BackgroundDecode(ServerProcess& server, v1::DecodeRequest request,
-                   absl::Duration deadline = absl::Seconds(120))
-      : thread_([this, &server, request = std::move(request), deadline] {
-          DecodeOutcome out =
-              Decode(server.stub(), request, deadline, nullptr, [this](grpc::ClientContext& ctx) {
-                absl::MutexLock lock(&mu_);
-                context_ = &ctx;
-              });
-          absl::MutexLock lock(&mu_);
-          context_ = nullptr;
-          outcome_ = std::move(out);
-        }) {}
-  ~BackgroundDecode() {
-    if (thread_.joinable()) thread_.join();
-  }
-
-  // False when the call is not (or no longer) in progress.
-  bool Cancel() {
-    absl::MutexLock lock(&mu_);
-    if (context_ == nullptr) return false;
-    context_->TryCancel();
-    return true;
-  }
-  const DecodeOutcome& Join() {
-    if (thread_.joinable()) thread_.join();
-    return outcome_;
-  }
-
- private:
-  absl::Mutex mu_;
-  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
-  DecodeOutcome outcome_;
-  std::thread thread_;
-};
-
 TEST(ServiceSupervisionTest, QueueFullDeadlinesAndCancellationOnOneRank) {
   const std::string repo = FixtureRepository({"sd_kl"});
   auto server = StartServing(
