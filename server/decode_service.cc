@@ -43,8 +43,9 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
  public:
   // `accepting` is the service's flag: false once the server drains, so a
   // cancellation after that is the drain timeout cutting the call.
-  DecodeReactor(std::shared_ptr<Job> job, std::atomic<int64_t>& active, const std::atomic<bool>& accepting)
-      : job_(std::move(job)), active_(active), accepting_(accepting) {
+  DecodeReactor(grpc::CallbackServerContext* context, std::shared_ptr<Job> job, std::atomic<int64_t>& active,
+                const std::atomic<bool>& accepting)
+      : context_(context), job_(std::move(job)), active_(active), accepting_(accepting) {
     active_.fetch_add(1);
   }
 
@@ -55,6 +56,7 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
   void Finish(const absl::Status& status) override {
     grpc::ServerWriteReactor<v1::DecodeResponse>::Finish(ToGrpcStatus(status));
   }
+  void Abort() override { context_->TryCancel(); }
 
   void OnWriteDone(bool ok) override { job_->OnWriteDone(ok); }
 
@@ -78,6 +80,7 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
   }
 
  private:
+  grpc::CallbackServerContext* const context_;
   const std::shared_ptr<Job> job_;
   std::atomic<int64_t>& active_;
   const std::atomic<bool>& accepting_;
@@ -87,7 +90,51 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
 
 DecodeService::DecodeService(DecodeServiceOptions options, Scheduler& scheduler,
                              ModelCatalog& catalog, ServerMetrics& metrics)
-    : options_(options), scheduler_(scheduler), catalog_(catalog), metrics_(metrics) {}
+    : options_(std::move(options)),
+      scheduler_(scheduler),
+      catalog_(catalog),
+      metrics_(metrics),
+      output_budget_(options_.max_output_buffer_bytes) {
+  stall_watch_ = std::thread([this] { StallWatchLoop(); });
+}
+
+DecodeService::~DecodeService() {
+  {
+    absl::MutexLock lock(&watch_mu_);
+    stopping_ = true;
+  }
+  stall_watch_.join();
+}
+
+void DecodeService::StallWatchLoop() {
+  constexpr absl::Duration kPeriod = absl::Milliseconds(250);
+  while (true) {
+    std::vector<std::shared_ptr<Job>> jobs;
+    {
+      absl::MutexLock lock(&watch_mu_);
+      watch_mu_.AwaitWithTimeout(absl::Condition(&stopping_), kPeriod);
+      if (stopping_) return;
+      std::vector<std::weak_ptr<Job>> alive;
+      for (const std::weak_ptr<Job>& w : watched_) {
+        if (std::shared_ptr<Job> j = w.lock()) {
+          jobs.push_back(std::move(j));
+          alive.push_back(w);
+        }
+      }
+      watched_ = std::move(alive);
+    }
+    metrics_.SetOutputBufferBytes(output_budget_.used());
+    const absl::Time now = absl::Now();
+    for (const std::shared_ptr<Job>& job : jobs) {
+      const absl::Duration stalled = job->WriteStalledFor(now);
+      if (stalled < options_.stream_stall_timeout) continue;
+      metrics_.RecordStalledStream();
+      job->AbortStalled(absl::CancelledError(absl::StrCat(
+          "the client read nothing for ", absl::FormatDuration(absl::Trunc(stalled, absl::Milliseconds(100))),
+          "; the server cancelled the stream (--stream_stall_timeout_s)")));
+    }
+  }
+}
 
 void DecodeService::StopAccepting() { accepting_.store(false); }
 
@@ -99,8 +146,14 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
 
   absl::Status status;
   v1::ModelInfo model;
+  const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
   if (!accepting_.load()) {
     status = absl::UnavailableError("the server is draining; retry on another replica");
+  } else if (request_bytes > options_.max_request_bytes) {
+    metrics_.RecordRejected("message_too_large");
+    status = absl::ResourceExhaustedError(absl::StrCat(
+        "the request is ", request_bytes, " bytes, more than this server's --max_message_bytes=",
+        options_.max_request_bytes, "; send a smaller batch or clip"));
   } else if (copy.model().empty()) {
     status = absl::InvalidArgumentError(
         absl::StrCat("model: empty; available models: ", absl::StrJoin(catalog_.Names(), ", ")));
@@ -109,6 +162,7 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
     if (found.ok()) {
       model = *std::move(found);
       status = ValidateDecodeRequest(copy, model);
+      if (status.ok()) status = CheckAdmission(copy, model, options_.admission);
       if (status.ok()) {
         GroupResources every_group;
         every_group.degree = options_.group_size;
@@ -119,11 +173,18 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
     }
   }
 
-  auto job = std::make_shared<Job>(std::move(copy), std::move(model), received,
-                                   CallDeadline(*context), options_.max_buffered_messages);
-  auto* reactor = new DecodeReactor(job, active_, accepting_);
+  JobBuffering buffering;
+  buffering.max_call_bytes = options_.max_call_output_bytes;
+  buffering.budget = &output_budget_;
+  auto job = std::make_shared<Job>(std::move(copy), std::move(model), received, CallDeadline(*context),
+                                   buffering);
+  auto* reactor = new DecodeReactor(context, job, active_, accepting_);
   job->Attach(reactor, [this](const Job& j, const absl::Status& s) { Report(j, s); });
   if (status.ok()) {
+    {
+      absl::MutexLock lock(&watch_mu_);
+      watched_.push_back(job);
+    }
     job->MarkPending();
     metrics_.AddPending(job->model().name(), 1);
     status = scheduler_.Enqueue(job);

@@ -6,7 +6,9 @@
 // the model (everything checkable before queueing), wraps it in a Job and
 // queues it; it never blocks. A group's dispatcher thread later feeds the
 // leader's stream into the Job, which keeps one write in flight on the
-// reactor and a bounded buffer. OnCancel (client cancellation or the
+// reactor and a bounded buffer (finished output waits there, so a group is
+// released when its decode is done; a client that stops reading is
+// cancelled by the stall watch). OnCancel (client cancellation or the
 // deadline) cancels the Job: out of the queue if queued, the leader's call
 // if running. The reactor deletes itself in OnDone.
 //
@@ -22,25 +24,43 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/job.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
+#include "server/request_validation.h"
 #include "server/scheduler.h"
 #include "vaedecode/v1/vaedecode.grpc.pb.h"
 
 namespace vaedecode::server {
 
 struct DecodeServiceOptions {
-  int group_size = 1;                // every group's rank count (mode pre-check)
-  size_t max_buffered_messages = 8;  // per call, between the leader and the client
+  int group_size = 1;  // every group's rank count (mode pre-check)
+  // Larger requests are refused with RESOURCE_EXHAUSTED (gRPC's own limit is
+  // set above it, so that refusals are counted and explained here).
+  int64_t max_request_bytes = int64_t{64} << 20;
+  AdmissionLimits admission;
+  // Finished output waiting for slow clients: per call and in all. A call
+  // past its share, or a server past the total, waits for its client (and
+  // holds its group); a client that reads nothing for stream_stall_timeout
+  // is cancelled, which frees both.
+  int64_t max_call_output_bytes = int64_t{512} << 20;
+  int64_t max_output_buffer_bytes = int64_t{2} << 30;
+  absl::Duration stream_stall_timeout = absl::Seconds(30);
 };
 
 class DecodeService final : public v1::VaeDecoder::CallbackService {
  public:
   DecodeService(DecodeServiceOptions options, Scheduler& scheduler, ModelCatalog& catalog,
                 ServerMetrics& metrics);
+  ~DecodeService() override;  // stops the stall watch
 
   grpc::ServerWriteReactor<v1::DecodeResponse>* Decode(grpc::CallbackServerContext* context,
                                                        const v1::DecodeRequest* request) override;
@@ -59,6 +79,9 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
  private:
   // The log line and metrics for a finished call.
   void Report(const Job& job, const absl::Status& status);
+  // Every 250 ms: cancels calls whose client has not taken a write for
+  // stream_stall_timeout, and publishes the output buffer's size.
+  void StallWatchLoop();
 
   const DecodeServiceOptions options_;
   Scheduler& scheduler_;
@@ -66,6 +89,12 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   ServerMetrics& metrics_;
   std::atomic<bool> accepting_{true};
   std::atomic<int64_t> active_{0};
+  OutputBudget output_budget_;
+
+  absl::Mutex watch_mu_;
+  std::vector<std::weak_ptr<Job>> watched_ ABSL_GUARDED_BY(watch_mu_);
+  bool stopping_ ABSL_GUARDED_BY(watch_mu_) = false;
+  std::thread stall_watch_;
 };
 
 }  // namespace vaedecode::server

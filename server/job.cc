@@ -5,13 +5,40 @@
 
 namespace vaedecode::server {
 
+bool OutputBudget::Acquire(int64_t bytes, const std::function<bool()>& give_up) {
+  constexpr absl::Duration kPoll = absl::Milliseconds(50);
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const auto room = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return used_ == 0 || used_ + bytes <= limit_;
+      };
+      if (mu_.AwaitWithTimeout(absl::Condition(&room), kPoll)) {
+        used_ += bytes;
+        return true;
+      }
+    }
+    if (give_up()) return false;
+  }
+}
+
+void OutputBudget::Release(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  used_ -= bytes;
+}
+
+int64_t OutputBudget::used() const {
+  absl::MutexLock lock(&mu_);
+  return used_;
+}
+
 Job::Job(v1::DecodeRequest request, v1::ModelInfo model, absl::Time received, absl::Time deadline,
-         size_t max_buffered)
+         JobBuffering buffering)
     : request_(std::move(request)),
       model_(std::move(model)),
       received_(received),
       deadline_(deadline),
-      max_buffered_(max_buffered < 1 ? 1 : max_buffered) {}
+      buffering_(buffering) {}
 
 void Job::Attach(JobStream* stream, DoneCallback done) {
   stream_ = stream;
@@ -19,19 +46,38 @@ void Job::Attach(JobStream* stream, DoneCallback done) {
 }
 
 bool Job::Push(v1::DecodeResponse message) {
+  const int64_t bytes = static_cast<int64_t>(message.ByteSizeLong());
+  {
+    absl::MutexLock lock(&mu_);
+    const auto room = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return cancelled_ || finish_requested_ || buffer_bytes_ == 0 ||
+             buffer_bytes_ + bytes <= buffering_.max_call_bytes;
+    };
+    mu_.Await(absl::Condition(&room));
+    if (cancelled_ || finish_requested_) return false;
+  }
+  if (buffering_.budget != nullptr && !buffering_.budget->Acquire(bytes, [this] { return over(); })) {
+    return false;
+  }
   Action action;
   {
     absl::MutexLock lock(&mu_);
-    const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return cancelled_ || finish_requested_ || buffer_.size() < max_buffered_;
-    };
-    mu_.Await(absl::Condition(&ready));
-    if (cancelled_ || finish_requested_) return false;
-    buffer_.push_back(std::move(message));
+    if (cancelled_ || finish_requested_) {
+      if (buffering_.budget != nullptr) buffering_.budget->Release(bytes);
+      return false;
+    }
+    buffer_.emplace_back(std::move(message), bytes);
+    buffer_bytes_ += bytes;
     action = NextActionLocked();
   }
   Perform(action);
   return true;
+}
+
+void Job::DropBufferLocked() {
+  if (buffering_.budget != nullptr) buffering_.budget->Release(buffer_bytes_);
+  buffer_.clear();
+  buffer_bytes_ = 0;
 }
 
 void Job::Finish(absl::Status status) {
@@ -41,7 +87,7 @@ void Job::Finish(absl::Status status) {
     if (cancelled_ || finish_requested_) return;
     finish_requested_ = true;
     final_status_ = std::move(status);
-    if (!final_status_.ok()) buffer_.clear();
+    if (!final_status_.ok()) DropBufferLocked();
     cancel_hook_ = nullptr;
     action = NextActionLocked();
   }
@@ -58,6 +104,11 @@ bool Job::SetCancelHook(std::function<void()> hook) {
 void Job::ClearCancelHook() {
   absl::MutexLock lock(&mu_);
   cancel_hook_ = nullptr;
+}
+
+absl::Time Job::cancelled_at() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_at_;
 }
 
 bool Job::over() const {
@@ -85,10 +136,14 @@ void Job::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     write_in_flight_ = false;
+    if (buffering_.budget != nullptr) buffering_.budget->Release(current_bytes_);
+    current_bytes_ = 0;
+    current_.Clear();
     if (!ok && !cancelled_) {
       // The stream broke under the write: the client is gone.
       cancelled_ = true;
-      buffer_.clear();
+      cancelled_at_ = absl::Now();
+      DropBufferLocked();
       if (!finish_requested_ || final_status_.ok()) {
         final_status_ = DeadlinePassed()
                             ? absl::DeadlineExceededError(absl::StrCat(
@@ -111,7 +166,8 @@ void Job::Cancel(absl::Status reason) {
     absl::MutexLock lock(&mu_);
     if (cancelled_ || finish_called_) return;
     cancelled_ = true;
-    buffer_.clear();
+    cancelled_at_ = absl::Now();
+    DropBufferLocked();
     if (!finish_requested_ || final_status_.ok()) final_status_ = std::move(reason);
     if (cancel_hook_) {
       cancel_hook_();
@@ -122,15 +178,48 @@ void Job::Cancel(absl::Status reason) {
   Perform(action);
 }
 
+absl::Duration Job::WriteStalledFor(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  return write_in_flight_ && !finish_called_ ? now - write_started_ : absl::ZeroDuration();
+}
+
+void Job::AbortStalled(absl::Status reason) {
+  Cancel(std::move(reason));
+  {
+    absl::MutexLock lock(&mu_);
+    if (finish_called_) return;  // the stream may be gone already
+    aborting_ = true;  // keeps it alive: Finish waits until Abort returns
+  }
+  // Outside the lock: the cancellation may complete the write (OnWriteDone) at once.
+  stream_->Abort();
+  Action action = Action::kNone;
+  {
+    absl::MutexLock lock(&mu_);
+    aborting_ = false;
+    if (finish_deferred_) {
+      finish_deferred_ = false;
+      action = NextActionLocked();
+    }
+  }
+  Perform(action);
+}
+
 Job::Action Job::NextActionLocked() {
   if (finish_called_ || write_in_flight_) return Action::kNone;
   if (!cancelled_ && !buffer_.empty()) {
-    current_ = std::move(buffer_.front());
+    current_ = std::move(buffer_.front().first);
+    current_bytes_ = buffer_.front().second;
+    buffer_bytes_ -= current_bytes_;
     buffer_.pop_front();
     write_in_flight_ = true;
+    write_started_ = absl::Now();
     return Action::kWrite;
   }
   if (cancelled_ || finish_requested_) {
+    if (aborting_) {  // AbortStalled finishes once its Abort has returned
+      finish_deferred_ = true;
+      return Action::kNone;
+    }
     finish_called_ = true;
     return Action::kFinish;
   }

@@ -13,7 +13,9 @@
 // group dispatcher that took the job, or the scheduler failing a queued
 // job); the "reactor side" by gRPC's callback threads. Push may block the
 // dispatcher (bounded buffer: back-pressure reaches the leader's stream);
-// nothing on the reactor side blocks. gRPC operations on the stream are
+// nothing on the reactor side blocks. The output a group has finished
+// waits here (bounded per call and by the shared OutputBudget), so the group
+// is free as soon as its decode is done, however slowly the client reads. gRPC operations on the stream are
 // always started outside the Job's lock. Lock order: Job, then the
 // scheduler (a queued job's cancel hook removes it from the queue).
 
@@ -22,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -41,6 +44,38 @@ class JobStream {
   virtual ~JobStream() = default;
   virtual void StartWrite(const v1::DecodeResponse* message) = 0;
   virtual void Finish(const absl::Status& status) = 0;
+  // Cancels the call on the transport, so a write that cannot complete (the
+  // client stopped reading) completes as failed. May be called at any time.
+  virtual void Abort() = 0;
+};
+
+// Bytes of finished output waiting in the server for slow clients, across
+// all calls. A group hands its output to the Job and is free for the next
+// request; this bounds what those outputs may hold. Thread-safe.
+class OutputBudget {
+ public:
+  explicit OutputBudget(int64_t limit_bytes) : limit_(limit_bytes) {}
+  // Reserves `bytes`, waiting while that would pass the limit (a reservation
+  // larger than the limit waits until nothing else is held). Polls `give_up`
+  // (called without the budget's lock); false, and nothing reserved, once it
+  // says so.
+  bool Acquire(int64_t bytes, const std::function<bool()>& give_up);
+  void Release(int64_t bytes);
+  int64_t used() const;
+  int64_t limit() const { return limit_; }
+
+ private:
+  const int64_t limit_;
+  mutable absl::Mutex mu_;
+  int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// How much output one Job may hold for its client.
+struct JobBuffering {
+  // Messages queued behind the write in flight may hold this many bytes
+  // (one message always may); beyond it Push waits for the client.
+  int64_t max_call_bytes = 64 << 20;
+  OutputBudget* budget = nullptr;  // shared by all jobs; nullptr: unbounded
 };
 
 // What the request log line and the metrics need once a job ends.
@@ -62,10 +97,10 @@ class Job {
   using DoneCallback = std::function<void(const Job& job, const absl::Status& status)>;
 
   // `model` is the description the request was validated against; `deadline`
-  // is the call's (absl::InfiniteFuture() when none). At most `max_buffered`
-  // messages wait for the client stream.
+  // is the call's (absl::InfiniteFuture() when none); `buffering` bounds the
+  // output waiting for the client stream.
   Job(v1::DecodeRequest request, v1::ModelInfo model, absl::Time received, absl::Time deadline,
-      size_t max_buffered);
+      JobBuffering buffering);
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -86,8 +121,10 @@ class Job {
   bool DeadlinePassed() const;
 
   // ---- dispatcher side -------------------------------------------------
-  // Queues `message` for the client, blocking while the buffer is full.
-  // False when the call is over (cancelled, or already finished): stop.
+  // Queues `message` for the client, blocking while the call's buffer or
+  // the shared budget is full (a stalled client is cancelled by the stall
+  // watch, which unblocks this). False when the call is over (cancelled, or
+  // already finished): stop.
   bool Push(v1::DecodeResponse message);
   // Ends the call with `status` once the buffered messages are written (an
   // error drops them). Only the first Finish or Cancel decides the status.
@@ -100,6 +137,8 @@ class Job {
   void ClearCancelHook();
   // True once cancelled or finished.
   bool over() const;
+  // When the call was cancelled (client, deadline, stall); InfiniteFuture if not.
+  absl::Time cancelled_at() const;
   void UpdateReport(const std::function<void(JobReport&)>& update);
   JobReport report() const;
 
@@ -108,6 +147,14 @@ class Job {
   // afterwards, for whoever ends the pending time first (dispatch or finish).
   void MarkPending() { pending_.store(true); }
   bool TakePending() const { return pending_.exchange(false); }
+
+  // ---- stall watch (any thread) -----------------------------------------
+  // How long the write in flight has been waiting for the client to read
+  // (zero when none is).
+  absl::Duration WriteStalledFor(absl::Time now) const;
+  // Cancels the call with `reason` and aborts its stream, so the stuck write
+  // fails and the call ends.
+  void AbortStalled(absl::Status reason);
 
   // ---- reactor side (gRPC threads) ---------------------------------------
   void OnWriteDone(bool ok);
@@ -123,23 +170,33 @@ class Job {
   // unlocking.
   Action NextActionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Perform(Action action) ABSL_LOCKS_EXCLUDED(mu_);
+  // Empties the buffer, returning its bytes to the budget.
+  void DropBufferLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const v1::DecodeRequest request_;
   const v1::ModelInfo model_;
   const absl::Time received_;
   const absl::Time deadline_;
-  const size_t max_buffered_;
+  const JobBuffering buffering_;
   JobStream* stream_ = nullptr;  // set by Attach
   DoneCallback done_;            // set by Attach
 
   mutable absl::Mutex mu_;
-  std::deque<v1::DecodeResponse> buffer_ ABSL_GUARDED_BY(mu_);
+  // Queued messages with their sizes (reserved in the budget).
+  std::deque<std::pair<v1::DecodeResponse, int64_t>> buffer_ ABSL_GUARDED_BY(mu_);
+  int64_t buffer_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // The message being written; untouched while write_in_flight_.
   v1::DecodeResponse current_ ABSL_GUARDED_BY(mu_);
+  int64_t current_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time write_started_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time cancelled_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_called_ ABSL_GUARDED_BY(mu_) = false;
+  // AbortStalled is calling stream_->Abort(): the stream must outlive it.
+  bool aborting_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_deferred_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status final_status_ ABSL_GUARDED_BY(mu_);
   std::function<void()> cancel_hook_ ABSL_GUARDED_BY(mu_);
   JobReport report_ ABSL_GUARDED_BY(mu_);

@@ -49,6 +49,17 @@ ABSL_FLAG(int64_t, memory_budget_mib, 0,
 ABSL_FLAG(int, worker_start_timeout_s, 300,
           "How long a group may take to form and load its models");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "Largest Chunk.data in a Decode stream");
+ABSL_FLAG(std::string, max_output_pixels, "0",
+          "Largest output one request may ask for, in pixels (batch x frames x height x width): N for every "
+          "model, then MODEL=M overrides (\"268435456,wan=100000000\"); 0 = only --max_message_bytes limits it");
+ABSL_FLAG(bool, allow_non_finite_latents, false,
+          "Decode latents holding NaN/Inf (or values beyond a float16 model's range) instead of refusing them");
+ABSL_FLAG(int64_t, max_call_output_mib, 512,
+          "Finished output one call may hold in the server while its client reads (the group is released as soon "
+          "as the decode is done); beyond it the group waits for the client");
+ABSL_FLAG(int64_t, max_output_buffer_mib, 2048, "Finished output all calls together may hold in the server");
+ABSL_FLAG(int, stream_stall_timeout_s, 30,
+          "A client that reads nothing of its stream for this long is cancelled (its output is dropped)");
 ABSL_FLAG(std::string, socket_dir, "",
           "Folder for the leaders' Unix sockets; empty: a fresh /tmp folder");
 ABSL_FLAG(std::string, ready_file, "",
@@ -121,6 +132,17 @@ int main(int argc, char** argv) {
   options.memory_budget_mib = absl::GetFlag(FLAGS_memory_budget_mib);
   options.worker_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout_s));
   options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
+  absl::StatusOr<vaedecode::server::AdmissionLimits> admission =
+      vaedecode::server::ParseOutputPixelLimits(absl::GetFlag(FLAGS_max_output_pixels));
+  if (!admission.ok()) {
+    spdlog::error("event=start_failed message={}", vaedecode::rpc::LogValue(admission.status().message()));
+    return 2;
+  }
+  options.admission = *admission;
+  options.admission.allow_non_finite = absl::GetFlag(FLAGS_allow_non_finite_latents);
+  options.max_call_output_bytes = absl::GetFlag(FLAGS_max_call_output_mib) << 20;
+  options.max_output_buffer_bytes = absl::GetFlag(FLAGS_max_output_buffer_mib) << 20;
+  options.stream_stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_stall_timeout_s));
   options.socket_dir = ResolvePath(absl::GetFlag(FLAGS_socket_dir));
 
   absl::StatusOr<std::unique_ptr<vaedecode::server::Server>> server =

@@ -109,7 +109,34 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                    .Name("vaedecode_pending_request_count")
                    .Help("Requests queued for a worker group and not yet running (Triton's "
                          "nv_inference_pending_request_count)")
-                   .Register(registry)) {}
+                   .Register(registry)),
+      memory_waits_(prometheus::BuildGauge()
+                        .Name("vaedecode_memory_waits")
+                        .Help("Requests holding a worker group while they wait for device memory")
+                        .Register(registry)
+                        .Add({})),
+      output_buffer_(prometheus::BuildGauge()
+                         .Name("vaedecode_output_buffer_bytes")
+                         .Help("Finished output held in the server until slow clients read it")
+                         .Register(registry)
+                         .Add({})),
+      stalled_(prometheus::BuildCounter()
+                   .Name("vaedecode_stalled_streams_total")
+                   .Help("Calls cancelled because their client read nothing for --stream_stall_timeout_s")
+                   .Register(registry)
+                   .Add({})),
+      cancel_release_(prometheus::BuildHistogram()
+                          .Name("vaedecode_cancel_release_seconds")
+                          .Help("Time from a running request's cancellation or deadline until its group "
+                                "is free again")
+                          .Register(registry)
+                          .Add({}, LatencyBuckets())),
+      rejected_(prometheus::BuildCounter()
+                    .Name("vaedecode_rejected_requests_total")
+                    .Help("Requests refused by size, by reason (message_too_large: over --max_message_bytes)")
+                    .Register(registry)) {
+  rejected_.Add({{"reason", "message_too_large"}});
+}
 
 void ServerMetrics::RecordRequest(const std::string& model, absl::StatusCode code, double total_s,
                                   double queue_s, double decode_s) {
@@ -178,5 +205,11 @@ void ServerMetrics::RecordTileRetries(const std::string& model, int retries) {
 void ServerMetrics::SetGroupReady(const std::string& group, bool ready) {
   group_ready_.Add({{"group", group}}).Set(ready ? 1 : 0);
 }
+
+void ServerMetrics::AddMemoryWaits(int64_t delta) { memory_waits_.Increment(static_cast<double>(delta)); }
+void ServerMetrics::SetOutputBufferBytes(int64_t bytes) { output_buffer_.Set(static_cast<double>(bytes)); }
+void ServerMetrics::RecordStalledStream() { stalled_.Increment(); }
+void ServerMetrics::RecordCancelRelease(double seconds) { cancel_release_.Observe(seconds); }
+void ServerMetrics::RecordRejected(const std::string& reason) { rejected_.Add({{"reason", reason}}).Increment(); }
 
 }  // namespace vaedecode::server

@@ -20,6 +20,13 @@
 //   vaedecode_worker_restarts_total{group}             counter
 //   vaedecode_tile_retries_total{model}                counter (OOM-ladder fallbacks)
 //   vaedecode_group_ready{group}                       gauge (1 ready, 0 not)
+//   vaedecode_memory_waits                             gauge (requests holding a group while
+//                                                      they wait for device memory)
+//   vaedecode_output_buffer_bytes                      gauge (finished output waiting for clients)
+//   vaedecode_stalled_streams_total                    counter (calls cancelled: the client stopped reading)
+//   vaedecode_cancel_release_seconds                   histogram (cancel or deadline to the group's release)
+//   vaedecode_rejected_requests_total{reason}          counter (message_too_large: over
+//                                                      --max_message_bytes)
 //
 // Triton's per-model names and meanings, so dashboards built for Triton
 // (nv_inference_*) work with the prefix swapped:
@@ -72,6 +79,11 @@ class ServerMetrics {
   // Out-of-memory retries of the tiled ladder (floor tile, then stock tiles).
   void RecordTileRetries(const std::string& model, int retries);
   void SetGroupReady(const std::string& group, bool ready);
+  void AddMemoryWaits(int64_t delta);
+  void SetOutputBufferBytes(int64_t bytes);
+  void RecordStalledStream();
+  void RecordCancelRelease(double seconds);
+  void RecordRejected(const std::string& reason);
 
  private:
   prometheus::Family<prometheus::Counter>& requests_;
@@ -94,6 +106,11 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& queue_us_;
   prometheus::Family<prometheus::Counter>& compute_us_;
   prometheus::Family<prometheus::Gauge>& pending_;
+  prometheus::Gauge& memory_waits_;
+  prometheus::Gauge& output_buffer_;
+  prometheus::Counter& stalled_;
+  prometheus::Histogram& cancel_release_;
+  prometheus::Family<prometheus::Counter>& rejected_;
 };
 
 }  // namespace vaedecode::server

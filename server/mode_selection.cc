@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/request_validation.h"
 
 namespace vaedecode::server {
 namespace {
@@ -72,9 +73,8 @@ PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInf
   // The thickest band (first ranks take the remainder) plus a halo row on
   // each side; the leader also holds the gathered float32 output.
   const double band = std::ceil(rows / std::max(1, degree)) + 2;
-  const double f = static_cast<double>(std::max<int64_t>(1, model.spatial_factor()));
-  const double t_out = shape.size() == 5 ? 1 + static_cast<double>(model.temporal_factor()) * (frames - 1) : 1.0;
-  const double output = batch * static_cast<double>(model.out_channels()) * t_out * rows * f * cols * f * 4;
+  const double output =
+      static_cast<double>(PredictOutputSize(request, model).pixels()) * static_cast<double>(model.out_channels()) * 4;
   e.exact_rank = peak(std::min(rows, band), cols, rows * cols) + static_cast<int64_t>(output);
   const double tile_rows = std::min(rows, 32.0), tile_cols = std::min(cols, 32.0);
   // Tiles are spread over every rank; the leader also holds the output.

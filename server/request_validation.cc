@@ -1,9 +1,14 @@
 #include "server/request_validation.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace vaedecode::server {
 namespace {
@@ -114,6 +119,137 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
           absl::StrCat("output_format: ", v1::OutputFormat_Name(request.output_format()),
                        " needs 1, 3 or 4 output channels; model \"", model.name(), "\" has ", c));
     }
+  }
+  return absl::OkStatus();
+}
+
+OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
+  OutputSize out;
+  const auto& shape = request.latent().shape();
+  if (shape.size() < 4) return out;
+  const int64_t patch =
+      request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1 ? model.raw_patch() : 1;
+  const int64_t f = std::max<int64_t>(1, model.spatial_factor());
+  out.batch = shape[0];
+  out.frames = shape.size() == 5 ? 1 + std::max<int64_t>(1, model.temporal_factor()) * (shape[2] - 1) : 1;
+  out.height = patch * shape[shape.size() - 2] * f;
+  out.width = patch * shape[shape.size() - 1] * f;
+  return out;
+}
+
+absl::StatusOr<AdmissionLimits> ParseOutputPixelLimits(const std::string& flag) {
+  AdmissionLimits limits;
+  const auto bad = [&flag](absl::string_view piece, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_output_pixels=", flag, ": \"", piece, "\" ", why,
+                                                   "; use N or N,MODEL=M,... (0: no limit)"));
+  };
+  bool first = true;
+  for (absl::string_view piece : absl::StrSplit(flag, ',')) {
+    std::string model;
+    absl::string_view number = piece;
+    if (const size_t eq = piece.find('='); eq != absl::string_view::npos) {
+      model = std::string(piece.substr(0, eq));
+      number = piece.substr(eq + 1);
+      if (model.empty()) return bad(piece, "names no model");
+    } else if (!first) {
+      return bad(piece, "is a second default");
+    }
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(number, &n) || n < 0) return bad(piece, "is not a count of pixels");
+    if (model.empty()) {
+      limits.max_output_pixels = n;
+    } else {
+      limits.max_output_pixels_per_model[model] = n;
+    }
+    first = false;
+  }
+  return limits;
+}
+
+namespace {
+
+// IEEE binary16 and bfloat16 from their bits, for the range checks.
+bool HalfIsFinite(uint16_t h) { return (h & 0x7C00) != 0x7C00; }
+bool Bf16IsFinite(uint16_t b) { return (b & 0x7F80) != 0x7F80; }
+float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+struct ValueScan {
+  int64_t non_finite = 0;
+  int64_t overflow = 0;  // finite, but beyond ±65504 (float16's largest)
+  int64_t first_non_finite = -1;
+  int64_t first_overflow = -1;
+};
+
+ValueScan ScanLatent(const v1::Tensor& latent) {
+  constexpr float kHalfMax = 65504.0f;
+  ValueScan scan;
+  const auto note = [&scan](int64_t i, bool finite, bool overflow) {
+    if (!finite) {
+      if (scan.non_finite++ == 0) scan.first_non_finite = i;
+    } else if (overflow) {
+      if (scan.overflow++ == 0) scan.first_overflow = i;
+    }
+  };
+  const std::string& data = latent.data();
+  if (latent.dtype() == v1::FLOAT32) {
+    const int64_t n = static_cast<int64_t>(data.size() / 4);
+    for (int64_t i = 0; i < n; ++i) {
+      float v;
+      std::memcpy(&v, data.data() + 4 * i, 4);
+      note(i, std::isfinite(v), std::fabs(v) > kHalfMax);
+    }
+  } else {
+    const int64_t n = static_cast<int64_t>(data.size() / 2);
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t v;
+      std::memcpy(&v, data.data() + 2 * i, 2);
+      if (latent.dtype() == v1::FLOAT16) {
+        note(i, HalfIsFinite(v), false);
+      } else {
+        note(i, Bf16IsFinite(v), std::fabs(Bf16ToFloat(v)) > kHalfMax);
+      }
+    }
+  }
+  return scan;
+}
+
+}  // namespace
+
+absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInfo& model,
+                            const AdmissionLimits& limits) {
+  int64_t max_pixels = limits.max_output_pixels;
+  if (auto it = limits.max_output_pixels_per_model.find(model.name());
+      it != limits.max_output_pixels_per_model.end()) {
+    max_pixels = it->second;
+  }
+  const OutputSize out = PredictOutputSize(request, model);
+  if (max_pixels > 0 && out.pixels() > max_pixels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "latent.shape: ", ShapeString(request.latent().shape()), " decodes to ", out.pixels(),
+        " output pixels (batch ", out.batch, " x ", out.frames, " frame(s) x ", out.height, " x ", out.width,
+        "), more than this server's limit of ", max_pixels, " for model \"", model.name(),
+        "\" (--max_output_pixels); split the batch or the clip"));
+  }
+  if (limits.allow_non_finite) return absl::OkStatus();
+  const ValueScan scan = ScanLatent(request.latent());
+  const int64_t numel = static_cast<int64_t>(request.latent().data().size()) /
+                        DTypeSize(request.latent().dtype()).value_or(1);
+  if (scan.non_finite > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "latent.data: ", scan.non_finite, " of ", numel, " values are not finite (NaN or Inf; the first is element ",
+        scan.first_non_finite, "); the generator diverged, or the server allows them with "
+        "--allow_non_finite_latents"));
+  }
+  if (model.dtype() == "float16" && scan.overflow > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "latent.data: ", scan.overflow, " of ", numel, " values exceed +-65504 (the first is element ",
+        scan.first_overflow, "), which overflows model \"", model.name(),
+        "\"'s float16 decode to Inf; scale the latent, or the server allows it with --allow_non_finite_latents"));
   }
   return absl::OkStatus();
 }

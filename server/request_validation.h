@@ -8,6 +8,8 @@
 // Thread-safe: pure functions.
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,5 +28,39 @@ absl::StatusOr<int64_t> DTypeSize(v1::DType dtype);
 // output_format / mode values, an output format the model's output channels
 // cannot be written as, an over-long request id.
 absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::ModelInfo& model);
+
+// The decoded output's size for a latent that passed ValidateDecodeRequest:
+// a packed raw latent unpacks by the model's raw patch first; video frames
+// follow the causal VAEs' rule, 1 + temporal_factor × (T − 1).
+struct OutputSize {
+  int64_t batch = 0;
+  int64_t frames = 1;
+  int64_t height = 0;
+  int64_t width = 0;
+  int64_t pixels() const { return batch * frames * height * width; }
+};
+OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelInfo& model);
+
+// What one request may cost, set by flags.
+struct AdmissionLimits {
+  // Output pixels (batch × frames × height × width) of one request; 0: no limit.
+  int64_t max_output_pixels = 0;
+  // Per-model overrides of max_output_pixels.
+  std::map<std::string, int64_t> max_output_pixels_per_model;
+  // NaN/Inf latents (or values beyond a float16 decode's range) are decoded
+  // instead of refused.
+  bool allow_non_finite = false;
+};
+
+// "N" or "N,MODEL=M,..." (N: every model's limit; 0: none). INVALID_ARGUMENT
+// naming the bad piece.
+absl::StatusOr<AdmissionLimits> ParseOutputPixelLimits(const std::string& flag);
+
+// For a request that passed ValidateDecodeRequest. INVALID_ARGUMENT when its
+// output is larger than the model's pixel limit (with both numbers), or when
+// its latent holds non-finite values or values that overflow the model's
+// float16 decode (with the count and the first element), unless allowed.
+absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInfo& model,
+                            const AdmissionLimits& limits);
 
 }  // namespace vaedecode::server

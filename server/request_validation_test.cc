@@ -3,7 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
+#include <limits>
+#include <utility>
 
 namespace vaedecode::server {
 namespace {
@@ -75,6 +78,84 @@ TEST(RequestValidationTest, NamesTheProblem) {
   u8.set_output_format(v1::OUTPUT_UINT8);
   EXPECT_THAT(std::string(ValidateDecodeRequest(u8, two).message()),
               HasSubstr("1, 3 or 4 output channels"));
+}
+
+TEST(RequestValidationTest, PredictsTheOutputOfImagesVideoAndPackedRawLatents) {
+  v1::ModelInfo image = Model(false);
+  image.set_spatial_factor(8);
+  const OutputSize i = PredictOutputSize(Request({2, 16, 5, 7}), image);
+  EXPECT_EQ(i.pixels(), 2 * 40 * 56);
+  v1::ModelInfo video = Model(true);
+  video.set_spatial_factor(8);
+  video.set_temporal_factor(4);
+  const OutputSize v = PredictOutputSize(Request({1, 16, 3, 5, 7}), video);
+  EXPECT_EQ(v.frames, 9);  // 1 + 4 x (3 - 1)
+  EXPECT_EQ(v.pixels(), 9 * 40 * 56);
+  image.set_raw_patch(2);
+  v1::DecodeRequest raw = Request({1, 64, 5, 7});
+  raw.set_latent_space(v1::LATENT_SPACE_RAW);
+  EXPECT_EQ(PredictOutputSize(raw, image).height, 80);
+}
+
+TEST(RequestValidationTest, OutputPixelLimitsParseAndApplyPerModel) {
+  absl::StatusOr<AdmissionLimits> limits = ParseOutputPixelLimits("5000,big=100000,small=10");
+  ASSERT_TRUE(limits.ok()) << limits.status();
+  EXPECT_EQ(limits->max_output_pixels, 5000);
+  EXPECT_EQ(limits->max_output_pixels_per_model.at("big"), 100000);
+  for (const char* bad : {"x", "1,2", "-5", "5,=3", "5,m=x"}) {
+    const absl::Status s = ParseOutputPixelLimits(bad).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("--max_output_pixels")) << bad;
+  }
+  v1::ModelInfo m = Model(false);
+  m.set_spatial_factor(8);
+  const v1::DecodeRequest r = Request({2, 16, 5, 7});  // 4480 output pixels
+  EXPECT_TRUE(CheckAdmission(r, m, *limits).ok());
+  m.set_name("small");
+  const absl::Status refused = CheckAdmission(r, m, *limits);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("decodes to 4480 output pixels"));
+  EXPECT_THAT(refused.message(), HasSubstr("limit of 10 for model \"small\""));
+  m.set_name("big");
+  EXPECT_TRUE(CheckAdmission(r, m, *limits).ok());
+  EXPECT_TRUE(CheckAdmission(r, m, AdmissionLimits()).ok());  // 0: no limit
+}
+
+TEST(RequestValidationTest, NonFiniteLatentsAreCountedAndRefusedUnlessAllowed) {
+  v1::ModelInfo m = Model(false);
+  v1::DecodeRequest r = Request({1, 16, 2, 2});
+  std::string data = r.latent().data();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::memcpy(&data[4 * 5], &nan, 4);
+  std::memcpy(&data[4 * 9], &inf, 4);
+  r.mutable_latent()->set_data(data);
+  const absl::Status s = CheckAdmission(r, m, AdmissionLimits());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("2 of 64 values are not finite"));
+  EXPECT_THAT(s.message(), HasSubstr("the first is element 5"));
+  AdmissionLimits allowed;
+  allowed.allow_non_finite = true;
+  EXPECT_TRUE(CheckAdmission(r, m, allowed).ok());
+
+  // float16 and bfloat16 bit patterns: 0x7C00 is +Inf in half, 0xFFC0 a bfloat16 NaN.
+  for (auto [dtype, bits] : {std::pair{v1::FLOAT16, uint16_t{0x7C00}}, std::pair{v1::BFLOAT16, uint16_t{0xFFC0}}}) {
+    v1::DecodeRequest h = Request({1, 16, 2, 2}, dtype);
+    std::string d = h.latent().data();
+    std::memcpy(&d[2 * 3], &bits, 2);
+    h.mutable_latent()->set_data(d);
+    EXPECT_THAT(CheckAdmission(h, m, AdmissionLimits()).message(), HasSubstr("1 of 64 values are not finite"));
+  }
+
+  // A finite float32 beyond float16's range overflows a float16 decode only.
+  v1::DecodeRequest big = Request({1, 16, 2, 2});
+  std::string b = big.latent().data();
+  const float huge = 1e5f;
+  std::memcpy(&b[0], &huge, 4);
+  big.mutable_latent()->set_data(b);
+  EXPECT_TRUE(CheckAdmission(big, m, AdmissionLimits()).ok());
+  m.set_dtype("float16");
+  EXPECT_THAT(CheckAdmission(big, m, AdmissionLimits()).message(), HasSubstr("exceed +-65504"));
 }
 
 }  // namespace

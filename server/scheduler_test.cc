@@ -13,6 +13,7 @@ namespace {
 class NullStream : public JobStream {
  public:
   void StartWrite(const v1::DecodeResponse*) override {}
+  void Abort() override {}
   void Finish(const absl::Status& s) override {
     absl::MutexLock lock(&mu);
     finished = true;
@@ -33,7 +34,7 @@ std::unique_ptr<TestJob> Make(const std::string& model,
   auto t = std::make_unique<TestJob>();
   v1::ModelInfo m;
   m.set_name(model);
-  t->job = std::make_shared<Job>(v1::DecodeRequest(), m, absl::Now(), deadline, 4);
+  t->job = std::make_shared<Job>(v1::DecodeRequest(), m, absl::Now(), deadline, JobBuffering());
   t->job->Attach(&t->stream, nullptr);
   return t;
 }

@@ -94,6 +94,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     // Beats come every 0.25 s; less than four of them would fail busy ranks.
     return absl::InvalidArgumentError("--heartbeat_timeout_s must be 0 (off) or at least 1");
   }
+  if (options.max_call_output_bytes < options.chunk_bytes ||
+      options.max_output_buffer_bytes < options.max_call_output_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_call_output_mib (", options.max_call_output_bytes >> 20,
+        " MiB) must hold a chunk and be at most --max_output_buffer_mib (",
+        options.max_output_buffer_bytes >> 20, " MiB)"));
+  }
+  if (options.stream_stall_timeout < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--stream_stall_timeout_s must be at least 1");
+  }
   if (options.max_connection_age < absl::ZeroDuration() || options.max_connection_age_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--max_connection_age_s and --max_connection_age_grace_s must not be negative");
   }
@@ -109,6 +119,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       options.max_queue, [metrics](int64_t depth) { metrics->SetQueueDepth(depth); });
   DecodeServiceOptions service_options;
   service_options.group_size = options.group_size;
+  service_options.max_request_bytes = options.max_message_bytes;
+  service_options.admission = options.admission;
+  service_options.max_call_output_bytes = options.max_call_output_bytes;
+  service_options.max_output_buffer_bytes = options.max_output_buffer_bytes;
+  service_options.stream_stall_timeout = options.stream_stall_timeout;
   s->service_ =
       std::make_unique<DecodeService>(service_options, *s->scheduler_, *s->catalog_, *s->metrics_);
 
@@ -129,7 +144,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+
+  // gRPC refuses what is over its limit before any service sees it, so such
+  // refusals could not be counted or explained: its limit is twice ours,
+  // and the service refuses (and counts) what lies between.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(2 * options.max_message_bytes, std::numeric_limits<int>::max())));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   if (options.max_connection_age > absl::ZeroDuration()) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, MillisecondsArg(options.max_connection_age));

@@ -27,6 +27,7 @@
 #include "server/decode_service.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
+#include "server/request_validation.h"
 #include "server/scheduler.h"
 #include "server/worker_group.h"
 
@@ -54,6 +55,11 @@ struct ServerOptions {
   int64_t memory_budget_mib = 0;  // per rank; 0 = CPU: unbounded (no memory-based mode choice), GPU: whole GPU
   absl::Duration worker_start_timeout = absl::Minutes(5);
   int64_t chunk_bytes = 1 << 20;  // largest Chunk.data the leader sends
+  AdmissionLimits admission;      // output pixel limits, non-finite latents
+  // Finished output waiting for slow clients (see DecodeServiceOptions).
+  int64_t max_call_output_bytes = int64_t{512} << 20;
+  int64_t max_output_buffer_bytes = int64_t{2} << 30;
+  absl::Duration stream_stall_timeout = absl::Seconds(30);
   std::string socket_dir;         // "" = a fresh /tmp/vaedecode-XXXXXX
 };
 

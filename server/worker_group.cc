@@ -407,6 +407,11 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
   // The group's resources, for the mode choice; asked again while nothing
   // fits the group's free memory, until the request's deadline.
   absl::StatusOr<ModeChoice> choice;
+  bool waiting_for_memory = false;
+  const auto stop_waiting = [&] {
+    if (waiting_for_memory) metrics_.AddMemoryWaits(-1);
+    waiting_for_memory = false;
+  };
   while (true) {
     GroupResources resources;
     resources.degree = static_cast<int>(options_.devices.size());
@@ -427,6 +432,7 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
       if (!reason.empty()) {
         spdlog::warn("group={} event=requeue request_id={} reason={}", options_.name,
                      rpc::LogValue(job->request_id()), rpc::LogValue(reason));
+        stop_waiting();
         if (!scheduler_.Requeue(job)) {
           job->Finish(
               absl::UnavailableError(absl::StrCat("worker group ", options_.name, " failed (",
@@ -437,7 +443,10 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
     }
     choice = SelectMode(job->request(), job->model(), resources);
     if (!choice.ok() || !choice->wait_for_memory) break;
+    if (!waiting_for_memory) metrics_.AddMemoryWaits(1);
+    waiting_for_memory = true;
     if (absl::Now() + kMemoryPoll >= job->deadline()) {
+      stop_waiting();
       job->Finish(absl::DeadlineExceededError(
           absl::StrCat("deadline exceeded while waiting for memory: ", choice->reason)));
       return;
@@ -445,12 +454,17 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
     // The wait holds the group: it ends with the caller (cancelled: the job
     // finished itself) and with the server.
     if (!SleepUnlessStopping(kMemoryPoll)) {
+      stop_waiting();
       job->Finish(absl::UnavailableError(
           absl::StrCat("the server is stopping; the request was waiting for memory: ", choice->reason)));
       return;
     }
-    if (job->over()) return;
+    if (job->over()) {
+      stop_waiting();
+      return;
+    }
   }
+  stop_waiting();
   if (!choice.ok()) {
     job->Finish(choice.status());
     return;
@@ -536,7 +550,16 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
   unregister();
   metrics_.AddInFlight(-1);
 
-  if (client_gone || job->over()) return;  // cancelled: the job finishes itself
+  if (client_gone || job->over()) {  // cancelled: the job finishes itself
+    const absl::Time cancelled = job->cancelled_at();
+    if (cancelled < absl::InfiniteFuture()) {
+      const absl::Duration release = absl::Now() - cancelled;
+      metrics_.RecordCancelRelease(absl::ToDoubleSeconds(release));
+      spdlog::debug("group={} event=released_after_cancel request_id={} release_ms={:.1f}", options_.name,
+                    rpc::LogValue(job->request_id()), Ms(release));
+    }
+    return;
+  }
   std::string broken;
   {
     absl::MutexLock lock(&mu_);

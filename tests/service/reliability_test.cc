@@ -7,6 +7,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstring>
+#include <limits>
+#include <thread>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -109,6 +113,81 @@ TEST(ReliabilityTest, ClientStringsCannotForgeLogLinesOrFields) {
   for (absl::string_view line : absl::StrSplit(log, '\n')) {
     EXPECT_FALSE(absl::StartsWith(line, "request id=forged")) << line;
   }
+}
+
+// The group hands finished output to the server and serves the next
+// request while a slow client reads; a client that stops reading is cut off.
+// Before, the group waited on the client (8 messages of buffer).
+TEST(ReliabilityTest, ASlowReaderDoesNotHoldTheGroupAndAStalledOneIsCancelled) {
+  const std::string repo = FixtureRepository({"sd_kl"});
+  auto server = StartServing(
+      RealWorkerFlags(repo, "cpu:1", 1, {"--stream_stall_timeout_s=2", "--chunk_bytes=65536"}),
+      {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  const std::unique_ptr<v1::VaeDecoder::Stub> slow = server->SlowReaderStub();
+  // 12.6 MB of float32 output in 64 KiB chunks; the client stops after the header.
+  constexpr absl::Duration kStall = absl::Seconds(6);
+  DecodeOutcome stalled;
+  std::thread reader([&] {
+    stalled = Decode(*slow, SyntheticRequest("sd_kl", {64, 4, 16, 16}, "stalls"), absl::Seconds(60),
+                     [&](int n, grpc::ClientContext&) {
+                       if (n == 1) absl::SleepFor(kStall);
+                     });
+  });
+  ExpectReached(server->WaitMetric("vaedecode_in_flight", {}, 1));
+  const absl::Time t0 = absl::Now();
+  // The decode ends and the group is free although the client reads nothing.
+  ExpectReached(server->WaitMetric("vaedecode_in_flight", {}, 0, absl::Seconds(5)));
+  const DecodeOutcome next = Decode(server->stub(), Small("behind-the-stalled-one"));
+  ExpectOk(next);
+  EXPECT_LT(absl::Now() - t0, kStall);
+  EXPECT_LT(next.output.trailer().timings().queue_ms(), 1000);
+  // The stalled call was cancelled by the server while its client slept.
+  ExpectReached(server->WaitMetric("vaedecode_stalled_streams_total", {}, 1, absl::Seconds(10)));
+  reader.join();
+  EXPECT_EQ(stalled.status.error_code(), grpc::StatusCode::CANCELLED) << stalled.status.error_message();
+  ExpectReached(server->WaitMetric("vaedecode_output_buffer_bytes", {}, 0, absl::Seconds(5)));
+  ExpectOk(Decode(server->stub(), Small()));
+}
+
+TEST(ReliabilityTest, AdmissionRefusesCostlyNonFiniteAndOversizedRequestsAndKeepsServing) {
+  const std::string repo = FixtureRepository({"sd_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1,
+                                             {"--max_output_pixels=0,sd_kl=100000",
+                                              "--max_message_bytes=1048576", "--chunk_bytes=65536"}),
+                             {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  // 8 images of 128 x 128 = 131072 pixels.
+  grpc::ClientContext ctx;
+  v1::GetModelRequest get;
+  get.set_name("sd_kl");
+  v1::ModelInfo info;
+  ASSERT_TRUE(server->stub().GetModel(&ctx, get, &info).ok());
+  const int64_t side = 128 / info.spatial_factor();
+  const DecodeOutcome costly = Decode(server->stub(), SyntheticRequest("sd_kl", {8, 4, side, side}));
+  EXPECT_EQ(costly.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(costly.status.error_message(), HasSubstr("decodes to 131072 output pixels"));
+  EXPECT_THAT(costly.status.error_message(), HasSubstr("limit of 100000 for model \"sd_kl\""));
+
+  v1::DecodeRequest nan = SyntheticRequest("sd_kl", {1, 4, 16, 16});
+  std::string data = nan.latent().data();
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (int i = 0; i < 3; ++i) std::memcpy(&data[4 * (10 + 7 * i)], &bad[i], 4);
+  nan.mutable_latent()->set_data(data);
+  const DecodeOutcome refused = Decode(server->stub(), nan);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("3 of 1024 values are not finite"));
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("the first is element 10"));
+
+  // Over --max_message_bytes (1 MiB): refused, explained and counted.
+  const DecodeOutcome oversized = Decode(server->stub(), SyntheticRequest("sd_kl", {1, 4, 256, 256}));
+  EXPECT_EQ(oversized.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(oversized.status.error_message(), HasSubstr("more than this server's --max_message_bytes=1048576"));
+  ExpectReached(server->WaitMetric("vaedecode_rejected_requests_total", {"reason=\"message_too_large\""}, 1,
+                                   absl::Seconds(5)));
+  ExpectMatches(Decode(server->stub(), Small()), ReadFloat(FixturePath("sd_kl/expected.safetensors")),
+                v1::OUTPUT_FLOAT32);
 }
 
 }  // namespace
