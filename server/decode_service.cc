@@ -106,6 +106,17 @@ DecodeService::~DecodeService() {
   stall_watch_.join();
 }
 
+void DecodeService::CancelAll(const absl::Status& reason) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    for (const std::weak_ptr<Job>& w : watched_) {
+      if (std::shared_ptr<Job> j = w.lock()) jobs.push_back(std::move(j));
+    }
+  }
+  for (const std::shared_ptr<Job>& job : jobs) job->Cancel(reason);
+}
+
 void DecodeService::StallWatchLoop() {
   constexpr absl::Duration kPeriod = absl::Milliseconds(250);
   while (true) {

@@ -73,6 +73,9 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
 
   // From now on Decode answers UNAVAILABLE (draining).
   void StopAccepting();
+  // Ends every call not yet done with `reason` (the drain timeout's own
+  // message, instead of gRPC's "Cancelling all calls" at shutdown).
+  void CancelAll(const absl::Status& reason);
   // Decode calls started and not yet done (OnDone).
   int64_t active_calls() const { return active_.load(); }
 

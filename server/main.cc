@@ -20,6 +20,10 @@
 #include "server/server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address HOST:PORT (port 0: any free port)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain for TLS on --listen; with --tls_key. Empty: plaintext");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates; when set, clients must present a certificate they signed (mutual TLS)");
 ABSL_FLAG(std::string, model_repository, "",
           "Folder whose subfolders are diffusers VAE folders (model name = folder name); "
           "empty: the embedded default model, named \"default\"");
@@ -70,6 +74,10 @@ namespace {
 
 int g_signal_pipe[2] = {-1, -1};
 
+// Exit codes: 0 after a clean drain; 1 when the server cannot start (bad
+// flags, ports); this one when the drain timeout had to cut calls.
+constexpr int kExitDrainCutCalls = 3;
+
 // Under `bazel run` the working directory is the runfiles tree: relative
 // paths mean the caller's directory.
 std::string ResolvePath(const std::string& path) {
@@ -115,6 +123,9 @@ int main(int argc, char** argv) {
 
   vaedecode::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
+  options.tls_cert_file = ResolvePath(absl::GetFlag(FLAGS_tls_cert));
+  options.tls_key_file = ResolvePath(absl::GetFlag(FLAGS_tls_key));
+  options.tls_client_ca_file = ResolvePath(absl::GetFlag(FLAGS_tls_client_ca));
   options.model_repository = ResolvePath(absl::GetFlag(FLAGS_model_repository));
   options.devices = absl::GetFlag(FLAGS_devices);
   options.group_size = absl::GetFlag(FLAGS_group_size);
@@ -136,7 +147,7 @@ int main(int argc, char** argv) {
       vaedecode::server::ParseOutputPixelLimits(absl::GetFlag(FLAGS_max_output_pixels));
   if (!admission.ok()) {
     spdlog::error("event=start_failed message={}", vaedecode::rpc::LogValue(admission.status().message()));
-    return 2;
+    return 1;
   }
   options.admission = *admission;
   options.admission.allow_non_finite = absl::GetFlag(FLAGS_allow_non_finite_latents);
@@ -167,6 +178,8 @@ int main(int argc, char** argv) {
   const absl::Status drained = (*server)->Drain(options.drain_timeout);
   if (!drained.ok()) spdlog::warn("event=drain message={}", vaedecode::rpc::LogValue(drained.message()));
   server->reset();
-  spdlog::info("event=exit code=0");
-  return 0;
+  // 3: the drain timeout cut calls (they were told UNAVAILABLE, retry).
+  const int code = drained.ok() ? 0 : kExitDrainCutCalls;
+  spdlog::info("event=exit code={}", code);
+  return code;
 }

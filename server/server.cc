@@ -1,6 +1,5 @@
 #include "server/server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
@@ -8,6 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <system_error>
 
@@ -25,6 +26,44 @@ constexpr int64_t kMessageOverhead = 64 << 10;
 // gRPC channel arguments are ints of milliseconds.
 int MillisecondsArg(absl::Duration d) {
   return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(d), std::numeric_limits<int>::max()));
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in.good() && !in.eof()) return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": cannot read"));
+  if (text.str().find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": not a PEM file"));
+  }
+  return text.str();
+}
+
+// Plaintext, TLS, or mutual TLS (client certificates required and checked
+// against --tls_client_ca).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const ServerOptions& options) {
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (options.tls_cert_file.empty()) {
+    if (!options.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  absl::StatusOr<std::string> cert = ReadPem("--tls_cert", options.tls_cert_file);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem("--tls_key", options.tls_key_file);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!options.tls_client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem("--tls_client_ca", options.tls_client_ca_file);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
 }
 
 bool IsExecutable(const std::string& path) {
@@ -140,10 +179,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+  s->surface_ = std::make_unique<PublicSurface>(std::vector<std::string>{
+      kServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+      "grpc.reflection.v1alpha.ServerReflection"});
+  s->reflection_v1_ = std::make_unique<ReflectionV1>(*s->surface_);
+  s->reflection_v1alpha_ = std::make_unique<ReflectionV1Alpha>(*s->surface_);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->reflection_v1_.get());
+  builder.RegisterService(s->reflection_v1alpha_.get());
 
   // gRPC refuses what is over its limit before any service sees it, so such
   // refusals could not be counted or explained: its limit is twice ours,
@@ -198,10 +245,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   for (auto& g : s->groups_) g->Start();
   spdlog::info(
-      "event=listening address={} port={} metrics_port={} groups={} group_size={} "
+      "event=listening address={} port={} tls={} metrics_port={} groups={} group_size={} "
       "worker={}",
-      options.listen, s->port_, s->metrics_port_, s->groups_.size(), options.group_size,
-      s->options_.worker_binary);
+      options.listen, s->port_,
+      options.tls_cert_file.empty() ? "off" : options.tls_client_ca_file.empty() ? "server" : "mutual",
+      s->metrics_port_, s->groups_.size(), options.group_size, s->options_.worker_binary);
   return s;
 }
 
@@ -241,6 +289,15 @@ absl::Status Server::Drain(absl::Duration timeout) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   const int64_t cut = service_->active_calls();
+  if (cut > 0) {
+    // Ended with the server's reason first; gRPC's shutdown below would say
+    // only "Cancelling all calls".
+    service_->CancelAll(absl::UnavailableError(absl::StrCat(
+        "the server is shutting down and its drain timeout (", absl::FormatDuration(timeout),
+        ") cut this call; retry on another replica")));
+    const absl::Time grace = absl::Now() + absl::Seconds(1);
+    while (service_->active_calls() > 0 && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(10));
+  }
   // Cancels whatever is left; returns once every call is done.
   grpc_server_->Shutdown(absl::ToChronoTime(absl::Now()));
   grpc_server_->Wait();

@@ -4,6 +4,9 @@
 // reflection), the scheduler, the worker groups and the /metrics endpoint,
 // wired together and torn down in order.
 //
+// Reflection (grpc.reflection.v1 and v1alpha) describes the public services
+// only (server/public_reflection.h).
+//
 // Health service names: "" and "vaedecode.v1.VaeDecoder" are SERVING while
 // any group is ready and the server is not draining; each model has its own
 // name "vaedecode.v1.VaeDecoder/<model>", SERVING while a ready group serves
@@ -27,6 +30,7 @@
 #include "server/decode_service.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
+#include "server/public_reflection.h"
 #include "server/request_validation.h"
 #include "server/scheduler.h"
 #include "server/worker_group.h"
@@ -35,6 +39,12 @@ namespace vaedecode::server {
 
 struct ServerOptions {
   std::string listen = "0.0.0.0:50051";
+  // TLS on the gRPC port: PEM files of the server's certificate chain and
+  // key (both or neither), and optionally the CAs whose client certificates
+  // are required (mutual TLS). Empty: plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
   std::string model_repository;  // "" = the workers' embedded default model
   std::string devices = "cpu:1";
   int group_size = 1;
@@ -98,6 +108,9 @@ class Server {
   std::unique_ptr<ModelCatalog> catalog_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DecodeService> service_;
+  std::unique_ptr<PublicSurface> surface_;
+  std::unique_ptr<ReflectionV1> reflection_v1_;
+  std::unique_ptr<ReflectionV1Alpha> reflection_v1alpha_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::vector<std::unique_ptr<WorkerGroup>> groups_;

@@ -33,6 +33,8 @@ constexpr absl::Duration kMemoryPoll = absl::Milliseconds(250);
 // How long the supervisor looks for a dead rank to explain a failure the
 // leader reported (a process's socket closes a moment before it is reapable).
 constexpr absl::Duration kExplainWindow = absl::Milliseconds(300);
+// How long a clean stop waits for the ranks to exit on their own.
+constexpr absl::Duration kGracefulStop = absl::Seconds(5);
 
 // The server does not link LibTorch, so not parallel::PickFreePort (same
 // method: bind 127.0.0.1:0, read the port, release it).
@@ -162,16 +164,24 @@ void WorkerGroup::SupervisorLoop() {
     catalog_.GroupDown(options_.name);
     metrics_.SetGroupReady(options_.name, false);
     bool stopping;
+    bool idle;
     {
       absl::MutexLock lock(&mu_);
       stopping = stopping_;
+      idle = !busy_ && !leader_may_be_busy_;
       state_ = stopping ? State::kStopped : State::kBroken;
       (*leader)->broken_reason = reason;
       leader_.reset();
       if (running_ != nullptr) running_->TryCancel();
     }
+    if (stopping) {
+      // A decode still running when the server stops (or still stopping
+      // after its call was cancelled) was cut by the drain: no point waiting.
+      if (idle) StopGracefully(children);
+      for (auto& c : children) c.Kill();
+      break;
+    }
     for (auto& c : children) c.Kill();
-    if (stopping) break;
     spdlog::warn("group={} event=broken incarnation={} reason={} action=rebuild", options_.name,
                  (*leader)->incarnation, rpc::LogValue(reason));
   }
@@ -262,6 +272,25 @@ absl::StatusOr<std::shared_ptr<WorkerGroup::Leader>> WorkerGroup::Launch(
       return absl::CancelledError("the server is stopping");
     }
   }
+}
+
+void WorkerGroup::StopGracefully(std::vector<worker::ChildProcess>& children) {
+  // The leader's SIGTERM handler stops its server and sends the peers the
+  // group's shutdown job, so every rank exits 0 in order; killing them in
+  // turn instead made the peers log the leader's lost connection as a
+  // broken group.
+  if (!children.empty()) children[0].Signal(SIGTERM);
+  const absl::Time give_up = absl::Now() + kGracefulStop;
+  for (auto& c : children) {
+    if (c.pid() < 0) continue;
+    absl::StatusOr<int> code = c.Wait(give_up);
+    if (!code.ok()) {
+      spdlog::warn("group={} event=stop_timeout pid={} message=\"a rank did not exit within {} s of the "
+                   "group's shutdown; killed\"",
+                   options_.name, c.pid(), absl::ToDoubleSeconds(kGracefulStop));
+    }
+  }
+  for (auto& c : children) c.Kill();
 }
 
 std::string WorkerGroup::FindExited(std::vector<worker::ChildProcess>& children) {
@@ -550,6 +579,11 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
   unregister();
   metrics_.AddInFlight(-1);
 
+  {
+    // A cancelled call ends here at once; the leader stops at its next op.
+    absl::MutexLock lock(&mu_);
+    leader_may_be_busy_ = client_gone || job->over();
+  }
   if (client_gone || job->over()) {  // cancelled: the job finishes itself
     const absl::Time cancelled = job->cancelled_at();
     if (cancelled < absl::InfiniteFuture()) {

@@ -115,6 +115,9 @@ class WorkerGroup {
   // failure or Stop; returns why.
   std::string Monitor(const std::shared_ptr<Leader>& leader,
                       std::vector<worker::ChildProcess>& children, RankHeartbeats& heartbeats);
+  // Asks the leader to shut the group down (SIGTERM), waits a moment for
+  // every rank to exit, kills what is left.
+  void StopGracefully(std::vector<worker::ChildProcess>& children);
   // The first rank found exited, described; "" when all run.
   std::string FindExited(std::vector<worker::ChildProcess>& children);
   // The first rank silent past the heartbeat timeout, described; "" when none.
@@ -142,6 +145,8 @@ class WorkerGroup {
   // The dispatcher's call to the leader, cancelled when the group breaks.
   grpc::ClientContext* running_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  // The last call was cancelled: the leader may still be finishing its op.
+  bool leader_may_be_busy_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread supervisor_;
   std::thread dispatcher_;

@@ -12,7 +12,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libpng-dev patchelf
   python3-grpcio python3-protobuf python3-numpy python3-pip
-  prometheus yamllint python3-yaml
+  prometheus yamllint python3-yaml openssl
   clang libclang-rt-14-dev
 )
 

@@ -83,6 +83,10 @@ absl::StatusOr<int> ChildProcess::Wait(absl::Time deadline) {
   }
 }
 
+void ChildProcess::Signal(int sig) {
+  if (pid_ >= 0) kill(pid_, sig);
+}
+
 void ChildProcess::Kill() {
   if (pid_ < 0) return;
   kill(pid_, SIGKILL);

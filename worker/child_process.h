@@ -46,6 +46,8 @@ class ChildProcess {
 
   // SIGKILL and reap; a no-op once reaped.
   void Kill();
+  // Sends `sig` (a no-op once reaped).
+  void Signal(int sig);
 
  private:
   explicit ChildProcess(pid_t pid) : pid_(pid) {}

@@ -182,7 +182,9 @@ int main(int argc, char** argv) {
 
   while (!g_stop && !runtime.broken()) absl::SleepFor(absl::Milliseconds(50));
   const bool broken = runtime.broken();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // The server stops the leader only when it is done with the group: a
+  // call still open is not waited for long.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   runtime.Shutdown();
   return broken ? 1 : 0;
 }

@@ -11,11 +11,22 @@
 #include <limits>
 #include <thread>
 
+#include <google/protobuf/descriptor.pb.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/service/service_checks.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "tests/service/service_harness.h"
 
 namespace vaedecode::testing {
@@ -188,6 +199,202 @@ TEST(ReliabilityTest, AdmissionRefusesCostlyNonFiniteAndOversizedRequestsAndKeep
                                    absl::Seconds(5)));
   ExpectMatches(Decode(server->stub(), Small()), ReadFloat(FixturePath("sd_kl/expected.safetensors")),
                 v1::OUTPUT_FLOAT32);
+}
+
+// The names of the files a reflection answer carries, or its error as a
+// status (v1 or v1alpha: the same messages in two packages).
+template <typename Reflection, typename Request, typename Response>
+absl::StatusOr<std::vector<std::string>> AskReflection(const std::shared_ptr<grpc::Channel>& channel,
+                                                       const Request& request) {
+  auto stub = Reflection::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  auto stream = stub->ServerReflectionInfo(&ctx);
+  stream->Write(request);
+  stream->WritesDone();
+  Response response;
+  std::vector<std::string> names;
+  absl::Status error;
+  while (stream->Read(&response)) {
+    if (response.has_error_response()) {
+      error = absl::Status(static_cast<absl::StatusCode>(response.error_response().error_code()),
+                           response.error_response().error_message());
+    }
+    for (const auto& s : response.list_services_response().service()) names.push_back(s.name());
+    for (const std::string& bytes : response.file_descriptor_response().file_descriptor_proto()) {
+      google::protobuf::FileDescriptorProto file;
+      file.ParseFromString(bytes);
+      names.push_back(file.name());
+    }
+  }
+  const grpc::Status s = stream->Finish();
+  if (!s.ok()) return absl::UnknownError(s.error_message());
+  if (!error.ok()) return error;
+  return names;
+}
+
+template <typename Reflection, typename Request, typename Response>
+void ExpectPublicReflectionOnly(const std::shared_ptr<grpc::Channel>& channel) {
+  const auto ask = [&channel](const Request& r) { return AskReflection<Reflection, Request, Response>(channel, r); };
+  Request list;
+  list.set_list_services("");
+  absl::StatusOr<std::vector<std::string>> services = ask(list);
+  ASSERT_TRUE(services.ok()) << services.status();
+  EXPECT_THAT(*services, ::testing::UnorderedElementsAre(
+                             "vaedecode.v1.VaeDecoder", "grpc.health.v1.Health",
+                             "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"));
+  for (const char* symbol : {"vaedecode.v1.VaeDecoder", "vaedecode.v1.DecodeRequest", "grpc.health.v1.Health"}) {
+    Request by_symbol;
+    by_symbol.set_file_containing_symbol(symbol);
+    absl::StatusOr<std::vector<std::string>> files =
+        ask(by_symbol);
+    ASSERT_TRUE(files.ok()) << symbol << ": " << files.status();
+    EXPECT_FALSE(files->empty()) << symbol;
+  }
+  Request file;
+  file.set_file_by_filename("vaedecode/v1/vaedecode.proto");
+  EXPECT_THAT(ask(file).value_or(std::vector<std::string>{}),
+              ::testing::Contains("vaedecode/v1/vaedecode.proto"));
+  // The server<->worker protocol is linked into the server, never described.
+  Request internal_symbol;
+  internal_symbol.set_file_containing_symbol("vaedecode.internal.GroupLeader");
+  EXPECT_EQ(ask(internal_symbol).status().code(),
+            absl::StatusCode::kNotFound);
+  Request internal_file;
+  internal_file.set_file_by_filename("vaedecode/internal/worker.proto");
+  EXPECT_EQ(ask(internal_file).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ReliabilityTest, ReflectionAnswersV1AndV1AlphaAboutThePublicApiOnly) {
+  const std::string repo = FixtureRepository({"sd_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1), {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  ExpectPublicReflectionOnly<grpc::reflection::v1::ServerReflection, grpc::reflection::v1::ServerReflectionRequest,
+                             grpc::reflection::v1::ServerReflectionResponse>(server->channel());
+  ExpectPublicReflectionOnly<grpc::reflection::v1alpha::ServerReflection,
+                             grpc::reflection::v1alpha::ServerReflectionRequest,
+                             grpc::reflection::v1alpha::ServerReflectionResponse>(server->channel());
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A CA, a server certificate for 127.0.0.1 and a client certificate, made
+// with Debian's openssl in `dir`.
+void MakeCertificates(const std::string& dir) {
+  const std::string script = absl::StrCat(
+      "set -e; cd '", dir, "'; ",
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca.key -out ca.pem 2>/dev/null; ",
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > san.ext; ",
+      "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr 2>/dev/null; ",
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext "
+      "-out server.pem 2>/dev/null; ",
+      "openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout client.key -out client.csr 2>/dev/null; ",
+      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out client.pem "
+      "2>/dev/null");
+  ASSERT_EQ(std::system(script.c_str()), 0) << "openssl failed (tools/setup.sh installs it)";
+}
+
+std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address, const std::string& dir, bool client_cert) {
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ReadText(dir + "/ca.pem");
+  if (client_cert) {
+    ssl.pem_private_key = ReadText(dir + "/client.key");
+    ssl.pem_cert_chain = ReadText(dir + "/client.pem");
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per channel: no reuse across tests
+  return grpc::CreateCustomChannel(address, grpc::SslCredentials(ssl), args);
+}
+
+TEST(ReliabilityTest, MutualTlsOnTheGrpcPort) {
+  const std::string certs = TempDir("certs");
+  MakeCertificates(certs);
+  const std::string repo = FixtureRepository({"sd_kl"});
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server = ServerProcess::Start(RealWorkerFlags(
+      repo, "cpu:1", 1,
+      {absl::StrCat("--tls_cert=", certs, "/server.pem"), absl::StrCat("--tls_key=", certs, "/server.key"),
+       absl::StrCat("--tls_client_ca=", certs, "/ca.pem")}));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = (*server)->address();
+  const std::shared_ptr<grpc::Channel> tls = TlsChannel(address, certs, true);
+  auto health = grpc::health::v1::Health::NewStub(tls);
+  bool serving = false;
+  for (int i = 0; i < 600 && !serving; ++i) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(std::string(kModelHealth) + "sd_kl");
+    grpc::health::v1::HealthCheckResponse response;
+    serving = health->Check(&ctx, request, &response).ok() &&
+              response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+    if (!serving) absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_TRUE(serving) << "sd_kl never SERVING over TLS";
+  auto stub = v1::VaeDecoder::NewStub(tls);
+  ExpectMatches(Decode(*stub, Small("over-tls")), ReadFloat(FixturePath("sd_kl/expected.safetensors")),
+                v1::OUTPUT_FLOAT32);
+
+  // Without a client certificate, or in plaintext: no call gets through.
+  auto anonymous = v1::VaeDecoder::NewStub(TlsChannel(address, certs, false));
+  EXPECT_EQ(Decode(*anonymous, Small(), absl::Seconds(5)).status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Decode((*server)->stub(), Small(), absl::Seconds(5)).status.error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // The server still serves the authenticated client.
+  ExpectOk(Decode(*stub, Small("after-refusals")));
+}
+
+TEST(ReliabilityTest, TlsFlagsAreCheckedAtStart) {
+  const std::string dir = TempDir("bad-certs");
+  { std::ofstream(dir + "/not.pem") << "hello"; }
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{absl::StrCat("--tls_cert=", dir, "/not.pem")},
+        std::vector<std::string>{absl::StrCat("--tls_cert=", dir, "/not.pem"), absl::StrCat("--tls_key=", dir, "/not.pem")},
+        std::vector<std::string>{absl::StrCat("--tls_client_ca=", dir, "/not.pem")}}) {
+    absl::StatusOr<std::unique_ptr<ServerProcess>> server = ServerProcess::Start(flags);
+    ASSERT_FALSE(server.ok());
+    EXPECT_THAT(server.status().message(), HasSubstr("--tls_")) << server.status();
+  }
+}
+
+// The lines of `log` at warning or error: spdlog's "[warning]"/"[error]"
+// and glog-style lines from c10d and gRPC ("W1201 …", "E1201 …").
+std::vector<std::string> WarningsAndErrors(const std::string& log) {
+  std::vector<std::string> found;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    const bool spd = absl::StrContains(line, "] [warning] ") || absl::StrContains(line, "] [error] ") ||
+                     absl::StrContains(line, "] [critical] ");
+    const bool glog = line.size() > 5 && (line[0] == 'W' || line[0] == 'E' || line[0] == 'F') &&
+                      std::all_of(line.begin() + 1, line.begin() + 5, [](char c) { return c >= '0' && c <= '9'; });
+    const bool torch = absl::StartsWith(line, "[W") || absl::StartsWith(line, "[E");
+    if (spd || glog || torch) found.emplace_back(line);
+  }
+  return found;
+}
+
+// Starts of multi-rank groups and SIGTERM stops, several times over: none
+// may print a warning or an error (c10d connect retries, a group reported
+// broken by the shutdown's own order).
+TEST(ReliabilityTest, CleanStartsAndStopsLogNoWarningOrError) {
+  const std::string repo = FixtureRepository({"sd_kl"});
+  for (int round = 0; round < 4; ++round) {
+    auto server = StartServing(RealWorkerFlags(repo, "cpu:2", 2), {"sd_kl"});
+    ASSERT_NE(server, nullptr);
+    ExpectOk(Decode(server->stub(), Small(absl::StrCat("round-", round))));
+    server->Signal(SIGTERM);
+    absl::StatusOr<int> code = server->WaitExit(absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 0);
+    const std::string log = server->Log();
+    EXPECT_THAT(WarningsAndErrors(log), ::testing::IsEmpty()) << "round " << round;
+    EXPECT_THAT(log, HasSubstr("event=exit code=0"));
+  }
 }
 
 }  // namespace

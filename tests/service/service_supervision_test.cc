@@ -373,9 +373,10 @@ TEST(ServiceSupervisionTest, DrainTimeoutCancelsWhatIsLeft) {
   const absl::Time exited = absl::Now();
   const DecodeOutcome& out = running.Join();
   ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 0);
-  // gRPC's shutdown ends the call: UNAVAILABLE, retry on another replica.
+  EXPECT_EQ(*code, 3) << "the exit code says the drain cut calls";
+  // The server's own message, not gRPC's "Cancelling all calls": UNAVAILABLE, retry elsewhere.
   EXPECT_EQ(out.status.error_code(), grpc::StatusCode::UNAVAILABLE) << out.status.error_message();
+  EXPECT_THAT(out.status.error_message(), HasSubstr("drain timeout (1s) cut this call"));
   EXPECT_EQ(out.messages, 0);
   EXPECT_TRUE(server->Workers().empty());
   // The drain waited its second, then cut the call, not the rest of the decode.
