@@ -140,7 +140,22 @@ at::Tensor CancellableDenseOps::GroupNorm(const at::Tensor& x, int64_t num_group
 at::Tensor CancellableDenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           int64_t tokens_per_row) {
   CheckCancelled();
-  return dense_.Attention(q, k, v, tokens_per_row);
+  // One attention over a large latent's tokens can run for minutes on a CPU
+  // (scores grow with tokens squared); a cancelled request would hold its
+  // group that long. Past kScoresPerCall the queries go in chunks with a
+  // check between them: each query row's result depends only on that row
+  // and all keys, so the chunks compute the same values.
+  const int64_t queries = q.size(-2);
+  const int64_t keys = k.size(-2);
+  const int64_t batch_heads = queries == 0 ? 1 : q.numel() / (queries * q.size(-1));
+  const int64_t rows = std::max<int64_t>(1, kScoresPerCall / std::max<int64_t>(1, keys * batch_heads));
+  if (rows >= queries) return dense_.Attention(q, k, v, tokens_per_row);
+  std::vector<at::Tensor> parts;
+  for (int64_t start = 0; start < queries; start += rows) {
+    if (start > 0) CheckCancelled();
+    parts.push_back(ScaledDotProductAttention(q.narrow(-2, start, std::min(rows, queries - start)), k, v));
+  }
+  return at::cat(parts, -2);
 }
 
 at::Tensor CancellableDenseOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k,

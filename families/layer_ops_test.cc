@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+
+#include "families/status_error.h"
+
 namespace vaedecode::families {
 namespace {
 
@@ -62,6 +66,22 @@ TEST(ScaledDotProductAttention, MatchesTheFormulaAndChunksExactly) {
   at::Tensor v = at::randn({2, 1, 37, 8});
   at::Tensor want = at::matmul(at::softmax(at::matmul(q, k.transpose(-2, -1)) / std::sqrt(8.0), -1), v);
   EXPECT_LE((ScaledDotProductAttention(q, k, v) - want).abs().max().item<double>(), 1e-5);
+}
+
+TEST(CancellableDenseOps, ALongAttentionGoesInQueryChunksThatComputeTheSame) {
+  at::manual_seed(5);
+  // 1 x 1 heads x 5000 queries x 5000 keys: 25M scores, more than one call's worth.
+  const at::Tensor q = at::randn({1, 1, 5000, 16});
+  const at::Tensor k = at::randn({1, 1, 5000, 16});
+  const at::Tensor v = at::randn({1, 1, 5000, 16});
+  ASSERT_GT(5000 * 5000, CancellableDenseOps::kScoresPerCall);
+  std::atomic<bool> cancelled{false};
+  CancellableDenseOps ops(&cancelled);
+  const at::Tensor chunked = ops.Attention(q, k, v, 100);
+  EXPECT_LE((chunked - ScaledDotProductAttention(q, k, v)).abs().max().item<double>(), 1e-6);
+
+  cancelled = true;
+  EXPECT_THROW(ops.Attention(q, k, v, 100), StatusError);
 }
 
 TEST(PadRows, ReplicatesEdgeRows) {

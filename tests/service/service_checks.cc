@@ -228,4 +228,43 @@ const DecodeOutcome& BackgroundDecode::Join() {
   return outcome_;
 }
 
+std::vector<BadRequestCase> BadRequestCases(const std::string& available) {
+  return {
+      {"empty model", [](auto& r) { r.set_model(""); }, grpc::StatusCode::INVALID_ARGUMENT,
+       absl::StrCat("model: empty; available models: ", available)},
+      {"unknown model", [](auto& r) { r.set_model("sd_xl"); }, grpc::StatusCode::NOT_FOUND,
+       absl::StrCat("model \"sd_xl\" not found; available: ", available)},
+      {"no latent", [](auto& r) { r.clear_latent(); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "latent: missing"},
+      {"no dtype", [](auto& r) { r.mutable_latent()->set_dtype(v1::DTYPE_UNSPECIFIED); },
+       grpc::StatusCode::INVALID_ARGUMENT, "latent.dtype: unspecified"},
+      {"uint8 latent", [](auto& r) { r.mutable_latent()->set_dtype(v1::UINT8); },
+       grpc::StatusCode::INVALID_ARGUMENT, "UINT8 is not a floating type"},
+      {"rank 3", [](auto& r) { r.mutable_latent()->mutable_shape()->RemoveLast(); },
+       grpc::StatusCode::INVALID_ARGUMENT, "(rank 4), got rank 3"},
+      {"video latent for an image model", [](auto& r) { r.mutable_latent()->add_shape(1); },
+       grpc::StatusCode::INVALID_ARGUMENT, "got rank 5"},
+      {"zero dim", [](auto& r) { r.mutable_latent()->set_shape(2, 0); },
+       grpc::StatusCode::INVALID_ARGUMENT, "dimension 2 is 0"},
+      {"negative dim", [](auto& r) { r.mutable_latent()->set_shape(3, -4); },
+       grpc::StatusCode::INVALID_ARGUMENT, "dimension 3 is -4"},
+      {"channels", [](auto& r) { r.mutable_latent()->set_shape(1, 16); },
+       grpc::StatusCode::INVALID_ARGUMENT, "takes 4 latent channels, got 16"},
+      {"short data", [](auto& r) { r.mutable_latent()->mutable_data()->resize(100); },
+       grpc::StatusCode::INVALID_ARGUMENT, "latent.data: 100 bytes"},
+      {"fp16 byte count", [](auto& r) { r.mutable_latent()->set_dtype(v1::FLOAT16); },
+       grpc::StatusCode::INVALID_ARGUMENT, "FLOAT16 needs"},
+      {"huge shape", [](auto& r) { r.mutable_latent()->set_shape(0, int64_t{1} << 40); },
+       grpc::StatusCode::INVALID_ARGUMENT, "more than 2^40 elements"},
+      {"mode enum", [](auto& r) { r.set_mode(static_cast<v1::Mode>(42)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "mode: unknown value 42"},
+      {"format enum", [](auto& r) { r.set_output_format(static_cast<v1::OutputFormat>(9)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "output_format: unknown value 9"},
+      {"space enum", [](auto& r) { r.set_latent_space(static_cast<v1::LatentSpace>(5)); },
+       grpc::StatusCode::INVALID_ARGUMENT, "latent_space: unknown value 5"},
+      {"long request id", [](auto& r) { r.set_request_id(std::string(300, 'x')); },
+       grpc::StatusCode::INVALID_ARGUMENT, "request_id: 300 characters"},
+    };
+}
+
 }  // namespace vaedecode::testing

@@ -9,6 +9,7 @@
 // rest has no shared state.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -66,6 +67,18 @@ void ExpectOk(const DecodeOutcome& out);
 // (NCHW or NCTHW float32): float32 to 1e-4, float16 to its rounding,
 // uint8/PNG to one level of the 8-bit conversion.
 void ExpectMatches(const DecodeOutcome& out, const FloatTensor& expected, v1::OutputFormat format);
+
+// A malformed request (the sd_kl fixture's, mutated) and what the server
+// must answer: the code and a piece of the message naming the problem.
+struct BadRequestCase {
+  std::string name;
+  std::function<void(v1::DecodeRequest&)> mutate;
+  grpc::StatusCode code;
+  std::string message;
+};
+// Every malformed field the frontend checks; `available` is the server's
+// model list as its messages print it ("flux1_kl, sd_kl").
+std::vector<BadRequestCase> BadRequestCases(const std::string& available);
 
 // The server's worker with `rank` (pid 0 when there is none).
 WorkerProcess Rank(ServerProcess& server, int rank);

@@ -1,0 +1,197 @@
+// Everything an adversarial user tried against the service, replayed on one
+// real server (two CPU ranks in one group, loopback) while a well-behaved
+// client keeps decoding: malformed requests, a request that can never fit,
+// costly, non-finite and oversized requests, forged log lines, a stalled
+// reader, a cancelled long decode, a stopped and a killed worker, probes of
+// the internal protocol. The server must answer each with a clear status,
+// keep serving, and lose nothing: every call it received ends, and is
+// counted, exactly once.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "tests/service/service_checks.h"
+#include "tests/service/service_harness.h"
+
+namespace vaedecode::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::DecodeRequest Small(const std::string& id = "") {
+  v1::DecodeRequest r = FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"));
+  r.set_request_id(id);
+  return r;
+}
+
+void ExpectReached(const absl::Status& s) { EXPECT_TRUE(s.ok()) << s; }
+
+// Decodes Small() in a loop until stopped, checking every output; counts
+// the outcomes by status code.
+class WellBehavedClient {
+ public:
+  explicit WellBehavedClient(ServerProcess& server)
+      : thread_([this, &server] {
+          const FloatTensor expected = ReadFloat(FixturePath("sd_kl/expected.safetensors"));
+          for (int i = 0; !stop_.load(); ++i) {
+            const DecodeOutcome out = Decode(server.stub(), Small(absl::StrCat("canary-", i)), absl::Seconds(60));
+            if (out.status.ok()) ExpectMatches(out, expected, v1::OUTPUT_FLOAT32);
+            absl::MutexLock lock(&mu_);
+            ++codes_[out.status.error_code()];
+          }
+        }) {}
+  // Stops, joins; the outcomes.
+  std::map<grpc::StatusCode, int> Stop() {
+    stop_ = true;
+    thread_.join();
+    absl::MutexLock lock(&mu_);
+    return codes_;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  std::map<grpc::StatusCode, int> codes_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
+  const std::string repo = FixtureRepository({"sd_kl"});
+  auto server = StartServing(
+      RealWorkerFlags(repo, "cpu:2", 2,
+                      {"--memory_budget_mib=512", "--heartbeat_timeout_s=2", "--stream_stall_timeout_s=2",
+                       "--max_output_pixels=0,sd_kl=3000000", "--max_message_bytes=4194304",
+                       "--chunk_bytes=65536", "--max_queue=64"}),
+      {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->WaitWorkers(2, absl::Seconds(10)).ok());
+  int sent = 0;  // calls this test makes, besides the well-behaved client's
+  const auto call = [&](const v1::DecodeRequest& r, absl::Duration deadline = absl::Seconds(60)) {
+    ++sent;
+    return Decode(server->stub(), r, deadline);
+  };
+  WellBehavedClient canary(*server);
+
+  // 1. The malformed-request table.
+  for (const BadRequestCase& c : BadRequestCases("sd_kl")) {
+    v1::DecodeRequest r = Small();
+    c.mutate(r);
+    const DecodeOutcome out = call(r);
+    EXPECT_EQ(out.status.error_code(), c.code) << c.name << ": " << out.status.error_message();
+    EXPECT_THAT(out.status.error_message(), HasSubstr(c.message)) << c.name;
+  }
+
+  // The fixture decoder's spatial factor sizes the requests below (4 when written).
+  grpc::ClientContext info_ctx;
+  v1::GetModelRequest get;
+  get.set_name("sd_kl");
+  v1::ModelInfo model;
+  ASSERT_TRUE(server->stub().GetModel(&info_ctx, get, &model).ok());
+  ASSERT_EQ(model.spatial_factor(), 4) << "resize the requests below";
+
+  // 2. Costly, non-finite and oversized requests.
+  const DecodeOutcome costly = call(SyntheticRequest("sd_kl", {12, 4, 128, 128}));  // 3.1M pixels, 3.1 MB
+  EXPECT_EQ(costly.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(costly.status.error_message(), HasSubstr("--max_output_pixels"));
+  v1::DecodeRequest nan = SyntheticRequest("sd_kl", {1, 4, 16, 16});
+  const float not_a_number = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(&(*nan.mutable_latent()->mutable_data())[0], &not_a_number, 4);
+  EXPECT_THAT(call(nan).status.error_message(), HasSubstr("not finite"));
+  EXPECT_EQ(call(SyntheticRequest("sd_kl", {1, 4, 512, 512})).status.error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);  // 4 MiB of latent + framing
+
+  // 3. A request whose smallest tile (150 latents of 32 x 32, about 1 GB)
+  // can never fit the 512 MiB budget: refused at once, not queued forever.
+  {
+    const absl::Time t0 = absl::Now();
+    const DecodeOutcome never = call(SyntheticRequest("sd_kl", {150, 4, 32, 32}), absl::Seconds(60));
+    EXPECT_EQ(never.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << never.status.error_message();
+    EXPECT_THAT(never.status.error_message(), HasSubstr("can never be decoded"));
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  }
+
+  // 4. Forged log lines.
+  EXPECT_TRUE(call(Small("x\nrequest id=forged status=OK")).status.ok());
+
+  // 5. A long decode cancelled midway, then a stalled reader.
+  {
+    BackgroundDecode cancelled(*server, SyntheticRequest("sd_kl", {256, 4, 16, 16}, "to-cancel"));
+    ++sent;
+    absl::SleepFor(absl::Milliseconds(500));
+    cancelled.Cancel();
+    EXPECT_EQ(cancelled.Join().status.error_code(), grpc::StatusCode::CANCELLED);
+  }
+  {
+    const std::unique_ptr<v1::VaeDecoder::Stub> slow = server->SlowReaderStub();
+    ++sent;
+    const DecodeOutcome stalled =
+        Decode(*slow, SyntheticRequest("sd_kl", {64, 4, 16, 16}, "stalls"), absl::Seconds(60),
+               [](int n, grpc::ClientContext&) {
+                 if (n == 1) absl::SleepFor(absl::Seconds(5));
+               });
+    EXPECT_EQ(stalled.status.error_code(), grpc::StatusCode::CANCELLED) << stalled.status.error_message();
+  }
+
+  // 6. A stopped peer during a decode, then a killed leader.
+  {
+    const WorkerProcess peer = Rank(*server, 1);
+    ASSERT_GT(peer.pid, 0);
+    BackgroundDecode victim(*server, SyntheticRequest("sd_kl", {256, 4, 16, 16}, "victim-of-a-hang"));
+    ++sent;
+    absl::SleepFor(absl::Milliseconds(300));
+    ASSERT_EQ(kill(peer.pid, SIGSTOP), 0);
+    EXPECT_EQ(victim.Join().status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    ASSERT_TRUE(server->WaitWorkers(2, absl::Seconds(30), peer.group).ok());
+    ASSERT_TRUE(server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
+  }
+  {
+    const WorkerProcess leader = Rank(*server, 0);
+    ASSERT_GT(leader.pid, 0);
+    BackgroundDecode victim(*server, SyntheticRequest("sd_kl", {256, 4, 16, 16}, "victim-of-a-crash"));
+    ++sent;
+    absl::SleepFor(absl::Milliseconds(300));
+    ASSERT_EQ(kill(leader.pid, SIGKILL), 0);
+    EXPECT_EQ(victim.Join().status.error_code(), grpc::StatusCode::UNAVAILABLE);
+    ASSERT_TRUE(server->WaitWorkers(2, absl::Seconds(30), leader.group).ok());
+    ASSERT_TRUE(server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
+  }
+
+  // The well-behaved client saw only successes, apart from calls that ran on
+  // the group while it failed (UNAVAILABLE, retry): no deadline, no hang.
+  const std::map<grpc::StatusCode, int> canary_codes = canary.Stop();
+  int canary_calls = 0;
+  for (const auto& [code, n] : canary_codes) {
+    canary_calls += n;
+    EXPECT_TRUE(code == grpc::StatusCode::OK || code == grpc::StatusCode::UNAVAILABLE)
+        << n << " canary call(s) ended " << code;
+  }
+  EXPECT_GT(canary_codes.count(grpc::StatusCode::OK) ? canary_codes.at(grpc::StatusCode::OK) : 0, 10);
+
+  // Nothing lost: every call ended and was counted once; nothing is left
+  // running, queued or buffered; the group serves.
+  ExpectReached(server->WaitMetric("vaedecode_in_flight", {}, 0));
+  ExpectReached(server->WaitMetric("vaedecode_queue_depth", {}, 0));
+  ExpectReached(server->WaitMetric("vaedecode_output_buffer_bytes", {}, 0, absl::Seconds(5)));
+  ExpectReached(server->WaitMetric("vaedecode_requests_total", {}, sent + canary_calls));
+  ExpectOk(call(Small("after-everything")));
+  const std::string log = server->Log();
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    EXPECT_FALSE(absl::StartsWith(line, "request id=forged")) << line;
+  }
+  EXPECT_EQ(server->Serving("vaedecode.v1.VaeDecoder").value_or(false), true);
+}
+
+}  // namespace
+}  // namespace vaedecode::testing
