@@ -74,6 +74,7 @@ class Server:
                f"--worker_binary={os.path.join(args.bin, 'worker/vaedecode_worker')}",
                f"--devices={args.devices}", f"--group_size={args.group_size}", f"--threads={args.threads}",
                "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", f"--ready_file={self.ready}"]
+        cmd += list(getattr(args, "server_flags", []))
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)  # pylint: disable=consider-using-with
         self.address = None
 

@@ -126,9 +126,37 @@ void CancellableDenseOps::CheckCancelled() const {
 }
 
 at::Tensor CancellableDenseOps::Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                     const ConvGeometry& geometry) {
+                                     const ConvGeometry& g) {
   CheckCancelled();
-  return dense_.Conv(x, weight, bias, geometry);
+  // A convolution at a large image's full resolution runs for seconds on a
+  // CPU: past kConvOutputsPerCall outputs it goes sample by sample and in
+  // bands of output rows, with a check between them. A band reads the rows
+  // it needs (its halo); the image's own top and bottom edges are padded
+  // with the geometry's mode, as the sharded ops do at a global edge.
+  const int64_t h_dim = x.dim() - 2;
+  const int64_t height = x.size(h_dim);
+  const int64_t reach = g.dilation * (weight.size(-2) - 1);  // input rows one output row spans
+  const int64_t per_row = weight.size(0) * x.numel() / (x.size(0) * x.size(1) * height);  // outputs per row
+  if (x.size(0) * per_row * height <= kConvOutputsPerCall || g.mode == PaddingMode::kCircular) {
+    return dense_.Conv(x, weight, bias, g);
+  }
+  const int64_t band = std::max<int64_t>(1, kConvOutputsPerCall / per_row);
+  std::vector<at::Tensor> samples;
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    const at::Tensor one = x.narrow(0, b, 1);
+    std::vector<at::Tensor> bands;
+    for (int64_t r0 = 0; r0 < height; r0 += band) {
+      const int64_t r1 = std::min(height, r0 + band);
+      if (b > 0 || r0 > 0) CheckCancelled();
+      // Input rows [r0 - p, r1 - 1 - p + reach], clipped; the clipped part is padding.
+      const int64_t first = r0 - g.padding_h, last = r1 - 1 - g.padding_h + reach;
+      const int64_t lo = std::max<int64_t>(0, first), hi = std::min<int64_t>(height - 1, last);
+      at::Tensor rows = PadRows(one.narrow(h_dim, lo, hi - lo + 1), lo - first, last - hi, g.mode);
+      bands.push_back(ConvWithRowsProvided(rows, weight, bias, g));
+    }
+    samples.push_back(bands.size() == 1 ? bands[0] : at::cat(bands, h_dim));
+  }
+  return samples.size() == 1 ? samples[0] : at::cat(samples, 0);
 }
 
 at::Tensor CancellableDenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,

@@ -85,12 +85,16 @@ class DenseOps final : public LayerOps {
 
 // DenseOps that stop with StatusError(CANCELLED) at the first op after
 // *cancelled becomes true; a long attention is checked between chunks of
-// queries too.
+// queries, a large convolution between samples and bands of rows (same
+// values up to float rounding: each chunk computes its outputs from the
+// same inputs).
 class CancellableDenseOps final : public LayerOps {
  public:
   // Query × key scores (times batch × heads) one attention call computes
   // before the next cancellation check: a few tenths of a second on a CPU.
   static constexpr int64_t kScoresPerCall = int64_t{1} << 24;
+  // Output elements one convolution call computes before the next check.
+  static constexpr int64_t kConvOutputsPerCall = int64_t{1} << 23;
 
   explicit CancellableDenseOps(const std::atomic<bool>* cancelled) : cancelled_(cancelled) {}
   at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

@@ -84,6 +84,45 @@ TEST(CancellableDenseOps, ALongAttentionGoesInQueryChunksThatComputeTheSame) {
   EXPECT_THROW(ops.Attention(q, k, v, 100), StatusError);
 }
 
+TEST(CancellableDenseOps, ALargeConvGoesInSamplesAndRowBandsThatComputeTheSame) {
+  at::manual_seed(6);
+  std::atomic<bool> cancelled{false};
+  CancellableDenseOps ops(&cancelled);
+  DenseOps dense;
+
+  // 2 samples x 8 channels x 1100 x 1000 outputs: two bands per sample.
+  const at::Tensor x = at::randn({2, 6, 1100, 1000});
+  const at::Tensor w = at::randn({8, 6, 3, 3});
+  const at::Tensor b = at::randn({8});
+  ASSERT_GT(8 * 1100 * 1000, CancellableDenseOps::kConvOutputsPerCall);
+  for (PaddingMode mode : {PaddingMode::kZeros, PaddingMode::kReplicate, PaddingMode::kReflect}) {
+    ConvGeometry g;
+    g.padding_h = g.padding_w = 1;
+    g.mode = mode;
+    const at::Tensor want = dense.Conv(x, w, b, g);
+    const at::Tensor got = ops.Conv(x, w, b, g);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_LE((got - want).abs().max().item<double>(), 1e-4) << static_cast<int>(mode);
+  }
+  // A dilated 5x5 kernel reaches further: the bands' halos follow.
+  ConvGeometry wide;
+  wide.padding_h = wide.padding_w = 4;
+  wide.dilation = 2;
+  wide.mode = PaddingMode::kReflect;
+  const at::Tensor w5 = at::randn({8, 6, 5, 5});
+  EXPECT_LE((ops.Conv(x, w5, b, wide) - dense.Conv(x, w5, b, wide)).abs().max().item<double>(), 1e-4);
+  // 3-D convolutions too ([B, C, T, H, W], rows are H).
+  const at::Tensor v = at::randn({1, 4, 3, 800, 600});
+  const at::Tensor w3 = at::randn({6, 4, 3, 3, 3});
+  ConvGeometry g3;
+  g3.padding_t = g3.padding_h = g3.padding_w = 1;
+  g3.mode = PaddingMode::kReplicate;
+  EXPECT_LE((ops.Conv(v, w3, b.narrow(0, 0, 6), g3) - dense.Conv(v, w3, b.narrow(0, 0, 6), g3)).abs().max().item<double>(),
+            1e-4);
+  cancelled = true;
+  EXPECT_THROW(ops.Conv(x, w, b, ConvGeometry{}), StatusError);
+}
+
 TEST(PadRows, ReplicatesEdgeRows) {
   at::Tensor x = at::arange(6, at::kFloat).view({1, 1, 3, 2});
   at::Tensor p = PadRows(x, 2, 1, PaddingMode::kReplicate);

@@ -33,6 +33,8 @@ constexpr absl::Duration kMemoryPoll = absl::Milliseconds(250);
 // How long the supervisor looks for a dead rank to explain a failure the
 // leader reported (a process's socket closes a moment before it is reapable).
 constexpr absl::Duration kExplainWindow = absl::Milliseconds(300);
+// How long the dispatcher waits for the leader to stop a cancelled job.
+constexpr absl::Duration kIdleWait = absl::Seconds(30);
 // How long a clean stop waits for the ranks to exit on their own.
 constexpr absl::Duration kGracefulStop = absl::Seconds(5);
 
@@ -580,17 +582,29 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
   metrics_.AddInFlight(-1);
 
   {
-    // A cancelled call ends here at once; the leader stops at its next op.
     absl::MutexLock lock(&mu_);
-    leader_may_be_busy_ = client_gone || job->over();
+    leader_may_be_busy_ = false;
   }
   if (client_gone || job->over()) {  // cancelled: the job finishes itself
+    // The call ends at once, but the leader stops at its next op: wait for
+    // it, so that the group's next request does not start on a busy leader
+    // (whose wait would show in no timing field), and measure the release.
+    grpc::ClientContext idle_ctx;
+    SetDeadline(idle_ctx, absl::Now() + kIdleWait + kStatusDeadline);
+    internal::StatusRequest wait;
+    wait.set_wait_idle_ms(absl::ToInt64Milliseconds(kIdleWait));
+    internal::StatusResponse idle;
+    const bool answered = leader->stub->Status(&idle_ctx, wait, &idle).ok();
+    {
+      absl::MutexLock lock(&mu_);
+      leader_may_be_busy_ = !(answered && idle.idle());
+    }
     const absl::Time cancelled = job->cancelled_at();
     if (cancelled < absl::InfiniteFuture()) {
       const absl::Duration release = absl::Now() - cancelled;
       metrics_.RecordCancelRelease(absl::ToDoubleSeconds(release));
-      spdlog::debug("group={} event=released_after_cancel request_id={} release_ms={:.1f}", options_.name,
-                    rpc::LogValue(job->request_id()), Ms(release));
+      spdlog::debug("group={} event=released_after_cancel request_id={} release_ms={:.1f} leader_idle={}",
+                    options_.name, rpc::LogValue(job->request_id()), Ms(release), answered && idle.idle());
     }
     return;
   }

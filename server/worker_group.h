@@ -145,7 +145,8 @@ class WorkerGroup {
   // The dispatcher's call to the leader, cancelled when the group breaks.
   grpc::ClientContext* running_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
-  // The last call was cancelled: the leader may still be finishing its op.
+  // The last call was cancelled and the leader did not report idle in time:
+  // it may still be finishing its op.
   bool leader_may_be_busy_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread supervisor_;

@@ -33,7 +33,7 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& deco
                                                          const GroupDecodeOptions& options) {
   GroupDecodeResult result;
   absl::Status valid = decoder.ValidateLatent(job.latent);
-  if (!valid.ok()) return valid;  // every rank sees the same latent and the same verdict
+  if (!valid.ok()) return InStep(valid);  // every rank sees the same latent and the same verdict
 
   absl::Status shardable = options.allow_exact
                                ? decoder.CheckExactSharding(job.latent.sizes().vec(), comm.world_size())
@@ -44,6 +44,8 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& deco
     if (comm.world_size() > 1 && options.allow_exact) {
       spdlog::info("exact sharding not used: {}; the leader decodes densely", result.reason);
     }
+    // The peers return at once; a failure of the leader's decode is its
+    // alone (see GroupRuntime::Execute, which keeps the group in step).
     if (comm.rank() != kLeader) return result;
     families::CancellableDenseOps dense(options.cancelled);
     absl::StatusOr<at::Tensor> sample = RunDecode(decoder, job, dense);
@@ -65,7 +67,7 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& deco
   if (comm.rank() == kLeader) ops.set_cancel_flag(options.cancelled);
   absl::StatusOr<at::Tensor> rows = RunDecode(decoder, local, ops);
   // Every rank learns of a cancellation at the same norm: still in step.
-  if (!rows.ok() && rows.status().code() == absl::StatusCode::kCancelled) return rows.status();
+  if (!rows.ok() && rows.status().code() == absl::StatusCode::kCancelled) return InStep(rows.status());
   if (!rows.ok()) return AbortWith(comm, rows.status());
 
   const auto gather_start = std::chrono::steady_clock::now();

@@ -23,6 +23,13 @@ bool IsGroupSafe(const absl::Status& s, int world_size) {
   return s.code() == absl::StatusCode::kResourceExhausted && (world_size == 1 || IsInStep(s));
 }
 
+// A failure the leader alone saw and can recover from: a dense decode on a
+// group runs on the leader while the peers wait in the statistics gather.
+bool IsLeaderOnlyRecoverable(const absl::Status& s) {
+  return !IsInStep(s) &&
+         (s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 
 GroupRuntime::GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models,
@@ -125,6 +132,17 @@ absl::StatusOr<GroupDecodeResult> GroupRuntime::DecodeJobOnGroup(families::Decod
 
 absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled,
                                                  const RowsReady& rows_ready) {
+  {
+    absl::MutexLock idle(&idle_mu_);
+    ++runs_in_progress_;
+  }
+  struct Done {
+    GroupRuntime* self;
+    ~Done() {
+      absl::MutexLock idle(&self->idle_mu_);
+      --self->runs_in_progress_;
+    }
+  } done{this};
   absl::MutexLock job_lock(&job_mu_);
   absl::MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
@@ -154,7 +172,18 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   parallel::CountingCommunicator counting(*comm_);
   if (device::DeviceMemory* m = device::ProcessDeviceMemory()) m->ResetPeak();
   absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, counting, *shared, cancelled, rows_ready);
-  if (!result.ok()) return result.status();
+  if (!result.ok()) {
+    if (comm_->world_size() > 1 && IsLeaderOnlyRecoverable(result.status())) {
+      // The peers are already in the statistics gather that ends every job:
+      // complete it, so the group stays in step (before, a cancelled dense
+      // decode left them there and the next job hung until the collective
+      // timeout).
+      absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, GroupDecodeResult{});
+      if (!ranks.ok()) return ranks.status();
+      return InStep(result.status());
+    }
+    return result.status();
+  }
   DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
   absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
   if (!ranks.ok()) return ranks.status();
@@ -162,6 +191,12 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   RecordStats(outcome.ranks);
   ++decodes_;
   return outcome;
+}
+
+bool GroupRuntime::WaitIdle(absl::Duration timeout) {
+  absl::MutexLock lock(&idle_mu_);
+  const auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(idle_mu_) { return runs_in_progress_ == 0; };
+  return idle_mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
 void GroupRuntime::Shutdown() {

@@ -53,6 +53,10 @@ class GroupRuntime {
   absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr,
                                     const RowsReady& rows_ready = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Leader: waits up to `timeout` until no Run is in progress (a cancelled
+  // job stops at its next op or collective); whether none is.
+  bool WaitIdle(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(idle_mu_);
+
   // Leader: every rank's free bytes as last reported (after start-up and
   // after every group decode); -1 entries for ranks without a budget.
   std::vector<int64_t> free_bytes_per_rank() const ABSL_LOCKS_EXCLUDED(stats_mu_);
@@ -101,6 +105,8 @@ class GroupRuntime {
 
   std::atomic<bool> broken_{false};
   std::atomic<int64_t> decodes_{0};
+  absl::Mutex idle_mu_;
+  int runs_in_progress_ ABSL_GUARDED_BY(idle_mu_) = 0;
 };
 
 }  // namespace vaedecode::worker

@@ -120,8 +120,9 @@ grpc::Status LeaderService::Models(grpc::ServerContext*, const v1::ListModelsReq
   return grpc::Status::OK;
 }
 
-grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusRequest*,
+grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusRequest* request,
                                    internal::StatusResponse* response) {
+  response->set_idle(runtime_.WaitIdle(absl::Milliseconds(std::max<int64_t>(0, request->wait_idle_ms()))));
   response->set_world_size(runtime_.world_size());
   response->set_decodes(runtime_.decodes());
   for (int64_t b : runtime_.free_bytes_per_rank()) response->add_free_bytes_per_rank(b);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -46,6 +47,14 @@ v1::DecodeRequest Small(const std::string& id = "") {
 }
 
 void ExpectReached(const absl::Status& s) { EXPECT_TRUE(s.ok()) << s; }
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 
 // Without heartbeats a SIGSTOPped rank is found only by the collective
 // timeout (300 s here): the request would run into its client's deadline.
@@ -99,6 +108,89 @@ TEST(ReliabilityTest, AStoppedRankIsFoundWithinSecondsAndTheGroupIsRebuilt) {
       server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
   ExpectOk(Decode(server->stub(), Small()));
   EXPECT_THAT(server->Log(), HasSubstr("stopped answering: no heartbeat for"));
+}
+
+// A dense decode on a group of two runs on the leader while the peer waits
+// for the job's end; cancelled (or out of memory), the leader used to leave
+// the peer waiting, and the next job hung until the collective timeout.
+TEST(ReliabilityTest, ACancelledDenseDecodeOnAGroupLeavesItInStep) {
+  const std::string repo = FixtureRepository({"sd_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:2", 2, {"--collective_timeout_s=300"}), {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  const std::vector<WorkerProcess> before = server->Workers();
+  for (int i = 0; i < 2; ++i) {
+    v1::DecodeRequest dense = Long(absl::StrCat("dense-", i));
+    dense.set_mode(v1::MODE_DENSE);
+    BackgroundDecode cancelled(*server, dense);
+    ExpectReached(server->WaitMetric("vaedecode_in_flight", {}, 1));
+    absl::SleepFor(absl::Milliseconds(300));
+    ASSERT_TRUE(cancelled.Cancel());
+    EXPECT_EQ(cancelled.Join().status.error_code(), grpc::StatusCode::CANCELLED);
+    // EXACT needs both ranks: answered at once, and right.
+    const absl::Time t0 = absl::Now();
+    const DecodeOutcome next = Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"),
+                                                                     v1::OUTPUT_FLOAT32, v1::MODE_EXACT),
+                                      absl::Seconds(30));
+    ExpectMatches(next, ReadFloat(FixturePath("sd_kl/expected.safetensors")), v1::OUTPUT_FLOAT32);
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  }
+  // The same processes: nothing was rebuilt.
+  EXPECT_EQ(server->Workers().size(), before.size());
+  for (const WorkerProcess& w : before) EXPECT_EQ(Rank(*server, w.rank).pid, w.pid);
+}
+
+// A real out-of-memory on a group of one: the worker answers
+// RESOURCE_EXHAUSTED and serves on, same process (before, the group was torn
+// down and rebuilt). The scheduler is made to mispredict with a calibration
+// profile whose peaks are a hundredth of the measured ones.
+TEST(ReliabilityTest, AnOutOfMemoryIsAnsweredInPlace) {
+  const std::string home = TempDir("home");
+  // The workers cache their profiles under $HOME; the doctored one must not
+  // reach the tests after this one.
+  const char* old_home = std::getenv("HOME");
+  struct RestoreHome {
+    std::string value;
+    bool set;
+    ~RestoreHome() { set ? setenv("HOME", value.c_str(), 1) : unsetenv("HOME"); }
+  } restore{old_home != nullptr ? old_home : "", old_home != nullptr};
+  ASSERT_EQ(setenv("HOME", home.c_str(), 1), 0);
+  const std::string repo = FixtureRepository({"sd_kl"});
+  const std::vector<std::string> flags = RealWorkerFlags(repo, "cpu:1", 1, {"--memory_budget_mib=64"});
+  {
+    auto calibrating = StartServing(flags, {"sd_kl"});
+    ASSERT_NE(calibrating, nullptr);
+  }
+  const std::string dir = home + "/.cache/vaedecode/profiles";
+  int doctored = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::string text = ReadText(entry.path().string());
+    for (const char* field : {"\"bytes_per_latent\": ", "\"fixed_bytes\": ", "\"attention_fixed_bytes\": ",
+                              "\"attention_bytes_per_latent\": ", "\"attention_bytes_per_latent_pair\": "}) {
+      const size_t at = text.find(field);
+      ASSERT_NE(at, std::string::npos) << field;
+      const size_t begin = at + std::strlen(field), end = text.find_first_of(",\n}", begin);
+      const double value = std::stod(text.substr(begin, end - begin));
+      text.replace(begin, end - begin, absl::StrCat(value / 100));
+    }
+    std::ofstream(entry.path()) << text;
+    ++doctored;
+  }
+  ASSERT_EQ(doctored, 1);
+
+  auto server = StartServing(flags, {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->WaitWorkers(1, absl::Seconds(10)).ok());
+  const WorkerProcess leader = Rank(*server, 0);
+  // About 170 MB of activations against a 64 MiB budget, predicted to fit.
+  const DecodeOutcome oom = Decode(server->stub(), SyntheticRequest("sd_kl", {8, 4, 64, 64}, "too-big"));
+  EXPECT_EQ(oom.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << oom.status.error_message();
+  EXPECT_THAT(oom.status.error_message(), HasSubstr("out of memory"));
+  ExpectMatches(Decode(server->stub(), Small("after-the-oom")), ReadFloat(FixturePath("sd_kl/expected.safetensors")),
+                v1::OUTPUT_FLOAT32);
+  EXPECT_EQ(Rank(*server, 0).pid, leader.pid);
+  absl::StatusOr<std::string> m = server->ScrapeMetrics();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(MetricValue(*m, "vaedecode_worker_restarts_total", {"group=\"g0\""}), 0);
 }
 
 // A request id with a newline used to start a forged line of its own.
@@ -277,12 +369,6 @@ TEST(ReliabilityTest, ReflectionAnswersV1AndV1AlphaAboutThePublicApiOnly) {
                              grpc::reflection::v1alpha::ServerReflectionResponse>(server->channel());
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A CA, a server certificate for 127.0.0.1 and a client certificate, made
 // with Debian's openssl in `dir`.

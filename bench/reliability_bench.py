@@ -1,0 +1,212 @@
+#!/usr/bin/python3
+"""How fast the service recovers from what used to hold a group (issue 13).
+
+Starts vaedecode_server itself (embedded default model, --devices cpu:2
+--group_size 2: one group of two ranks) and measures, --trials times each:
+
+1. Hung-rank detection: a long decode runs, rank 1 is SIGSTOPped; the time
+   until the client gets UNAVAILABLE, and until the model is SERVING again
+   (vaedecode_group_ready back at 1: the group rebuilt), at --heartbeat_timeout_s (the server's flag).
+2. Release after a cancel: a long decode (exact over both ranks, then dense
+   on the leader) is cancelled by its client after --cancel_after_s; a small
+   request sent right after it reports how long it waited for the group (its
+   queue_ms), beside the server's own figure (vaedecode_cancel_release_seconds,
+   scraped).
+3. Memory held by queued requests: while a long decode holds the group,
+   --queued requests of a 1x4x128x128 float32 latent (256 KiB) wait; the
+   server's RSS grows by so much per queued request (vs the latent's bytes).
+
+Prints Markdown tables and writes the samples to OUT_DIR/reliability_bench.json.
+
+    bazel build //:vaedecode_server //worker:vaedecode_worker
+    /usr/bin/python3 bench/reliability_bench.py
+    /usr/bin/python3 bench/reliability_bench.py --trials 1 --queued 8     # quick
+
+Needs Debian's python3-grpcio and python3-numpy; stubs as in service_bench.py.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import signal
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+sys.path.insert(0, HERE)
+import service_bench as sb  # noqa: E402  pylint: disable=wrong-import-position
+
+vc, pb2, pb2_grpc = sb.vc, sb.pb2, sb.pb2_grpc
+
+LONG = (16, 4, 48, 48)  # the embedded model: seconds on two CPU ranks
+SMALL = (1, 4, 8, 8)
+
+
+def request(shape, seed, request_id="", mode="auto"):
+    latent = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    return pb2.DecodeRequest(model="default", latent=vc.latent_tensor(latent), request_id=request_id,
+                             mode=vc.MODES[mode])
+
+
+def workers(server_pid):
+    """{rank: pid} of the server's worker processes."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+            cmd = open(f"/proc/{entry}/cmdline").read().split("\0")
+        except OSError:
+            continue
+        if ppid != server_pid:
+            continue
+        for arg in cmd:
+            if arg.startswith("--rank="):
+                out[int(arg[len("--rank="):])] = int(entry)
+    return out
+
+
+def rss_bytes(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def scrape(metrics_port, name):
+    body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    return {m.group(1): float(m.group(2)) for m in re.finditer(rf"^({name}\S*) (\S+)$", body, re.M)}
+
+
+def wait_running(metrics_port, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if scrape(metrics_port, "vaedecode_in_flight").get("vaedecode_in_flight", 0) >= 1:
+            return
+        time.sleep(0.02)
+    sys.exit("reliability_bench: the long decode never started")
+
+
+def detection_trial(server, stub, metrics_port, seed):
+    before = workers(server.proc.pid)
+    call = stub.Decode(request(LONG, seed, "victim"), timeout=120)
+    result = {}
+
+    def consume():
+        try:
+            for _ in call:
+                pass
+            result["code"] = "OK"
+        except grpc.RpcError as e:
+            result["code"] = e.code().name
+            result["message"] = e.details()
+        result["t"] = time.monotonic()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    wait_running(metrics_port)
+    time.sleep(0.3)
+    os.kill(before[1], signal.SIGSTOP)
+    stopped = time.monotonic()
+    t.join()
+    answered = result["t"] - stopped
+    ready = lambda: scrape(metrics_port, "vaedecode_group_ready").get('vaedecode_group_ready{group="g0"}', 0)
+    while ready() != 0:  # the supervisor has taken the group down by the time the call failed
+        time.sleep(0.01)
+    while ready() != 1:
+        time.sleep(0.02)
+    return {"code": result["code"], "answered_s": answered, "serving_again_s": time.monotonic() - stopped}
+
+
+def cancel_trial(stub, metrics_port, cancel_after_s, seed, mode):
+    call = stub.Decode(request(LONG, seed, "cancelled", mode), timeout=120)  # runs without being read
+    wait_running(metrics_port)
+    time.sleep(cancel_after_s)
+    call.cancel()
+    cancelled = time.monotonic()
+    reply = vc.decode(stub, request(SMALL, seed + 1, "after-cancel"))
+    return {"next_queue_ms": reply.trailer.timings.queue_ms,
+            "next_total_s": time.monotonic() - cancelled}
+
+
+def queued_memory(server, stub, metrics_port, count, seed):
+    long_call = stub.Decode(request((64,) + LONG[1:], seed, "holder"), timeout=600)
+    wait_running(metrics_port)
+    time.sleep(0.5)
+    base = rss_bytes(server.proc.pid)
+    reqs = [request((1, 4, 128, 128), seed + i, f"queued-{i}") for i in range(count)]
+    calls = [stub.Decode(r, timeout=600) for r in reqs]
+    deadline = time.monotonic() + 30
+    while scrape(metrics_port, "vaedecode_queue_depth").get("vaedecode_queue_depth", 0) < count:
+        if time.monotonic() > deadline:
+            sys.exit("reliability_bench: the requests never queued")
+        time.sleep(0.05)
+    time.sleep(0.5)
+    held = rss_bytes(server.proc.pid) - base
+    for c in calls + [long_call]:
+        c.cancel()
+    return {"queued": count, "latent_bytes": 4 * 128 * 128 * 4, "rss_growth_bytes": held,
+            "per_request_bytes": held / count}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", default=None)
+    parser.add_argument("--out_dir", default="/tmp/vaedecode-reliability-bench")
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--queued", type=int, default=32)
+    parser.add_argument("--cancel_after_s", type=float, default=0.5)
+    parser.add_argument("--heartbeat_timeout_s", type=float, default=5)
+    args = parser.parse_args()
+    args.bin = args.bin or sb.bazel_bin()
+    os.makedirs(args.out_dir, exist_ok=True)
+    args.devices, args.group_size, args.threads = "cpu:2", 2, 1
+    args.server_flags = [f"--heartbeat_timeout_s={args.heartbeat_timeout_s}"]
+    server = sb.Server(args)
+    server.wait_served("default")
+    metrics_port = int(re.search(r"metrics_port=(\d+)", open(server.ready).read()).group(1))
+    stub = pb2_grpc.VaeDecoderStub(vc.channel(server.address))
+    vc.decode(stub, request(SMALL, 0))  # warm-up
+
+    detection = [detection_trial(server, stub, metrics_port, 10 + i) for i in range(args.trials)]
+    stub = pb2_grpc.VaeDecoderStub(vc.channel(server.address))
+    cancels = {mode: [cancel_trial(stub, metrics_port, args.cancel_after_s, 20 + 2 * i, mode) for i in range(args.trials)]
+               for mode in ("exact", "dense")}
+    release = scrape(metrics_port, "vaedecode_cancel_release_seconds")
+    memory = queued_memory(server, stub, metrics_port, args.queued, 100)
+    code = server.stop()
+
+    med = statistics.median
+    print(f"## Reliability ({datetime.date.today()}, cpu:2 one group of 2, embedded model, "
+          f"--heartbeat_timeout_s={args.heartbeat_timeout_s:g}, {args.trials} trials; server exit {code})\n")
+    print("| what | median | all |")
+    print("|---|---|---|")
+    print(f"| stopped rank 1 -> client gets {detection[0]['code']} | {med(d['answered_s'] for d in detection):.2f} s | "
+          + ", ".join(f"{d['answered_s']:.2f}" for d in detection) + " |")
+    print(f"| stopped rank 1 -> model SERVING again (group rebuilt) | {med(d['serving_again_s'] for d in detection):.2f} s | "
+          + ", ".join(f"{d['serving_again_s']:.2f}" for d in detection) + " |")
+    for mode, trials in cancels.items():
+        print(f"| {mode} decode cancelled after {args.cancel_after_s:g} s -> next request's queue time | "
+              f"{med(c['next_queue_ms'] for c in trials):.0f} ms | "
+              + ", ".join(f"{c['next_queue_ms']:.0f}" for c in trials) + " |")
+    count = release.get("vaedecode_cancel_release_seconds_count", 0)
+    if count:
+        mean = release["vaedecode_cancel_release_seconds_sum"] / count
+        print(f"| cancel -> group free (server's histogram, mean of {count:.0f}) | {mean * 1e3:.0f} ms | |")
+    print(f"| server RSS per queued request (latent {memory['latent_bytes'] >> 10} KiB, {memory['queued']} queued) | "
+          f"{memory['per_request_bytes'] / 1024:.0f} KiB ({memory['per_request_bytes'] / memory['latent_bytes']:.2f}x the latent) | |")
+    with open(os.path.join(args.out_dir, "reliability_bench.json"), "w") as f:
+        json.dump({"detection": detection, "cancel": cancels, "release": release, "memory": memory}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
