@@ -137,26 +137,35 @@ at::Tensor CancellableDenseOps::Conv(const at::Tensor& x, const at::Tensor& weig
   const int64_t height = x.size(h_dim);
   const int64_t reach = g.dilation * (weight.size(-2) - 1);  // input rows one output row spans
   const int64_t per_row = weight.size(0) * x.numel() / (x.size(0) * x.size(1) * height);  // outputs per row
-  if (x.size(0) * per_row * height <= kConvOutputsPerCall || g.mode == PaddingMode::kCircular) {
+  // Only on CPUs (GPU kernels run asynchronously: a check between bands
+  // would not interrupt them) and for same-padded convolutions (output
+  // height = input height), the decoders' kind.
+  if (!x.is_cpu() || x.size(0) * per_row * height <= kConvOutputsPerCall || g.mode == PaddingMode::kCircular ||
+      2 * g.padding_h != reach) {
     return dense_.Conv(x, weight, bias, g);
   }
   const int64_t band = std::max<int64_t>(1, kConvOutputsPerCall / per_row);
-  std::vector<at::Tensor> samples;
+  at::Tensor out;  // allocated from the first band's shape: no second copy of the output
   for (int64_t b = 0; b < x.size(0); ++b) {
     const at::Tensor one = x.narrow(0, b, 1);
-    std::vector<at::Tensor> bands;
     for (int64_t r0 = 0; r0 < height; r0 += band) {
       const int64_t r1 = std::min(height, r0 + band);
       if (b > 0 || r0 > 0) CheckCancelled();
       // Input rows [r0 - p, r1 - 1 - p + reach], clipped; the clipped part is padding.
       const int64_t first = r0 - g.padding_h, last = r1 - 1 - g.padding_h + reach;
       const int64_t lo = std::max<int64_t>(0, first), hi = std::min<int64_t>(height - 1, last);
-      at::Tensor rows = PadRows(one.narrow(h_dim, lo, hi - lo + 1), lo - first, last - hi, g.mode);
-      bands.push_back(ConvWithRowsProvided(rows, weight, bias, g));
+      const at::Tensor rows = PadRows(one.narrow(h_dim, lo, hi - lo + 1), lo - first, last - hi, g.mode);
+      const at::Tensor part = ConvWithRowsProvided(rows, weight, bias, g);
+      if (!out.defined()) {
+        std::vector<int64_t> shape = part.sizes().vec();
+        shape[0] = x.size(0);
+        shape[h_dim] = height;
+        out = at::empty(shape, part.options());
+      }
+      out.narrow(0, b, 1).narrow(h_dim, r0, r1 - r0).copy_(part);
     }
-    samples.push_back(bands.size() == 1 ? bands[0] : at::cat(bands, h_dim));
   }
-  return samples.size() == 1 ? samples[0] : at::cat(samples, 0);
+  return out;
 }
 
 at::Tensor CancellableDenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
@@ -177,7 +186,7 @@ at::Tensor CancellableDenseOps::Attention(const at::Tensor& q, const at::Tensor&
   const int64_t keys = k.size(-2);
   const int64_t batch_heads = queries == 0 ? 1 : q.numel() / (queries * q.size(-1));
   const int64_t rows = std::max<int64_t>(1, kScoresPerCall / std::max<int64_t>(1, keys * batch_heads));
-  if (rows >= queries) return dense_.Attention(q, k, v, tokens_per_row);
+  if (rows >= queries || !q.is_cpu()) return dense_.Attention(q, k, v, tokens_per_row);
   std::vector<at::Tensor> parts;
   for (int64_t start = 0; start < queries; start += rows) {
     if (start > 0) CheckCancelled();
@@ -189,7 +198,10 @@ at::Tensor CancellableDenseOps::Attention(const at::Tensor& q, const at::Tensor&
 at::Tensor CancellableDenseOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k,
                                                      const at::Tensor& v, int64_t tokens_per_row) {
   CheckCancelled();
-  return dense_.FrameCausalAttention(q, k, v, tokens_per_row);
+  // Frame by frame through Attention (the same per-frame calls as
+  // FrameCausalScaledDotProductAttention), so each frame's attention is
+  // checked and chunked like any other.
+  return LayerOps::FrameCausalAttention(q, k, v, tokens_per_row);
 }
 
 at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,

@@ -180,7 +180,8 @@ void Job::Cancel(absl::Status reason) {
 
 absl::Duration Job::WriteStalledFor(absl::Time now) const {
   absl::MutexLock lock(&mu_);
-  return write_in_flight_ && !finish_called_ ? now - write_started_ : absl::ZeroDuration();
+  // A cancelled call is ending already: not stalled (and not counted twice).
+  return write_in_flight_ && !finish_called_ && !cancelled_ ? now - write_started_ : absl::ZeroDuration();
 }
 
 void Job::AbortStalled(absl::Status reason) {

@@ -151,6 +151,7 @@ void WorkerGroup::SupervisorLoop() {
       absl::MutexLock lock(&mu_);
       leader_ = *leader;
       state_ = State::kReady;
+      leader_may_be_busy_ = false;  // a new incarnation has run nothing
     }
     RefreshMemory(*leader);
     catalog_.GroupReady(options_.name, models);

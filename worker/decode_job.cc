@@ -60,6 +60,7 @@ absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob
 
 namespace {
 constexpr char kInStepPayload[] = "type.vaedecode/in-step";
+constexpr char kLeaderOnlyPayload[] = "type.vaedecode/leader-only";
 }  // namespace
 
 absl::Status InStep(absl::Status status) {
@@ -68,5 +69,12 @@ absl::Status InStep(absl::Status status) {
 }
 
 bool IsInStep(const absl::Status& status) { return status.GetPayload(kInStepPayload).has_value(); }
+
+absl::Status LeaderOnly(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kLeaderOnlyPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsLeaderOnly(const absl::Status& status) { return status.GetPayload(kLeaderOnlyPayload).has_value(); }
 
 }  // namespace vaedecode::worker

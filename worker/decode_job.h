@@ -32,4 +32,10 @@ absl::Status CatchExceptions(const char* what, const std::function<void()>& fn);
 absl::Status InStep(absl::Status status);
 bool IsInStep(const absl::Status& status);
 
+// Marks an error only the leader saw while the peers went on (a dense decode
+// runs on the leader alone): the leader must still meet the peers at the
+// job's closing collective.
+absl::Status LeaderOnly(absl::Status status);
+bool IsLeaderOnly(const absl::Status& status);
+
 }  // namespace vaedecode::worker

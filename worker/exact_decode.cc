@@ -49,7 +49,7 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroupUntimed(families::Decoder& deco
     if (comm.rank() != kLeader) return result;
     families::CancellableDenseOps dense(options.cancelled);
     absl::StatusOr<at::Tensor> sample = RunDecode(decoder, job, dense);
-    if (!sample.ok()) return sample.status();
+    if (!sample.ok()) return comm.world_size() > 1 ? LeaderOnly(sample.status()) : sample.status();
     result.sample = *sample;
     return result;
   }

@@ -23,11 +23,12 @@ bool IsGroupSafe(const absl::Status& s, int world_size) {
   return s.code() == absl::StatusCode::kResourceExhausted && (world_size == 1 || IsInStep(s));
 }
 
-// A failure the leader alone saw and can recover from: a dense decode on a
-// group runs on the leader while the peers wait in the statistics gather.
+// A failure the leader alone saw (marked LeaderOnly by the dense path: the
+// peers wait in the statistics gather meanwhile) and can recover from.
 bool IsLeaderOnlyRecoverable(const absl::Status& s) {
-  return !IsInStep(s) &&
-         (s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kResourceExhausted);
+  return IsLeaderOnly(s) &&
+         (s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kResourceExhausted ||
+          s.code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
@@ -132,17 +133,6 @@ absl::StatusOr<GroupDecodeResult> GroupRuntime::DecodeJobOnGroup(families::Decod
 
 absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled,
                                                  const RowsReady& rows_ready) {
-  {
-    absl::MutexLock idle(&idle_mu_);
-    ++runs_in_progress_;
-  }
-  struct Done {
-    GroupRuntime* self;
-    ~Done() {
-      absl::MutexLock idle(&self->idle_mu_);
-      --self->runs_in_progress_;
-    }
-  } done{this};
   absl::MutexLock job_lock(&job_mu_);
   absl::MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
@@ -193,9 +183,19 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   return outcome;
 }
 
+GroupRuntime::Call::Call(GroupRuntime& runtime) : runtime_(runtime) {
+  absl::MutexLock lock(&runtime_.idle_mu_);
+  ++runtime_.calls_in_progress_;
+}
+
+GroupRuntime::Call::~Call() {
+  absl::MutexLock lock(&runtime_.idle_mu_);
+  --runtime_.calls_in_progress_;
+}
+
 bool GroupRuntime::WaitIdle(absl::Duration timeout) {
   absl::MutexLock lock(&idle_mu_);
-  const auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(idle_mu_) { return runs_in_progress_ == 0; };
+  const auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(idle_mu_) { return calls_in_progress_ == 0; };
   return idle_mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 

@@ -53,7 +53,20 @@ class GroupRuntime {
   absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr,
                                     const RowsReady& rows_ready = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Leader: waits up to `timeout` until no Run is in progress (a cancelled
+  // Leader: one call that works on the group (the Run handler, from its
+  // first byte to its last write: the output stays on the device until
+  // then), while it lives.
+  class Call {
+   public:
+    explicit Call(GroupRuntime& runtime);
+    ~Call();
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    GroupRuntime& runtime_;
+  };
+  // Leader: waits up to `timeout` until no Call is in progress (a cancelled
   // job stops at its next op or collective); whether none is.
   bool WaitIdle(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(idle_mu_);
 
@@ -106,7 +119,7 @@ class GroupRuntime {
   std::atomic<bool> broken_{false};
   std::atomic<int64_t> decodes_{0};
   absl::Mutex idle_mu_;
-  int runs_in_progress_ ABSL_GUARDED_BY(idle_mu_) = 0;
+  int calls_in_progress_ ABSL_GUARDED_BY(idle_mu_) = 0;
 };
 
 }  // namespace vaedecode::worker

@@ -134,6 +134,7 @@ grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusR
 
 grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRequest* request,
                                 grpc::ServerWriter<v1::DecodeResponse>* writer) {
+  const GroupRuntime::Call call(runtime_);  // for the server's wait-for-idle after a cancel
   device::UseComputeDevice(runtime_.device());  // a gRPC thread: make the worker's GPU current
   const int model = runtime_.FindModel(request->model());
   if (model < 0) {
