@@ -12,7 +12,8 @@
 #include "device/device_memory.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/store.h"
-#include "worker/child_process.h"
+#include "rpc/child_process.h"
+#include "rpc/free_port.h"
 
 namespace vaedecode::cli {
 namespace {
@@ -31,12 +32,12 @@ absl::StatusOr<int> IntFlag(const ParsedArgs& args, const char* name) {
 absl::StatusOr<LocalGroupResult> DecodeWithLocalGroup(const GroupLaunch& launch,
                                                       families::Decoder& decoder,
                                                       const worker::DecodeJob& job) {
-  absl::StatusOr<int> port = launch.ranks > 1 ? parallel::PickFreePort() : absl::StatusOr<int>(0);
+  absl::StatusOr<int> port = launch.ranks > 1 ? rpc::PickFreePort() : absl::StatusOr<int>(0);
   if (!port.ok()) return port.status();
   const std::string group = absl::StrCat("cli-", getpid());
-  const std::string self = worker::SelfExecutable();
+  const std::string self = rpc::SelfExecutable();
 
-  std::vector<worker::ChildProcess> children;
+  std::vector<rpc::ChildProcess> children;
   for (int r = 1; r < launch.ranks; ++r) {
     std::vector<std::string> argv = {self,
                                      "rank",
@@ -48,7 +49,7 @@ absl::StatusOr<LocalGroupResult> DecodeWithLocalGroup(const GroupLaunch& launch,
                                      absl::StrCat("--threads=", launch.threads),
                                      absl::StrCat("--timeout-s=", absl::ToInt64Seconds(launch.timeout))};
     if (!launch.model_path.empty()) argv.push_back(absl::StrCat("--model=", launch.model_path));
-    absl::StatusOr<worker::ChildProcess> child = worker::ChildProcess::Spawn(argv);
+    absl::StatusOr<rpc::ChildProcess> child = rpc::ChildProcess::Spawn(argv);
     if (!child.ok()) return child.status();
     children.push_back(*std::move(child));
   }

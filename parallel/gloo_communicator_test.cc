@@ -18,6 +18,7 @@
 #include "parallel/store.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/free_port.h"
 
 // Every multi-rank body below runs in a forked child (see multi_process.h):
 // results come back as Status, and the gtest process itself never touches a
@@ -590,7 +591,7 @@ TEST(GlooCommunicatorTest, GroupsSharingAStoreDoNotInterfere) {
 }
 
 TEST(StoreTest, PickFreePortAndPortValidation) {
-  absl::StatusOr<int> port = PickFreePort();
+  absl::StatusOr<int> port = rpc::PickFreePort();
   ASSERT_TRUE(port.ok()) << port.status();
   EXPECT_GT(*port, 0);
   EXPECT_LE(*port, 65535);
@@ -623,7 +624,7 @@ std::vector<std::string> ListeningAddresses(int port) {
 }
 
 TEST(StoreTest, TheMasterListensOnItsHostOnly) {
-  absl::StatusOr<int> port = PickFreePort();
+  absl::StatusOr<int> port = rpc::PickFreePort();
   ASSERT_TRUE(port.ok()) << port.status();
   TcpStoreOptions options;
   options.port = *port;

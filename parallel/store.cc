@@ -61,28 +61,6 @@ absl::StatusOr<int> BindListenSocket(const std::string& host, int port) {
 
 }  // namespace
 
-absl::StatusOr<int> PickFreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("PickFreePort: socket: ", std::strerror(errno)));
-  }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("PickFreePort: bind 127.0.0.1:0: ", std::strerror(err)));
-  }
-  ::close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
-}
-
 absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectTcpStore(
     const TcpStoreOptions& options) {
   if (options.port <= 0 || options.port > 65535) {

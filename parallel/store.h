@@ -21,17 +21,12 @@
 
 namespace vaedecode::parallel {
 
-// Binds 127.0.0.1:0, reads the port the kernel chose and releases it. Another
-// process may take the port before it is bound again; callers that can retry
-// should.
-absl::StatusOr<int> PickFreePort();
-
 struct TcpStoreOptions {
   // The master listens on this IPv4 address only (c10d alone would listen on
   // every interface, unauthenticated); clients connect to it.
   std::string host = "127.0.0.1";
   // Every process of the group must use the same port, so 0 (any port) is
-  // rejected; the caller picks one (PickFreePort) and hands it to all ranks.
+  // rejected; the caller picks one (rpc::PickFreePort) and hands it to all ranks.
   int port = 0;
   // This process hosts the store. The server lives as long as the returned
   // store object; the other ranks connect to it as clients.

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/device_spec.h"
-#include "worker/child_process.h"
+#include "rpc/child_process.h"
 
 namespace vaedecode::server {
 namespace {
@@ -84,7 +84,7 @@ absl::StatusOr<std::string> FindWorkerBinary(const std::string& flag) {
     return absl::InvalidArgumentError(
         absl::StrCat("--worker_binary=", flag, ": not an executable file"));
   }
-  const std::filesystem::path self = worker::SelfExecutable();
+  const std::filesystem::path self = rpc::SelfExecutable();
   std::vector<std::string> candidates = {
       (self.parent_path().parent_path() / "worker" / "vaedecode_worker").string(),
       self.string() + ".runfiles/vaedecode/worker/vaedecode_worker",

@@ -3,10 +3,8 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "rpc/free_port.h"
 #include "rpc/log_field.h"
 #include "server/mode_selection.h"
 #include "server/status_util.h"
@@ -37,27 +36,6 @@ constexpr absl::Duration kExplainWindow = absl::Milliseconds(300);
 constexpr absl::Duration kIdleWait = absl::Seconds(30);
 // How long a clean stop waits for the ranks to exit on their own.
 constexpr absl::Duration kGracefulStop = absl::Seconds(5);
-
-// The server does not link LibTorch, so not parallel::PickFreePort (same
-// method: bind 127.0.0.1:0, read the port, release it).
-absl::StatusOr<int> PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string err = std::strerror(errno);
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot pick a free port: ", err));
-  }
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
 
 std::string DescribeExit(int code) {
   if (code > 128 && code < 128 + 65) {
@@ -125,7 +103,7 @@ void WorkerGroup::SupervisorLoop() {
       state_ = State::kStarting;
     }
     if (generation > 1) metrics_.RecordWorkerRestart(options_.name);
-    std::vector<worker::ChildProcess> children;
+    std::vector<rpc::ChildProcess> children;
     std::vector<v1::ModelInfo> models;
     const absl::Time t0 = absl::Now();
     absl::StatusOr<RankHeartbeats> heartbeats =
@@ -194,11 +172,11 @@ void WorkerGroup::SupervisorLoop() {
 }
 
 absl::StatusOr<std::shared_ptr<WorkerGroup::Leader>> WorkerGroup::Launch(
-    int generation, std::vector<worker::ChildProcess>& children, RankHeartbeats& heartbeats,
+    int generation, std::vector<rpc::ChildProcess>& children, RankHeartbeats& heartbeats,
     std::vector<v1::ModelInfo>& models) {
   const int world = static_cast<int>(options_.devices.size());
   const std::string incarnation = absl::StrCat(options_.name, "-inc", generation);
-  absl::StatusOr<int> port = PickFreePort();
+  absl::StatusOr<int> port = rpc::PickFreePort();
   if (!port.ok()) return port.status();
   const std::string socket_path = absl::StrCat(options_.socket_dir, "/", incarnation, ".sock");
   std::error_code ec;
@@ -219,12 +197,12 @@ absl::StatusOr<std::shared_ptr<WorkerGroup::Leader>> WorkerGroup::Launch(
         absl::StrCat("--memory_budget_mib=", options_.memory_budget_mib),
     };
     if (r == 0) argv.push_back(absl::StrCat("--socket=", socket_path));
-    worker::SpawnOptions spawn;
+    rpc::SpawnOptions spawn;
     if (options_.heartbeat_timeout > absl::ZeroDuration()) {
       spawn.fd3 = heartbeats.write_fd(r);
       argv.push_back("--heartbeat_fd=3");
     }
-    absl::StatusOr<worker::ChildProcess> child = worker::ChildProcess::Spawn(argv, spawn);
+    absl::StatusOr<rpc::ChildProcess> child = rpc::ChildProcess::Spawn(argv, spawn);
     if (!child.ok()) {
       return absl::UnavailableError(absl::StrCat(
           "cannot start rank ", r, " (", options_.worker_binary, "): ", child.status().message()));
@@ -277,7 +255,7 @@ absl::StatusOr<std::shared_ptr<WorkerGroup::Leader>> WorkerGroup::Launch(
   }
 }
 
-void WorkerGroup::StopGracefully(std::vector<worker::ChildProcess>& children) {
+void WorkerGroup::StopGracefully(std::vector<rpc::ChildProcess>& children) {
   // The leader's SIGTERM handler stops its server and sends the peers the
   // group's shutdown job, so every rank exits 0 in order; killing them in
   // turn instead made the peers log the leader's lost connection as a
@@ -296,7 +274,7 @@ void WorkerGroup::StopGracefully(std::vector<worker::ChildProcess>& children) {
   for (auto& c : children) c.Kill();
 }
 
-std::string WorkerGroup::FindExited(std::vector<worker::ChildProcess>& children) {
+std::string WorkerGroup::FindExited(std::vector<rpc::ChildProcess>& children) {
   for (size_t r = 0; r < children.size(); ++r) {
     const pid_t pid = children[r].pid();
     if (pid < 0) continue;
@@ -309,7 +287,7 @@ std::string WorkerGroup::FindExited(std::vector<worker::ChildProcess>& children)
   return "";
 }
 
-std::string WorkerGroup::FindHung(std::vector<worker::ChildProcess>& children,
+std::string WorkerGroup::FindHung(std::vector<rpc::ChildProcess>& children,
                                   RankHeartbeats& heartbeats) {
   if (options_.heartbeat_timeout <= absl::ZeroDuration()) return "";
   absl::Duration silent;
@@ -321,7 +299,7 @@ std::string WorkerGroup::FindHung(std::vector<worker::ChildProcess>& children,
 }
 
 std::string WorkerGroup::Monitor(const std::shared_ptr<Leader>& leader,
-                                 std::vector<worker::ChildProcess>& children,
+                                 std::vector<rpc::ChildProcess>& children,
                                  RankHeartbeats& heartbeats) {
   heartbeats.HeardAllNow();
   while (true) {

@@ -45,7 +45,7 @@
 #include "server/rank_heartbeats.h"
 #include "server/scheduler.h"
 #include "vaedecode/internal/worker.grpc.pb.h"
-#include "worker/child_process.h"
+#include "rpc/child_process.h"
 
 namespace vaedecode::server {
 
@@ -108,20 +108,20 @@ class WorkerGroup {
   // Spawns the ranks of incarnation `generation` into `children` and waits
   // until the leader answers Models.
   absl::StatusOr<std::shared_ptr<Leader>> Launch(int generation,
-                                                 std::vector<worker::ChildProcess>& children,
+                                                 std::vector<rpc::ChildProcess>& children,
                                                  RankHeartbeats& heartbeats,
                                                  std::vector<v1::ModelInfo>& models);
   // Waits until a rank exits or stops answering, the dispatcher reports a
   // failure or Stop; returns why.
   std::string Monitor(const std::shared_ptr<Leader>& leader,
-                      std::vector<worker::ChildProcess>& children, RankHeartbeats& heartbeats);
+                      std::vector<rpc::ChildProcess>& children, RankHeartbeats& heartbeats);
   // Asks the leader to shut the group down (SIGTERM), waits a moment for
   // every rank to exit, kills what is left.
-  void StopGracefully(std::vector<worker::ChildProcess>& children);
+  void StopGracefully(std::vector<rpc::ChildProcess>& children);
   // The first rank found exited, described; "" when all run.
-  std::string FindExited(std::vector<worker::ChildProcess>& children);
+  std::string FindExited(std::vector<rpc::ChildProcess>& children);
   // The first rank silent past the heartbeat timeout, described; "" when none.
-  std::string FindHung(std::vector<worker::ChildProcess>& children, RankHeartbeats& heartbeats);
+  std::string FindHung(std::vector<rpc::ChildProcess>& children, RankHeartbeats& heartbeats);
   void RunJob(const std::shared_ptr<Leader>& leader, const std::shared_ptr<Job>& job);
   // Dispatcher: the leader failed with `message`; returns the reason to
   // report (the supervisor's, naming the dead rank, when it finds one).

@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "parallel/store.h"
+#include "rpc/free_port.h"
 
 namespace vaedecode::parallel::testing {
 namespace {
@@ -150,7 +151,7 @@ absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(
   if (options.world_size < 1) {
     return absl::InvalidArgumentError("RunRanks: world_size must be >= 1");
   }
-  absl::StatusOr<int> port = PickFreePort();
+  absl::StatusOr<int> port = rpc::PickFreePort();
   if (!port.ok()) return port.status();
 
   // Buffered output would otherwise be written once by every child too.

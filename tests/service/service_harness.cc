@@ -60,9 +60,9 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
       Runfile("server/vaedecode_server"), "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
       absl::StrCat("--ready_file=", ready), absl::StrCat("--socket_dir=", tmpl)};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  worker::SpawnOptions spawn;
+  rpc::SpawnOptions spawn;
   spawn.output_file = log_file;
-  absl::StatusOr<worker::ChildProcess> child = worker::ChildProcess::Spawn(argv, spawn);
+  absl::StatusOr<rpc::ChildProcess> child = rpc::ChildProcess::Spawn(argv, spawn);
   if (!child.ok()) return child.status();
   std::unique_ptr<ServerProcess> s(new ServerProcess(*std::move(child), tmpl, log_file));
   const absl::Time give_up = absl::Now() + timeout;

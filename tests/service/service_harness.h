@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "client/output_assembler.h"
 #include "vaedecode/v1/vaedecode.grpc.pb.h"
-#include "worker/child_process.h"
+#include "rpc/child_process.h"
 
 namespace vaedecode::testing {
 
@@ -87,7 +87,7 @@ class ServerProcess {
   absl::StatusOr<int> WaitExit(absl::Duration timeout);
 
  private:
-  ServerProcess(worker::ChildProcess child, std::string socket_dir, std::string log_file)
+  ServerProcess(rpc::ChildProcess child, std::string socket_dir, std::string log_file)
       : child_(std::move(child)), socket_dir_(std::move(socket_dir)), log_file_(std::move(log_file)) {}
 
  public:
@@ -95,7 +95,7 @@ class ServerProcess {
   ~ServerProcess();
 
  private:
-  worker::ChildProcess child_;
+  rpc::ChildProcess child_;
   std::string socket_dir_;
   std::string log_file_;
   int port_ = 0;

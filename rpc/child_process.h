@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace vaedecode::worker {
+namespace vaedecode::rpc {
 
 // What a child gets besides its argv.
 struct SpawnOptions {
@@ -57,4 +57,4 @@ class ChildProcess {
 // Path of the running executable (/proc/self/exe resolved).
 std::string SelfExecutable();
 
-}  // namespace vaedecode::worker
+}  // namespace vaedecode::rpc

@@ -1,4 +1,4 @@
-#include "worker/child_process.h"
+#include "rpc/child_process.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace vaedecode::worker {
+namespace vaedecode::rpc {
 namespace {
 
 int ExitCode(int wstatus) {
@@ -104,4 +104,4 @@ std::string SelfExecutable() {
   return buf;
 }
 
-}  // namespace vaedecode::worker
+}  // namespace vaedecode::rpc
