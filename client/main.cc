@@ -10,8 +10,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,11 @@ ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
 ABSL_FLAG(std::string, request_id, "", "Request id (the server generates one when empty)");
 ABSL_FLAG(int64_t, max_message_bytes, 256 << 20, "Largest message the client accepts");
 ABSL_FLAG(bool, list_models, false, "Print the server's models and exit");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificates that signed the server's certificate: connect over TLS (empty with --tls_cert: "
+          "the system's roots)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate chain, for a server that requires one (mutual TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 
 namespace {
 
@@ -54,6 +62,40 @@ std::string ResolvePath(const std::string& path) {
   const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
   if (path.empty() || path[0] == '/' || cwd == nullptr) return path;
   return absl::StrCat(cwd, "/", path);
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in || text.str().find("-----BEGIN ") == std::string::npos) {
+    return Fail(absl::StrCat(flag, "=", path, ": not a readable PEM file"));
+  }
+  return text.str();
+}
+
+// Plaintext, or TLS when a CA or a client certificate is given.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials() {
+  const std::string ca = ResolvePath(absl::GetFlag(FLAGS_tls_ca));
+  const std::string cert = ResolvePath(absl::GetFlag(FLAGS_tls_cert));
+  const std::string key = ResolvePath(absl::GetFlag(FLAGS_tls_key));
+  if (cert.empty() != key.empty()) return Fail("--tls_cert and --tls_key go together");
+  if (ca.empty() && cert.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  if (!ca.empty()) {
+    absl::StatusOr<std::string> roots = ReadPem("--tls_ca", ca);
+    if (!roots.ok()) return roots.status();
+    ssl.pem_root_certs = *roots;
+  }
+  if (!cert.empty()) {
+    absl::StatusOr<std::string> chain = ReadPem("--tls_cert", cert);
+    if (!chain.ok()) return chain.status();
+    absl::StatusOr<std::string> private_key = ReadPem("--tls_key", key);
+    if (!private_key.ok()) return private_key.status();
+    ssl.pem_cert_chain = *chain;
+    ssl.pem_private_key = *private_key;
+  }
+  return grpc::SslCredentials(ssl);
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
@@ -154,8 +196,12 @@ int main(int argc, char** argv) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
   args.SetMaxSendMessageSize(static_cast<int>(absl::GetFlag(FLAGS_max_message_bytes)));
-  auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server),
-                                           grpc::InsecureChannelCredentials(), args);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = Credentials();
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "vaedecode_client: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server), *credentials, args);
   std::unique_ptr<v1::VaeDecoder::Stub> stub = v1::VaeDecoder::NewStub(channel);
   const auto deadline =
       std::chrono::system_clock::now() +
