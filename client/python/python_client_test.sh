@@ -120,4 +120,50 @@ rc=0
 wait "$server" || rc=$?
 server=""
 [ "$rc" = 0 ] || fail "vaedecode_server exited $rc after SIGTERM"
+
+echo "== mutual TLS: the same decode over a TLS port that requires client certificates"
+certs="$TMP/certs"
+mkdir -p "$certs"
+(
+  cd "$certs"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca.key -out ca.pem 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
+  openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr 2>/dev/null
+  openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext \
+    -out server.pem 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout client.key -out client.csr 2>/dev/null
+  openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out client.pem 2>/dev/null
+) || fail "openssl could not make the test certificates (tools/setup.sh installs openssl)"
+rm -f "$ready"
+"$SERVER" --listen=127.0.0.1:0 --metrics_listen= --devices=cpu:2 --group_size=2 --ready_file="$ready" \
+  --worker_binary="$WORKER" --tls_cert="$certs/server.pem" --tls_key="$certs/server.key" \
+  --tls_client_ca="$certs/ca.pem" >"$TMP/server.log" 2>&1 &
+server=$!
+for _ in $(seq 300); do [ -s "$ready" ] && break; sleep 0.1; done
+[ -s "$ready" ] || fail "the TLS server did not listen within 30 s"
+address="127.0.0.1:$(sed -n 's/^grpc_port=//p' "$ready")"
+tls=(--tls-ca="$certs/ca.pem" --tls-cert="$certs/client.pem" --tls-key="$certs/client.key")
+served=0
+for _ in $(seq 120); do
+  if "$PY" "$PY_CLIENT" --server="$address" "${tls[@]}" --list-models 2>/dev/null | grep -q '^default '; then
+    served=1
+    break
+  fi
+  kill -0 "$server" 2>/dev/null || fail "the TLS server exited before serving"
+  sleep 1
+done
+[ "$served" = 1 ] || fail "the default model was not served over TLS within 120 s"
+"$PY" "$PY_CLIENT" --server="$address" "${tls[@]}" --latent="$TMP/latent.npy" --mode=exact \
+  --out="$TMP/py_tls.npy" >/dev/null || fail "Python client decode over mutual TLS"
+cmp "$TMP/py.npy" "$TMP/py_tls.npy" || fail "the TLS decode differs from the plaintext one"
+rc=0
+"$PY" "$PY_CLIENT" --server="$address" --tls-ca="$certs/ca.pem" --latent="$TMP/latent.npy" \
+  --out="$TMP/no_cert.npy" --deadline-s=10 >/dev/null 2>"$TMP/no_cert.err" || rc=$?
+[ "$rc" != 0 ] || fail "a client without a certificate decoded over mutual TLS"
+echo "  ok: identical output over mutual TLS; a client without a certificate is refused"
+kill -TERM "$server"
+rc=0
+wait "$server" || rc=$?
+server=""
+[ "$rc" = 0 ] || fail "the TLS server exited $rc after SIGTERM"
 echo "PASS"

@@ -75,10 +75,18 @@ class StreamError(Exception):
     """The server's stream broke the protocol (not a gRPC status)."""
 
 
-def channel(server):
+def channel(server, tls_ca="", tls_cert="", tls_key=""):
+    """Plaintext, or TLS when a CA (or a client certificate, for mutual TLS) is given."""
     limit = 256 << 20
-    return grpc.insecure_channel(server, options=[("grpc.max_receive_message_length", limit),
-                                                  ("grpc.max_send_message_length", limit)])
+    options = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+    if not tls_ca and not tls_cert:
+        return grpc.insecure_channel(server, options=options)
+    if bool(tls_cert) != bool(tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    read = lambda path: open(path, "rb").read() if path else None  # noqa: E731
+    credentials = grpc.ssl_channel_credentials(root_certificates=read(tls_ca), private_key=read(tls_key),
+                                               certificate_chain=read(tls_cert))
+    return grpc.secure_channel(server, credentials, options=options)
 
 
 def wire_array(array):
@@ -252,6 +260,9 @@ def parse_args(argv):
     ap.add_argument("--request-id", default="")
     ap.add_argument("--deadline-s", type=float, default=600.0)
     ap.add_argument("--list-models", action="store_true", help="print the server's models and exit")
+    ap.add_argument("--tls-ca", default="", help="PEM CAs of the server's certificate: connect over TLS")
+    ap.add_argument("--tls-cert", default="", help="PEM client certificate (mutual TLS), with --tls-key")
+    ap.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
     args = ap.parse_args(argv)
     if not args.list_models and not args.out:
         ap.error("--out FILE is required (.npy or .png)")
@@ -261,7 +272,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     prog = os.path.basename(sys.argv[0])
-    stub = pb2_grpc.VaeDecoderStub(channel(args.server))
+    stub = pb2_grpc.VaeDecoderStub(channel(args.server, args.tls_ca, args.tls_cert, args.tls_key))
     try:
         if args.list_models:
             for m in stub.ListModels(pb2.ListModelsRequest(), timeout=args.deadline_s).models:
