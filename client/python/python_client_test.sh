@@ -55,17 +55,17 @@ done
 [ -s "$ready" ] || fail "vaedecode_server did not listen within 30 s"
 address="127.0.0.1:$(sed -n 's/^grpc_port=//p' "$ready")"
 
-# Served once the worker group has formed and loaded the model.
-served=0
-for _ in $(seq 120); do
-  if "$PY" "$PY_CLIENT" --server="$address" --list-models 2>/dev/null | grep -q '^default '; then
-    served=1
-    break
-  fi
-  kill -0 "$server" 2>/dev/null || fail "vaedecode_server exited before serving"
-  sleep 1
-done
-[ "$served" = 1 ] || fail "the default model was not served within 120 s"
+# Served once the worker group has formed and loaded the model; extra
+# arguments go to the client (TLS flags).
+wait_served() {
+  for _ in $(seq 120); do
+    "$PY" "$PY_CLIENT" --server="$address" "$@" --list-models 2>/dev/null | grep -q '^default ' && return 0
+    kill -0 "$server" 2>/dev/null || fail "vaedecode_server exited before serving"
+    sleep 1
+  done
+  fail "the default model was not served within 120 s"
+}
+wait_served
 
 echo "== float32: Python client vs C++ client, same latent"
 "$PY" "$PY_CLIENT" --server="$address" --latent-shape=1,4,16,16 --seed=7 --save-latent="$TMP/latent.npy" \
@@ -143,16 +143,7 @@ for _ in $(seq 300); do [ -s "$ready" ] && break; sleep 0.1; done
 [ -s "$ready" ] || fail "the TLS server did not listen within 30 s"
 address="127.0.0.1:$(sed -n 's/^grpc_port=//p' "$ready")"
 tls=(--tls-ca="$certs/ca.pem" --tls-cert="$certs/client.pem" --tls-key="$certs/client.key")
-served=0
-for _ in $(seq 120); do
-  if "$PY" "$PY_CLIENT" --server="$address" "${tls[@]}" --list-models 2>/dev/null | grep -q '^default '; then
-    served=1
-    break
-  fi
-  kill -0 "$server" 2>/dev/null || fail "the TLS server exited before serving"
-  sleep 1
-done
-[ "$served" = 1 ] || fail "the default model was not served over TLS within 120 s"
+wait_served "${tls[@]}"
 "$PY" "$PY_CLIENT" --server="$address" "${tls[@]}" --latent="$TMP/latent.npy" --mode=exact \
   --out="$TMP/py_tls.npy" >/dev/null || fail "Python client decode over mutual TLS"
 cmp "$TMP/py.npy" "$TMP/py_tls.npy" || fail "the TLS decode differs from the plaintext one"

@@ -436,18 +436,12 @@ TEST(ReliabilityTest, MutualTlsOnTheGrpcPort) {
   // speaks mutual TLS too.
   ExpectOk(Decode(*stub, Small("after-refusals")));
   const std::string out = TempDir("tls-client") + "/sample.npy";
-  const std::string cmd = absl::StrCat(Runfile("client/vaedecode_client"), " --server=", address, " --model=sd_kl",
-                                       " --latent=", FixturePath("sd_kl/latent.safetensors"), " --out=", out,
-                                       " --tls_ca=", certs, "/ca.pem --tls_cert=", certs, "/client.pem --tls_key=",
-                                       certs, "/client.key 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[4096];
-  std::string text;
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) text.append(buf, n);
-  EXPECT_EQ(pclose(p), 0) << text;
-  EXPECT_TRUE(std::filesystem::exists(out)) << text;
+  const CommandResult client = RunCommand(absl::StrCat(
+      Runfile("client/vaedecode_client"), " --server=", address, " --model=sd_kl", " --latent=",
+      FixturePath("sd_kl/latent.safetensors"), " --out=", out, " --tls_ca=", certs, "/ca.pem --tls_cert=", certs,
+      "/client.pem --tls_key=", certs, "/client.key"));
+  EXPECT_EQ(client.status, 0) << client.output;
+  EXPECT_TRUE(std::filesystem::exists(out)) << client.output;
 }
 
 TEST(ReliabilityTest, TlsFlagsAreCheckedAtStart) {

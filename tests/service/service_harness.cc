@@ -321,14 +321,10 @@ absl::StatusOr<std::string> PromtoolCheck(const std::string& exposition) {
     std::ofstream out(path);
     out << exposition;
   }
-  const std::string cmd = absl::StrCat(kPromtool, " check metrics < ", path, " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return absl::UnavailableError("cannot run promtool");
-  std::string output;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output.append(buf, n);
-  const int rc = pclose(p);
+  const CommandResult promtool = RunCommand(absl::StrCat(kPromtool, " check metrics < ", path));
+  if (promtool.status < 0) return absl::UnavailableError("cannot run promtool");
+  const std::string& output = promtool.output;
+  const int rc = promtool.status;
   if (rc == 0) return output;
   // Exit 3 is lint findings only (a malformed exposition exits 1). Triton's
   // names (nv_inference_request_success, ..._duration_us, ..._count gauges)
@@ -347,6 +343,17 @@ absl::StatusOr<std::string> PromtoolCheck(const std::string& exposition) {
   }
   if (!only_triton_names) return absl::InvalidArgumentError(absl::StrCat("promtool failed: ", output));
   return output;
+}
+
+CommandResult RunCommand(const std::string& command) {
+  CommandResult result;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return result;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) result.output.append(buf, n);
+  result.status = pclose(p);
+  return result;
 }
 
 }  // namespace vaedecode::testing

@@ -126,6 +126,14 @@ DecodeOutcome Decode(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& reques
 double MetricValue(const std::string& exposition, const std::string& name,
                    const std::vector<std::string>& label_pieces = {});
 
+// Runs `command` with /bin/sh, stderr folded into stdout: its exit status
+// (pclose's) and everything it printed.
+struct CommandResult {
+  int status = -1;
+  std::string output;
+};
+CommandResult RunCommand(const std::string& command);
+
 // Runs `promtool check metrics` on `exposition`: its combined output, or an
 // error with it when promtool fails (FAILED_PRECONDITION, naming
 // tools/setup.sh, when /usr/bin/promtool is not installed).

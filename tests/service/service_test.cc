@@ -360,18 +360,12 @@ TEST(ServiceTest, ConcurrentClientsOnTwoGroupsAndTheClientBinary) {
   const std::string out = TempDir("client");
   for (const std::string& file : {std::string("sample.npy"), std::string("b2.png")}) {
     const bool png = file == "b2.png";
-    const std::string cmd = absl::StrCat(
+    const CommandResult client = RunCommand(absl::StrCat(
         Runfile("client/vaedecode_client"), " --server=", server->address(), " --model=sd_kl",
         " --latent=", FixturePath(png ? "sd_kl/latent_b2.safetensors" : "sd_kl/latent.safetensors"),
-        " --out=", out, "/", file, " 2>&1");
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    char buf[4096];
-    std::string text;
-    size_t n;
-    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) text.append(buf, n);
-    EXPECT_EQ(pclose(p), 0) << text;
-    EXPECT_THAT(text, HasSubstr("mode=MODE_EXACT degree=2"));
+        " --out=", out, "/", file));
+    EXPECT_EQ(client.status, 0) << client.output;
+    EXPECT_THAT(client.output, HasSubstr("mode=MODE_EXACT degree=2"));
   }
   absl::StatusOr<formats::NpyArray> npy = formats::ReadNpy(out + "/sample.npy");
   ASSERT_TRUE(npy.ok()) << npy.status();
