@@ -112,11 +112,12 @@ v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
 
 absl::StatusOr<v1::OutputFormat> FormatForPath(const std::string& path) {
   if (absl::EndsWith(path, ".png")) return v1::OUTPUT_PNG;
+  if (absl::EndsWith(path, ".jpg") || absl::EndsWith(path, ".jpeg")) return v1::OUTPUT_JPEG;
   if (absl::EndsWith(path, ".safetensors") || absl::EndsWith(path, ".npy")) {
     return v1::OUTPUT_FLOAT32;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--out ", path, ": extension must be .safetensors, .npy or .png"));
+      absl::StrCat("--out ", path, ": extension must be .safetensors, .npy, .png or .jpg"));
 }
 
 absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
@@ -124,12 +125,14 @@ absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
   if (absl::Status s = output.Finish(); !s.ok()) return s;
   const v1::Header& h = output.header();
   std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
-  if (h.output_format() == v1::OUTPUT_PNG) {
-    if (!absl::EndsWith(path, ".png")) {
+  if (h.output_format() == v1::OUTPUT_PNG || h.output_format() == v1::OUTPUT_JPEG) {
+    const bool png = h.output_format() == v1::OUTPUT_PNG;
+    const std::string ext = png ? ".png" : absl::EndsWith(path, ".jpeg") ? ".jpeg" : ".jpg";
+    if (!absl::EndsWith(path, ext)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--out ", path, ": PNG output needs a .png path"));
+          absl::StrCat("--out ", path, png ? ": PNG output needs a .png path" : ": JPEG output needs a .jpg path"));
     }
-    const std::string stem = path.substr(0, path.size() - 4);
+    const std::string stem = path.substr(0, path.size() - ext.size());
     const int64_t batch = shape[0];
     const int64_t frames = shape.size() == 5 ? shape[1] : 1;
     const bool video = shape.size() == 5;
@@ -138,13 +141,13 @@ absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
       for (int64_t t = 0; t < frames; ++t) {
         std::string name;
         if (!video) {
-          name = batch == 1 ? path : absl::StrCat(stem, "_", b, ".png");
+          name = batch == 1 ? path : absl::StrCat(stem, "_", b, ext);
         } else {
-          name = batch == 1 ? absl::StrFormat("%s_f%03d.png", stem, t)
-                            : absl::StrFormat("%s_%d_f%03d.png", stem, b, t);
+          name = batch == 1 ? absl::StrFormat("%s_f%03d%s", stem, t, ext)
+                            : absl::StrFormat("%s_%d_f%03d%s", stem, b, t, ext);
         }
-        const std::string& png = output.pngs()[b * frames + t];
-        if (absl::Status s = formats::WriteFileAtomically(name, {{png.data(), png.size()}});
+        const std::string& file = output.images()[b * frames + t];
+        if (absl::Status s = formats::WriteFileAtomically(name, {{file.data(), file.size()}});
             !s.ok()) {
           return s;
         }

@@ -37,8 +37,9 @@ ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent");
 ABSL_FLAG(std::string, latent_space, "vae", "vae (what vae.decode takes) or raw (denoiser output)");
 ABSL_FLAG(std::string, mode, "auto", "auto, dense, exact or tiled");
 ABSL_FLAG(std::string, output_format, "",
-          "float32, float16, uint8 or png; empty: from --out (.png → png, else float32)");
-ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy or .png");
+          "float32, float16, uint8, png or jpeg; empty: from --out (.png → png, .jpg → jpeg, else float32)");
+ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy, .png or .jpg");
+ABSL_FLAG(int32_t, jpeg_quality, 0, "JPEG quality 1..100 (0: the server's default, 75)");
 ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
 ABSL_FLAG(std::string, request_id, "", "Request id (the server generates one when empty)");
 ABSL_FLAG(int64_t, max_message_bytes, 256 << 20, "Largest message the client accepts");
@@ -158,8 +159,11 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest() {
     request.set_output_format(v1::OUTPUT_UINT8);
   else if (format == "png")
     request.set_output_format(v1::OUTPUT_PNG);
+  else if (format == "jpeg")
+    request.set_output_format(v1::OUTPUT_JPEG);
   else
-    return Fail(absl::StrCat("--output_format=", format, ": float32, float16, uint8 or png"));
+    return Fail(absl::StrCat("--output_format=", format, ": float32, float16, uint8, png or jpeg"));
+  request.set_jpeg_quality(absl::GetFlag(FLAGS_jpeg_quality));
   return request;
 }
 

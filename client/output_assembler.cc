@@ -39,8 +39,8 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
   }
   const bool video = rank == 5;
   const auto& s = header.shape();
-  channels_last_ =
-      header.output_format() == v1::OUTPUT_UINT8 || header.output_format() == v1::OUTPUT_PNG;
+  encoded_ = header.output_format() == v1::OUTPUT_PNG || header.output_format() == v1::OUTPUT_JPEG;
+  channels_last_ = encoded_ || header.output_format() == v1::OUTPUT_UINT8;
   batch_ = s[0];
   if (channels_last_) {  // [B, (T,) H, W, C]
     frames_ = video ? s[1] : 1;
@@ -62,14 +62,15 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
       break;
     case v1::OUTPUT_UINT8:
     case v1::OUTPUT_PNG:
+    case v1::OUTPUT_JPEG:
       elem_ = 1;
       break;
     default:
       return absl::InvalidArgumentError("header: unknown output format");
   }
   const int64_t images = batch_ * frames_;
-  if (header.output_format() == v1::OUTPUT_PNG) {
-    pngs_.assign(images, "");
+  if (encoded_) {
+    images_.assign(images, "");
     return absl::OkStatus();
   }
   const int64_t total = images * channels_ * height_ * width_ * elem_;
@@ -86,14 +87,14 @@ absl::Status OutputAssembler::AddChunk(const v1::Chunk& c) {
                                                    c.frame(), " outside the header's shape"));
   }
   const int64_t image = c.batch_index() * frames_ + c.frame();
-  if (header_.output_format() == v1::OUTPUT_PNG) {
-    if (c.data().empty()) return absl::InvalidArgumentError("chunk: an empty PNG piece");
-    // Pieces of one PNG are consecutive; an image never comes back later.
-    if (image != last_png_ && !pngs_[image].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("chunk: PNG ", image, " sent twice"));
+  if (encoded_) {
+    if (c.data().empty()) return absl::InvalidArgumentError("chunk: an empty image piece");
+    // Pieces of one image file are consecutive; an image never comes back later.
+    if (image != last_image_ && !images_[image].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk: image ", image, " sent twice"));
     }
-    last_png_ = image;
-    pngs_[image] += c.data();
+    last_image_ = image;
+    images_[image] += c.data();
     return absl::OkStatus();
   }
   const int64_t r0 = c.row_begin(), r1 = c.row_end();
@@ -127,9 +128,9 @@ absl::Status OutputAssembler::AddChunk(const v1::Chunk& c) {
 
 absl::Status OutputAssembler::Finish() const {
   if (!has_header_) return absl::DataLossError("stream: no header");
-  if (header_.output_format() == v1::OUTPUT_PNG) {
-    for (size_t i = 0; i < pngs_.size(); ++i) {
-      if (pngs_[i].empty()) return absl::DataLossError(absl::StrCat("stream: PNG ", i, " missing"));
+  if (encoded_) {
+    for (size_t i = 0; i < images_.size(); ++i) {
+      if (images_[i].empty()) return absl::DataLossError(absl::StrCat("stream: image file ", i, " missing"));
     }
   } else {
     for (size_t i = 0; i < rows_seen_.size(); ++i) {

@@ -8,7 +8,7 @@
 // channel, in the header shape's layout restricted to those rows:
 //   FLOAT32/FLOAT16, shape [B, C, H, W] or [B, C, T, H, W]: [C, rows, W]
 //   UINT8,           shape [B, H, W, C] or [B, T, H, W, C]: [rows, W, C]
-// For PNG, a chunk is one PNG file of one image / frame, or a piece of one
+// For PNG and JPEG, a chunk is one file of one image / frame, or a piece of one
 // when the file is larger than the chunk limit (consecutive chunks of the
 // same image and frame, concatenated in order).
 //
@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -28,7 +29,7 @@ class OutputAssembler {
   // Takes the next message of the stream. INVALID_ARGUMENT (DATA_LOSS for
   // missing data) when the stream breaks the protocol.
   absl::Status Add(const v1::DecodeResponse& message);
-  // The stream ended: every row (every PNG) must have arrived, and the trailer.
+  // The stream ended: every row (every image file) must have arrived, and the trailer.
   absl::Status Finish() const;
 
   bool has_header() const { return has_header_; }
@@ -39,8 +40,11 @@ class OutputAssembler {
   // Tensor outputs: the whole output, C order in header().shape(), of
   // header().dtype() elements.
   const std::string& tensor_bytes() const { return tensor_; }
-  // PNG outputs: one file per image/frame, index b * frames + t.
-  const std::vector<std::string>& pngs() const { return pngs_; }
+  // PNG and JPEG outputs: one file per image/frame, index b * frames + t.
+  const std::vector<std::string>& images() const { return images_; }
+  // Move the output out; the assembler is spent afterwards.
+  std::string TakeTensorBytes() { return std::move(tensor_); }
+  std::vector<std::string> TakeImages() { return std::move(images_); }
 
  private:
   absl::Status AddHeader(const v1::Header& header);
@@ -54,10 +58,11 @@ class OutputAssembler {
   // Geometry of tensor outputs.
   int64_t batch_ = 0, channels_ = 0, frames_ = 0, height_ = 0, width_ = 0, elem_ = 0;
   bool channels_last_ = false;
+  bool encoded_ = false;  // PNG or JPEG files
   std::string tensor_;
   std::vector<int64_t> rows_seen_;  // per (b, t): rows received
-  std::vector<std::string> pngs_;
-  int64_t last_png_ = -1;  // the image the previous PNG chunk belonged to
+  std::vector<std::string> images_;
+  int64_t last_image_ = -1;  // the image the previous file chunk belonged to
 };
 
 }  // namespace vaedecode::client

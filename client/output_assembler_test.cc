@@ -94,7 +94,7 @@ TEST(OutputAssemblerTest, PngPerImage) {
   EXPECT_FALSE(a.Add(Chunk(1, 0, 0, 4, "again")).ok());
   ASSERT_TRUE(a.Add(Trailer()).ok());
   ASSERT_TRUE(a.Finish().ok());
-  EXPECT_EQ(a.pngs(), (std::vector<std::string>{"png0", "png1"}));
+  EXPECT_EQ(a.images(), (std::vector<std::string>{"png0", "png1"}));
 }
 
 }  // namespace

@@ -151,13 +151,19 @@ void DecodeService::StopAccepting() { accepting_.store(false); }
 
 grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
     grpc::CallbackServerContext* context, const v1::DecodeRequest* request) {
-  const absl::Time received = absl::Now();
-  v1::DecodeRequest copy = *request;
-  if (copy.request_id().empty()) copy.set_request_id(NewRequestId());
+  Admission admission = Admit(*request, absl::Now(), CallDeadline(*context), "grpc");
+  auto* reactor = new DecodeReactor(context, admission.job, active_, accepting_);
+  Start(admission, reactor);
+  return reactor;
+}
+
+DecodeService::Admission DecodeService::Admit(v1::DecodeRequest request, absl::Time received, absl::Time deadline,
+                                              std::string protocol) {
+  if (request.request_id().empty()) request.set_request_id(NewRequestId());
 
   absl::Status status;
   v1::ModelInfo model;
-  const int64_t request_bytes = static_cast<int64_t>(request->ByteSizeLong());
+  const int64_t request_bytes = static_cast<int64_t>(request.ByteSizeLong());
   if (!accepting_.load()) {
     status = absl::UnavailableError("the server is draining; retry on another replica");
   } else if (request_bytes > options_.max_request_bytes) {
@@ -165,19 +171,19 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
     status = absl::ResourceExhaustedError(absl::StrCat(
         "the request is ", request_bytes, " bytes, more than this server's --max_message_bytes=",
         options_.max_request_bytes, "; send a smaller batch or clip"));
-  } else if (copy.model().empty()) {
+  } else if (request.model().empty()) {
     status = absl::InvalidArgumentError(
         absl::StrCat("model: empty; available models: ", absl::StrJoin(catalog_.Names(), ", ")));
   } else {
-    absl::StatusOr<v1::ModelInfo> found = catalog_.Lookup(copy.model());
+    absl::StatusOr<v1::ModelInfo> found = catalog_.Lookup(request.model());
     if (found.ok()) {
       model = *std::move(found);
-      status = ValidateDecodeRequest(copy, model);
-      if (status.ok()) status = CheckAdmission(copy, model, options_.admission);
+      status = ValidateDecodeRequest(request, model);
+      if (status.ok()) status = CheckAdmission(request, model, options_.admission);
       if (status.ok()) {
         GroupResources every_group;
         every_group.degree = options_.group_size;
-        status = SelectMode(copy, model, every_group).status();
+        status = SelectMode(request, model, every_group).status();
       }
     } else {
       status = found.status();
@@ -187,10 +193,18 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
   JobBuffering buffering;
   buffering.max_call_bytes = options_.max_call_output_bytes;
   buffering.budget = &output_budget_;
-  auto job = std::make_shared<Job>(std::move(copy), std::move(model), received, CallDeadline(*context),
-                                   buffering);
-  auto* reactor = new DecodeReactor(context, job, active_, accepting_);
-  job->Attach(reactor, [this](const Job& j, const absl::Status& s) { Report(j, s); });
+  Admission admission;
+  admission.job = std::make_shared<Job>(std::move(request), std::move(model), received, deadline, buffering);
+  admission.status = std::move(status);
+  admission.protocol = std::move(protocol);
+  return admission;
+}
+
+void DecodeService::Start(const Admission& admission, JobStream* stream, std::shared_ptr<void> keep_alive) {
+  const std::shared_ptr<Job>& job = admission.job;
+  job->Attach(stream, [this, protocol = admission.protocol, keep_alive = std::move(keep_alive)](
+                          const Job& j, const absl::Status& s) { Report(j, s, protocol); });
+  absl::Status status = admission.status;
   if (status.ok()) {
     {
       absl::MutexLock lock(&watch_mu_);
@@ -201,23 +215,22 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
     status = scheduler_.Enqueue(job);
   }
   if (!status.ok()) job->Finish(status);
-  return reactor;
 }
 
-void DecodeService::Report(const Job& job, const absl::Status& status) {
+void DecodeService::Report(const Job& job, const absl::Status& status, const std::string& protocol) {
   const JobReport r = job.report();
   const double total_ms = absl::ToDoubleMilliseconds(absl::Now() - job.received());
   const v1::DecodeRequest& req = job.request();
   std::vector<int64_t> latent(req.latent().shape().begin(), req.latent().shape().end());
   const std::string model = job.model().name().empty() ? "_unknown" : job.model().name();
   if (job.TakePending()) metrics_.AddPending(job.model().name(), -1);
-  metrics_.RecordRequest(model, status.code(), total_ms / 1000, r.timings.queue_ms() / 1000,
+  metrics_.RecordRequest(model, protocol, status.code(), total_ms / 1000, r.timings.queue_ms() / 1000,
                          r.timings.decode_ms() / 1000);
   spdlog::info(
-      "request id={} model={} latent={} latent_dtype={} output={} format={} mode={} degree={} "
+      "request id={} protocol={} model={} latent={} latent_dtype={} output={} format={} mode={} degree={} "
       "group={} queue_ms={:.1f} decode_ms={:.1f} gather_ms={:.1f} stream_ms={:.1f} "
       "total_ms={:.1f} collectives={} peak_bytes={} status={} message={}",
-      rpc::LogValue(req.request_id()), req.model().empty() ? "-" : rpc::LogValue(req.model()),
+      rpc::LogValue(req.request_id()), protocol, req.model().empty() ? "-" : rpc::LogValue(req.model()),
       Shape(latent),
       v1::DType_IsValid(req.latent().dtype()) ? v1::DType_Name(req.latent().dtype()) : "?",
       Shape(r.output_shape),

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -56,6 +57,16 @@ struct DecodeServiceOptions {
   absl::Duration stream_stall_timeout = absl::Seconds(30);
 };
 
+// What DecodeCollected gathered.
+struct CollectedOutput {
+  absl::Status status;
+  std::string request_id;
+  v1::Header header;
+  v1::Trailer trailer;
+  std::string tensor;               // tensor outputs: C order in header.shape, header.dtype
+  std::vector<std::string> images;  // PNG / JPEG outputs: one file per image / frame
+};
+
 class DecodeService final : public v1::VaeDecoder::CallbackService {
  public:
   DecodeService(DecodeServiceOptions options, Scheduler& scheduler, ModelCatalog& catalog,
@@ -71,17 +82,42 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
                                      const v1::GetModelRequest* request,
                                      v1::ModelInfo* response) override;
 
+  // One decode from any protocol (the gRPC Decode, the HTTP endpoint, the
+  // Open Inference Protocol), in two steps so the caller can build its
+  // stream around the Job: Admit validates the request (everything
+  // checkable before queueing) and makes the Job; Start attaches `stream`
+  // and queues the job, or finishes it at once with the refusal; the job
+  // holds `keep_alive` (e.g. the stream itself) until it is destroyed.
+  // `protocol` labels the log line and vaedecode_requests_total.
+  struct Admission {
+    std::shared_ptr<Job> job;
+    absl::Status status;  // the refusal, if any
+    std::string protocol;
+  };
+  Admission Admit(v1::DecodeRequest request, absl::Time received, absl::Time deadline, std::string protocol);
+  void Start(const Admission& admission, JobStream* stream, std::shared_ptr<void> keep_alive = nullptr);
+
+  // A whole decode for a unary protocol: admits, queues and waits for the
+  // job, collecting its output in the server (at most `max_output_bytes` of
+  // messages; beyond that the job is cancelled with RESOURCE_EXHAUSTED
+  // pointing at the streaming Decode). `refusal`, when not OK, is the
+  // caller's own reason to refuse a request that Admit accepted (it is
+  // logged and counted like any refusal). Blocks the calling thread.
+  CollectedOutput DecodeCollected(v1::DecodeRequest request, absl::Time deadline, std::string protocol,
+                                  int64_t max_output_bytes, absl::Status refusal = absl::OkStatus());
+
   // From now on Decode answers UNAVAILABLE (draining).
   void StopAccepting();
   // Ends every call not yet done with `reason` (the drain timeout's own
   // message, instead of gRPC's "Cancelling all calls" at shutdown).
   void CancelAll(const absl::Status& reason);
-  // Decode calls started and not yet done (OnDone).
+  // Decode calls started and not yet done (OnDone), and collected decodes
+  // not yet returned.
   int64_t active_calls() const { return active_.load(); }
 
  private:
   // The log line and metrics for a finished call.
-  void Report(const Job& job, const absl::Status& status);
+  void Report(const Job& job, const absl::Status& status, const std::string& protocol);
   // Every 250 ms: cancels calls whose client has not taken a write for
   // stream_stall_timeout, and publishes the output buffer's size.
   void StallWatchLoop();

@@ -64,10 +64,16 @@ ABSL_FLAG(int64_t, max_call_output_mib, 512,
 ABSL_FLAG(int64_t, max_output_buffer_mib, 2048, "Finished output all calls together may hold in the server");
 ABSL_FLAG(int, stream_stall_timeout_s, 30,
           "A client that reads nothing of its stream for this long is cancelled (its output is dropped)");
+ABSL_FLAG(std::string, http_listen, "",
+          "HTTP address HOST:PORT for diffusers' remote_decode() (POST /, /models/NAME; GET /health); "
+          "empty: off");
+ABSL_FLAG(std::string, http_default_model, "",
+          "The model of POST / on --http_listen; empty: the only model served");
+ABSL_FLAG(int, http_request_timeout_s, 600, "Deadline of each HTTP request, from its arrival");
 ABSL_FLAG(std::string, socket_dir, "",
           "Folder for the leaders' Unix sockets; empty: a fresh /tmp folder");
 ABSL_FLAG(std::string, ready_file, "",
-          "Once listening, write \"grpc_port=P\\nmetrics_port=M\\n\" here (for scripts and tests)");
+          "Once listening, write \"grpc_port=P\\nmetrics_port=M\\nhttp_port=H\\n\" here (for scripts and tests)");
 ABSL_FLAG(std::string, log_level, "info", "spdlog level: trace, debug, info, warn, error");
 
 namespace {
@@ -155,6 +161,9 @@ int main(int argc, char** argv) {
   options.max_output_buffer_bytes = absl::GetFlag(FLAGS_max_output_buffer_mib) << 20;
   options.stream_stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_stall_timeout_s));
   options.socket_dir = ResolvePath(absl::GetFlag(FLAGS_socket_dir));
+  options.http_listen = absl::GetFlag(FLAGS_http_listen);
+  options.http_default_model = absl::GetFlag(FLAGS_http_default_model);
+  options.http_request_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_request_timeout_s));
 
   absl::StatusOr<std::unique_ptr<vaedecode::server::Server>> server =
       vaedecode::server::Server::Create(options);
@@ -168,7 +177,7 @@ int main(int argc, char** argv) {
     {
       std::ofstream out(tmp);
       out << "grpc_port=" << (*server)->port() << "\nmetrics_port=" << (*server)->metrics_port()
-          << "\n";
+          << "\nhttp_port=" << (*server)->http_port() << "\n";
     }
     std::rename(tmp.c_str(), ready_file.c_str());
   }

@@ -138,10 +138,10 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
   rejected_.Add({{"reason", "message_too_large"}});
 }
 
-void ServerMetrics::RecordRequest(const std::string& model, absl::StatusCode code, double total_s,
-                                  double queue_s, double decode_s) {
+void ServerMetrics::RecordRequest(const std::string& model, const std::string& protocol, absl::StatusCode code,
+                                  double total_s, double queue_s, double decode_s) {
   const std::string status = StatusCodeName(code);
-  requests_.Add({{"model", model}, {"status", status}}).Increment();
+  requests_.Add({{"model", model}, {"status", status}, {"protocol", protocol}}).Increment();
   request_seconds_.Add({{"status", status}}, LatencyBuckets()).Observe(total_s);
   if (code != absl::StatusCode::kOk) {
     failure_.Add({{"model", model}, {"reason", status}}).Increment();

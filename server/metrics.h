@@ -6,7 +6,7 @@
 // status is a gRPC code name, family/mode/degree come from the models and the
 // fixed group size, device and group from the --devices carving.
 //
-//   vaedecode_requests_total{model,status}            counter
+//   vaedecode_requests_total{model,status,protocol}   counter (protocol: grpc, http, oip)
 //   vaedecode_decode_seconds{model,family,mode,degree} histogram (leader decode time)
 //   vaedecode_gather_seconds{family,mode,degree}       histogram
 //   vaedecode_collectives_per_decode{family,mode,degree} histogram
@@ -59,7 +59,7 @@ class ServerMetrics {
   explicit ServerMetrics(prometheus::Registry& registry);
 
   // One finished request; queue and decode times count for successful ones.
-  void RecordRequest(const std::string& model, absl::StatusCode code, double total_s, double queue_s,
+  void RecordRequest(const std::string& model, const std::string& protocol, absl::StatusCode code, double total_s, double queue_s,
                      double decode_s);
   // One finished decode, from the leader's header and trailer.
   void RecordDecode(const std::string& model, const std::string& family, const std::string& mode, int degree,

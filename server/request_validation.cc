@@ -38,6 +38,32 @@ absl::StatusOr<int64_t> DTypeSize(v1::DType dtype) {
   }
 }
 
+absl::Status ValidateLatentScaling(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
+  if (!request.has_scaling_factor()) {
+    if (request.has_shift_factor()) {
+      return absl::InvalidArgumentError("shift_factor: set without scaling_factor; send both (scaling 1 for a shift alone)");
+    }
+    return absl::OkStatus();
+  }
+  const double scale = request.scaling_factor();
+  if (!std::isfinite(scale) || scale == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("scaling_factor: ", scale, "; must be finite and non-zero"));
+  }
+  if (request.has_shift_factor() && !std::isfinite(request.shift_factor())) {
+    return absl::InvalidArgumentError(absl::StrCat("shift_factor: ", request.shift_factor(), "; must be finite"));
+  }
+  if (request.latent_space() != v1::LATENT_SPACE_RAW) {
+    return absl::InvalidArgumentError(
+        "scaling_factor: applies to raw latents; send latent_space RAW (a VAE-space latent is decoded as it is)");
+  }
+  if (model.raw_patch() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scaling_factor: model \"", model.name(), "\" takes packed raw latents (", model.raw_to_vae_formula(),
+        "); send latent_space RAW without scaling_factor/shift_factor"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
   if (request.request_id().size() > kMaxRequestIdLength) {
     return absl::InvalidArgumentError(absl::StrCat("request_id: ", request.request_id().size(),
@@ -55,6 +81,11 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
     return absl::InvalidArgumentError(
         absl::StrCat("output_format: unknown value ", static_cast<int>(request.output_format())));
   }
+  if (request.jpeg_quality() < 0 || request.jpeg_quality() > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("jpeg_quality: ", request.jpeg_quality(), "; use 1..100 (0: the default, 75)"));
+  }
+  if (absl::Status s = ValidateLatentScaling(request, model); !s.ok()) return s;
   if (!request.has_latent()) return absl::InvalidArgumentError("latent: missing");
   const v1::Tensor& latent = request.latent();
   switch (latent.dtype()) {
@@ -118,6 +149,13 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
       return absl::InvalidArgumentError(
           absl::StrCat("output_format: ", v1::OutputFormat_Name(request.output_format()),
                        " needs 1, 3 or 4 output channels; model \"", model.name(), "\" has ", c));
+    }
+  }
+  if (request.output_format() == v1::OUTPUT_JPEG) {
+    const int64_t c = model.out_channels();
+    if (c != 0 && c != 1 && c != 3) {
+      return absl::InvalidArgumentError(absl::StrCat("output_format: OUTPUT_JPEG needs 1 or 3 output channels; model \"",
+                                                     model.name(), "\" has ", c, " (use OUTPUT_PNG)"));
     }
   }
   return absl::OkStatus();

@@ -64,6 +64,20 @@ TEST(RequestValidationTest, NamesTheProblem) {
        "output_format"},
       {[](auto& r) { r.set_mode(static_cast<v1::Mode>(7)); }, false, "mode: unknown value 7"},
       {[](auto& r) { r.set_request_id(std::string(129, 'a')); }, false, "request_id"},
+      {[](auto& r) { r.set_jpeg_quality(101); }, false, "jpeg_quality: 101"},
+      {[](auto& r) { r.set_shift_factor(0.1); }, false, "shift_factor: set without scaling_factor"},
+      {[](auto& r) { r.set_scaling_factor(0.18); }, false, "send latent_space RAW"},
+      {[](auto& r) {
+         r.set_latent_space(v1::LATENT_SPACE_RAW);
+         r.set_scaling_factor(0);
+       },
+       false, "scaling_factor: 0; must be finite and non-zero"},
+      {[](auto& r) {
+         r.set_latent_space(v1::LATENT_SPACE_RAW);
+         r.set_scaling_factor(0.3);
+         r.set_shift_factor(std::numeric_limits<double>::infinity());
+       },
+       false, "shift_factor: inf; must be finite"},
   };
   for (const Case& c : cases) {
     v1::DecodeRequest r = Request({1, 16, 5, 7});
@@ -78,6 +92,22 @@ TEST(RequestValidationTest, NamesTheProblem) {
   u8.set_output_format(v1::OUTPUT_UINT8);
   EXPECT_THAT(std::string(ValidateDecodeRequest(u8, two).message()),
               HasSubstr("1, 3 or 4 output channels"));
+  v1::ModelInfo rgba = Model(false);
+  rgba.set_out_channels(4);
+  v1::DecodeRequest jpeg = Request({1, 16, 5, 7});
+  jpeg.set_output_format(v1::OUTPUT_JPEG);
+  EXPECT_TRUE(ValidateDecodeRequest(jpeg, Model(false)).ok());
+  EXPECT_THAT(std::string(ValidateDecodeRequest(jpeg, rgba).message()), HasSubstr("OUTPUT_JPEG needs 1 or 3"));
+  // Scaling overrides: fine on raw latents, refused for packed ones.
+  v1::DecodeRequest scaled = Request({1, 16, 5, 7});
+  scaled.set_latent_space(v1::LATENT_SPACE_RAW);
+  scaled.set_scaling_factor(0.3611);
+  scaled.set_shift_factor(0.1159);
+  EXPECT_TRUE(ValidateDecodeRequest(scaled, Model(false)).ok());
+  v1::ModelInfo packed = Model(false);
+  packed.set_raw_patch(2);
+  packed.set_raw_latent_channels(16);
+  EXPECT_THAT(std::string(ValidateDecodeRequest(scaled, packed).message()), HasSubstr("packed raw latents"));
 }
 
 TEST(RequestValidationTest, PredictsTheOutputOfImagesVideoAndPackedRawLatents) {

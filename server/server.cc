@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/device_spec.h"
 #include "rpc/child_process.h"
 
@@ -213,6 +214,26 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   Server* raw = s.get();
   s->catalog_->SetListener([raw] { raw->UpdateHealth(); });
   s->UpdateHealth();
+  if (!options.http_listen.empty()) {
+    if (!options.http_default_model.empty() && !s->catalog_->Lookup(options.http_default_model).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--http_default_model=", options.http_default_model,
+                                                     ": not a model of this server (",
+                                                     absl::StrJoin(s->catalog_->Names(), ", "), ")"));
+    }
+    HttpEndpointOptions http;
+    http.listen = options.http_listen;
+    http.default_model = options.http_default_model;
+    http.request_timeout = options.http_request_timeout;
+    http.max_request_bytes = options.max_message_bytes;
+    http.max_output_bytes = options.max_call_output_bytes;
+    // Each request holds a thread while queued: room for a full queue and
+    // one running request per group, whatever the queue limit.
+    http.threads = static_cast<int>(std::clamp<int64_t>(options.max_queue + 8, 8, 256));
+    absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
+        HttpEndpoint::Start(http, *s->service_, *s->catalog_, [raw] { return raw->Serving(); });
+    if (!endpoint.ok()) return endpoint.status();
+    s->http_ = *std::move(endpoint);
+  }
 
   s->socket_dir_ = options.socket_dir;
   if (s->socket_dir_.empty()) {
@@ -245,12 +266,23 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   for (auto& g : s->groups_) g->Start();
   spdlog::info(
-      "event=listening address={} port={} tls={} metrics_port={} groups={} group_size={} "
+      "event=listening address={} port={} tls={} metrics_port={} http_port={} groups={} group_size={} "
       "worker={}",
       options.listen, s->port_,
       options.tls_cert_file.empty() ? "off" : options.tls_client_ca_file.empty() ? "server" : "mutual",
-      s->metrics_port_, s->groups_.size(), options.group_size, s->options_.worker_binary);
+      s->metrics_port_, s->http_port(), s->groups_.size(), options.group_size, s->options_.worker_binary);
   return s;
+}
+
+bool Server::Serving() {
+  {
+    absl::MutexLock lock(&health_mu_);
+    if (health_final_) return false;
+  }
+  for (const std::string& name : catalog_->Names()) {
+    if (catalog_->Serving(name)) return true;
+  }
+  return false;
 }
 
 void Server::UpdateHealth() {
@@ -298,6 +330,8 @@ absl::Status Server::Drain(absl::Duration timeout) {
     const absl::Time grace = absl::Now() + absl::Seconds(1);
     while (service_->active_calls() > 0 && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(10));
   }
+  // Its requests are done or cancelled by now: this closes the port.
+  if (http_) http_->Stop();
   // Cancels whatever is left; returns once every call is done.
   grpc_server_->Shutdown(absl::ToChronoTime(absl::Now()));
   grpc_server_->Wait();

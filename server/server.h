@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/decode_service.h"
+#include "server/http_endpoint.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
 #include "server/public_reflection.h"
@@ -71,6 +72,11 @@ struct ServerOptions {
   int64_t max_output_buffer_bytes = int64_t{2} << 30;
   absl::Duration stream_stall_timeout = absl::Seconds(30);
   std::string socket_dir;         // "" = a fresh /tmp/vaedecode-XXXXXX
+  // diffusers' remote_decode over HTTP (server/http_endpoint.h): HOST:PORT,
+  // "" = off; the model of POST /; each request's deadline.
+  std::string http_listen;
+  std::string http_default_model;
+  absl::Duration http_request_timeout = absl::Minutes(10);
 };
 
 // The health service name of a model.
@@ -85,6 +91,7 @@ class Server {
 
   int port() const { return port_; }
   int metrics_port() const { return metrics_port_; }
+  int http_port() const { return http_ ? http_->port() : 0; }
 
   // Graceful shutdown: health NOT_SERVING, new calls UNAVAILABLE, waits up to
   // `timeout` for calls in flight (queued or running) to finish, cancels the
@@ -95,6 +102,8 @@ class Server {
  private:
   Server() = default;
   void UpdateHealth();
+  // Not draining, and a ready group serves some model.
+  bool Serving();
 
   ServerOptions options_;
   std::string socket_dir_;
@@ -113,6 +122,7 @@ class Server {
   std::unique_ptr<ReflectionV1Alpha> reflection_v1alpha_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpEndpoint> http_;
   std::vector<std::unique_ptr<WorkerGroup>> groups_;
 
   absl::Mutex health_mu_;

@@ -148,9 +148,21 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   job.decode.latent = *latent;
   job.decode.latent_space =
       request->latent_space() == v1::LATENT_SPACE_RAW ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+  if (request->has_scaling_factor()) {
+    // The request's own de-normalisation (remote_decode's scaling_factor and
+    // shift_factor) in place of the family's: once, here, so every rank and
+    // every tile gets the VAE-space latent. float32, as diffusers computes it.
+    absl::Status converted = CatchExceptions("latent scaling", [&] {
+      at::Tensor z = latent->to(at::kFloat) / request->scaling_factor();
+      if (request->has_shift_factor()) z = z + request->shift_factor();
+      job.decode.latent = z.contiguous();
+    });
+    if (!converted.ok()) return ToGrpcStatus(converted);
+    job.decode.latent_space = families::LatentSpace::kVae;
+  }
   std::string tiled_reason, planned_tiles;
   if (request->mode() == v1::MODE_TILED) {
-    absl::StatusOr<tiling::TilePlan> plan = PlanTiledJob(model, *latent, &job);
+    absl::StatusOr<tiling::TilePlan> plan = PlanTiledJob(model, job.decode.latent, &job);
     if (!plan.ok()) return ToGrpcStatus(plan.status());
     tiled_reason = plan->reason;
     planned_tiles = DescribePlan(*plan, runtime_.world_size());
@@ -172,8 +184,9 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   // them: the header goes first (the output shape is known from the latent).
   // Other outputs stream after the decode.
   const families::Decoder& decoder = *runtime_.models()[model].decoder;
-  const std::vector<int64_t> out_shape = decoder.OutputShape(latent->sizes().vec());
+  const std::vector<int64_t> out_shape = decoder.OutputShape(job.decode.latent.sizes().vec());
   const bool incremental = request->mode() == v1::MODE_TILED && request->output_format() != v1::OUTPUT_PNG &&
+                           request->output_format() != v1::OUTPUT_JPEG &&
                            out_shape[0] == 1 && (out_shape.size() == 4 || out_shape[2] == 1);
   const auto stream_start = std::chrono::steady_clock::now();
   bool header_sent = false;
@@ -204,7 +217,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
     if (caller_gone || !stream_status.ok() || final_rows <= streamed_rows) return;
     const int64_t first = streamed_rows;
     const at::Tensor band = sample.narrow(sample.dim() - 2, first, final_rows - first);
-    stream_status = EmitChunks(band, request->output_format(), MaxChunkBytes(*context), [&](v1::Chunk&& chunk) {
+    stream_status = EmitChunks(band, EncodingOf(*request), MaxChunkBytes(*context), [&](v1::Chunk&& chunk) {
       if (context->IsCancelled()) return false;
       chunk.set_row_begin(chunk.row_begin() + first);
       chunk.set_row_end(chunk.row_end() + first);
@@ -243,7 +256,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   if (incremental) {
     stream_rows(outcome->result.sample, outcome->result.sample.size(-2));
   } else {
-    stream_status = EmitChunks(outcome->result.sample, request->output_format(), MaxChunkBytes(*context),
+    stream_status = EmitChunks(outcome->result.sample, EncodingOf(*request), MaxChunkBytes(*context),
                                [&](v1::Chunk&& chunk) {
                                  if (context->IsCancelled()) return false;
                                  v1::DecodeResponse message;

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "formats/jpeg.h"
 #include "formats/png.h"
 #include "formats/tensor_file.h"
 
@@ -32,6 +33,13 @@ int64_t RowsPerChunk(int64_t bytes_per_row, int64_t max_chunk_bytes) {
 
 }  // namespace
 
+OutputEncoding EncodingOf(const v1::DecodeRequest& request) {
+  OutputEncoding encoding;
+  encoding.format = request.output_format();
+  encoding.jpeg_quality = request.jpeg_quality() > 0 ? request.jpeg_quality() : formats::kDefaultJpegQuality;
+  return encoding;
+}
+
 absl::Status DescribeOutput(const at::Tensor& sample, v1::OutputFormat format, v1::Header* header) {
   return DescribeOutput(sample.sizes().vec(), format, header);
 }
@@ -52,6 +60,7 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
       return absl::OkStatus();
     case v1::OUTPUT_UINT8:
     case v1::OUTPUT_PNG:
+    case v1::OUTPUT_JPEG:
       header->add_shape(g->batch);
       if (g->video) header->add_shape(g->frames);
       header->add_shape(g->height);
@@ -62,14 +71,19 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
         return absl::InvalidArgumentError(absl::StrCat("PNG output needs 1, 3 or 4 channels; this model has ",
                                                        g->channels));
       }
+      if (format == v1::OUTPUT_JPEG && g->channels != 1 && g->channels != 3) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("JPEG output needs 1 or 3 channels; this model has ", g->channels));
+      }
       return absl::OkStatus();
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
   }
 }
 
-absl::Status EmitChunks(const at::Tensor& decoded, v1::OutputFormat format, int64_t max_chunk_bytes,
+absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encoding, int64_t max_chunk_bytes,
                         const std::function<bool(v1::Chunk&&)>& emit) {
+  const v1::OutputFormat format = encoding.format;
   const at::Tensor sample = decoded.cpu();  // GPU decodes stream from host memory
   absl::StatusOr<Geometry> g = GeometryOf(sample);
   if (!g.ok()) return g.status();
@@ -115,13 +129,17 @@ absl::Status EmitChunks(const at::Tensor& decoded, v1::OutputFormat format, int6
         }
         continue;
       }
-      absl::StatusOr<std::string> png = formats::EncodePng(static_cast<int>(g->width), static_cast<int>(g->height),
-                                                           static_cast<int>(g->channels), image.data_ptr<uint8_t>());
-      if (!png.ok()) return png.status();
+      const int width = static_cast<int>(g->width), height = static_cast<int>(g->height);
+      const int channels = static_cast<int>(g->channels);
+      absl::StatusOr<std::string> encoded =
+          format == v1::OUTPUT_JPEG
+              ? formats::EncodeJpeg(width, height, channels, image.data_ptr<uint8_t>(), encoding.jpeg_quality)
+              : formats::EncodePng(width, height, channels, image.data_ptr<uint8_t>());
+      if (!encoded.ok()) return encoded.status();
       const size_t piece = static_cast<size_t>(std::max<int64_t>(1, max_chunk_bytes));
-      for (size_t offset = 0; offset < png->size(); offset += piece) {
-        const size_t n = std::min(piece, png->size() - offset);
-        if (!send(b, f, 0, g->height, png->data() + offset, n)) return cancelled;
+      for (size_t offset = 0; offset < encoded->size(); offset += piece) {
+        const size_t n = std::min(piece, encoded->size() - offset);
+        if (!send(b, f, 0, g->height, encoded->data() + offset, n)) return cancelled;
       }
     }
   }

@@ -10,8 +10,8 @@
 //    i.e. [C, rows, W] little-endian; header shape = the sample's NCHW/NCTHW.
 //  - OUTPUT_UINT8: pixels[b, f, r0:r1] as [rows, W, C]; header shape
 //    [B, H, W, C] or [B, T, H, W, C].
-//  - OUTPUT_PNG: one image per (b, f); its bytes split over consecutive
-//    chunks when larger than the limit (same b and f, rows 0..H).
+//  - OUTPUT_PNG / OUTPUT_JPEG: one image per (b, f); its bytes split over
+//    consecutive chunks when larger than the limit (same b and f, rows 0..H).
 
 #include <cstdint>
 #include <functional>
@@ -29,9 +29,18 @@ absl::Status DescribeOutput(const at::Tensor& sample, v1::OutputFormat format, v
 // The same from the sample's shape (NCHW / NCTHW), before it exists.
 absl::Status DescribeOutput(const std::vector<int64_t>& sample_shape, v1::OutputFormat format, v1::Header* header);
 
+// What a request asks the chunks to hold.
+struct OutputEncoding {
+  v1::OutputFormat format = v1::OUTPUT_FLOAT32;
+  int jpeg_quality = 75;  // OUTPUT_JPEG only
+};
+
+// The encoding a request names (its JPEG quality defaulted).
+OutputEncoding EncodingOf(const v1::DecodeRequest& request);
+
 // Calls `emit` with each chunk; stops early (returning CANCELLED) when emit
 // returns false.
-absl::Status EmitChunks(const at::Tensor& sample, v1::OutputFormat format, int64_t max_chunk_bytes,
+absl::Status EmitChunks(const at::Tensor& sample, const OutputEncoding& encoding, int64_t max_chunk_bytes,
                         const std::function<bool(v1::Chunk&&)>& emit);
 
 }  // namespace vaedecode::worker

@@ -1,0 +1,94 @@
+// DecodeService::DecodeCollected: one decode whose output is gathered in the
+// server, for the unary protocols (HTTP remote_decode, OIP ModelInfer).
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/output_assembler.h"
+#include "server/decode_service.h"
+
+namespace vaedecode::server {
+namespace {
+
+// The Job's client stream, completed at once: each message goes straight
+// into the assembler (the only copy the server makes of the output) and the
+// write is done before StartWrite returns, so the group is never held by
+// this caller's reading.
+class CollectingStream final : public JobStream {
+ public:
+  // `job` owns this stream (through its done callback), so it outlives it.
+  CollectingStream(Job* job, int64_t max_output_bytes) : job_(job), max_output_bytes_(max_output_bytes) {}
+
+  void StartWrite(const v1::DecodeResponse* message) override {
+    absl::Status failure;
+    {
+      absl::MutexLock lock(&mu_);
+      bytes_ += static_cast<int64_t>(message->ByteSizeLong());
+      if (bytes_ > max_output_bytes_) {
+        failure = absl::ResourceExhaustedError(absl::StrCat(
+            "the output is more than the ", max_output_bytes_ >> 20,
+            " MiB one unary reply may hold; decode it with vaedecode.v1.Decode (streaming)"));
+      } else {
+        failure = assembler_.Add(*message);
+        if (!failure.ok()) failure = absl::InternalError(absl::StrCat("the group's stream: ", failure.message()));
+      }
+    }
+    // Outside our lock: both calls may come back into Finish.
+    if (!failure.ok()) job_->Cancel(std::move(failure));
+    job_->OnWriteDone(true);
+  }
+
+  void Finish(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    if (status_.ok()) status_ = assembler_.Finish();
+    finished_ = true;
+  }
+
+  void Abort() override {}  // nothing is ever left in flight
+
+  // Blocks until the job has finished the stream.
+  CollectedOutput Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&finished_));
+    CollectedOutput out;
+    out.status = status_;
+    out.request_id = job_->request_id();
+    if (status_.ok()) {
+      out.header = assembler_.header();
+      out.trailer = assembler_.trailer();
+      out.tensor = assembler_.TakeTensorBytes();
+      out.images = assembler_.TakeImages();
+    }
+    return out;
+  }
+
+ private:
+  Job* const job_;
+  const int64_t max_output_bytes_;
+  absl::Mutex mu_;
+  client::OutputAssembler assembler_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+CollectedOutput DecodeService::DecodeCollected(v1::DecodeRequest request, absl::Time deadline,
+                                               std::string protocol, int64_t max_output_bytes,
+                                               absl::Status refusal) {
+  active_.fetch_add(1);
+  Admission admission = Admit(std::move(request), absl::Now(), deadline, std::move(protocol));
+  if (!refusal.ok()) admission.status = std::move(refusal);  // the caller's reason comes first
+  // The Job keeps the stream alive: Finish may still be returning (and
+  // unlocking) when Wait wakes.
+  auto stream = std::make_shared<CollectingStream>(admission.job.get(), max_output_bytes);
+  Start(admission, stream.get(), stream);
+  CollectedOutput out = stream->Wait();
+  active_.fetch_sub(1);
+  return out;
+}
+
+}  // namespace vaedecode::server

@@ -1,0 +1,362 @@
+#include "server/remote_decode.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/status_util.h"
+
+namespace vaedecode::server {
+namespace {
+
+absl::Status Bad(absl::string_view param, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("query parameter ", param, ": ", why));
+}
+
+// The one value of `name`, or nullptr; more than one is an error.
+absl::StatusOr<const std::string*> Single(const QueryParams& params, const std::string& name) {
+  const auto [begin, end] = params.equal_range(name);
+  if (begin == end) return nullptr;
+  if (std::next(begin) != end) return Bad(name, "given more than once");
+  return &begin->second;
+}
+
+// Python's str(bool) as requests sends it, and the usual spellings.
+absl::StatusOr<bool> ParseBool(const std::string& name, const std::string& value) {
+  const std::string v = absl::AsciiStrToLower(value);
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return Bad(name, absl::StrCat("\"", value, "\" is not True or False"));
+}
+
+absl::StatusOr<double> ParseDouble(const std::string& name, const std::string& value) {
+  double d = 0;
+  if (!absl::SimpleAtod(value, &d)) return Bad(name, absl::StrCat("\"", value, "\" is not a number"));
+  return d;
+}
+
+absl::StatusOr<int64_t> ParsePositive(const std::string& name, const std::string& value) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < 1) {
+    return Bad(name, absl::StrCat("\"", value, "\" is not a positive integer"));
+  }
+  return n;
+}
+
+std::string JsonShape(const google::protobuf::RepeatedField<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::string JsonShape(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+HttpReply TensorReply(std::string body, const std::vector<int64_t>& shape, const std::string& dtype) {
+  HttpReply reply;
+  reply.content_type = "tensor/binary";
+  reply.body = std::move(body);
+  reply.headers = {{"shape", JsonShape(shape)}, {"dtype", dtype}};
+  return reply;
+}
+
+}  // namespace
+
+int HttpStatusFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;  // the queue, memory or a size limit: the message says which
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:  // the server cut the call (drain)
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+HttpReply ErrorReply(const absl::Status& status) {
+  HttpReply reply;
+  reply.status = HttpStatusFor(status.code());
+  reply.content_type = "application/json";
+  nlohmann::json body = {{"error", std::string(status.message())}, {"code", StatusCodeName(status.code())}};
+  // Invalid UTF-8 in a message (an echoed parameter) is replaced, not thrown.
+  reply.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return reply;
+}
+
+absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_t element_size,
+                                               const std::vector<int64_t>& packed_shape, int64_t height,
+                                               int64_t width, int64_t spatial_factor,
+                                               std::vector<int64_t>* unpacked_shape) {
+  const int64_t batch = packed_shape[0], patches = packed_shape[1], packed_channels = packed_shape[2];
+  const int64_t h = 2 * (height / (spatial_factor * 2)), w = 2 * (width / (spatial_factor * 2));
+  if (h < 2 || w < 2) {
+    return Bad("height/width", absl::StrCat(height, "x", width, " is smaller than one 2x2 patch of ",
+                                            spatial_factor, "-pixel latents"));
+  }
+  if (packed_channels % 4 != 0) {
+    return Bad("shape", absl::StrCat("a packed latent's last dimension is 4 x channels; got ", packed_channels));
+  }
+  if (patches != (h / 2) * (w / 2)) {
+    return Bad("shape", absl::StrCat("a ", height, "x", width, " image packs into ", (h / 2) * (w / 2),
+                                     " patches; the latent has ", patches));
+  }
+  const int64_t channels = packed_channels / 4;
+  const int64_t want = batch * patches * packed_channels * element_size;
+  if (static_cast<int64_t>(packed.size()) != want) {
+    return absl::InvalidArgumentError(absl::StrCat("body: ", packed.size(), " bytes, but shape ",
+                                                   JsonShape(packed_shape), " needs ", want));
+  }
+  std::string out(packed.size(), '\0');
+  // out[b, c, 2i + di, 2j + dj] = in[b, i·(w/2) + j, 4c + 2di + dj]
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < h / 2; ++i) {
+      for (int64_t j = 0; j < w / 2; ++j) {
+        const char* patch = packed.data() + ((b * patches + i * (w / 2) + j) * packed_channels) * element_size;
+        for (int64_t c = 0; c < channels; ++c) {
+          for (int64_t di = 0; di < 2; ++di) {
+            for (int64_t dj = 0; dj < 2; ++dj) {
+              const int64_t dst = ((b * channels + c) * h + 2 * i + di) * w + 2 * j + dj;
+              std::memcpy(out.data() + dst * element_size, patch + (4 * c + 2 * di + dj) * element_size,
+                          element_size);
+            }
+          }
+        }
+      }
+    }
+  }
+  *unpacked_shape = {batch, channels, h, w};
+  return out;
+}
+
+absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params, std::string body,
+                                                      const v1::ModelInfo& model) {
+  RemoteDecodeCall call;
+  v1::DecodeRequest& r = call.request;
+  r.set_model(model.name());
+
+  // dtype and shape.
+  absl::StatusOr<const std::string*> dtype = Single(params, "dtype");
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype == nullptr) return Bad("dtype", "missing; float16, bfloat16 or float32");
+  int64_t element_size = 0;
+  if (**dtype == "float32") {
+    r.mutable_latent()->set_dtype(v1::FLOAT32);
+    element_size = 4;
+  } else if (**dtype == "float16") {
+    r.mutable_latent()->set_dtype(v1::FLOAT16);
+    element_size = 2;
+  } else if (**dtype == "bfloat16") {
+    r.mutable_latent()->set_dtype(v1::BFLOAT16);
+    element_size = 2;
+  } else {
+    return Bad("dtype", absl::StrCat("\"", **dtype, "\"; use float16, bfloat16 or float32"));
+  }
+  std::vector<int64_t> shape;
+  for (auto [it, end] = params.equal_range("shape"); it != end; ++it) {
+    absl::StatusOr<int64_t> d = ParsePositive("shape", it->second);
+    if (!d.ok()) return d.status();
+    shape.push_back(*d);
+  }
+  if (shape.empty()) return Bad("shape", "missing; repeat it once per dimension (shape=1&shape=4&...)");
+
+  // Packed latents: [B, patches, 4C] with the image's height and width.
+  absl::StatusOr<const std::string*> height = Single(params, "height");
+  absl::StatusOr<const std::string*> width = Single(params, "width");
+  if (!height.ok()) return height.status();
+  if (!width.ok()) return width.status();
+  if (shape.size() == 3) {
+    if (*height == nullptr || *width == nullptr) {
+      return Bad("height/width", "a packed latent [B, patches, channels] needs the image's height and width");
+    }
+    if (model.is_video()) return Bad("shape", absl::StrCat("model \"", model.name(), "\" takes 5-D video latents"));
+    absl::StatusOr<int64_t> h = ParsePositive("height", **height);
+    absl::StatusOr<int64_t> w = ParsePositive("width", **width);
+    if (!h.ok()) return h.status();
+    if (!w.ok()) return w.status();
+    std::vector<int64_t> unpacked;
+    absl::StatusOr<std::string> z =
+        UnpackPackedLatent(body, element_size, shape, *h, *w, std::max<int64_t>(1, model.spatial_factor()), &unpacked);
+    if (!z.ok()) return z.status();
+    body = *std::move(z);
+    shape = unpacked;
+  }
+  for (int64_t d : shape) r.mutable_latent()->add_shape(d);
+  r.mutable_latent()->set_data(std::move(body));
+
+  // The latent's space: raw with the request's scale and shift, raw with the
+  // model's own formula (do_scaling), or as vae.decode takes it.
+  absl::StatusOr<const std::string*> scaling = Single(params, "scaling_factor");
+  absl::StatusOr<const std::string*> shift = Single(params, "shift_factor");
+  absl::StatusOr<const std::string*> do_scaling = Single(params, "do_scaling");
+  absl::StatusOr<const std::string*> space = Single(params, "latent_space");
+  for (const auto* p : {&scaling, &shift, &do_scaling, &space}) {
+    if (!p->ok()) return p->status();
+  }
+  if (*scaling != nullptr) {
+    absl::StatusOr<double> s = ParseDouble("scaling_factor", **scaling);
+    if (!s.ok()) return s.status();
+    r.set_scaling_factor(*s);
+    r.set_latent_space(v1::LATENT_SPACE_RAW);
+  }
+  if (*shift != nullptr) {
+    absl::StatusOr<double> s = ParseDouble("shift_factor", **shift);
+    if (!s.ok()) return s.status();
+    // A shift alone scales by the model's own factor (do_scaling's default).
+    if (!r.has_scaling_factor()) r.set_scaling_factor(model.scaling_factor());
+    r.set_shift_factor(*s);
+    r.set_latent_space(v1::LATENT_SPACE_RAW);
+  }
+  if (*do_scaling != nullptr && !r.has_scaling_factor()) {
+    absl::StatusOr<bool> b = ParseBool("do_scaling", **do_scaling);
+    if (!b.ok()) return b.status();
+    if (*b) r.set_latent_space(v1::LATENT_SPACE_RAW);
+  }
+  if (*space != nullptr) {
+    if (**space == "raw") {
+      r.set_latent_space(v1::LATENT_SPACE_RAW);
+    } else if (**space == "vae") {
+      if (r.has_scaling_factor()) return Bad("latent_space", "vae contradicts scaling_factor/shift_factor");
+      r.set_latent_space(v1::LATENT_SPACE_VAE);
+    } else {
+      return Bad("latent_space", absl::StrCat("\"", **space, "\"; use vae or raw"));
+    }
+  }
+
+  // Mode and JPEG quality (vaedecode's own parameters).
+  absl::StatusOr<const std::string*> mode = Single(params, "mode");
+  if (!mode.ok()) return mode.status();
+  if (*mode != nullptr) {
+    const std::string& m = **mode;
+    if (m == "auto") r.set_mode(v1::MODE_AUTO);
+    else if (m == "dense") r.set_mode(v1::MODE_DENSE);
+    else if (m == "exact") r.set_mode(v1::MODE_EXACT);
+    else if (m == "tiled") r.set_mode(v1::MODE_TILED);
+    else return Bad("mode", absl::StrCat("\"", m, "\"; use auto, dense, exact or tiled"));
+  }
+  absl::StatusOr<const std::string*> quality = Single(params, "jpeg_quality");
+  if (!quality.ok()) return quality.status();
+  if (*quality != nullptr) {
+    absl::StatusOr<int64_t> q = ParsePositive("jpeg_quality", **quality);
+    if (!q.ok() || *q > 100) return Bad("jpeg_quality", absl::StrCat("\"", **quality, "\"; use 1..100"));
+    r.set_jpeg_quality(static_cast<int32_t>(*q));
+  }
+
+  // What comes back.
+  absl::StatusOr<const std::string*> output_type = Single(params, "output_type");
+  absl::StatusOr<const std::string*> image_format = Single(params, "image_format");
+  absl::StatusOr<const std::string*> partial = Single(params, "partial_postprocess");
+  for (const auto* p : {&output_type, &image_format, &partial}) {
+    if (!p->ok()) return p->status();
+  }
+  const std::string type = *output_type == nullptr ? "pil" : **output_type;
+  bool partial_postprocess = false;
+  if (*partial != nullptr) {
+    absl::StatusOr<bool> b = ParseBool("partial_postprocess", **partial);
+    if (!b.ok()) return b.status();
+    partial_postprocess = *b;
+  }
+  if (type == "pt") {
+    call.reply = partial_postprocess ? RemoteReply::kPixels : RemoteReply::kTensor;
+    r.set_output_format(partial_postprocess ? v1::OUTPUT_UINT8 : v1::OUTPUT_FLOAT32);
+  } else if (type == "pil") {
+    if (model.is_video()) {
+      call.reply = RemoteReply::kVideoFrames;
+      r.set_output_format(v1::OUTPUT_FLOAT32);
+    } else {
+      const std::string format = *image_format == nullptr ? "jpg" : **image_format;
+      if (format == "jpg" || format == "jpeg") {
+        r.set_output_format(v1::OUTPUT_JPEG);
+      } else if (format == "png") {
+        r.set_output_format(v1::OUTPUT_PNG);
+      } else {
+        return Bad("image_format", absl::StrCat("\"", format, "\"; use jpg or png"));
+      }
+      if (shape[0] != 1) {
+        return Bad("output_type", absl::StrCat("pil returns one image; this latent has a batch of ", shape[0],
+                                               " (send them one by one, or use output_type=pt)"));
+      }
+      call.reply = RemoteReply::kImageFile;
+    }
+  } else if (type == "mp4") {
+    return absl::UnimplementedError(
+        "output_type=mp4: this server does not encode MP4 yet; use output_type=pt with "
+        "partial_postprocess=True for the uint8 frames");
+  } else {
+    return Bad("output_type", absl::StrCat("\"", type, "\"; use pil, pt or mp4"));
+  }
+  return call;
+}
+
+HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
+  if (!output.status.ok()) return ErrorReply(output.status);
+  const v1::Header& h = output.header;
+  std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
+  HttpReply reply;
+  switch (kind) {
+    case RemoteReply::kImageFile:
+      if (output.images.size() != 1) {
+        return ErrorReply(absl::InternalError(absl::StrCat("expected one image, the decode made ", output.images.size())));
+      }
+      reply.content_type = h.output_format() == v1::OUTPUT_PNG ? "image/png" : "image/jpeg";
+      reply.body = std::move(output.images[0]);
+      break;
+    case RemoteReply::kTensor:
+      reply = TensorReply(std::move(output.tensor), shape, "float32");
+      break;
+    case RemoteReply::kPixels: {
+      // [B, (T,) H, W, C]: video frames flattened so each entry is one image.
+      if (shape.size() == 5) shape = {shape[0] * shape[1], shape[2], shape[3], shape[4]};
+      reply = TensorReply(std::move(output.tensor), shape, "uint8");
+      break;
+    }
+    case RemoteReply::kVideoFrames: {
+      if (shape.size() != 5) return ErrorReply(absl::InternalError("a video model returned a 4-D sample"));
+      // [B, C, T, H, W] in [-1, 1] -> [B·T, C, H, W] in [0, 1] (the video
+      // processor's postprocess), float32.
+      const int64_t B = shape[0], C = shape[1], T = shape[2], plane = shape[3] * shape[4];
+      const auto* in = reinterpret_cast<const float*>(output.tensor.data());
+      std::string body(output.tensor.size(), '\0');
+      auto* out = reinterpret_cast<float*>(body.data());
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t c = 0; c < C; ++c) {
+          for (int64_t t = 0; t < T; ++t) {
+            const float* src = in + ((b * C + c) * T + t) * plane;
+            float* dst = out + ((b * T + t) * C + c) * plane;
+            for (int64_t i = 0; i < plane; ++i) dst[i] = std::clamp(src[i] / 2 + 0.5f, 0.0f, 1.0f);
+          }
+        }
+      }
+      reply = TensorReply(std::move(body), {B * T, C, shape[3], shape[4]}, "float32");
+      break;
+    }
+  }
+  reply.headers.emplace_back("X-Request-Id", output.request_id);
+  reply.headers.emplace_back("X-Vaedecode-Mode", v1::Mode_Name(h.mode()));
+  return reply;
+}
+
+}  // namespace vaedecode::server

@@ -1,0 +1,83 @@
+#pragma once
+
+// diffusers' remote_decode() protocol (diffusers.utils.remote_utils), as
+// pure translations between its HTTP request/reply and vaedecode.v1, so the
+// HTTP endpoint (server/http_endpoint.h) only moves bytes.
+//
+// Request: POST with the raw little-endian latent as the body and query
+// parameters shape (repeated), dtype (float16, bfloat16, float32),
+// output_type (pil, pt, mp4), image_format (jpg, png), partial_postprocess,
+// scaling_factor / shift_factor (the latent is raw: z / s + shift), or
+// do_scaling=True (raw, the model's own formula); height and width in
+// pixels for packed FLUX latents [B, (H/16)·(W/16), 4C]. Extensions:
+// latent_space (vae, raw), mode (auto, dense, exact, tiled), jpeg_quality.
+//
+// Replies (what postprocess_decode reads):
+//   pil, image model     one JPEG/PNG file (batch 1)
+//   pil, video model     float32 [B·T, C, H, W] in [0, 1] (the processor path)
+//   pt                   float32 [B, C, H, W] / [B, C, T, H, W] in [-1, 1]
+//   pt + partial_postprocess  uint8 [B, H, W, C] (video: [B·T, H, W, C])
+// tensors with `shape` (a JSON list) and `dtype` headers; errors as
+// {"error": "..."} with an HTTP status from the absl code.
+//
+// Thread-safe: pure functions.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/decode_service.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::server {
+
+// What the reply must be made of, decided from the request.
+enum class RemoteReply {
+  kImageFile,    // pil on an image model: the encoded image
+  kVideoFrames,  // pil on a video model: [0, 1] float frames
+  kTensor,       // pt: the decoder output
+  kPixels,       // pt + partial_postprocess: uint8 channels-last
+};
+
+struct RemoteDecodeCall {
+  v1::DecodeRequest request;
+  RemoteReply reply = RemoteReply::kImageFile;
+};
+
+// Query parameters as the HTTP library hands them (a key may repeat).
+using QueryParams = std::multimap<std::string, std::string>;
+
+// The DecodeRequest a remote_decode POST asks for, for `model`. `body` is
+// moved into the latent (a packed latent is unpacked: one copy).
+// INVALID_ARGUMENT naming the parameter when one is missing or malformed;
+// size and content checks are left to ValidateDecodeRequest.
+absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params, std::string body,
+                                                      const v1::ModelInfo& model);
+
+// FLUX's packed latent [B, (h/2)·(w/2), 4C] (2x2 patches of C channels) as
+// the [B, C, h, w] latent of a height x width image (h = 2·(height /
+// (2·spatial_factor))), bytes of `element_size`. diffusers' _unpack_latents.
+absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_t element_size,
+                                               const std::vector<int64_t>& packed_shape, int64_t height,
+                                               int64_t width, int64_t spatial_factor,
+                                               std::vector<int64_t>* unpacked_shape);
+
+struct HttpReply {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// The reply for a finished decode (an error reply when it failed).
+HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output);
+
+// {"error": message} with the HTTP status for `status`'s code.
+HttpReply ErrorReply(const absl::Status& status);
+int HttpStatusFor(absl::StatusCode code);
+
+}  // namespace vaedecode::server
