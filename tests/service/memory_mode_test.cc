@@ -69,8 +69,8 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndRefusesWhatCanNeverFit
   as_png.set_output_format(v1::OUTPUT_PNG);
   const DecodeOutcome png = Decode(server->stub(), as_png);
   ExpectOk(png);
-  ASSERT_EQ(png.output.pngs().size(), 1u);
-  absl::StatusOr<formats::PngImage> image = formats::DecodePng(png.output.pngs()[0]);
+  ASSERT_EQ(png.output.images().size(), 1u);
+  absl::StatusOr<formats::PngImage> image = formats::DecodePng(png.output.images()[0]);
   ASSERT_TRUE(image.ok()) << image.status();
   ASSERT_EQ(image->width, 192);
   ASSERT_EQ(image->height, 1024);

@@ -170,9 +170,9 @@ void ExpectMatches(const DecodeOutcome& out, const FloatTensor& expected, v1::Ou
     ASSERT_EQ(out.output.tensor_bytes().size(), pixels.size());
     std::memcpy(pixels.data(), out.output.tensor_bytes().data(), pixels.size());
   } else {
-    ASSERT_EQ(out.output.pngs().size(), static_cast<size_t>(B * T));
+    ASSERT_EQ(out.output.images().size(), static_cast<size_t>(B * T));
     for (int64_t i = 0; i < B * T; ++i) {
-      absl::StatusOr<formats::PngImage> png = formats::DecodePng(out.output.pngs()[i]);
+      absl::StatusOr<formats::PngImage> png = formats::DecodePng(out.output.images()[i]);
       ASSERT_TRUE(png.ok()) << png.status();
       ASSERT_EQ(png->width, W);
       ASSERT_EQ(png->height, H);
