@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
+# The pinned venv of the real third-party clients (diffusers, tritonclient)
+# that tests/protocols run; .bazelrc passes VAEDECODE_PYTHON to the tests.
+VAEDECODE_PYTHON=$(tools/python_env.sh)
+export VAEDECODE_PYTHON
 # Bazel names one convenience symlink after the checkout's folder
 # (bazel-<folder>, pointing into the execroot); `//...` would descend into
 # it on a second run. .bazelignore lists the usual names; this covers any
