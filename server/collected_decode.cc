@@ -1,10 +1,12 @@
-// DecodeService::DecodeCollected: one decode whose output is gathered in the
-// server, for the unary protocols (HTTP remote_decode, OIP ModelInfer).
+// DecodeService::StartCollected / DecodeCollected: one decode whose output
+// is gathered in the server, for the unary protocols (HTTP remote_decode,
+// OIP ModelInfer).
 
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "client/output_assembler.h"
 #include "server/decode_service.h"
 
@@ -14,11 +16,12 @@ namespace {
 // The Job's client stream, completed at once: each message goes straight
 // into the assembler (the only copy the server makes of the output) and the
 // write is done before StartWrite returns, so the group is never held by
-// this caller's reading.
+// the caller. Finish hands the output to `done`.
 class CollectingStream final : public JobStream {
  public:
   // `job` owns this stream (through its done callback), so it outlives it.
-  CollectingStream(Job* job, int64_t max_output_bytes) : job_(job), max_output_bytes_(max_output_bytes) {}
+  CollectingStream(Job* job, int64_t max_output_bytes, std::function<void(CollectedOutput)> done)
+      : job_(job), max_output_bytes_(max_output_bytes), done_(std::move(done)) {}
 
   void StartWrite(const v1::DecodeResponse* message) override {
     absl::Status failure;
@@ -40,55 +43,64 @@ class CollectingStream final : public JobStream {
   }
 
   void Finish(const absl::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    status_ = status;
-    if (status_.ok()) status_ = assembler_.Finish();
-    finished_ = true;
+    CollectedOutput out;
+    {
+      absl::MutexLock lock(&mu_);
+      out.status = status.ok() ? assembler_.Finish() : status;
+      out.request_id = job_->request_id();
+      if (out.status.ok()) {
+        out.header = assembler_.header();
+        out.trailer = assembler_.trailer();
+        out.tensor = assembler_.TakeTensorBytes();
+        out.images = assembler_.TakeImages();
+      }
+    }
+    done_(std::move(out));
   }
 
   void Abort() override {}  // nothing is ever left in flight
 
-  // Blocks until the job has finished the stream.
-  CollectedOutput Wait() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&finished_));
-    CollectedOutput out;
-    out.status = status_;
-    out.request_id = job_->request_id();
-    if (status_.ok()) {
-      out.header = assembler_.header();
-      out.trailer = assembler_.trailer();
-      out.tensor = assembler_.TakeTensorBytes();
-      out.images = assembler_.TakeImages();
-    }
-    return out;
-  }
-
  private:
   Job* const job_;
   const int64_t max_output_bytes_;
+  const std::function<void(CollectedOutput)> done_;
   absl::Mutex mu_;
   client::OutputAssembler assembler_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
 
-CollectedOutput DecodeService::DecodeCollected(v1::DecodeRequest request, absl::Time deadline,
-                                               std::string protocol, int64_t max_output_bytes,
-                                               absl::Status refusal) {
+std::shared_ptr<Job> DecodeService::StartCollected(v1::DecodeRequest request, absl::Time deadline,
+                                                   std::string protocol, int64_t max_output_bytes,
+                                                   absl::Status refusal,
+                                                   std::function<void(CollectedOutput)> done) {
   active_.fetch_add(1);
   Admission admission = Admit(std::move(request), absl::Now(), deadline, std::move(protocol));
   if (!refusal.ok()) admission.status = std::move(refusal);  // the caller's reason comes first
-  // The Job keeps the stream alive: Finish may still be returning (and
-  // unlocking) when Wait wakes.
-  auto stream = std::make_shared<CollectingStream>(admission.job.get(), max_output_bytes);
+  auto stream = std::make_shared<CollectingStream>(
+      admission.job.get(), max_output_bytes, [this, done = std::move(done)](CollectedOutput out) {
+        done(std::move(out));
+        active_.fetch_sub(1);
+      });
+  // The Job keeps the stream alive until it is destroyed itself.
   Start(admission, stream.get(), stream);
-  CollectedOutput out = stream->Wait();
-  active_.fetch_sub(1);
-  return out;
+  return admission.job;
+}
+
+CollectedOutput DecodeService::DecodeCollected(v1::DecodeRequest request, absl::Time deadline,
+                                               std::string protocol, int64_t max_output_bytes,
+                                               absl::Status refusal) {
+  // Shared: Notify may still be returning when the wait below ends.
+  auto finished = std::make_shared<absl::Notification>();
+  auto out = std::make_shared<CollectedOutput>();
+  StartCollected(std::move(request), deadline, std::move(protocol), max_output_bytes, std::move(refusal),
+                 [finished, out](CollectedOutput o) {
+                   *out = std::move(o);
+                   finished->Notify();
+                 });
+  finished->WaitForNotification();
+  return std::move(*out);
 }
 
 }  // namespace vaedecode::server

@@ -25,15 +25,6 @@ std::string NewRequestId() {
   return absl::StrFormat("%016x", gen());
 }
 
-absl::Time CallDeadline(const grpc::CallbackServerContext& ctx) {
-  const auto deadline = ctx.deadline();
-  // No deadline reads as a time far in the future (gpr_inf_future).
-  if (deadline > std::chrono::system_clock::now() + std::chrono::hours(24 * 365 * 100)) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(deadline);
-}
-
 std::string Shape(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }

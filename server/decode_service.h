@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -105,6 +106,12 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   // logged and counted like any refusal). Blocks the calling thread.
   CollectedOutput DecodeCollected(v1::DecodeRequest request, absl::Time deadline, std::string protocol,
                                   int64_t max_output_bytes, absl::Status refusal = absl::OkStatus());
+  // The same without blocking: `done` runs once, on whichever thread ends
+  // the job (possibly this one, before the return). The Job is returned so
+  // the caller can Cancel it (its client went away).
+  std::shared_ptr<Job> StartCollected(v1::DecodeRequest request, absl::Time deadline, std::string protocol,
+                                      int64_t max_output_bytes, absl::Status refusal,
+                                      std::function<void(CollectedOutput)> done);
 
   // From now on Decode answers UNAVAILABLE (draining).
   void StopAccepting();

@@ -182,14 +182,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   grpc::EnableDefaultHealthCheckService(true);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
   if (!credentials.ok()) return credentials.status();
+  Server* raw = s.get();
+  // OIP replies are one message: what fits under the send limit.
+  s->oip_ = std::make_unique<OipService>(*s->service_, *s->catalog_, [raw] { return raw->Serving(); },
+                                         options.max_message_bytes - kMessageOverhead);
   s->surface_ = std::make_unique<PublicSurface>(std::vector<std::string>{
-      kServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+      kServiceName, "inference.GRPCInferenceService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
       "grpc.reflection.v1alpha.ServerReflection"});
   s->reflection_v1_ = std::make_unique<ReflectionV1>(*s->surface_);
   s->reflection_v1alpha_ = std::make_unique<ReflectionV1Alpha>(*s->surface_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->oip_.get());
   builder.RegisterService(s->reflection_v1_.get());
   builder.RegisterService(s->reflection_v1alpha_.get());
 
@@ -211,7 +216,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (!s->grpc_server_ || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on --listen=", options.listen));
   }
-  Server* raw = s.get();
   s->catalog_->SetListener([raw] { raw->UpdateHealth(); });
   s->UpdateHealth();
   if (!options.http_listen.empty()) {

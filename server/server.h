@@ -1,7 +1,8 @@
 #pragma once
 
-// The vaedecode server: the public gRPC service (with standard health and
-// reflection), the scheduler, the worker groups and the /metrics endpoint,
+// The vaedecode server: the public gRPC services (vaedecode.v1 and the Open
+// Inference Protocol, with standard health and reflection), the optional
+// HTTP endpoint for diffusers' remote_decode, the scheduler, the worker groups and the /metrics endpoint,
 // wired together and torn down in order.
 //
 // Reflection (grpc.reflection.v1 and v1alpha) describes the public services
@@ -29,6 +30,7 @@
 #include "absl/time/time.h"
 #include "server/decode_service.h"
 #include "server/http_endpoint.h"
+#include "server/oip_service.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
 #include "server/public_reflection.h"
@@ -117,6 +119,7 @@ class Server {
   std::unique_ptr<ModelCatalog> catalog_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DecodeService> service_;
+  std::unique_ptr<OipService> oip_;
   std::unique_ptr<PublicSurface> surface_;
   std::unique_ptr<ReflectionV1> reflection_v1_;
   std::unique_ptr<ReflectionV1Alpha> reflection_v1alpha_;

@@ -1,5 +1,7 @@
 #include "server/status_util.h"
 
+#include <chrono>
+
 namespace vaedecode::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -15,6 +17,15 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
     return absl::UnknownError(status.error_message());
   }
   return absl::Status(static_cast<absl::StatusCode>(code), status.error_message());
+}
+
+absl::Time CallDeadline(const grpc::ServerContextBase& context) {
+  const auto deadline = context.deadline();
+  // No deadline reads as a time far in the future (gpr_inf_future).
+  if (deadline > std::chrono::system_clock::now() + std::chrono::hours(24 * 365 * 100)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
 }
 
 std::string StatusCodeName(absl::StatusCode code) {

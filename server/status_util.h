@@ -7,16 +7,21 @@
 //
 // Thread-safe: pure functions.
 
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace vaedecode::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// A call's deadline; absl::InfiniteFuture() when it has none.
+absl::Time CallDeadline(const grpc::ServerContextBase& context);
 
 // "OK", "INVALID_ARGUMENT", ...: the label value used in metrics and logs.
 std::string StatusCodeName(absl::StatusCode code);

@@ -333,9 +333,10 @@ void ExpectPublicReflectionOnly(const std::shared_ptr<grpc::Channel>& channel) {
   absl::StatusOr<std::vector<std::string>> services = ask(list);
   ASSERT_TRUE(services.ok()) << services.status();
   EXPECT_THAT(*services, ::testing::UnorderedElementsAre(
-                             "vaedecode.v1.VaeDecoder", "grpc.health.v1.Health",
+                             "vaedecode.v1.VaeDecoder", "inference.GRPCInferenceService", "grpc.health.v1.Health",
                              "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"));
-  for (const char* symbol : {"vaedecode.v1.VaeDecoder", "vaedecode.v1.DecodeRequest", "grpc.health.v1.Health"}) {
+  for (const char* symbol : {"vaedecode.v1.VaeDecoder", "vaedecode.v1.DecodeRequest", "grpc.health.v1.Health",
+                             "inference.GRPCInferenceService", "inference.ModelInferRequest"}) {
     Request by_symbol;
     by_symbol.set_file_containing_symbol(symbol);
     absl::StatusOr<std::vector<std::string>> files =

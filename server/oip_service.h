@@ -1,0 +1,87 @@
+#pragma once
+
+// The Open Inference Protocol (KServe v2) over gRPC, on the same port as
+// vaedecode.v1: inference.GRPCInferenceService's ServerLive, ServerReady,
+// ModelReady, ServerMetadata, ModelMetadata and ModelInfer, so
+// tritonclient.grpc and other OIP clients decode unchanged.
+//
+// ModelInfer: input "latent" (FP32, FP16 or BF16; raw_input_contents, or
+// fp32_contents), output "sample". Request parameters (all optional):
+//   latent_space   "vae" (default) or "raw"
+//   mode           "auto", "dense", "exact", "tiled"
+//   output_format  "float32" (default; FP32 [B, C, (T,) H, W]), "float16"
+//                  (FP16), "uint8" (UINT8 [B, (T,) H, W, C]), "png" or
+//                  "jpeg" (BYTES [B·T], one file per image / frame)
+//   scaling_factor, shift_factor (double): raw latents' own de-normalisation
+//   jpeg_quality   (int64) 1..100
+// Triton's own request parameters (priority, timeout, sequence_*) are
+// accepted and ignored. The reply is one message, bounded by
+// --max_message_bytes: a larger output is RESOURCE_EXHAUSTED pointing at the
+// streaming vaedecode.v1.Decode. Admission, queue, limits, deadline (the
+// call's), metrics (protocol "oip") and the log line are the gRPC Decode's.
+//
+// Readiness mirrors the health service: ServerReady while a group is ready
+// and the server is not draining, ModelReady while a ready group serves the
+// model (NOT_FOUND for a model the server does not have).
+//
+// Threading: gRPC's callback API; nothing blocks a callback thread.
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "inference/grpc_predict_v2.grpc.pb.h"
+#include "server/decode_service.h"
+#include "server/model_catalog.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::server {
+
+// The DecodeRequest a ModelInferRequest asks for, for `model`.
+// INVALID_ARGUMENT naming the input, output or parameter at fault.
+absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInferRequest& request,
+                                                      const v1::ModelInfo& model);
+
+// Fills `response` with the output "sample" of a finished decode.
+absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response);
+
+// The model's tensors as ModelMetadata describes them (-1: any size).
+inference::ModelMetadataResponse DescribeModel(const v1::ModelInfo& model);
+
+class OipService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  // `serving`: the server as a whole takes requests. `max_output_bytes`:
+  // what one reply may hold. Borrowed objects outlive the service.
+  OipService(DecodeService& decode, ModelCatalog& catalog, std::function<bool()> serving, int64_t max_output_bytes);
+
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
+                                       inference::ServerLiveResponse* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* context, const inference::ServerReadyRequest*,
+                                        inference::ServerReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* context,
+                                       const inference::ModelReadyRequest* request,
+                                       inference::ModelReadyResponse* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* context,
+                                           const inference::ServerMetadataRequest*,
+                                           inference::ServerMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
+                                          const inference::ModelMetadataRequest* request,
+                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+
+ private:
+  // The model `name` at `version` ("" or "1"), or NOT_FOUND with the list.
+  absl::StatusOr<v1::ModelInfo> FindModel(const std::string& name, const std::string& version) const;
+
+  DecodeService& decode_;
+  ModelCatalog& catalog_;
+  const std::function<bool()> serving_;
+  const int64_t max_output_bytes_;
+};
+
+}  // namespace vaedecode::server
