@@ -1,0 +1,157 @@
+"""tritonclient.grpc (unmodified, from PyPI) against a real vaedecode_server:
+the Open Inference Protocol on the vaedecode.v1 port, compared with the
+gRPC Decode path (the C++ vaedecode_client) and diffusers' fixture decodes:
+
+  - liveness, readiness (server and per model), server and model metadata;
+  - infer on an image and a video model: FP32 "sample" equal to
+    vaedecode.v1.Decode's (1e-6) and to diffusers' (1e-4), raw latents with
+    the request's scaling_factor / shift_factor or the model's formula;
+  - FP16 input with uint8 output, PNG / JPEG outputs as BYTES equal to the
+    files vaedecode.v1.Decode makes;
+  - errors name the problem (input, parameter, model, version), an output
+    over the message limit is RESOURCE_EXHAUSTED naming the streaming
+    Decode, and the server keeps serving; /metrics counts protocol="oip".
+"""
+
+import sys
+
+import numpy as np
+import safetensors.numpy
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from protocol_harness import TMP, Checks, Server, fixture
+
+FLUX_SCALE, FLUX_SHIFT = 0.3611, 0.1159
+
+
+def load(path):
+    tensors = safetensors.numpy.load_file(str(path))
+    return next(iter(tensors.values())) if len(tensors) == 1 else tensors["latent"]
+
+
+def infer(client, model, latent, datatype="FP32", **parameters):
+    latent_input = grpcclient.InferInput("latent", list(latent.shape), datatype)
+    latent_input.set_data_from_numpy(latent)
+    result = client.infer(model, [latent_input], outputs=[grpcclient.InferRequestedOutput("sample")],
+                          parameters=parameters or None)
+    return result.as_numpy("sample")
+
+
+def expect_error(fn, *needles):
+    try:
+        fn()
+    except InferenceServerException as e:
+        text = f"{e.status()} {e.message()}"
+        for needle in needles:
+            assert needle in text, f"{needle!r} not in {text!r}"
+        return text
+    raise AssertionError("the bad request succeeded")
+
+
+def main():
+    # A 2 MiB message limit (256 KiB chunks) so a modest output overflows it.
+    server = Server({"flux1": "flux1_kl", "wan": "wan21"},
+                    extra_flags=["--max_message_bytes=2097152", "--chunk_bytes=262144"])
+    client = grpcclient.InferenceServerClient(url=server.grpc)
+    checks = Checks("oip")
+    pipeline_latent = load(fixture("flux1_kl", "pipeline_latent.safetensors"))
+    expected = load(fixture("flux1_kl", "expected.safetensors"))
+
+    def grpc_decode(model, latent_path, out_name, *flags):
+        out = TMP / out_name
+        server.client(f"--model={model}", f"--latent={latent_path}", f"--out={out}", *flags)
+        return out
+
+    def health_and_metadata():
+        assert client.is_server_live() and client.is_server_ready()
+        assert client.is_model_ready("flux1") and client.is_model_ready("wan")
+        assert client.is_model_ready("wan", "1")
+        expect_error(lambda: client.is_model_ready("nope"), "NOT_FOUND", "flux1")
+        meta = client.get_server_metadata()
+        assert meta.name == "vaedecode", meta
+        model = client.get_model_metadata("flux1")
+        assert model.platform == "vaedecode_autoencoder_kl", model.platform
+        assert [(t.name, t.datatype, list(t.shape)) for t in model.inputs] == [("latent", "FP32", [-1, 16, -1, -1])]
+        assert [(t.name, list(t.shape)) for t in model.outputs] == [("sample", [-1, 3, -1, -1])]
+        video = client.get_model_metadata("wan")
+        assert list(video.inputs[0].shape) == [-1, 16, -1, -1, -1], video.inputs[0].shape
+
+    def image_infer_matches_grpc_and_diffusers():
+        out = infer(client, "flux1", pipeline_latent, latent_space="raw", scaling_factor=FLUX_SCALE,
+                    shift_factor=FLUX_SHIFT)
+        assert out.dtype == np.float32 and out.shape == (1, 3, 136, 184), (out.dtype, out.shape)
+        assert np.abs(out - expected).max() <= 1e-4
+        ref = np.load(grpc_decode("flux1", fixture("flux1_kl", "pipeline_latent.safetensors"), "flux.npy",
+                                  "--latent_space=raw"))
+        assert np.abs(out - ref).max() <= 1e-6
+        # The model's own raw formula gives the same.
+        same = infer(client, "flux1", pipeline_latent, latent_space="raw")
+        assert np.abs(same - expected).max() <= 1e-4
+
+    def video_infer_matches_grpc_and_diffusers():
+        latent = load(fixture("wan21", "latent.safetensors"))
+        out = infer(client, "wan", latent, mode="exact")
+        ref = load(fixture("wan21", "expected.safetensors"))
+        assert out.shape == ref.shape == (1, 3, 13, 56, 40), out.shape
+        assert np.abs(out - ref).max() <= 1e-4
+        grpc_out = np.load(grpc_decode("wan", fixture("wan21", "latent.safetensors"), "wan.npy", "--mode=exact"))
+        assert np.abs(out - grpc_out).max() <= 1e-6
+
+    def fp16_input_uint8_output():
+        latent = load(fixture("flux1_kl", "latent.safetensors"))
+        out = infer(client, "flux1", latent.astype(np.float16), "FP16", output_format="uint8")
+        assert out.dtype == np.uint8 and out.shape == (1, 136, 184, 3), (out.dtype, out.shape)
+        f16 = TMP / "latent_f16.safetensors"
+        safetensors.numpy.save_file({"latent": latent.astype(np.float16)}, str(f16))
+        ref = np.load(grpc_decode("flux1", f16, "flux_u8.npy", "--output_format=uint8"))
+        assert np.array_equal(out, ref)
+
+    def png_and_jpeg_outputs_are_the_grpc_files():
+        latent_path = fixture("flux1_kl", "latent.safetensors")
+        latent = load(latent_path)
+        for fmt, ext in (("png", "png"), ("jpeg", "jpg")):
+            out = infer(client, "flux1", latent, output_format=fmt, jpeg_quality=90)
+            assert out.dtype == np.object_ and out.shape == (1,), (out.dtype, out.shape)
+            ref = grpc_decode("flux1", latent_path, f"flux.{ext}", "--jpeg_quality=90")
+            assert out[0] == ref.read_bytes(), fmt
+        video = infer(client, "wan", load(fixture("wan21", "latent.safetensors")), output_format="png")
+        assert video.shape == (13,) and all(v.startswith(b"\x89PNG") for v in video), video.shape
+
+    def bad_requests_name_the_problem():
+        latent = load(fixture("flux1_kl", "latent.safetensors"))
+        wrong_name = grpcclient.InferInput("z", list(latent.shape), "FP32")
+        wrong_name.set_data_from_numpy(latent)
+        expect_error(lambda: client.infer("flux1", [wrong_name]), "INVALID_ARGUMENT", "expected one input \"latent\"")
+        expect_error(lambda: infer(client, "flux1", latent, colour="red"), "parameter \"colour\": unknown")
+        expect_error(lambda: infer(client, "flux1", latent, output_format="gif"), "use float32, float16, uint8")
+        expect_error(lambda: infer(client, "flux1", latent[:, :4]), "takes 16 latent channels, got 4")
+        expect_error(lambda: infer(client, "nope", latent), "NOT_FOUND", "flux1")
+        versioned = grpcclient.InferInput("latent", list(latent.shape), "FP32")
+        versioned.set_data_from_numpy(latent)
+        expect_error(lambda: client.infer("flux1", [versioned], model_version="7"), "version 1 only")
+        wrong_output = grpcclient.InferRequestedOutput("image")
+        expect_error(lambda: client.infer("flux1", [versioned], outputs=[wrong_output]), "\"image\" is not an output")
+        big = np.random.default_rng(0).standard_normal((1, 16, 64, 64), dtype=np.float32)
+        expect_error(lambda: infer(client, "flux1", big), "RESOURCE_EXHAUSTED", "vaedecode.v1.Decode (streaming)")
+        # And the server still serves.
+        assert np.abs(infer(client, "flux1", latent) - expected).max() <= 1e-4
+
+    def metrics_count_oip_calls():
+        text = server.scrape()
+        oip = [line for line in text.splitlines()
+               if line.startswith("vaedecode_requests_total{") and 'protocol="oip"' in line]
+        ok = sum(float(line.rsplit(" ", 1)[1]) for line in oip if 'status="OK"' in line)
+        refused = sum(float(line.rsplit(" ", 1)[1]) for line in oip if 'status="INVALID_ARGUMENT"' in line)
+        assert ok >= 8 and refused >= 4, (ok, refused)
+
+    for name, fn in list(locals().items()):
+        if callable(fn) and not name.startswith(("grpc_decode", "main")) and fn.__code__.co_argcount == 0:
+            checks.run(name, fn)
+    client.close()
+    server.stop()
+    return checks.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
