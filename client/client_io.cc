@@ -113,11 +113,12 @@ v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
 absl::StatusOr<v1::OutputFormat> FormatForPath(const std::string& path) {
   if (absl::EndsWith(path, ".png")) return v1::OUTPUT_PNG;
   if (absl::EndsWith(path, ".jpg") || absl::EndsWith(path, ".jpeg")) return v1::OUTPUT_JPEG;
+  if (absl::EndsWith(path, ".mp4")) return v1::OUTPUT_MP4;
   if (absl::EndsWith(path, ".safetensors") || absl::EndsWith(path, ".npy")) {
     return v1::OUTPUT_FLOAT32;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--out ", path, ": extension must be .safetensors, .npy, .png or .jpg"));
+      absl::StrCat("--out ", path, ": extension must be .safetensors, .npy, .png, .jpg or .mp4"));
 }
 
 absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
@@ -125,6 +126,21 @@ absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
   if (absl::Status s = output.Finish(); !s.ok()) return s;
   const v1::Header& h = output.header();
   std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
+  if (h.output_format() == v1::OUTPUT_MP4) {
+    if (!absl::EndsWith(path, ".mp4")) {
+      return absl::InvalidArgumentError(absl::StrCat("--out ", path, ": MP4 output needs a .mp4 path"));
+    }
+    // One video per batch entry: FILE.mp4, or FILE_<b>.mp4 for a batch.
+    const std::string stem = path.substr(0, path.size() - 4);
+    std::vector<std::string> written;
+    for (size_t b = 0; b < output.images().size(); ++b) {
+      const std::string name = output.images().size() == 1 ? path : absl::StrCat(stem, "_", b, ".mp4");
+      const std::string& file = output.images()[b];
+      if (absl::Status s = formats::WriteFileAtomically(name, {{file.data(), file.size()}}); !s.ok()) return s;
+      written.push_back(name);
+    }
+    return written;
+  }
   if (h.output_format() == v1::OUTPUT_PNG || h.output_format() == v1::OUTPUT_JPEG) {
     const bool png = h.output_format() == v1::OUTPUT_PNG;
     const std::string ext = png ? ".png" : absl::EndsWith(path, ".jpeg") ? ".jpeg" : ".jpg";

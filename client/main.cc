@@ -37,8 +37,9 @@ ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent");
 ABSL_FLAG(std::string, latent_space, "vae", "vae (what vae.decode takes) or raw (denoiser output)");
 ABSL_FLAG(std::string, mode, "auto", "auto, dense, exact or tiled");
 ABSL_FLAG(std::string, output_format, "",
-          "float32, float16, uint8, png or jpeg; empty: from --out (.png → png, .jpg → jpeg, else float32)");
-ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy, .png or .jpg");
+          "float32, float16, uint8, png, jpeg or mp4; empty: from --out (.png, .jpg, .mp4, else float32)");
+ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy, .png, .jpg or .mp4");
+ABSL_FLAG(int32_t, fps, 0, "MP4 frame rate 1..240 (0: the server's default, 16)");
 ABSL_FLAG(int32_t, jpeg_quality, 0, "JPEG quality 1..100 (0: the server's default, 75)");
 ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
 ABSL_FLAG(std::string, request_id, "", "Request id (the server generates one when empty)");
@@ -161,9 +162,12 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest() {
     request.set_output_format(v1::OUTPUT_PNG);
   else if (format == "jpeg")
     request.set_output_format(v1::OUTPUT_JPEG);
+  else if (format == "mp4")
+    request.set_output_format(v1::OUTPUT_MP4);
   else
-    return Fail(absl::StrCat("--output_format=", format, ": float32, float16, uint8, png or jpeg"));
+    return Fail(absl::StrCat("--output_format=", format, ": float32, float16, uint8, png, jpeg or mp4"));
   request.set_jpeg_quality(absl::GetFlag(FLAGS_jpeg_quality));
+  request.set_fps(absl::GetFlag(FLAGS_fps));
   return request;
 }
 

@@ -39,7 +39,8 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
   }
   const bool video = rank == 5;
   const auto& s = header.shape();
-  encoded_ = header.output_format() == v1::OUTPUT_PNG || header.output_format() == v1::OUTPUT_JPEG;
+  video_file_ = header.output_format() == v1::OUTPUT_MP4;
+  encoded_ = video_file_ || header.output_format() == v1::OUTPUT_PNG || header.output_format() == v1::OUTPUT_JPEG;
   channels_last_ = encoded_ || header.output_format() == v1::OUTPUT_UINT8;
   batch_ = s[0];
   if (channels_last_) {  // [B, (T,) H, W, C]
@@ -63,6 +64,7 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
     case v1::OUTPUT_UINT8:
     case v1::OUTPUT_PNG:
     case v1::OUTPUT_JPEG:
+    case v1::OUTPUT_MP4:
       elem_ = 1;
       break;
     default:
@@ -70,7 +72,7 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
   }
   const int64_t images = batch_ * frames_;
   if (encoded_) {
-    images_.assign(images, "");
+    images_.assign(video_file_ ? batch_ : images, "");
     return absl::OkStatus();
   }
   const int64_t total = images * channels_ * height_ * width_ * elem_;
@@ -86,7 +88,10 @@ absl::Status OutputAssembler::AddChunk(const v1::Chunk& c) {
     return absl::InvalidArgumentError(absl::StrCat("chunk: batch ", c.batch_index(), " frame ",
                                                    c.frame(), " outside the header's shape"));
   }
-  const int64_t image = c.batch_index() * frames_ + c.frame();
+  if (video_file_ && c.frame() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk: an MP4 piece of frame ", c.frame(), " (videos are frame 0)"));
+  }
+  const int64_t image = video_file_ ? c.batch_index() : c.batch_index() * frames_ + c.frame();
   if (encoded_) {
     if (c.data().empty()) return absl::InvalidArgumentError("chunk: an empty image piece");
     // Pieces of one image file are consecutive; an image never comes back later.

@@ -8,7 +8,8 @@
 // channel, in the header shape's layout restricted to those rows:
 //   FLOAT32/FLOAT16, shape [B, C, H, W] or [B, C, T, H, W]: [C, rows, W]
 //   UINT8,           shape [B, H, W, C] or [B, T, H, W, C]: [rows, W, C]
-// For PNG and JPEG, a chunk is one file of one image / frame, or a piece of one
+// For PNG and JPEG, a chunk is one file of one image / frame (for MP4, of one
+// batch entry's video, frame 0), or a piece of one
 // when the file is larger than the chunk limit (consecutive chunks of the
 // same image and frame, concatenated in order).
 //
@@ -40,7 +41,8 @@ class OutputAssembler {
   // Tensor outputs: the whole output, C order in header().shape(), of
   // header().dtype() elements.
   const std::string& tensor_bytes() const { return tensor_; }
-  // PNG and JPEG outputs: one file per image/frame, index b * frames + t.
+  // PNG and JPEG outputs: one file per image/frame, index b * frames + t;
+  // MP4: one file per batch entry b.
   const std::vector<std::string>& images() const { return images_; }
   // Move the output out; the assembler is spent afterwards.
   std::string TakeTensorBytes() { return std::move(tensor_); }
@@ -58,7 +60,8 @@ class OutputAssembler {
   // Geometry of tensor outputs.
   int64_t batch_ = 0, channels_ = 0, frames_ = 0, height_ = 0, width_ = 0, elem_ = 0;
   bool channels_last_ = false;
-  bool encoded_ = false;  // PNG or JPEG files
+  bool encoded_ = false;     // PNG, JPEG or MP4 files
+  bool video_file_ = false;  // MP4: one file per batch entry
   std::string tensor_;
   std::vector<int64_t> rows_seen_;  // per (b, t): rows received
   std::vector<std::string> images_;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/output_assembler.h"
@@ -29,9 +30,10 @@ class CollectingStream final : public JobStream {
       absl::MutexLock lock(&mu_);
       bytes_ += static_cast<int64_t>(message->ByteSizeLong());
       if (bytes_ > max_output_bytes_) {
-        failure = absl::ResourceExhaustedError(absl::StrCat(
-            "the output is more than the ", max_output_bytes_ >> 20,
-            " MiB one unary reply may hold; decode it with vaedecode.v1.Decode (streaming)"));
+        failure = absl::ResourceExhaustedError(absl::StrFormat(
+            "the output is more than the %.1f MiB one unary reply may hold; decode it with vaedecode.v1.Decode "
+            "(streaming)",
+            static_cast<double>(max_output_bytes_) / (1 << 20)));
       } else {
         failure = assembler_.Add(*message);
         if (!failure.ok()) failure = absl::InternalError(absl::StrCat("the group's stream: ", failure.message()));

@@ -70,11 +70,17 @@ absl::Status ApplyParameter(const std::string& name, const inference::InferParam
     else if (*v == "uint8") r.set_output_format(v1::OUTPUT_UINT8);
     else if (*v == "png") r.set_output_format(v1::OUTPUT_PNG);
     else if (*v == "jpeg" || *v == "jpg") r.set_output_format(v1::OUTPUT_JPEG);
-    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use float32, float16, uint8, png or jpeg"));
+    else if (*v == "mp4") r.set_output_format(v1::OUTPUT_MP4);
+    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use float32, float16, uint8, png, jpeg or mp4"));
   } else if (name == "scaling_factor" || name == "shift_factor") {
     absl::StatusOr<double> v = NumberParameter(name, p);
     if (!v.ok()) return v.status();
     name == "scaling_factor" ? r.set_scaling_factor(*v) : r.set_shift_factor(*v);
+  } else if (name == "fps") {
+    absl::StatusOr<double> v = NumberParameter(name, p);
+    if (!v.ok()) return v.status();
+    if (*v < 1 || *v > 240 || *v != static_cast<int>(*v)) return BadParameter(name, "use an integer 1..240");
+    r.set_fps(static_cast<int32_t>(*v));
   } else if (name == "jpeg_quality") {
     absl::StatusOr<double> v = NumberParameter(name, p);
     if (!v.ok()) return v.status();
@@ -82,7 +88,7 @@ absl::Status ApplyParameter(const std::string& name, const inference::InferParam
     r.set_jpeg_quality(static_cast<int32_t>(*v));
   } else if (TritonParameters().count(name) == 0) {
     return BadParameter(name, "unknown; vaedecode takes latent_space, mode, output_format, scaling_factor, "
-                              "shift_factor and jpeg_quality");
+                              "shift_factor, jpeg_quality and fps");
   }
   return absl::OkStatus();
 }
@@ -192,7 +198,8 @@ absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInfe
   response->set_id(output.request_id);
   auto* out = response->add_outputs();
   out->set_name(kOutput);
-  if (h.output_format() == v1::OUTPUT_PNG || h.output_format() == v1::OUTPUT_JPEG) {
+  if (h.output_format() == v1::OUTPUT_PNG || h.output_format() == v1::OUTPUT_JPEG ||
+      h.output_format() == v1::OUTPUT_MP4) {
     out->set_datatype("BYTES");
     out->add_shape(static_cast<int64_t>(output.images.size()));
     response->add_raw_output_contents(SerializeBytesTensor(output.images));

@@ -11,9 +11,10 @@
 //   mode           "auto", "dense", "exact", "tiled"
 //   output_format  "float32" (default; FP32 [B, C, (T,) H, W]), "float16"
 //                  (FP16), "uint8" (UINT8 [B, (T,) H, W, C]), "png" or
-//                  "jpeg" (BYTES [B·T], one file per image / frame)
+//                  "jpeg" (BYTES [B·T], one file per image / frame), "mp4"
+//                  (BYTES [B], one video per batch entry)
 //   scaling_factor, shift_factor (double): raw latents' own de-normalisation
-//   jpeg_quality   (int64) 1..100
+//   jpeg_quality   (int64) 1..100;  fps (int64) 1..240, MP4's frame rate
 // Triton's own request parameters (priority, timeout, sequence_*) are
 // accepted and ignored. The reply is one message, bounded by
 // --max_message_bytes: a larger output is RESOURCE_EXHAUSTED pointing at the

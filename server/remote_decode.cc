@@ -257,6 +257,13 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     else if (m == "tiled") r.set_mode(v1::MODE_TILED);
     else return Bad("mode", absl::StrCat("\"", m, "\"; use auto, dense, exact or tiled"));
   }
+  absl::StatusOr<const std::string*> fps = Single(params, "fps");
+  if (!fps.ok()) return fps.status();
+  if (*fps != nullptr) {
+    absl::StatusOr<int64_t> f = ParsePositive("fps", **fps);
+    if (!f.ok() || *f > 240) return Bad("fps", absl::StrCat("\"", **fps, "\"; use 1..240"));
+    r.set_fps(static_cast<int32_t>(*f));
+  }
   absl::StatusOr<const std::string*> quality = Single(params, "jpeg_quality");
   if (!quality.ok()) return quality.status();
   if (*quality != nullptr) {
@@ -302,9 +309,16 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
       call.reply = RemoteReply::kImageFile;
     }
   } else if (type == "mp4") {
-    return absl::UnimplementedError(
-        "output_type=mp4: this server does not encode MP4 yet; use output_type=pt with "
-        "partial_postprocess=True for the uint8 frames");
+    if (!model.is_video()) {
+      return Bad("output_type", absl::StrCat("mp4 is for video models; model \"", model.name(),
+                                             "\" decodes images (use pil or pt)"));
+    }
+    if (shape[0] != 1) {
+      return Bad("output_type", absl::StrCat("mp4 returns one video; this latent has a batch of ", shape[0],
+                                             " (send them one by one, or use output_type=pt)"));
+    }
+    r.set_output_format(v1::OUTPUT_MP4);
+    call.reply = RemoteReply::kVideoFile;
   } else {
     return Bad("output_type", absl::StrCat("\"", type, "\"; use pil, pt or mp4"));
   }
@@ -322,6 +336,13 @@ HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
         return ErrorReply(absl::InternalError(absl::StrCat("expected one image, the decode made ", output.images.size())));
       }
       reply.content_type = h.output_format() == v1::OUTPUT_PNG ? "image/png" : "image/jpeg";
+      reply.body = std::move(output.images[0]);
+      break;
+    case RemoteReply::kVideoFile:
+      if (output.images.size() != 1) {
+        return ErrorReply(absl::InternalError(absl::StrCat("expected one video, the decode made ", output.images.size())));
+      }
+      reply.content_type = "video/mp4";
       reply.body = std::move(output.images[0]);
       break;
     case RemoteReply::kTensor:

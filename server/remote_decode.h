@@ -10,13 +10,15 @@
 // scaling_factor / shift_factor (the latent is raw: z / s + shift), or
 // do_scaling=True (raw, the model's own formula); height and width in
 // pixels for packed FLUX latents [B, (H/16)·(W/16), 4C]. Extensions:
-// latent_space (vae, raw), mode (auto, dense, exact, tiled), jpeg_quality.
+// latent_space (vae, raw), mode (auto, dense, exact, tiled), jpeg_quality,
+// fps (MP4).
 //
 // Replies (what postprocess_decode reads):
 //   pil, image model     one JPEG/PNG file (batch 1)
 //   pil, video model     float32 [B·T, C, H, W] in [0, 1] (the processor path)
 //   pt                   float32 [B, C, H, W] / [B, C, T, H, W] in [-1, 1]
 //   pt + partial_postprocess  uint8 [B, H, W, C] (video: [B·T, H, W, C])
+//   mp4, video model     one H.264 MP4 file (batch 1; fps settable)
 // tensors with `shape` (a JSON list) and `dtype` headers; errors as
 // {"error": "..."} with an HTTP status from the absl code.
 //
@@ -41,6 +43,7 @@ enum class RemoteReply {
   kVideoFrames,  // pil on a video model: [0, 1] float frames
   kTensor,       // pt: the decoder output
   kPixels,       // pt + partial_postprocess: uint8 channels-last
+  kVideoFile,    // mp4 on a video model: the MP4 file
 };
 
 struct RemoteDecodeCall {

@@ -102,6 +102,8 @@ TEST(RemoteDecodeTest, NamesTheBadParameter) {
       {Params({{"dtype", "float32"}, {"shape", "2"}, {"shape", "16"}, {"shape", "2"}, {"shape", "2"}}),
        "pil returns one image"},
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"scaling_factor", "x"}}), "\"x\" is not a number"},
+      {Params({{"dtype", "float32"}, {"shape", "1"}, {"output_type", "mp4"}}), "mp4 is for video models"},
+      {Params({{"dtype", "float32"}, {"shape", "1"}, {"fps", "0"}}), "fps"},
   };
   for (const auto& [params, message] : cases) {
     absl::StatusOr<RemoteDecodeCall> call = TranslateRemoteDecode(params, "", Flux());

@@ -85,6 +85,9 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
     return absl::InvalidArgumentError(
         absl::StrCat("jpeg_quality: ", request.jpeg_quality(), "; use 1..100 (0: the default, 75)"));
   }
+  if (request.fps() < 0 || request.fps() > 240) {
+    return absl::InvalidArgumentError(absl::StrCat("fps: ", request.fps(), "; use 1..240 (0: the default, 16)"));
+  }
   if (absl::Status s = ValidateLatentScaling(request, model); !s.ok()) return s;
   if (!request.has_latent()) return absl::InvalidArgumentError("latent: missing");
   const v1::Tensor& latent = request.latent();
@@ -150,6 +153,11 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
           absl::StrCat("output_format: ", v1::OutputFormat_Name(request.output_format()),
                        " needs 1, 3 or 4 output channels; model \"", model.name(), "\" has ", c));
     }
+  }
+  if (request.output_format() == v1::OUTPUT_MP4 && (!model.is_video() || (model.out_channels() != 0 && model.out_channels() != 3))) {
+    return absl::InvalidArgumentError(absl::StrCat("output_format: OUTPUT_MP4 needs a video model with 3 output channels; model \"",
+                                                   model.name(), "\" is ", model.is_video() ? "a video model with " : "an image model with ",
+                                                   model.out_channels(), " (use OUTPUT_PNG or OUTPUT_JPEG)"));
   }
   if (request.output_format() == v1::OUTPUT_JPEG) {
     const int64_t c = model.out_channels();

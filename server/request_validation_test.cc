@@ -98,6 +98,14 @@ TEST(RequestValidationTest, NamesTheProblem) {
   jpeg.set_output_format(v1::OUTPUT_JPEG);
   EXPECT_TRUE(ValidateDecodeRequest(jpeg, Model(false)).ok());
   EXPECT_THAT(std::string(ValidateDecodeRequest(jpeg, rgba).message()), HasSubstr("OUTPUT_JPEG needs 1 or 3"));
+  v1::DecodeRequest mp4 = Request({1, 16, 5, 7});
+  mp4.set_output_format(v1::OUTPUT_MP4);
+  EXPECT_THAT(std::string(ValidateDecodeRequest(mp4, Model(false)).message()), HasSubstr("OUTPUT_MP4 needs a video model"));
+  v1::DecodeRequest clip = Request({1, 16, 3, 5, 7});
+  clip.set_output_format(v1::OUTPUT_MP4);
+  EXPECT_TRUE(ValidateDecodeRequest(clip, Model(true)).ok());
+  clip.set_fps(500);
+  EXPECT_THAT(std::string(ValidateDecodeRequest(clip, Model(true)).message()), HasSubstr("fps: 500"));
   // Scaling overrides: fine on raw latents, refused for packed ones.
   v1::DecodeRequest scaled = Request({1, 16, 5, 7});
   scaled.set_latent_space(v1::LATENT_SPACE_RAW);

@@ -10,7 +10,8 @@ PACKAGES=(
   libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libpng-dev libjpeg62-turbo-dev libcpp-httplib-dev patchelf
+  libgtest-dev libgmock-dev libbenchmark-dev libpng-dev libjpeg62-turbo-dev libcpp-httplib-dev
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev patchelf
   python3-grpcio python3-protobuf python3-numpy python3-pip
   prometheus yamllint python3-yaml openssl
   clang libclang-rt-14-dev

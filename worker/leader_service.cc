@@ -186,7 +186,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   const families::Decoder& decoder = *runtime_.models()[model].decoder;
   const std::vector<int64_t> out_shape = decoder.OutputShape(job.decode.latent.sizes().vec());
   const bool incremental = request->mode() == v1::MODE_TILED && request->output_format() != v1::OUTPUT_PNG &&
-                           request->output_format() != v1::OUTPUT_JPEG &&
+                           request->output_format() != v1::OUTPUT_JPEG && request->output_format() != v1::OUTPUT_MP4 &&
                            out_shape[0] == 1 && (out_shape.size() == 4 || out_shape[2] == 1);
   const auto stream_start = std::chrono::steady_clock::now();
   bool header_sent = false;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/jpeg.h"
+#include "formats/mp4.h"
 #include "formats/png.h"
 #include "formats/tensor_file.h"
 
@@ -37,6 +38,7 @@ OutputEncoding EncodingOf(const v1::DecodeRequest& request) {
   OutputEncoding encoding;
   encoding.format = request.output_format();
   encoding.jpeg_quality = request.jpeg_quality() > 0 ? request.jpeg_quality() : formats::kDefaultJpegQuality;
+  encoding.fps = request.fps() > 0 ? request.fps() : formats::kDefaultVideoFps;
   return encoding;
 }
 
@@ -61,6 +63,7 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
     case v1::OUTPUT_UINT8:
     case v1::OUTPUT_PNG:
     case v1::OUTPUT_JPEG:
+    case v1::OUTPUT_MP4:
       header->add_shape(g->batch);
       if (g->video) header->add_shape(g->frames);
       header->add_shape(g->height);
@@ -70,6 +73,11 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
       if (format == v1::OUTPUT_PNG && g->channels != 1 && g->channels != 3 && g->channels != 4) {
         return absl::InvalidArgumentError(absl::StrCat("PNG output needs 1, 3 or 4 channels; this model has ",
                                                        g->channels));
+      }
+      if (format == v1::OUTPUT_MP4 && (!g->video || g->channels != 3)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("MP4 output needs a video model with 3 channels; this sample is ",
+                         g->video ? absl::StrCat(g->channels, "-channel video") : std::string("an image")));
       }
       if (format == v1::OUTPUT_JPEG && g->channels != 1 && g->channels != 3) {
         return absl::InvalidArgumentError(
@@ -117,6 +125,23 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
 
   absl::StatusOr<at::Tensor> pixels = formats::ToImagePixels(sample);  // [B, T, H, W, C]
   if (!pixels.ok()) return pixels.status();
+  const size_t piece = static_cast<size_t>(std::max<int64_t>(1, max_chunk_bytes));
+  if (format == v1::OUTPUT_MP4) {
+    formats::Mp4Options mp4;
+    mp4.fps = encoding.fps;
+    for (int64_t b = 0; b < g->batch; ++b) {
+      const at::Tensor clip = (*pixels)[b].contiguous();  // [T, H, W, 3]
+      absl::StatusOr<std::string> video =
+          formats::EncodeMp4(static_cast<int>(g->width), static_cast<int>(g->height), static_cast<int>(g->frames),
+                             clip.data_ptr<uint8_t>(), mp4);
+      if (!video.ok()) return video.status();
+      for (size_t offset = 0; offset < video->size(); offset += piece) {
+        const size_t n = std::min(piece, video->size() - offset);
+        if (!send(b, 0, 0, g->height, video->data() + offset, n)) return cancelled;
+      }
+    }
+    return absl::OkStatus();
+  }
   for (int64_t b = 0; b < g->batch; ++b) {
     for (int64_t f = 0; f < g->frames; ++f) {
       const at::Tensor image = (*pixels)[b][f];  // [H, W, C], contiguous
@@ -136,7 +161,6 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
               ? formats::EncodeJpeg(width, height, channels, image.data_ptr<uint8_t>(), encoding.jpeg_quality)
               : formats::EncodePng(width, height, channels, image.data_ptr<uint8_t>());
       if (!encoded.ok()) return encoded.status();
-      const size_t piece = static_cast<size_t>(std::max<int64_t>(1, max_chunk_bytes));
       for (size_t offset = 0; offset < encoded->size(); offset += piece) {
         const size_t n = std::min(piece, encoded->size() - offset);
         if (!send(b, f, 0, g->height, encoded->data() + offset, n)) return cancelled;

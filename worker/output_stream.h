@@ -12,6 +12,7 @@
 //    [B, H, W, C] or [B, T, H, W, C].
 //  - OUTPUT_PNG / OUTPUT_JPEG: one image per (b, f); its bytes split over
 //    consecutive chunks when larger than the limit (same b and f, rows 0..H).
+//  - OUTPUT_MP4: one video per b (every frame), split the same way (f = 0).
 
 #include <cstdint>
 #include <functional>
@@ -33,6 +34,7 @@ absl::Status DescribeOutput(const std::vector<int64_t>& sample_shape, v1::Output
 struct OutputEncoding {
   v1::OutputFormat format = v1::OUTPUT_FLOAT32;
   int jpeg_quality = 75;  // OUTPUT_JPEG only
+  int fps = 16;           // OUTPUT_MP4 only
 };
 
 // The encoding a request names (its JPEG quality defaulted).

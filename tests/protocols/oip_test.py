@@ -117,6 +117,9 @@ def main():
             assert out[0] == ref.read_bytes(), fmt
         video = infer(client, "wan", load(fixture("wan21", "latent.safetensors")), output_format="png")
         assert video.shape == (13,) and all(v.startswith(b"\x89PNG") for v in video), video.shape
+        mp4 = infer(client, "wan", load(fixture("wan21", "latent.safetensors")), output_format="mp4", fps=8)
+        ref = grpc_decode("wan", fixture("wan21", "latent.safetensors"), "wan.mp4", "--fps=8")
+        assert mp4.shape == (1,) and mp4[0] == ref.read_bytes()
 
     def bad_requests_name_the_problem():
         latent = load(fixture("flux1_kl", "latent.safetensors"))
@@ -125,6 +128,7 @@ def main():
         expect_error(lambda: client.infer("flux1", [wrong_name]), "INVALID_ARGUMENT", "expected one input \"latent\"")
         expect_error(lambda: infer(client, "flux1", latent, colour="red"), "parameter \"colour\": unknown")
         expect_error(lambda: infer(client, "flux1", latent, output_format="gif"), "use float32, float16, uint8")
+        expect_error(lambda: infer(client, "flux1", latent, output_format="mp4"), "OUTPUT_MP4 needs a video model")
         expect_error(lambda: infer(client, "flux1", latent[:, :4]), "takes 16 latent channels, got 4")
         expect_error(lambda: infer(client, "nope", latent), "NOT_FOUND", "flux1")
         versioned = grpcclient.InferInput("latent", list(latent.shape), "FP32")

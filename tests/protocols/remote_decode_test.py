@@ -11,6 +11,7 @@ vaedecode_client) on the same latents and with diffusers' fixture decodes:
     like its unpacked [B, 16, H/8, W/8];
   - a video model: pt [B, C, T, H, W] equal to the gRPC path and to
     diffusers; pil through a VideoProcessor: T frames of the right size;
+    mp4: the gRPC path's file, H.264 yuv420p, T frames back through PyAV;
   - bad requests: the error remote_decode raises names the problem, and the
     server goes on serving; /metrics counts the calls with protocol="http".
 """
@@ -19,6 +20,7 @@ import io
 import json
 import sys
 
+import av
 import numpy as np
 import requests
 import safetensors.torch
@@ -169,6 +171,27 @@ def main():
                                return_type="pt")
         assert tuple(pixels.shape) == (13, 56, 40, 3) and np.array_equal(pixels.numpy(), u8[0])
 
+    def video_mp4_decodes_back_to_its_frames():
+        latent = load(fixture("wan21", "latent.safetensors"))
+        mp4 = remote_decode(wan, latent, do_scaling=False, output_type="mp4", return_type="mp4")
+        assert isinstance(mp4, bytes) and mp4[4:8] == b"ftyp", mp4[:16]
+        ref = grpc_decode("wan", fixture("wan21", "latent.safetensors"), "wan.mp4")
+        assert mp4 == ref.read_bytes(), "MP4 bytes differ from the gRPC path's"
+        with av.open(io.BytesIO(mp4)) as container:
+            stream = container.streams.video[0]
+            assert stream.codec_context.name == "h264" and stream.codec_context.pix_fmt == "yuv420p"
+            assert float(stream.average_rate) == 16, stream.average_rate
+            frames = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+        assert len(frames) == 13 and frames[0].shape == (56, 40, 3), (len(frames), frames[0].shape)
+        u8 = np.load(grpc_decode("wan", fixture("wan21", "latent.safetensors"), "wan_u8.npy",
+                                 "--output_format=uint8"))[0]
+        # H.264 is lossy and these frames are noise: close on average only.
+        error = np.mean([np.abs(f.astype(float) - u8[t]).mean() for t, f in enumerate(frames)])
+        assert error < 40, error
+        fast = remote_decode(f"{wan}?fps=24", latent, do_scaling=False, output_type="mp4", return_type="mp4")
+        with av.open(io.BytesIO(fast)) as container:
+            assert float(container.streams.video[0].average_rate) == 24
+
     def bad_requests_name_the_problem():
         latent = load(fixture("flux1_kl", "latent.safetensors"))
         expect_raises(lambda: remote_decode(f"{server.http}/models/nope", latent, output_type="pt",
@@ -176,7 +199,7 @@ def main():
         expect_raises(lambda: remote_decode(flux, latent[:, :4], do_scaling=False, output_type="pt",
                                             return_type="pt"), "takes 16 latent channels, got 4")
         expect_raises(lambda: remote_decode(flux, latent, do_scaling=False, output_type="mp4",
-                                            return_type="mp4"), "mp4")
+                                            return_type="mp4"), "mp4 is for video models")
         expect_raises(lambda: remote_decode(flux, latent[:, :, :, :4].repeat(2, 1, 1, 1), do_scaling=False,
                                             output_type="pil"), "pil returns one image")
         bad = requests.post(flux, params={"shape": [1, 16, 17, 23], "dtype": "int8"}, data=b"\0" * 10)

@@ -1,0 +1,258 @@
+#include "formats/mp4.h"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/opt.h>
+#include <libswscale/swscale.h>
+}
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+
+namespace vaedecode::formats {
+namespace {
+
+// x264 and the muxer log at info level to stderr; a decode service's logs
+// are its own.
+void QuietFfmpeg() {
+  static std::once_flag once;
+  std::call_once(once, [] { av_log_set_level(AV_LOG_ERROR); });
+}
+
+std::string AvError(int code) {
+  char text[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(code, text, sizeof(text));
+  return text;
+}
+
+// A growable in-memory file for libavformat's custom I/O (seekable, so the
+// MP4 muxer can write its index at the end).
+struct MemoryFile {
+  std::string data;
+  int64_t position = 0;
+
+  static int Write(void* opaque, uint8_t* buf, int size) {  // FFmpeg 5 passes non-const
+    auto* f = static_cast<MemoryFile*>(opaque);
+    const size_t end = static_cast<size_t>(f->position) + static_cast<size_t>(size);
+    if (end > f->data.size()) f->data.resize(end);
+    std::memcpy(f->data.data() + f->position, buf, static_cast<size_t>(size));
+    f->position = static_cast<int64_t>(end);
+    return size;
+  }
+  static int Read(void* opaque, uint8_t* buf, int size) {
+    auto* f = static_cast<MemoryFile*>(opaque);
+    const int64_t left = static_cast<int64_t>(f->data.size()) - f->position;
+    if (left <= 0) return AVERROR_EOF;
+    const int n = static_cast<int>(std::min<int64_t>(left, size));
+    std::memcpy(buf, f->data.data() + f->position, static_cast<size_t>(n));
+    f->position += n;
+    return n;
+  }
+  static int64_t Seek(void* opaque, int64_t offset, int whence) {
+    auto* f = static_cast<MemoryFile*>(opaque);
+    const int64_t size = static_cast<int64_t>(f->data.size());
+    if (whence == AVSEEK_SIZE) return size;
+    int64_t target = offset;
+    if ((whence & ~AVSEEK_FORCE) == SEEK_CUR) target = f->position + offset;
+    if ((whence & ~AVSEEK_FORCE) == SEEK_END) target = size + offset;
+    if (target < 0) return AVERROR(EINVAL);
+    f->position = target;
+    return target;
+  }
+};
+
+// Owners for FFmpeg's C objects.
+struct IoDeleter {
+  void operator()(AVIOContext* io) const {
+    if (io != nullptr) av_freep(&io->buffer);
+    avio_context_free(&io);
+  }
+};
+struct CodecDeleter {
+  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct FrameDeleter {
+  void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+struct PacketDeleter {
+  void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+struct SwsDeleter {
+  void operator()(SwsContext* s) const { sws_freeContext(s); }
+};
+using Io = std::unique_ptr<AVIOContext, IoDeleter>;
+using Codec = std::unique_ptr<AVCodecContext, CodecDeleter>;
+using Frame = std::unique_ptr<AVFrame, FrameDeleter>;
+using Packet = std::unique_ptr<AVPacket, PacketDeleter>;
+using Sws = std::unique_ptr<SwsContext, SwsDeleter>;
+
+Io MakeIo(MemoryFile* file, bool writable) {
+  constexpr int kBuffer = 1 << 16;
+  auto* buffer = static_cast<unsigned char*>(av_malloc(kBuffer));
+  if (buffer == nullptr) return nullptr;
+  AVIOContext* io = avio_alloc_context(buffer, kBuffer, writable ? 1 : 0, file, writable ? nullptr : MemoryFile::Read,
+                                       writable ? MemoryFile::Write : nullptr, MemoryFile::Seek);
+  if (io == nullptr) av_free(buffer);
+  return Io(io);
+}
+
+absl::Status Failed(const char* what, int code) {
+  return absl::InternalError(absl::StrCat("MP4 ", what, ": ", AvError(code)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const uint8_t* rgb,
+                                      const Mp4Options& options) {
+  QuietFfmpeg();
+  if (width <= 0 || height <= 0 || width % 2 != 0 || height % 2 != 0 || width > 16384 || height > 16384) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MP4 (yuv420p) needs even sizes up to 16384; the video is ", width, "x", height));
+  }
+  if (frames < 1) return absl::InvalidArgumentError("an MP4 needs at least one frame");
+  if (options.fps < 1 || options.fps > 240) {
+    return absl::InvalidArgumentError(absl::StrCat("fps must be 1..240, got ", options.fps));
+  }
+  const AVCodec* h264 = avcodec_find_encoder_by_name("libx264");
+  if (h264 == nullptr) return absl::UnavailableError("this FFmpeg has no libx264 H.264 encoder");
+
+  MemoryFile file;
+  AVFormatContext* raw_format = nullptr;
+  int rc = avformat_alloc_output_context2(&raw_format, nullptr, "mp4", nullptr);
+  if (rc < 0 || raw_format == nullptr) return Failed("muxer", rc);
+  std::unique_ptr<AVFormatContext, void (*)(AVFormatContext*)> format(raw_format, avformat_free_context);
+  Io io = MakeIo(&file, true);
+  if (!io) return absl::ResourceExhaustedError("MP4: no memory for the output buffer");
+  format->pb = io.get();
+  format->flags |= AVFMT_FLAG_CUSTOM_IO;
+  // Reproducible files: no encoder version string or creation time.
+  format->flags |= AVFMT_FLAG_BITEXACT;
+
+  Codec codec(avcodec_alloc_context3(h264));
+  if (!codec) return absl::ResourceExhaustedError("MP4: no memory for the encoder");
+  codec->width = width;
+  codec->height = height;
+  codec->pix_fmt = AV_PIX_FMT_YUV420P;
+  codec->time_base = AVRational{1, options.fps};
+  codec->framerate = AVRational{options.fps, 1};
+  codec->gop_size = options.fps;
+  codec->flags |= AV_CODEC_FLAG_BITEXACT;
+  if (format->oformat->flags & AVFMT_GLOBALHEADER) codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  av_opt_set(codec->priv_data, "preset", "medium", 0);
+  av_opt_set_int(codec->priv_data, "crf", options.crf, 0);
+  if ((rc = avcodec_open2(codec.get(), h264, nullptr)) < 0) return Failed("encoder", rc);
+
+  AVStream* stream = avformat_new_stream(format.get(), nullptr);
+  if (stream == nullptr) return absl::ResourceExhaustedError("MP4: no memory for the stream");
+  stream->time_base = codec->time_base;
+  stream->avg_frame_rate = codec->framerate;
+  if ((rc = avcodec_parameters_from_context(stream->codecpar, codec.get())) < 0) return Failed("stream", rc);
+  if ((rc = avformat_write_header(format.get(), nullptr)) < 0) return Failed("header", rc);
+
+  Sws sws(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, SWS_BICUBIC, nullptr,
+                         nullptr, nullptr));
+  Frame frame(av_frame_alloc());
+  Packet packet(av_packet_alloc());
+  if (!sws || !frame || !packet) return absl::ResourceExhaustedError("MP4: no memory for the frames");
+  frame->format = AV_PIX_FMT_YUV420P;
+  frame->width = width;
+  frame->height = height;
+  if ((rc = av_frame_get_buffer(frame.get(), 0)) < 0) return Failed("frame", rc);
+
+  const auto drain = [&]() -> absl::Status {
+    while (true) {
+      const int r = avcodec_receive_packet(codec.get(), packet.get());
+      if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return absl::OkStatus();
+      if (r < 0) return Failed("encoding", r);
+      // One frame each: the last frame's duration then counts in the file's.
+      if (packet->duration == 0) packet->duration = 1;
+      av_packet_rescale_ts(packet.get(), codec->time_base, stream->time_base);
+      packet->stream_index = stream->index;
+      const int w = av_interleaved_write_frame(format.get(), packet.get());
+      if (w < 0) return Failed("writing", w);
+    }
+  };
+  const size_t frame_bytes = static_cast<size_t>(width) * static_cast<size_t>(height) * 3;
+  for (int t = 0; t < frames; ++t) {
+    if ((rc = av_frame_make_writable(frame.get())) < 0) return Failed("frame", rc);
+    const uint8_t* src[1] = {rgb + t * frame_bytes};
+    const int src_stride[1] = {width * 3};
+    sws_scale(sws.get(), src, src_stride, 0, height, frame->data, frame->linesize);
+    frame->pts = t;
+    if ((rc = avcodec_send_frame(codec.get(), frame.get())) < 0) return Failed("encoding", rc);
+    if (absl::Status s = drain(); !s.ok()) return s;
+  }
+  if ((rc = avcodec_send_frame(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
+  if (absl::Status s = drain(); !s.ok()) return s;
+  if ((rc = av_write_trailer(format.get())) < 0) return Failed("trailer", rc);
+  avio_flush(io.get());
+  return std::move(file.data);
+}
+
+absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
+  QuietFfmpeg();
+  MemoryFile file;
+  file.data = bytes;
+  Io io = MakeIo(&file, false);
+  if (!io) return absl::ResourceExhaustedError("MP4: no memory for the input buffer");
+  AVFormatContext* raw_format = avformat_alloc_context();
+  if (raw_format == nullptr) return absl::ResourceExhaustedError("MP4: no memory for the demuxer");
+  raw_format->pb = io.get();
+  raw_format->flags |= AVFMT_FLAG_CUSTOM_IO;
+  int rc = avformat_open_input(&raw_format, nullptr, nullptr, nullptr);
+  if (rc < 0) return absl::InvalidArgumentError(absl::StrCat("not a readable MP4: ", AvError(rc)));
+  std::unique_ptr<AVFormatContext*, void (*)(AVFormatContext**)> format(&raw_format, avformat_close_input);
+  if ((rc = avformat_find_stream_info(raw_format, nullptr)) < 0) return Failed("stream info", rc);
+  const int index = av_find_best_stream(raw_format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  if (index < 0) return absl::InvalidArgumentError("the MP4 has no video stream");
+  AVStream* stream = raw_format->streams[index];
+  const AVCodec* decoder = avcodec_find_decoder(stream->codecpar->codec_id);
+  if (decoder == nullptr) return absl::UnavailableError("no decoder for the MP4's video codec");
+  Codec codec(avcodec_alloc_context3(decoder));
+  if (!codec) return absl::ResourceExhaustedError("MP4: no memory for the decoder");
+  if ((rc = avcodec_parameters_to_context(codec.get(), stream->codecpar)) < 0) return Failed("decoder", rc);
+  if ((rc = avcodec_open2(codec.get(), decoder, nullptr)) < 0) return Failed("decoder", rc);
+
+  DecodedVideo video;
+  video.width = codec->width;
+  video.height = codec->height;
+  video.fps = av_q2d(stream->avg_frame_rate);
+  Sws sws(sws_getContext(codec->width, codec->height, codec->pix_fmt, codec->width, codec->height, AV_PIX_FMT_RGB24,
+                         SWS_BICUBIC, nullptr, nullptr, nullptr));
+  Frame frame(av_frame_alloc());
+  Packet packet(av_packet_alloc());
+  if (!sws || !frame || !packet) return absl::ResourceExhaustedError("MP4: no memory for the frames");
+  const auto take = [&]() -> absl::Status {
+    while (true) {
+      const int r = avcodec_receive_frame(codec.get(), frame.get());
+      if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return absl::OkStatus();
+      if (r < 0) return Failed("decoding", r);
+      std::vector<uint8_t> rgb(static_cast<size_t>(video.width) * video.height * 3);
+      uint8_t* dst[1] = {rgb.data()};
+      const int dst_stride[1] = {video.width * 3};
+      sws_scale(sws.get(), frame->data, frame->linesize, 0, video.height, dst, dst_stride);
+      video.frames.push_back(std::move(rgb));
+    }
+  };
+  while (av_read_frame(raw_format, packet.get()) >= 0) {
+    if (packet->stream_index == index) {
+      rc = avcodec_send_packet(codec.get(), packet.get());
+      av_packet_unref(packet.get());
+      if (rc < 0) return Failed("decoding", rc);
+      if (absl::Status s = take(); !s.ok()) return s;
+    } else {
+      av_packet_unref(packet.get());
+    }
+  }
+  if ((rc = avcodec_send_packet(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
+  if (absl::Status s = take(); !s.ok()) return s;
+  return video;
+}
+
+}  // namespace vaedecode::formats

@@ -1,0 +1,39 @@
+#pragma once
+
+// H.264 (yuv420p) MP4 writing in memory through FFmpeg's libavcodec (libx264)
+// and libavformat, and reading back (for tests and clients). FFmpeg's own
+// logging is limited to errors, which come back as Status; nothing here
+// throws. Thread-safe: no shared state beyond FFmpeg's log level.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace vaedecode::formats {
+
+// Frame rate when a request names none.
+inline constexpr int kDefaultVideoFps = 16;
+
+struct Mp4Options {
+  int fps = kDefaultVideoFps;
+  int crf = 18;  // x264's constant rate factor: 0 lossless .. 51 worst; 18 is visually lossless
+};
+
+// Encodes `frames` RGB images of width x height (even sizes: 4:2:0 chroma),
+// HWC row-major one after another, as an MP4 with one H.264 stream.
+absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const uint8_t* rgb,
+                                      const Mp4Options& options);
+
+struct DecodedVideo {
+  int width = 0;
+  int height = 0;
+  double fps = 0;
+  std::vector<std::vector<uint8_t>> frames;  // RGB HWC each
+};
+
+// Decodes every frame of an in-memory MP4's first video stream to RGB.
+absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes);
+
+}  // namespace vaedecode::formats

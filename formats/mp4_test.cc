@@ -1,0 +1,71 @@
+#include "formats/mp4.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+
+namespace vaedecode::formats {
+namespace {
+
+// A smooth moving gradient: lossy H.264 keeps it within a few levels.
+std::vector<uint8_t> Clip(int width, int height, int frames) {
+  std::vector<uint8_t> p(static_cast<size_t>(width) * height * 3 * frames);
+  size_t i = 0;
+  for (int t = 0; t < frames; ++t) {
+    for (int y = 0; y < height; ++y) {
+      for (int x = 0; x < width; ++x) {
+        p[i++] = static_cast<uint8_t>(60 + 2 * x + t);
+        p[i++] = static_cast<uint8_t>(40 + 3 * y);
+        p[i++] = static_cast<uint8_t>(100 + x + y - t);
+      }
+    }
+  }
+  return p;
+}
+
+TEST(Mp4Test, EncodesFramesThatDecodeBack) {
+  const int width = 48, height = 32, frames = 9;
+  const std::vector<uint8_t> clip = Clip(width, height, frames);
+  Mp4Options options;
+  options.fps = 12;
+  absl::StatusOr<std::string> mp4 = EncodeMp4(width, height, frames, clip.data(), options);
+  ASSERT_TRUE(mp4.ok()) << mp4.status();
+  ASSERT_GT(mp4->size(), 8u);
+  EXPECT_EQ(mp4->substr(4, 4), "ftyp");
+  absl::StatusOr<DecodedVideo> video = DecodeMp4(*mp4);
+  ASSERT_TRUE(video.ok()) << video.status();
+  EXPECT_EQ(video->width, width);
+  EXPECT_EQ(video->height, height);
+  EXPECT_NEAR(video->fps, 12.0, 1e-6);
+  ASSERT_EQ(video->frames.size(), static_cast<size_t>(frames));
+  const size_t frame_bytes = static_cast<size_t>(width) * height * 3;
+  for (int t = 0; t < frames; ++t) {
+    double error = 0;
+    for (size_t i = 0; i < frame_bytes; ++i) {
+      error += std::abs(static_cast<int>(video->frames[t][i]) - static_cast<int>(clip[t * frame_bytes + i]));
+    }
+    EXPECT_LT(error / frame_bytes, 4.0) << "frame " << t;
+  }
+}
+
+TEST(Mp4Test, SameFramesSameBytes) {
+  const std::vector<uint8_t> clip = Clip(16, 16, 3);
+  absl::StatusOr<std::string> a = EncodeMp4(16, 16, 3, clip.data(), Mp4Options{});
+  absl::StatusOr<std::string> b = EncodeMp4(16, 16, 3, clip.data(), Mp4Options{});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+}
+
+TEST(Mp4Test, RefusesWhatYuv420CannotHold) {
+  const std::vector<uint8_t> clip = Clip(15, 16, 1);
+  EXPECT_EQ(EncodeMp4(15, 16, 1, clip.data(), Mp4Options{}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeMp4(16, 16, 0, clip.data(), Mp4Options{}).status().code(), absl::StatusCode::kInvalidArgument);
+  Mp4Options fast;
+  fast.fps = 1000;
+  EXPECT_EQ(EncodeMp4(16, 16, 1, clip.data(), fast).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeMp4("definitely not a video").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace vaedecode::formats
