@@ -8,6 +8,8 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -18,16 +20,107 @@ extern "C" {
 namespace vaedecode::formats {
 namespace {
 
-// x264 and the muxer log at info level to stderr; a decode service's logs
-// are its own.
-void QuietFfmpeg() {
-  static std::once_flag once;
-  std::call_once(once, [] { av_log_set_level(AV_LOG_ERROR); });
+// FFmpeg is loaded when the first video is encoded, not linked: the
+// binaries (and the GPU bundle, the images) do not carry its dozens of codec
+// libraries, and a machine without them still serves everything but MP4.
+// The sonames are the headers' own major versions (Debian 12: libavcodec59).
+#define VAEDECODE_FFMPEG_FUNCTIONS(X) \
+  X(avutil, av_log_set_level) \
+  X(avutil, av_strerror) \
+  X(avutil, av_malloc) \
+  X(avutil, av_free) \
+  X(avutil, av_freep) \
+  X(avutil, av_frame_alloc) \
+  X(avutil, av_frame_free) \
+  X(avutil, av_frame_get_buffer) \
+  X(avutil, av_frame_make_writable) \
+  X(avutil, av_opt_set) \
+  X(avutil, av_opt_set_int) \
+  X(avcodec, avcodec_find_encoder_by_name) \
+  X(avcodec, avcodec_find_decoder) \
+  X(avcodec, avcodec_alloc_context3) \
+  X(avcodec, avcodec_free_context) \
+  X(avcodec, avcodec_open2) \
+  X(avcodec, avcodec_parameters_from_context) \
+  X(avcodec, avcodec_parameters_to_context) \
+  X(avcodec, avcodec_send_frame) \
+  X(avcodec, avcodec_receive_packet) \
+  X(avcodec, avcodec_send_packet) \
+  X(avcodec, avcodec_receive_frame) \
+  X(avcodec, av_packet_alloc) \
+  X(avcodec, av_packet_free) \
+  X(avcodec, av_packet_unref) \
+  X(avcodec, av_packet_rescale_ts) \
+  X(avformat, avformat_alloc_output_context2) \
+  X(avformat, avformat_free_context) \
+  X(avformat, avio_alloc_context) \
+  X(avformat, avio_context_free) \
+  X(avformat, avformat_new_stream) \
+  X(avformat, avformat_write_header) \
+  X(avformat, av_interleaved_write_frame) \
+  X(avformat, av_write_trailer) \
+  X(avformat, avio_flush) \
+  X(avformat, avformat_alloc_context) \
+  X(avformat, avformat_open_input) \
+  X(avformat, avformat_close_input) \
+  X(avformat, avformat_find_stream_info) \
+  X(avformat, av_find_best_stream) \
+  X(avformat, av_read_frame) \
+  X(swscale, sws_getContext) \
+  X(swscale, sws_freeContext) \
+  X(swscale, sws_scale)
+
+struct Ffmpeg {
+#define VAEDECODE_DECLARE(lib, name) decltype(&::name) name = nullptr;
+  VAEDECODE_FFMPEG_FUNCTIONS(VAEDECODE_DECLARE)
+#undef VAEDECODE_DECLARE
+};
+
+const char* const kSonames[] = {
+    "libavutil.so." AV_STRINGIFY(LIBAVUTIL_VERSION_MAJOR),
+    "libavcodec.so." AV_STRINGIFY(LIBAVCODEC_VERSION_MAJOR),
+    "libavformat.so." AV_STRINGIFY(LIBAVFORMAT_VERSION_MAJOR),
+    "libswscale.so." AV_STRINGIFY(LIBSWSCALE_VERSION_MAJOR),
+};
+
+// Loads the four libraries once; the result is kept for the process.
+const absl::StatusOr<Ffmpeg>& LoadFfmpeg() {
+  static const absl::StatusOr<Ffmpeg>* loaded = [] {
+    void* handles[4] = {nullptr, nullptr, nullptr, nullptr};
+    for (int i = 0; i < 4; ++i) {
+      handles[i] = dlopen(kSonames[i], RTLD_NOW | RTLD_LOCAL);
+      if (handles[i] == nullptr) {
+        return new absl::StatusOr<Ffmpeg>(absl::UnavailableError(absl::StrCat(
+            "MP4 output needs FFmpeg's ", kSonames[i],
+            " on the worker's machine (Debian: apt-get install libavcodec59 libavformat59 libswscale6): ",
+            dlerror())));
+      }
+    }
+    const auto handle = [&handles](absl::string_view lib) {
+      return lib == "avutil" ? handles[0] : lib == "avcodec" ? handles[1] : lib == "avformat" ? handles[2] : handles[3];
+    };
+    Ffmpeg ff;
+    std::string missing;
+#define VAEDECODE_LOAD(lib, name)                                                  \
+  ff.name = reinterpret_cast<decltype(&::name)>(dlsym(handle(#lib), #name)); \
+  if (ff.name == nullptr) missing += " " #name;
+    VAEDECODE_FFMPEG_FUNCTIONS(VAEDECODE_LOAD)
+#undef VAEDECODE_LOAD
+    if (!missing.empty()) {
+      return new absl::StatusOr<Ffmpeg>(absl::UnavailableError(absl::StrCat("FFmpeg lacks:", missing)));
+    }
+    ff.av_log_set_level(AV_LOG_ERROR);  // x264 and the muxer log at info level to stderr
+    return new absl::StatusOr<Ffmpeg>(ff);
+  }();
+  return *loaded;
 }
+
+// Only called once LoadFfmpeg succeeded.
+const Ffmpeg& Ff() { return *LoadFfmpeg(); }
 
 std::string AvError(int code) {
   char text[AV_ERROR_MAX_STRING_SIZE] = {0};
-  av_strerror(code, text, sizeof(text));
+  Ff().av_strerror(code, text, sizeof(text));
   return text;
 }
 
@@ -70,21 +163,21 @@ struct MemoryFile {
 // Owners for FFmpeg's C objects.
 struct IoDeleter {
   void operator()(AVIOContext* io) const {
-    if (io != nullptr) av_freep(&io->buffer);
-    avio_context_free(&io);
+    if (io != nullptr) Ff().av_freep(&io->buffer);
+    Ff().avio_context_free(&io);
   }
 };
 struct CodecDeleter {
-  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+  void operator()(AVCodecContext* c) const { Ff().avcodec_free_context(&c); }
 };
 struct FrameDeleter {
-  void operator()(AVFrame* f) const { av_frame_free(&f); }
+  void operator()(AVFrame* f) const { Ff().av_frame_free(&f); }
 };
 struct PacketDeleter {
-  void operator()(AVPacket* p) const { av_packet_free(&p); }
+  void operator()(AVPacket* p) const { Ff().av_packet_free(&p); }
 };
 struct SwsDeleter {
-  void operator()(SwsContext* s) const { sws_freeContext(s); }
+  void operator()(SwsContext* s) const { Ff().sws_freeContext(s); }
 };
 using Io = std::unique_ptr<AVIOContext, IoDeleter>;
 using Codec = std::unique_ptr<AVCodecContext, CodecDeleter>;
@@ -94,11 +187,11 @@ using Sws = std::unique_ptr<SwsContext, SwsDeleter>;
 
 Io MakeIo(MemoryFile* file, bool writable) {
   constexpr int kBuffer = 1 << 16;
-  auto* buffer = static_cast<unsigned char*>(av_malloc(kBuffer));
+  auto* buffer = static_cast<unsigned char*>(Ff().av_malloc(kBuffer));
   if (buffer == nullptr) return nullptr;
-  AVIOContext* io = avio_alloc_context(buffer, kBuffer, writable ? 1 : 0, file, writable ? nullptr : MemoryFile::Read,
+  AVIOContext* io = Ff().avio_alloc_context(buffer, kBuffer, writable ? 1 : 0, file, writable ? nullptr : MemoryFile::Read,
                                        writable ? MemoryFile::Write : nullptr, MemoryFile::Seek);
-  if (io == nullptr) av_free(buffer);
+  if (io == nullptr) Ff().av_free(buffer);
   return Io(io);
 }
 
@@ -110,7 +203,7 @@ absl::Status Failed(const char* what, int code) {
 
 absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const uint8_t* rgb,
                                       const Mp4Options& options) {
-  QuietFfmpeg();
+  if (!LoadFfmpeg().ok()) return LoadFfmpeg().status();
   if (width <= 0 || height <= 0 || width % 2 != 0 || height % 2 != 0 || width > 16384 || height > 16384) {
     return absl::InvalidArgumentError(
         absl::StrCat("MP4 (yuv420p) needs even sizes up to 16384; the video is ", width, "x", height));
@@ -119,14 +212,14 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   if (options.fps < 1 || options.fps > 240) {
     return absl::InvalidArgumentError(absl::StrCat("fps must be 1..240, got ", options.fps));
   }
-  const AVCodec* h264 = avcodec_find_encoder_by_name("libx264");
+  const AVCodec* h264 = Ff().avcodec_find_encoder_by_name("libx264");
   if (h264 == nullptr) return absl::UnavailableError("this FFmpeg has no libx264 H.264 encoder");
 
   MemoryFile file;
   AVFormatContext* raw_format = nullptr;
-  int rc = avformat_alloc_output_context2(&raw_format, nullptr, "mp4", nullptr);
+  int rc = Ff().avformat_alloc_output_context2(&raw_format, nullptr, "mp4", nullptr);
   if (rc < 0 || raw_format == nullptr) return Failed("muxer", rc);
-  std::unique_ptr<AVFormatContext, void (*)(AVFormatContext*)> format(raw_format, avformat_free_context);
+  std::unique_ptr<AVFormatContext, void (*)(AVFormatContext*)> format(raw_format, Ff().avformat_free_context);
   Io io = MakeIo(&file, true);
   if (!io) return absl::ResourceExhaustedError("MP4: no memory for the output buffer");
   format->pb = io.get();
@@ -134,7 +227,7 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   // Reproducible files: no encoder version string or creation time.
   format->flags |= AVFMT_FLAG_BITEXACT;
 
-  Codec codec(avcodec_alloc_context3(h264));
+  Codec codec(Ff().avcodec_alloc_context3(h264));
   if (!codec) return absl::ResourceExhaustedError("MP4: no memory for the encoder");
   codec->width = width;
   codec->height = height;
@@ -144,113 +237,113 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   codec->gop_size = options.fps;
   codec->flags |= AV_CODEC_FLAG_BITEXACT;
   if (format->oformat->flags & AVFMT_GLOBALHEADER) codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-  av_opt_set(codec->priv_data, "preset", "medium", 0);
-  av_opt_set_int(codec->priv_data, "crf", options.crf, 0);
-  if ((rc = avcodec_open2(codec.get(), h264, nullptr)) < 0) return Failed("encoder", rc);
+  Ff().av_opt_set(codec->priv_data, "preset", "medium", 0);
+  Ff().av_opt_set_int(codec->priv_data, "crf", options.crf, 0);
+  if ((rc = Ff().avcodec_open2(codec.get(), h264, nullptr)) < 0) return Failed("encoder", rc);
 
-  AVStream* stream = avformat_new_stream(format.get(), nullptr);
+  AVStream* stream = Ff().avformat_new_stream(format.get(), nullptr);
   if (stream == nullptr) return absl::ResourceExhaustedError("MP4: no memory for the stream");
   stream->time_base = codec->time_base;
   stream->avg_frame_rate = codec->framerate;
-  if ((rc = avcodec_parameters_from_context(stream->codecpar, codec.get())) < 0) return Failed("stream", rc);
-  if ((rc = avformat_write_header(format.get(), nullptr)) < 0) return Failed("header", rc);
+  if ((rc = Ff().avcodec_parameters_from_context(stream->codecpar, codec.get())) < 0) return Failed("stream", rc);
+  if ((rc = Ff().avformat_write_header(format.get(), nullptr)) < 0) return Failed("header", rc);
 
-  Sws sws(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, SWS_BICUBIC, nullptr,
+  Sws sws(Ff().sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, SWS_BICUBIC, nullptr,
                          nullptr, nullptr));
-  Frame frame(av_frame_alloc());
-  Packet packet(av_packet_alloc());
+  Frame frame(Ff().av_frame_alloc());
+  Packet packet(Ff().av_packet_alloc());
   if (!sws || !frame || !packet) return absl::ResourceExhaustedError("MP4: no memory for the frames");
   frame->format = AV_PIX_FMT_YUV420P;
   frame->width = width;
   frame->height = height;
-  if ((rc = av_frame_get_buffer(frame.get(), 0)) < 0) return Failed("frame", rc);
+  if ((rc = Ff().av_frame_get_buffer(frame.get(), 0)) < 0) return Failed("frame", rc);
 
   const auto drain = [&]() -> absl::Status {
     while (true) {
-      const int r = avcodec_receive_packet(codec.get(), packet.get());
+      const int r = Ff().avcodec_receive_packet(codec.get(), packet.get());
       if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return absl::OkStatus();
       if (r < 0) return Failed("encoding", r);
       // One frame each: the last frame's duration then counts in the file's.
       if (packet->duration == 0) packet->duration = 1;
-      av_packet_rescale_ts(packet.get(), codec->time_base, stream->time_base);
+      Ff().av_packet_rescale_ts(packet.get(), codec->time_base, stream->time_base);
       packet->stream_index = stream->index;
-      const int w = av_interleaved_write_frame(format.get(), packet.get());
+      const int w = Ff().av_interleaved_write_frame(format.get(), packet.get());
       if (w < 0) return Failed("writing", w);
     }
   };
   const size_t frame_bytes = static_cast<size_t>(width) * static_cast<size_t>(height) * 3;
   for (int t = 0; t < frames; ++t) {
-    if ((rc = av_frame_make_writable(frame.get())) < 0) return Failed("frame", rc);
+    if ((rc = Ff().av_frame_make_writable(frame.get())) < 0) return Failed("frame", rc);
     const uint8_t* src[1] = {rgb + t * frame_bytes};
     const int src_stride[1] = {width * 3};
-    sws_scale(sws.get(), src, src_stride, 0, height, frame->data, frame->linesize);
+    Ff().sws_scale(sws.get(), src, src_stride, 0, height, frame->data, frame->linesize);
     frame->pts = t;
-    if ((rc = avcodec_send_frame(codec.get(), frame.get())) < 0) return Failed("encoding", rc);
+    if ((rc = Ff().avcodec_send_frame(codec.get(), frame.get())) < 0) return Failed("encoding", rc);
     if (absl::Status s = drain(); !s.ok()) return s;
   }
-  if ((rc = avcodec_send_frame(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
+  if ((rc = Ff().avcodec_send_frame(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
   if (absl::Status s = drain(); !s.ok()) return s;
-  if ((rc = av_write_trailer(format.get())) < 0) return Failed("trailer", rc);
-  avio_flush(io.get());
+  if ((rc = Ff().av_write_trailer(format.get())) < 0) return Failed("trailer", rc);
+  Ff().avio_flush(io.get());
   return std::move(file.data);
 }
 
 absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
-  QuietFfmpeg();
+  if (!LoadFfmpeg().ok()) return LoadFfmpeg().status();
   MemoryFile file;
   file.data = bytes;
   Io io = MakeIo(&file, false);
   if (!io) return absl::ResourceExhaustedError("MP4: no memory for the input buffer");
-  AVFormatContext* raw_format = avformat_alloc_context();
+  AVFormatContext* raw_format = Ff().avformat_alloc_context();
   if (raw_format == nullptr) return absl::ResourceExhaustedError("MP4: no memory for the demuxer");
   raw_format->pb = io.get();
   raw_format->flags |= AVFMT_FLAG_CUSTOM_IO;
-  int rc = avformat_open_input(&raw_format, nullptr, nullptr, nullptr);
+  int rc = Ff().avformat_open_input(&raw_format, nullptr, nullptr, nullptr);
   if (rc < 0) return absl::InvalidArgumentError(absl::StrCat("not a readable MP4: ", AvError(rc)));
-  std::unique_ptr<AVFormatContext*, void (*)(AVFormatContext**)> format(&raw_format, avformat_close_input);
-  if ((rc = avformat_find_stream_info(raw_format, nullptr)) < 0) return Failed("stream info", rc);
-  const int index = av_find_best_stream(raw_format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  std::unique_ptr<AVFormatContext*, void (*)(AVFormatContext**)> format(&raw_format, Ff().avformat_close_input);
+  if ((rc = Ff().avformat_find_stream_info(raw_format, nullptr)) < 0) return Failed("stream info", rc);
+  const int index = Ff().av_find_best_stream(raw_format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
   if (index < 0) return absl::InvalidArgumentError("the MP4 has no video stream");
   AVStream* stream = raw_format->streams[index];
-  const AVCodec* decoder = avcodec_find_decoder(stream->codecpar->codec_id);
+  const AVCodec* decoder = Ff().avcodec_find_decoder(stream->codecpar->codec_id);
   if (decoder == nullptr) return absl::UnavailableError("no decoder for the MP4's video codec");
-  Codec codec(avcodec_alloc_context3(decoder));
+  Codec codec(Ff().avcodec_alloc_context3(decoder));
   if (!codec) return absl::ResourceExhaustedError("MP4: no memory for the decoder");
-  if ((rc = avcodec_parameters_to_context(codec.get(), stream->codecpar)) < 0) return Failed("decoder", rc);
-  if ((rc = avcodec_open2(codec.get(), decoder, nullptr)) < 0) return Failed("decoder", rc);
+  if ((rc = Ff().avcodec_parameters_to_context(codec.get(), stream->codecpar)) < 0) return Failed("decoder", rc);
+  if ((rc = Ff().avcodec_open2(codec.get(), decoder, nullptr)) < 0) return Failed("decoder", rc);
 
   DecodedVideo video;
   video.width = codec->width;
   video.height = codec->height;
   video.fps = av_q2d(stream->avg_frame_rate);
-  Sws sws(sws_getContext(codec->width, codec->height, codec->pix_fmt, codec->width, codec->height, AV_PIX_FMT_RGB24,
+  Sws sws(Ff().sws_getContext(codec->width, codec->height, codec->pix_fmt, codec->width, codec->height, AV_PIX_FMT_RGB24,
                          SWS_BICUBIC, nullptr, nullptr, nullptr));
-  Frame frame(av_frame_alloc());
-  Packet packet(av_packet_alloc());
+  Frame frame(Ff().av_frame_alloc());
+  Packet packet(Ff().av_packet_alloc());
   if (!sws || !frame || !packet) return absl::ResourceExhaustedError("MP4: no memory for the frames");
   const auto take = [&]() -> absl::Status {
     while (true) {
-      const int r = avcodec_receive_frame(codec.get(), frame.get());
+      const int r = Ff().avcodec_receive_frame(codec.get(), frame.get());
       if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return absl::OkStatus();
       if (r < 0) return Failed("decoding", r);
       std::vector<uint8_t> rgb(static_cast<size_t>(video.width) * video.height * 3);
       uint8_t* dst[1] = {rgb.data()};
       const int dst_stride[1] = {video.width * 3};
-      sws_scale(sws.get(), frame->data, frame->linesize, 0, video.height, dst, dst_stride);
+      Ff().sws_scale(sws.get(), frame->data, frame->linesize, 0, video.height, dst, dst_stride);
       video.frames.push_back(std::move(rgb));
     }
   };
-  while (av_read_frame(raw_format, packet.get()) >= 0) {
+  while (Ff().av_read_frame(raw_format, packet.get()) >= 0) {
     if (packet->stream_index == index) {
-      rc = avcodec_send_packet(codec.get(), packet.get());
-      av_packet_unref(packet.get());
+      rc = Ff().avcodec_send_packet(codec.get(), packet.get());
+      Ff().av_packet_unref(packet.get());
       if (rc < 0) return Failed("decoding", rc);
       if (absl::Status s = take(); !s.ok()) return s;
     } else {
-      av_packet_unref(packet.get());
+      Ff().av_packet_unref(packet.get());
     }
   }
-  if ((rc = avcodec_send_packet(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
+  if ((rc = Ff().avcodec_send_packet(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
   if (absl::Status s = take(); !s.ok()) return s;
   return video;
 }

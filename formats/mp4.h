@@ -1,9 +1,11 @@
 #pragma once
 
 // H.264 (yuv420p) MP4 writing in memory through FFmpeg's libavcodec (libx264)
-// and libavformat, and reading back (for tests and clients). FFmpeg's own
-// logging is limited to errors, which come back as Status; nothing here
-// throws. Thread-safe: no shared state beyond FFmpeg's log level.
+// and libavformat, and reading back (for tests and clients). FFmpeg is
+// loaded with dlopen on first use (Debian 12's libavcodec59, libavformat59,
+// libswscale6): where it is missing, both calls return UNAVAILABLE saying
+// what to install. FFmpeg's own logging is limited to errors, which come
+// back as Status; nothing here throws. Thread-safe.
 
 #include <cstdint>
 #include <string>

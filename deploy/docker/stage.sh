@@ -14,7 +14,8 @@
 #                                 (LibTorch, from PyPI's torch wheel); every
 #                                 binary's run path is $ORIGIN/../lib
 #   OUT_DIR/runtime-packages.txt  Debian packages owning the shared libraries
-#                                 the binaries load (for the runtime stage's
+#                                 the binaries load, and FFmpeg's, which the
+#                                 worker dlopens (for the runtime stage's
 #                                 apt-get install), one per line, sorted
 #   OUT_DIR/unpackaged-libs.txt   the libraries copied into lib/ because no
 #                                 package owns them
@@ -122,6 +123,10 @@ while read -r lib; do
 done <<<"$libs"
 # lib/ beside the binaries, wherever the layout is unpacked.
 for b in "${binaries[@]}"; do patchelf --set-rpath '$ORIGIN/../lib' "$b"; done
+# The worker loads FFmpeg with dlopen for MP4 output (formats/mp4.h): no
+# binary links it, so its packages are named here. (--bundle does not copy
+# it: a bare GPU machine serves everything but MP4 unless it has FFmpeg.)
+packages+=(libavcodec59 libavformat59 libswscale6)
 printf '%s\n' "${packages[@]}" | sort -u > "$out/runtime-packages.txt"
 sort -o "$out/unpackaged-libs.txt" "$out/unpackaged-libs.txt"
 echo "stage.sh: ${#binaries[@]} binaries, $(wc -l < "$out/runtime-packages.txt") runtime packages," \

@@ -19,6 +19,7 @@ cp "$TMP/gpu.uid" "$TMP/uid"
 root="$TMP/rootfs"
 "$RUNFILES/deploy/docker/stage.sh" "$RUNFILES" "$root"
 grep -qx 'libgrpc++1.51' "$root/runtime-packages.txt" || fail "runtime packages miss gRPC"
+grep -qx 'libavcodec59' "$root/runtime-packages.txt" || fail "runtime packages miss FFmpeg (MP4 output)"
 ! grep -q torch "$root/runtime-packages.txt" || fail "a Debian LibTorch package is still a runtime dependency"
 # LibTorch (PyPI's wheel) is the only thing no package provides: staged in lib/.
 for lib in libtorch_cpu.so libc10.so; do
