@@ -40,6 +40,9 @@ ABSL_FLAG(std::string, output_format, "",
           "float32, float16, uint8, png, jpeg or mp4; empty: from --out (.png, .jpg, .mp4, else float32)");
 ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy, .png, .jpg or .mp4");
 ABSL_FLAG(int32_t, fps, 0, "MP4 frame rate 1..240 (0: the server's default, 16)");
+ABSL_FLAG(std::string, decode_timestep, "", "Timestep-conditioned (LTX) decoders: the decode timestep; empty: 0");
+ABSL_FLAG(std::string, decode_noise_scale, "", "LTX: the decode noise's scale; empty: the decode timestep");
+ABSL_FLAG(std::string, noise_seed, "", "LTX: the decode noise's seed; empty: the server draws one (printed)");
 ABSL_FLAG(int32_t, jpeg_quality, 0, "JPEG quality 1..100 (0: the server's default, 75)");
 ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
 ABSL_FLAG(std::string, request_id, "", "Request id (the server generates one when empty)");
@@ -168,6 +171,18 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest() {
     return Fail(absl::StrCat("--output_format=", format, ": float32, float16, uint8, png, jpeg or mp4"));
   request.set_jpeg_quality(absl::GetFlag(FLAGS_jpeg_quality));
   request.set_fps(absl::GetFlag(FLAGS_fps));
+  for (const auto& [flag, value] : {std::pair<const char*, std::string>{"--decode_timestep", absl::GetFlag(FLAGS_decode_timestep)},
+                                    {"--decode_noise_scale", absl::GetFlag(FLAGS_decode_noise_scale)}}) {
+    if (value.empty()) continue;
+    double d = 0;
+    if (!absl::SimpleAtod(value, &d)) return Fail(absl::StrCat(flag, "=", value, ": not a number"));
+    std::string(flag) == "--decode_timestep" ? request.set_decode_timestep(d) : request.set_decode_noise_scale(d);
+  }
+  if (const std::string seed = absl::GetFlag(FLAGS_noise_seed); !seed.empty()) {
+    uint64_t s = 0;
+    if (!absl::SimpleAtoi(seed, &s)) return Fail(absl::StrCat("--noise_seed=", seed, ": not a seed"));
+    request.set_noise_seed(s);
+  }
   return request;
 }
 
@@ -277,6 +292,8 @@ int main(int argc, char** argv) {
             << "] mode=" << v1::Mode_Name(h.mode()) << " degree=" << h.degree()
             << " chunks=" << output.chunks() << " queue_ms=" << t.queue_ms()
             << " decode_ms=" << t.decode_ms() << " gather_ms=" << t.gather_ms()
-            << " total_ms=" << t.total_ms() << " wrote=" << absl::StrJoin(*written, ",") << "\n";
+            << " total_ms=" << t.total_ms() << " wrote=" << absl::StrJoin(*written, ",");
+  if (h.has_noise_seed()) std::cout << " noise_seed=" << h.noise_seed();
+  std::cout << "\n";
   return 0;
 }

@@ -26,6 +26,14 @@ enum class LatentSpace {
   kRaw,  // the denoiser's output: de-normalised as the family's pipeline does
 };
 
+// Per-request inputs of a decode beyond the latent: diffusers'
+// vae.decode(z, temb) for timestep-conditioned decoders (LTX).
+struct DecodeConditioning {
+  // The decode timestep (LTX2Pipeline's decode_timestep); unset: 0.0, the
+  // pipeline's default. Ignored by decoders that are not conditioned.
+  std::optional<double> timestep;
+};
+
 struct ModelInfo {
   std::string family;           // registry name, e.g. "autoencoder_kl"
   std::string diffusers_class;  // config "_class_name", e.g. "AutoencoderKL"
@@ -53,6 +61,8 @@ struct ModelInfo {
   // VAE in float32 when it is asked for float16 (SDXL's VAE overflows in
   // float16). See DecodeDtype.
   bool force_upcast = false;
+  // decode() takes a timestep (LTX's timestep_conditioning).
+  bool timestep_conditioning = false;
 };
 
 // "float32", "bfloat16", "float16"; LibTorch's name for other dtypes.
@@ -82,6 +92,11 @@ class Decoder {
   // decode(z).sample of the diffusers class: z in VAE space, in the decoder's
   // dtype. Layers whose result depends on other rows run through `ops`.
   virtual at::Tensor Decode(const at::Tensor& z, LayerOps& ops) = 0;
+  // The same with the request's conditioning; families without any ignore it.
+  virtual at::Tensor Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) {
+    (void)conditioning;
+    return Decode(z, ops);
+  }
 
   // Weights and activations in `dtype` (kFloat, kBFloat16, kHalf), exactly;
   // callers that serve a requested dtype convert with ApplyDecodeDtype.

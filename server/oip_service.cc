@@ -76,6 +76,18 @@ absl::Status ApplyParameter(const std::string& name, const inference::InferParam
     absl::StatusOr<double> v = NumberParameter(name, p);
     if (!v.ok()) return v.status();
     name == "scaling_factor" ? r.set_scaling_factor(*v) : r.set_shift_factor(*v);
+  } else if (name == "decode_timestep" || name == "decode_noise_scale") {
+    absl::StatusOr<double> v = NumberParameter(name, p);
+    if (!v.ok()) return v.status();
+    name == "decode_timestep" ? r.set_decode_timestep(*v) : r.set_decode_noise_scale(*v);
+  } else if (name == "noise_seed") {
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0) {
+      r.set_noise_seed(static_cast<uint64_t>(p.int64_param()));
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      r.set_noise_seed(p.uint64_param());
+    } else {
+      return BadParameter(name, "must be a non-negative integer");
+    }
   } else if (name == "fps") {
     absl::StatusOr<double> v = NumberParameter(name, p);
     if (!v.ok()) return v.status();
@@ -88,7 +100,8 @@ absl::Status ApplyParameter(const std::string& name, const inference::InferParam
     r.set_jpeg_quality(static_cast<int32_t>(*v));
   } else if (TritonParameters().count(name) == 0) {
     return BadParameter(name, "unknown; vaedecode takes latent_space, mode, output_format, scaling_factor, "
-                              "shift_factor, jpeg_quality and fps");
+                              "shift_factor, jpeg_quality, fps, decode_timestep, decode_noise_scale and "
+                              "noise_seed");
   }
   return absl::OkStatus();
 }
@@ -210,6 +223,9 @@ absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInfe
   }
   (*response->mutable_parameters())["mode"].set_string_param(v1::Mode_Name(h.mode()));
   (*response->mutable_parameters())["degree"].set_int64_param(h.degree());
+  (*response->mutable_parameters())["decode_ms"].set_double_param(output.trailer.timings().decode_ms());
+  (*response->mutable_parameters())["queue_ms"].set_double_param(output.trailer.timings().queue_ms());
+  if (h.has_noise_seed()) (*response->mutable_parameters())["noise_seed"].set_uint64_param(h.noise_seed());
   return absl::OkStatus();
 }
 

@@ -15,6 +15,10 @@
 //                  (BYTES [B], one video per batch entry)
 //   scaling_factor, shift_factor (double): raw latents' own de-normalisation
 //   jpeg_quality   (int64) 1..100;  fps (int64) 1..240, MP4's frame rate
+//   decode_timestep, decode_noise_scale (double), noise_seed (int64): LTX's
+//                  timestep-conditioned decode (vaedecode.v1.DecodeRequest)
+// Response parameters: mode, degree, decode_ms, queue_ms, noise_seed (the
+// streaming Decode's header and trailer figures).
 // Triton's own request parameters (priority, timeout, sequence_*) are
 // accepted and ignored. The reply is one message, bounded by
 // --max_message_bytes: a larger output is RESOURCE_EXHAUSTED pointing at the

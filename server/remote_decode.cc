@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "server/status_util.h"
 
@@ -257,6 +258,22 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     else if (m == "tiled") r.set_mode(v1::MODE_TILED);
     else return Bad("mode", absl::StrCat("\"", m, "\"; use auto, dense, exact or tiled"));
   }
+  // LTX's decode timestep and noise (LTX2Pipeline's decode_timestep, decode_noise_scale; a seed).
+  for (const char* name : {"decode_timestep", "decode_noise_scale"}) {
+    absl::StatusOr<const std::string*> v = Single(params, name);
+    if (!v.ok()) return v.status();
+    if (*v == nullptr) continue;
+    absl::StatusOr<double> d = ParseDouble(name, **v);
+    if (!d.ok()) return d.status();
+    std::string(name) == "decode_timestep" ? r.set_decode_timestep(*d) : r.set_decode_noise_scale(*d);
+  }
+  absl::StatusOr<const std::string*> seed = Single(params, "noise_seed");
+  if (!seed.ok()) return seed.status();
+  if (*seed != nullptr) {
+    uint64_t s = 0;
+    if (!absl::SimpleAtoi(**seed, &s)) return Bad("noise_seed", absl::StrCat("\"", **seed, "\" is not a seed (0..2^64-1)"));
+    r.set_noise_seed(s);
+  }
   absl::StatusOr<const std::string*> fps = Single(params, "fps");
   if (!fps.ok()) return fps.status();
   if (*fps != nullptr) {
@@ -377,6 +394,10 @@ HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
   }
   reply.headers.emplace_back("X-Request-Id", output.request_id);
   reply.headers.emplace_back("X-Vaedecode-Mode", v1::Mode_Name(h.mode()));
+  // The group's own times, as the streaming Decode's trailer has them.
+  reply.headers.emplace_back("X-Vaedecode-Decode-Ms", absl::StrFormat("%.1f", output.trailer.timings().decode_ms()));
+  reply.headers.emplace_back("X-Vaedecode-Queue-Ms", absl::StrFormat("%.1f", output.trailer.timings().queue_ms()));
+  if (h.has_noise_seed()) reply.headers.emplace_back("X-Vaedecode-Noise-Seed", absl::StrCat(h.noise_seed()));
   return reply;
 }
 

@@ -11,7 +11,7 @@
 // do_scaling=True (raw, the model's own formula); height and width in
 // pixels for packed FLUX latents [B, (H/16)·(W/16), 4C]. Extensions:
 // latent_space (vae, raw), mode (auto, dense, exact, tiled), jpeg_quality,
-// fps (MP4).
+// fps (MP4), decode_timestep / decode_noise_scale / noise_seed (LTX).
 //
 // Replies (what postprocess_decode reads):
 //   pil, image model     one JPEG/PNG file (batch 1)

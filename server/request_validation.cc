@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
@@ -64,6 +65,26 @@ absl::Status ValidateLatentScaling(const v1::DecodeRequest& request, const v1::M
   return absl::OkStatus();
 }
 
+absl::Status ValidateDecodeNoise(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
+  if (!request.has_decode_timestep() && !request.has_decode_noise_scale() && !request.has_noise_seed()) {
+    return absl::OkStatus();
+  }
+  if (!model.timestep_conditioning()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "decode_timestep / decode_noise_scale / noise_seed: model \"", model.name(),
+        "\" is not timestep-conditioned (its config's timestep_conditioning is false)"));
+  }
+  for (const auto& [name, set, value] :
+       {std::tuple<const char*, bool, double>{"decode_timestep", request.has_decode_timestep(), request.decode_timestep()},
+        std::tuple<const char*, bool, double>{"decode_noise_scale", request.has_decode_noise_scale(),
+                                              request.decode_noise_scale()}}) {
+    if (set && (!std::isfinite(value) || value < 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", value, "; must be finite and >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
   if (request.request_id().size() > kMaxRequestIdLength) {
     return absl::InvalidArgumentError(absl::StrCat("request_id: ", request.request_id().size(),
@@ -89,6 +110,7 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
     return absl::InvalidArgumentError(absl::StrCat("fps: ", request.fps(), "; use 1..240 (0: the default, 16)"));
   }
   if (absl::Status s = ValidateLatentScaling(request, model); !s.ok()) return s;
+  if (absl::Status s = ValidateDecodeNoise(request, model); !s.ok()) return s;
   if (!request.has_latent()) return absl::InvalidArgumentError("latent: missing");
   const v1::Tensor& latent = request.latent();
   switch (latent.dtype()) {

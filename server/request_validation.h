@@ -27,13 +27,18 @@ absl::StatusOr<int64_t> DTypeSize(v1::DType dtype);
 // channels, byte length != numel × element size, unknown latent_space /
 // output_format / mode values, an output format the model's output channels
 // cannot be written as, an over-long request id, a JPEG quality outside
-// 0..100, or scaling overrides ValidateLatentScaling refuses.
+// 0..100, or scaling overrides / decode noise ValidateLatentScaling /
+// ValidateDecodeNoise refuse.
 absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
 // The scaling_factor/shift_factor overrides: a shift needs a scale; both
 // finite, the scale non-zero; only for latent_space RAW and models whose raw
 // latent is not packed.
 absl::Status ValidateLatentScaling(const v1::DecodeRequest& request, const v1::ModelInfo& model);
+
+// decode_timestep / decode_noise_scale / noise_seed: only for
+// timestep-conditioned models; finite and >= 0.
+absl::Status ValidateDecodeNoise(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
 // The decoded output's size for a latent that passed ValidateDecodeRequest:
 // a packed raw latent unpacks by the model's raw patch first; video frames

@@ -112,6 +112,16 @@ TEST(RequestValidationTest, NamesTheProblem) {
   scaled.set_scaling_factor(0.3611);
   scaled.set_shift_factor(0.1159);
   EXPECT_TRUE(ValidateDecodeRequest(scaled, Model(false)).ok());
+  // LTX's decode timestep and noise: only for timestep-conditioned models.
+  v1::DecodeRequest noisy = Request({1, 16, 3, 5, 7});
+  noisy.set_decode_timestep(0.05);
+  noisy.set_noise_seed(3);
+  EXPECT_THAT(std::string(ValidateDecodeRequest(noisy, Model(true)).message()), HasSubstr("not timestep-conditioned"));
+  v1::ModelInfo ltx = Model(true);
+  ltx.set_timestep_conditioning(true);
+  EXPECT_TRUE(ValidateDecodeRequest(noisy, ltx).ok());
+  noisy.set_decode_noise_scale(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_THAT(std::string(ValidateDecodeRequest(noisy, ltx).message()), HasSubstr("decode_noise_scale: nan"));
   v1::ModelInfo packed = Model(false);
   packed.set_raw_patch(2);
   packed.set_raw_latent_channels(16);

@@ -13,7 +13,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libpng-dev libjpeg62-turbo-dev libcpp-httplib-dev
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev patchelf
   python3-grpcio python3-protobuf python3-numpy python3-pip
-  prometheus yamllint python3-yaml openssl
+  prometheus yamllint python3-yaml openssl curl
   clang libclang-rt-14-dev
 )
 

@@ -52,7 +52,7 @@ absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob
   absl::Status status = CatchExceptions("decode", [&] {
     at::Tensor z = job.latent.to(decoder.device());
     if (job.latent_space == families::LatentSpace::kRaw) z = decoder.ToVaeSpace(z.to(at::kFloat));
-    sample = decoder.Decode(z.to(decoder.dtype()).contiguous(), ops);
+    sample = decoder.Decode(z.to(decoder.dtype()).contiguous(), ops, job.conditioning);
   });
   if (!status.ok()) return status;
   return sample;

@@ -15,6 +15,7 @@ namespace vaedecode::worker {
 struct DecodeJob {
   at::Tensor latent;  // NCHW or NCTHW, any float dtype; any device (moved to the decoder's)
   families::LatentSpace latent_space = families::LatentSpace::kVae;
+  families::DecodeConditioning conditioning;  // the decode timestep (LTX)
 };
 
 // Validates the latent, converts it to VAE space when it is `raw`, decodes it

@@ -1,5 +1,7 @@
 #include "worker/group_job.h"
 
+#include <cstring>
+#include <optional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -11,9 +13,10 @@ namespace {
 
 constexpr int64_t kMaxDims = 6;
 // Header: [kind, model, allow_exact, dims, tile_rows, tile_cols, stock_tiles,
-//          sizes x kMaxDims, dtype, latent space].
+//          sizes x kMaxDims, dtype, latent space, has timestep, timestep's bits].
 constexpr int64_t kFixed = 7;
-constexpr int64_t kHeaderLength = kFixed + kMaxDims + 2;
+constexpr int64_t kTimestep = kFixed + kMaxDims + 2;
+constexpr int64_t kHeaderLength = kTimestep + 2;
 
 absl::StatusOr<at::ScalarType> DtypeFromCode(int64_t code) {
   switch (code) {
@@ -75,6 +78,10 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
       for (int64_t d = 0; d < latent.dim(); ++d) h[kFixed + d] = latent.size(d);
       h[kFixed + kMaxDims] = *code;
       h[kFixed + kMaxDims + 1] = job->decode.latent_space == families::LatentSpace::kRaw ? 1 : 0;
+      if (const std::optional<double>& t = job->decode.conditioning.timestep) {
+        h[kTimestep] = 1;
+        std::memcpy(&h[kTimestep + 1], &*t, sizeof(double));  // the exact double, not a rounded int
+      }
     }
     if (comm.world_size() == 1) return *job;
   }
@@ -97,6 +104,11 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   absl::StatusOr<at::ScalarType> dtype = DtypeFromCode(h[kFixed + kMaxDims]);
   if (!dtype.ok()) return AbortWith(comm, dtype.status());
   out.decode.latent_space = h[kFixed + kMaxDims + 1] == 1 ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+  if (h[kTimestep] == 1) {
+    double t = 0;
+    std::memcpy(&t, &h[kTimestep + 1], sizeof(double));
+    out.decode.conditioning.timestep = t;
+  }
   out.decode.latent = comm.rank() == kLeader
                           ? job->decode.latent.to(comm.device()).contiguous()
                           : at::empty(shape, at::TensorOptions().dtype(*dtype).device(comm.device()));

@@ -4,9 +4,12 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <random>
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/numbers.h"
@@ -36,6 +39,7 @@ void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile,
   out->set_spatial_factor(info.spatial_factor);
   out->set_temporal_factor(info.temporal_factor);
   out->set_is_video(info.is_video);
+  out->set_timestep_conditioning(info.timestep_conditioning);
   out->set_scaling_factor(info.scaling_factor);
   if (info.shift_factor) out->set_shift_factor(*info.shift_factor);
   out->set_raw_to_vae_formula(info.raw_to_vae_formula);
@@ -54,6 +58,16 @@ void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile,
   if (world_size > 1 && m.decoder->CheckExactSharding(probe, world_size).ok()) {
     out->add_supported_modes(v1::MODE_EXACT);
   }
+}
+
+// (1 - s) * latent + s * N(0, 1) in float32, the noise from LibTorch's CPU
+// generator seeded with `seed`: torch.randn(shape, generator=
+// torch.Generator().manual_seed(seed)), whatever device decodes.
+at::Tensor MixDecodeNoise(const at::Tensor& latent, double scale, uint64_t seed) {
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::Tensor noise = at::randn(latent.sizes(), generator, at::TensorOptions().dtype(at::kFloat));
+  const at::Tensor z = latent.to(at::kCPU).to(at::kFloat);
+  return ((1 - scale) * z + scale * noise).to(latent.device()).contiguous();
 }
 
 int64_t MaxChunkBytes(const grpc::ServerContext& context) {
@@ -148,12 +162,25 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   job.decode.latent = *latent;
   job.decode.latent_space =
       request->latent_space() == v1::LATENT_SPACE_RAW ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+  if (request->has_decode_timestep()) job.decode.conditioning.timestep = request->decode_timestep();
+  // LTX2Pipeline's decode noise, mixed into the latent as sent (before any
+  // de-normalisation), once, here: every rank and tile gets the same latent.
+  std::optional<uint64_t> noise_seed;
+  const double noise_scale = request->has_decode_noise_scale() ? request->decode_noise_scale()
+                                                               : request->decode_timestep();
+  if (noise_scale != 0) {
+    noise_seed = request->has_noise_seed() ? request->noise_seed() : std::random_device{}();
+    absl::Status noised = CatchExceptions("decode noise", [&] {
+      job.decode.latent = MixDecodeNoise(job.decode.latent, noise_scale, *noise_seed);
+    });
+    if (!noised.ok()) return ToGrpcStatus(noised);
+  }
   if (request->has_scaling_factor()) {
     // The request's own de-normalisation (remote_decode's scaling_factor and
     // shift_factor) in place of the family's: once, here, so every rank and
     // every tile gets the VAE-space latent. float32, as diffusers computes it.
     absl::Status converted = CatchExceptions("latent scaling", [&] {
-      at::Tensor z = latent->to(at::kFloat) / request->scaling_factor();
+      at::Tensor z = job.decode.latent.to(at::kFloat) / request->scaling_factor();
       if (request->has_shift_factor()) z = z + request->shift_factor();
       job.decode.latent = z.contiguous();
     });
@@ -204,6 +231,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
     const std::string upcast = families::DecodeDtypeReason(decoder.info(), requested_dtype_);
     header->set_mode_reason(upcast.empty() ? reason : absl::StrCat(reason, "; ", upcast));
     header->set_tile_plan(tile_plan);
+    if (noise_seed) header->set_noise_seed(*noise_seed);
     if (absl::Status s = DescribeOutput(out_shape, request->output_format(), header); !s.ok()) {
       stream_status = s;
       return false;

@@ -73,7 +73,8 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
       absl::Status status;
       if (mine < tiles) {
         status = CatchExceptions("tiled decode", [&] {
-          tile = decoder.Decode(tiling::TileLatent(z, p, mine / cols, mine % cols), ops).to(at::kFloat);
+          tile = decoder.Decode(tiling::TileLatent(z, p, mine / cols, mine % cols), ops, job.conditioning)
+                     .to(at::kFloat);
         });
       }
       // Every rank learns every outcome of the round before anything else.

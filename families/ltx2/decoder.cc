@@ -39,9 +39,10 @@ LTX2Decoder::LTX2Decoder(LTX2Config config, std::string config_json)
   info_.stock_tile = std::max<int64_t>(1, 512 / info_.spatial_factor);
   info_.stock_stride = std::max<int64_t>(1, 448 / info_.spatial_factor);
   info_.raw_to_vae_formula = "z * latents_std / scaling_factor + latents_mean (latents_mean/std: weights buffers)";
+  info_.timestep_conditioning = config_.timestep_conditioning;
   if (config_.timestep_conditioning) {
     info_.raw_to_vae_formula +=
-        "; timestep-conditioned decoder, decoded at timestep 0 (LTX2Pipeline's default decode_timestep, no noise)";
+        "; timestep-conditioned decoder: decode_timestep (default 0) and decode_noise_scale as LTX2Pipeline";
   }
 }
 
@@ -67,11 +68,15 @@ at::Tensor LTX2Decoder::ToVaeSpace(const at::Tensor& raw) const {
   return raw * std / config_.scaling_factor + mean;
 }
 
-at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
+at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops) { return Decode(z, ops, DecodeConditioning{}); }
+
+at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) {
   at::NoGradGuard no_grad;
   at::Tensor timestep;
   if (config_.timestep_conditioning) {
-    timestep = at::full({z.size(0)}, kDecodeTimestep, at::TensorOptions().dtype(dtype_).device(z.device()));
+    // diffusers: torch.tensor(decode_timestep, dtype=latents.dtype), one per batch entry.
+    timestep = at::full({z.size(0)}, conditioning.timestep.value_or(kDecodeTimestep),
+                        at::TensorOptions().dtype(dtype_).device(z.device()));
   }
   return module_->decoder->forward(z.to(dtype_), ops, timestep);
 }

@@ -5,10 +5,10 @@
 // and LTX2Pipeline's de-normalisation of `raw` latents with the model's
 // latents_mean / latents_std buffers.
 //
-// Timestep-conditioned decoders are decoded at timestep 0.0 (LTX2Pipeline's
-// default decode_timestep, with which its default noise scale adds no noise;
-// a request has no timestep field). The pipeline's optional latent noising
-// is the caller's.
+// Timestep-conditioned decoders are decoded at the request's timestep
+// (DecodeConditioning; 0.0 by default, LTX2Pipeline's default
+// decode_timestep). The pipeline's latent noising is the caller's (the
+// worker's leader mixes it in before the decode).
 // Noise-injecting decoders are refused at load (see LTX2Config::FromJson).
 
 #include <memory>
@@ -49,6 +49,7 @@ class LTX2Decoder final : public Decoder {
   // LTX2Pipeline._denormalize_latents: z * latents_std / scaling_factor + latents_mean, per channel.
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
+  at::Tensor Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) override;
   // The decoder's weights; latents_mean / latents_std stay fp32.
   void ToDtype(at::ScalarType dtype) override;
   at::ScalarType dtype() const override { return dtype_; }

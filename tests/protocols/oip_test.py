@@ -14,6 +14,7 @@ gRPC Decode path (the C++ vaedecode_client) and diffusers' fixture decodes:
 """
 
 import sys
+import types
 
 import numpy as np
 import safetensors.numpy
@@ -149,8 +150,8 @@ def main():
         refused = sum(float(line.rsplit(" ", 1)[1]) for line in oip if 'status="INVALID_ARGUMENT"' in line)
         assert ok >= 8 and refused >= 4, (ok, refused)
 
-    for name, fn in list(locals().items()):
-        if callable(fn) and not name.startswith(("grpc_decode", "main")) and fn.__code__.co_argcount == 0:
+    for name, fn in list(locals().items()):  # the checks above, in order
+        if isinstance(fn, types.FunctionType) and not name.startswith(("grpc_decode", "main")) and fn.__code__.co_argcount == 0:
             checks.run(name, fn)
     client.close()
     server.stop()

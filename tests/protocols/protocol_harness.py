@@ -25,13 +25,13 @@ def fixture(name, file=""):
 
 class Server:
     def __init__(self, models, extra_flags=(), devices="cpu:2", group_size=2):
-        """models: {served name: fixture folder}."""
+        """models: {served name: fixture folder name, or a model folder's path}."""
         self.repo = TMP / "models"
         self.repo.mkdir(exist_ok=True)
         for name, folder in models.items():
             link = self.repo / name
             if not link.exists():
-                link.symlink_to(fixture(folder))
+                link.symlink_to(folder if isinstance(folder, pathlib.Path) else fixture(folder))
         os.environ["HOME"] = str(TMP / "home")  # decode-peak profiles
         (TMP / "home").mkdir(exist_ok=True)
         self.ready = TMP / "server.ready"
