@@ -262,13 +262,14 @@ void WorkerGroup::StopGracefully(std::vector<rpc::ChildProcess>& children) {
   // broken group.
   if (!children.empty()) children[0].Signal(SIGTERM);
   const absl::Time give_up = absl::Now() + kGracefulStop;
-  for (auto& c : children) {
+  for (size_t r = 0; r < children.size(); ++r) {
+    rpc::ChildProcess& c = children[r];
     if (c.pid() < 0) continue;
     absl::StatusOr<int> code = c.Wait(give_up);
     if (!code.ok()) {
-      spdlog::warn("group={} event=stop_timeout pid={} message=\"a rank did not exit within {} s of the "
+      spdlog::warn("group={} event=stop_timeout rank={} pid={} message=\"a rank did not exit within {} s of the "
                    "group's shutdown; killed\"",
-                   options_.name, c.pid(), absl::ToDoubleSeconds(kGracefulStop));
+                   options_.name, r, c.pid(), absl::ToDoubleSeconds(kGracefulStop));
     }
   }
   for (auto& c : children) c.Kill();

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -78,6 +79,18 @@ void StartServerHeartbeat(int fd) {
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
     }
   }).detach();
+}
+
+// Ends a rank after an orderly shutdown (the group's shutdown job went to
+// every peer): the logs are flushed, and the process exits without running
+// the destructors of the communicator, its store and LibTorch, whose
+// teardown (c10d's store waits on its event loop, Gloo on its pairs) can
+// stall for seconds on a loaded machine while nothing is left to release
+// that the kernel does not.
+[[noreturn]] void ExitAfterShutdown(int code) {
+  spdlog::shutdown();
+  std::fflush(nullptr);
+  std::_Exit(code);
 }
 
 int Fail(const absl::Status& status) {
@@ -164,7 +177,8 @@ int main(int argc, char** argv) {
                                           absl::Seconds(absl::GetFlag(FLAGS_heartbeat_s)));
   if (rank != vaedecode::worker::kLeader) {
     absl::Status served = runtime.ServeAsPeer();
-    return served.ok() ? 0 : Fail(served);
+    if (!served.ok()) return Fail(served);
+    ExitAfterShutdown(0);
   }
 
   const std::string socket = absl::GetFlag(FLAGS_socket);
@@ -186,5 +200,6 @@ int main(int argc, char** argv) {
   // call still open is not waited for long.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
   runtime.Shutdown();
-  return broken ? 1 : 0;
+  if (broken) return 1;
+  ExitAfterShutdown(0);
 }
