@@ -235,6 +235,11 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   codec->time_base = AVRational{1, options.fps};
   codec->framerate = AVRational{options.fps, 1};
   codec->gop_size = options.fps;
+  // x264's default frame threads made the bytes vary from run to run on a
+  // loaded machine; a fixed count of sliced threads is deterministic: the
+  // same frames and settings give the same file on any machine.
+  codec->thread_count = 4;
+  Ff().av_opt_set(codec->priv_data, "x264-params", "sliced-threads=1", 0);
   codec->flags |= AV_CODEC_FLAG_BITEXACT;
   if (format->oformat->flags & AVFMT_GLOBALHEADER) codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   Ff().av_opt_set(codec->priv_data, "preset", "medium", 0);

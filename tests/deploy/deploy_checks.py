@@ -369,6 +369,11 @@ def check_overlay(name, objects, defaults, podmonitor, scrape_cfg, out_dir):
           f"{where}: containerPort grpc {ports.get('grpc')} != --listen {values['listen']}")
     check(ports.get("metrics") == port_of(values["metrics_listen"]),
           f"{where}: containerPort metrics {ports.get('metrics')} != --metrics_listen {values['metrics_listen']}")
+    if values.get("http_listen"):
+        check(ports.get("http") == port_of(values["http_listen"]),
+              f"{where}: containerPort http {ports.get('http')} != --http_listen {values['http_listen']}")
+    else:
+        check("http" not in ports, f"{where}: containerPort http without --http_listen")
     probes = {}
     for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
         p = c.get(kind)
@@ -583,8 +588,10 @@ def cmd_dockerfiles(helpfull, docker_dir, k8s_dir, out_dir):
             check(k in defaults, f"{where}: CMD flag --{k} is not a vaedecode_server flag")
         values = effective(flags, defaults)
         exposed = sorted(int(p.split("/")[0]) for a in get("EXPOSE") for p in a.split())
-        check(exposed == sorted([port_of(values["listen"]), port_of(values["metrics_listen"])]),
-              f"{where}: EXPOSE {exposed} != --listen/--metrics_listen ports")
+        want = [port_of(values["listen"]), port_of(values["metrics_listen"])]
+        if values.get("http_listen"):
+            want.append(port_of(values["http_listen"]))
+        check(exposed == sorted(want), f"{where}: EXPOSE {exposed} != --listen/--metrics_listen/--http_listen ports")
         hc_opts, _, hc_cmd = health.partition("CMD ")
         hc = exec_form(hc_cmd)
         hc_flags = dict(parse_flags(hc[1:]))

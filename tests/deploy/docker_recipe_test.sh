@@ -51,6 +51,10 @@ for child in $(cat /proc/"$image_pid"/task/*/children); do
 done
 [[ " $workers" == *" $root/opt/vaedecode/worker/vaedecode_worker "* ]] \
   || fail "the server did not start the worker from the image layout (children: $workers)"
+# The image serves diffusers' remote_decode over HTTP too (CMD's --http_listen).
+http_port=$(grep -o -- '--http_listen=[^ ]*' "$TMP/cpu.cmdline" | sed 's/.*://')
+[ -n "$http_port" ] || fail "the image's CMD has no --http_listen"
+[ "$(curl -sf "http://127.0.0.1:$http_port/health")" = "Ok" ] || fail "the image's HTTP endpoint is not healthy"
 kill -TERM "$image_pid"
 wait "$image_pid" || fail "the image's server did not exit 0 on SIGTERM"
 if "${healthcheck[@]}" >/dev/null 2>&1; then fail "HEALTHCHECK passes with the server gone"; fi
