@@ -14,6 +14,7 @@ extern "C" {
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -114,6 +115,8 @@ const absl::StatusOr<Ffmpeg>& LoadFfmpeg() {
   }();
   return *loaded;
 }
+
+constexpr int kSwsFlags = SWS_BICUBIC | SWS_ACCURATE_RND | SWS_BITEXACT;
 
 // Only called once LoadFfmpeg succeeded.
 const Ffmpeg& Ff() { return *LoadFfmpeg(); }
@@ -235,11 +238,9 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   codec->time_base = AVRational{1, options.fps};
   codec->framerate = AVRational{options.fps, 1};
   codec->gop_size = options.fps;
-  // One encoder thread: x264's frame threads (its default) and even its
-  // sliced threads gave different files for the same frames from run to run
-  // on a loaded machine; single-threaded, the same frames and settings give
-  // the same bytes anywhere. The veryfast preset buys the speed back.
-  codec->thread_count = 1;
+  // x264's own threads (its default); the veryfast preset keeps encoding
+  // small next to the decode. The files are valid but not bit-reproducible
+  // in the worker (docs/OPERATIONS.md, "Known gaps").
   codec->flags |= AV_CODEC_FLAG_BITEXACT;
   if (format->oformat->flags & AVFMT_GLOBALHEADER) codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
   Ff().av_opt_set(codec->priv_data, "preset", "veryfast", 0);
@@ -253,8 +254,10 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   if ((rc = Ff().avcodec_parameters_from_context(stream->codecpar, codec.get())) < 0) return Failed("stream", rc);
   if ((rc = Ff().avformat_write_header(format.get(), nullptr)) < 0) return Failed("header", rc);
 
-  Sws sws(Ff().sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, SWS_BICUBIC, nullptr,
-                         nullptr, nullptr));
+  // Bit-exact: swscale otherwise picks SIMD paths by the buffers' alignment,
+  // which round differently, and the same frames made different files.
+  Sws sws(Ff().sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, kSwsFlags,
+                              nullptr, nullptr, nullptr));
   Frame frame(Ff().av_frame_alloc());
   Packet packet(Ff().av_packet_alloc());
   if (!sws || !frame || !packet) return absl::ResourceExhaustedError("MP4: no memory for the frames");
@@ -276,11 +279,20 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
       if (w < 0) return Failed("writing", w);
     }
   };
-  const size_t frame_bytes = static_cast<size_t>(width) * static_cast<size_t>(height) * 3;
+  const size_t row_bytes = static_cast<size_t>(width) * 3;
+  const size_t frame_bytes = row_bytes * static_cast<size_t>(height);
+  // swscale's SIMD may read past the end of a row and of the picture: each
+  // frame is copied into a zero-padded buffer with a 64-byte stride, so
+  // nothing outside the frames is ever read.
+  const size_t stride = (row_bytes + 63) / 64 * 64;
+  std::vector<uint8_t> padded(stride * (static_cast<size_t>(height) + 2), 0);
   for (int t = 0; t < frames; ++t) {
     if ((rc = Ff().av_frame_make_writable(frame.get())) < 0) return Failed("frame", rc);
-    const uint8_t* src[1] = {rgb + t * frame_bytes};
-    const int src_stride[1] = {width * 3};
+    for (int y = 0; y < height; ++y) {
+      std::memcpy(padded.data() + y * stride, rgb + t * frame_bytes + y * row_bytes, row_bytes);
+    }
+    const uint8_t* src[1] = {padded.data()};
+    const int src_stride[1] = {static_cast<int>(stride)};
     Ff().sws_scale(sws.get(), src, src_stride, 0, height, frame->data, frame->linesize);
     frame->pts = t;
     if ((rc = Ff().avcodec_send_frame(codec.get(), frame.get())) < 0) return Failed("encoding", rc);
@@ -322,7 +334,7 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
   video.height = codec->height;
   video.fps = av_q2d(stream->avg_frame_rate);
   Sws sws(Ff().sws_getContext(codec->width, codec->height, codec->pix_fmt, codec->width, codec->height, AV_PIX_FMT_RGB24,
-                         SWS_BICUBIC, nullptr, nullptr, nullptr));
+                         kSwsFlags, nullptr, nullptr, nullptr));
   Frame frame(Ff().av_frame_alloc());
   Packet packet(Ff().av_packet_alloc());
   if (!sws || !frame || !packet) return absl::ResourceExhaustedError("MP4: no memory for the frames");
