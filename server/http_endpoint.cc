@@ -1,7 +1,6 @@
 #include "server/http_endpoint.h"
 
 #include <httplib.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 

@@ -4,10 +4,11 @@
 // the model it was validated against, and the client stream's buffer.
 //
 // Ownership: a Job is shared (std::shared_ptr) by the call's reactor (until
-// gRPC's OnDone), the scheduler's queue (while queued) and the dispatcher
-// thread of the group running it. The stream it writes to is owned by gRPC;
-// the Job calls it only until it has called Finish on it, and gRPC destroys
-// it only after that (OnDone), so the raw pointer stays valid for every use.
+// gRPC's OnDone) or unary caller, the scheduler's queue (while queued) and
+// the dispatcher thread of the group running it. The stream it writes to is
+// owned by gRPC (or, for the unary protocols, kept alive by the Job's done
+// callback); the Job calls it only until it has called Finish on it, and it
+// is destroyed only after that, so the raw pointer stays valid for every use.
 //
 // Threading: the "dispatcher side" is called by one thread at a time (the
 // group dispatcher that took the job, or the scheduler failing a queued
@@ -36,7 +37,9 @@
 namespace vaedecode::server {
 
 // The client side of a call as a Job sees it: implemented by the Decode
-// reactor (forwarding to grpc::ServerWriteReactor), or by a fake in tests.
+// reactor (forwarding to grpc::ServerWriteReactor), by the collecting stream
+// of the unary protocols (server/collected_decode.cc: HTTP, OIP), or by a
+// fake in tests.
 // The Job keeps at most one StartWrite outstanding, reports its completion
 // through Job::OnWriteDone, and calls Finish once, last.
 class JobStream {
