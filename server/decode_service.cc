@@ -13,7 +13,7 @@
 #include "rpc/log_field.h"
 #include "server/mode_selection.h"
 #include "server/request_validation.h"
-#include "server/status_util.h"
+#include "rpc/status.h"
 
 namespace vaedecode::server {
 namespace {
@@ -45,7 +45,7 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
     grpc::ServerWriteReactor<v1::DecodeResponse>::StartWrite(message);
   }
   void Finish(const absl::Status& status) override {
-    grpc::ServerWriteReactor<v1::DecodeResponse>::Finish(ToGrpcStatus(status));
+    grpc::ServerWriteReactor<v1::DecodeResponse>::Finish(rpc::ToGrpcStatus(status));
   }
   void Abort() override { context_->TryCancel(); }
 
@@ -142,7 +142,7 @@ void DecodeService::StopAccepting() { accepting_.store(false); }
 
 grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
     grpc::CallbackServerContext* context, const v1::DecodeRequest* request) {
-  Admission admission = Admit(*request, absl::Now(), CallDeadline(*context), "grpc");
+  Admission admission = Admit(*request, absl::Now(), rpc::CallDeadline(*context), "grpc");
   auto* reactor = new DecodeReactor(context, admission.job, active_, accepting_);
   Start(admission, reactor);
   return reactor;
@@ -229,7 +229,7 @@ void DecodeService::Report(const Job& job, const absl::Status& status, const std
                                                     : "?",
       r.mode, r.degree, r.group.empty() ? "-" : r.group, r.timings.queue_ms(),
       r.timings.decode_ms(), r.timings.gather_ms(), r.timings.stream_ms(), total_ms, r.collectives,
-      Shape(r.peak_bytes_per_rank), StatusCodeName(status.code()), rpc::LogValue(status.message()));
+      Shape(r.peak_bytes_per_rank), rpc::StatusCodeName(status.code()), rpc::LogValue(status.message()));
 }
 
 grpc::ServerUnaryReactor* DecodeService::ListModels(grpc::CallbackServerContext* context,
@@ -247,7 +247,7 @@ grpc::ServerUnaryReactor* DecodeService::GetModel(grpc::CallbackServerContext* c
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<v1::ModelInfo> found = catalog_.Lookup(request->name());
   if (found.ok()) *response = *std::move(found);
-  reactor->Finish(ToGrpcStatus(found.status()));
+  reactor->Finish(rpc::ToGrpcStatus(found.status()));
   return reactor;
 }
 

@@ -1,7 +1,7 @@
 #include "server/metrics.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/status_util.h"
+#include "rpc/status.h"
 
 namespace vaedecode::server {
 namespace {
@@ -140,7 +140,7 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
 
 void ServerMetrics::RecordRequest(const std::string& model, const std::string& protocol, absl::StatusCode code,
                                   double total_s, double queue_s, double decode_s) {
-  const std::string status = StatusCodeName(code);
+  const std::string status = rpc::StatusCodeName(code);
   requests_.Add({{"model", model}, {"status", status}, {"protocol", protocol}}).Increment();
   request_seconds_.Add({{"status", status}}, LatencyBuckets()).Observe(total_s);
   if (code != absl::StatusCode::kOk) {

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/status_util.h"
+#include "rpc/status.h"
 
 namespace vaedecode::server {
 namespace {
@@ -149,7 +149,7 @@ class InferReactor final : public grpc::ServerUnaryReactor {
 
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
+  reactor->Finish(rpc::ToGrpcStatus(status));
   return reactor;
 }
 
@@ -322,9 +322,9 @@ grpc::ServerUnaryReactor* OipService::ModelInfer(grpc::CallbackServerContext* co
   response->set_model_name(request->model_name());
   response->set_model_version("1");
   std::shared_ptr<Job> job = decode_.StartCollected(
-      std::move(decode), CallDeadline(*context), "oip", max_output_bytes_, refusal,
+      std::move(decode), rpc::CallDeadline(*context), "oip", max_output_bytes_, refusal,
       [reactor, response](CollectedOutput out) {
-        reactor->Finish(ToGrpcStatus(FillModelInferResponse(std::move(out), response)));
+        reactor->Finish(rpc::ToGrpcStatus(FillModelInferResponse(std::move(out), response)));
       });
   reactor->SetJob(job);
   return reactor;

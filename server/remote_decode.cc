@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "server/status_util.h"
+#include "rpc/status.h"
 
 namespace vaedecode::server {
 namespace {
@@ -102,7 +102,7 @@ HttpReply ErrorReply(const absl::Status& status) {
   HttpReply reply;
   reply.status = HttpStatusFor(status.code());
   reply.content_type = "application/json";
-  nlohmann::json body = {{"error", std::string(status.message())}, {"code", StatusCodeName(status.code())}};
+  nlohmann::json body = {{"error", std::string(status.message())}, {"code", rpc::StatusCodeName(status.code())}};
   // Invalid UTF-8 in a message (an echoed parameter) is replaced, not thrown.
   reply.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return reply;

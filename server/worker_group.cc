@@ -19,7 +19,7 @@
 #include "rpc/free_port.h"
 #include "rpc/log_field.h"
 #include "server/mode_selection.h"
-#include "server/status_util.h"
+#include "rpc/status.h"
 
 namespace vaedecode::server {
 namespace {
@@ -116,7 +116,7 @@ void WorkerGroup::SupervisorLoop() {
       if (absl::IsCancelled(leader.status())) break;  // stopping
       spdlog::error(
           "group={} event=start_failed generation={} status={} message={} retry_in_s={}",
-          options_.name, generation, StatusCodeName(leader.status().code()),
+          options_.name, generation, rpc::StatusCodeName(leader.status().code()),
           rpc::LogValue(leader.status().message()), absl::ToDoubleSeconds(backoff));
       if (!SleepUnlessStopping(backoff)) break;
       backoff = std::min(backoff * 2, options_.max_restart_backoff);
@@ -600,7 +600,7 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
     return;
   }
   if (!finished.ok()) {
-    const absl::Status s = FromGrpcStatus(finished);
+    const absl::Status s = rpc::FromGrpcStatus(finished);
     if (absl::IsUnavailable(s)) {
       // The leader died, or reported that its communicator failed.
       const std::string reason = ReportFailure(leader, std::string(s.message()));

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "device/compute_device.h"
 #include "rpc/log_field.h"
+#include "rpc/status.h"
 #include "tiling/planner.h"
 #include "worker/decode_job.h"
 #include "worker/output_stream.h"
@@ -81,10 +82,6 @@ int64_t MaxChunkBytes(const grpc::ServerContext& context) {
 }
 
 }  // namespace
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
 
 absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent) {
   at::ScalarType type;
@@ -155,7 +152,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
     return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown model \"", request->model(), "\""));
   }
   absl::StatusOr<at::Tensor> latent = LatentFromRequest(request->latent());
-  if (!latent.ok()) return ToGrpcStatus(latent.status());
+  if (!latent.ok()) return rpc::ToGrpcStatus(latent.status());
   GroupJob job;
   job.model_index = model;
   job.allow_exact = request->mode() != v1::MODE_DENSE;
@@ -173,7 +170,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
     absl::Status noised = CatchExceptions("decode noise", [&] {
       job.decode.latent = MixDecodeNoise(job.decode.latent, noise_scale, *noise_seed);
     });
-    if (!noised.ok()) return ToGrpcStatus(noised);
+    if (!noised.ok()) return rpc::ToGrpcStatus(noised);
   }
   if (request->has_scaling_factor()) {
     // The request's own de-normalisation (remote_decode's scaling_factor and
@@ -184,13 +181,13 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
       if (request->has_shift_factor()) z = z + request->shift_factor();
       job.decode.latent = z.contiguous();
     });
-    if (!converted.ok()) return ToGrpcStatus(converted);
+    if (!converted.ok()) return rpc::ToGrpcStatus(converted);
     job.decode.latent_space = families::LatentSpace::kVae;
   }
   std::string tiled_reason, planned_tiles;
   if (request->mode() == v1::MODE_TILED) {
     absl::StatusOr<tiling::TilePlan> plan = PlanTiledJob(model, job.decode.latent, &job);
-    if (!plan.ok()) return ToGrpcStatus(plan.status());
+    if (!plan.ok()) return rpc::ToGrpcStatus(plan.status());
     tiled_reason = plan->reason;
     planned_tiles = DescribePlan(*plan, runtime_.world_size());
   }
@@ -266,7 +263,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, &cancelled, rows_ready);
   finished = true;
   watcher.join();
-  if (!outcome.ok()) return ToGrpcStatus(outcome.status());
+  if (!outcome.ok()) return rpc::ToGrpcStatus(outcome.status());
   {
     absl::MutexLock lock(&stats_mu_);
     last_peak_bytes_.clear();
@@ -279,7 +276,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
                                                  : (outcome->result.reason.empty() ? "one rank" : outcome->result.reason);
     write_header(used, reason, outcome->result.tile_plan, used == "dense" ? 1 : runtime_.world_size());
   }
-  if (!stream_status.ok() && !caller_gone) return ToGrpcStatus(stream_status);
+  if (!stream_status.ok() && !caller_gone) return rpc::ToGrpcStatus(stream_status);
   if (caller_gone) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
   if (incremental) {
     stream_rows(outcome->result.sample, outcome->result.sample.size(-2));
@@ -292,7 +289,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
                                  return writer->Write(message);
                                });
   }
-  if (!stream_status.ok()) return ToGrpcStatus(stream_status);
+  if (!stream_status.ok()) return rpc::ToGrpcStatus(stream_status);
 
   v1::DecodeResponse trailer_message;
   v1::Trailer* trailer = trailer_message.mutable_trailer();

@@ -48,9 +48,6 @@ class LeaderService final : public internal::GroupLeader::Service {
   std::vector<int64_t> last_peak_bytes_ ABSL_GUARDED_BY(stats_mu_);
 };
 
-// absl::Status -> grpc::Status with the same code and message.
-grpc::Status ToGrpcStatus(const absl::Status& status);
-
 // The latent of a request as a CPU tensor, or INVALID_ARGUMENT naming what is wrong.
 absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent);
 

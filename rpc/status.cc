@@ -1,8 +1,8 @@
-#include "server/status_util.h"
+#include "rpc/status.h"
 
 #include <chrono>
 
-namespace vaedecode::server {
+namespace vaedecode::rpc {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -69,4 +69,4 @@ std::string StatusCodeName(absl::StatusCode code) {
   }
 }
 
-}  // namespace vaedecode::server
+}  // namespace vaedecode::rpc
