@@ -231,7 +231,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   } else if (space_name != "vae") {
     return absl::InvalidArgumentError(absl::StrCat("--latent-space must be vae or raw, got \"", space_name, "\""));
   }
-  absl::StatusOr<at::ScalarType> dtype = ParseDtype(args.Get("dtype").value_or("float32"));
+  absl::StatusOr<at::ScalarType> dtype = families::ParseDtype(args.Get("dtype").value_or("float32"));
   if (!dtype.ok()) return dtype.status();
   if (absl::Status s = ApplyThreads(args); !s.ok()) return s;
 

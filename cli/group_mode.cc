@@ -100,7 +100,7 @@ absl::Status RunRank(const ParsedArgs& args) {
   if (absl::StatusOr<device::DeviceMemory*> m = device::InstallDeviceMemory(c10::Device(c10::kCPU)); !m.ok()) {
     return m.status();
   }
-  absl::StatusOr<at::ScalarType> dtype = ParseDtype(args.Get("dtype").value_or("float32"));
+  absl::StatusOr<at::ScalarType> dtype = families::ParseDtype(args.Get("dtype").value_or("float32"));
   if (!dtype.ok()) return dtype.status();
   absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype);
   if (!model.ok()) return model.status();

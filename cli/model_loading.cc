@@ -7,14 +7,6 @@
 
 namespace vaedecode::cli {
 
-absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
-  if (name == "float32" || name == "fp32") return at::kFloat;
-  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
-  if (name == "float16" || name == "fp16") return at::kHalf;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype \"", name, "\" (float32, bfloat16 or float16)"));
-}
-
 absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype,
                                       std::optional<uint64_t> seeded_weights) {
   if (!path || path->empty()) {

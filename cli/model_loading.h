@@ -19,9 +19,6 @@ struct LoadedModel {
   std::unique_ptr<families::Decoder> decoder;
 };
 
-// "float32" | "bfloat16" | "float16" (also fp32/bf16/fp16).
-absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);
-
 // The model at `path` (relative to the caller's directory), or the embedded
 // default when `path` is empty, loaded on the CPU in DecodeDtype(info,
 // dtype). `seeded_weights`: the folder's config.json alone, with parameters

@@ -5,6 +5,13 @@
 
 namespace vaedecode::families {
 
+absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
+  if (name == "float32" || name == "fp32") return at::kFloat;
+  if (name == "bfloat16" || name == "bf16") return at::kBFloat16;
+  if (name == "float16" || name == "fp16") return at::kHalf;
+  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", name, "\" (float32, bfloat16 or float16)"));
+}
+
 std::string DtypeName(at::ScalarType dtype) {
   switch (dtype) {
     case at::kFloat:

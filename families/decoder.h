@@ -16,6 +16,7 @@
 #include <c10/core/Device.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "families/layer_ops.h"
 
 namespace vaedecode::families {
@@ -67,6 +68,10 @@ struct ModelInfo {
 
 // "float32", "bfloat16", "float16"; LibTorch's name for other dtypes.
 std::string DtypeName(at::ScalarType dtype);
+
+// The inverse for the compute dtypes: "float32" (or "fp32"), "bfloat16"
+// ("bf16"), "float16" ("fp16"); INVALID_ARGUMENT naming the choices otherwise.
+absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);
 
 // The dtype a model decodes in when `requested` is asked for, as diffusers'
 // pipelines choose it: float32 instead of float16 when the config sets

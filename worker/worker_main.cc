@@ -59,13 +59,6 @@ namespace {
 volatile std::sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
-absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name) {
-  if (name == "float32") return at::kFloat;
-  if (name == "bfloat16") return at::kBFloat16;
-  if (name == "float16") return at::kHalf;
-  return absl::InvalidArgumentError(absl::StrCat("unknown --dtype ", name));
-}
-
 // The server's liveness signal (server/rank_heartbeats.h): its own thread,
 // so a long op or a blocked collective does not silence it; only a process
 // that stops running does. Never joined: it ends with the process.
@@ -139,7 +132,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<vaedecode::device::DeviceMemory*> memory = vaedecode::device::InstallDeviceMemory(*device);
   if (!memory.ok()) return Fail(memory.status());
   at::set_num_threads(absl::GetFlag(FLAGS_threads));
-  absl::StatusOr<at::ScalarType> dtype = ParseDtype(absl::GetFlag(FLAGS_dtype));
+  absl::StatusOr<at::ScalarType> dtype = vaedecode::families::ParseDtype(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return Fail(dtype.status());
 
   absl::StatusOr<vaedecode::worker::LoadedRepository> repo =
