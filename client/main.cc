@@ -243,13 +243,14 @@ int main(int argc, char** argv) {
       std::cout << m.name() << " family=" << m.family()
                 << " latent_channels=" << m.latent_channels()
                 << " spatial_factor=" << m.spatial_factor()
-                << " video=" << (m.is_video() ? "yes" : "no") << "\n";
+                << " video=" << (m.is_video() ? "yes" : "no")
+                << (m.timestep_conditioning() ? " timestep_conditioning=yes" : "") << "\n";
     }
     return 0;
   }
 
   if (absl::GetFlag(FLAGS_out).empty()) {
-    std::cerr << "vaedecode_client: --out FILE is required (.safetensors, .npy or .png)\n";
+    std::cerr << "vaedecode_client: --out FILE is required (.safetensors, .npy, .png, .jpg or .mp4)\n";
     return 2;
   }
   absl::StatusOr<v1::DecodeRequest> request = BuildRequest();

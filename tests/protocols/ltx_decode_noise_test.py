@@ -76,6 +76,10 @@ def main():
     def reports_timestep_conditioning():
         meta = client.get_model_metadata("ltx")
         assert meta.platform == "vaedecode_ltx2", meta.platform
+        # vaedecode.v1's ModelInfo says which models take a decode timestep.
+        listed = {line.split()[0]: line for line in server.client("--list_models").splitlines()}
+        assert "timestep_conditioning=yes" in listed["ltx"], listed
+        assert "timestep_conditioning" not in listed["flux1"], listed
 
     def timestep_without_noise():
         out, params = infer(client, latent, decode_timestep=0.05, decode_noise_scale=0.0, mode="exact")
