@@ -49,6 +49,10 @@ struct ModelInfo {
   int64_t spatial_factor = 1;   // output pixels per latent row/column
   int64_t temporal_factor = 1;  // 1 for image families
   bool is_video = false;        // latents are NCTHW when true, NCHW otherwise
+  // Latent frames a decode holds at once, for its memory (tiling/
+  // memory_model.h): 1 for images and frame-by-frame decoders (Wan's causal
+  // cache), a temporal window, or 0 for the whole clip.
+  int64_t peak_latent_frames = 1;
   double scaling_factor = 1.0;
   std::optional<double> shift_factor;
   int64_t parameter_count = 0;  // decoder-side parameters actually used

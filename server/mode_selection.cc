@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/request_validation.h"
+#include "tiling/memory_model.h"
 
 namespace vaedecode::server {
 namespace {
@@ -44,41 +45,24 @@ std::string ModeName(v1::Mode mode) {
 }
 
 PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInfo& model, int degree) {
-  constexpr double kHeadroom = 1.25;
   const auto& shape = request.latent().shape();
   PeakEstimates e;
   if (shape.size() < 4) return e;
-  const double batch = static_cast<double>(shape[0]);
-  const double frames = shape.size() == 5 ? static_cast<double>(shape[2]) : 1.0;
   // The decoder sees VAE-space latents: a packed raw latent unpacks first.
-  const double patch = request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1
-                           ? static_cast<double>(model.raw_patch())
-                           : 1.0;
-  const double rows = patch * static_cast<double>(shape[shape.size() - 2]);
-  const double cols = patch * static_cast<double>(shape[shape.size() - 1]);
-  // The larger of the convolution and attention phases (tiling/calibration.h)
-  // for queries of `latent_rows` x `latent_cols` against the keys of
-  // `key_latents` (the whole image in exact mode: every rank holds all keys).
-  auto peak = [&](double latent_rows, double latent_cols, double key_latents) {
-    // Headroom on what grows with the latent, as the tiling planner does.
-    const double queries = latent_rows * latent_cols;
-    const double convolutions =
-        model.fixed_peak_bytes() + kHeadroom * batch * frames * model.peak_bytes_per_latent() * queries;
-    const double scores = batch * frames * model.attention_bytes_per_latent_pair() * queries * key_latents;
-    const double attention = model.attention_fixed_bytes() +
-                             kHeadroom * (batch * frames * model.attention_bytes_per_latent() * queries + scores);
-    return static_cast<int64_t>(std::max(convolutions, attention));
-  };
-  e.dense = peak(rows, cols, rows * cols);
-  // The thickest band (first ranks take the remainder) plus a halo row on
-  // each side; the leader also holds the gathered float32 output.
-  const double band = std::ceil(rows / std::max(1, degree)) + 2;
-  const double output =
-      static_cast<double>(PredictOutputSize(request, model).pixels()) * static_cast<double>(model.out_channels()) * 4;
-  e.exact_rank = peak(std::min(rows, band), cols, rows * cols) + static_cast<int64_t>(output);
-  const double tile_rows = std::min(rows, 32.0), tile_cols = std::min(cols, 32.0);
-  // Tiles are spread over every rank; the leader also holds the output.
-  e.floor_tile = peak(tile_rows, tile_cols, tile_rows * tile_cols) + static_cast<int64_t>(output);
+  const int64_t patch =
+      request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1 ? model.raw_patch() : 1;
+  const tiling::LatentExtent latent{shape[0], shape.size() == 5 ? shape[2] : 1, patch * shape[shape.size() - 2],
+                                    patch * shape[shape.size() - 1]};
+  const tiling::MemoryModel memory{{model.fixed_peak_bytes(), model.peak_bytes_per_latent(),
+                                    model.attention_fixed_bytes(), model.attention_bytes_per_latent(),
+                                    model.attention_bytes_per_latent_pair()},
+                                   model.temporal_factor(),
+                                   model.peak_latent_frames()};
+  // The leader also holds the gathered (or blended) float32 output.
+  const int64_t output = PredictOutputSize(request, model).pixels() * model.out_channels() * 4;
+  e.dense = tiling::DensePeakBytes(memory, latent);
+  e.exact_rank = tiling::ExactRankPeakBytes(memory, latent, degree) + output;
+  e.floor_tile = tiling::FloorTilePeakBytes(memory, latent) + output;
   return e;
 }
 
@@ -165,8 +149,8 @@ absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1
       }
       if (const std::optional<int64_t> capacity = MinCapacity(group); capacity && need.floor_tile > *capacity) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "this latent can never be decoded on this server: its smallest plan (32x32-latent floor tiles, with "
-            "the output the leader holds) needs about ", MiB(need.floor_tile),
+            "this latent can never be decoded on this server: its smallest plan (", tiling::kFloorTile, "x",
+            tiling::kFloorTile, "-latent floor tiles, with the output the leader holds) needs about ", MiB(need.floor_tile),
             " per rank, and the tightest rank can give a decode at most ", MiB(*capacity),
             " (its memory budget less the loaded models); send a smaller latent or batch"));
       }

@@ -37,13 +37,13 @@ struct ModeChoice {
   bool wait_for_memory = false;
 };
 
-// Estimated decode peaks, from the model's measured profile (fixed bytes +
-// bytes per latent of area, see tiling/calibration.h) with 25% headroom.
+// Estimated decode peaks, from the model's measured profile through the one
+// memory model (tiling/memory_model.h), with its headroom.
 struct PeakEstimates {
   int64_t dense = 0;       // the whole latent on one rank
   int64_t exact_rank = 0;  // the largest per-rank share in exact mode (rows + halos), plus the
                            // leader's gathered output
-  int64_t floor_tile = 0;  // one 32x32-latent tile
+  int64_t floor_tile = 0;  // one floor tile (tiling::kFloorTile a side), plus the leader's output
 };
 PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInfo& model, int degree);
 

@@ -50,14 +50,15 @@ FamilyGeometry DecoderGeometry(const families::Decoder& decoder) {
   return g;
 }
 
-FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProfile& profile, int64_t batch) {
-  const double b = static_cast<double>(batch);
+MemoryModel MemoryModelOf(const families::ModelInfo& info, const PeakProfile& profile) {
+  return {profile.costs(), info.temporal_factor, info.peak_latent_frames};
+}
+
+FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProfile& profile,
+                                const LatentExtent& latent) {
   FamilyGeometry g = DecoderGeometry(decoder);
-  g.fixed_bytes = static_cast<int64_t>(profile.fixed_bytes);
-  g.peak_bytes_per_latent = profile.bytes_per_latent * b;
-  g.attention_fixed_bytes = static_cast<int64_t>(profile.attention_fixed_bytes);
-  g.attention_bytes_per_latent = profile.attention_bytes_per_latent * b;
-  g.attention_bytes_per_latent_pair = profile.attention_bytes_per_latent_pair * b;
+  g.memory = MemoryModelOf(decoder.info(), profile);
+  g.latent = latent;
   return g;
 }
 

@@ -56,6 +56,11 @@ struct PeakProfile {
   // cover `key_latents` (the same for a whole-image or tile decode).
   double Predict(int64_t latents, int64_t key_latents) const;
   double Predict(int64_t latents) const { return Predict(latents, latents); }
+  // The fitted figures, as the memory model takes them.
+  PeakCosts costs() const {
+    return {fixed_bytes, bytes_per_latent, attention_fixed_bytes, attention_bytes_per_latent,
+            attention_bytes_per_latent_pair};
+  }
 };
 
 // A probe reading the process's device memory accounting.
@@ -72,9 +77,13 @@ std::string DefaultProfileDir();
 // without peaks: enough for the out-of-memory ladder.
 FamilyGeometry DecoderGeometry(const families::Decoder& decoder);
 
-// The planner's geometry for `decoder` with a measured profile, for latents
-// of batch size `batch`.
-FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProfile& profile, int64_t batch);
+// The memory model of a model with this measured profile.
+MemoryModel MemoryModelOf(const families::ModelInfo& info, const PeakProfile& profile);
+
+// The planner's geometry for `decoder` with a measured profile, for
+// `latent` (VAE space).
+FamilyGeometry PlanningGeometry(const families::Decoder& decoder, const PeakProfile& profile,
+                                const LatentExtent& latent);
 
 // Identifies what a profile is valid for.
 std::string ProfileKey(const families::Decoder& decoder, const std::string& backend);

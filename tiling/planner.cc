@@ -5,27 +5,12 @@
 
 namespace vaedecode::tiling {
 
-namespace {
-
-// The larger of the convolution and attention phases, `headroom` on what
-// grows with the tile.
-int64_t PeakBytes(const FamilyGeometry& g, int64_t rows, int64_t cols, double headroom) {
-  const double area = static_cast<double>(rows * cols);
-  const int64_t convolutions =
-      g.fixed_bytes + static_cast<int64_t>(std::ceil(g.peak_bytes_per_latent * area * headroom));
-  const double scores = g.attention_bytes_per_latent_pair * area * area;
-  const int64_t attention =
-      g.attention_fixed_bytes +
-      static_cast<int64_t>(std::ceil((g.attention_bytes_per_latent * area + scores) * headroom));
-  return std::max(convolutions, attention);
+int64_t PredictPeakBytes(const FamilyGeometry& g, int64_t rows, int64_t cols) {
+  return RegionPeakBytes(g.memory, g.latent, rows, cols, rows * cols, 1.0);
 }
 
-}  // namespace
-
-int64_t PredictPeakBytes(const FamilyGeometry& g, int64_t rows, int64_t cols) { return PeakBytes(g, rows, cols, 1.0); }
-
 int64_t EstimatePeakBytes(const FamilyGeometry& g, int64_t rows, int64_t cols) {
-  return PeakBytes(g, rows, cols, kHeadroom);
+  return RegionPeakBytes(g.memory, g.latent, rows, cols, rows * cols, kHeadroom);
 }
 
 AxisLayout SpreadTiles(int64_t length, int64_t tile) {

@@ -22,25 +22,22 @@
 #include <string>
 #include <vector>
 
+#include "tiling/memory_model.h"
+
 namespace vaedecode::tiling {
 
-inline constexpr int64_t kFloorTile = 32;
 inline constexpr int64_t kMinOverlap = 16;
 inline constexpr int64_t kBlendDead = 4;   // latents of zero weight at a shared edge
 inline constexpr int64_t kBlendRamp = 8;   // latents over which weight rises to 1
-inline constexpr double kHeadroom = 1.25;  // on measured peaks
 
 struct FamilyGeometry {
   int64_t spatial_factor = 8;   // pixels per latent
   int64_t stock_tile = 64;      // diffusers' tile_latent_min_size
   int64_t stock_stride = 48;    // tile_latent_min_size * (1 - tile_overlap_factor)
-  double peak_bytes_per_latent = 0.17 * 1048576;  // measured decode peak per latent of tile area
-  // The attention phase (see tiling/calibration.h): its own fixed, per-latent
-  // and per (query latent x key latent) costs; all 0 without attention.
-  int64_t attention_fixed_bytes = 0;
-  double attention_bytes_per_latent = 0;
-  double attention_bytes_per_latent_pair = 0;
-  int64_t fixed_bytes = 0;      // weights and other costs independent of the tile
+  // A tile's peak (tiling/memory_model.h), for the latent being planned:
+  // its batch and frames scale every tile alike.
+  MemoryModel memory = {{0, 0.17 * 1048576}};
+  LatentExtent latent;
 };
 
 // One axis: tile starts and the common tile length.
@@ -63,7 +60,8 @@ struct TilePlan {
 };
 
 // Predicted decode peak of a tile of `rows` x `cols` latents, and the
-// planner's estimate: the same with kHeadroom on what grows with the tile.
+// planner's estimate: the same with kHeadroom on what grows with the tile
+// (RegionPeakBytes of geometry.memory for geometry.latent).
 int64_t PredictPeakBytes(const FamilyGeometry& geometry, int64_t rows, int64_t cols);
 int64_t EstimatePeakBytes(const FamilyGeometry& geometry, int64_t rows, int64_t cols);
 

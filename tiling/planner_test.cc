@@ -12,7 +12,7 @@ FamilyGeometry Sd() {
   g.spatial_factor = 8;
   g.stock_tile = 64;
   g.stock_stride = 48;
-  g.peak_bytes_per_latent = 0.17 * 1048576;
+  g.memory.costs.bytes_per_latent = 0.17 * 1048576;
   return g;
 }
 
@@ -85,20 +85,20 @@ TEST(BlendWeights, ZeroNearSharedEdgesAndFullAwayFromThem) {
 
 TEST(EstimatePeakBytes, TheLargerOfTheConvolutionAndAttentionPhases) {
   FamilyGeometry g = Sd();
-  g.fixed_bytes = 1000;
-  g.peak_bytes_per_latent = 100;
-  g.attention_fixed_bytes = 2000;
-  g.attention_bytes_per_latent = 50;
-  g.attention_bytes_per_latent_pair = 0.01;
+  g.memory.costs.fixed_bytes = 1000;
+  g.memory.costs.bytes_per_latent = 100;
+  g.memory.costs.attention_fixed_bytes = 2000;
+  g.memory.costs.attention_bytes_per_latent = 50;
+  g.memory.costs.attention_bytes_per_latent_pair = 0.01;
   // 10x10: convolutions 1000 + 100·100·1.25 = 13500 > attention 2000 + (5000 + 100)·1.25.
   EXPECT_EQ(PredictPeakBytes(g, 10, 10), 11000);
   EXPECT_EQ(EstimatePeakBytes(g, 10, 10), 13500);
   // 100x100: the scores (0.01 per latent pair, 10⁸ pairs) win.
   EXPECT_EQ(PredictPeakBytes(g, 100, 100), 2000 + 50 * 10000 + 1000000);
-  EXPECT_GT(EstimatePeakBytes(g, 100, 100), g.fixed_bytes + static_cast<int64_t>(100 * 10000 * kHeadroom));
+  EXPECT_GT(EstimatePeakBytes(g, 100, 100), static_cast<int64_t>(g.memory.costs.fixed_bytes + 100 * 10000 * kHeadroom));
   // So plans for a tight budget pick smaller tiles than a linear cost would.
   FamilyGeometry linear = g;
-  linear.attention_bytes_per_latent_pair = 0;
+  linear.memory.costs.attention_bytes_per_latent_pair = 0;
   const int64_t budget = EstimatePeakBytes(linear, 96, 96);
   EXPECT_LT(PlanTiles(200, 200, g, budget).rows.tile * PlanTiles(200, 200, g, budget).cols.tile,
             PlanTiles(200, 200, linear, budget).rows.tile * PlanTiles(200, 200, linear, budget).cols.tile);

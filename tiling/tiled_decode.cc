@@ -1,9 +1,7 @@
 #include "tiling/tiled_decode.h"
 
 #include <ATen/ATen.h>
-#include <spdlog/spdlog.h>
 
-#include "absl/strings/str_cat.h"
 
 namespace vaedecode::tiling {
 
@@ -82,22 +80,6 @@ std::vector<TilePlan> OomLadder(const TilePlan& plan, const FamilyGeometry& geom
     if (area(next) < area(ladder.back())) ladder.push_back(std::move(next));
   }
   return ladder;
-}
-
-absl::StatusOr<TiledResult> RunOomLadder(const TilePlan& plan, const FamilyGeometry& geometry,
-                                         const TileAttempt& attempt_fn) {
-  const std::vector<TilePlan> ladder = OomLadder(plan, geometry);
-  absl::Status last;
-  for (size_t attempt = 0; attempt < ladder.size(); ++attempt) {
-    absl::StatusOr<at::Tensor> sample = attempt_fn(ladder[attempt]);
-    if (sample.ok()) return TiledResult{*sample, ladder[attempt], static_cast<int>(attempt)};
-    last = sample.status();
-    if (last.code() != absl::StatusCode::kResourceExhausted) return last;
-    spdlog::warn("tiled decode ran out of memory with {}x{} tiles ({} calls); {}", ladder[attempt].rows.tile,
-                 ladder[attempt].cols.tile, ladder[attempt].calls(),
-                 attempt + 1 < ladder.size() ? ladder[attempt + 1].reason : "no smaller tiles left");
-  }
-  return last;
 }
 
 }  // namespace vaedecode::tiling

@@ -9,12 +9,10 @@
 // DecodeTiles may throw c10::Error / StatusError like any decode: the caller
 // runs it inside worker::CatchExceptions.
 
-#include <functional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
-#include "absl/status/statusor.h"
 #include "families/decoder.h"
 #include "families/layer_ops.h"
 #include "tiling/planner.h"
@@ -47,24 +45,11 @@ class TileBlender {
 at::Tensor DecodeTiles(families::Decoder& decoder, const at::Tensor& z, const TilePlan& plan,
                        families::LayerOps& ops);
 
-struct TiledResult {
-  at::Tensor sample;
-  TilePlan plan;        // the plan that succeeded
-  int retries = 0;      // out-of-memory retries taken (floor tile, then stock)
-};
-
 // The plans of the out-of-memory ladder: `plan`, then floor tiles, then the
 // stock layout, keeping only rungs whose tiles are smaller than every rung
 // before them (so a stock plan of large tiles is followed by floor tiles).
+// The group's tiled decode (worker/tiled_group_decode.h) walks it on an
+// out-of-memory.
 std::vector<TilePlan> OomLadder(const TilePlan& plan, const FamilyGeometry& geometry);
-
-// One decode attempt with a plan, exceptions already turned into a Status
-// (the worker wraps DecodeTiles in its job wrapper).
-using TileAttempt = std::function<absl::StatusOr<at::Tensor>(const TilePlan&)>;
-
-// The OOM ladder: runs `attempt` with `plan`; on RESOURCE_EXHAUSTED retries
-// with floor tiles, then with the stock layout. Other errors return at once.
-absl::StatusOr<TiledResult> RunOomLadder(const TilePlan& plan, const FamilyGeometry& geometry,
-                                         const TileAttempt& attempt);
 
 }  // namespace vaedecode::tiling

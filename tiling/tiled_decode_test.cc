@@ -10,8 +10,6 @@
 #include <gtest/gtest.h>
 
 #include "families/autoencoder_kl/embedded_default.h"
-#include "device/counting_cpu_allocator.h"
-#include "worker/decode_job.h"
 
 namespace vaedecode::tiling {
 namespace {
@@ -29,7 +27,7 @@ FamilyGeometry SmallGeometry(const families::Decoder& d) {
   g.spatial_factor = d.info().spatial_factor;
   g.stock_tile = 32;
   g.stock_stride = 24;
-  g.peak_bytes_per_latent = 40e3;
+  g.memory.costs.bytes_per_latent = 40e3;
   return g;
 }
 
@@ -80,55 +78,6 @@ TEST(DecodeTiles, LargeLatentTiledIsCloseToDenseWithoutSeams) {
       EXPECT_LE(row_jump(boundary - 1), 1.5 * around) << "seam at pixel row " << boundary;
     }
   }
-}
-
-TEST(RunOomLadder, RetriesAtTheFloorTileOnOutOfMemory) {
-  auto decoder = SmallDecoder();
-  const FamilyGeometry g = SmallGeometry(*decoder);
-  const at::Tensor z = Latent(96, 80);
-  families::DenseOps ops;
-  device::CountingCpuAllocator& allocator = device::CountingCpuAllocator::Install();
-
-  const TilePlan wide = PlanTiles(96, 80, g, EstimatePeakBytes(g, 96, 64));  // big tiles
-  ASSERT_EQ(wide.kind, PlanKind::kTiled);
-  ASSERT_GT(wide.rows.tile * wide.cols.tile, 2 * kFloorTile * kFloorTile);
-
-  // Measure the decode peaks of one floor tile and of one wide tile, then
-  // allow halfway between them, plus the blended output and its weights.
-  const int64_t base = allocator.current_bytes();
-  auto tile_peak = [&](int64_t rows, int64_t cols) {
-    allocator.ResetPeak();
-    decoder->Decode(z.narrow(2, 0, rows).narrow(3, 0, cols).contiguous(), ops);
-    return allocator.peak_bytes() - base;
-  };
-  const int64_t floor_peak = tile_peak(kFloorTile, kFloorTile);
-  const int64_t wide_peak = tile_peak(wide.rows.tile, wide.cols.tile);
-  int64_t output_bytes = 4;
-  for (int64_t d : decoder->OutputShape(z.sizes().vec())) output_bytes *= d;
-  ASSERT_GT(wide_peak - floor_peak, 2 * 6 * output_bytes) << "the test needs tiles whose peaks differ clearly";
-  int attempts = 0;
-  allocator.set_limit_bytes(base + (floor_peak + wide_peak) / 2 + 6 * output_bytes);
-  absl::StatusOr<TiledResult> result = RunOomLadder(wide, g, [&](const TilePlan& plan) -> absl::StatusOr<at::Tensor> {
-    ++attempts;
-    at::Tensor out;
-    absl::Status s = worker::CatchExceptions("tiled decode", [&] { out = DecodeTiles(*decoder, z, plan, ops); });
-    if (!s.ok()) return s;
-    return out;
-  });
-  allocator.set_limit_bytes(0);
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->retries, 1);
-  EXPECT_EQ(attempts, 2);
-  EXPECT_EQ(result->plan.rows.tile, kFloorTile);
-
-  // Errors other than out-of-memory are not retried.
-  attempts = 0;
-  absl::StatusOr<TiledResult> failed = RunOomLadder(wide, g, [&](const TilePlan&) -> absl::StatusOr<at::Tensor> {
-    ++attempts;
-    return absl::InvalidArgumentError("bad latent");
-  });
-  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(attempts, 1);
 }
 
 TEST(OomLadder, EveryRungDecodesSmallerTiles) {

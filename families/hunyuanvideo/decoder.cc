@@ -70,6 +70,8 @@ HunyuanVideoDecoder::HunyuanVideoDecoder(HunyuanVideoConfig config, std::string 
   info_.spatial_factor = config_.spatial_factor();
   info_.temporal_factor = config_.temporal_factor();
   info_.is_video = true;
+  // Longer clips decode in temporal windows of min_frames + 1 latent frames.
+  info_.peak_latent_frames = config_.tile_latent_min_frames() + 1;
   info_.scaling_factor = config_.scaling_factor;
   info_.parameter_count = CountParameters(*module_);
   info_.raw_to_vae_formula = "z / scaling_factor";

@@ -33,6 +33,7 @@ LTX2Decoder::LTX2Decoder(LTX2Config config, std::string config_json)
   info_.spatial_factor = config_.spatial_factor();
   info_.temporal_factor = config_.temporal_factor();
   info_.is_video = true;
+  info_.peak_latent_frames = 0;  // the whole clip goes through every block at once
   info_.scaling_factor = config_.scaling_factor;
   info_.parameter_count = CountParameters(*module_);
   // AutoencoderKLLTX2Video.tiled_decode: 512-pixel tiles every 448 pixels.

@@ -43,6 +43,7 @@ WanDecoder::WanDecoder(const WanFamily& family, WanConfig config, std::string co
   info_.spatial_factor = config_.spatial_factor();
   info_.temporal_factor = config_.temporal_factor();
   info_.is_video = true;
+  info_.peak_latent_frames = 1;  // frame by frame, through the causal cache
   info_.scaling_factor = 1.0;
   info_.parameter_count = CountParameters(*module_);
   info_.raw_to_vae_formula = "z / (1 / latents_std) + latents_mean";
