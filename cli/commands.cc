@@ -24,9 +24,10 @@
 #include "formats/tensor_file.h"
 #include "tiling/calibration.h"
 #include "tiling/planner.h"
-#include "tiling/tiled_decode.h"
 #include "worker/decode_job.h"
-#include "worker/exact_decode.h"
+#include "worker/decode_plan.h"
+#include "worker/group_decode.h"
+#include "worker/group_runtime.h"
 #include "worker/runtime_info.h"
 
 namespace vaedecode::cli {
@@ -81,107 +82,63 @@ absl::Status ApplyThreads(const ParsedArgs& args) {
 
 std::string Mib(double bytes) { return absl::StrFormat("%.1f", bytes / 1048576.0); }
 
-double MillisecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-// What a decode produced and the summary line's figures for it.
-struct DecodeOutcome {
-  at::Tensor sample;
-  std::string mode;
-  double decode_ms = 0;  // until the device finished (CUDA kernels are asynchronous)
-  std::string figures;
+// What the decodes of one CLI run measured, for the summary line.
+struct RunFigures {
+  std::vector<double> decode_ms;  // the timed runs', in order
+  int64_t before_bytes = 0;       // live on the leader's device before the last decode
+  int64_t budget_bytes = -1;      // the leader's free bytes the last plan saw; -1: unbounded
 };
 
-// Caps the device's allocations at `budget` bytes beyond what is live now
-// (the loaded model is not the decode's); 0 leaves it unbounded.
-absl::Status ApplyDecodeBudget(device::DeviceMemory& memory, int64_t budget) {
-  return budget > 0 ? memory.SetBudget(memory.current_bytes() + budget) : absl::OkStatus();
+std::string MibList(const std::vector<worker::RankStats>& ranks) {
+  std::vector<std::string> out;
+  for (const worker::RankStats& r : ranks) out.push_back(Mib(static_cast<double>(r.peak_bytes)));
+  return absl::StrJoin(out, ",");
 }
 
-absl::StatusOr<DecodeOutcome> DecodeDense(families::Decoder& decoder, const worker::DecodeJob& job,
-                                          device::DeviceMemory& memory, int64_t budget) {
-  if (absl::Status s = ApplyDecodeBudget(memory, budget); !s.ok()) return s;
-  families::DenseOps ops;
-  const int64_t before = memory.current_bytes();
-  memory.ResetPeak();
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<at::Tensor> sample = worker::RunDecode(decoder, job, ops);
-  if (!sample.ok()) return sample.status();
-  device::SynchronizeDevice(decoder.device());
-  const double ms = MillisecondsSince(start);
-  return DecodeOutcome{*sample, "dense", ms,
-                       absl::StrCat(" decode_peak_mib=", Mib(memory.peak_bytes() - before), " peak_mib=[",
-                                    Mib(memory.peak_bytes()), "]")};
-}
-
-// Tiles sized for what the device has free (the budget, when one is set),
-// from the model's measured peak profile; out-of-memory retries walk the
-// ladder (floor tiles, then stock tiles) as the service does.
-absl::StatusOr<DecodeOutcome> DecodeTiled(families::Decoder& decoder, const worker::DecodeJob& job,
-                                          device::DeviceMemory& memory, int64_t budget_bytes) {
-  if (absl::Status valid = decoder.ValidateLatent(job.latent); !valid.ok()) return valid;
-  // Calibration (when no profile is cached yet) runs before the budget applies.
-  absl::StatusOr<tiling::PeakProfile> profile =
-      tiling::LoadOrCalibrate(decoder, tiling::ProbeOf(memory), tiling::CalibrationSides(decoder.device()),
-                              memory.backend(), tiling::DefaultProfileDir());
-  if (!profile.ok()) return profile.status();
-  // Tiles are cut from the VAE-space latent (a packed raw FLUX.2 latent
-  // unpacks to twice the rows and columns), so convert before planning.
-  at::Tensor z;
-  absl::Status prepared = worker::CatchExceptions("latent conversion", [&] {
-    z = job.latent.to(decoder.device());
-    if (job.latent_space == families::LatentSpace::kRaw) z = decoder.ToVaeSpace(z.to(at::kFloat));
-    z = z.to(decoder.dtype()).contiguous();
-  });
-  if (!prepared.ok()) return prepared;
-  if (absl::Status s = ApplyDecodeBudget(memory, budget_bytes); !s.ok()) return s;
-  const tiling::FamilyGeometry geometry = tiling::PlanningGeometry(decoder, *profile, z.size(0));
-  const int64_t free = memory.free_bytes();
-  // The blended float32 output is live while every tile decodes.
-  int64_t output_bytes = 4;
-  for (int64_t d : decoder.OutputShape(z.sizes().vec())) output_bytes *= d;
-  const int64_t budget =
-      free >= 0 ? std::max<int64_t>(0, free - output_bytes) : std::numeric_limits<int64_t>::max() / 2;
-  const tiling::TilePlan plan = tiling::PlanTiles(z.size(-2), z.size(-1), geometry, budget);
-  families::DenseOps ops;
-  const int64_t before = memory.current_bytes();
-  memory.ResetPeak();
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<tiling::TiledResult> tiled =
-      tiling::RunOomLadder(plan, geometry, [&](const tiling::TilePlan& p) -> absl::StatusOr<at::Tensor> {
-        at::Tensor sample;
-        absl::Status s = worker::CatchExceptions("tiled decode", [&] { sample = tiling::DecodeTiles(decoder, z, p, ops); });
-        if (!s.ok()) return s;
-        return sample;
-      });
-  if (!tiled.ok() && tiled.status().code() == absl::StatusCode::kResourceExhausted) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        tiled.status().message(), " (plan: ", plan.reason, "; the budget is ", Mib(budget), " MiB and the ",
-        tiling::kFloorTile, "-latent floor tile needs about ",
-        Mib(tiling::EstimatePeakBytes(geometry, std::min<int64_t>(tiling::kFloorTile, z.size(-2)),
-                                      std::min<int64_t>(tiling::kFloorTile, z.size(-1)))),
-        " MiB)"));
+// The summary line's figures, the same for every mode: the timing, the
+// plan, the memory and the group's collectives.
+std::string Figures(const families::Decoder& decoder, const worker::DecodePlan& plan,
+                    const worker::DecodeOutcome& outcome, const tiling::PeakProfile* profile, const RunFigures& run,
+                    int warmup) {
+  std::vector<double> sorted = run.decode_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n = sorted.size();
+  const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  std::string figures = absl::StrCat(" decode_ms=", absl::StrFormat("%.1f", median));
+  if (n > 1) {
+    std::vector<std::string> texts;
+    for (double ms : run.decode_ms) texts.push_back(absl::StrFormat("%.1f", ms));
+    absl::StrAppend(&figures, " decode_ms_runs=[", absl::StrJoin(texts, ","), "] warmup=", warmup);
   }
-  if (!tiled.ok()) return tiled.status();
-  device::SynchronizeDevice(decoder.device());
-  const double ms = MillisecondsSince(start);
-  const std::string plan_text = tiled->plan.kind == tiling::PlanKind::kUntiled
-                                    ? "untiled"
-                                    : absl::StrCat(tiled->plan.rows.starts.size(), "x", tiled->plan.cols.starts.size(),
-                                                   "_tiles_of_", tiled->plan.rows.tile, "x", tiled->plan.cols.tile);
-  return DecodeOutcome{
-      tiled->sample, "tiled (" + tiled->plan.reason + ")", ms,
-      absl::StrCat(" plan=", plan_text, " tile_calls=", tiled->plan.calls(), " tile_retries=", tiled->retries,
-                   " decoded_latents=", tiled->plan.rows.decoded() * tiled->plan.cols.decoded(),
-                   " stock_decoded_latents=",
-                   tiling::StockDecodedLatents(z.size(-2), geometry) * tiling::StockDecodedLatents(z.size(-1), geometry),
-                   " budget_mib=", free >= 0 ? Mib(free) : "unbounded",
-                   // The calibrated estimate of one tile's peak, and with the planner's headroom.
-                   " predicted_peak_mib=",
-                   Mib(tiling::PredictPeakBytes(geometry, tiled->plan.rows.tile, tiled->plan.cols.tile)),
-                   " planned_peak_mib=", Mib(static_cast<double>(tiled->plan.peak_bytes)),
-                   " decode_peak_mib=", Mib(memory.peak_bytes() - before), " peak_mib=[", Mib(memory.peak_bytes()), "]")};
+  const worker::GroupDecodeResult& result = outcome.result;
+  if (result.mode == worker::DecodeMode::kTiled) {
+    const tiling::TilePlan& tiles = result.tiles;
+    const tiling::FamilyGeometry geometry =
+        profile != nullptr
+            ? tiling::PlanningGeometry(decoder, *profile,
+                                       {plan.latent.size(0), decoder.info().is_video ? plan.latent.size(2) : 1,
+                                        plan.latent.size(-2), plan.latent.size(-1)})
+            : tiling::DecoderGeometry(decoder);
+    const std::string plan_text =
+        tiles.calls() == 1 ? "untiled"
+                           : absl::StrCat(tiles.rows.starts.size(), "x", tiles.cols.starts.size(), "_tiles_of_",
+                                          tiles.rows.tile, "x", tiles.cols.tile);
+    absl::StrAppend(
+        &figures, " plan=", plan_text, " tile_calls=", tiles.calls(), " tile_retries=", result.tile_retries,
+        " decoded_latents=", tiles.rows.decoded() * tiles.cols.decoded(), " stock_decoded_latents=",
+        tiling::StockDecodedLatents(tiles.rows.length, geometry) * tiling::StockDecodedLatents(tiles.cols.length, geometry),
+        " budget_mib=", run.budget_bytes >= 0 ? Mib(static_cast<double>(run.budget_bytes)) : "unbounded",
+        // The calibrated estimate of one tile's peak, and with the planner's headroom.
+        " predicted_peak_mib=", Mib(tiling::PredictPeakBytes(geometry, tiles.rows.tile, tiles.cols.tile)),
+        " planned_peak_mib=", Mib(tiling::EstimatePeakBytes(geometry, tiles.rows.tile, tiles.cols.tile)));
+  }
+  std::vector<std::string> times;
+  for (const worker::RankStats& r : outcome.ranks) times.push_back(absl::StrFormat("%.0f", r.decode_ms));
+  const int64_t leader_peak = outcome.ranks.empty() ? 0 : outcome.ranks[0].peak_bytes;
+  absl::StrAppend(&figures, " decode_peak_mib=", Mib(static_cast<double>(leader_peak - run.before_bytes)),
+                  " peak_mib=[", MibList(outcome.ranks), "] rank_decode_ms=[", absl::StrJoin(times, ","),
+                  "] collectives=", outcome.comm.collectives(), " comm={", outcome.comm.ToString(), "}");
+  return figures;
 }
 
 }  // namespace
@@ -286,7 +243,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   absl::StatusOr<device::DeviceMemory*> memory = device::InstallDeviceMemory(*device);
   if (!memory.ok()) return memory.status();
 
-  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype, seeded_weights);
+  absl::StatusOr<worker::NamedModel> model = LoadModel(args.Get("model"), *dtype, seeded_weights);
   if (!model.ok()) return model.status();
   if (!device->is_cpu()) {
     absl::Status moved = worker::CatchExceptions("moving the weights", [&] { model->decoder->ToDevice(*device); });
@@ -313,57 +270,66 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
 
   const worker::DecodeJob job{latent, space};
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<at::Tensor> sample;
-  std::string mode_used = "dense";
-  std::string figures;
-  if (mode == "exact") {
-    GroupLaunch launch;
-    launch.ranks = ranks;
-    launch.model_path = args.Get("model").value_or("");
-    launch.dtype_name = families::DtypeName(*dtype);
-    launch.threads = at::get_num_threads();
-    launch.timeout = absl::Seconds(timeout_s);
-    absl::StatusOr<LocalGroupResult> result = DecodeWithLocalGroup(launch, *model->decoder, job);
-    if (!result.ok()) return result.status();
-    mode_used = result->decode.mode;
-    if (!result->decode.reason.empty()) mode_used += " (" + result->decode.reason + ")";
-    sample = result->decode.sample;
-    std::vector<std::string> peaks, times;
-    for (const worker::RankStats& r : result->ranks) {
-      peaks.push_back(Mib(r.peak_bytes));
-      times.push_back(absl::StrFormat("%.0f", r.decode_ms));
-    }
-    figures = absl::StrCat(" decode_ms=", absl::StrFormat("%.0f", result->decode.decode_ms), " rank_decode_ms=[",
-                           absl::StrJoin(times, ","), "] peak_mib=[", absl::StrJoin(peaks, ","),
-                           "] collectives=", result->comm.collectives(), " comm={", result->comm.ToString(), "}");
-  } else {
-    // Budgets count beyond the loaded model (it is not the decode's).
-    const int64_t budget = budget_mib << 20;
-    std::vector<double> runs;
-    absl::StatusOr<DecodeOutcome> outcome;
-    for (int i = 0; i < warmup + repeat; ++i) {
-      outcome = mode == "tiled" ? DecodeTiled(*model->decoder, job, **memory, budget)
-                                : DecodeDense(*model->decoder, job, **memory, budget);
-      (void)(*memory)->SetBudget(0);  // writing the output is not the decode's
-      if (!outcome.ok()) return outcome.status();
-      if (i >= warmup) runs.push_back(outcome->decode_ms);
-    }
-    sample = outcome->sample;
-    mode_used = outcome->mode;
-    std::vector<double> sorted = runs;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t n = sorted.size();
-    const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-    figures = absl::StrCat(" decode_ms=", absl::StrFormat("%.1f", median));
-    if (n > 1) {
-      std::vector<std::string> texts;
-      for (double ms : runs) texts.push_back(absl::StrFormat("%.1f", ms));
-      absl::StrAppend(&figures, " decode_ms_runs=[", absl::StrJoin(texts, ","), "] warmup=", warmup);
-    }
-    absl::StrAppend(&figures, outcome->figures);
+  families::Decoder& decoder = *model->decoder;
+  // Tiles are sized from the model's measured peaks, as a service worker's
+  // are (calibrated once, before any budget applies).
+  std::optional<tiling::PeakProfile> profile;
+  if (mode == "tiled") {
+    absl::StatusOr<tiling::PeakProfile> loaded =
+        tiling::LoadOrCalibrate(decoder, tiling::ProbeOf(**memory), tiling::CalibrationSides(decoder.device()),
+                                (*memory)->backend(), tiling::DefaultProfileDir());
+    if (!loaded.ok()) return loaded.status();
+    profile = *loaded;
   }
+  // Budgets count beyond the loaded model (it is not the decode's), and
+  // apply before the group reports its free memory.
+  if (budget_mib > 0) {
+    if (absl::Status s = (*memory)->SetBudget((*memory)->current_bytes() + (budget_mib << 20)); !s.ok()) return s;
+  }
+  GroupLaunch launch;
+  launch.ranks = ranks;
+  launch.model_path = args.Get("model").value_or("");
+  launch.dtype_name = families::DtypeName(*dtype);
+  launch.threads = at::get_num_threads();
+  launch.timeout = absl::Seconds(timeout_s);
+  const std::string model_name = model->name;
+  absl::StatusOr<std::unique_ptr<LocalGroup>> group =
+      LocalGroup::Start(launch, *std::move(model));
+  if (!group.ok()) return group.status();
+  worker::GroupRuntime& runtime = (*group)->runtime();
+
+  // The service's path: plan once, run the plan on the group.
+  worker::PlanningContext planning;
+  planning.requested = mode == "tiled"   ? worker::DecodeMode::kTiled
+                       : mode == "exact" ? worker::DecodeMode::kExact
+                                         : worker::DecodeMode::kDense;
+  planning.world_size = runtime.world_size();
+  planning.profile = profile ? &*profile : nullptr;
+  RunFigures run;
+  worker::GroupJob group_job;
+  absl::StatusOr<worker::DecodeOutcome> outcome;
+  for (int i = 0; i < warmup + repeat; ++i) {
+    outcome = absl::UnknownError("not run");  // the previous output is not the next decode's
+    planning.free_bytes_per_rank = runtime.free_bytes_per_rank();
+    absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(decoder, job, planning);
+    if (!plan.ok()) return plan.status();
+    group_job.plan = *std::move(plan);
+    run.before_bytes = (*memory)->current_bytes();
+    run.budget_bytes = planning.free_bytes_per_rank.empty() ? -1 : planning.free_bytes_per_rank[0];
+    outcome = runtime.Run(group_job);
+    if (!outcome.ok()) return outcome.status();
+    if (i >= warmup) run.decode_ms.push_back(outcome->result.decode_ms);
+  }
+  (void)(*memory)->SetBudget(0);  // writing the output is not the decode's
+  if (absl::Status stopped = (*group)->Stop(); !stopped.ok()) return stopped;
+  std::string mode_used = worker::ModeName(outcome->result.mode);
+  if (outcome->result.mode == worker::DecodeMode::kTiled || outcome->result.mode != planning.requested) {
+    mode_used = absl::StrCat(mode_used, " (", outcome->result.reason, ")");
+  }
+  const std::string figures =
+      Figures(decoder, group_job.plan, *outcome, profile ? &*profile : nullptr, run, warmup);
+  const at::Tensor* sample = &outcome->result.sample;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!sample.ok()) return sample.status();
 
   at::Tensor result = sample->to(at::kFloat).cpu().contiguous();
   std::string written = out_file;
@@ -374,11 +340,11 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   } else if (absl::Status s = formats::WriteTensorFile(out_file, "sample", result); !s.ok()) {
     return s;
   }
-  out << "decoded model=" << model->name << " family=" << model->decoder->info().family
+  out << "decoded model=" << model_name << " family=" << decoder.info().family
       << " latent=" << latent_name << " latent_shape=" << ShapeText(latent.sizes())
       << " space=" << space_name << " sample_shape=" << ShapeText(result.sizes())
-      << " dtype=" << families::DtypeName(model->decoder->dtype())
-      << (model->decoder->dtype() != *dtype ? " requested_dtype=" + families::DtypeName(*dtype) + " (force_upcast)" : "")
+      << " dtype=" << families::DtypeName(decoder.dtype())
+      << (decoder.dtype() != *dtype ? " requested_dtype=" + families::DtypeName(*dtype) + " (force_upcast)" : "")
       << " device=" << device->str() << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
       << " time_ms=" << static_cast<int64_t>(ms) << figures << " max_rss_mib=" << MaxRssMib()
       << " out=" << written << "\n";
@@ -386,7 +352,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
 }
 
 absl::Status RunInfo(const ParsedArgs& args, std::ostream& out) {
-  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), at::kFloat);
+  absl::StatusOr<worker::NamedModel> model = LoadModel(args.Get("model"), at::kFloat);
   if (!model.ok()) return model.status();
   const families::ModelInfo& m = model->decoder->info();
   out << "model: " << model->name << "\n"

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <ATen/Parallel.h>
-#include <spdlog/spdlog.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -11,8 +10,6 @@
 #include "device/counting_cpu_allocator.h"
 #include "device/device_memory.h"
 #include "parallel/gloo_communicator.h"
-#include "parallel/store.h"
-#include "rpc/child_process.h"
 #include "rpc/free_port.h"
 
 namespace vaedecode::cli {
@@ -27,11 +24,33 @@ absl::StatusOr<int> IntFlag(const ParsedArgs& args, const char* name) {
   return out;
 }
 
+// Idle leaders heartbeat well within the peers' collective timeout.
+absl::Duration HeartbeatPeriod(absl::Duration timeout) { return std::min(absl::Seconds(10), timeout / 3); }
+
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinLocalGroup(int rank, int world, int port,
+                                                                        const std::string& group,
+                                                                        absl::Duration timeout) {
+  parallel::GlooOptions options;
+  options.rank = rank;
+  options.world_size = world;
+  options.group_name = group;
+  options.store_port = port;
+  options.timeout = timeout;
+  return parallel::GlooCommunicator::Create(options);
+}
+
 }  // namespace
 
-absl::StatusOr<LocalGroupResult> DecodeWithLocalGroup(const GroupLaunch& launch,
-                                                      families::Decoder& decoder,
-                                                      const worker::DecodeJob& job) {
+LocalGroup::LocalGroup(GroupLaunch launch, std::vector<rpc::ChildProcess> children,
+                       std::unique_ptr<worker::GroupRuntime> runtime)
+    : launch_(std::move(launch)), children_(std::move(children)), runtime_(std::move(runtime)) {}
+
+LocalGroup::~LocalGroup() {
+  runtime_.reset();  // stops the heartbeat thread before the children go
+  for (rpc::ChildProcess& child : children_) child.Kill();
+}
+
+absl::StatusOr<std::unique_ptr<LocalGroup>> LocalGroup::Start(const GroupLaunch& launch, worker::NamedModel model) {
   absl::StatusOr<int> port = launch.ranks > 1 ? rpc::PickFreePort() : absl::StatusOr<int>(0);
   if (!port.ok()) return port.status();
   const std::string group = absl::StrCat("cli-", getpid());
@@ -53,37 +72,26 @@ absl::StatusOr<LocalGroupResult> DecodeWithLocalGroup(const GroupLaunch& launch,
     if (!child.ok()) return child.status();
     children.push_back(*std::move(child));
   }
-
-  parallel::GlooOptions options;
-  options.rank = 0;
-  options.world_size = launch.ranks;
-  options.group_name = group;
-  options.store_port = *port;
-  options.timeout = launch.timeout;
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(options);
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm =
+      JoinLocalGroup(0, launch.ranks, *port, group, launch.timeout);
   if (!comm.ok()) return comm.status();  // children are killed by their handles
+  std::vector<worker::NamedModel> models;
+  models.push_back(std::move(model));
+  auto runtime = std::make_unique<worker::GroupRuntime>(*std::move(comm), std::move(models),
+                                                        HeartbeatPeriod(launch.timeout));
+  if (runtime->broken()) return absl::UnavailableError("the CLI's worker group failed to start");
+  return std::unique_ptr<LocalGroup>(new LocalGroup(launch, std::move(children), std::move(runtime)));
+}
 
-  worker::GroupJob group_job;
-  group_job.decode = job;
-  absl::StatusOr<worker::GroupJob> shared = worker::BroadcastJob(**comm, &group_job);
-  if (!shared.ok()) return shared.status();
-  parallel::CountingCommunicator counting(**comm);
-  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, shared->decode);
-  if (!result.ok()) return result.status();
-  LocalGroupResult out{*std::move(result), {}, counting.stats()};
-  absl::StatusOr<std::vector<worker::RankStats>> ranks = worker::GatherRankStats(**comm, out.decode);
-  if (!ranks.ok()) return ranks.status();
-  out.ranks = *std::move(ranks);
-
-  const absl::Time deadline = absl::Now() + launch.timeout;
-  for (size_t i = 0; i < children.size(); ++i) {
-    absl::StatusOr<int> code = children[i].Wait(deadline);
+absl::Status LocalGroup::Stop() {
+  runtime_->Shutdown();
+  const absl::Time deadline = absl::Now() + launch_.timeout;
+  for (size_t i = 0; i < children_.size(); ++i) {
+    absl::StatusOr<int> code = children_[i].Wait(deadline);
     if (!code.ok()) return code.status();
-    if (*code != 0) {
-      return absl::UnavailableError(absl::StrCat("rank ", i + 1, " exited with code ", *code));
-    }
+    if (*code != 0) return absl::UnavailableError(absl::StrCat("rank ", i + 1, " exited with code ", *code));
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::Status RunRank(const ParsedArgs& args) {
@@ -102,22 +110,16 @@ absl::Status RunRank(const ParsedArgs& args) {
   }
   absl::StatusOr<at::ScalarType> dtype = families::ParseDtype(args.Get("dtype").value_or("float32"));
   if (!dtype.ok()) return dtype.status();
-  absl::StatusOr<LoadedModel> model = LoadModel(args.Get("model"), *dtype);
+  absl::StatusOr<worker::NamedModel> model = LoadModel(args.Get("model"), *dtype);
   if (!model.ok()) return model.status();
-
-  parallel::GlooOptions options;
-  options.rank = *rank;
-  options.world_size = *world;
-  options.group_name = args.Get("group").value_or("cli");
-  options.store_port = *port;
-  options.timeout = absl::Seconds(*timeout_s);
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(options);
+  const absl::Duration timeout = absl::Seconds(*timeout_s);
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm =
+      JoinLocalGroup(*rank, *world, *port, args.Get("group").value_or("cli"), timeout);
   if (!comm.ok()) return comm.status();
-  absl::StatusOr<worker::GroupJob> job = worker::BroadcastJob(**comm, nullptr);
-  if (!job.ok()) return job.status();
-  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(*model->decoder, **comm, job->decode);
-  if (!result.ok()) return result.status();
-  return worker::GatherRankStats(**comm, *result).status();
+  std::vector<worker::NamedModel> models;
+  models.push_back(*std::move(model));
+  worker::GroupRuntime runtime(*std::move(comm), std::move(models), HeartbeatPeriod(timeout));
+  return runtime.ServeAsPeer();
 }
 
 }  // namespace vaedecode::cli

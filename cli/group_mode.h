@@ -1,23 +1,24 @@
 #pragma once
 
-// `vaedecode decode --mode exact --ranks N`: the calling process becomes rank
-// 0 (the leader) of a local Gloo group and starts ranks 1..N-1 as child
-// processes of the same binary (`vaedecode rank ...`, an internal command).
-// The leader broadcasts the job, every rank decodes its band, the leader
-// receives the whole output. A failing rank aborts the group: every rank
+// The CLI's worker group: the calling process is rank 0 (the leader) of a
+// worker::GroupRuntime, the service's own runtime, over a local Gloo group;
+// `decode --mode exact --ranks N` starts ranks 1..N-1 as child processes of
+// the same binary (`vaedecode rank ...`, an internal command), which follow
+// the leader's jobs like a service worker's peers. Dense and tiled decodes
+// run on a group of one. A failing rank aborts the group: every rank
 // returns an error within the timeout, and the leader kills and reaps every
 // child before it returns.
 
+#include <memory>
 #include <string>
-
-#include <ATen/core/Tensor.h>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cli/args.h"
-#include "families/decoder.h"
-#include "parallel/counting_communicator.h"
-#include "worker/exact_decode.h"
+#include "rpc/child_process.h"
+#include "worker/group_runtime.h"
+#include "worker/model_repository.h"
 
 namespace vaedecode::cli {
 
@@ -29,16 +30,24 @@ struct GroupLaunch {
   absl::Duration timeout = absl::Seconds(120);
 };
 
-struct LocalGroupResult {
-  worker::GroupDecodeResult decode;     // the leader's result (whole sample)
-  std::vector<worker::RankStats> ranks;  // every rank's time and peak memory
-  parallel::CommStats comm;              // the leader's calls during the decode
-};
+class LocalGroup {
+ public:
+  // `model` is the leader's own loaded model; the peers load the same.
+  static absl::StatusOr<std::unique_ptr<LocalGroup>> Start(const GroupLaunch& launch, worker::NamedModel model);
+  ~LocalGroup();  // kills any rank still running
 
-// Leader side. `decoder` is the leader's own loaded model.
-absl::StatusOr<LocalGroupResult> DecodeWithLocalGroup(const GroupLaunch& launch,
-                                                      families::Decoder& decoder,
-                                                      const worker::DecodeJob& job);
+  worker::GroupRuntime& runtime() { return *runtime_; }
+  // Releases the peers (the group's shutdown job) and waits for them to
+  // exit: UNAVAILABLE naming a rank that exited with an error.
+  absl::Status Stop();
+
+ private:
+  LocalGroup(GroupLaunch launch, std::vector<rpc::ChildProcess> children,
+             std::unique_ptr<worker::GroupRuntime> runtime);
+  const GroupLaunch launch_;
+  std::vector<rpc::ChildProcess> children_;
+  std::unique_ptr<worker::GroupRuntime> runtime_;
+};
 
 // Peer side: the internal `rank` command.
 absl::Status RunRank(const ParsedArgs& args);

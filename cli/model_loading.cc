@@ -7,23 +7,16 @@
 
 namespace vaedecode::cli {
 
-absl::StatusOr<LoadedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype,
-                                      std::optional<uint64_t> seeded_weights) {
-  if (!path || path->empty()) {
-    absl::Status ok = families::CheckDtypeSupported(dtype);
-    if (!ok.ok()) return ok;
-    LoadedModel m{families::autoencoder_kl::kEmbeddedDefaultName,
-                  families::autoencoder_kl::MakeEmbeddedDefault()};
-    families::ApplyDecodeDtype(*m.decoder, dtype);
-    return m;
-  }
+absl::StatusOr<worker::NamedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype,
+                                             std::optional<uint64_t> seeded_weights) {
+  if (!path || path->empty()) return worker::LoadEmbeddedDefault(dtype, families::autoencoder_kl::kEmbeddedDefaultName);
   families::LoadOptions options;
   options.dtype = dtype;
   options.seeded_weights = seeded_weights;
   absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
       families::BuiltinFamilies().Load(ResolveUserPath(*path), options);
   if (!decoder.ok()) return decoder.status();
-  return LoadedModel{*path, *std::move(decoder)};
+  return worker::NamedModel{*path, *std::move(decoder)};
 }
 
 }  // namespace vaedecode::cli

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "rpc/latent_tensor.h"
 
 namespace vaedecode::server {
 namespace {
@@ -21,23 +22,6 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
 }
 
 }  // namespace
-
-absl::StatusOr<int64_t> DTypeSize(v1::DType dtype) {
-  switch (dtype) {
-    case v1::FLOAT32:
-      return 4;
-    case v1::FLOAT16:
-    case v1::BFLOAT16:
-      return 2;
-    case v1::UINT8:
-      return 1;
-    case v1::DTYPE_UNSPECIFIED:
-      return absl::InvalidArgumentError("dtype is unspecified");
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("dtype has the unknown value ", static_cast<int>(dtype)));
-  }
-}
 
 absl::Status ValidateLatentScaling(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
   if (!request.has_scaling_factor()) {
@@ -113,22 +97,7 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
   if (absl::Status s = ValidateDecodeNoise(request, model); !s.ok()) return s;
   if (!request.has_latent()) return absl::InvalidArgumentError("latent: missing");
   const v1::Tensor& latent = request.latent();
-  switch (latent.dtype()) {
-    case v1::FLOAT32:
-    case v1::FLOAT16:
-    case v1::BFLOAT16:
-      break;
-    case v1::DTYPE_UNSPECIFIED:
-      return absl::InvalidArgumentError(
-          "latent.dtype: unspecified; use FLOAT32, FLOAT16 or BFLOAT16");
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("latent.dtype: ",
-                       v1::DType_IsValid(latent.dtype())
-                           ? v1::DType_Name(latent.dtype())
-                           : absl::StrCat("unknown value ", static_cast<int>(latent.dtype())),
-                       " is not a floating type; use FLOAT32, FLOAT16 or BFLOAT16"));
-  }
+  if (absl::Status s = rpc::CheckLatentDtype(latent); !s.ok()) return s;
   const int want_rank = model.is_video() ? 5 : 4;
   if (latent.shape_size() != want_rank) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -136,22 +105,8 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
         model.is_video() ? "[B, C, T, H, W]" : "[B, C, H, W]", " latents (rank ", want_rank,
         "), got rank ", latent.shape_size(), " ", ShapeString(latent.shape())));
   }
-  // Bounded so that numel × element size cannot overflow int64.
-  constexpr int64_t kMaxElements = int64_t{1} << 40;
-  int64_t numel = 1;
-  for (int i = 0; i < latent.shape_size(); ++i) {
-    const int64_t d = latent.shape(i);
-    if (d < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("latent.shape: dimension ", i, " is ", d,
-                                                     " in ", ShapeString(latent.shape()),
-                                                     "; every dimension must be at least 1"));
-    }
-    if (d > kMaxElements / numel) {
-      return absl::InvalidArgumentError(absl::StrCat("latent.shape: ", ShapeString(latent.shape()),
-                                                     " has more than 2^40 elements"));
-    }
-    numel *= d;
-  }
+  const absl::StatusOr<int64_t> numel = rpc::CountLatentElements(latent);
+  if (!numel.ok()) return numel.status();
   const bool raw = request.latent_space() == v1::LATENT_SPACE_RAW;
   const int64_t channels =
       raw && model.raw_latent_channels() > 0 ? model.raw_latent_channels() : model.latent_channels();
@@ -162,12 +117,7 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
         !raw && latent.shape(1) == model.raw_latent_channels() ? " (a packed raw latent: send latent_space RAW)"
                                                                 : ""));
   }
-  const int64_t want_bytes = numel * DTypeSize(latent.dtype()).value();
-  if (static_cast<int64_t>(latent.data().size()) != want_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "latent.data: ", latent.data().size(), " bytes, but shape ", ShapeString(latent.shape()),
-        " of ", v1::DType_Name(latent.dtype()), " needs ", want_bytes));
-  }
+  if (absl::Status s = rpc::CheckLatentBytes(latent, *numel); !s.ok()) return s;
   if (request.output_format() == v1::OUTPUT_UINT8 || request.output_format() == v1::OUTPUT_PNG) {
     const int64_t c = model.out_channels();
     if (c != 0 && c != 1 && c != 3 && c != 4) {
@@ -306,7 +256,7 @@ absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInf
   if (limits.allow_non_finite) return absl::OkStatus();
   const ValueScan scan = ScanLatent(request.latent());
   const int64_t numel = static_cast<int64_t>(request.latent().data().size()) /
-                        DTypeSize(request.latent().dtype()).value_or(1);
+                        rpc::DTypeSize(request.latent().dtype()).value_or(1);
   if (scan.non_finite > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "latent.data: ", scan.non_finite, " of ", numel, " values are not finite (NaN or Inf; the first is element ",

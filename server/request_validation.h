@@ -17,14 +17,11 @@
 
 namespace vaedecode::server {
 
-// Bytes per element of a tensor dtype; INVALID_ARGUMENT for UNSPECIFIED or
-// an unknown value.
-absl::StatusOr<int64_t> DTypeSize(v1::DType dtype);
-
 // INVALID_ARGUMENT with a message that names the field and the problem:
-// latent missing, non-floating dtype, rank other than 4 (image models) or 5
-// (video models), a dimension < 1, channels other than the model's latent
-// channels, byte length != numel × element size, unknown latent_space /
+// latent missing, the tensor's own checks (rpc::ValidateLatentTensor:
+// non-floating dtype, a dimension < 1, byte length != numel × element
+// size), rank other than 4 (image models) or 5 (video models), channels
+// other than the model's latent channels, unknown latent_space /
 // output_format / mode values, an output format the model's output channels
 // cannot be written as, an over-long request id, a JPEG quality outside
 // 0..100, or scaling overrides / decode noise ValidateLatentScaling /

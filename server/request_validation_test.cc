@@ -8,6 +8,8 @@
 #include <limits>
 #include <utility>
 
+#include "rpc/latent_tensor.h"
+
 namespace vaedecode::server {
 namespace {
 
@@ -31,7 +33,7 @@ v1::DecodeRequest Request(std::vector<int64_t> shape, v1::DType dtype = v1::FLOA
     n *= d;
   }
   r.mutable_latent()->set_dtype(dtype);
-  r.mutable_latent()->set_data(std::string(n * DTypeSize(dtype).value(), '\0'));
+  r.mutable_latent()->set_data(std::string(n * rpc::DTypeSize(dtype).value(), '\0'));
   return r;
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rpc/free_port.h"
+#include "rpc/leader_call.h"
 #include "rpc/log_field.h"
 #include "server/mode_selection.h"
 #include "rpc/status.h"
@@ -480,12 +481,12 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
     job->Finish(choice.status());
     return;
   }
-  v1::DecodeRequest request = job->request();
-  request.set_mode(choice->mode);
-
+  // The request goes as the client sent it (serialised from the job's own
+  // copy, never copied again); the scheduler's choice rides in the metadata.
   grpc::ClientContext ctx;
   SetDeadline(ctx, job->deadline());
-  ctx.AddMetadata("x-max-chunk-bytes", absl::StrCat(options_.max_chunk_bytes));
+  ctx.AddMetadata(rpc::kMaxChunkBytesKey, absl::StrCat(options_.max_chunk_bytes));
+  ctx.AddMetadata(rpc::kDecodeModeKey, absl::StrCat(static_cast<int>(choice->mode)));
   bool current;
   {
     absl::MutexLock lock(&mu_);
@@ -517,7 +518,7 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
   bool got_trailer = false;
   bool client_gone = false;
   absl::Time first_message = absl::InfiniteFuture();
-  std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader = leader->stub->Run(&ctx, request);
+  std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader = leader->stub->Run(&ctx, job->request());
   v1::DecodeResponse message;
   while (reader->Read(&message)) {
     if (client_gone) continue;  // drain after TryCancel

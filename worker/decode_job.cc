@@ -2,8 +2,10 @@
 
 #include <exception>
 #include <new>
+#include <random>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 
 #include "absl/strings/cord.h"
@@ -44,18 +46,55 @@ absl::Status CatchExceptions(const char* what, const std::function<void()>& fn) 
   }
 }
 
-absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job,
-                                     families::LayerOps& ops) {
-  absl::Status valid = decoder.ValidateLatent(job.latent);
-  if (!valid.ok()) return valid;
-  at::Tensor sample;
-  absl::Status status = CatchExceptions("decode", [&] {
-    at::Tensor z = job.latent.to(decoder.device());
-    if (job.latent_space == families::LatentSpace::kRaw) z = decoder.ToVaeSpace(z.to(at::kFloat));
-    sample = decoder.Decode(z.to(decoder.dtype()).contiguous(), ops, job.conditioning);
+namespace {
+
+// torch.randn(shape, generator=torch.Generator().manual_seed(seed)) in
+// float32, whatever device decodes.
+at::Tensor MixDecodeNoise(const at::Tensor& latent, double scale, uint64_t seed) {
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const at::Tensor noise = at::randn(latent.sizes(), generator, at::TensorOptions().dtype(at::kFloat));
+  return (1 - scale) * latent.to(at::kCPU).to(at::kFloat) + scale * noise;
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, const DecodeJob& job) {
+  if (absl::Status valid = decoder.ValidateLatent(job.latent); !valid.ok()) return valid;
+  PreparedLatent out;
+  absl::Status status = CatchExceptions("latent conversion", [&] {
+    at::Tensor z = job.latent;
+    // The noise is mixed into the latent as sent, before any de-normalisation.
+    if (job.noise_scale != 0) {
+      out.noise_seed = job.noise_seed ? *job.noise_seed : std::random_device{}();
+      z = MixDecodeNoise(z, job.noise_scale, *out.noise_seed);
+    }
+    z = z.to(decoder.device());
+    if (job.scaling_factor) {
+      // float32, as diffusers computes it.
+      z = z.to(at::kFloat) / *job.scaling_factor;
+      if (job.shift_factor) z = z + *job.shift_factor;
+    } else if (job.latent_space == families::LatentSpace::kRaw) {
+      z = decoder.ToVaeSpace(z.to(at::kFloat));
+    }
+    out.z = z.to(decoder.dtype()).contiguous();
   });
   if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::Tensor& z,
+                                          const families::DecodeConditioning& conditioning, families::LayerOps& ops) {
+  at::Tensor sample;
+  absl::Status status = CatchExceptions("decode", [&] { sample = decoder.Decode(z, ops, conditioning); });
+  if (!status.ok()) return status;
   return sample;
+}
+
+absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job,
+                                     families::LayerOps& ops) {
+  absl::StatusOr<PreparedLatent> prepared = PrepareLatent(decoder, job);
+  if (!prepared.ok()) return prepared.status();
+  return DecodePrepared(decoder, prepared->z, job.conditioning, ops);
 }
 
 namespace {

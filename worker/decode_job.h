@@ -1,8 +1,13 @@
 #pragma once
 
-// Runs one decode on a loaded decoder: the single place where LibTorch's
-// c10::Error (and any other exception) is turned into an absl::Status, so
-// nothing throws past a worker, the CLI or a process boundary.
+// One decode's input as a caller sends it, the one conversion of that input
+// into the decoder's VAE-space latent, and the single place where
+// LibTorch's c10::Error (and any other exception) is turned into an
+// absl::Status, so nothing throws past a worker, the CLI or a process
+// boundary.
+
+#include <functional>
+#include <optional>
 
 #include <ATen/core/Tensor.h>
 
@@ -16,11 +21,35 @@ struct DecodeJob {
   at::Tensor latent;  // NCHW or NCTHW, any float dtype; any device (moved to the decoder's)
   families::LatentSpace latent_space = families::LatentSpace::kVae;
   families::DecodeConditioning conditioning;  // the decode timestep (LTX)
+  // The caller's own de-normalisation of a raw latent (remote_decode's
+  // scaling_factor / shift_factor), in place of the family's: z / scale + shift.
+  std::optional<double> scaling_factor;
+  std::optional<double> shift_factor;
+  // LTX2Pipeline's decode noise: (1 - scale) · latent + scale · N(0, 1), the
+  // noise from LibTorch's CPU generator seeded with noise_seed (a random
+  // seed when unset). 0: none.
+  double noise_scale = 0;
+  std::optional<uint64_t> noise_seed;
 };
 
-// Validates the latent, converts it to VAE space when it is `raw`, decodes it
-// through `ops`. INVALID_ARGUMENT for a latent the model cannot take,
-// RESOURCE_EXHAUSTED when memory runs out, INTERNAL for other failures.
+// A job's latent as the decoder takes it: validated, noise mixed in,
+// de-normalised, in VAE space and the decoder's dtype, contiguous on its
+// device. Every decode mode starts from this tensor, made once.
+struct PreparedLatent {
+  at::Tensor z;
+  std::optional<uint64_t> noise_seed;  // the seed used, when noise was mixed in
+};
+
+// INVALID_ARGUMENT for a latent the model cannot take; the conversion's
+// errors otherwise.
+absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, const DecodeJob& job);
+
+// Decodes a prepared latent through `ops`: RESOURCE_EXHAUSTED when memory
+// runs out, INTERNAL for other failures.
+absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::Tensor& z,
+                                          const families::DecodeConditioning& conditioning, families::LayerOps& ops);
+
+// PrepareLatent, then DecodePrepared: one dense decode of a job.
 absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job,
                                      families::LayerOps& ops);
 

@@ -12,10 +12,10 @@ namespace vaedecode::worker {
 namespace {
 
 constexpr int64_t kMaxDims = 6;
-// Header: [kind, model, allow_exact, dims, tile_rows, tile_cols, stock_tiles,
-//          sizes x kMaxDims, dtype, latent space, has timestep, timestep's bits].
+// Header: [kind, model, mode, dims, tile_rows, tile_cols, stock_tiles,
+//          sizes x kMaxDims, dtype, has timestep, timestep's bits].
 constexpr int64_t kFixed = 7;
-constexpr int64_t kTimestep = kFixed + kMaxDims + 2;
+constexpr int64_t kTimestep = kFixed + kMaxDims + 1;
 constexpr int64_t kHeaderLength = kTimestep + 2;
 
 absl::StatusOr<at::ScalarType> DtypeFromCode(int64_t code) {
@@ -61,14 +61,15 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   int64_t* h = header.data_ptr<int64_t>();
   if (comm.rank() == kLeader) {
     if (job == nullptr) return AbortWith(comm, absl::InternalError("the leader has no job to broadcast"));
+    const DecodePlan& plan = job->plan;
     h[0] = static_cast<int64_t>(job->kind);
     h[1] = job->model_index;
-    h[2] = job->allow_exact ? 1 : 0;
-    h[4] = job->tile_rows;
-    h[5] = job->tile_cols;
-    h[6] = job->stock_tiles ? 1 : 0;
+    h[2] = static_cast<int64_t>(plan.mode);
+    h[4] = plan.tile_shape.rows;
+    h[5] = plan.tile_shape.cols;
+    h[6] = plan.tile_shape.stock ? 1 : 0;
     if (job->kind == JobKind::kDecode) {
-      const at::Tensor& latent = job->decode.latent;
+      const at::Tensor& latent = plan.latent;
       if (!latent.defined() || latent.dim() < 1 || latent.dim() > kMaxDims) {
         return absl::InvalidArgumentError("latent must have 1 to 6 dimensions");
       }
@@ -77,8 +78,7 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
       h[3] = latent.dim();
       for (int64_t d = 0; d < latent.dim(); ++d) h[kFixed + d] = latent.size(d);
       h[kFixed + kMaxDims] = *code;
-      h[kFixed + kMaxDims + 1] = job->decode.latent_space == families::LatentSpace::kRaw ? 1 : 0;
-      if (const std::optional<double>& t = job->decode.conditioning.timestep) {
+      if (const std::optional<double>& t = plan.conditioning.timestep) {
         h[kTimestep] = 1;
         std::memcpy(&h[kTimestep + 1], &*t, sizeof(double));  // the exact double, not a rounded int
       }
@@ -94,25 +94,29 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   if (h[0] < 0 || h[0] > 2) return AbortWith(comm, absl::InternalError("bad job kind in a job header"));
   out.kind = static_cast<JobKind>(h[0]);
   out.model_index = h[1];
-  out.allow_exact = h[2] == 1;
-  out.tile_rows = h[4];
-  out.tile_cols = h[5];
-  out.stock_tiles = h[6] == 1;
+  if (h[2] < 0 || h[2] > 2) return AbortWith(comm, absl::InternalError("bad mode in a job header"));
+  out.plan.mode = static_cast<DecodeMode>(h[2]);
+  out.plan.tile_shape = {h[4], h[5], h[6] == 1};
+  out.plan.world_size = comm.world_size();
   if (out.kind != JobKind::kDecode) return out;
   if (h[3] < 1 || h[3] > kMaxDims) return AbortWith(comm, absl::InternalError("bad rank in a job header"));
   std::vector<int64_t> shape(h + kFixed, h + kFixed + h[3]);
   absl::StatusOr<at::ScalarType> dtype = DtypeFromCode(h[kFixed + kMaxDims]);
   if (!dtype.ok()) return AbortWith(comm, dtype.status());
-  out.decode.latent_space = h[kFixed + kMaxDims + 1] == 1 ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
   if (h[kTimestep] == 1) {
     double t = 0;
     std::memcpy(&t, &h[kTimestep + 1], sizeof(double));
-    out.decode.conditioning.timestep = t;
+    out.plan.conditioning.timestep = t;
   }
-  out.decode.latent = comm.rank() == kLeader
-                          ? job->decode.latent.to(comm.device()).contiguous()
-                          : at::empty(shape, at::TensorOptions().dtype(*dtype).device(comm.device()));
-  if (absl::Status s = comm.Broadcast(out.decode.latent, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) {
+  if (comm.rank() == kLeader) {
+    // The leader keeps its whole plan; the latent travels as it is (it is
+    // prepared on the leader's device, the communicator's).
+    out.plan = job->plan;
+    out.plan.latent = job->plan.latent.to(comm.device()).contiguous();
+  } else {
+    out.plan.latent = at::empty(shape, at::TensorOptions().dtype(*dtype).device(comm.device()));
+  }
+  if (absl::Status s = comm.Broadcast(out.plan.latent, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) {
     return s;
   }
   return out;

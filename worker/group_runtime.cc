@@ -1,14 +1,11 @@
 #include "worker/group_runtime.h"
 
-#include <chrono>
-
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
 #include "worker/decode_job.h"
-#include "worker/tiled_group_decode.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -108,29 +105,6 @@ std::vector<int64_t> GroupRuntime::capacity_bytes_per_rank() const {
   return out;
 }
 
-absl::StatusOr<GroupDecodeResult> GroupRuntime::DecodeJobOnGroup(families::Decoder& decoder,
-                                                                 parallel::Communicator& comm, const GroupJob& job,
-                                                                 const std::atomic<bool>* cancelled,
-                                                                 const RowsReady& rows_ready) {
-  if (job.tile_rows <= 0 && !job.stock_tiles) {
-    return DecodeWithGroup(decoder, comm, job.decode, {job.allow_exact, cancelled});
-  }
-  const int64_t rows = job.decode.latent.size(-2), cols = job.decode.latent.size(-1);
-  const tiling::TilePlan plan = PlanFromHeader(decoder, rows, cols, job.tile_rows, job.tile_cols, job.stock_tiles);
-  const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(decoder, comm, job.decode, plan, rows_ready);
-  if (!tiled.ok()) return tiled.status();
-  device::SynchronizeDevice(decoder.device());  // CUDA kernels run asynchronously
-  GroupDecodeResult result;
-  result.sample = tiled->sample;
-  result.mode = "tiled";
-  result.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  result.tile_retries = tiled->retries;
-  result.tile_plan = DescribePlan(tiled->plan, comm.world_size());
-  if (const device::DeviceMemory* m = device::ProcessDeviceMemory()) result.peak_bytes = m->peak_bytes();
-  return result;
-}
-
 absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled,
                                                  const RowsReady& rows_ready) {
   absl::MutexLock job_lock(&job_mu_);
@@ -155,13 +129,11 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
     return absl::InvalidArgumentError(absl::StrCat("no model with index ", job.model_index));
   }
   families::Decoder& decoder = *models_[job.model_index].decoder;
-  // Checked before the broadcast: a bad latent never reaches the peers.
-  if (absl::Status valid = decoder.ValidateLatent(job.decode.latent); !valid.ok()) return valid;
+  // The plan was validated and prepared before: a bad latent never reaches the peers.
   absl::StatusOr<GroupJob> shared = BroadcastJob(*comm_, &job);
   if (!shared.ok()) return shared.status();
   parallel::CountingCommunicator counting(*comm_);
-  if (device::DeviceMemory* m = device::ProcessDeviceMemory()) m->ResetPeak();
-  absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, counting, *shared, cancelled, rows_ready);
+  absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, shared->plan, {cancelled, rows_ready});
   if (!result.ok()) {
     if (comm_->world_size() > 1 && IsLeaderOnlyRecoverable(result.status())) {
       // The peers are already in the statistics gather that ends every job:
@@ -226,8 +198,7 @@ absl::Status GroupRuntime::ServeAsPeer() {
       return bad;
     }
     families::Decoder& decoder = *models_[job->model_index].decoder;
-    if (device::DeviceMemory* m = device::ProcessDeviceMemory()) m->ResetPeak();
-    absl::StatusOr<GroupDecodeResult> result = DecodeJobOnGroup(decoder, *comm_, *job, nullptr, nullptr);
+    absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, *comm_, job->plan);
     if (!result.ok()) {
       if (IsGroupSafe(result.status(), comm_->world_size())) continue;  // every rank saw the same
       MarkBroken(result.status());

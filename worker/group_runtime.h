@@ -27,7 +27,7 @@
 #include "absl/time/time.h"
 #include "parallel/communicator.h"
 #include "parallel/counting_communicator.h"
-#include "worker/exact_decode.h"
+#include "worker/group_decode.h"
 #include "worker/group_job.h"
 #include "worker/model_repository.h"
 #include "worker/tiled_group_decode.h"
@@ -46,9 +46,9 @@ class GroupRuntime {
                absl::Duration heartbeat);
   ~GroupRuntime();  // leader: stops the heartbeat thread (call Shutdown first to release peers)
 
-  // Leader only. Thread-safe; blocks until the job has run on the group.
-  // Setting *cancelled stops it on every rank (CANCELLED) without breaking
-  // the group.
+  // Leader only. Thread-safe; blocks until the job (its plan made by
+  // PlanDecode for this group) has run on the group. Setting *cancelled
+  // stops it on every rank (CANCELLED) without breaking the group.
   // `rows_ready` (tiled jobs) sees the blended output as rows become final.
   absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr,
                                     const RowsReady& rows_ready = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
@@ -95,10 +95,6 @@ class GroupRuntime {
  private:
   absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
                                         const RowsReady& rows_ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A group job: exact/dense, or tiled when the job carries a tile size.
-  static absl::StatusOr<GroupDecodeResult> DecodeJobOnGroup(families::Decoder& decoder, parallel::Communicator& comm,
-                                                            const GroupJob& job, const std::atomic<bool>* cancelled,
-                                                            const RowsReady& rows_ready);
   void HeartbeatLoop();
   void MarkBroken(const absl::Status& why);
 

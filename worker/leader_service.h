@@ -2,8 +2,10 @@
 
 // The group leader's side of proto/vaedecode/internal/worker.proto, served on
 // a Unix socket to the server (the frontend). Run converts the request's raw
-// latent bytes to a tensor, runs the job on the group, and streams the output
-// as the public API's Header / Chunks / Trailer.
+// latent bytes to a tensor, plans the decode once (PlanDecode: the mode the
+// server chose, the prepared latent, the tiles), runs it on the group, and
+// streams the output as the public API's Header / Chunks / Trailer
+// (LeaderResponse).
 //
 // Threading: gRPC's sync server calls handlers on its own threads; jobs
 // serialise inside GroupRuntime::Run.
@@ -12,14 +14,9 @@
 
 #include "vaedecode/internal/worker.grpc.pb.h"
 #include "tiling/calibration.h"
-#include "tiling/planner.h"
 #include "worker/group_runtime.h"
 
 namespace vaedecode::worker {
-
-// Metadata key with which the server sets the chunk size limit.
-inline constexpr const char* kMaxChunkBytesKey = "x-max-chunk-bytes";
-inline constexpr int64_t kDefaultMaxChunkBytes = int64_t{4} << 20;
 
 class LeaderService final : public internal::GroupLeader::Service {
  public:
@@ -37,10 +34,6 @@ class LeaderService final : public internal::GroupLeader::Service {
                       internal::StatusResponse* response) override;
 
  private:
-  // MODE_TILED: the largest seam-free tiles that fit every rank's free
-  // memory; sets the job's tile fields (the ranks share the tiles).
-  absl::StatusOr<tiling::TilePlan> PlanTiledJob(int model, const at::Tensor& latent, GroupJob* job);
-
   GroupRuntime& runtime_;
   const at::ScalarType requested_dtype_;
   const std::vector<tiling::PeakProfile> profiles_;

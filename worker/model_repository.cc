@@ -9,14 +9,19 @@
 
 namespace vaedecode::worker {
 
+absl::StatusOr<NamedModel> LoadEmbeddedDefault(at::ScalarType dtype, std::string name) {
+  if (absl::Status ok = families::CheckDtypeSupported(dtype); !ok.ok()) return ok;
+  NamedModel m{std::move(name), families::autoencoder_kl::MakeEmbeddedDefault()};
+  families::ApplyDecodeDtype(*m.decoder, dtype);
+  return m;
+}
+
 absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype) {
   LoadedRepository out;
   if (repository.empty()) {
-    absl::Status ok = families::CheckDtypeSupported(dtype);
-    if (!ok.ok()) return ok;
-    NamedModel m{kDefaultModelName, families::autoencoder_kl::MakeEmbeddedDefault()};
-    families::ApplyDecodeDtype(*m.decoder, dtype);
-    out.models.push_back(std::move(m));
+    absl::StatusOr<NamedModel> m = LoadEmbeddedDefault(dtype);
+    if (!m.ok()) return m.status();
+    out.models.push_back(*std::move(m));
     return out;
   }
   namespace fs = std::filesystem;

@@ -27,6 +27,10 @@ struct LoadedRepository {
   std::vector<std::string> skipped;  // "name: reason" for folders that failed to load
 };
 
+// The embedded default model (families/autoencoder_kl/embedded_default.h)
+// in DecodeDtype(info, dtype), named `name`.
+absl::StatusOr<NamedModel> LoadEmbeddedDefault(at::ScalarType dtype, std::string name = kDefaultModelName);
+
 // `repository` empty → the embedded default only. A folder with no loadable
 // model is an error (a worker with nothing to serve is a configuration bug).
 // Models are loaded on the CPU, each in families::DecodeDtype(info, dtype).

@@ -13,47 +13,25 @@
 namespace vaedecode::worker {
 namespace {
 
-enum Outcome { kOk = 0, kOutOfMemory = 1, kFailed = 2 };
+std::string DescribeTiles(const tiling::TilePlan& p) {
+  return absl::StrCat(p.kind == tiling::PlanKind::kStock ? "stock tiles of " : "tiles of ", p.rows.tile, "x",
+                      p.cols.tile, " latents");
+}
+
+enum Outcome { kOk = 0, kOutOfMemory = 1, kFailed = 2, kCancelled = 3 };
 
 }  // namespace
 
-std::string DescribePlan(const tiling::TilePlan& plan, int world_size) {
-  return absl::StrCat(plan.rows.starts.size(), "x", plan.cols.starts.size(), " tiles of ", plan.rows.tile, "x",
-                      plan.cols.tile, " latents over ", world_size, " rank(s)");
-}
-
-tiling::TilePlan PlanFromHeader(const families::Decoder& decoder, int64_t rows, int64_t cols, int64_t tile_rows,
-                                int64_t tile_cols, bool stock) {
-  tiling::TilePlan plan;
-  if (stock) {
-    const tiling::FamilyGeometry g = tiling::DecoderGeometry(decoder);
-    plan.kind = tiling::PlanKind::kStock;
-    plan.rows = tiling::StockLayout(rows, g);
-    plan.cols = tiling::StockLayout(cols, g);
-    plan.reason = "stock tiles";
-    return plan;
-  }
-  plan.kind = tiling::PlanKind::kTiled;
-  plan.rows = tiling::SpreadTiles(rows, tile_rows);
-  plan.cols = tiling::SpreadTiles(cols, tile_cols);
-  plan.reason = "seam-free tiles";
-  return plan;
-}
-
 absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder, parallel::Communicator& comm,
-                                                      const DecodeJob& job, const tiling::TilePlan& plan,
-                                                      const RowsReady& rows_ready) {
-  if (absl::Status valid = decoder.ValidateLatent(job.latent); !valid.ok()) return valid;
-  at::Tensor z;
-  absl::Status prepared = CatchExceptions("latent conversion", [&] {
-    const at::Tensor in = job.latent.to(decoder.device());
-    z = job.latent_space == families::LatentSpace::kRaw ? decoder.ToVaeSpace(in.to(at::kFloat)) : in;
-    z = z.to(decoder.dtype()).contiguous();
-  });
-  if (!prepared.ok()) return prepared;  // identical on every rank
-
+                                                      const at::Tensor& z,
+                                                      const families::DecodeConditioning& conditioning,
+                                                      const tiling::TilePlan& plan, const RowsReady& rows_ready,
+                                                      const std::atomic<bool>* cancelled) {
   const int world = comm.world_size(), rank = comm.rank();
   const std::vector<tiling::TilePlan> ladder = tiling::OomLadder(plan, tiling::DecoderGeometry(decoder));
+  // DenseOps on every rank, so a tile's bits do not depend on the rank that
+  // decodes it; the leader checks for a cancellation between its tiles and
+  // the peers learn of it in the round's agreement.
   families::DenseOps ops;
   for (size_t attempt = 0; attempt < ladder.size(); ++attempt) {
     const tiling::TilePlan& p = ladder[attempt];
@@ -71,19 +49,26 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
       const int64_t mine = round * world + rank;
       at::Tensor tile;
       absl::Status status;
-      if (mine < tiles) {
+      if (cancelled != nullptr && cancelled->load()) {
+        status = absl::CancelledError("the request was cancelled");
+      } else if (mine < tiles) {
         status = CatchExceptions("tiled decode", [&] {
-          tile = decoder.Decode(tiling::TileLatent(z, p, mine / cols, mine % cols), ops, job.conditioning)
-                     .to(at::kFloat);
+          tile = decoder.Decode(tiling::TileLatent(z, p, mine / cols, mine % cols), ops, conditioning).to(at::kFloat);
         });
       }
       // Every rank learns every outcome of the round before anything else.
-      const double code = status.ok() ? kOk : status.code() == absl::StatusCode::kResourceExhausted ? kOutOfMemory : kFailed;
+      const double code = status.ok()                                              ? kOk
+                          : status.code() == absl::StatusCode::kResourceExhausted ? kOutOfMemory
+                          : status.code() == absl::StatusCode::kCancelled         ? kCancelled
+                                                                                  : kFailed;
       const at::TensorOptions on_comm = at::TensorOptions().device(comm.device());
       absl::StatusOr<at::Tensor> codes = comm.AllGather(at::full({1, 1}, code, on_comm.dtype(at::kDouble)),
                                                         std::vector<int64_t>(world, 1), parallel::CallKind::kOther);
       if (!codes.ok()) return codes.status();
       const at::Tensor outcomes = codes->cpu();
+      for (int r = 0; r < world; ++r) {
+        if (outcomes[r][0].item<double>() == kCancelled) return InStep(absl::CancelledError("the request was cancelled"));
+      }
       for (int r = 0; r < world; ++r) {
         const double c = outcomes[r][0].item<double>();
         if (c == kFailed) {
@@ -122,7 +107,9 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
     return result;
   }
   // Every rank saw every round's outcome: they all end here together.
-  return InStep(absl::ResourceExhaustedError("tiled decode ran out of memory even with stock tiles"));
+  return InStep(absl::ResourceExhaustedError(
+      absl::StrCat("tiled decode ran out of memory even with ", DescribeTiles(ladder.back()),
+                   plan.reason.empty() ? "" : absl::StrCat(" (planned: ", plan.reason, ")"))));
 }
 
 }  // namespace vaedecode::worker

@@ -7,13 +7,16 @@
 // on any rank moves every rank to the next plan of the ladder (floor tiles,
 // then stock tiles) together and the group stays in step.
 //
-// Every rank calls it with the same job and plan (from the job header).
+// Every rank calls it with the same prepared latent and plan (from the job
+// header). A cancellation on the leader is learnt by every rank at the
+// round's agreement: all return CANCELLED together.
 //
 // Streaming: `rows_ready` lets the leader send row bands while later tiles
 // are still decoding. If an out-of-memory retry comes after some rows were
 // sent, the rest of the image comes from the retry's plan (both are
 // seam-free decodes; their junction is at a finished-row boundary).
 
+#include <atomic>
 #include <functional>
 #include <string>
 
@@ -37,15 +40,12 @@ struct TiledGroupResult {
 // number of leading pixel rows that are final (no later tile touches them).
 using RowsReady = std::function<void(const at::Tensor& blended, int64_t final_rows)>;
 
+// `z`: the prepared latent (PrepareLatent). `cancelled`: the leader's flag.
 absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder, parallel::Communicator& comm,
-                                                      const DecodeJob& job, const tiling::TilePlan& plan,
-                                                      const RowsReady& rows_ready = nullptr);
-
-// The plan every rank rebuilds from a job header's tile size (or stock flag).
-tiling::TilePlan PlanFromHeader(const families::Decoder& decoder, int64_t rows, int64_t cols, int64_t tile_rows,
-                                int64_t tile_cols, bool stock);
-
-// "RxC tiles of AxB latents over N rank(s)", for headers, trailers and logs.
-std::string DescribePlan(const tiling::TilePlan& plan, int world_size);
+                                                      const at::Tensor& z,
+                                                      const families::DecodeConditioning& conditioning,
+                                                      const tiling::TilePlan& plan,
+                                                      const RowsReady& rows_ready = nullptr,
+                                                      const std::atomic<bool>* cancelled = nullptr);
 
 }  // namespace vaedecode::worker

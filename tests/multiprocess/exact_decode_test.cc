@@ -19,8 +19,9 @@
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
 #include "tests/fixtures/fixture_paths.h"
+#include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
-#include "worker/exact_decode.h"
+#include "worker/group_decode.h"
 
 namespace vaedecode {
 namespace {
@@ -49,27 +50,25 @@ absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixture(const std::string
 absl::StatusOr<int64_t> DecodeAndCheck(const testing::FixtureCase& c, families::Decoder& decoder,
                                        parallel::Communicator& comm) {
   parallel::CountingCommunicator counting(comm);
-  worker::GroupJob job;
+  worker::DecodeJob input;
   if (comm.rank() == worker::kLeader) {
     absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
     if (!latent.ok()) return latent.status();
-    job.decode.latent = *latent;
+    input.latent = *latent;
   }
-  absl::StatusOr<worker::GroupJob> shared =
-      worker::BroadcastJob(counting, comm.rank() == worker::kLeader ? &job : nullptr);
-  if (!shared.ok()) return shared.status();
-  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, shared->decode);
+  absl::StatusOr<worker::GroupDecodeResult> result = testing::PlanAndExecute(decoder, counting, counting, input);
   if (!result.ok()) return result.status();
-  const std::string want_mode = comm.world_size() > 1 ? "exact" : "dense";
+  const worker::DecodeMode want_mode = comm.world_size() > 1 ? worker::DecodeMode::kExact : worker::DecodeMode::kDense;
   if (result->mode != want_mode) {
-    return absl::InternalError(absl::StrCat("mode ", result->mode, " (", result->reason, "), want ", want_mode));
+    return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, "), want ",
+                                            worker::ModeName(want_mode)));
   }
   if (comm.rank() != worker::kLeader) {
     if (result->sample.defined()) return absl::InternalError("a peer kept decoded rows");
     return counting.stats().collectives();
   }
   families::DenseOps dense;
-  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, shared->decode, dense);
+  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, input, dense);
   if (!reference.ok()) return reference.status();
   absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
   if (!expected.ok()) return expected.status();
@@ -234,8 +233,9 @@ TEST(ExactDecodeGroup, ThinLatentsFallBackToDenseOnTheLeader) {
     absl::StatusOr<worker::GroupDecodeResult> result =
         worker::DecodeWithGroup(**decoder, **comm, worker::DecodeJob{thin});
     if (!result.ok()) return result.status();
-    if (result->mode != "dense" || result->reason.find("thinner than the conv halo") == std::string::npos) {
-      return absl::InternalError(absl::StrCat("mode ", result->mode, " reason ", result->reason));
+    if (result->mode != worker::DecodeMode::kDense ||
+        result->reason.find("thinner than the conv halo") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " reason ", result->reason));
     }
     if (rank != worker::kLeader) return absl::OkStatus();
     families::DenseOps dense;

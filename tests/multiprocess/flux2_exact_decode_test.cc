@@ -21,7 +21,7 @@
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
-#include "worker/exact_decode.h"
+#include "worker/group_decode.h"
 
 namespace vaedecode {
 namespace {
@@ -141,8 +141,9 @@ TEST(Flux2ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
 }
 
 TEST(Flux2ExactDecodeGroup, RawBandsThinnerThanTheHaloFallBackToDense) {
-  // 5 raw rows over 6 ranks leave a band empty (even though the VAE latent
-  // would have 10 rows): the raw partition is the binding one.
+  // 2 raw rows unpack to 4 VAE-space rows, which 6 ranks cannot all get a
+  // band of: the VAE-space partition (the latent every rank's band is cut
+  // from) is the binding one.
   testing::FixtureCase c;
   for (const testing::FixtureCase& f : testing::FixtureCases(kClasses)) {
     if (f.name == "main") c = f;
@@ -155,21 +156,21 @@ TEST(Flux2ExactDecodeGroup, RawBandsThinnerThanTheHaloFallBackToDense) {
     if (!comm.ok()) return comm.status();
     absl::StatusOr<at::Tensor> raw = LeaderLatent(c.pipeline_latent_file, rank);
     if (!raw.ok()) return raw.status();
-    worker::GroupJob job;
-    if (rank == worker::kLeader) job.decode.latent = raw->narrow(2, 0, 5).contiguous();
-    job.decode.latent_space = families::LatentSpace::kRaw;
-    absl::StatusOr<worker::GroupJob> shared = worker::BroadcastJob(**comm, rank == worker::kLeader ? &job : nullptr);
-    if (!shared.ok()) return shared.status();
-    absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(**decoder, **comm, shared->decode);
+    worker::DecodeJob input;
+    if (rank == worker::kLeader) input.latent = raw->narrow(2, 0, 2).contiguous();
+    input.latent_space = families::LatentSpace::kRaw;
+    absl::StatusOr<worker::GroupDecodeResult> result = testing::PlanAndExecute(**decoder, **comm, **comm, input);
     if (!result.ok()) return result.status();
-    if (result->mode != "dense" || result->reason.find("thinner than the conv halo") == std::string::npos) {
-      return absl::InternalError(absl::StrCat("mode ", result->mode, " (", result->reason, ")"));
+    // Every rank learns the mode from the job header; the leader also has the reason.
+    if (result->mode != worker::DecodeMode::kDense ||
+        (rank == worker::kLeader && result->reason.find("thinner than the conv halo") == std::string::npos)) {
+      return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, ")"));
     }
     if (rank != worker::kLeader) return absl::OkStatus();
     families::DenseOps dense;
-    absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, shared->decode, dense);
+    absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, input, dense);
     if (!want.ok()) return want.status();
-    if (result->sample.sizes() != at::IntArrayRef({1, 3, 80, 112})) {
+    if (result->sample.sizes() != at::IntArrayRef({1, 3, 32, 112})) {
       return absl::InternalError(absl::StrCat("dense fallback shape ", c10::str(result->sample.sizes())));
     }
     return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");

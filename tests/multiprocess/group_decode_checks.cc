@@ -11,7 +11,7 @@
 #include "parallel/testing/tensor_checks.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "worker/decode_job.h"
-#include "worker/exact_decode.h"
+#include "worker/group_decode.h"
 #include "worker/group_job.h"
 
 namespace vaedecode::testing {
@@ -39,32 +39,45 @@ absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank) {
   return formats::ReadTensorFile(file, "latent");
 }
 
+absl::StatusOr<worker::GroupDecodeResult> PlanAndExecute(families::Decoder& decoder,
+                                                         parallel::Communicator& broadcast_on,
+                                                         parallel::Communicator& execute_on,
+                                                         const worker::DecodeJob& leader_job) {
+  worker::GroupJob job;
+  if (broadcast_on.rank() == worker::kLeader) {
+    worker::PlanningContext planning;
+    planning.world_size = broadcast_on.world_size();
+    absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(decoder, leader_job, planning);
+    if (!plan.ok()) return plan.status();
+    job.plan = *std::move(plan);
+  }
+  absl::StatusOr<worker::GroupJob> shared =
+      worker::BroadcastJob(broadcast_on, broadcast_on.rank() == worker::kLeader ? &job : nullptr);
+  if (!shared.ok()) return shared.status();
+  return worker::ExecutePlan(decoder, execute_on, shared->plan);
+}
+
 absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& decoder, parallel::Communicator& comm,
                                                          const at::Tensor& latent, const GroupCheckOptions& options) {
-  worker::GroupJob job;
-  job.decode.latent = latent;
-  job.decode.latent_space = options.space;
-  absl::StatusOr<worker::GroupJob> shared =
-      worker::BroadcastJob(comm, comm.rank() == worker::kLeader ? &job : nullptr);
-  if (!shared.ok()) return shared.status();
+  const worker::DecodeJob input{latent, options.space};
   parallel::CountingCommunicator counting(comm);
-  absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(decoder, counting, shared->decode);
+  absl::StatusOr<worker::GroupDecodeResult> result = PlanAndExecute(decoder, comm, counting, input);
   if (!result.ok()) return result.status();
   const std::string want_mode =
       !options.want_mode.empty() ? options.want_mode : (comm.world_size() > 1 ? "exact" : "dense");
-  if (result->mode != want_mode) {
-    return absl::InternalError(
-        absl::StrCat(options.what, ": mode ", result->mode, " (", result->reason, "), want ", want_mode));
+  const std::string mode = worker::ModeName(result->mode);
+  if (mode != want_mode) {
+    return absl::InternalError(absl::StrCat(options.what, ": mode ", mode, " (", result->reason, "), want ", want_mode));
   }
-  GroupDecodeCheck out{counting.stats(), result->mode, result->sample};
+  GroupDecodeCheck out{counting.stats(), mode, result->sample};
   if (comm.rank() != worker::kLeader) {
     if (result->sample.defined()) return absl::InternalError("a peer kept decoded rows");
     return out;
   }
   families::DenseOps dense;
-  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, shared->decode, dense);
+  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, input, dense);
   if (!reference.ok()) return reference.status();
-  const std::string where = absl::StrCat(options.what, " at world size ", comm.world_size(), " (", result->mode, ")");
+  const std::string where = absl::StrCat(options.what, " at world size ", comm.world_size(), " (", mode, ")");
   if (absl::Status s =
           parallel::testing::ExpectTensorClose(result->sample, *reference, options.exact_vs_dense, 0, where + " vs dense");
       !s.ok()) {

@@ -16,6 +16,8 @@
 #include "parallel/communicator.h"
 #include "parallel/counting_communicator.h"
 #include "tests/fixtures/fixture_paths.h"
+#include "worker/decode_job.h"
+#include "worker/group_decode.h"
 
 namespace vaedecode::testing {
 
@@ -28,6 +30,15 @@ absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixtureDecoder(const std:
 
 // The file's latent on the leader; an undefined tensor on peers (they receive it).
 absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank);
+
+// The service's path: the leader plans `leader_job` for the group
+// (worker::PlanDecode: exact when the latent shards, else dense), broadcasts
+// the plan on `broadcast_on`, and every rank executes it on `execute_on`.
+// Peers pass any job (theirs is ignored).
+absl::StatusOr<worker::GroupDecodeResult> PlanAndExecute(families::Decoder& decoder,
+                                                         parallel::Communicator& broadcast_on,
+                                                         parallel::Communicator& execute_on,
+                                                         const worker::DecodeJob& leader_job);
 
 struct GroupCheckOptions {
   families::LatentSpace space = families::LatentSpace::kVae;

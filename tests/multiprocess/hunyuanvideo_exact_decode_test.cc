@@ -22,7 +22,7 @@
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
-#include "worker/exact_decode.h"
+#include "worker/group_decode.h"
 
 namespace vaedecode {
 namespace {

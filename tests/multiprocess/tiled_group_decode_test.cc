@@ -13,6 +13,7 @@
 #include "tests/multiprocess/group_decode_checks.h"
 #include "tiling/tiled_decode.h"
 #include "device/counting_cpu_allocator.h"
+#include "worker/decode_plan.h"
 #include "worker/tiled_group_decode.h"
 
 namespace vaedecode {
@@ -39,16 +40,16 @@ absl::Status RunTiled(int rank, int world, int port, int64_t tile, int oom_rank,
       testing::JoinTestGroup(rank, world, port, "tiled-group-test");
   if (!comm.ok()) return comm.status();
   const at::Tensor z = Latent();
-  const tiling::TilePlan plan = worker::PlanFromHeader(*decoder, 72, 56, tile, tile, false);
+  const tiling::TilePlan plan = worker::PlanFromHeader(*decoder, 72, 56, {tile, tile, false});
   if (rank == oom_rank) {
     // Room for a floor tile's decode but not for this plan's tiles.
     families::DenseOps ops;
     allocator.ResetPeak();
     const int64_t base = allocator.current_bytes();
-    decoder->Decode(tiling::TileLatent(z, worker::PlanFromHeader(*decoder, 72, 56, 32, 32, false), 0, 0), ops);
+    decoder->Decode(tiling::TileLatent(z, worker::PlanFromHeader(*decoder, 72, 56, {32, 32, false}), 0, 0), ops);
     allocator.set_limit_bytes(base + (allocator.peak_bytes() - base) * 5 / 4);
   }
-  absl::StatusOr<worker::TiledGroupResult> result = worker::DecodeTiledWithGroup(*decoder, **comm, {z}, plan);
+  absl::StatusOr<worker::TiledGroupResult> result = worker::DecodeTiledWithGroup(*decoder, **comm, z, {}, plan);
   allocator.set_limit_bytes(0);
   if (!result.ok()) return result.status();
   if (result->retries != want_retries) {

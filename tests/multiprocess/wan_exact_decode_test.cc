@@ -20,7 +20,7 @@
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
-#include "worker/exact_decode.h"
+#include "worker/group_decode.h"
 
 namespace vaedecode {
 namespace {
@@ -212,14 +212,13 @@ TEST(WanExactDecodeGroup, BandsThinnerThanTheHaloFallBackToDense) {
     if (!comm.ok()) return comm.status();
     absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
     if (!latent.ok()) return latent.status();
-    worker::GroupJob job;
-    job.decode.latent = *latent;
-    absl::StatusOr<worker::GroupJob> shared = worker::BroadcastJob(**comm, rank == worker::kLeader ? &job : nullptr);
-    if (!shared.ok()) return shared.status();
-    absl::StatusOr<worker::GroupDecodeResult> result = worker::DecodeWithGroup(**decoder, **comm, shared->decode);
+    absl::StatusOr<worker::GroupDecodeResult> result =
+        testing::PlanAndExecute(**decoder, **comm, **comm, worker::DecodeJob{*latent});
     if (!result.ok()) return result.status();
-    if (result->mode != "dense" || result->reason.find("thinner than the conv halo") == std::string::npos) {
-      return absl::InternalError(absl::StrCat("mode ", result->mode, " (", result->reason, ")"));
+    // Every rank learns the mode from the job header; the leader also has the reason.
+    if (result->mode != worker::DecodeMode::kDense ||
+        (rank == worker::kLeader && result->reason.find("thinner than the conv halo") == std::string::npos)) {
+      return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, ")"));
     }
     if (rank != worker::kLeader) return absl::OkStatus();
     absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");

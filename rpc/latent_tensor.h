@@ -1,0 +1,31 @@
+#pragma once
+
+// The model-independent checks of a request's latent tensor (dtype, shape,
+// byte length), written once for both sides of the process boundary: the
+// server refuses a bad request with them before queueing it
+// (server/request_validation.h, which adds the model's checks), and the
+// group leader holds them as the invariant its copy into a tensor relies on.
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::rpc {
+
+// Bytes per element of a tensor dtype; INVALID_ARGUMENT for UNSPECIFIED or
+// an unknown value.
+absl::StatusOr<int64_t> DTypeSize(v1::DType dtype);
+
+// Each INVALID_ARGUMENT names the field. The dtype: FLOAT32, FLOAT16 or
+// BFLOAT16.
+absl::Status CheckLatentDtype(const v1::Tensor& latent);
+// The element count: every dimension >= 1, at most 2^40 elements.
+absl::StatusOr<int64_t> CountLatentElements(const v1::Tensor& latent);
+// The data: numel × element size bytes.
+absl::Status CheckLatentBytes(const v1::Tensor& latent, int64_t numel);
+
+// All three, in that order; returns numel.
+absl::StatusOr<int64_t> ValidateLatentTensor(const v1::Tensor& latent);
+
+}  // namespace vaedecode::rpc

@@ -1,0 +1,104 @@
+#include "worker/group_decode.h"
+
+#include <chrono>
+
+#include <ATen/ATen.h>
+
+#include "device/compute_device.h"
+#include "device/device_memory.h"
+#include "worker/exact_decode.h"
+#include "worker/group_job.h"
+
+namespace vaedecode::worker {
+namespace {
+
+absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, parallel::Communicator& comm,
+                                                 const DecodePlan& plan, const ExecuteOptions& options) {
+  GroupDecodeResult result;
+  result.mode = plan.mode;
+  result.reason = plan.reason;
+  switch (plan.mode) {
+    case DecodeMode::kDense: {
+      // The peers return at once; a failure of the leader's decode is its
+      // alone (see GroupRuntime::Execute, which keeps the group in step).
+      if (comm.rank() != kLeader) return result;
+      families::CancellableDenseOps dense(options.cancelled);
+      absl::StatusOr<at::Tensor> sample = DecodePrepared(decoder, plan.latent, plan.conditioning, dense);
+      if (!sample.ok()) return comm.world_size() > 1 ? LeaderOnly(sample.status()) : sample.status();
+      result.sample = *sample;
+      return result;
+    }
+    case DecodeMode::kExact: {
+      absl::StatusOr<ExactRows> rows = DecodeExactBands(decoder, comm, plan, options.cancelled);
+      if (!rows.ok()) return rows.status();
+      result.sample = rows->sample;
+      result.gather_ms = rows->gather_ms;
+      return result;
+    }
+    case DecodeMode::kTiled: {
+      // Every rank rebuilds the tiles from the header's shape: the same plan everywhere.
+      tiling::TilePlan tiles = PlanFromHeader(decoder, plan.latent.size(-2), plan.latent.size(-1), plan.tile_shape);
+      tiles.reason = plan.reason;
+      absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(decoder, comm, plan.latent, plan.conditioning,
+                                                                    tiles, options.rows_ready, options.cancelled);
+      if (!tiled.ok()) return tiled.status();
+      result.sample = tiled->sample;
+      result.tile_retries = tiled->retries;
+      result.tiles = tiled->plan;
+      result.tile_plan = DescribePlan(tiled->plan, comm.world_size());
+      return result;
+    }
+  }
+  return absl::InternalError("unknown decode mode");
+}
+
+}  // namespace
+
+absl::StatusOr<GroupDecodeResult> ExecutePlan(families::Decoder& decoder, parallel::Communicator& comm,
+                                              const DecodePlan& plan, const ExecuteOptions& options) {
+  device::DeviceMemory* memory = device::ProcessDeviceMemory();
+  if (memory != nullptr) memory->ResetPeak();
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<GroupDecodeResult> result = ExecuteUntimed(decoder, comm, plan, options);
+  if (!result.ok()) return result;
+  device::SynchronizeDevice(decoder.device());  // CUDA kernels run asynchronously
+  result->decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (memory != nullptr) result->peak_bytes = memory->peak_bytes();
+  return result;
+}
+
+absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder, parallel::Communicator& comm,
+                                                  const DecodeJob& job, const GroupDecodeOptions& options) {
+  PlanningContext context;
+  context.requested = options.allow_exact ? DecodeMode::kExact : DecodeMode::kDense;
+  context.world_size = comm.world_size();
+  absl::StatusOr<DecodePlan> plan = PlanDecode(decoder, job, context);
+  if (!plan.ok()) return InStep(plan.status());  // every rank sees the same latent and the same verdict
+  return ExecutePlan(decoder, comm, *plan, {options.cancelled, nullptr});
+}
+
+absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm,
+                                                       const GroupDecodeResult& mine) {
+  const device::DeviceMemory* memory = device::ProcessDeviceMemory();
+  const double free = memory == nullptr ? -1 : static_cast<double>(memory->free_bytes());
+  const double capacity = memory == nullptr ? -1 : static_cast<double>(memory->capacity_bytes());
+  at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes), free, capacity}, at::kDouble)
+                         .view({1, 4})
+                         .to(comm.device());
+  std::vector<int64_t> ones(comm.world_size(), 1);
+  absl::StatusOr<at::Tensor> all = comm.world_size() == 1
+                                       ? absl::StatusOr<at::Tensor>(local)
+                                       : comm.GatherToRoot(local, ones, kLeader, parallel::CallKind::kOther);
+  if (!all.ok()) return all.status();
+  std::vector<RankStats> out;
+  if (comm.rank() != kLeader) return out;
+  *all = all->cpu();
+  for (int64_t r = 0; r < all->size(0); ++r) {
+    out.push_back({(*all)[r][0].item<double>(), static_cast<int64_t>((*all)[r][1].item<double>()),
+                   static_cast<int64_t>((*all)[r][2].item<double>()),
+                   static_cast<int64_t>((*all)[r][3].item<double>())});
+  }
+  return out;
+}
+
+}  // namespace vaedecode::worker

@@ -1,0 +1,126 @@
+#include "worker/leader_response.h"
+
+#include <chrono>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/log_field.h"
+#include "worker/output_stream.h"
+
+namespace vaedecode::worker {
+namespace {
+
+v1::Mode ProtoMode(DecodeMode mode) {
+  switch (mode) {
+    case DecodeMode::kExact:
+      return v1::MODE_EXACT;
+    case DecodeMode::kTiled:
+      return v1::MODE_TILED;
+    case DecodeMode::kDense:
+      break;
+  }
+  return v1::MODE_DENSE;
+}
+
+}  // namespace
+
+LeaderResponse::LeaderResponse(grpc::ServerContext& context, const v1::DecodeRequest& request,
+                               grpc::ServerWriter<v1::DecodeResponse>& writer, int64_t max_chunk_bytes,
+                               std::vector<int64_t> out_shape, std::string dtype_note)
+    : context_(context),
+      request_(request),
+      writer_(writer),
+      max_chunk_bytes_(max_chunk_bytes),
+      out_shape_(std::move(out_shape)),
+      dtype_note_(std::move(dtype_note)) {}
+
+bool LeaderResponse::Incremental(const DecodePlan& plan) const {
+  const v1::OutputFormat f = request_.output_format();
+  return plan.mode == DecodeMode::kTiled && f != v1::OUTPUT_PNG && f != v1::OUTPUT_JPEG && f != v1::OUTPUT_MP4 &&
+         out_shape_[0] == 1 && (out_shape_.size() == 4 || out_shape_[2] == 1);
+}
+
+bool LeaderResponse::WriteHeader(DecodeMode mode, const std::string& reason, const std::string& tile_plan,
+                                 int degree, const DecodePlan& plan) {
+  v1::DecodeResponse message;
+  v1::Header* header = message.mutable_header();
+  header->set_request_id(request_.request_id());
+  header->set_mode(ProtoMode(mode));
+  header->set_degree(degree);
+  // A force_upcast model says it decodes in float32, not the float16 asked for.
+  header->set_mode_reason(dtype_note_.empty() ? reason : absl::StrCat(reason, "; ", dtype_note_));
+  header->set_tile_plan(tile_plan);
+  if (plan.noise_seed) header->set_noise_seed(*plan.noise_seed);
+  if (absl::Status s = DescribeOutput(out_shape_, request_.output_format(), header); !s.ok()) {
+    stream_status_ = s;
+    return false;
+  }
+  header_sent_ = true;
+  if (!writer_.Write(message)) caller_gone_ = true;
+  return !caller_gone_;
+}
+
+bool LeaderResponse::WriteChunk(v1::Chunk&& chunk, int64_t first_row) {
+  if (context_.IsCancelled()) return false;
+  chunk.set_row_begin(chunk.row_begin() + first_row);
+  chunk.set_row_end(chunk.row_end() + first_row);
+  v1::DecodeResponse message;
+  *message.mutable_chunk() = std::move(chunk);
+  return writer_.Write(message);
+}
+
+void LeaderResponse::StreamRows(const at::Tensor& sample, int64_t final_rows) {
+  if (caller_gone_ || !stream_status_.ok() || final_rows <= streamed_rows_) return;
+  const int64_t first = streamed_rows_;
+  const at::Tensor band = sample.narrow(sample.dim() - 2, first, final_rows - first);
+  stream_status_ = EmitChunks(band, EncodingOf(request_), max_chunk_bytes_,
+                              [&](v1::Chunk&& chunk) { return WriteChunk(std::move(chunk), first); });
+  if (!stream_status_.ok()) caller_gone_ = stream_status_.code() == absl::StatusCode::kCancelled;
+  streamed_rows_ = final_rows;
+}
+
+void LeaderResponse::RowsDuringDecode(const DecodePlan& plan, const at::Tensor& blended, int64_t final_rows) {
+  if (!header_sent_ && !WriteHeader(DecodeMode::kTiled, plan.reason, DescribePlan(plan.tiles, plan.world_size),
+                                    plan.world_size, plan)) {
+    return;
+  }
+  StreamRows(blended, final_rows);
+}
+
+absl::Status LeaderResponse::Finish(const DecodePlan& plan, const DecodeOutcome& outcome, int world_size) {
+  const GroupDecodeResult& result = outcome.result;
+  if (!header_sent_) {
+    WriteHeader(result.mode, result.reason, result.tile_plan, result.mode == DecodeMode::kDense ? 1 : world_size,
+                plan);
+  }
+  if (!stream_status_.ok() && !caller_gone_) return stream_status_;
+  if (caller_gone_) return absl::CancelledError("the caller went away");
+  if (Incremental(plan)) {
+    StreamRows(result.sample, result.sample.size(-2));
+  } else {
+    stream_status_ = EmitChunks(result.sample, EncodingOf(request_), max_chunk_bytes_,
+                                [&](v1::Chunk&& chunk) { return WriteChunk(std::move(chunk), 0); });
+  }
+  if (!stream_status_.ok()) return stream_status_;
+
+  v1::DecodeResponse trailer_message;
+  v1::Trailer* trailer = trailer_message.mutable_trailer();
+  trailer->mutable_timings()->set_decode_ms(result.decode_ms);
+  trailer->mutable_timings()->set_gather_ms(result.gather_ms);
+  trailer->mutable_timings()->set_stream_ms(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count());
+  for (const RankStats& r : outcome.ranks) trailer->add_peak_bytes_per_rank(r.peak_bytes);
+  trailer->set_collectives(outcome.comm.collectives());
+  trailer->set_tile_retries(result.tile_retries);
+  trailer->set_tile_plan(result.tile_plan);
+  if (result.tile_retries > 0) {
+    spdlog::warn("tiled decode of request {} needed {} out-of-memory retr{}", rpc::LogValue(request_.request_id()),
+                 result.tile_retries, result.tile_retries == 1 ? "y" : "ies");
+  }
+  writer_.Write(trailer_message);
+  return absl::OkStatus();
+}
+
+}  // namespace vaedecode::worker

@@ -1,0 +1,64 @@
+#pragma once
+
+// Writes the response stream of one leader Run call, as the public API's
+// Decode streams it: the Header, the Chunks and the Trailer. Tiled single
+// images stream row bands as soon as no later tile touches them (the header
+// goes first: the output shape is known from the plan); other outputs
+// stream after the decode.
+//
+// Not thread-safe: the Run handler's thread (and the tiled decode's
+// rows-ready callback, which runs on it) use it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include "absl/status/status.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+#include "worker/decode_plan.h"
+#include "worker/group_runtime.h"
+
+namespace vaedecode::worker {
+
+class LeaderResponse {
+ public:
+  // `out_shape`: the sample's shape (NCHW / NCTHW); `dtype_note`: why the
+  // model decodes in another dtype than asked ("" when it does not).
+  LeaderResponse(grpc::ServerContext& context, const v1::DecodeRequest& request,
+                 grpc::ServerWriter<v1::DecodeResponse>& writer, int64_t max_chunk_bytes,
+                 std::vector<int64_t> out_shape, std::string dtype_note);
+
+  // Whether `plan` streams row bands while it decodes (RowsDuringDecode).
+  bool Incremental(const DecodePlan& plan) const;
+  // For DecodeTiledWithGroup's rows_ready: the header (once), then rows
+  // [streamed, final_rows) of the blended output.
+  void RowsDuringDecode(const DecodePlan& plan, const at::Tensor& blended, int64_t final_rows);
+  // After the decode: the header if not sent yet, the remaining chunks, the
+  // trailer. CANCELLED when the caller went away.
+  absl::Status Finish(const DecodePlan& plan, const DecodeOutcome& outcome, int world_size);
+
+ private:
+  bool WriteHeader(DecodeMode mode, const std::string& reason, const std::string& tile_plan, int degree,
+                   const DecodePlan& plan);
+  // Rows [streamed_rows_, final_rows) of `sample`.
+  void StreamRows(const at::Tensor& sample, int64_t final_rows);
+  bool WriteChunk(v1::Chunk&& chunk, int64_t first_row);
+
+  grpc::ServerContext& context_;
+  const v1::DecodeRequest& request_;
+  grpc::ServerWriter<v1::DecodeResponse>& writer_;
+  const int64_t max_chunk_bytes_;
+  const std::vector<int64_t> out_shape_;
+  const std::string dtype_note_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool header_sent_ = false;
+  bool caller_gone_ = false;
+  int64_t streamed_rows_ = 0;
+  absl::Status stream_status_;
+};
+
+}  // namespace vaedecode::worker
