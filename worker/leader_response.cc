@@ -26,12 +26,10 @@ v1::Mode ProtoMode(DecodeMode mode) {
 
 }  // namespace
 
-LeaderResponse::LeaderResponse(grpc::ServerContext& context, const v1::DecodeRequest& request,
-                               grpc::ServerWriter<v1::DecodeResponse>& writer, int64_t max_chunk_bytes,
+LeaderResponse::LeaderResponse(ResponseSink& sink, const v1::DecodeRequest& request, int64_t max_chunk_bytes,
                                std::vector<int64_t> out_shape, std::string dtype_note)
-    : context_(context),
+    : sink_(sink),
       request_(request),
-      writer_(writer),
       max_chunk_bytes_(max_chunk_bytes),
       out_shape_(std::move(out_shape)),
       dtype_note_(std::move(dtype_note)) {}
@@ -58,17 +56,17 @@ bool LeaderResponse::WriteHeader(DecodeMode mode, const std::string& reason, con
     return false;
   }
   header_sent_ = true;
-  if (!writer_.Write(message)) caller_gone_ = true;
+  if (!sink_.Write(message)) caller_gone_ = true;
   return !caller_gone_;
 }
 
 bool LeaderResponse::WriteChunk(v1::Chunk&& chunk, int64_t first_row) {
-  if (context_.IsCancelled()) return false;
+  if (sink_.cancelled()) return false;
   chunk.set_row_begin(chunk.row_begin() + first_row);
   chunk.set_row_end(chunk.row_end() + first_row);
   v1::DecodeResponse message;
   *message.mutable_chunk() = std::move(chunk);
-  return writer_.Write(message);
+  return sink_.Write(message);
 }
 
 void LeaderResponse::StreamRows(const at::Tensor& sample, int64_t final_rows) {
@@ -119,7 +117,7 @@ absl::Status LeaderResponse::Finish(const DecodePlan& plan, const DecodeOutcome&
     spdlog::warn("tiled decode of request {} needed {} out-of-memory retr{}", rpc::LogValue(request_.request_id()),
                  result.tile_retries, result.tile_retries == 1 ? "y" : "ies");
   }
-  writer_.Write(trailer_message);
+  sink_.Write(trailer_message);
   return absl::OkStatus();
 }
 

@@ -6,16 +6,15 @@
 // goes first: the output shape is known from the plan); other outputs
 // stream after the decode.
 //
-// Not thread-safe: the Run handler's thread (and the tiled decode's
+// Not thread-safe: the Run call's decode thread (and the tiled decode's
 // rows-ready callback, which runs on it) use it.
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/support/sync_stream.h>
 
 #include "absl/status/status.h"
 #include "vaedecode/v1/vaedecode.pb.h"
@@ -24,12 +23,21 @@
 
 namespace vaedecode::worker {
 
+// Where a Run call's messages go (the leader's callback reactor).
+class ResponseSink {
+ public:
+  virtual ~ResponseSink() = default;
+  // Blocks until `message` is written; false when the caller is gone.
+  virtual bool Write(const v1::DecodeResponse& message) = 0;
+  // The caller cancelled or went away.
+  virtual bool cancelled() const = 0;
+};
+
 class LeaderResponse {
  public:
   // `out_shape`: the sample's shape (NCHW / NCTHW); `dtype_note`: why the
   // model decodes in another dtype than asked ("" when it does not).
-  LeaderResponse(grpc::ServerContext& context, const v1::DecodeRequest& request,
-                 grpc::ServerWriter<v1::DecodeResponse>& writer, int64_t max_chunk_bytes,
+  LeaderResponse(ResponseSink& sink, const v1::DecodeRequest& request, int64_t max_chunk_bytes,
                  std::vector<int64_t> out_shape, std::string dtype_note);
 
   // Whether `plan` streams row bands while it decodes (RowsDuringDecode).
@@ -48,9 +56,8 @@ class LeaderResponse {
   void StreamRows(const at::Tensor& sample, int64_t final_rows);
   bool WriteChunk(v1::Chunk&& chunk, int64_t first_row);
 
-  grpc::ServerContext& context_;
+  ResponseSink& sink_;
   const v1::DecodeRequest& request_;
-  grpc::ServerWriter<v1::DecodeResponse>& writer_;
   const int64_t max_chunk_bytes_;
   const std::vector<int64_t> out_shape_;
   const std::string dtype_note_;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "device/compute_device.h"
 #include "rpc/latent_tensor.h"
 #include "rpc/leader_call.h"
@@ -56,7 +57,7 @@ void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile,
 }
 
 // A call-metadata integer, or nullopt.
-std::optional<int64_t> MetadataInt(const grpc::ServerContext& context, const char* key) {
+std::optional<int64_t> MetadataInt(const grpc::ServerContextBase& context, const char* key) {
   auto it = context.client_metadata().find(key);
   int64_t value = 0;
   if (it == context.client_metadata().end() ||
@@ -68,7 +69,7 @@ std::optional<int64_t> MetadataInt(const grpc::ServerContext& context, const cha
 
 // The mode to plan: the scheduler's choice (call metadata), else the
 // request's own; AUTO shards when it can.
-DecodeMode RequestedMode(const grpc::ServerContext& context, const v1::DecodeRequest& request) {
+DecodeMode RequestedMode(const grpc::ServerContextBase& context, const v1::DecodeRequest& request) {
   const int64_t mode = MetadataInt(context, rpc::kDecodeModeKey).value_or(request.mode());
   if (mode == v1::MODE_DENSE) return DecodeMode::kDense;
   if (mode == v1::MODE_TILED) return DecodeMode::kTiled;
@@ -128,21 +129,71 @@ grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusR
   return grpc::Status::OK;
 }
 
-grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRequest* request,
-                                grpc::ServerWriter<v1::DecodeResponse>* writer) {
-  const GroupRuntime::Call call(runtime_);  // for the server's wait-for-idle after a cancel
-  device::UseComputeDevice(runtime_.device());  // a gRPC thread: make the worker's GPU current
-  const int model = runtime_.FindModel(request->model());
-  if (model < 0) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown model \"", request->model(), "\""));
+// One Run call: the reactor the stream is written through, and the thread
+// its decode runs on (the callback API's reactions must not block).
+class LeaderService::RunCall final : public grpc::ServerWriteReactor<v1::DecodeResponse>, public ResponseSink {
+ public:
+  RunCall(LeaderService& service, grpc::CallbackServerContext* context, const v1::DecodeRequest* request)
+      : thread_([this, &service, context, request] { Finish(service.Decode(*context, *request, *this)); }) {}
+
+  bool Write(const v1::DecodeResponse& message) override {
+    if (cancelled_.load()) return false;
+    {
+      absl::MutexLock lock(&mu_);
+      write_done_ = false;
+    }
+    StartWrite(&message);  // outside the lock: OnWriteDone may run on any thread
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&write_done_));
+    return write_ok_;
   }
-  absl::StatusOr<at::Tensor> latent = LatentFromRequest(request->latent());
+  bool cancelled() const override { return cancelled_.load(); }
+  const std::atomic<bool>* cancel_flag() const { return &cancelled_; }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    write_ok_ = ok;
+    write_done_ = true;
+  }
+  void OnCancel() override { cancelled_ = true; }
+  void OnDone() override {
+    // Finish was the thread's last step; it may still be returning from it.
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();
+    } else {
+      thread_.join();
+    }
+    delete this;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool write_done_ ABSL_GUARDED_BY(mu_) = true;
+  bool write_ok_ ABSL_GUARDED_BY(mu_) = true;
+  std::atomic<bool> cancelled_{false};
+  std::thread thread_;  // last: it starts once the rest is built
+};
+
+grpc::ServerWriteReactor<v1::DecodeResponse>* LeaderService::Run(grpc::CallbackServerContext* context,
+                                                                 const v1::DecodeRequest* request) {
+  return new RunCall(*this, context, request);
+}
+
+grpc::Status LeaderService::Decode(const grpc::CallbackServerContext& context, const v1::DecodeRequest& request,
+                                   RunCall& call) {
+  const GroupRuntime::Call busy(runtime_);  // for the server's wait-for-idle after a cancel
+  device::UseComputeDevice(runtime_.device());  // a thread of its own: make the worker's GPU current
+  const int model = runtime_.FindModel(request.model());
+  if (model < 0) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown model \"", request.model(), "\""));
+  }
+  absl::StatusOr<at::Tensor> latent = LatentFromRequest(request.latent());
   if (!latent.ok()) return rpc::ToGrpcStatus(latent.status());
   families::Decoder& decoder = *runtime_.models()[model].decoder;
 
   // The plan, once, here: every rank and every tile gets the same prepared latent.
   PlanningContext planning;
-  planning.requested = RequestedMode(*context, *request);
+  planning.requested = RequestedMode(context, request);
   planning.world_size = runtime_.world_size();
   planning.profile = &profiles_[model];
   planning.free_bytes_per_rank = runtime_.free_bytes_per_rank();
@@ -152,12 +203,12 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
   }
   GroupJob job;
   job.model_index = model;
-  absl::StatusOr<DecodePlan> plan = PlanDecode(decoder, JobFromRequest(*request, *std::move(latent)), planning);
+  absl::StatusOr<DecodePlan> plan = PlanDecode(decoder, JobFromRequest(request, *std::move(latent)), planning);
   if (!plan.ok()) return rpc::ToGrpcStatus(plan.status());
   job.plan = *std::move(plan);
 
-  LeaderResponse response(*context, *request, *writer,
-                          MetadataInt(*context, rpc::kMaxChunkBytesKey).value_or(rpc::kDefaultMaxChunkBytes),
+  LeaderResponse response(call, request,
+                          MetadataInt(context, rpc::kMaxChunkBytesKey).value_or(rpc::kDefaultMaxChunkBytes),
                           decoder.OutputShape(job.plan.latent.sizes().vec()),
                           families::DecodeDtypeReason(decoder.info(), requested_dtype_));
   RowsReady rows_ready;
@@ -166,22 +217,7 @@ grpc::Status LeaderService::Run(grpc::ServerContext* context, const v1::DecodeRe
       response.RowsDuringDecode(job.plan, blended, final_rows);
     };
   }
-  // The sync API has no cancellation callback: a watcher polls the context
-  // and raises the flag the group checks at every GroupNorm (and tile).
-  std::atomic<bool> cancelled{false};
-  std::atomic<bool> finished{false};
-  std::thread watcher([&] {
-    while (!finished.load()) {
-      if (context->IsCancelled()) {
-        cancelled = true;
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  });
-  absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, &cancelled, rows_ready);
-  finished = true;
-  watcher.join();
+  absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, call.cancel_flag(), rows_ready);
   if (!outcome.ok()) return rpc::ToGrpcStatus(outcome.status());
   {
     absl::MutexLock lock(&stats_mu_);

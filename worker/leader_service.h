@@ -7,8 +7,11 @@
 // streams the output as the public API's Header / Chunks / Trailer
 // (LeaderResponse).
 //
-// Threading: gRPC's sync server calls handlers on its own threads; jobs
-// serialise inside GroupRuntime::Run.
+// Threading: Run is a callback-API stream: each call decodes on a thread of
+// its own and writes through the reactor, and the caller's cancellation
+// arrives as an event (OnCancel) that raises the flag the group checks at
+// every GroupNorm and tile. Models and Status are sync handlers on gRPC's
+// threads. Jobs serialise inside GroupRuntime::Run.
 
 #include <grpcpp/grpcpp.h>
 
@@ -18,7 +21,7 @@
 
 namespace vaedecode::worker {
 
-class LeaderService final : public internal::GroupLeader::Service {
+class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run<internal::GroupLeader::Service> {
  public:
   // `runtime` must outlive the service; `requested_dtype` is the dtype the
   // worker was asked to decode in (each model runs in
@@ -26,14 +29,19 @@ class LeaderService final : public internal::GroupLeader::Service {
   // peak (tiling/calibration.h).
   LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype, std::vector<tiling::PeakProfile> profiles);
 
-  grpc::Status Run(grpc::ServerContext* context, const v1::DecodeRequest* request,
-                   grpc::ServerWriter<v1::DecodeResponse>* writer) override;
+  grpc::ServerWriteReactor<v1::DecodeResponse>* Run(grpc::CallbackServerContext* context,
+                                                   const v1::DecodeRequest* request) override;
   grpc::Status Models(grpc::ServerContext* context, const v1::ListModelsRequest* request,
                       v1::ListModelsResponse* response) override;
   grpc::Status Status(grpc::ServerContext* context, const internal::StatusRequest* request,
                       internal::StatusResponse* response) override;
 
  private:
+  class RunCall;
+  // The decode of one Run call, on its own thread: plan, run, stream.
+  grpc::Status Decode(const grpc::CallbackServerContext& context, const v1::DecodeRequest& request,
+                      RunCall& call);
+
   GroupRuntime& runtime_;
   const at::ScalarType requested_dtype_;
   const std::vector<tiling::PeakProfile> profiles_;
