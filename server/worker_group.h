@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +42,7 @@
 #include "absl/time/time.h"
 #include "server/job.h"
 #include "server/metrics.h"
+#include "server/mode_selection.h"
 #include "server/model_catalog.h"
 #include "server/rank_heartbeats.h"
 #include "server/scheduler.h"
@@ -122,7 +124,26 @@ class WorkerGroup {
   std::string FindExited(std::vector<rpc::ChildProcess>& children);
   // The first rank silent past the heartbeat timeout, described; "" when none.
   std::string FindHung(std::vector<rpc::ChildProcess>& children, RankHeartbeats& heartbeats);
+  // ---- dispatcher (worker_dispatch.cc)
+  // One job on the group: mode, call, stream, conclusion.
   void RunJob(const std::shared_ptr<Leader>& leader, const std::shared_ptr<Job>& job);
+  // The scheduler's choice for `job`, waiting while nothing fits the group's
+  // free memory; nullopt when the job was finished or requeued meanwhile.
+  std::optional<ModeChoice> ChooseMode(const std::shared_ptr<Leader>& leader, const std::shared_ptr<Job>& job);
+  // What the leader's stream held.
+  struct LeaderStream {
+    grpc::Status finished;
+    bool got_header = false;
+    bool got_trailer = false;
+    bool client_gone = false;  // the job's client stopped reading: the call was cancelled
+  };
+  // Reads the leader's Run stream into the job.
+  LeaderStream ForwardStream(const std::shared_ptr<Leader>& leader, grpc::ClientContext& ctx,
+                             const std::shared_ptr<Job>& job, double queue_ms);
+  // After a cancelled call: waits for the leader to stop, records the release.
+  void AwaitLeaderIdle(const std::shared_ptr<Leader>& leader, const Job& job);
+  // Finishes the job from the call's outcome, with its metrics.
+  void Conclude(const std::shared_ptr<Leader>& leader, const std::shared_ptr<Job>& job, const LeaderStream& stream);
   // Dispatcher: the leader failed with `message`; returns the reason to
   // report (the supervisor's, naming the dead rank, when it finds one).
   std::string ReportFailure(const std::shared_ptr<Leader>& leader, const std::string& message);
