@@ -1,5 +1,7 @@
 #include "parallel/communicator.h"
 
+#include <string>
+
 namespace vaedecode::parallel {
 
 std::string_view CallKindName(CallKind kind) {
@@ -18,6 +20,11 @@ std::string_view CallKindName(CallKind kind) {
       return "other";
   }
   return "unknown";
+}
+
+absl::Status AbortWith(Communicator& comm, absl::Status status) {
+  comm.Abort(std::string(status.message()));
+  return status;
 }
 
 }  // namespace vaedecode::parallel

@@ -109,4 +109,9 @@ class Communicator {
   virtual void Abort(std::string_view reason) = 0;
 };
 
+// Aborts `comm` with `status`'s message (so peers blocked in a call return
+// at once) and returns `status`: for an error that leaves the ranks out of
+// step.
+absl::Status AbortWith(Communicator& comm, absl::Status status);
+
 }  // namespace vaedecode::parallel

@@ -15,11 +15,7 @@ namespace vaedecode::tiling {
 namespace {
 
 std::unique_ptr<families::Decoder> SmallDecoder() {
-  families::autoencoder_kl::AutoencoderKLConfig c;
-  c.block_out_channels = {16, 32};
-  c.layers_per_block = 1;
-  c.norm_num_groups = 8;
-  return families::autoencoder_kl::MakeSeededAutoencoderKL(c, 42);
+  return families::autoencoder_kl::MakeSmallSeededAutoencoderKL();
 }
 
 FamilyGeometry SmallGeometry(const families::Decoder& d) {

@@ -11,16 +11,8 @@
 #include "worker/group_job.h"
 
 namespace vaedecode::worker {
-namespace {
 
-// Fails the group with `status` so that peers blocked in a call return at once.
-absl::Status AbortWith(parallel::Communicator& comm, absl::Status status) {
-  comm.Abort(std::string(status.message()));
-  return status;
-}
-
-}  // namespace
-
+using parallel::AbortWith;
 absl::StatusOr<ExactRows> DecodeExactBands(families::Decoder& decoder, parallel::Communicator& comm,
                                            const DecodePlan& plan, const std::atomic<bool>* cancelled) {
   const at::Tensor& z = plan.latent;

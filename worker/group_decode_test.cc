@@ -20,12 +20,7 @@ namespace vaedecode::worker {
 namespace {
 
 std::unique_ptr<families::Decoder> SmallDecoder() {
-  families::autoencoder_kl::AutoencoderKLConfig c;
-  c.block_out_channels = {16, 32};
-  c.layers_per_block = 1;
-  c.norm_num_groups = 8;
-  c.sample_size = 64;  // stock tiles of 32 latents, stride 24
-  return families::autoencoder_kl::MakeSeededAutoencoderKL(c, 42);
+  return families::autoencoder_kl::MakeSmallSeededAutoencoderKL();
 }
 
 at::Tensor Latent(int64_t rows, int64_t cols) {

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 
 namespace vaedecode::worker {
+
+using parallel::AbortWith;
 namespace {
 
 constexpr int64_t kMaxDims = 6;
@@ -45,12 +47,6 @@ absl::StatusOr<int64_t> CodeFromDtype(at::ScalarType t) {
     default:
       return absl::InvalidArgumentError(absl::StrCat("latent dtype ", c10::toString(t), " cannot be decoded"));
   }
-}
-
-// A malformed header means the ranks no longer agree: fail the whole group.
-absl::Status AbortWith(parallel::Communicator& comm, absl::Status status) {
-  comm.Abort(std::string(status.message()));
-  return status;
 }
 
 }  // namespace

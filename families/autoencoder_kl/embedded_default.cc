@@ -32,4 +32,14 @@ std::unique_ptr<Decoder> MakeEmbeddedDefault() {
   return MakeSeededAutoencoderKL(EmbeddedDefaultConfig(), kEmbeddedSeed);
 }
 
+std::unique_ptr<Decoder> MakeSmallSeededAutoencoderKL(double scaling_factor) {
+  AutoencoderKLConfig c;
+  c.block_out_channels = {16, 32};
+  c.layers_per_block = 1;
+  c.norm_num_groups = 8;
+  c.sample_size = 64;
+  c.scaling_factor = scaling_factor;
+  return MakeSeededAutoencoderKL(c, 42);
+}
+
 }  // namespace vaedecode::families::autoencoder_kl

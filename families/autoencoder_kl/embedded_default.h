@@ -24,4 +24,9 @@ std::unique_ptr<Decoder> MakeSeededAutoencoderKL(const AutoencoderKLConfig& conf
 
 std::unique_ptr<Decoder> MakeEmbeddedDefault();
 
+// A small AutoencoderKL with seeded weights (16 and 32 channels, one layer
+// per block, 8 groups, 64-pixel stock tiles: 32 latents every 24) that
+// decodes in milliseconds: the real decoder for tests of what runs it.
+std::unique_ptr<Decoder> MakeSmallSeededAutoencoderKL(double scaling_factor = 0.18215);
+
 }  // namespace vaedecode::families::autoencoder_kl
