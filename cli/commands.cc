@@ -21,13 +21,19 @@
 #include "cli/model_loading.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
+#include "client/client_io.h"
+#include "client/output_assembler.h"
 #include "formats/tensor_file.h"
+#include "rpc/leader_call.h"
+#include "rpc/request_checks.h"
 #include "tiling/calibration.h"
 #include "tiling/planner.h"
 #include "worker/decode_job.h"
 #include "worker/decode_plan.h"
 #include "worker/group_decode.h"
 #include "worker/group_runtime.h"
+#include "worker/leader_response.h"
+#include "worker/proto_conversion.h"
 #include "worker/runtime_info.h"
 
 namespace vaedecode::cli {
@@ -56,11 +62,6 @@ at::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
 }
 
 std::string ShapeText(c10::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ","), "]"); }
-
-bool EndsWith(const std::string& s, const char* suffix) {
-  const std::string t(suffix);
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-}
 
 // Peak resident memory of this process (the leader's, in exact mode).
 int64_t MaxRssMib() {
@@ -141,13 +142,64 @@ std::string Figures(const families::Decoder& decoder, const worker::DecodePlan& 
   return figures;
 }
 
+// --jpeg-quality, --fps, --scaling-factor, --shift-factor,
+// --decode-timestep, --decode-noise-scale, --noise-seed into `request`'s
+// fields of the same names (their values are checked with the request).
+absl::Status ParseRequestOptions(const ParsedArgs& args, v1::DecodeRequest& request) {
+  const auto number = [&](const char* flag, const std::function<void(double)>& set) -> absl::Status {
+    std::optional<std::string> v = args.Get(flag);
+    if (!v) return absl::OkStatus();
+    double d = 0;
+    if (!absl::SimpleAtod(*v, &d)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be a number, got \"", *v, "\""));
+    }
+    set(d);
+    return absl::OkStatus();
+  };
+  for (const absl::Status& s : {
+           number("jpeg-quality", [&](double d) { request.set_jpeg_quality(static_cast<int>(d)); }),
+           number("fps", [&](double d) { request.set_fps(static_cast<int>(d)); }),
+           number("scaling-factor", [&](double d) { request.set_scaling_factor(d); }),
+           number("shift-factor", [&](double d) { request.set_shift_factor(d); }),
+           number("decode-timestep", [&](double d) { request.set_decode_timestep(d); }),
+           number("decode-noise-scale", [&](double d) { request.set_decode_noise_scale(d); }),
+       }) {
+    if (!s.ok()) return s;
+  }
+  if (std::optional<std::string> seed = args.Get("noise-seed")) {
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(*seed, &n)) {
+      return absl::InvalidArgumentError(absl::StrCat("--noise-seed must be an integer, got \"", *seed, "\""));
+    }
+    request.set_noise_seed(n);
+  }
+  return absl::OkStatus();
+}
+
+// Collects the leader's response stream as a client would.
+class AssemblingSink final : public worker::ResponseSink {
+ public:
+  explicit AssemblingSink(client::OutputAssembler& output) : output_(output) {}
+  bool Write(const v1::DecodeResponse& message) override {
+    status_.Update(output_.Add(message));
+    return status_.ok();
+  }
+  bool cancelled() const override { return false; }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  client::OutputAssembler& output_;
+  absl::Status status_;
+};
+
 }  // namespace
 
 const std::map<std::string, std::set<std::string>>& CommandFlags() {
   static const auto* flags = new std::map<std::string, std::set<std::string>>{
       {"decode",
        {"model", "latent", "out", "latent-space", "dtype", "threads", "latent-shape", "seed", "mode",
-        "ranks", "timeout-s", "device", "budget-mib", "seeded-weights", "warmup", "repeat"}},
+        "ranks", "timeout-s", "device", "budget-mib", "seeded-weights", "warmup", "repeat", "jpeg-quality", "fps",
+        "scaling-factor", "shift-factor", "decode-timestep", "decode-noise-scale", "noise-seed"}},
       {"info", {"model"}},
       // Internal: a peer rank of `decode --mode exact`, started by the leader.
       {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s"}},
@@ -167,7 +219,11 @@ std::string Usage() {
          "  vaedecode info [--model DIR]\n"
          "Without --model, an embedded SD-1.x-shaped AutoencoderKL with seeded random weights is used.\n"
          "--latent: .safetensors (one tensor, or the tensor named \"latent\") or .npy.\n"
-         "--out: .safetensors / .npy (float32 tensor \"sample\") or .png (one image per batch entry).\n"
+         "--out: .safetensors / .npy (float32 tensor \"sample\"), .png / .jpg (one image per batch entry and\n"
+         "  frame) or .mp4 (one video per batch entry), written as vaedecode_client writes the service's output.\n"
+         "  [--jpeg-quality Q] [--fps F]   (JPEG quality, MP4 frame rate)\n"
+         "  [--scaling-factor S [--shift-factor T]]   (raw latents: z / S + T instead of the model's own)\n"
+         "  [--decode-timestep T --decode-noise-scale S --noise-seed N]   (timestep-conditioned models: LTX)\n"
          "--budget-mib: memory the decode may use on the device beyond the loaded model; --mode tiled sizes\n"
          "  its tiles from the model's measured peak to fit it (allocations beyond it fail and retry smaller).\n"
          "--repeat N: decode_ms is the median of the N timed decodes (decode_ms_runs lists them).\n";
@@ -175,19 +231,21 @@ std::string Usage() {
 
 absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   std::optional<std::string> out_path = args.Get("out");
-  if (!out_path) return absl::InvalidArgumentError("decode needs --out FILE (.safetensors, .npy or .png)");
+  if (!out_path) return absl::InvalidArgumentError("decode needs --out FILE (.safetensors, .npy, .png, .jpg or .mp4)");
   const std::string out_file = ResolveUserPath(*out_path);
-  if (!EndsWith(out_file, ".safetensors") && !EndsWith(out_file, ".npy") && !EndsWith(out_file, ".png")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--out ", *out_path, ": extension must be .safetensors, .npy or .png"));
-  }
-  families::LatentSpace space = families::LatentSpace::kVae;
+  // The request a client would send for this decode (its latent comes from
+  // --latent): the service's options, checked and converted as it does.
+  v1::DecodeRequest request;
+  absl::StatusOr<v1::OutputFormat> format = client::FormatForPath(out_file);
+  if (!format.ok()) return format.status();
+  request.set_output_format(*format);
   const std::string space_name = args.Get("latent-space").value_or("vae");
   if (space_name == "raw") {
-    space = families::LatentSpace::kRaw;
+    request.set_latent_space(v1::LATENT_SPACE_RAW);
   } else if (space_name != "vae") {
     return absl::InvalidArgumentError(absl::StrCat("--latent-space must be vae or raw, got \"", space_name, "\""));
   }
+  if (absl::Status s = ParseRequestOptions(args, request); !s.ok()) return s;
   absl::StatusOr<at::ScalarType> dtype = families::ParseDtype(args.Get("dtype").value_or("float32"));
   if (!dtype.ok()) return dtype.status();
   if (absl::Status s = ApplyThreads(args); !s.ok()) return s;
@@ -268,7 +326,6 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     latent_name = absl::StrCat("demo(seed=", seed, ")");
   }
 
-  const worker::DecodeJob job{latent, space};
   const auto start = std::chrono::steady_clock::now();
   families::Decoder& decoder = *model->decoder;
   // Tiles are sized from the model's measured peaks, as a service worker's
@@ -281,6 +338,12 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     if (!loaded.ok()) return loaded.status();
     profile = *loaded;
   }
+  // The request's options against the model, as the server checks them.
+  v1::ModelInfo model_info;
+  worker::DescribeModel(*model, profile.value_or(tiling::PeakProfile{}), ranks, &model_info);
+  if (absl::Status s = rpc::ValidateDecodeOptions(request, model_info); !s.ok()) return s;
+  if (absl::Status s = rpc::ValidateOutputFormat(request, model_info); !s.ok()) return s;
+  const worker::DecodeJob job = worker::JobFromRequest(request, latent);
   // Budgets count beyond the loaded model (it is not the decode's), and
   // apply before the group reports its free memory.
   if (budget_mib > 0) {
@@ -328,18 +391,21 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   }
   const std::string figures =
       Figures(decoder, group_job.plan, *outcome, profile ? &*profile : nullptr, run, warmup);
-  const at::Tensor* sample = &outcome->result.sample;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
-  at::Tensor result = sample->to(at::kFloat).cpu().contiguous();
-  std::string written = out_file;
-  if (EndsWith(out_file, ".png")) {
-    absl::StatusOr<std::vector<std::string>> files = formats::WritePngImages(out_file, result);
-    if (!files.ok()) return files.status();
-    written = absl::StrJoin(*files, ",");
-  } else if (absl::Status s = formats::WriteTensorFile(out_file, "sample", result); !s.ok()) {
-    return s;
-  }
+  // The output as the service streams it, assembled and written as its
+  // client writes it.
+  client::OutputAssembler assembled;
+  AssemblingSink sink(assembled);
+  worker::LeaderResponse response(sink, request, rpc::kDefaultMaxChunkBytes,
+                                  decoder.OutputShape(group_job.plan.latent.sizes().vec()),
+                                  families::DecodeDtypeReason(decoder.info(), *dtype));
+  if (absl::Status s = response.Finish(group_job.plan, *outcome, runtime.world_size()); !s.ok()) return s;
+  if (!sink.status().ok()) return sink.status();
+  absl::StatusOr<std::vector<std::string>> files = client::WriteOutput(out_file, assembled);
+  if (!files.ok()) return files.status();
+  const std::string written = absl::StrJoin(*files, ",");
+  const at::Tensor& result = outcome->result.sample;
   out << "decoded model=" << model_name << " family=" << decoder.info().family
       << " latent=" << latent_name << " latent_shape=" << ShapeText(latent.sizes())
       << " space=" << space_name << " sample_shape=" << ShapeText(result.sizes())

@@ -18,24 +18,14 @@
 namespace vaedecode::server {
 
 // INVALID_ARGUMENT with a message that names the field and the problem:
-// latent missing, the tensor's own checks (rpc::ValidateLatentTensor:
-// non-floating dtype, a dimension < 1, byte length != numel × element
-// size), rank other than 4 (image models) or 5 (video models), channels
-// other than the model's latent channels, unknown latent_space /
-// output_format / mode values, an output format the model's output channels
-// cannot be written as, an over-long request id, a JPEG quality outside
-// 0..100, or scaling overrides / decode noise ValidateLatentScaling /
-// ValidateDecodeNoise refuse.
+// the request's options (rpc::ValidateDecodeOptions: ids, enum values,
+// JPEG quality, fps, scaling overrides, decode noise), latent missing, the
+// tensor's own checks (rpc/latent_tensor.h: non-floating dtype, a dimension
+// < 1, byte length != numel × element size), rank other than 4 (image
+// models) or 5 (video models), channels other than the model's latent
+// channels, or an output format the model's output channels cannot be
+// written as (rpc::ValidateOutputFormat).
 absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::ModelInfo& model);
-
-// The scaling_factor/shift_factor overrides: a shift needs a scale; both
-// finite, the scale non-zero; only for latent_space RAW and models whose raw
-// latent is not packed.
-absl::Status ValidateLatentScaling(const v1::DecodeRequest& request, const v1::ModelInfo& model);
-
-// decode_timestep / decode_noise_scale / noise_seed: only for
-// timestep-conditioned models; finite and >= 0.
-absl::Status ValidateDecodeNoise(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
 // The decoded output's size for a latent that passed ValidateDecodeRequest:
 // a packed raw latent unpacks by the model's raw patch first; video frames

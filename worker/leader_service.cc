@@ -1,7 +1,6 @@
 #include "worker/leader_service.h"
 
 #include <atomic>
-#include <cstring>
 #include <optional>
 #include <thread>
 
@@ -11,50 +10,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "device/compute_device.h"
-#include "rpc/latent_tensor.h"
 #include "rpc/leader_call.h"
 #include "rpc/status.h"
 #include "worker/decode_plan.h"
 #include "worker/leader_response.h"
+#include "worker/proto_conversion.h"
 
 namespace vaedecode::worker {
 namespace {
-
-void FillModelInfo(const NamedModel& m, const tiling::PeakProfile& profile,
-                   int world_size, v1::ModelInfo* out) {
-  const families::ModelInfo& info = m.decoder->info();
-  out->set_name(m.name);
-  out->set_family(info.family);
-  out->set_diffusers_class(info.diffusers_class);
-  out->set_config_json(info.config_json);
-  out->set_latent_channels(info.latent_channels);
-  out->set_raw_latent_channels(info.raw_latent_channels > 0 ? info.raw_latent_channels : info.latent_channels);
-  out->set_raw_patch(info.raw_patch);
-  out->set_out_channels(info.out_channels);
-  out->set_spatial_factor(info.spatial_factor);
-  out->set_temporal_factor(info.temporal_factor);
-  out->set_is_video(info.is_video);
-  out->set_peak_latent_frames(info.peak_latent_frames);
-  out->set_timestep_conditioning(info.timestep_conditioning);
-  out->set_scaling_factor(info.scaling_factor);
-  if (info.shift_factor) out->set_shift_factor(*info.shift_factor);
-  out->set_raw_to_vae_formula(info.raw_to_vae_formula);
-  out->set_parameter_count(info.parameter_count);
-  out->set_dtype(families::DtypeName(m.decoder->dtype()));
-  out->set_peak_bytes_per_latent(profile.bytes_per_latent);
-  out->set_fixed_peak_bytes(profile.fixed_bytes);
-  out->set_attention_bytes_per_latent_pair(profile.attention_bytes_per_latent_pair);
-  out->set_attention_fixed_bytes(profile.attention_fixed_bytes);
-  out->set_attention_bytes_per_latent(profile.attention_bytes_per_latent);
-  out->add_supported_modes(v1::MODE_DENSE);
-  out->add_supported_modes(v1::MODE_TILED);
-  // A one-row latent is always shardable if the family has an adapter.
-  const std::vector<int64_t> probe = info.is_video ? std::vector<int64_t>{1, info.latent_channels, 1, 64, 64}
-                                                   : std::vector<int64_t>{1, info.latent_channels, 64, 64};
-  if (world_size > 1 && m.decoder->CheckExactSharding(probe, world_size).ok()) {
-    out->add_supported_modes(v1::MODE_EXACT);
-  }
-}
 
 // A call-metadata integer, or nullopt.
 std::optional<int64_t> MetadataInt(const grpc::ServerContextBase& context, const char* key) {
@@ -76,34 +39,7 @@ DecodeMode RequestedMode(const grpc::ServerContextBase& context, const v1::Decod
   return DecodeMode::kExact;
 }
 
-// The request's decode inputs beside the latent.
-DecodeJob JobFromRequest(const v1::DecodeRequest& request, at::Tensor latent) {
-  DecodeJob job;
-  job.latent = std::move(latent);
-  job.latent_space =
-      request.latent_space() == v1::LATENT_SPACE_RAW ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
-  if (request.has_decode_timestep()) job.conditioning.timestep = request.decode_timestep();
-  // LTX2Pipeline's decode noise scale defaults to its decode timestep.
-  job.noise_scale = request.has_decode_noise_scale() ? request.decode_noise_scale() : request.decode_timestep();
-  if (request.has_noise_seed()) job.noise_seed = request.noise_seed();
-  if (request.has_scaling_factor()) job.scaling_factor = request.scaling_factor();
-  if (request.has_shift_factor()) job.shift_factor = request.shift_factor();
-  return job;
-}
-
 }  // namespace
-
-absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent) {
-  // The server refused a bad latent with the same checks; they guard the copy.
-  if (absl::StatusOr<int64_t> numel = rpc::ValidateLatentTensor(latent); !numel.ok()) return numel.status();
-  const at::ScalarType type = latent.dtype() == v1::FLOAT16    ? at::kHalf
-                              : latent.dtype() == v1::BFLOAT16 ? at::kBFloat16
-                                                               : at::kFloat;
-  at::Tensor t = at::empty(std::vector<int64_t>(latent.shape().begin(), latent.shape().end()),
-                           at::TensorOptions().dtype(type));
-  std::memcpy(t.data_ptr(), latent.data().data(), latent.data().size());
-  return t;
-}
 
 LeaderService::LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype,
                              std::vector<tiling::PeakProfile> profiles)
@@ -112,7 +48,7 @@ LeaderService::LeaderService(GroupRuntime& runtime, at::ScalarType requested_dty
 grpc::Status LeaderService::Models(grpc::ServerContext*, const v1::ListModelsRequest*,
                                    v1::ListModelsResponse* response) {
   for (size_t i = 0; i < runtime_.models().size(); ++i) {
-    FillModelInfo(runtime_.models()[i], profiles_[i], runtime_.world_size(), response->add_models());
+    DescribeModel(runtime_.models()[i], profiles_[i], runtime_.world_size(), response->add_models());
   }
   return grpc::Status::OK;
 }

@@ -49,7 +49,4 @@ class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run
   std::vector<int64_t> last_peak_bytes_ ABSL_GUARDED_BY(stats_mu_);
 };
 
-// The latent of a request as a CPU tensor, or INVALID_ARGUMENT naming what is wrong.
-absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent);
-
 }  // namespace vaedecode::worker

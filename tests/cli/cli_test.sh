@@ -22,6 +22,17 @@ compare() {  # expected actual
   case "$verdict" in *OK) echo "  ok: $verdict" ;; *) fail "$2 vs $1: $verdict" ;; esac
 }
 
+expect_error() {  # expected-code substring args...
+  local code=$1 want=$2
+  shift 2
+  local err rc
+  err=$("$BIN" "$@" 2>&1 >/dev/null)
+  rc=$?
+  [ "$rc" -eq "$code" ] || fail "exit $rc (want $code) for: $*"
+  echo "$err" | grep -q -- "$want" || fail "error for '$*' does not mention '$want': $err"
+  [ "$code" -eq 2 ] || [ "$(echo "$err" | wc -l)" -eq 1 ] || fail "error for '$*' is not one line: $err"
+}
+
 # Cases of every AutoencoderKL fixture: folder case latent expected pipeline_latent
 cases=$("$PY" - "$FIX/index.json" <<'PY'
 import json, sys
@@ -56,6 +67,28 @@ echo "== png naming"
 "$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/latent.safetensors" --out "$OUT/one.png" >/dev/null \
   && [ -s "$OUT/one.png" ] || fail "batch 1 did not write one.png"
 
+echo "== the service's other outputs and options: JPEG, MP4, scaling overrides, decode noise"
+"$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/latent.safetensors" --out "$OUT/one.jpg" --jpeg-quality 90 \
+  >/dev/null || fail "jpeg decode"
+[ "$(head -c 2 "$OUT/one.jpg" | od -An -tx1 | tr -d ' \n')" = "ffd8" ] || fail "one.jpg is not a JPEG"
+"$BIN" decode --model "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" --out "$OUT/clip.mp4" --fps 8 \
+  >/dev/null || fail "mp4 decode"
+[ "$(head -c 8 "$OUT/clip.mp4" | tail -c 4)" = "ftyp" ] || fail "clip.mp4 is not an MP4 file"
+# The model's own scaling factor as the request's override: the family's
+# de-normalisation, bit for bit.
+sf=$("$BIN" info --model "$FIX/sd_kl" | sed -n 's/^scaling factor: //p')
+"$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/pipeline_latent.safetensors" --latent-space raw \
+  --scaling-factor "$sf" --out "$OUT/scaled.npy" >/dev/null || fail "scaling-factor decode"
+"$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/pipeline_latent.safetensors" --latent-space raw \
+  --out "$OUT/unscaled.npy" >/dev/null || fail "raw decode"
+cmp -s "$OUT/scaled.npy" "$OUT/unscaled.npy" || fail "--scaling-factor $sf is not the model's own de-normalisation"
+"$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/pipeline_latent.safetensors" --latent-space raw \
+  --scaling-factor 1 --out "$OUT/scaled1.npy" >/dev/null || fail "scaling-factor 1 decode"
+! cmp -s "$OUT/scaled1.npy" "$OUT/unscaled.npy" || fail "--scaling-factor 1 changed nothing"
+expect_error 1 "applies to raw latents" decode --scaling-factor 2 --out "$OUT/x.npy"
+expect_error 1 "not timestep-conditioned" decode --decode-timestep 0.05 --out "$OUT/x.npy"
+expect_error 1 "OUTPUT_MP4 needs a video model" decode --out "$OUT/x.mp4"
+
 echo "== float16: force_upcast VAEs decode in float32, as diffusers' pipelines do"
 line=$("$BIN" decode --model "$FIX/sd_kl" --dtype float16 --out "$OUT/fp16.npy" | tail -n 1)
 [[ "$line" == *"dtype=float32 requested_dtype=float16 (force_upcast)"* ]] || fail "sd_kl in float16 was not upcast: $line"
@@ -78,16 +111,6 @@ echo "== info"
 "$BIN" info --model "$FIX/flux1_kl" | grep -q "shift factor: 0.1159" || fail "info lacks the shift factor"
 
 echo "== malformed input: one-line error, non-zero exit"
-expect_error() {  # expected-code substring args...
-  local code=$1 want=$2
-  shift 2
-  local err rc
-  err=$("$BIN" "$@" 2>&1 >/dev/null)
-  rc=$?
-  [ "$rc" -eq "$code" ] || fail "exit $rc (want $code) for: $*"
-  echo "$err" | grep -q -- "$want" || fail "error for '$*' does not mention '$want': $err"
-  [ "$code" -eq 2 ] || [ "$(echo "$err" | wc -l)" -eq 1 ] || fail "error for '$*' is not one line: $err"
-}
 head -c 100 "$FIX/sd_kl/latent.safetensors" > "$OUT/truncated.safetensors"
 printf '\x08\x00\x00\x00\x00\x00\x00\x00{"a":1}' > "$OUT/badjson.safetensors"
 expect_error 1 "does not exist" decode --model "$OUT/nope" --out "$OUT/x.npy"

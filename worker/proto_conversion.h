@@ -1,0 +1,29 @@
+#pragma once
+
+// Between the public API's messages (proto/vaedecode/v1) and the worker's
+// types, for the leader's service and the CLI alike: a loaded model's
+// ModelInfo, a request's latent as a tensor, a request's decode inputs.
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/statusor.h"
+#include "tiling/calibration.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+#include "worker/decode_job.h"
+#include "worker/model_repository.h"
+
+namespace vaedecode::worker {
+
+// `m`'s ModelInfo as a group of `world_size` ranks serves it, with its
+// measured peaks (`profile`; zeros when not calibrated).
+void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int world_size, v1::ModelInfo* out);
+
+// The latent of a request as a CPU tensor, or INVALID_ARGUMENT naming what
+// is wrong (rpc/latent_tensor.h, the checks the server ran before).
+absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent);
+
+// The request's decode inputs beside the latent (its space, timestep,
+// scaling overrides, decode noise), with `latent`.
+DecodeJob JobFromRequest(const v1::DecodeRequest& request, at::Tensor latent);
+
+}  // namespace vaedecode::worker
