@@ -373,7 +373,10 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   absl::StatusOr<worker::DecodeOutcome> outcome;
   for (int i = 0; i < warmup + repeat; ++i) {
     outcome = absl::UnknownError("not run");  // the previous output is not the next decode's
-    planning.free_bytes_per_rank = runtime.free_bytes_per_rank();
+    // One rank: its free bytes now (the previous run's output released);
+    // a group: as its ranks last reported them, as the service plans.
+    planning.free_bytes_per_rank = runtime.world_size() == 1 ? std::vector<int64_t>{(*memory)->free_bytes()}
+                                                             : runtime.free_bytes_per_rank();
     absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(decoder, job, planning);
     if (!plan.ok()) return plan.status();
     group_job.plan = *std::move(plan);
@@ -400,8 +403,9 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   worker::LeaderResponse response(sink, request, rpc::kDefaultMaxChunkBytes,
                                   decoder.OutputShape(group_job.plan.latent.sizes().vec()),
                                   families::DecodeDtypeReason(decoder.info(), *dtype));
-  if (absl::Status s = response.Finish(group_job.plan, *outcome, runtime.world_size()); !s.ok()) return s;
-  if (!sink.status().ok()) return sink.status();
+  const absl::Status streamed = response.Finish(group_job.plan, *outcome, runtime.world_size());
+  if (!sink.status().ok()) return sink.status();  // the assembler's error, not the stream's "caller gone"
+  if (!streamed.ok()) return streamed;
   absl::StatusOr<std::vector<std::string>> files = client::WriteOutput(out_file, assembled);
   if (!files.ok()) return files.status();
   const std::string written = absl::StrJoin(*files, ",");

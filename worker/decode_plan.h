@@ -57,7 +57,8 @@ struct PlanningContext {
   DecodeMode requested = DecodeMode::kExact;
   int world_size = 1;
   // kTiled: the model's measured peaks and every rank's free bytes (-1:
-  // unbounded). Without a profile tiles are sized by the floor.
+  // unbounded). Without a profile tiles are sized by FamilyGeometry's
+  // default per-latent cost.
   const tiling::PeakProfile* profile = nullptr;
   std::vector<int64_t> free_bytes_per_rank;
 };

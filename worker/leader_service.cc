@@ -70,7 +70,14 @@ grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusR
 class LeaderService::RunCall final : public grpc::ServerWriteReactor<v1::DecodeResponse>, public ResponseSink {
  public:
   RunCall(LeaderService& service, grpc::CallbackServerContext* context, const v1::DecodeRequest* request)
-      : thread_([this, &service, context, request] { Finish(service.Decode(*context, *request, *this)); }) {}
+      : thread_([this, &service, context, request] {
+          // No exception may end the process: whatever escapes the decode's
+          // own handling (an allocation while streaming, say) is a status.
+          grpc::Status status;
+          const absl::Status caught =
+              CatchExceptions("leader call", [&] { status = service.Decode(*context, *request, *this); });
+          Finish(caught.ok() ? status : rpc::ToGrpcStatus(caught));
+        }) {}
 
   bool Write(const v1::DecodeResponse& message) override {
     if (cancelled_.load()) return false;
