@@ -5,9 +5,9 @@
 // (halo convs of radius <= 1, merged GroupNorm statistics, all-gathered K/V
 // in the mid block; the only condition is >= 1 latent row per band).
 //
-// A `raw` latent is banded as the request holds it, [B, 4·C, h, w]: the
-// BatchNorm de-normalisation is per channel and the 2x2 unpatchify turns each
-// raw row into 2 VAE rows, so every band doubles and stays >= 1 row.
+// A `raw` latent is unpacked (BatchNorm de-normalisation, 2x2 unpatchify)
+// once, on the leader, before it is sharded (worker/decode_plan.h): the
+// bands are cut from the VAE-space latent, 2h rows for h raw rows.
 
 #include <cstdint>
 #include <vector>
@@ -17,7 +17,7 @@
 
 namespace vaedecode::families::flux2 {
 
-// `latent_shape`: [B, C, h, w] (VAE space) or [B, 4·C, h, w] (raw).
+// `latent_shape`: [B, C, H, W], VAE space.
 absl::Status CheckExactSharding(const Flux2Config& config, const std::vector<int64_t>& latent_shape,
                                 int world_size);
 
