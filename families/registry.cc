@@ -6,56 +6,27 @@
 #include "absl/strings/str_join.h"
 
 namespace vaedecode::families {
-namespace {
-
-// What a lineage's decoder-side checkpoint keys have that the others' lack.
-// A checkpoint matches a signature when it has every `present` key (with the
-// given rank, when not 0) and none of the `absent` ones. First match wins.
-struct KeySignature {
-  std::vector<std::string> classes;
-  std::vector<std::pair<std::string, size_t>> present;  // key, rank (0: any)
-  std::vector<std::string> absent;
-};
-
-const std::vector<KeySignature>& Signatures() {
-  static const auto* signatures = new std::vector<KeySignature>{
-      // The latent BatchNorm of the 2x2-patched latent.
-      {{"AutoencoderKLFlux2"}, {{"bn.running_mean", 1}, {"decoder.conv_in.weight", 4}}, {}},
-      // Causal-conv wrappers (`.conv.`), parameter-free norms, latent statistics buffers.
-      {{"AutoencoderKLLTX2Video", "AutoencoderKLLTXVideo"},
-       {{"decoder.conv_in.conv.weight", 5}, {"latents_mean", 1}},
-       {"decoder.conv_norm_out.weight"}},
-      // Causal-conv wrappers with GroupNorm and a mid-block attention.
-      {{"AutoencoderKLHunyuanVideo"},
-       {{"decoder.conv_in.conv.weight", 5}, {"decoder.conv_norm_out.weight", 1}},
-       {}},
-      // RMS norms with `gamma`, 5-D convs without wrappers.
-      {{"AutoencoderKLWan", "AutoencoderKLQwenImage"},
-       {{"decoder.conv_in.weight", 5}, {"decoder.norm_out.gamma", 0}},
-       {}},
-      {{"AutoencoderKL"},
-       {{"decoder.conv_in.weight", 4}, {"decoder.conv_norm_out.weight", 1}},
-       {"bn.running_mean"}},
-  };
-  return *signatures;
-}
-
-}  // namespace
-
-std::vector<std::string> ClassesWithKeysLike(const std::map<std::string, const formats::TensorView*>& tensors) {
-  for (const KeySignature& sig : Signatures()) {
-    bool match = true;
-    for (const auto& [key, rank] : sig.present) {
-      auto it = tensors.find(key);
-      if (it == tensors.end() || (rank != 0 && it->second->shape.size() != rank)) {
-        match = false;
-        break;
+std::vector<std::string> Registry::ClassesWithKeysLike(
+    const std::map<std::string, const formats::TensorView*>& tensors) const {
+  std::vector<std::string> out;
+  for (const FamilyRegistration& family : families_) {
+    for (const KeySignature& sig : family.signatures) {
+      bool match = true;
+      for (const auto& [key, rank] : sig.present) {
+        auto it = tensors.find(key);
+        if (it == tensors.end() || (rank != 0 && it->second->shape.size() != rank)) {
+          match = false;
+          break;
+        }
+      }
+      for (const std::string& key : sig.absent) match = match && tensors.count(key) == 0;
+      if (!match) continue;
+      for (const std::string& c : sig.classes) {
+        if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
       }
     }
-    for (const std::string& key : sig.absent) match = match && tensors.count(key) == 0;
-    if (match) return sig.classes;
   }
-  return {};
+  return out;
 }
 
 void Registry::Register(FamilyRegistration registration) {

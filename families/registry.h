@@ -41,10 +41,21 @@ using DecoderFactory = std::function<absl::StatusOr<std::unique_ptr<Decoder>>(
 absl::Status FillWeights(torch::nn::Module& module, const ModelFiles& files, const IgnoreRules& ignore,
                          const LoadOptions& options);
 
+// What a lineage's decoder-side checkpoint keys have that the others' lack.
+// A checkpoint matches a signature when it has every `present` key (with the
+// given rank, when not 0) and none of the `absent` ones.
+struct KeySignature {
+  std::vector<std::string> classes;  // the diffusers classes such checkpoints come from
+  std::vector<std::pair<std::string, size_t>> present;  // key, rank (0: any)
+  std::vector<std::string> absent;
+};
+
 struct FamilyRegistration {
   std::string family;                           // e.g. "autoencoder_kl"
   std::vector<std::string> diffusers_classes;   // config "_class_name" values it accepts
   DecoderFactory factory;
+  // How its checkpoints are recognised (ClassesWithKeysLike).
+  std::vector<KeySignature> signatures;
 };
 
 class Registry {
@@ -60,18 +71,18 @@ class Registry {
   absl::StatusOr<std::unique_ptr<Decoder>> Load(const std::string& path,
                                                 const LoadOptions& options) const;
 
+  // The diffusers classes whose checkpoints have tensor names like
+  // `tensors` (decoder-side keys only each lineage has, e.g. FLUX.2's
+  // `bn.running_mean`; the registered families' signatures), or empty when
+  // none is recognised. Wan and Qwen-Image checkpoints look alike, so a guess
+  // may name several classes. Load adds the guess to a failed load's error
+  // when the config names another class (a config from one model next to
+  // weights from another).
+  std::vector<std::string> ClassesWithKeysLike(const std::map<std::string, const formats::TensorView*>& tensors) const;
+
  private:
   std::vector<FamilyRegistration> families_;
 };
-
-// The diffusers classes whose checkpoints have tensor names like `tensors`
-// (decoder-side keys only each lineage has, e.g. FLUX.2's `bn.running_mean`),
-// or empty when none is recognised. Wan and Qwen-Image checkpoints look
-// alike, so a guess may name several classes. Registry::Load adds the guess
-// to a failed load's error when the config names another class (a config
-// from one model next to weights from another).
-std::vector<std::string> ClassesWithKeysLike(
-    const std::map<std::string, const formats::TensorView*>& tensors);
 
 // Checks that `dtype` is a decoder dtype (float32, bfloat16, float16; LibTorch
 // 2.x runs all three on CPUs and GPUs).

@@ -30,13 +30,13 @@ TEST(ClassesWithKeysLike, RecognisesEveryFixtureCheckpoint) {
     if (!seen.insert(c.fixture).second) continue;
     absl::StatusOr<std::unique_ptr<ModelFiles>> files = ModelFiles::Open(testing::FixturePath(c.fixture));
     ASSERT_TRUE(files.ok()) << files.status();
-    EXPECT_THAT(ClassesWithKeysLike((*files)->tensors()), Contains(c.diffusers_class)) << c.fixture;
+    EXPECT_THAT(BuiltinFamilies().ClassesWithKeysLike((*files)->tensors()), Contains(c.diffusers_class)) << c.fixture;
   }
   EXPECT_EQ(seen.size(), 8u);  // every fixture folder
 }
 
 TEST(ClassesWithKeysLike, UnknownKeysGuessNothing) {
-  EXPECT_TRUE(ClassesWithKeysLike({}).empty());
+  EXPECT_TRUE(BuiltinFamilies().ClassesWithKeysLike({}).empty());
 }
 
 // A model folder whose config.json says `class_name` next to `fixture`'s weights.

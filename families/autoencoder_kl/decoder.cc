@@ -127,7 +127,12 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadAutoencoderKL(const ModelFiles& fil
 }
 
 void Register(Registry& registry) {
-  registry.Register({"autoencoder_kl", {"AutoencoderKL"}, &LoadAutoencoderKL});
+  registry.Register({"autoencoder_kl",
+                     {"AutoencoderKL"},
+                     &LoadAutoencoderKL,
+                     {{{"AutoencoderKL"},
+                       {{"decoder.conv_in.weight", 4}, {"decoder.conv_norm_out.weight", 1}},
+                       {"bn.running_mean"}}}});
 }
 
 }  // namespace vaedecode::families::autoencoder_kl

@@ -120,7 +120,11 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadFlux2(const ModelFiles& files, cons
 }
 
 void Register(Registry& registry) {
-  registry.Register({"flux2", {"AutoencoderKLFlux2"}, &LoadFlux2});
+  // The latent BatchNorm of the 2x2-patched latent.
+  registry.Register({"flux2",
+                     {"AutoencoderKLFlux2"},
+                     &LoadFlux2,
+                     {{{"AutoencoderKLFlux2"}, {{"bn.running_mean", 1}, {"decoder.conv_in.weight", 4}}, {}}}});
 }
 
 }  // namespace vaedecode::families::flux2

@@ -113,7 +113,13 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadHunyuanVideo(const ModelFiles& file
 }
 
 void Register(Registry& registry) {
-  registry.Register({"hunyuanvideo", {"AutoencoderKLHunyuanVideo"}, &LoadHunyuanVideo});
+  // Causal-conv wrappers with GroupNorm and a mid-block attention.
+  registry.Register({"hunyuanvideo",
+                     {"AutoencoderKLHunyuanVideo"},
+                     &LoadHunyuanVideo,
+                     {{{"AutoencoderKLHunyuanVideo"},
+                       {{"decoder.conv_in.conv.weight", 5}, {"decoder.conv_norm_out.weight", 1}},
+                       {}}}});
 }
 
 }  // namespace vaedecode::families::hunyuanvideo

@@ -109,7 +109,14 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadLTX2(const ModelFiles& files, const
 }
 
 void Register(Registry& registry) {
-  registry.Register({"ltx2", {"AutoencoderKLLTX2Video"}, &LoadLTX2});
+  // Causal-conv wrappers (`.conv.`), parameter-free norms, latent statistics
+  // buffers: LTX-Video's checkpoints look the same.
+  registry.Register({"ltx2",
+                     {"AutoencoderKLLTX2Video"},
+                     &LoadLTX2,
+                     {{{"AutoencoderKLLTX2Video", "AutoencoderKLLTXVideo"},
+                       {{"decoder.conv_in.conv.weight", 5}, {"latents_mean", 1}},
+                       {"decoder.conv_norm_out.weight"}}}});
 }
 
 }  // namespace vaedecode::families::ltx2

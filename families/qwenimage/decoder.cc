@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadQwenImage(const ModelFiles& files, 
 
 void Register(Registry& registry) {
   const wan::WanFamily& spec = QwenImageFamilySpec();
-  registry.Register({spec.family, {spec.diffusers_class}, &LoadQwenImage});
+  registry.Register({spec.family, {spec.diffusers_class}, &LoadQwenImage, {wan::WanLineageKeys()}});
 }
 
 }  // namespace vaedecode::families::qwenimage

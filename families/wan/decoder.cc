@@ -100,9 +100,15 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadWan(const ModelFiles& files, const 
   return LoadWanFamily(WanFamilySpec(), *config, files, options);
 }
 
+KeySignature WanLineageKeys() {
+  return {{"AutoencoderKLWan", "AutoencoderKLQwenImage"},
+          {{"decoder.conv_in.weight", 5}, {"decoder.norm_out.gamma", 0}},
+          {}};
+}
+
 void Register(Registry& registry) {
   const WanFamily& spec = WanFamilySpec();
-  registry.Register({spec.family, {spec.diffusers_class}, &LoadWan});
+  registry.Register({spec.family, {spec.diffusers_class}, &LoadWan, {WanLineageKeys()}});
 }
 
 }  // namespace vaedecode::families::wan

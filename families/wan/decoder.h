@@ -37,6 +37,10 @@ struct WanFamily {
 // "wan": AutoencoderKLWan with WanUpBlock (2.1) or WanResidualUpBlock (2.2).
 const WanFamily& WanFamilySpec();
 
+// The checkpoints of the Wan lineage (Wan, Qwen-Image), which look alike:
+// RMS norms with `gamma`, 5-D convs without wrappers.
+KeySignature WanLineageKeys();
+
 class WanDecoder final : public Decoder {
  public:
   // A decoder with default-initialised weights (callers load or fill them).
