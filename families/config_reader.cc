@@ -23,6 +23,12 @@ void ConfigReader::TypeError(const char* key, const char* expected) {
   errors_.push_back(absl::StrCat("\"", key, "\" must be ", expected));
 }
 
+void ConfigReader::RequireSilu(const std::string& act_fn) {
+  if (act_fn != "silu" && act_fn != "swish") {
+    Fail(absl::StrCat("act_fn \"", act_fn, "\" is not supported (only silu, which diffusers also names swish)"));
+  }
+}
+
 void ConfigReader::Fail(const std::string& message) { errors_.push_back(message); }
 
 int64_t ConfigReader::Int(const char* key, int64_t fallback) {

@@ -35,6 +35,10 @@ class ConfigReader {
 
   // Records a semantic error found by the caller (e.g. lists of unequal length).
   void Fail(const std::string& message);
+  // Fails unless `act_fn` is SiLU by one of diffusers' names (its
+  // get_activation maps "silu" and "swish" to nn.SiLU), the only activation
+  // the decoders implement.
+  void RequireSilu(const std::string& act_fn);
 
   // OK, or InvalidArgument listing every problem seen.
   absl::Status status() const;

@@ -49,10 +49,6 @@ absl::StatusOr<int64_t> ParsePositive(const std::string& name, const std::string
   return n;
 }
 
-std::string JsonShape(const google::protobuf::RepeatedField<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 std::string JsonShape(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }

@@ -130,7 +130,9 @@ TEST(PlanTiles, InvariantsAtEveryLengthAndBudget) {
         EXPECT_LE(p.cols.decoded(), StockDecodedLatents(96, g)) << where;
       }
       // More memory never means more decoder calls.
-      if (previous_calls >= 0) EXPECT_LE(p.calls(), previous_calls) << where;
+      if (previous_calls >= 0) {
+        EXPECT_LE(p.calls(), previous_calls) << where;
+      }
       previous_calls = p.calls();
     }
   }
@@ -160,7 +162,9 @@ TEST(PlanTiles, PrefersFewerCallsThenWiderTiles) {
       if (EstimatePeakBytes(g, th, tw) > budget) continue;
       const int64_t calls = static_cast<int64_t>(SpreadTiles(200, th).starts.size() * SpreadTiles(200, tw).starts.size());
       EXPECT_GE(calls, 3);
-      if (calls == 3) EXPECT_LE(th * tw, p.rows.tile * p.cols.tile);
+      if (calls == 3) {
+        EXPECT_LE(th * tw, p.rows.tile * p.cols.tile);
+      }
     }
   }
 }

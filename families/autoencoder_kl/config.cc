@@ -59,7 +59,7 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
   for (const std::string& t : up_blocks) {
     if (t != "UpDecoderBlock2D") r.Fail(absl::StrCat("up block type \"", t, "\" is not supported (only UpDecoderBlock2D)"));
   }
-  if (c.act_fn != "silu") r.Fail(absl::StrCat("act_fn \"", c.act_fn, "\" is not supported (only silu)"));
+  r.RequireSilu(c.act_fn);
   if (c.latent_channels < 1 || c.out_channels < 1 || c.layers_per_block < 0 || c.norm_num_groups < 1) {
     r.Fail("latent_channels, out_channels and norm_num_groups must be positive, layers_per_block non-negative");
   }

@@ -60,6 +60,11 @@ TEST(AutoencoderKLConfig, RejectsUnsupportedStructure) {
   EXPECT_THAT(m, HasSubstr("not a positive multiple of norm_num_groups 24"));
 }
 
+TEST(AutoencoderKLConfig, SwishIsDiffusersOtherNameForSilu) {
+  absl::StatusOr<AutoencoderKLConfig> c = AutoencoderKLConfig::FromJson({{"act_fn", "swish"}}, "c");
+  ASSERT_TRUE(c.ok()) << c.status();
+}
+
 TEST(AutoencoderKLConfig, ToJsonRoundTrips) {
   AutoencoderKLConfig c;
   c.latent_channels = 16;

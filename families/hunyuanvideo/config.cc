@@ -77,9 +77,7 @@ absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::
       r.Fail(absl::StrCat("up block type \"", t, "\" is not supported (only HunyuanVideoUpBlock3D)"));
     }
   }
-  if (c.act_fn != "silu" && c.act_fn != "swish") {
-    r.Fail(absl::StrCat("act_fn \"", c.act_fn, "\" is not supported (only silu)"));
-  }
+  r.RequireSilu(c.act_fn);
   if (c.temporal_compression_ratio != 4) {
     // HunyuanVideoDecoder3D raises for any other ratio.
     r.Fail(absl::StrCat("temporal_compression_ratio ", c.temporal_compression_ratio, " is not supported (only 4)"));
