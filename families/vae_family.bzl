@@ -1,0 +1,104 @@
+"""The targets of one decoder family folder (families/<name>/), so a family's
+BUILD.bazel says only what it borrows from other families.
+
+A family folder holds config.{h,cc} (its diffusers config), decoder.{h,cc}
+(the families::Decoder and its registration) and, when it has its own,
+blocks.{h,cc} (LibTorch modules under diffusers' parameter names) and
+adapter.{h,cc} (its exact-sharding precondition); config_test.cc,
+decoder_test.cc and adapter_test.cc are its tests. Each `*_deps` adds to the
+deps every family's target of that name has.
+"""
+
+def _exists(name):
+    return len(native.glob([name])) > 0
+
+def vae_family(
+        config_deps = [],
+        blocks_deps = [],
+        adapter_deps = [],
+        decoder_deps = [],
+        decoder_test_deps = []):
+    native.cc_library(
+        name = "config",
+        srcs = ["config.cc"],
+        hdrs = ["config.h"],
+        deps = [
+            "//families:config_reader",
+            "//third_party/absl:status",
+            "//third_party/json",
+        ] + config_deps,
+    )
+    own = []
+    if _exists("blocks.cc"):
+        own.append(":blocks")
+        native.cc_library(
+            name = "blocks",
+            srcs = ["blocks.cc"],
+            hdrs = ["blocks.h"],
+            deps = [
+                ":config",
+                "//families:layer_ops",
+                "//third_party/torch",
+            ] + blocks_deps,
+        )
+    if _exists("adapter.cc"):
+        own.append(":adapter")
+        native.cc_library(
+            name = "adapter",
+            srcs = ["adapter.cc"],
+            hdrs = ["adapter.h"],
+            deps = [
+                ":config",
+                "//families:row_bands",
+                "//third_party/absl:status",
+            ] + adapter_deps,
+        )
+    native.cc_library(
+        name = "decoder",
+        srcs = ["decoder.cc"],
+        hdrs = ["decoder.h"],
+        deps = own + [
+            ":config",
+            "//families:decoder",
+            "//families:registry",
+            "//families:status_error",
+            "//families:weight_loading",
+            "//third_party/absl:status",
+            "//third_party/json",
+            "//third_party/torch",
+        ] + decoder_deps,
+    )
+    native.cc_test(
+        name = "config_test",
+        srcs = ["config_test.cc"],
+        deps = [
+            ":config",
+            "//third_party/gtest:gtest_main",
+            "//third_party/json",
+        ],
+    )
+    if _exists("adapter_test.cc"):
+        native.cc_test(
+            name = "adapter_test",
+            srcs = ["adapter_test.cc"],
+            deps = [
+                ":adapter",
+                "//third_party/gtest:gtest_main",
+            ],
+        )
+    if _exists("decoder_test.cc"):
+        native.cc_test(
+            name = "decoder_test",
+            srcs = ["decoder_test.cc"],
+            deps = own + [
+                ":decoder",
+                "//families:builtin_families",
+                "//families:model_files",
+                "//families:status_error",
+                "//formats:tensor_file",
+                "//tests/fixtures:fixture_paths",
+                "//third_party/gtest:gtest_main",
+                "//third_party/json",
+                "//third_party/torch",
+            ] + decoder_test_deps,
+        )
