@@ -38,6 +38,7 @@ def vae_family(
             deps = [
                 ":config",
                 "//families:layer_ops",
+                "//families/nn:modules",
                 "//third_party/torch",
             ] + blocks_deps,
         )
@@ -63,6 +64,7 @@ def vae_family(
             "//families:registry",
             "//families:status_error",
             "//families:weight_loading",
+            "//families/nn:modules",
             "//third_party/absl:status",
             "//third_party/json",
             "//third_party/torch",
@@ -95,6 +97,7 @@ def vae_family(
                 "//families:builtin_families",
                 "//families:model_files",
                 "//families:status_error",
+                "//families/nn:modules",
                 "//formats:tensor_file",
                 "//tests/fixtures:fixture_paths",
                 "//third_party/gtest:gtest_main",

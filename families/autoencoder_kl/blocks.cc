@@ -4,53 +4,29 @@
 
 namespace vaedecode::families::autoencoder_kl {
 
-at::Tensor RunConv(LayerOps& ops, const torch::nn::Conv2d& conv, const at::Tensor& x) {
-  ConvGeometry g;
-  g.padding_h = (conv->weight.size(2) - 1) / 2;
-  g.padding_w = (conv->weight.size(3) - 1) / 2;
-  return ops.Conv(x, conv->weight, conv->bias, g);
-}
-
-at::Tensor RunGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const at::Tensor& x) {
-  return ops.GroupNorm(x, norm->options.num_groups(), norm->weight, norm->bias,
-                       norm->options.eps());
-}
-
-namespace {
-
-torch::nn::GroupNorm MakeGroupNorm(int64_t groups, int64_t channels, double eps) {
-  return torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(eps).affine(true));
-}
-
-torch::nn::Conv2d MakeConv(int64_t in, int64_t out, int64_t kernel) {
-  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).padding((kernel - 1) / 2));
-}
-
-}  // namespace
-
 ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t groups,
                                      double eps) {
-  norm1 = register_module("norm1", MakeGroupNorm(groups, in_channels, eps));
-  conv1 = register_module("conv1", MakeConv(in_channels, out_channels, 3));
-  norm2 = register_module("norm2", MakeGroupNorm(groups, out_channels, eps));
-  conv2 = register_module("conv2", MakeConv(out_channels, out_channels, 3));
+  norm1 = register_module("norm1", nn::MakeGroupNorm(groups, in_channels, eps));
+  conv1 = register_module("conv1", nn::MakeConv2d(in_channels, out_channels, 3));
+  norm2 = register_module("norm2", nn::MakeGroupNorm(groups, out_channels, eps));
+  conv2 = register_module("conv2", nn::MakeConv2d(out_channels, out_channels, 3));
   if (in_channels != out_channels) {
-    conv_shortcut = register_module("conv_shortcut", MakeConv(in_channels, out_channels, 1));
+    conv_shortcut = register_module("conv_shortcut", nn::MakeConv2d(in_channels, out_channels, 1));
   }
 }
 
 at::Tensor ResnetBlock2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
-  at::Tensor h = at::silu(RunGroupNorm(ops, norm1, x));
-  h = RunConv(ops, conv1, h);
-  h = at::silu(RunGroupNorm(ops, norm2, h));
-  h = RunConv(ops, conv2, h);
-  const at::Tensor shortcut = conv_shortcut ? RunConv(ops, conv_shortcut, x) : x;
+  at::Tensor h = at::silu(nn::RunGroupNorm(ops, norm1, x));
+  h = nn::RunConv2d(ops, conv1, h);
+  h = at::silu(nn::RunGroupNorm(ops, norm2, h));
+  h = nn::RunConv2d(ops, conv2, h);
+  const at::Tensor shortcut = conv_shortcut ? nn::RunConv2d(ops, conv_shortcut, x) : x;
   return shortcut + h;
 }
 
 AttentionImpl::AttentionImpl(int64_t channels, int64_t head_dim, int64_t groups, double eps)
     : heads_(channels / head_dim) {
-  group_norm = register_module("group_norm", MakeGroupNorm(groups, channels, eps));
+  group_norm = register_module("group_norm", nn::MakeGroupNorm(groups, channels, eps));
   to_q = register_module("to_q", torch::nn::Linear(channels, channels));
   to_k = register_module("to_k", torch::nn::Linear(channels, channels));
   to_v = register_module("to_v", torch::nn::Linear(channels, channels));
@@ -62,7 +38,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, LayerOps& ops) {
   const int64_t b = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
   const int64_t head_dim = c / heads_;
   // Tokens are pixels in row-major order: a row band is a contiguous run.
-  at::Tensor tokens = RunGroupNorm(ops, group_norm, x).view({b, c, h * w}).transpose(1, 2);  // [B, N, C]
+  at::Tensor tokens = nn::RunGroupNorm(ops, group_norm, x).view({b, c, h * w}).transpose(1, 2);  // [B, N, C]
   auto split_heads = [&](const at::Tensor& t) {
     return t.view({b, -1, heads_, head_dim}).transpose(1, 2);  // [B, heads, N, D]
   };
@@ -105,11 +81,11 @@ at::Tensor UpsampleNearest2x(const at::Tensor& x) {
 }
 
 Upsample2DImpl::Upsample2DImpl(int64_t channels) {
-  conv = register_module("conv", MakeConv(channels, channels, 3));
+  conv = register_module("conv", nn::MakeConv2d(channels, channels, 3));
 }
 
 at::Tensor Upsample2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
-  return RunConv(ops, conv, UpsampleNearest2x(x));
+  return nn::RunConv2d(ops, conv, UpsampleNearest2x(x));
 }
 
 UpDecoderBlock2DImpl::UpDecoderBlock2DImpl(int64_t in_channels, int64_t out_channels,

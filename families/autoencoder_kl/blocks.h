@@ -17,12 +17,9 @@
 #include <torch/nn/pimpl.h>
 
 #include "families/layer_ops.h"
+#include "families/nn/modules.h"
 
 namespace vaedecode::families::autoencoder_kl {
-
-// Runs a stride-1, odd-kernel, "same"-padded conv module through `ops`.
-at::Tensor RunConv(LayerOps& ops, const torch::nn::Conv2d& conv, const at::Tensor& x);
-at::Tensor RunGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const at::Tensor& x);
 
 // diffusers ResnetBlock2D with temb=None, time_embedding_norm "default",
 // output_scale_factor 1, dropout inactive (eval).

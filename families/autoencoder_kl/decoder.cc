@@ -38,11 +38,11 @@ VaeDecoderImpl::VaeDecoderImpl(const AutoencoderKLConfig& c) {
 }
 
 at::Tensor VaeDecoderImpl::forward(const at::Tensor& z, LayerOps& ops) {
-  at::Tensor h = RunConv(ops, conv_in, z);
+  at::Tensor h = nn::RunConv2d(ops, conv_in, z);
   h = mid_block->forward(h, ops);
   for (const auto& block : *up_blocks) h = block->as<UpDecoderBlock2DImpl>()->forward(h, ops);
-  h = at::silu(RunGroupNorm(ops, conv_norm_out, h));
-  return RunConv(ops, conv_out, h);
+  h = at::silu(nn::RunGroupNorm(ops, conv_norm_out, h));
+  return nn::RunConv2d(ops, conv_out, h);
 }
 
 AutoencoderKLModuleImpl::AutoencoderKLModuleImpl(const AutoencoderKLConfig& c) {
@@ -54,7 +54,7 @@ AutoencoderKLModuleImpl::AutoencoderKLModuleImpl(const AutoencoderKLConfig& c) {
 }
 
 at::Tensor AutoencoderKLModuleImpl::forward(const at::Tensor& z, LayerOps& ops) {
-  const at::Tensor x = post_quant_conv ? RunConv(ops, post_quant_conv, z) : z;
+  const at::Tensor x = post_quant_conv ? nn::RunConv2d(ops, post_quant_conv, z) : z;
   return decoder->forward(x, ops);
 }
 

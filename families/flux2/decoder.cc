@@ -23,7 +23,7 @@ AutoencoderKLFlux2ModuleImpl::AutoencoderKLFlux2ModuleImpl(const Flux2Config& c)
 }
 
 at::Tensor AutoencoderKLFlux2ModuleImpl::forward(const at::Tensor& z, LayerOps& ops) {
-  const at::Tensor x = post_quant_conv ? autoencoder_kl::RunConv(ops, post_quant_conv, z) : z;
+  const at::Tensor x = post_quant_conv ? nn::RunConv2d(ops, post_quant_conv, z) : z;
   return decoder->forward(x, ops);
 }
 

@@ -2,14 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include "families/nn/modules.h"
+
 namespace vaedecode::families::hunyuanvideo {
 namespace {
 
 constexpr double kEps = 1e-6;  // HunyuanVideoDecoder3D: resnet_eps and conv_norm_out eps
-
-torch::nn::GroupNorm MakeGroupNorm(int64_t groups, int64_t channels, double eps) {
-  return torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(eps).affine(true));
-}
 
 // Nearest upsampling of [B, C, T, H, W] by integer factors, as F.interpolate
 // does it; bf16 goes through fp32 (a copy of values, exact either way).
@@ -40,9 +38,9 @@ at::Tensor HunyuanVideoCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& 
 
 HunyuanVideoResnetBlockCausal3DImpl::HunyuanVideoResnetBlockCausal3DImpl(int64_t in_channels, int64_t out_channels,
                                                                          int64_t groups, double eps) {
-  norm1 = register_module("norm1", MakeGroupNorm(groups, in_channels, eps));
+  norm1 = register_module("norm1", nn::MakeGroupNorm(groups, in_channels, eps));
   conv1 = register_module("conv1", HunyuanVideoCausalConv3d(in_channels, out_channels, 3));
-  norm2 = register_module("norm2", MakeGroupNorm(groups, out_channels, eps));
+  norm2 = register_module("norm2", nn::MakeGroupNorm(groups, out_channels, eps));
   conv2 = register_module("conv2", HunyuanVideoCausalConv3d(out_channels, out_channels, 3));
   if (in_channels != out_channels) {
     conv_shortcut = register_module("conv_shortcut", HunyuanVideoCausalConv3d(in_channels, out_channels, 1));
@@ -50,9 +48,9 @@ HunyuanVideoResnetBlockCausal3DImpl::HunyuanVideoResnetBlockCausal3DImpl(int64_t
 }
 
 at::Tensor HunyuanVideoResnetBlockCausal3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
-  at::Tensor h = at::silu(autoencoder_kl::RunGroupNorm(ops, norm1, x));
+  at::Tensor h = at::silu(nn::RunGroupNorm(ops, norm1, x));
   h = conv1->forward(h, ops);
-  h = at::silu(autoencoder_kl::RunGroupNorm(ops, norm2, h));
+  h = at::silu(nn::RunGroupNorm(ops, norm2, h));
   h = conv2->forward(h, ops);
   const at::Tensor shortcut = conv_shortcut ? conv_shortcut->forward(x, ops) : x;
   return h + shortcut;
@@ -64,7 +62,7 @@ HunyuanVideoAttentionImpl::HunyuanVideoAttentionImpl(int64_t channels, int64_t g
 at::Tensor HunyuanVideoAttentionImpl::forward(const at::Tensor& x, LayerOps& ops) {
   const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
   // The norm's statistics span T·H·W, as over diffusers' [B, C, T·H·W] tokens.
-  const at::Tensor normed = autoencoder_kl::RunGroupNorm(ops, group_norm, x);
+  const at::Tensor normed = nn::RunGroupNorm(ops, group_norm, x);
   // Tokens frame by frame, pixels row-major: [B, T·H·W, C].
   const at::Tensor tokens = normed.permute({0, 2, 3, 4, 1}).reshape({b, t * h * w, c});
   auto frames = [&](const at::Tensor& y) { return y.view({b, 1, t, h * w, c}); };  // [B, heads=1, T, N, D]
@@ -131,7 +129,7 @@ HunyuanVideoDecoder3DImpl::HunyuanVideoDecoder3DImpl(const HunyuanVideoConfig& c
                               HunyuanVideoMidBlock3D(widest, c.norm_num_groups, kEps, c.mid_block_add_attention));
   up_blocks = register_module("up_blocks", torch::nn::ModuleList());
   for (const UpBlockSpec& spec : c.UpBlocks()) up_blocks->push_back(HunyuanVideoUpBlock3D(spec, c.norm_num_groups, kEps));
-  conv_norm_out = register_module("conv_norm_out", MakeGroupNorm(c.norm_num_groups, c.block_out_channels.front(), kEps));
+  conv_norm_out = register_module("conv_norm_out", nn::MakeGroupNorm(c.norm_num_groups, c.block_out_channels.front(), kEps));
   conv_out = register_module("conv_out", HunyuanVideoCausalConv3d(c.block_out_channels.front(), c.out_channels, 3));
 }
 
@@ -139,7 +137,7 @@ at::Tensor HunyuanVideoDecoder3DImpl::forward(const at::Tensor& z, LayerOps& ops
   at::Tensor h = conv_in->forward(z, ops);
   h = mid_block->forward(h, ops);
   for (const auto& block : *up_blocks) h = block->as<HunyuanVideoUpBlock3DImpl>()->forward(h, ops);
-  h = at::silu(autoencoder_kl::RunGroupNorm(ops, conv_norm_out, h));
+  h = at::silu(nn::RunGroupNorm(ops, conv_norm_out, h));
   return conv_out->forward(h, ops);
 }
 

@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "families/wan/blocks.h"
+#include "families/nn/modules.h"
 
 namespace vaedecode::families::ltx2 {
 namespace {
@@ -231,7 +231,7 @@ at::Tensor LTX2VideoDecoder3dImpl::forward(const at::Tensor& z, LayerOps& ops, c
   }
   h = conv_out->forward(at::silu(h), ops, causal_);  // [B, C·p·p, F, H, W]
   // LTX2VideoDecoder3d's unpatchify (patch_size_t 1) has Wan 2.2's channel order.
-  return wan::Unpatchify(h, patch_size_);
+  return nn::Unpatchify(h, patch_size_);
 }
 
 }  // namespace vaedecode::families::ltx2

@@ -1,5 +1,7 @@
 #include "families/wan/blocks.h"
 
+#include "families/nn/modules.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -13,18 +15,6 @@ namespace {
 constexpr int64_t kCacheFrames = 2;
 // F.normalize's default eps.
 constexpr double kNormalizeEps = 1e-12;
-
-// A stride-1, odd-kernel, "same"-padded 2-D conv through `ops`.
-at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
-  ConvGeometry g;
-  g.padding_h = (conv.weight.size(2) - 1) / 2;
-  g.padding_w = (conv.weight.size(3) - 1) / 2;
-  return ops.Conv(x, conv.weight, conv.bias, g);
-}
-
-torch::nn::Conv2d MakeConv2d(int64_t in, int64_t out, int64_t kernel) {
-  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).padding((kernel - 1) / 2));
-}
 
 WanCausalConv3d MakeCausalConv(int64_t in, int64_t out, std::array<int64_t, 3> kernel,
                                std::array<int64_t, 3> padding) {
@@ -122,21 +112,21 @@ at::Tensor WanResidualBlockImpl::forward(const at::Tensor& x, LayerOps& ops, Fea
 
 WanAttentionBlockImpl::WanAttentionBlockImpl(int64_t dim) {
   norm = register_module("norm", WanRMSNorm(dim, /*images=*/true));
-  to_qkv = register_module("to_qkv", MakeConv2d(dim, dim * 3, 1));
-  proj = register_module("proj", MakeConv2d(dim, dim, 1));
+  to_qkv = register_module("to_qkv", nn::MakeConv2d(dim, dim * 3, 1));
+  proj = register_module("proj", nn::MakeConv2d(dim, dim, 1));
 }
 
 at::Tensor WanAttentionBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
   const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
   at::Tensor frames = x.permute({0, 2, 1, 3, 4}).reshape({b * t, c, h, w});  // [B·T, C, H, W]
   frames = norm->forward(frames);
-  at::Tensor qkv = RunConv2d(ops, *to_qkv, frames);                                // [B·T, 3C, H, W]
+  at::Tensor qkv = nn::RunConv2d(ops, *to_qkv, frames);                                // [B·T, 3C, H, W]
   qkv = qkv.reshape({b * t, 1, 3 * c, h * w}).permute({0, 1, 3, 2}).contiguous();  // [B·T, 1, H·W, 3C]
   const std::vector<at::Tensor> q_k_v = qkv.chunk(3, -1);                          // 3 x [B·T, 1, H·W, C]
   // Tokens are a frame's pixels in row-major order: a row band is a contiguous run.
   at::Tensor out = ops.Attention(q_k_v[0], q_k_v[1], q_k_v[2], /*tokens_per_row=*/w);  // [B·T, 1, H·W, C]
   out = out.squeeze(1).permute({0, 2, 1}).reshape({b * t, c, h, w});
-  out = RunConv2d(ops, *proj, out);                                 // [B·T, C, H, W]
+  out = nn::RunConv2d(ops, *proj, out);                                 // [B·T, C, H, W]
   out = out.view({b, t, c, h, w}).permute({0, 2, 1, 3, 4});        // [B, C, T, H, W]
   return out + x;
 }
@@ -164,7 +154,7 @@ WanResampleImpl::WanResampleImpl(int64_t dim, ResampleMode mode, int64_t out_dim
   TORCH_CHECK(mode != ResampleMode::kNone, "WanResample needs an upsample mode");
   resample = register_module("resample", torch::nn::ModuleList());
   resample->push_back(WanUpsample());
-  resample->push_back(MakeConv2d(dim, out_dim, 3));
+  resample->push_back(nn::MakeConv2d(dim, out_dim, 3));
   if (mode == ResampleMode::kUpsample3d) {
     time_conv = register_module("time_conv", MakeCausalConv(dim, dim * 2, {3, 1, 1}, {1, 0, 0}));
   }
@@ -195,7 +185,7 @@ at::Tensor WanResampleImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureC
   const int64_t b = in.size(0), c = in.size(1), t = in.size(2);
   at::Tensor frames = in.permute({0, 2, 1, 3, 4}).reshape({b * t, c, in.size(3), in.size(4)});  // [B·T', C, H, W]
   frames = resample[0]->as<WanUpsampleImpl>()->forward(frames);                                 // [B·T', C, 2H, 2W]
-  frames = RunConv2d(ops, *resample[1]->as<torch::nn::Conv2dImpl>(), frames);                  // [B·T', C', 2H, 2W]
+  frames = nn::RunConv2d(ops, *resample[1]->as<torch::nn::Conv2dImpl>(), frames);                  // [B·T', C', 2H, 2W]
   return frames.view({b, t, frames.size(1), frames.size(2), frames.size(3)}).permute({0, 2, 1, 3, 4});
 }
 
@@ -314,16 +304,8 @@ at::Tensor AutoencoderKLWanImpl::Decode(const at::Tensor& z, LayerOps& ops) {
                 " cached layers");
   }
   at::Tensor out = chunks.size() == 1 ? chunks[0] : at::cat(chunks, 2);  // [B, C·P·P, T', H, W]
-  out = Unpatchify(out, patch_size_);
+  out = nn::Unpatchify(out, patch_size_);
   return at::clamp(out, -1.0, 1.0);
-}
-
-at::Tensor Unpatchify(const at::Tensor& x, int64_t p) {
-  if (p == 1) return x;
-  const int64_t b = x.size(0), c = x.size(1) / (p * p), f = x.size(2), h = x.size(3), w = x.size(4);
-  at::Tensor y = x.reshape({b, c, p, p, f, h, w});  // [B, C, dx, dy, F, H, W]
-  y = y.permute({0, 1, 4, 5, 3, 6, 2}).contiguous();  // [B, C, F, H, dy, W, dx]
-  return y.view({b, c, f, h * p, w * p});
 }
 
 }  // namespace vaedecode::families::wan

@@ -235,9 +235,4 @@ class AutoencoderKLWanImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKLWan);
 
-// diffusers' unpatchify: [B, C·P·P, T, H, W] -> [B, C, T, H·P, W·P], pixel
-// (c, y·P + dy, x·P + dx) from channel c·P·P + dx·P + dy. Row-local: each
-// input row becomes P output rows.
-at::Tensor Unpatchify(const at::Tensor& x, int64_t patch_size);
-
 }  // namespace vaedecode::families::wan

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "families/builtin_families.h"
 #include "families/model_files.h"
+#include "families/nn/modules.h"
 #include "families/wan/blocks.h"
 #include "tests/fixtures/fixture_paths.h"
 
@@ -194,7 +195,7 @@ TEST(WanDecoder, RowCoupledOpsRunOnTheModulesOwnParameters) {
 TEST(WanDecoder, UnpatchifyTakesTheWidthOffsetAsTheSlowerIndex) {
   // Output pixel (c, y·P + dy, x·P + dx) comes from channel c·P·P + dx·P + dy.
   const at::Tensor x = at::arange(2 * 4, at::kFloat).view({1, 8, 1, 1, 1});  // C=2, P=2
-  const at::Tensor y = Unpatchify(x, 2);
+  const at::Tensor y = nn::Unpatchify(x, 2);
   ASSERT_EQ(y.sizes(), (std::vector<int64_t>{1, 2, 1, 2, 2}));
   for (int64_t c = 0; c < 2; ++c) {
     for (int64_t dy = 0; dy < 2; ++dy) {

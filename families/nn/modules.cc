@@ -1,0 +1,34 @@
+#include "families/nn/modules.h"
+
+#include <ATen/ATen.h>
+
+namespace vaedecode::families::nn {
+
+torch::nn::Conv2d MakeConv2d(int64_t in, int64_t out, int64_t kernel) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).padding((kernel - 1) / 2));
+}
+
+torch::nn::GroupNorm MakeGroupNorm(int64_t groups, int64_t channels, double eps) {
+  return torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, channels).eps(eps).affine(true));
+}
+
+at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2dImpl& conv, const at::Tensor& x) {
+  ConvGeometry g;
+  g.padding_h = (conv.weight.size(2) - 1) / 2;
+  g.padding_w = (conv.weight.size(3) - 1) / 2;
+  return ops.Conv(x, conv.weight, conv.bias, g);
+}
+
+at::Tensor RunGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const at::Tensor& x) {
+  return ops.GroupNorm(x, norm->options.num_groups(), norm->weight, norm->bias, norm->options.eps());
+}
+
+at::Tensor Unpatchify(const at::Tensor& x, int64_t p) {
+  if (p == 1) return x;
+  const int64_t b = x.size(0), c = x.size(1) / (p * p), f = x.size(2), h = x.size(3), w = x.size(4);
+  at::Tensor y = x.reshape({b, c, p, p, f, h, w});    // [B, C, dx, dy, F, H, W]
+  y = y.permute({0, 1, 4, 5, 3, 6, 2}).contiguous();  // [B, C, F, H, dy, W, dx]
+  return y.view({b, c, f, h * p, w * p});
+}
+
+}  // namespace vaedecode::families::nn

@@ -1,0 +1,36 @@
+#pragma once
+
+// Building blocks more than one family's modules use: LibTorch modules made
+// as diffusers makes them, their parameters run through LayerOps (so the
+// same module decodes densely or as a row band), and the row-local
+// reshapes. A family borrows these, never another family's blocks.
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "families/layer_ops.h"
+
+namespace vaedecode::families::nn {
+
+// nn.Conv2d(in, out, kernel, padding=(kernel - 1) / 2): stride 1, "same".
+torch::nn::Conv2d MakeConv2d(int64_t in, int64_t out, int64_t kernel);
+// nn.GroupNorm(groups, channels, eps, affine=True).
+torch::nn::GroupNorm MakeGroupNorm(int64_t groups, int64_t channels, double eps);
+
+// A stride-1, odd-kernel, "same"-padded 2-D conv module through `ops`.
+at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2dImpl& conv, const at::Tensor& x);
+inline at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2d& conv, const at::Tensor& x) {
+  return RunConv2d(ops, *conv, x);
+}
+// A GroupNorm module through `ops` (merged statistics when sharded).
+at::Tensor RunGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const at::Tensor& x);
+
+// diffusers' unpatchify (Wan, LTX-2): [B, C·P·P, T, H, W] -> [B, C, T, H·P,
+// W·P], pixel (c, y·P + dy, x·P + dx) from channel c·P·P + dx·P + dy.
+// Row-local: each input row becomes P output rows.
+at::Tensor Unpatchify(const at::Tensor& x, int64_t patch_size);
+
+}  // namespace vaedecode::families::nn
