@@ -70,6 +70,35 @@ class LayerOps {
                                           int64_t tokens_per_row);
 };
 
+// LayerOps that pass every op to `inner`: a decorator overrides only the
+// ops it changes (a new op is one forwarding method here).
+class ForwardingOps : public LayerOps {
+ public:
+  explicit ForwardingOps(LayerOps& inner) : inner_(inner) {}
+  at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                  const ConvGeometry& geometry) override {
+    return inner_.Conv(x, weight, bias, geometry);
+  }
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
+                       double eps) override {
+    return inner_.GroupNorm(x, num_groups, weight, bias, eps);
+  }
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       int64_t tokens_per_row) override {
+    return inner_.Attention(q, k, v, tokens_per_row);
+  }
+  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  int64_t tokens_per_row) override {
+    return inner_.FrameCausalAttention(q, k, v, tokens_per_row);
+  }
+
+ protected:
+  LayerOps& inner() { return inner_; }
+
+ private:
+  LayerOps& inner_;
+};
+
 // The original, unsharded ops. Stateless; one instance may be shared.
 class DenseOps final : public LayerOps {
  public:

@@ -68,25 +68,17 @@ namespace {
 // peak during the call above what was live when it began). The probe's peak
 // window restarts at each call, so the meter keeps the decode's peak from
 // before it.
-class AttentionMeter final : public families::LayerOps {
+class AttentionMeter final : public families::ForwardingOps {
  public:
-  explicit AttentionMeter(const PeakProbe& probe) : probe_(probe) {}
+  explicit AttentionMeter(const PeakProbe& probe) : ForwardingOps(SharedDense()), probe_(probe) {}
 
-  at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                  const families::ConvGeometry& geometry) override {
-    return dense_.Conv(x, weight, bias, geometry);
-  }
-  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
-                       double eps) override {
-    return dense_.GroupNorm(x, num_groups, weight, bias, eps);
-  }
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        int64_t tokens_per_row) override {
-    return Measured([&] { return dense_.Attention(q, k, v, tokens_per_row); });
+    return Measured([&] { return inner().Attention(q, k, v, tokens_per_row); });
   }
   at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   int64_t tokens_per_row) override {
-    return Measured([&] { return dense_.FrameCausalAttention(q, k, v, tokens_per_row); });
+    return Measured([&] { return inner().FrameCausalAttention(q, k, v, tokens_per_row); });
   }
 
   int64_t decode_peak() const { return std::max(earlier_peak_, probe_.peak_bytes()); }
@@ -107,8 +99,13 @@ class AttentionMeter final : public families::LayerOps {
     return out;
   }
 
+  // DenseOps are stateless: one instance serves every meter.
+  static families::LayerOps& SharedDense() {
+    static families::DenseOps* dense = new families::DenseOps();
+    return *dense;
+  }
+
   const PeakProbe& probe_;
-  families::DenseOps dense_;
   int64_t earlier_peak_ = 0;
   int64_t largest_live_ = 0;
   int64_t largest_transient_ = 0;
