@@ -10,9 +10,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <thread>
@@ -37,6 +39,14 @@ v1::DecodeRequest Small(const std::string& id = "") {
 }
 
 void ExpectReached(const absl::Status& s) { EXPECT_TRUE(s.ok()) << s; }
+
+// Resident bytes of a process (/proc/PID/statm); 0 when unreadable.
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream statm(absl::StrCat("/proc/", pid, "/statm"));
+  int64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * sysconf(_SC_PAGESIZE);
+}
 
 // Decodes Small() in a loop until stopped, checking every output; counts
 // the outcomes by status code.
@@ -149,9 +159,17 @@ TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
   const auto fail_rank_during_a_decode = [&](int rank, int sig, const std::string& id) {
     const WorkerProcess victim_rank = Rank(*server, rank);
     ASSERT_GT(victim_rank.pid, 0);
+    const int64_t resident_before = ResidentBytes(victim_rank.pid);
     BackgroundDecode victim(*server, SyntheticRequest("sd_kl", {256, 4, 16, 16}, id));
     ++sent;
-    absl::SleepFor(absl::Milliseconds(300));
+    // The victim may wait behind a canary call (the first decode of a fresh
+    // incarnation is slow on a loaded machine): strike once its decode runs
+    // on the rank, which its activations (~200 MiB, a canary's ~2 MiB) show.
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (ResidentBytes(victim_rank.pid) < resident_before + (int64_t{64} << 20) && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_GE(ResidentBytes(victim_rank.pid), resident_before + (int64_t{64} << 20)) << id << ": never ran";
     ASSERT_EQ(kill(victim_rank.pid, sig), 0);
     EXPECT_EQ(victim.Join().status.error_code(), grpc::StatusCode::UNAVAILABLE) << id;
     ASSERT_TRUE(server->WaitWorkers(2, absl::Seconds(30), victim_rank.group).ok());
