@@ -34,8 +34,11 @@ void PlanTiles(const families::Decoder& decoder, const PlanningContext& context,
   const tiling::LatentExtent extent{z.size(0), decoder.info().is_video ? z.size(2) : 1, z.size(-2), z.size(-1)};
   const int64_t budget = tiling::TileBudgetBytes(context.free_bytes_per_rank, OutputBytes(decoder, z));
   tiling::FamilyGeometry geometry = tiling::DecoderGeometry(decoder);
+  geometry.latent = extent;
   if (context.profile != nullptr) geometry = tiling::PlanningGeometry(decoder, *context.profile, extent);
   plan.tiles = tiling::PlanTiles(z.size(-2), z.size(-1), geometry, budget);
+  plan.budget_bytes = budget >= tiling::kUnboundedBudget ? -1 : budget;
+  plan.floor_tile_bytes = tiling::FloorTilePeakBytes(geometry.memory, geometry.latent);
   // The whole latent fits: one tile (still the tiled protocol, as requested).
   if (plan.tiles.kind == tiling::PlanKind::kUntiled) plan.tiles.kind = tiling::PlanKind::kTiled;
   plan.tile_shape = {plan.tiles.rows.tile, plan.tiles.cols.tile, plan.tiles.kind == tiling::PlanKind::kStock};

@@ -46,6 +46,8 @@ struct DecodePlan {
   std::optional<uint64_t> noise_seed;  // the decode noise's seed, when mixed in (leader only)
   TileShape tile_shape;   // kTiled
   tiling::TilePlan tiles;  // kTiled: the leader's plan with its estimate (peers: rebuilt from tile_shape)
+  int64_t budget_bytes = -1;      // kTiled: what one tile may use (leader; -1: unbounded)
+  int64_t floor_tile_bytes = 0;   // kTiled: a floor tile's estimated peak (leader)
   int world_size = 1;
 };
 

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/str_format.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
 #include "worker/exact_decode.h"
@@ -38,7 +39,12 @@ absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, par
     case DecodeMode::kTiled: {
       // Every rank rebuilds the tiles from the header's shape: the same plan everywhere.
       tiling::TilePlan tiles = PlanFromHeader(decoder, plan.latent.size(-2), plan.latent.size(-1), plan.tile_shape);
-      tiles.reason = plan.reason;
+      // What an exhausted ladder's error says the plan was made against.
+      tiles.reason = plan.budget_bytes < 0
+                         ? plan.reason
+                         : absl::StrFormat("%s; the budget is %.1f MiB and a %d-latent floor tile needs about %.1f MiB",
+                                           plan.reason, plan.budget_bytes / 1048576.0, tiling::kFloorTile,
+                                           plan.floor_tile_bytes / 1048576.0);
       absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(decoder, comm, plan.latent, plan.conditioning,
                                                                     tiles, options.rows_ready, options.cancelled);
       if (!tiled.ok()) return tiled.status();
