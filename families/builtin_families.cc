@@ -2,6 +2,7 @@
 
 #include "families/autoencoder_kl/decoder.h"
 #include "families/flux2/decoder.h"
+#include "families/hunyuanimage/decoder.h"
 #include "families/hunyuanvideo/decoder.h"
 #include "families/ltx2/decoder.h"
 #include "families/qwenimage/decoder.h"
@@ -18,6 +19,7 @@ const Registry& BuiltinFamilies() {
     flux2::Register(*r);
     ltx2::Register(*r);
     hunyuanvideo::Register(*r);
+    hunyuanimage::Register(*r);
     return r;
   }();
   return *registry;

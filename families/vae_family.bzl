@@ -61,6 +61,7 @@ def vae_family(
         deps = own + [
             ":config",
             "//families:decoder",
+            "//families:module_decoder",
             "//families:registry",
             "//families:status_error",
             "//families:weight_loading",

@@ -33,4 +33,11 @@ at::Tensor RunGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const a
 // Row-local: each input row becomes P output rows.
 at::Tensor Unpatchify(const at::Tensor& x, int64_t patch_size);
 
+// The depth-to-space of the Hunyuan upsamplers (HunyuanImage-2.1,
+// HunyuanVideo 1.5), sub-pixel-major rather than torch's pixel_shuffle order:
+// [B, rt·rh·rw·C, (T,) H, W] -> [B, C, (T·rt,) H·rh, W·rw], output (c, t·rt +
+// dt, y·rh + dy, x·rw + dx) from input channel ((dt·rh + dy)·rw + dx)·C + c.
+// `rt` must be 1 for a 4-D x. Row-local: each input row becomes rh rows.
+at::Tensor SubpixelMajorDepthToSpace(const at::Tensor& x, int64_t rt, int64_t rh, int64_t rw);
+
 }  // namespace vaedecode::families::nn

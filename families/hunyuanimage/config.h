@@ -1,0 +1,50 @@
+#pragma once
+
+// Constructor arguments of diffusers' AutoencoderKLHunyuanImage
+// (HunyuanImage-2.1) that shape its decode path. The class has no defaults
+// for the structure (in diffusers a missing key is a TypeError), so those
+// keys are required here too.
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "absl/status/statusor.h"
+
+namespace vaedecode::families::hunyuanimage {
+
+// One entry of HunyuanImageDecoder2D's flat up_blocks list, in decode order.
+struct UpLayerSpec {
+  bool upsample = false;  // HunyuanImageUpsample; otherwise HunyuanImageResnetBlock
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+};
+
+struct HunyuanImageConfig {
+  int64_t latent_channels = 0;
+  int64_t out_channels = 0;
+  // Encoder order; the decoder runs them reversed (widest first).
+  std::vector<int64_t> block_out_channels;
+  int64_t layers_per_block = 0;
+  int64_t spatial_compression_ratio = 0;
+  int64_t sample_size = 0;  // pixels: diffusers' tile_sample_min_size
+  double scaling_factor = 1.0;
+  bool upsample_match_channel = true;
+
+  // HunyuanImageResnetBlock and HunyuanImageAttentionBlock: GroupNorm(32, C, 1e-6).
+  static constexpr int64_t kNormGroups = 32;
+  static constexpr double kNormEps = 1e-6;
+
+  std::vector<int64_t> decoder_widths() const { return {block_out_channels.rbegin(), block_out_channels.rend()}; }
+  // HunyuanImageDecoder2D's up_blocks as it builds them.
+  std::vector<UpLayerSpec> UpLayers() const;
+  int64_t spatial_factor() const;  // 2^(upsamplers)
+  // decoder.conv_in's shortcut: the latent's channels repeated this often.
+  int64_t conv_in_repeats() const { return decoder_widths().front() / latent_channels; }
+
+  // Parses and validates (`source` names the file in errors).
+  static absl::StatusOr<HunyuanImageConfig> FromJson(const nlohmann::json& config, const std::string& source);
+};
+
+}  // namespace vaedecode::families::hunyuanimage
