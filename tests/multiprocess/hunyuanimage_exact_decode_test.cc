@@ -1,0 +1,115 @@
+// Exact (layer-wise sharded) HunyuanImage-2.1 decode equals the dense decode
+// and diffusers, with real worker processes over real Gloo: both
+// AutoencoderKLHunyuanImage fixtures at world sizes 1-4 (7 latent rows:
+// bands 4,3 / 3,2,2 / 2,2,2,1; the batch-2 case's 3 rows shard up to 3 ranks
+// and fall back to dense at 4), from the decoder input and the pipeline
+// latent; synthetic batch-2 latents with 1-row bands; and collective counts
+// derived from the layer structure.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "families/builtin_families.h"
+#include "formats/tensor_file.h"
+#include "parallel/counting_communicator.h"
+#include "parallel/testing/multi_process.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "tests/multiprocess/group_decode_checks.h"
+#include "worker/group_decode.h"
+
+namespace vaedecode {
+namespace {
+
+// Exact and dense differ only in rounding (GroupNorm's merged statistics;
+// the decoder is 2-D); diffusers' own fp32 decode is 1.4e-6 from fp64 here.
+// A wrong halo row or sub-pixel order is off by O(0.1).
+constexpr double kExactVsDense = 1e-5;
+constexpr double kVsDiffusers = 1e-4;
+constexpr char kGroup[] = "hunyuanimage-exact-decode-test";
+const std::vector<std::string> kClasses = {"AutoencoderKLHunyuanImage"};
+
+testing::GroupCheckOptions Tolerances() {
+  testing::GroupCheckOptions o;
+  o.exact_vs_dense = kExactVsDense;
+  o.vs_diffusers = kVsDiffusers;
+  return o;
+}
+
+class HunyuanImageExactDecode : public ::testing::TestWithParam<std::tuple<testing::FixtureCase, int>> {};
+
+TEST_P(HunyuanImageExactDecode, EqualsDenseAndDiffusers) {
+  const auto& [c, world] = GetParam();
+  absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+  ASSERT_TRUE(latent.ok()) << latent.status();
+  testing::GroupCheckOptions options = Tolerances();
+  // Fewer rows than ranks: a band would be thinner than the conv halo.
+  if (world > 1 && latent->size(2) < world) options.want_mode = "dense";
+  absl::Status s = parallel::testing::RunRanks(world, [&c = c, &options](int rank, int w, int port) {
+    return testing::CheckFixtureCase(c, rank, w, port, kGroup, options);
+  }, absl::Seconds(120));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HunyuanImageExactDecode,
+                         ::testing::Combine(::testing::ValuesIn(testing::FixtureCases(kClasses)),
+                                            ::testing::Values(1, 2, 3, 4)),
+                         [](const auto& info) {
+                           return testing::FixtureCaseName(std::get<0>(info.param), std::get<1>(info.param));
+                         });
+
+TEST(HunyuanImageExactDecodeCoverage, EveryHunyuanImageFixtureIsTested) {
+  EXPECT_GE(testing::FixtureCases(kClasses).size(), 2u);
+}
+
+// Collectives of one exact decode at world size > 1, from the layer
+// structure of the hunyuanimage21 fixture (6 levels, layers_per_block 1, so
+// 2 resnets per level; 5 upsamplers; mid block resnet-attention-resnet):
+//   halo exchanges (3x3 convs) = 1 (conv_in) + 2 x 2 (mid resnets)
+//       + 6 x 2 x 2 (up resnets) + 5 (upsamplers) + 1 (conv_out) = 35
+//   GroupNorm statistics       = 2 x 2 (mid resnets) + 1 (attention)
+//       + 6 x 2 x 2 (up resnets) + 1 (norm_out) = 30
+//   K/V all-gathers            = 1 (mid-block attention)
+//   row gather to the leader   = 1
+// = 67. The attention's q/k/v/proj convs are 1x1 (no halo); the repeat
+// shortcuts and sub-pixel shuffles are row-local. None at world size 1.
+constexpr int64_t kHalo = 35;
+constexpr int64_t kGroupNorm = 30;
+
+TEST(HunyuanImageExactDecodeGroup, BatchTwoOneRowBandsAndCollectiveCounts) {
+  for (int world : {1, 2, 4}) {
+    absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
+      absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = testing::LoadFixtureDecoder("hunyuanimage21");
+      if (!decoder.ok()) return decoder.status();
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = testing::JoinTestGroup(rank, w, port, kGroup);
+      if (!comm.ok()) return comm.status();
+      // Heights 5 (bands 2,1,1,1 at 4 ranks: 1-row bands at both global
+      // edges and inside) and 6, batch 2, twice in one group.
+      for (const std::vector<int64_t>& shape : {std::vector<int64_t>{2, 16, 5, 3}, {2, 16, 6, 4}}) {
+        at::Tensor latent;
+        if (rank == worker::kLeader) {
+          at::manual_seed(41 + shape[2]);
+          latent = at::randn(shape);
+        }
+        testing::GroupCheckOptions o = Tolerances();
+        o.what = absl::StrCat("hunyuanimage21 batch 2, ", shape[2], " rows");
+        absl::StatusOr<testing::GroupDecodeCheck> checked = testing::DecodeWithGroupAndCheck(**decoder, **comm, latent, o);
+        if (!checked.ok()) return checked.status();
+        const parallel::CommStats& st = checked->stats;
+        const bool sharded = w > 1;
+        const int64_t want = sharded ? kHalo + kGroupNorm + 1 + 1 : 0;
+        if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != (sharded ? kHalo : 0) ||
+            st.ForKind(parallel::CallKind::kGroupNormStats).calls != (sharded ? kGroupNorm : 0) ||
+            st.ForKind(parallel::CallKind::kAttentionKV).calls != (sharded ? 1 : 0)) {
+          return absl::InternalError(
+              absl::StrCat(o.what, ": ", st.collectives(), " collectives, want ", want, ": ", st.ToString()));
+        }
+      }
+      return absl::OkStatus();
+    }, absl::Seconds(180));
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
+  }
+}
+
+}  // namespace
+}  // namespace vaedecode
