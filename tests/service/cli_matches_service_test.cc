@@ -1,8 +1,9 @@
 // The CLI and the service run one decode path (worker::PlanDecode, then
 // the plan on a worker::GroupRuntime): for the same latent and mode they
 // give the same output bit for bit, the same plan and the same collectives.
-// A real vaedecode_server with a two-rank CPU group on the sd_kl fixture,
-// and the real `vaedecode` binary (one rank, or two local rank processes).
+// A real vaedecode_server with a two-rank CPU group serving fixtures of
+// several families, and the real `vaedecode` binary (one rank, or two local
+// rank processes).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -33,11 +34,11 @@ struct CliDecode {
   FloatTensor sample;
 };
 
-CliDecode RunCli(const std::string& flags, const std::string& name) {
-  const std::string out = absl::StrCat(TempDir("cli"), "/", name, ".safetensors");
+CliDecode RunCli(const std::string& fixture, const std::string& flags, const std::string& name) {
+  const std::string out = absl::StrCat(TempDir("cli"), "/", fixture, "_", name, ".safetensors");
   const CommandResult run = RunCommand(absl::StrCat(Runfile("cli/vaedecode"), " decode --model ",
-                                                    FixturePath("sd_kl"), " --latent ",
-                                                    FixturePath("sd_kl/latent.safetensors"), " --out ", out, " ",
+                                                    FixturePath(fixture), " --latent ",
+                                                    FixturePath(fixture + "/latent.safetensors"), " --out ", out, " ",
                                                     flags));
   EXPECT_EQ(run.status, 0) << run.output;
   CliDecode decode{run.output, {}};
@@ -45,10 +46,12 @@ CliDecode RunCli(const std::string& flags, const std::string& name) {
   return decode;
 }
 
-TEST(CliMatchesService, DenseExactAndTiledDecodesAreTheSame) {
-  std::unique_ptr<ServerProcess> server =
-      StartServing(RealWorkerFlags(FixtureRepository({"sd_kl"}), "cpu:2", 2), {"sd_kl"});
-  ASSERT_NE(server, nullptr);
+// One fixture's latent decoded by the server and the CLI in every mode.
+void ExpectCliMatchesService(ServerProcess& server, const std::string& fixture) {
+  SCOPED_TRACE(fixture);
+  const std::vector<int64_t> latent_shape = ReadFloat(FixturePath(fixture + "/latent.safetensors")).shape;
+  const std::string latent_size =
+      absl::StrCat(latent_shape[latent_shape.size() - 2], "x", latent_shape[latent_shape.size() - 1]);
   struct Case {
     v1::Mode mode;
     std::string cli_flags;
@@ -59,9 +62,9 @@ TEST(CliMatchesService, DenseExactAndTiledDecodesAreTheSame) {
                         Case{v1::MODE_TILED, "--mode tiled", "tiled"}}) {
     SCOPED_TRACE(c.cli_mode);
     const DecodeOutcome served = Decode(
-        server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"), v1::OUTPUT_FLOAT32, c.mode));
+        server.stub(), FixtureRequest(fixture, FixturePath(fixture + "/latent.safetensors"), v1::OUTPUT_FLOAT32, c.mode));
     ExpectOk(served);
-    const CliDecode cli = RunCli(c.cli_flags, c.cli_mode);
+    const CliDecode cli = RunCli(fixture, c.cli_flags, c.cli_mode);
     ASSERT_FALSE(cli.sample.data.empty()) << cli.line;
 
     // The same output, bit for bit.
@@ -84,7 +87,7 @@ TEST(CliMatchesService, DenseExactAndTiledDecodesAreTheSame) {
     }
     if (c.mode == v1::MODE_TILED) {
       // No memory bound on either: one tile of the whole latent, no retry.
-      EXPECT_THAT(trailer.tile_plan(), HasSubstr("1x1 tiles of 17x26 latents"));
+      EXPECT_THAT(trailer.tile_plan(), HasSubstr(absl::StrCat("1x1 tiles of ", latent_size, " latents")));
       EXPECT_EQ(Field(cli.line, "plan"), "untiled") << cli.line;
       EXPECT_EQ(Field(cli.line, "tile_calls"), "1");
       EXPECT_EQ(Field(cli.line, "tile_retries"), absl::StrCat(trailer.tile_retries()));
@@ -92,6 +95,15 @@ TEST(CliMatchesService, DenseExactAndTiledDecodesAreTheSame) {
       EXPECT_THAT(cli.line, HasSubstr("tiled without a memory bound"));
     }
   }
+}
+
+TEST(CliMatchesService, DenseExactAndTiledDecodesAreTheSame) {
+  // AutoencoderKL and HunyuanImage-2.1.
+  const std::vector<std::string> fixtures = {"sd_kl", "hunyuanimage21"};
+  std::unique_ptr<ServerProcess> server =
+      StartServing(RealWorkerFlags(FixtureRepository(fixtures), "cpu:2", 2), fixtures);
+  ASSERT_NE(server, nullptr);
+  for (const std::string& fixture : fixtures) ExpectCliMatchesService(*server, fixture);
 }
 
 }  // namespace
