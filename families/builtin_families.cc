@@ -4,6 +4,7 @@
 #include "families/flux2/decoder.h"
 #include "families/hunyuanimage/decoder.h"
 #include "families/hunyuanvideo/decoder.h"
+#include "families/hunyuanvideo15/decoder.h"
 #include "families/ltx2/decoder.h"
 #include "families/qwenimage/decoder.h"
 #include "families/wan/decoder.h"
@@ -20,6 +21,7 @@ const Registry& BuiltinFamilies() {
     ltx2::Register(*r);
     hunyuanvideo::Register(*r);
     hunyuanimage::Register(*r);
+    hunyuanvideo15::Register(*r);
     return r;
   }();
   return *registry;

@@ -20,30 +20,14 @@ at::Tensor UpsampleNearest(const at::Tensor& x, int64_t ft, int64_t fs) {
 
 }  // namespace
 
-HunyuanVideoCausalConv3dImpl::HunyuanVideoCausalConv3dImpl(int64_t in_channels, int64_t out_channels,
-                                                           int64_t kernel) {
-  conv = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in_channels, out_channels, kernel)));
-}
-
-at::Tensor HunyuanVideoCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops) {
-  const int64_t kt = conv->weight.size(2);
-  // Temporal replicate padding: k-1 copies of the first frame in front.
-  const at::Tensor padded = kt > 1 ? at::cat({x.narrow(2, 0, 1).repeat({1, 1, kt - 1, 1, 1}), x}, 2) : x;
-  ConvGeometry g;
-  g.padding_h = conv->weight.size(3) / 2;
-  g.padding_w = conv->weight.size(4) / 2;
-  g.mode = PaddingMode::kReplicate;
-  return ops.Conv(padded, conv->weight, conv->bias, g);
-}
-
 HunyuanVideoResnetBlockCausal3DImpl::HunyuanVideoResnetBlockCausal3DImpl(int64_t in_channels, int64_t out_channels,
                                                                          int64_t groups, double eps) {
   norm1 = register_module("norm1", nn::MakeGroupNorm(groups, in_channels, eps));
-  conv1 = register_module("conv1", HunyuanVideoCausalConv3d(in_channels, out_channels, 3));
+  conv1 = register_module("conv1", nn::ReplicateCausalConv3d(in_channels, out_channels, 3));
   norm2 = register_module("norm2", nn::MakeGroupNorm(groups, out_channels, eps));
-  conv2 = register_module("conv2", HunyuanVideoCausalConv3d(out_channels, out_channels, 3));
+  conv2 = register_module("conv2", nn::ReplicateCausalConv3d(out_channels, out_channels, 3));
   if (in_channels != out_channels) {
-    conv_shortcut = register_module("conv_shortcut", HunyuanVideoCausalConv3d(in_channels, out_channels, 1));
+    conv_shortcut = register_module("conv_shortcut", nn::ReplicateCausalConv3d(in_channels, out_channels, 1));
   }
 }
 
@@ -93,7 +77,7 @@ at::Tensor HunyuanVideoMidBlock3DImpl::forward(const at::Tensor& x, LayerOps& op
 HunyuanVideoUpsampleCausal3DImpl::HunyuanVideoUpsampleCausal3DImpl(int64_t channels, bool upsample_time,
                                                                    bool upsample_space)
     : factor_t_(upsample_time ? 2 : 1), factor_s_(upsample_space ? 2 : 1) {
-  conv = register_module("conv", HunyuanVideoCausalConv3d(channels, channels, 3));
+  conv = register_module("conv", nn::ReplicateCausalConv3d(channels, channels, 3));
 }
 
 at::Tensor HunyuanVideoUpsampleCausal3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
@@ -124,13 +108,13 @@ at::Tensor HunyuanVideoUpBlock3DImpl::forward(const at::Tensor& x, LayerOps& ops
 
 HunyuanVideoDecoder3DImpl::HunyuanVideoDecoder3DImpl(const HunyuanVideoConfig& c) {
   const int64_t widest = c.block_out_channels.back();
-  conv_in = register_module("conv_in", HunyuanVideoCausalConv3d(c.latent_channels, widest, 3));
+  conv_in = register_module("conv_in", nn::ReplicateCausalConv3d(c.latent_channels, widest, 3));
   mid_block = register_module("mid_block",
                               HunyuanVideoMidBlock3D(widest, c.norm_num_groups, kEps, c.mid_block_add_attention));
   up_blocks = register_module("up_blocks", torch::nn::ModuleList());
   for (const UpBlockSpec& spec : c.UpBlocks()) up_blocks->push_back(HunyuanVideoUpBlock3D(spec, c.norm_num_groups, kEps));
   conv_norm_out = register_module("conv_norm_out", nn::MakeGroupNorm(c.norm_num_groups, c.block_out_channels.front(), kEps));
-  conv_out = register_module("conv_out", HunyuanVideoCausalConv3d(c.block_out_channels.front(), c.out_channels, 3));
+  conv_out = register_module("conv_out", nn::ReplicateCausalConv3d(c.block_out_channels.front(), c.out_channels, 3));
 }
 
 at::Tensor HunyuanVideoDecoder3DImpl::forward(const at::Tensor& z, LayerOps& ops) {

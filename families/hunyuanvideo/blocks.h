@@ -6,7 +6,7 @@
 // equals the diffusers state-dict keys (decoder.up_blocks.0.resnets.0.conv1.conv.weight).
 //
 // Row-coupled ops run through LayerOps, height being the sharded axis:
-//  - HunyuanVideoCausalConv3d pads with replicate in T (k-1 frames in front),
+//  - nn::ReplicateCausalConv3d pads with replicate in T (k-1 frames in front),
 //    H and W (k//2 per side). The temporal half is done here (time is never
 //    sharded); the spatial half is the conv's own ConvGeometry (replicate), so
 //    a sharded conv replicates only at the global top and bottom and reads
@@ -35,19 +35,9 @@
 #include "families/autoencoder_kl/blocks.h"
 #include "families/hunyuanvideo/config.h"
 #include "families/layer_ops.h"
+#include "families/nn/modules.h"
 
 namespace vaedecode::families::hunyuanvideo {
-
-// diffusers HunyuanVideoCausalConv3d (stride 1): "conv" after replicate
-// padding, causal in time.
-class HunyuanVideoCausalConv3dImpl : public torch::nn::Module {
- public:
-  HunyuanVideoCausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel);
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, C, T, H, W] -> [B, C', T, H, W]
-
-  torch::nn::Conv3d conv{nullptr};
-};
-TORCH_MODULE(HunyuanVideoCausalConv3d);
 
 // diffusers HunyuanVideoResnetBlockCausal3D (dropout inactive).
 class HunyuanVideoResnetBlockCausal3DImpl : public torch::nn::Module {
@@ -56,10 +46,10 @@ class HunyuanVideoResnetBlockCausal3DImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, LayerOps& ops);
 
   torch::nn::GroupNorm norm1{nullptr};
-  HunyuanVideoCausalConv3d conv1{nullptr};
+  nn::ReplicateCausalConv3d conv1{nullptr};
   torch::nn::GroupNorm norm2{nullptr};
-  HunyuanVideoCausalConv3d conv2{nullptr};
-  HunyuanVideoCausalConv3d conv_shortcut{nullptr};  // 1x1x1, only when widths differ
+  nn::ReplicateCausalConv3d conv2{nullptr};
+  nn::ReplicateCausalConv3d conv_shortcut{nullptr};  // 1x1x1, only when widths differ
 };
 TORCH_MODULE(HunyuanVideoResnetBlockCausal3D);
 
@@ -93,7 +83,7 @@ class HunyuanVideoUpsampleCausal3DImpl : public torch::nn::Module {
   // [B, C, T, H, W] -> [B, C, 1 + ft·(T-1), fh·H, fw·W]
   at::Tensor forward(const at::Tensor& x, LayerOps& ops);
 
-  HunyuanVideoCausalConv3d conv{nullptr};
+  nn::ReplicateCausalConv3d conv{nullptr};
 
  private:
   int64_t factor_t_;
@@ -119,11 +109,11 @@ class HunyuanVideoDecoder3DImpl : public torch::nn::Module {
   // [B, latent_channels, T, h, w] -> [B, out_channels, 1 + tf·(T-1), h·s, w·s]
   at::Tensor forward(const at::Tensor& z, LayerOps& ops);
 
-  HunyuanVideoCausalConv3d conv_in{nullptr};
+  nn::ReplicateCausalConv3d conv_in{nullptr};
   HunyuanVideoMidBlock3D mid_block{nullptr};
   torch::nn::ModuleList up_blocks{nullptr};
   torch::nn::GroupNorm conv_norm_out{nullptr};
-  HunyuanVideoCausalConv3d conv_out{nullptr};
+  nn::ReplicateCausalConv3d conv_out{nullptr};
 };
 TORCH_MODULE(HunyuanVideoDecoder3D);
 

@@ -1,8 +1,15 @@
 #include "families/nn/modules.h"
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 
 namespace vaedecode::families::nn {
+namespace {
+
+constexpr double kNormalizeEps = 1e-12;  // F.normalize's default eps
+
+}  // namespace
 
 torch::nn::Conv2d MakeConv2d(int64_t in, int64_t out, int64_t kernel) {
   return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, kernel).padding((kernel - 1) / 2));
@@ -21,6 +28,35 @@ at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2dImpl& conv, const at:
 
 at::Tensor RunGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const at::Tensor& x) {
   return ops.GroupNorm(x, norm->options.num_groups(), norm->weight, norm->bias, norm->options.eps());
+}
+
+ChannelRMSNormImpl::ChannelRMSNormImpl(int64_t dim, bool images) : scale_(std::sqrt(static_cast<double>(dim))) {
+  gamma = register_parameter("gamma", images ? at::ones({dim, 1, 1}) : at::ones({dim, 1, 1, 1}));
+}
+
+at::Tensor ChannelRMSNormImpl::forward(const at::Tensor& x) {
+  // diffusers normalises reduced-precision inputs in fp32.
+  const bool upcast = x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf;
+  const at::Tensor in = upcast ? x.to(at::kFloat) : x;
+  // F.normalize(in, dim=1): in / max(‖in‖₂ over channels, eps).
+  const at::Tensor denom = in.norm(2.0, {1}, /*keepdim=*/true).clamp_min(kNormalizeEps).expand_as(in);
+  const at::Tensor normalized = (in / denom).to(x.scalar_type());
+  return normalized * scale_ * gamma;
+}
+
+ReplicateCausalConv3dImpl::ReplicateCausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel) {
+  conv = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in_channels, out_channels, kernel)));
+}
+
+at::Tensor ReplicateCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const int64_t kt = conv->weight.size(2);
+  // Temporal replicate padding: k-1 copies of the first frame in front.
+  const at::Tensor padded = kt > 1 ? at::cat({x.narrow(2, 0, 1).repeat({1, 1, kt - 1, 1, 1}), x}, 2) : x;
+  ConvGeometry g;
+  g.padding_h = conv->weight.size(3) / 2;
+  g.padding_w = conv->weight.size(4) / 2;
+  g.mode = PaddingMode::kReplicate;
+  return ops.Conv(padded, conv->weight, conv->bias, g);
 }
 
 at::Tensor Unpatchify(const at::Tensor& x, int64_t p) {

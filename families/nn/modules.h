@@ -9,7 +9,9 @@
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/module.h>
 #include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
 
 #include "families/layer_ops.h"
 
@@ -27,6 +29,37 @@ inline at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2d& conv, const 
 }
 // A GroupNorm module through `ops` (merged statistics when sharded).
 at::Tensor RunGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const at::Tensor& x);
+
+// diffusers' WanRMS_norm / HunyuanVideo15RMS_norm (no bias): F.normalize
+// over channels · √C · gamma, reduced precision normalised in fp32. Local to
+// a row band (channels only). `images`: gamma is [C, 1, 1] (for [N, C, H, W])
+// instead of [C, 1, 1, 1].
+class ChannelRMSNormImpl : public torch::nn::Module {
+ public:
+  ChannelRMSNormImpl(int64_t dim, bool images);
+  at::Tensor forward(const at::Tensor& x);  // [B, C, ...] -> same
+
+  at::Tensor gamma;
+
+ private:
+  double scale_;
+};
+TORCH_MODULE(ChannelRMSNorm);
+
+// The HunyuanVideo lineage's causal conv3d (HunyuanVideoCausalConv3d,
+// HunyuanVideo15CausalConv3d; stride 1): "conv" after replicate padding,
+// k-1 frames in front in time and k//2 per side in H and W. The temporal
+// half is done here (time is never sharded); the spatial half is the conv's
+// own ConvGeometry, so a sharded conv replicates only at the global top and
+// bottom and reads the neighbours' rows at interior band edges.
+class ReplicateCausalConv3dImpl : public torch::nn::Module {
+ public:
+  ReplicateCausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, C, T, H, W] -> [B, C', T, H, W]
+
+  torch::nn::Conv3d conv{nullptr};
+};
+TORCH_MODULE(ReplicateCausalConv3d);
 
 // diffusers' unpatchify (Wan, LTX-2): [B, C·P·P, T, H, W] -> [B, C, T, H·P,
 // W·P], pixel (c, y·P + dy, x·P + dx) from channel c·P·P + dx·P + dy.

@@ -13,8 +13,6 @@ namespace {
 
 // diffusers' CACHE_T: frames a causal conv keeps from the previous chunk.
 constexpr int64_t kCacheFrames = 2;
-// F.normalize's default eps.
-constexpr double kNormalizeEps = 1e-12;
 
 WanCausalConv3d MakeCausalConv(int64_t in, int64_t out, std::array<int64_t, 3> kernel,
                                std::array<int64_t, 3> padding) {
@@ -77,24 +75,11 @@ at::Tensor WanCausalConv3dImpl::ForwardCached(const at::Tensor& x, LayerOps& ops
   return out;
 }
 
-WanRMSNormImpl::WanRMSNormImpl(int64_t dim, bool images) : scale_(std::sqrt(static_cast<double>(dim))) {
-  gamma = register_parameter("gamma", images ? at::ones({dim, 1, 1}) : at::ones({dim, 1, 1, 1}));
-}
-
-at::Tensor WanRMSNormImpl::forward(const at::Tensor& x) {
-  // diffusers normalises reduced-precision inputs in fp32.
-  const bool upcast = x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf;
-  const at::Tensor in = upcast ? x.to(at::kFloat) : x;
-  // F.normalize(in, dim=1): in / max(‖in‖₂ over channels, eps).
-  const at::Tensor denom = in.norm(2.0, {1}, /*keepdim=*/true).clamp_min(kNormalizeEps).expand_as(in);
-  const at::Tensor normalized = (in / denom).to(x.scalar_type());
-  return normalized * scale_ * gamma;
-}
 
 WanResidualBlockImpl::WanResidualBlockImpl(int64_t in_dim, int64_t out_dim) {
-  norm1 = register_module("norm1", WanRMSNorm(in_dim, /*images=*/false));
+  norm1 = register_module("norm1", nn::ChannelRMSNorm(in_dim, /*images=*/false));
   conv1 = register_module("conv1", MakeConv3x3x3(in_dim, out_dim));
-  norm2 = register_module("norm2", WanRMSNorm(out_dim, /*images=*/false));
+  norm2 = register_module("norm2", nn::ChannelRMSNorm(out_dim, /*images=*/false));
   conv2 = register_module("conv2", MakeConv3x3x3(out_dim, out_dim));
   if (in_dim != out_dim) {
     conv_shortcut = register_module("conv_shortcut", MakeCausalConv(in_dim, out_dim, {1, 1, 1}, {0, 0, 0}));
@@ -111,7 +96,7 @@ at::Tensor WanResidualBlockImpl::forward(const at::Tensor& x, LayerOps& ops, Fea
 }
 
 WanAttentionBlockImpl::WanAttentionBlockImpl(int64_t dim) {
-  norm = register_module("norm", WanRMSNorm(dim, /*images=*/true));
+  norm = register_module("norm", nn::ChannelRMSNorm(dim, /*images=*/true));
   to_qkv = register_module("to_qkv", nn::MakeConv2d(dim, dim * 3, 1));
   proj = register_module("proj", nn::MakeConv2d(dim, dim, 1));
 }
@@ -270,7 +255,7 @@ WanDecoder3dImpl::WanDecoder3dImpl(const WanConfig& c) {
       up_blocks->push_back(WanUpBlock(in_dim, dims[i + 1], c.num_res_blocks, mode));
     }
   }
-  norm_out = register_module("norm_out", WanRMSNorm(dims.back(), /*images=*/false));
+  norm_out = register_module("norm_out", nn::ChannelRMSNorm(dims.back(), /*images=*/false));
   conv_out = register_module("conv_out", MakeConv3x3x3(dims.back(), c.out_channels));
 }
 

@@ -27,6 +27,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "families/layer_ops.h"
+#include "families/nn/modules.h"
 #include "families/wan/config.h"
 
 namespace vaedecode::families::wan {
@@ -78,19 +79,6 @@ class WanCausalConv3dImpl : public torch::nn::Conv3dImpl {
 };
 TORCH_MODULE(WanCausalConv3d);
 
-// diffusers WanRMS_norm (no bias): F.normalize over channels · √C · gamma.
-// `images`: gamma is [C, 1, 1] (for [N, C, H, W]) instead of [C, 1, 1, 1].
-class WanRMSNormImpl : public torch::nn::Module {
- public:
-  WanRMSNormImpl(int64_t dim, bool images);
-  at::Tensor forward(const at::Tensor& x);  // [B, C, ...] -> same
-
-  at::Tensor gamma;
-
- private:
-  double scale_;
-};
-TORCH_MODULE(WanRMSNorm);
 
 // diffusers WanResidualBlock (dropout inactive in eval).
 class WanResidualBlockImpl : public torch::nn::Module {
@@ -98,9 +86,9 @@ class WanResidualBlockImpl : public torch::nn::Module {
   WanResidualBlockImpl(int64_t in_dim, int64_t out_dim);
   at::Tensor forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache);  // [B, C, T, H, W] -> [B, C', T, H, W]
 
-  WanRMSNorm norm1{nullptr};
+  nn::ChannelRMSNorm norm1{nullptr};
   WanCausalConv3d conv1{nullptr};
-  WanRMSNorm norm2{nullptr};
+  nn::ChannelRMSNorm norm2{nullptr};
   WanCausalConv3d conv2{nullptr};
   WanCausalConv3d conv_shortcut{nullptr};  // 1x1x1, only when widths differ
 };
@@ -113,7 +101,7 @@ class WanAttentionBlockImpl : public torch::nn::Module {
   explicit WanAttentionBlockImpl(int64_t dim);
   at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, C, T, H, W] -> same
 
-  WanRMSNorm norm{nullptr};
+  nn::ChannelRMSNorm norm{nullptr};
   torch::nn::Conv2d to_qkv{nullptr};
   torch::nn::Conv2d proj{nullptr};
 };
@@ -213,7 +201,7 @@ class WanDecoder3dImpl : public torch::nn::Module {
   WanCausalConv3d conv_in{nullptr};
   WanMidBlock mid_block{nullptr};
   torch::nn::ModuleList up_blocks{nullptr};
-  WanRMSNorm norm_out{nullptr};
+  nn::ChannelRMSNorm norm_out{nullptr};
   WanCausalConv3d conv_out{nullptr};
 };
 TORCH_MODULE(WanDecoder3d);

@@ -1,0 +1,131 @@
+#include "families/hunyuanvideo15/blocks.h"
+
+#include <ATen/ATen.h>
+
+namespace vaedecode::families::hunyuanvideo15 {
+namespace {
+
+torch::nn::Conv3d MakePointwiseConv3d(int64_t in, int64_t out) {
+  return torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, 1));
+}
+
+at::Tensor RunPointwise(LayerOps& ops, const torch::nn::Conv3d& conv, const at::Tensor& x) {
+  return ops.Conv(x, conv->weight, conv->bias, ConvGeometry{});
+}
+
+}  // namespace
+
+ResnetBlockImpl::ResnetBlockImpl(int64_t in_channels, int64_t out_channels) {
+  norm1 = register_module("norm1", nn::ChannelRMSNorm(in_channels, /*images=*/false));
+  conv1 = register_module("conv1", nn::ReplicateCausalConv3d(in_channels, out_channels, 3));
+  norm2 = register_module("norm2", nn::ChannelRMSNorm(out_channels, /*images=*/false));
+  conv2 = register_module("conv2", nn::ReplicateCausalConv3d(out_channels, out_channels, 3));
+  if (in_channels != out_channels) {
+    conv_shortcut = register_module("conv_shortcut", MakePointwiseConv3d(in_channels, out_channels));
+  }
+}
+
+at::Tensor ResnetBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = conv1->forward(at::silu(norm1->forward(x)), ops);
+  h = conv2->forward(at::silu(norm2->forward(h)), ops);
+  return h + (conv_shortcut ? RunPointwise(ops, conv_shortcut, x) : x);
+}
+
+AttnBlockImpl::AttnBlockImpl(int64_t channels) {
+  norm = register_module("norm", nn::ChannelRMSNorm(channels, /*images=*/false));
+  to_q = register_module("to_q", MakePointwiseConv3d(channels, channels));
+  to_k = register_module("to_k", MakePointwiseConv3d(channels, channels));
+  to_v = register_module("to_v", MakePointwiseConv3d(channels, channels));
+  proj_out = register_module("proj_out", MakePointwiseConv3d(channels, channels));
+}
+
+at::Tensor AttnBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
+  const at::Tensor normed = norm->forward(x);
+  // [B, C, T, H, W] -> [B, 1, T, H·W, C]: one head, each frame's pixels
+  // row-major (a band's tokens are contiguous within each frame).
+  auto tokens = [&](const torch::nn::Conv3d& conv) {
+    return RunPointwise(ops, conv, normed).permute({0, 2, 3, 4, 1}).reshape({b, 1, t, h * w, c});
+  };
+  const at::Tensor attended =
+      ops.FrameCausalAttention(tokens(to_q), tokens(to_k), tokens(to_v), /*tokens_per_row=*/w);
+  const at::Tensor video = attended.reshape({b, t, h, w, c}).permute({0, 4, 1, 2, 3});
+  return RunPointwise(ops, proj_out, video) + x;
+}
+
+UpsampleImpl::UpsampleImpl(int64_t in_channels, int64_t out_channels, bool upsample_time)
+    : upsample_time_(upsample_time), repeats_((upsample_time ? 8 : 4) * out_channels / in_channels) {
+  conv = register_module("conv",
+                         nn::ReplicateCausalConv3d(in_channels, out_channels * (upsample_time ? 8 : 4), 3));
+}
+
+at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const at::Tensor h = conv->forward(x, ops);
+  if (!upsample_time_) {
+    return nn::SubpixelMajorDepthToSpace(h, 1, 2, 2) +
+           nn::SubpixelMajorDepthToSpace(x.repeat_interleave(repeats_, 1), 1, 2, 2);
+  }
+  // The first frame: 2x2 only, half the channels; later frames 2x2x2. The
+  // shortcut unpacks first and repeats after (the other order from above).
+  const int64_t later = x.size(2) - 1;
+  const at::Tensor h_first = nn::SubpixelMajorDepthToSpace(h.narrow(2, 0, 1), 1, 2, 2);
+  const at::Tensor h_up = at::cat({h_first.narrow(1, 0, h_first.size(1) / 2),
+                                   nn::SubpixelMajorDepthToSpace(h.narrow(2, 1, later), 2, 2, 2)},
+                                  2);
+  const at::Tensor shortcut = at::cat(
+      {nn::SubpixelMajorDepthToSpace(x.narrow(2, 0, 1), 1, 2, 2).repeat_interleave(repeats_ / 2, 1),
+       nn::SubpixelMajorDepthToSpace(x.narrow(2, 1, later), 2, 2, 2).repeat_interleave(repeats_, 1)},
+      2);
+  return h_up + shortcut;
+}
+
+MidBlockImpl::MidBlockImpl(int64_t channels) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  attentions = register_module("attentions", torch::nn::ModuleList());
+  resnets->push_back(ResnetBlock(channels, channels));
+  attentions->push_back(AttnBlock(channels));
+  resnets->push_back(ResnetBlock(channels, channels));
+}
+
+at::Tensor MidBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = resnets[0]->as<ResnetBlockImpl>()->forward(x, ops);
+  h = attentions[0]->as<AttnBlockImpl>()->forward(h, ops);
+  return resnets[1]->as<ResnetBlockImpl>()->forward(h, ops);
+}
+
+UpBlockImpl::UpBlockImpl(const UpBlockSpec& spec) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  for (int64_t i = 0; i < spec.num_layers; ++i) {
+    resnets->push_back(ResnetBlock(i == 0 ? spec.in_channels : spec.out_channels, spec.out_channels));
+  }
+  if (spec.upsample_out_channels > 0) {
+    upsamplers = register_module("upsamplers", torch::nn::ModuleList());
+    upsamplers->push_back(Upsample(spec.out_channels, spec.upsample_out_channels, spec.upsample_time));
+  }
+}
+
+at::Tensor UpBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<ResnetBlockImpl>()->forward(h, ops);
+  if (upsamplers) h = upsamplers[0]->as<UpsampleImpl>()->forward(h, ops);
+  return h;
+}
+
+Decoder3DImpl::Decoder3DImpl(const HunyuanVideo15Config& c) : conv_in_repeats_(c.conv_in_repeats()) {
+  const std::vector<int64_t> widths = c.decoder_widths();
+  conv_in = register_module("conv_in", nn::ReplicateCausalConv3d(c.latent_channels, widths.front(), 3));
+  mid_block = register_module("mid_block", MidBlock(widths.front()));
+  up_blocks = register_module("up_blocks", torch::nn::ModuleList());
+  for (const UpBlockSpec& spec : c.UpBlocks()) up_blocks->push_back(UpBlock(spec));
+  norm_out = register_module("norm_out", nn::ChannelRMSNorm(widths.back(), /*images=*/false));
+  conv_out = register_module("conv_out", nn::ReplicateCausalConv3d(widths.back(), c.out_channels, 3));
+}
+
+at::Tensor Decoder3DImpl::forward(const at::Tensor& z, LayerOps& ops) {
+  at::Tensor h = conv_in->forward(z, ops) + z.repeat_interleave(conv_in_repeats_, 1);
+  h = mid_block->forward(h, ops);
+  for (const auto& block : *up_blocks) h = block->as<UpBlockImpl>()->forward(h, ops);
+  return conv_out->forward(at::silu(norm_out->forward(h)), ops);
+}
+
+}  // namespace vaedecode::families::hunyuanvideo15

@@ -1,0 +1,115 @@
+#pragma once
+
+// LibTorch mirrors of the blocks AutoencoderKLHunyuanVideo15's decoder is
+// built from (autoencoders/autoencoder_kl_hunyuanvideo15.py), children under
+// the diffusers attribute names so named_parameters() equals the state-dict
+// keys (decoder.up_blocks.0.resnets.0.conv1.conv.weight).
+//
+// Row-coupled ops run through LayerOps, height being the sharded axis: the
+// replicate-padded causal 3x3x3 convs (halo 1; nn::ReplicateCausalConv3d)
+// and the mid block's frame-causal attention over all T·H·W tokens (local
+// queries, every frame's K/V band gathered once). The norms are channel RMS
+// norms (local: no statistics to merge), and the 1x1x1 convs, SiLU, the
+// channel-repeat shortcuts and the sub-pixel unpacking are local to a band.
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/pimpl.h>
+
+#include "families/hunyuanvideo15/config.h"
+#include "families/layer_ops.h"
+#include "families/nn/modules.h"
+
+namespace vaedecode::families::hunyuanvideo15 {
+
+// diffusers HunyuanVideo15ResnetBlock.
+class ResnetBlockImpl : public torch::nn::Module {
+ public:
+  ResnetBlockImpl(int64_t in_channels, int64_t out_channels);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  nn::ChannelRMSNorm norm1{nullptr};
+  nn::ReplicateCausalConv3d conv1{nullptr};
+  nn::ChannelRMSNorm norm2{nullptr};
+  nn::ReplicateCausalConv3d conv2{nullptr};
+  torch::nn::Conv3d conv_shortcut{nullptr};  // 1x1x1, only when widths differ
+};
+TORCH_MODULE(ResnetBlock);
+
+// diffusers HunyuanVideo15AttnBlock: single-head attention over all T·H·W
+// tokens with the frame-causal mask, 1x1x1-conv q/k/v/proj_out, residual.
+class AttnBlockImpl : public torch::nn::Module {
+ public:
+  explicit AttnBlockImpl(int64_t channels);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  nn::ChannelRMSNorm norm{nullptr};
+  torch::nn::Conv3d to_q{nullptr};
+  torch::nn::Conv3d to_k{nullptr};
+  torch::nn::Conv3d to_v{nullptr};
+  torch::nn::Conv3d proj_out{nullptr};
+};
+TORCH_MODULE(AttnBlock);
+
+// diffusers HunyuanVideo15Upsample: a causal conv to 8·out (4·out without
+// time) channels unpacked 2x2x2 (2x2), sub-pixel-major, plus the input
+// unpacked and channel-repeated; with time, the first frame is unpacked 2x2
+// only and keeps the first half of its channels (T -> 2T - 1).
+class UpsampleImpl : public torch::nn::Module {
+ public:
+  UpsampleImpl(int64_t in_channels, int64_t out_channels, bool upsample_time);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  nn::ReplicateCausalConv3d conv{nullptr};
+
+ private:
+  bool upsample_time_;
+  int64_t repeats_;
+};
+TORCH_MODULE(Upsample);
+
+// diffusers HunyuanVideo15MidBlock with one layer: resnet, attention, resnet.
+class MidBlockImpl : public torch::nn::Module {
+ public:
+  explicit MidBlockImpl(int64_t channels);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  torch::nn::ModuleList resnets{nullptr};
+  torch::nn::ModuleList attentions{nullptr};
+};
+TORCH_MODULE(MidBlock);
+
+// diffusers HunyuanVideo15UpBlock3D.
+class UpBlockImpl : public torch::nn::Module {
+ public:
+  explicit UpBlockImpl(const UpBlockSpec& spec);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  torch::nn::ModuleList resnets{nullptr};
+  torch::nn::ModuleList upsamplers{nullptr};  // absent without upsampling (diffusers' None)
+};
+TORCH_MODULE(UpBlock);
+
+// diffusers HunyuanVideo15Decoder3D.
+class Decoder3DImpl : public torch::nn::Module {
+ public:
+  explicit Decoder3DImpl(const HunyuanVideo15Config& config);
+  // [B, Cz, T, h, w] -> [B, out, 1 + tf·(T - 1), h·s, w·s]
+  at::Tensor forward(const at::Tensor& z, LayerOps& ops);
+
+  nn::ReplicateCausalConv3d conv_in{nullptr};
+  MidBlock mid_block{nullptr};
+  torch::nn::ModuleList up_blocks{nullptr};
+  nn::ChannelRMSNorm norm_out{nullptr};
+  nn::ReplicateCausalConv3d conv_out{nullptr};
+
+ private:
+  int64_t conv_in_repeats_;
+};
+TORCH_MODULE(Decoder3D);
+
+}  // namespace vaedecode::families::hunyuanvideo15

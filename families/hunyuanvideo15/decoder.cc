@@ -1,0 +1,59 @@
+#include "families/hunyuanvideo15/decoder.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+namespace vaedecode::families::hunyuanvideo15 {
+namespace {
+
+ModelInfo Describe(const HunyuanVideo15Config& c, std::string config_json) {
+  ModelInfo info;
+  info.family = "hunyuanvideo15";
+  info.diffusers_class = "AutoencoderKLHunyuanVideo15";
+  info.config_json = std::move(config_json);
+  info.latent_channels = c.latent_channels;
+  info.out_channels = c.out_channels;
+  info.spatial_factor = c.spatial_factor();
+  info.temporal_factor = c.temporal_factor();
+  info.is_video = true;
+  info.peak_latent_frames = 0;  // the whole clip at once, however long
+  info.scaling_factor = c.scaling_factor;
+  info.raw_to_vae_formula = "z / scaling_factor";
+  // AutoencoderKLHunyuanVideo15.tiled_decode: 256-pixel tiles, overlap 0.25.
+  info.stock_tile = std::max<int64_t>(1, HunyuanVideo15Config::kTileSampleMinSize / info.spatial_factor);
+  info.stock_stride = std::max<int64_t>(1, info.stock_tile * 3 / 4);
+  return info;
+}
+
+}  // namespace
+
+HunyuanVideo15ModuleImpl::HunyuanVideo15ModuleImpl(const HunyuanVideo15Config& c) {
+  decoder = register_module("decoder", Decoder3D(c));
+}
+
+HunyuanVideo15Decoder::HunyuanVideo15Decoder(HunyuanVideo15Config config, std::string config_json)
+    : ModuleDecoder(HunyuanVideo15Module(config), Describe(config, std::move(config_json)), /*latent_halo_rows=*/1),
+      config_(std::move(config)) {}
+
+at::Tensor HunyuanVideo15Decoder::ToVaeSpace(const at::Tensor& raw) const { return raw / config_.scaling_factor; }
+
+at::Tensor HunyuanVideo15Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
+  at::NoGradGuard no_grad;
+  return module_->decoder->forward(z.to(dtype()), ops);
+}
+
+void Register(Registry& registry) {
+  // Causal-conv wrappers (".conv.") like HunyuanVideo, but RMS norms with
+  // `gamma` and "norm_out" where HunyuanVideo has GroupNorm "conv_norm_out".
+  registry.Register({"hunyuanvideo15",
+                     {"AutoencoderKLHunyuanVideo15"},
+                     [](const ModelFiles& files, const LoadOptions& options) {
+                       return LoadModuleDecoder<HunyuanVideo15Decoder>(files, options, {{"encoder."}, {}});
+                     },
+                     {{{"AutoencoderKLHunyuanVideo15"},
+                       {{"decoder.conv_in.conv.weight", 5}, {"decoder.norm_out.gamma", 4}},
+                       {}}}});
+}
+
+}  // namespace vaedecode::families::hunyuanvideo15
