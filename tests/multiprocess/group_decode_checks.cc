@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "families/builtin_families.h"
 #include "formats/tensor_file.h"
 #include "parallel/gloo_communicator.h"
@@ -120,6 +121,46 @@ absl::Status CheckFixtureCase(const FixtureCase& c, int rank, int world, int por
 
 std::string FixtureCaseName(const FixtureCase& c, int world) {
   return absl::StrCat(c.fixture, "_", c.name, "_ws", world);
+}
+
+std::string WantModeForRows(const FixtureCase& c, int world) {
+  absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+  if (!latent.ok()) return "unreadable latent";
+  return world > 1 && latent->size(-2) < world ? "dense" : "";
+}
+
+absl::Status CheckCollectives(const parallel::CommStats& stats, const ExpectedCollectives& want, int world,
+                              const std::string& what) {
+  const bool sharded = world > 1;
+  const int64_t total = sharded ? want.total() : 0;
+  if (stats.collectives() != total || stats.ForKind(parallel::CallKind::kHalo).calls != (sharded ? want.halo : 0) ||
+      stats.ForKind(parallel::CallKind::kGroupNormStats).calls != (sharded ? want.group_norm : 0) ||
+      stats.ForKind(parallel::CallKind::kAttentionKV).calls != (sharded ? want.attention_kv : 0)) {
+    return absl::InternalError(absl::StrCat(what, " at world size ", world, ": ", stats.collectives(),
+                                            " collectives, want ", total, ": ", stats.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector<std::vector<int64_t>>& shapes,
+                                   const ExpectedCollectives& per_decode, int rank, int world, int port,
+                                   const std::string& group, GroupCheckOptions options) {
+  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixtureDecoder(fixture);
+  if (!decoder.ok()) return decoder.status();
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinTestGroup(rank, world, port, group);
+  if (!comm.ok()) return comm.status();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    at::Tensor latent;
+    if (rank == worker::kLeader) {
+      at::manual_seed(41 + static_cast<uint64_t>(i));
+      latent = at::randn(shapes[i]);
+    }
+    options.what = absl::StrCat(fixture, " latent [", absl::StrJoin(shapes[i], ", "), "]");
+    absl::StatusOr<GroupDecodeCheck> checked = DecodeWithGroupAndCheck(**decoder, **comm, latent, options);
+    if (!checked.ok()) return checked.status();
+    if (absl::Status s = CheckCollectives(checked->stats, per_decode, world, options.what); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace vaedecode::testing

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -66,6 +67,33 @@ absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& deco
 // (its space, expected_file and what are set here).
 absl::Status CheckFixtureCase(const FixtureCase& c, int rank, int world, int port, const std::string& group,
                               GroupCheckOptions options);
+
+// The mode the planner picks for a fixture case's latent at `world` ranks
+// when every layer's latent-resolution halo is one row: "" (exact at world
+// size > 1) when every band gets a row, "dense" when some would be empty.
+std::string WantModeForRows(const FixtureCase& c, int world);
+
+// The collectives one exact decode makes, by kind (the row gather to the
+// leader is counted apart: always 1).
+struct ExpectedCollectives {
+  int64_t halo = 0;
+  int64_t group_norm = 0;
+  int64_t attention_kv = 0;
+  int64_t total() const { return halo + group_norm + attention_kv + 1; }
+};
+
+// OK when `stats` are `want`'s at world size > 1 and empty at 1; the
+// mismatch otherwise, named by `what`.
+absl::Status CheckCollectives(const parallel::CommStats& stats, const ExpectedCollectives& want, int world,
+                              const std::string& what);
+
+// One rank's part of decoding seeded random latents of each of `shapes` with
+// a Gloo group of the fixture's decoder, one after another in one group:
+// each checked against the dense decode on the leader, and each decode's
+// collectives against `per_decode` (CheckCollectives).
+absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector<std::vector<int64_t>>& shapes,
+                                   const ExpectedCollectives& per_decode, int rank, int world, int port,
+                                   const std::string& group, GroupCheckOptions options);
 
 // "<fixture>_<case>_ws<world>": names of tests parameterised by case and world size.
 std::string FixtureCaseName(const FixtureCase& c, int world);

@@ -9,10 +9,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "absl/strings/str_cat.h"
 #include "families/builtin_families.h"
-#include "formats/tensor_file.h"
-#include "parallel/counting_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
@@ -40,11 +37,8 @@ class HunyuanImageExactDecode : public ::testing::TestWithParam<std::tuple<testi
 
 TEST_P(HunyuanImageExactDecode, EqualsDenseAndDiffusers) {
   const auto& [c, world] = GetParam();
-  absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
-  ASSERT_TRUE(latent.ok()) << latent.status();
   testing::GroupCheckOptions options = Tolerances();
-  // Fewer rows than ranks: a band would be thinner than the conv halo.
-  if (world > 1 && latent->size(2) < world) options.want_mode = "dense";
+  options.want_mode = testing::WantModeForRows(c, world);
   absl::Status s = parallel::testing::RunRanks(world, [&c = c, &options](int rank, int w, int port) {
     return testing::CheckFixtureCase(c, rank, w, port, kGroup, options);
   }, absl::Seconds(120));
@@ -73,39 +67,15 @@ TEST(HunyuanImageExactDecodeCoverage, EveryHunyuanImageFixtureIsTested) {
 //   row gather to the leader   = 1
 // = 67. The attention's q/k/v/proj convs are 1x1 (no halo); the repeat
 // shortcuts and sub-pixel shuffles are row-local. None at world size 1.
-constexpr int64_t kHalo = 35;
-constexpr int64_t kGroupNorm = 30;
+constexpr testing::ExpectedCollectives kPerDecode{/*halo=*/35, /*group_norm=*/30, /*attention_kv=*/1};
 
 TEST(HunyuanImageExactDecodeGroup, BatchTwoOneRowBandsAndCollectiveCounts) {
   for (int world : {1, 2, 4}) {
-    absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = testing::LoadFixtureDecoder("hunyuanimage21");
-      if (!decoder.ok()) return decoder.status();
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = testing::JoinTestGroup(rank, w, port, kGroup);
-      if (!comm.ok()) return comm.status();
+    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) {
       // Heights 5 (bands 2,1,1,1 at 4 ranks: 1-row bands at both global
-      // edges and inside) and 6, batch 2, twice in one group.
-      for (const std::vector<int64_t>& shape : {std::vector<int64_t>{2, 16, 5, 3}, {2, 16, 6, 4}}) {
-        at::Tensor latent;
-        if (rank == worker::kLeader) {
-          at::manual_seed(41 + shape[2]);
-          latent = at::randn(shape);
-        }
-        testing::GroupCheckOptions o = Tolerances();
-        o.what = absl::StrCat("hunyuanimage21 batch 2, ", shape[2], " rows");
-        absl::StatusOr<testing::GroupDecodeCheck> checked = testing::DecodeWithGroupAndCheck(**decoder, **comm, latent, o);
-        if (!checked.ok()) return checked.status();
-        const parallel::CommStats& st = checked->stats;
-        const bool sharded = w > 1;
-        const int64_t want = sharded ? kHalo + kGroupNorm + 1 + 1 : 0;
-        if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != (sharded ? kHalo : 0) ||
-            st.ForKind(parallel::CallKind::kGroupNormStats).calls != (sharded ? kGroupNorm : 0) ||
-            st.ForKind(parallel::CallKind::kAttentionKV).calls != (sharded ? 1 : 0)) {
-          return absl::InternalError(
-              absl::StrCat(o.what, ": ", st.collectives(), " collectives, want ", want, ": ", st.ToString()));
-        }
-      }
-      return absl::OkStatus();
+      // edges and inside) and 6, batch 2, one after the other in one group.
+      return testing::CheckSyntheticDecodes("hunyuanimage21", {{2, 16, 5, 3}, {2, 16, 6, 4}}, kPerDecode, rank, w, port,
+                                            kGroup, Tolerances());
     }, absl::Seconds(180));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }

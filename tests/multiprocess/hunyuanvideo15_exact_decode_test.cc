@@ -1,0 +1,89 @@
+// Exact (layer-wise sharded) HunyuanVideo 1.5 decode equals the dense decode
+// and diffusers, with real worker processes over real Gloo: both
+// AutoencoderKLHunyuanVideo15 fixtures at world sizes 1-4 (5 latent frames
+// on 3 rows: bands 2,1 / 1,1,1, dense at 4 ranks; 1 frame on 5 rows: bands
+// 3,2 / 2,2,1 / 2,1,1,1), from the decoder input and the pipeline latent;
+// synthetic batch-2 latents (which diffusers decodes one entry at a time)
+// with several frames and 1-row bands; and collective counts derived from
+// the layer structure.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "families/builtin_families.h"
+#include "parallel/testing/multi_process.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "tests/multiprocess/group_decode_checks.h"
+#include "worker/group_decode.h"
+
+namespace vaedecode {
+namespace {
+
+// Exact vs dense differ only in rounding: LibTorch's CPU conv3d rounds a
+// pixel differently depending on the input's extent (~3e-6 on O(1) values),
+// and the random-weight decoder amplifies it; the norms are per pixel, so
+// no statistics are merged. The video criterion is 3e-5. A wrong halo row,
+// replicated edge row or attention frame is off by O(0.1).
+constexpr double kExactVsDense = 3e-5;
+constexpr double kVsDiffusers = 1e-4;
+constexpr char kGroup[] = "hunyuanvideo15-exact-decode-test";
+const std::vector<std::string> kClasses = {"AutoencoderKLHunyuanVideo15"};
+
+testing::GroupCheckOptions Tolerances() {
+  testing::GroupCheckOptions o;
+  o.exact_vs_dense = kExactVsDense;
+  o.vs_diffusers = kVsDiffusers;
+  return o;
+}
+
+class HunyuanVideo15ExactDecode : public ::testing::TestWithParam<std::tuple<testing::FixtureCase, int>> {};
+
+TEST_P(HunyuanVideo15ExactDecode, EqualsDenseAndDiffusers) {
+  const auto& [c, world] = GetParam();
+  testing::GroupCheckOptions options = Tolerances();
+  options.want_mode = testing::WantModeForRows(c, world);
+  absl::Status s = parallel::testing::RunRanks(world, [&c = c, &options](int rank, int w, int port) {
+    return testing::CheckFixtureCase(c, rank, w, port, kGroup, options);
+  }, absl::Seconds(120));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HunyuanVideo15ExactDecode,
+                         ::testing::Combine(::testing::ValuesIn(testing::FixtureCases(kClasses)),
+                                            ::testing::Values(1, 2, 3, 4)),
+                         [](const auto& info) {
+                           return testing::FixtureCaseName(std::get<0>(info.param), std::get<1>(info.param));
+                         });
+
+TEST(HunyuanVideo15ExactDecodeCoverage, EveryHunyuanVideo15FixtureIsTested) {
+  EXPECT_GE(testing::FixtureCases(kClasses).size(), 2u);
+}
+
+// Collectives of one exact decode at world size > 1, from the layer
+// structure of the hunyuanvideo15 fixture (5 levels, layers_per_block 1, so
+// 2 resnets per up block; 4 upsamplers; mid block resnet-attention-resnet):
+//   halo exchanges (3x3x3 convs) = 1 (conv_in) + 2 x 2 (mid resnets)
+//       + 5 x 2 x 2 (up resnets) + 4 (upsamplers) + 1 (conv_out) = 30
+//   GroupNorm statistics         = 0 (every norm is a per-pixel RMS norm)
+//   K/V all-gathers              = 1 (the frame-causal mid-block attention:
+//       every frame's band in one gather)
+//   row gather to the leader     = 1
+// = 32, whatever the frame count (no temporal tiling). The attention's
+// 1x1x1 convs have no halo; the repeat shortcuts and the unpacking are
+// row-local. None at world size 1.
+constexpr testing::ExpectedCollectives kPerDecode{/*halo=*/30, /*group_norm=*/0, /*attention_kv=*/1};
+
+TEST(HunyuanVideo15ExactDecodeGroup, BatchTwoSeveralFramesOneRowBandsAndCollectiveCounts) {
+  for (int world : {1, 2, 4}) {
+    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) {
+      // Batch 2 with 3 frames on 5 rows (bands 2,1,1,1 at 4 ranks), then 6
+      // frames on 4 rows, batch 1, one after the other in one group.
+      return testing::CheckSyntheticDecodes("hunyuanvideo15", {{2, 8, 3, 5, 3}, {1, 8, 6, 4, 2}}, kPerDecode, rank,
+                                            w, port, kGroup, Tolerances());
+    }, absl::Seconds(240));
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
+  }
+}
+
+}  // namespace
+}  // namespace vaedecode
