@@ -98,8 +98,8 @@ void ExpectCliMatchesService(ServerProcess& server, const std::string& fixture) 
 }
 
 TEST(CliMatchesService, DenseExactAndTiledDecodesAreTheSame) {
-  // AutoencoderKL and HunyuanImage-2.1.
-  const std::vector<std::string> fixtures = {"sd_kl", "hunyuanimage21"};
+  // AutoencoderKL, HunyuanImage-2.1 and HunyuanVideo 1.5 (a video).
+  const std::vector<std::string> fixtures = {"sd_kl", "hunyuanimage21", "hunyuanvideo15"};
   std::unique_ptr<ServerProcess> server =
       StartServing(RealWorkerFlags(FixtureRepository(fixtures), "cpu:2", 2), fixtures);
   ASSERT_NE(server, nullptr);
