@@ -6,6 +6,7 @@
 #include "families/hunyuanvideo/decoder.h"
 #include "families/hunyuanvideo15/decoder.h"
 #include "families/ltx2/decoder.h"
+#include "families/minimax_h3/decoder.h"
 #include "families/qwenimage/decoder.h"
 #include "families/wan/decoder.h"
 
@@ -22,6 +23,7 @@ const Registry& BuiltinFamilies() {
     hunyuanvideo::Register(*r);
     hunyuanimage::Register(*r);
     hunyuanvideo15::Register(*r);
+    minimax_h3::Register(*r);
     return r;
   }();
   return *registry;

@@ -68,6 +68,11 @@ struct ModelInfo {
   bool force_upcast = false;
   // decode() takes a timestep (LTX's timestep_conditioning).
   bool timestep_conditioning = false;
+  // Whether the decoder may be run on spatial tiles (TILED mode). Off for a
+  // decoder whose output depends on the whole frame in a way tiles cannot
+  // reproduce or that its reference does not define untiled (a ViT decoder:
+  // MiniMax-H3).
+  bool spatial_tiling = true;
 };
 
 // "float32", "bfloat16", "float16"; LibTorch's name for other dtypes.

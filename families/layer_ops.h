@@ -32,9 +32,21 @@ struct ConvGeometry {
   PaddingMode mode = PaddingMode::kZeros;
 };
 
+// Where a tensor's rows sit in the whole (unsharded) tensor, at its own
+// resolution: the first row this rank holds and the rows of all ranks.
+struct RowWindow {
+  int64_t first = 0;
+  int64_t total = 0;
+};
+
 class LayerOps {
  public:
   virtual ~LayerOps() = default;
+
+  // The window of a tensor that holds `local_rows` rows of the sharded axis
+  // (for positional encodings in global coordinates). The default is right
+  // for ops that hold whole tensors: {0, local_rows}.
+  virtual RowWindow GlobalRows(int64_t local_rows) { return {0, local_rows}; }
 
   // x: [B, C, H, W] with a 4-D weight, or [B, C, T, H, W] with a 5-D weight.
   // Height is the sharded axis.
@@ -68,6 +80,20 @@ class LayerOps {
   // (ShardedOps with one gather of every frame's K/V).
   virtual at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           int64_t tokens_per_row);
+
+  // Full attention with tokens every rank holds alike (a ViT's register and
+  // CLS tokens): q, k, v are [B, heads, N + shared_tokens, D], the first N
+  // this rank's band (`tokens_per_row` per row of the sharded axis, in any
+  // order: attention does not depend on the keys' order), the last
+  // `shared_tokens` the same on every rank. Each rank computes all of its
+  // queries, the shared ones included, against every band's keys plus the
+  // shared keys once (no duplicate keys), so the shared tokens stay equal on
+  // every rank. The default is right for ops that hold whole tensors.
+  virtual at::Tensor AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                               int64_t tokens_per_row, int64_t shared_tokens) {
+    (void)shared_tokens;
+    return Attention(q, k, v, tokens_per_row);
+  }
 };
 
 // LayerOps that pass every op to `inner`: a decorator overrides only the
@@ -90,6 +116,11 @@ class ForwardingOps : public LayerOps {
   at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   int64_t tokens_per_row) override {
     return inner_.FrameCausalAttention(q, k, v, tokens_per_row);
+  }
+  RowWindow GlobalRows(int64_t local_rows) override { return inner_.GlobalRows(local_rows); }
+  at::Tensor AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       int64_t tokens_per_row, int64_t shared_tokens) override {
+    return inner_.AttentionWithSharedTokens(q, k, v, tokens_per_row, shared_tokens);
   }
 
  protected:

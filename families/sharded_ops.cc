@@ -75,8 +75,8 @@ at::Tensor ShardedOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const 
   return y;
 }
 
-at::Tensor ShardedOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 int64_t tokens_per_row) {
+std::pair<at::Tensor, at::Tensor> ShardedOps::GatherBandKV(const at::Tensor& k, const at::Tensor& v,
+                                                           int64_t tokens_per_row) {
   const int64_t local_tokens = k.size(-2);
   TORCH_CHECK(tokens_per_row > 0 && local_tokens % tokens_per_row == 0,
               "attention tokens are not whole rows");
@@ -84,10 +84,31 @@ at::Tensor ShardedOps::Attention(const at::Tensor& q, const at::Tensor& k, const
   std::vector<int64_t> token_sizes = spec.sizes();
   for (int64_t& s : token_sizes) s *= tokens_per_row;
   double signal = (cancelled_ != nullptr && cancelled_->load()) ? 1.0 : 0.0;
-  auto [k_all, v_all] = ValueOrThrow(parallel::AllGatherKV(comm_, k, v, token_sizes, &signal));
+  auto kv = ValueOrThrow(parallel::AllGatherKV(comm_, k, v, token_sizes, &signal));
   if (signal != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
+  return kv;
+}
+
+at::Tensor ShardedOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 int64_t tokens_per_row) {
+  auto [k_all, v_all] = GatherBandKV(k, v, tokens_per_row);
   // Local queries against every key; the output stays local.
   return ScaledDotProductAttention(q, k_all, v_all);
+}
+
+at::Tensor ShardedOps::AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                 int64_t tokens_per_row, int64_t shared_tokens) {
+  const int64_t band = k.size(-2) - shared_tokens;
+  TORCH_CHECK(shared_tokens >= 0 && band >= 0, "more shared tokens than tokens");
+  auto [k_all, v_all] = GatherBandKV(k.narrow(-2, 0, band).contiguous(), v.narrow(-2, 0, band).contiguous(),
+                                     tokens_per_row);
+  return ScaledDotProductAttention(q, at::cat({k_all, k.narrow(-2, band, shared_tokens)}, -2),
+                                   at::cat({v_all, v.narrow(-2, band, shared_tokens)}, -2));
+}
+
+RowWindow ShardedOps::GlobalRows(int64_t local_rows) {
+  const parallel::ShardSpec spec = SpecForRows(local_rows, /*axis=*/0);
+  return {spec.local_band().begin, spec.rows_total()};
 }
 
 at::Tensor ShardedOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -13,6 +13,7 @@
 // worker's job wrapper). Not thread-safe; one decode at a time.
 
 #include <atomic>
+#include <utility>
 
 #include "families/layer_ops.h"
 #include "parallel/band_partition.h"
@@ -36,6 +37,12 @@ class ShardedOps final : public LayerOps {
   at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   int64_t tokens_per_row) override;
 
+  RowWindow GlobalRows(int64_t local_rows) override;
+  // Band K/V in one all-gather, the shared tokens' K/V from this rank's
+  // copy (identical on every rank); local queries.
+  at::Tensor AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       int64_t tokens_per_row, int64_t shared_tokens) override;
+
   // The layout of a tensor holding `local_rows` rows of this rank's band.
   parallel::ShardSpec SpecForRows(int64_t local_rows, int axis) const;
 
@@ -47,6 +54,10 @@ class ShardedOps final : public LayerOps {
   void set_cancel_flag(const std::atomic<bool>* cancelled) { cancelled_ = cancelled; }
 
  private:
+  // Every rank's band of K/V (`tokens_per_row` per row) in rank order, with
+  // the cancellation flag riding along.
+  std::pair<at::Tensor, at::Tensor> GatherBandKV(const at::Tensor& k, const at::Tensor& v, int64_t tokens_per_row);
+
   parallel::Communicator& comm_;
   parallel::ShardSpec latent_spec_;
   const std::atomic<bool>* cancelled_ = nullptr;

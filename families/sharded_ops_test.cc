@@ -136,6 +136,47 @@ TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
   }
 }
 
+TEST(ShardedAttention, SharedTokensEnterTheKeysOnceAndEveryRankAgreesOnThem) {
+  // A ViT's layout: every rank's band of tokens, then 3 tokens every rank
+  // holds alike. The dense reference sees each token once.
+  for (int world = 1; world <= 4; ++world) {
+    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
+      parallel::GlooOptions o;
+      o.rank = rank;
+      o.world_size = w;
+      o.store_port = port;
+      o.timeout = absl::Seconds(20);
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+      if (!comm.ok()) return comm.status();
+      at::manual_seed(19);
+      const int64_t width = 4, shared = 3;
+      const int64_t tokens = kLatentRows * width;
+      at::Tensor q = at::randn({2, 2, tokens + shared, 8});
+      at::Tensor k = at::randn({2, 2, tokens + shared, 8});
+      at::Tensor v = at::randn({2, 2, tokens + shared, 8});
+      parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+      const parallel::Band b = spec.local_band();
+      auto local = [&](const at::Tensor& t) {
+        return at::cat({t.narrow(2, b.begin * width, b.size() * width), t.narrow(2, tokens, shared)}, 2);
+      };
+      ShardedOps sharded(**comm, spec);
+      DenseOps dense;
+      const at::Tensor want = local(dense.AttentionWithSharedTokens(q, k, v, width, shared));
+      try {
+        const RowWindow window = sharded.GlobalRows(2 * b.size());  // an activation at twice the latent's rows
+        if (window.first != 2 * b.begin || window.total != 2 * kLatentRows) {
+          return absl::InternalError(absl::StrCat("rows window ", window.first, "/", window.total));
+        }
+        return ExpectTensorClose(sharded.AttentionWithSharedTokens(local(q), local(k), local(v), width, shared), want,
+                                 1e-5, 0, "attention with shared tokens");
+      } catch (const StatusError& e) {
+        return e.status();
+      }
+    }, absl::Seconds(60));
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
+  }
+}
+
 // diffusers' formulation (HunyuanVideo's mid block): softmax over all T·N
 // keys of q·kᵀ·scale plus a mask that is -inf where key frame > query frame.
 at::Tensor MaskedFrameCausalReference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -107,6 +107,11 @@ absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1
       }
       return ModeChoice{v1::MODE_DENSE, "requested"};
     case v1::MODE_TILED:
+      if (!Supports(model, v1::MODE_TILED)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("mode: model \"", model.name(), "\" (", model.family(),
+                         ") cannot be decoded in TILED mode; it supports ", SupportedList(model)));
+      }
       return ModeChoice{v1::MODE_TILED, "requested"};
     case v1::MODE_EXACT:
       if (group.degree < 2) {

@@ -80,6 +80,10 @@ class AttentionMeter final : public families::ForwardingOps {
                                   int64_t tokens_per_row) override {
     return Measured([&] { return inner().FrameCausalAttention(q, k, v, tokens_per_row); });
   }
+  at::Tensor AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       int64_t tokens_per_row, int64_t shared_tokens) override {
+    return Measured([&] { return inner().AttentionWithSharedTokens(q, k, v, tokens_per_row, shared_tokens); });
+  }
 
   int64_t decode_peak() const { return std::max(earlier_peak_, probe_.peak_bytes()); }
   // The most bytes live when an attention call began, and the largest

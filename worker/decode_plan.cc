@@ -60,6 +60,10 @@ absl::StatusOr<DecodePlan> PlanDecode(const families::Decoder& decoder, const De
   plan.world_size = context.world_size;
   switch (context.requested) {
     case DecodeMode::kTiled:
+      if (!decoder.info().spatial_tiling) {
+        return absl::InvalidArgumentError(absl::StrCat(decoder.info().diffusers_class,
+                                                       " is not decoded in spatial tiles (use dense or exact)"));
+      }
       plan.mode = DecodeMode::kTiled;
       PlanTiles(decoder, context, plan);
       return plan;

@@ -34,7 +34,7 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   out->set_attention_fixed_bytes(profile.attention_fixed_bytes);
   out->set_attention_bytes_per_latent(profile.attention_bytes_per_latent);
   out->add_supported_modes(v1::MODE_DENSE);
-  out->add_supported_modes(v1::MODE_TILED);
+  if (info.spatial_tiling) out->add_supported_modes(v1::MODE_TILED);
   // A one-row latent is always shardable if the family has an adapter.
   const std::vector<int64_t> probe = info.is_video ? std::vector<int64_t>{1, info.latent_channels, 1, 64, 64}
                                                    : std::vector<int64_t>{1, info.latent_channels, 64, 64};

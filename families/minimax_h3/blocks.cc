@@ -1,0 +1,153 @@
+#include "families/minimax_h3/blocks.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+namespace vaedecode::families::minimax_h3 {
+namespace {
+
+// x · rsqrt(mean(x², last dim) + eps), torch's composite rms_norm.
+at::Tensor RmsNormalize(const at::Tensor& x, double eps) {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
+}
+
+// 2·((i + 0.5)/n) − 1 for i in [first, first + count) of an n-long axis, float32.
+at::Tensor AxisPositions(int64_t first, int64_t count, int64_t n, const c10::Device& device) {
+  const at::Tensor grid = at::arange(0.5, static_cast<double>(n), at::TensorOptions().dtype(at::kFloat).device(device));
+  return grid.narrow(0, first, count) / static_cast<double>(n) * 2.0 - 1.0;
+}
+
+// Rotate-half RoPE on the first cos.size(-1) channels of [B, L, heads, D].
+at::Tensor ApplyRotary(const at::Tensor& x, const Rotary& rotary) {
+  const int64_t d = rotary.cos.size(-1);
+  const at::Tensor cos = rotary.cos.to(x.scalar_type()).unsqueeze(1);  // [L, 1, d]
+  const at::Tensor sin = rotary.sin.to(x.scalar_type()).unsqueeze(1);
+  const at::Tensor rot = x.narrow(-1, 0, d);
+  const at::Tensor first = rot.narrow(-1, 0, d / 2), second = rot.narrow(-1, d / 2, d / 2);
+  const at::Tensor rotated = at::cat({-second, first}, -1);
+  return at::cat({rot * cos + rotated * sin, x.narrow(-1, d, x.size(-1) - d)}, -1);
+}
+
+}  // namespace
+
+Rotary RotaryEmbedding(int64_t frames, int64_t first_row, int64_t band_rows, int64_t total_rows, int64_t width,
+                       int64_t extra_tokens, int64_t rope_dim, double theta, const c10::Device& device) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  // meshgrid(t, h, w, indexing="ij") flattened: tokens in (t, h, w) order.
+  const std::vector<at::Tensor> grid = at::meshgrid({AxisPositions(0, frames, frames, device),
+                                                     AxisPositions(first_row, band_rows, total_rows, device),
+                                                     AxisPositions(0, width, width, device)},
+                                                    "ij");
+  at::Tensor positions = at::stack(grid, -1).reshape({-1, 3});
+  positions = at::cat({positions, at::zeros({extra_tokens, 3}, f32)}, 0);  // [L, 3]
+  // inv_freq = 1 / theta^arange(0, 1, 6/d); angles 2π·pos·inv_freq per axis,
+  // (t, h, w) concatenated, then tiled twice.
+  const at::Tensor inv_freq = 1.0 / at::pow(theta, at::arange(0.0, 1.0, 6.0 / static_cast<double>(rope_dim), f32));
+  at::Tensor angles = (positions.unsqueeze(-1) * (2.0 * M_PI)) * inv_freq;  // [L, 3, d/6]
+  angles = angles.flatten(1, 2).repeat({1, 2});                            // [L, d]
+  return {angles.cos(), angles.sin()};
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) { weight = register_parameter("weight", at::ones({dim})); }
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return RmsNormalize(x, eps_) * weight; }
+
+AttentionImpl::AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, double eps) : heads_(heads), eps_(eps) {
+  const int64_t inner = heads * head_dim;
+  to_q = register_module("to_q", torch::nn::Linear(dim, inner));
+  to_k = register_module("to_k", torch::nn::Linear(dim, inner));
+  to_v = register_module("to_v", torch::nn::Linear(dim, inner));
+  to_out = register_module("to_out", torch::nn::ModuleList());
+  to_out->push_back(torch::nn::Linear(inner, dim));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const Rotary& rotary, int64_t tokens_per_row,
+                                  int64_t shared_tokens, LayerOps& ops) {
+  const int64_t b = x.size(0), l = x.size(1);
+  auto heads = [&](torch::nn::Linear& proj) { return proj->forward(x).view({b, l, heads_, -1}); };
+  // The reference normalises q and k in float32 whatever the compute dtype.
+  auto normed = [&](const at::Tensor& t) { return RmsNormalize(t.to(at::kFloat), eps_).to(t.scalar_type()); };
+  const at::Tensor q = ApplyRotary(normed(heads(to_q)), rotary).transpose(1, 2);  // [B, heads, L, D]
+  const at::Tensor k = ApplyRotary(normed(heads(to_k)), rotary).transpose(1, 2);
+  const at::Tensor v = heads(to_v).transpose(1, 2);
+  const at::Tensor out = ops.AttentionWithSharedTokens(q, k, v, tokens_per_row, shared_tokens);
+  return to_out[0]->as<torch::nn::Linear>()->forward(out.transpose(1, 2).reshape({b, l, -1}));
+}
+
+SwiGLUImpl::SwiGLUImpl(int64_t dim, int64_t inner_dim) {
+  proj = register_module("proj", torch::nn::Linear(dim, 2 * inner_dim));
+}
+
+at::Tensor SwiGLUImpl::forward(const at::Tensor& x) {
+  const std::vector<at::Tensor> value_gate = proj->forward(x).chunk(2, -1);
+  return value_gate[0] * at::silu(value_gate[1]);
+}
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t inner_dim) {
+  net = register_module("net", torch::nn::ModuleList());
+  net->push_back(SwiGLU(dim, inner_dim));
+  net->push_back(torch::nn::Identity());  // diffusers' Dropout: no parameters
+  net->push_back(torch::nn::Linear(inner_dim, dim));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  return net[2]->as<torch::nn::Linear>()->forward(net[0]->as<SwiGLUImpl>()->forward(x));
+}
+
+TransformerBlockImpl::TransformerBlockImpl(int64_t dim, int64_t heads, int64_t head_dim, int64_t ffn_inner_dim,
+                                           double eps) {
+  norm1 = register_module("norm1", RMSNorm(dim, eps));
+  attn = register_module("attn", Attention(dim, heads, head_dim, eps));
+  scale1 = register_parameter("scale1", at::zeros({dim}));
+  norm2 = register_module("norm2", RMSNorm(dim, eps));
+  ff = register_module("ff", FeedForward(dim, ffn_inner_dim));
+  scale2 = register_parameter("scale2", at::zeros({dim}));
+}
+
+at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, const Rotary& rotary, int64_t tokens_per_row,
+                                         int64_t shared_tokens, LayerOps& ops) {
+  // The reference normalises in float32 whatever the compute dtype.
+  const at::Tensor n1 = norm1->forward(x.to(at::kFloat)).to(x.scalar_type());
+  const at::Tensor h = x + attn->forward(n1, rotary, tokens_per_row, shared_tokens, ops) * scale1;
+  const at::Tensor n2 = norm2->forward(h.to(at::kFloat)).to(h.scalar_type());
+  return h + ff->forward(n2) * scale2;
+}
+
+ViTDecoderImpl::ViTDecoderImpl(const MiniMaxH3Config& c) : config_(c) {
+  const int64_t dim = c.dim();
+  proj_in = register_module("proj_in", torch::nn::Linear(c.latent_channels, dim));
+  register_tokens = register_parameter("register_tokens", at::zeros({1, c.decoder_num_register_tokens, dim}));
+  transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.decoder_num_layers; ++i) {
+    transformer_blocks->push_back(TransformerBlock(dim, c.decoder_num_attention_heads, c.decoder_attention_head_dim,
+                                                   c.ffn_inner_dim(), c.decoder_norm_eps));
+  }
+  norm_out = register_module(
+      "norm_out", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(c.decoder_norm_eps).elementwise_affine(true)));
+  const int64_t p = c.patch_size();
+  proj_out = register_module("proj_out", torch::nn::Linear(dim, c.out_channels * c.patch_size_t() * p * p));
+}
+
+at::Tensor ViTDecoderImpl::forward(const at::Tensor& z, LayerOps& ops) {
+  const int64_t b = z.size(0), c = z.size(1), t = z.size(2), h = z.size(3), w = z.size(4);
+  at::Tensor x = proj_in->forward(z.permute({0, 2, 3, 4, 1}).reshape({b, t * h * w, c}));
+  const int64_t patches = x.size(1);
+  // The register tokens, then one all-zero (CLS) token: the same on every rank.
+  const int64_t shared = config_.decoder_num_register_tokens + 1;
+  x = at::cat({x, register_tokens.expand({b, -1, -1}), at::zeros_like(x.narrow(1, 0, 1))}, 1);
+  const RowWindow rows = ops.GlobalRows(h);
+  const Rotary rotary = RotaryEmbedding(t, rows.first, h, rows.total, w, shared, config_.rope_dim(),
+                                        config_.decoder_rope_theta, z.device());
+  for (const auto& block : *transformer_blocks) {
+    x = block->as<TransformerBlockImpl>()->forward(x, rotary, /*tokens_per_row=*/w, shared, ops);
+  }
+  x = proj_out->forward(norm_out->forward(x)).narrow(1, 0, patches);
+  const int64_t pt = config_.patch_size_t(), p = config_.patch_size(), out = config_.out_channels;
+  // view(B, T, H, W, C, pt, p, p).permute(0, 4, 1, 5, 2, 6, 3, 7)
+  return x.reshape({b, t, h, w, out, pt, p, p})
+      .permute({0, 4, 1, 5, 2, 6, 3, 7})
+      .reshape({b, out, t * pt, h * p, w * p});
+}
+
+}  // namespace vaedecode::families::minimax_h3

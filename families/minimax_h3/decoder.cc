@@ -1,0 +1,137 @@
+#include "families/minimax_h3/decoder.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "families/status_error.h"
+
+namespace vaedecode::families::minimax_h3 {
+namespace {
+
+ModelInfo Describe(const MiniMaxH3Config& c, std::string config_json) {
+  ModelInfo info;
+  info.family = "minimax_h3";
+  info.diffusers_class = "AutoencoderKLMiniMaxH3";
+  info.config_json = std::move(config_json);
+  info.latent_channels = c.latent_channels;
+  info.out_channels = c.out_channels;
+  info.spatial_factor = c.patch_size();
+  info.temporal_factor = c.patch_size_t();
+  info.is_video = true;
+  info.peak_latent_frames = c.window_latent_frames();  // one window at a time
+  info.raw_to_vae_formula = "z * latents_std + latents_mean";
+  info.spatial_tiling = false;
+  // diffusers' own tiles (were they used): 256 pixels, >= 64 overlapping.
+  info.stock_tile = std::max<int64_t>(1, 256 / info.spatial_factor);
+  info.stock_stride = std::max<int64_t>(1, (256 - 64) / info.spatial_factor);
+  return info;
+}
+
+// Python's t[:, :, start : start + length] along the frame axis.
+at::Tensor FrameSlice(const at::Tensor& t, int64_t start, int64_t length) {
+  const int64_t size = t.size(2);
+  const int64_t begin = std::min(size, start);
+  return t.narrow(2, begin, std::max<int64_t>(0, std::min(size, start + length) - begin));
+}
+
+// AutoencoderKLMiniMaxH3._blend along frames: b's first frames faded in over
+// a's last ones, weights positions / extent in b's dtype.
+at::Tensor BlendFrames(const at::Tensor& a, const at::Tensor& b, int64_t extent) {
+  extent = std::min({a.size(2), b.size(2), extent});
+  if (extent == 0) return b;
+  const at::Tensor positions = at::arange(extent, b.options()).view({1, 1, extent, 1, 1});
+  const at::Tensor weight_b = positions / static_cast<double>(extent);
+  const at::Tensor weight_a = 1 - positions / static_cast<double>(extent);
+  const at::Tensor blended = a.narrow(2, a.size(2) - extent, extent) * weight_a + b.narrow(2, 0, extent) * weight_b;
+  if (extent == b.size(2)) return blended;
+  return at::cat({blended, b.narrow(2, extent, b.size(2) - extent)}, 2);
+}
+
+}  // namespace
+
+MiniMaxH3ModuleImpl::MiniMaxH3ModuleImpl(const MiniMaxH3Config& c) {
+  decoder = register_module("decoder", ViTDecoder(c));
+  post_quant_conv = register_module(
+      "post_quant_conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(c.latent_channels, c.latent_channels, 1)));
+}
+
+at::Tensor MiniMaxH3ModuleImpl::DecodeWindow(const at::Tensor& z, LayerOps& ops) {
+  return decoder->forward(ops.Conv(z, post_quant_conv->weight, post_quant_conv->bias, ConvGeometry{}), ops);
+}
+
+MiniMaxH3Decoder::MiniMaxH3Decoder(MiniMaxH3Config config, std::string config_json)
+    : ModuleDecoder(MiniMaxH3Module(config), Describe(config, std::move(config_json)), /*latent_halo_rows=*/1),
+      config_(std::move(config)) {}
+
+absl::Status MiniMaxH3Decoder::ValidateLatent(const at::Tensor& latent) const {
+  if (absl::Status s = Decoder::ValidateLatent(latent); !s.ok()) return s;
+  if (config_.Windows(latent.size(2)).windows == 0) {
+    int64_t least = 1;
+    while (config_.Windows(least).windows == 0) ++least;
+    return absl::InvalidArgumentError(absl::StrCat("latent has ", latent.size(2), " frames; AutoencoderKLMiniMaxH3 "
+                                                   "decodes at least ", least, " (fewer make no decode window)"));
+  }
+  return absl::OkStatus();
+}
+
+at::Tensor MiniMaxH3Decoder::ToVaeSpace(const at::Tensor& raw) const {
+  const auto opts = at::TensorOptions().dtype(raw.scalar_type()).device(raw.device());
+  const int64_t c = config_.latent_channels;
+  const at::Tensor mean = at::tensor(config_.latents_mean, at::kDouble).to(opts).view({1, c, 1, 1, 1});
+  const at::Tensor std = at::tensor(config_.latents_std, at::kDouble).to(opts).view({1, c, 1, 1, 1});
+  return raw * std + mean;
+}
+
+at::Tensor MiniMaxH3Decoder::Decode(const at::Tensor& latent, LayerOps& ops) {
+  at::NoGradGuard no_grad;
+  const WindowPlan plan = config_.Windows(latent.size(2));
+  if (plan.windows == 0) throw StatusError(ValidateLatent(latent));
+  at::Tensor z = latent.to(dtype());
+  if (plan.pad_frames > 0) z = at::cat({z, z.narrow(2, z.size(2) - 1, 1).repeat({1, 1, plan.pad_frames, 1, 1})}, 2);
+  const int64_t chunk = config_.tokens_chunk_size();
+  const int64_t chunk_frames = chunk * config_.patch_size_t();
+  const int64_t pre = config_.frame_pre_padding();
+  std::vector<at::Tensor> parts;
+  at::Tensor overlap;
+  for (int64_t i = 0; i < plan.windows; ++i) {
+    const at::Tensor clip = module_->DecodeWindow(FrameSlice(z, i * chunk, config_.window_latent_frames()), ops);
+    // The window's first chunk (after its pre-padding frames) is output; with
+    // token_drop its second chunk is the overlap the next window fades in over.
+    for (int64_t j = 0; j <= (config_.token_drop > 0 ? 1 : 0); ++j) {
+      const at::Tensor frames = FrameSlice(FrameSlice(clip, j * chunk_frames, chunk_frames), pre, chunk_frames);
+      if (j == 0) {
+        parts.push_back(overlap.defined() ? BlendFrames(overlap, frames, config_.frame_overlap()) : frames);
+      } else {
+        overlap = frames;
+      }
+    }
+  }
+  if (overlap.defined()) parts.push_back(overlap);
+  const at::Tensor out = at::cat(parts, 2);
+  return out.narrow(2, 0, out.size(2) - plan.trim_frames);
+}
+
+std::vector<int64_t> MiniMaxH3Decoder::OutputShape(const std::vector<int64_t>& latent_shape) const {
+  std::vector<int64_t> out = latent_shape;
+  out[1] = config_.out_channels;
+  out[2] = config_.Windows(latent_shape[2]).output_frames;
+  out[3] *= config_.patch_size();
+  out[4] *= config_.patch_size();
+  return out;
+}
+
+void Register(Registry& registry) {
+  // A ViT decoder: transformer blocks and register tokens under decoder.*.
+  registry.Register({"minimax_h3",
+                     {"AutoencoderKLMiniMaxH3"},
+                     [](const ModelFiles& files, const LoadOptions& options) {
+                       return LoadModuleDecoder<MiniMaxH3Decoder>(files, options, {{"encoder.", "quant_conv."}, {}});
+                     },
+                     {{{"AutoencoderKLMiniMaxH3"},
+                       {{"decoder.register_tokens", 3}, {"decoder.proj_in.weight", 2}},
+                       {}}}});
+}
+
+}  // namespace vaedecode::families::minimax_h3

@@ -1,0 +1,100 @@
+#include "families/minimax_h3/decoder.h"
+
+#include <cmath>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "families/builtin_families.h"
+#include "families/model_files.h"
+#include "families/weight_loading.h"
+#include "tests/fixtures/fixture_paths.h"
+
+namespace vaedecode::families::minimax_h3 {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(MiniMaxH3Decoder, ParameterNamesAreTheDiffusersDecodeKeys) {
+  absl::StatusOr<std::unique_ptr<ModelFiles>> files = ModelFiles::Open(testing::FixturePath("minimax_h3"));
+  ASSERT_TRUE(files.ok()) << files.status();
+  std::set<std::string> want;
+  for (const auto& [name, view] : (*files)->tensors()) {
+    if (absl::StartsWith(name, "decoder.") || absl::StartsWith(name, "post_quant_conv.")) want.insert(name);
+  }
+  absl::StatusOr<MiniMaxH3Config> config = MiniMaxH3Config::FromJson((*files)->config(), "minimax_h3");
+  ASSERT_TRUE(config.ok()) << config.status();
+  MiniMaxH3Decoder decoder(*config, "{}");
+  std::set<std::string> have;
+  for (const auto& item : decoder.module()->named_parameters()) have.insert(item.key());
+  EXPECT_EQ(have, want);
+  EXPECT_EQ(want.size(), 41u);  // 39 decoder.* + 2 post_quant_conv.* (fixtures README)
+}
+
+TEST(MiniMaxH3Decoder, LoadsTheFixtureAndDescribesIt) {
+  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("minimax_h3"), {});
+  ASSERT_TRUE(d.ok()) << d.status();
+  const ModelInfo& info = (*d)->info();
+  EXPECT_EQ(info.family, "minimax_h3");
+  EXPECT_EQ(info.diffusers_class, "AutoencoderKLMiniMaxH3");
+  EXPECT_EQ(info.latent_channels, 24);
+  EXPECT_EQ(info.spatial_factor, 16);
+  EXPECT_TRUE(info.is_video);
+  EXPECT_FALSE(info.spatial_tiling);
+  EXPECT_EQ(info.peak_latent_frames, 7);
+  EXPECT_EQ((*d)->OutputShape({1, 24, 9, 3, 5}), (std::vector<int64_t>{1, 3, 30, 48, 80}));
+  EXPECT_EQ((*d)->OutputShape({2, 24, 7, 3, 2}), (std::vector<int64_t>{2, 3, 22, 48, 32}));
+  // raw: z * latents_std + latents_mean per channel (channel 0: std 0.6673, mean 0.5798).
+  const at::Tensor vae = (*d)->ToVaeSpace(at::ones({1, 24, 1, 1, 1}));
+  EXPECT_NEAR(vae[0][0][0][0][0].item<double>(), 0.6673 + 0.5798, 1e-6);
+  EXPECT_TRUE((*d)->CheckExactSharding({1, 24, 9, 3, 5}, 3).ok());
+  EXPECT_FALSE((*d)->CheckExactSharding({1, 24, 9, 3, 5}, 4).ok());
+}
+
+TEST(MiniMaxH3Decoder, FewerThanThreeLatentFramesAreRefusedWithTheReason) {
+  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("minimax_h3"), {});
+  ASSERT_TRUE(d.ok()) << d.status();
+  const absl::Status s = (*d)->ValidateLatent(at::zeros({1, 24, 2, 3, 5}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("decodes at least 3"));
+  EXPECT_TRUE((*d)->ValidateLatent(at::zeros({1, 24, 3, 3, 5})).ok());
+}
+
+TEST(MiniMaxH3Decoder, RotaryPositionsAreLengthNormalisedGlobalCoordinates) {
+  // One token per axis value: t, h, w of sizes 1, 4 (rows 1..2 of a band), 1;
+  // rope_dim 6: one frequency (inv_freq 1) per axis, tiled twice.
+  const Rotary r = RotaryEmbedding(1, /*first_row=*/1, /*band_rows=*/2, /*total_rows=*/4, 1, /*extra_tokens=*/1, 6,
+                                   100.0, c10::Device(c10::kCPU));
+  ASSERT_EQ(r.cos.sizes(), (std::vector<int64_t>{3, 6}));
+  // Global rows 1 and 2 of 4: positions 2·(1.5/4) − 1 = −0.25 and 0.25; t and w are 0.
+  for (int64_t token = 0; token < 2; ++token) {
+    const double h = token == 0 ? -0.25 : 0.25;
+    EXPECT_NEAR(r.sin[token][1].item<double>(), std::sin(2 * M_PI * h), 1e-6);
+    EXPECT_NEAR(r.sin[token][4].item<double>(), std::sin(2 * M_PI * h), 1e-6);  // the tiled copy
+    EXPECT_NEAR(r.cos[token][0].item<double>(), 1.0, 1e-6);
+  }
+  // The appended token sits at the origin on every axis.
+  EXPECT_TRUE(r.cos[2].equal(at::ones({6})));
+}
+
+TEST(MiniMaxH3Decoder, DecodesWithoutRegisterTokens) {
+  absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson(
+      {{"latent_channels", 4}, {"decoder_num_layers", 1}, {"decoder_num_attention_heads", 2},
+       {"decoder_attention_head_dim", 8}, {"decoder_num_register_tokens", 0}, {"decoder_rope_dim_ratio", 0.75},
+       {"spatial_downsample_factors", {2}}, {"temporal_downsample_factors", {4}}},
+      "small");
+  ASSERT_TRUE(c.ok()) << c.status();
+  MiniMaxH3Decoder decoder(*c, "{}");
+  SeedParameters(*decoder.module(), 3);
+  at::manual_seed(4);
+  DenseOps ops;
+  const at::Tensor out = decoder.Decode(at::randn({1, 4, 7, 2, 3}), ops);
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{1, 3, 22, 4, 6}));
+  EXPECT_TRUE(at::isfinite(out).all().item<bool>());
+}
+
+}  // namespace
+}  // namespace vaedecode::families::minimax_h3
