@@ -53,6 +53,9 @@ struct ModelInfo {
   // memory_model.h): 1 for images and frame-by-frame decoders (Wan's causal
   // cache), a temporal window, or 0 for the whole clip.
   int64_t peak_latent_frames = 1;
+  // The fewest latent frames a decode accepts (MiniMax-H3: 3, the shortest
+  // latent that makes a window); peak calibration decodes that many.
+  int64_t min_latent_frames = 1;
   double scaling_factor = 1.0;
   std::optional<double> shift_factor;
   int64_t parameter_count = 0;  // decoder-side parameters actually used

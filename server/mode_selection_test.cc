@@ -10,11 +10,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// A model as the worker describes it: DENSE and TILED, EXACT when it shards.
 v1::ModelInfo Model(bool exact) {
   v1::ModelInfo m;
   m.set_name("m");
   m.set_family("autoencoder_kl");
   m.add_supported_modes(v1::MODE_DENSE);
+  m.add_supported_modes(v1::MODE_TILED);
   if (exact) m.add_supported_modes(v1::MODE_EXACT);
   return m;
 }
@@ -53,11 +55,23 @@ TEST(ModeSelectionTest, ForcedModesAreHonouredOrRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ModeSelectionTest, TiledIsRefusedForAModelThatIsNeverTiled) {
+  v1::ModelInfo vit;  // MiniMax-H3: dense and exact only
+  vit.set_name("minimax");
+  vit.set_family("minimax_h3");
+  vit.add_supported_modes(v1::MODE_DENSE);
+  vit.add_supported_modes(v1::MODE_EXACT);
+  const absl::Status s = SelectMode(Request(v1::MODE_TILED), vit, Group(2)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("\"minimax\" (minimax_h3) cannot be decoded in TILED mode"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("supports DENSE, EXACT"));
+  EXPECT_EQ(SelectMode(Request(v1::MODE_AUTO), vit, Group(2))->mode, v1::MODE_EXACT);
+}
+
 // A 1x4x64x64 latent on a model measured at 1 MiB fixed + 10 KiB per latent:
 // dense ≈ 1.25 × (1 + 40) MiB = 51 MiB; one floor tile ≈ 1.25 × 11 MiB.
 v1::ModelInfo Measured(bool exact) {
   v1::ModelInfo m = Model(exact);
-  m.add_supported_modes(v1::MODE_TILED);
   m.set_fixed_peak_bytes(1 << 20);
   m.set_peak_bytes_per_latent(10 << 10);
   m.set_spatial_factor(8);

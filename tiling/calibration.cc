@@ -142,9 +142,13 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
   PeakProfile profile;
   profile.key = ProfileKey(decoder, backend);
   const families::ModelInfo& info = decoder.info();
+  // A video probe has the fewest frames the decoder takes; its peaks are
+  // stored per frame-factor unit, as the memory model scales them.
+  const int64_t frames = info.is_video ? std::max<int64_t>(1, info.min_latent_frames) : 1;
+  const double frame_factor = FrameFactor(MemoryModelOf(info, profile), frames);
   for (int64_t side : sides) {
     std::vector<int64_t> shape = {1, info.latent_channels, side, side};
-    if (info.is_video) shape.insert(shape.begin() + 2, 1);
+    if (info.is_video) shape.insert(shape.begin() + 2, frames);
     double peak = 0, attention_live = 0, attention_transient = 0;
     try {
       const at::Tensor z = at::zeros(shape, at::TensorOptions().dtype(decoder.dtype()).device(decoder.device()));
@@ -152,10 +156,10 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
       probe.reset_peak();
       AttentionMeter ops(probe);
       decoder.Decode(z, ops);
-      peak = static_cast<double>(ops.decode_peak() - before);
+      peak = static_cast<double>(ops.decode_peak() - before) / frame_factor;
       if (ops.largest_transient() > 0) {
-        attention_live = static_cast<double>(std::max<int64_t>(0, ops.largest_live() - before));
-        attention_transient = static_cast<double>(ops.largest_transient());
+        attention_live = static_cast<double>(std::max<int64_t>(0, ops.largest_live() - before)) / frame_factor;
+        attention_transient = static_cast<double>(ops.largest_transient()) / frame_factor;
       }
     } catch (const std::exception& e) {
       return absl::InternalError(absl::StrCat("calibration decode at side ", side, " failed: ",

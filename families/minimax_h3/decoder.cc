@@ -20,7 +20,12 @@ ModelInfo Describe(const MiniMaxH3Config& c, std::string config_json) {
   info.spatial_factor = c.patch_size();
   info.temporal_factor = c.patch_size_t();
   info.is_video = true;
-  info.peak_latent_frames = c.window_latent_frames();  // one window at a time
+  // Every decode runs one window at a time, each padded to
+  // window_latent_frames: the shortest latent (min_latent_frames) already
+  // costs what any longer one does, so the memory model saturates there.
+  info.min_latent_frames = 1;
+  while (c.Windows(info.min_latent_frames).windows == 0) ++info.min_latent_frames;
+  info.peak_latent_frames = info.min_latent_frames;
   info.raw_to_vae_formula = "z * latents_std + latents_mean";
   info.spatial_tiling = false;
   // diffusers' own tiles (were they used): 256 pixels, >= 64 overlapping.
@@ -67,11 +72,10 @@ MiniMaxH3Decoder::MiniMaxH3Decoder(MiniMaxH3Config config, std::string config_js
 
 absl::Status MiniMaxH3Decoder::ValidateLatent(const at::Tensor& latent) const {
   if (absl::Status s = Decoder::ValidateLatent(latent); !s.ok()) return s;
-  if (config_.Windows(latent.size(2)).windows == 0) {
-    int64_t least = 1;
-    while (config_.Windows(least).windows == 0) ++least;
+  if (latent.size(2) < info_.min_latent_frames) {
     return absl::InvalidArgumentError(absl::StrCat("latent has ", latent.size(2), " frames; AutoencoderKLMiniMaxH3 "
-                                                   "decodes at least ", least, " (fewer make no decode window)"));
+                                                   "decodes at least ", info_.min_latent_frames,
+                                                   " (fewer make no decode window)"));
   }
   return absl::OkStatus();
 }

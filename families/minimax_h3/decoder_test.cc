@@ -44,7 +44,8 @@ TEST(MiniMaxH3Decoder, LoadsTheFixtureAndDescribesIt) {
   EXPECT_EQ(info.spatial_factor, 16);
   EXPECT_TRUE(info.is_video);
   EXPECT_FALSE(info.spatial_tiling);
-  EXPECT_EQ(info.peak_latent_frames, 7);
+  EXPECT_EQ(info.min_latent_frames, 3);
+  EXPECT_EQ(info.peak_latent_frames, 3);  // any latent costs one (padded) window
   EXPECT_EQ((*d)->OutputShape({1, 24, 9, 3, 5}), (std::vector<int64_t>{1, 3, 30, 48, 80}));
   EXPECT_EQ((*d)->OutputShape({2, 24, 7, 3, 2}), (std::vector<int64_t>{2, 3, 22, 48, 32}));
   // raw: z * latents_std + latents_mean per channel (channel 0: std 0.6673, mean 0.5798).

@@ -46,8 +46,9 @@ CliDecode RunCli(const std::string& fixture, const std::string& flags, const std
   return decode;
 }
 
-// One fixture's latent decoded by the server and the CLI in every mode.
-void ExpectCliMatchesService(ServerProcess& server, const std::string& fixture) {
+// One fixture's latent decoded by the server and the CLI in every mode the
+// model supports (`tiled`: whether TILED is one).
+void ExpectCliMatchesService(ServerProcess& server, const std::string& fixture, bool tiled) {
   SCOPED_TRACE(fixture);
   const std::vector<int64_t> latent_shape = ReadFloat(FixturePath(fixture + "/latent.safetensors")).shape;
   const std::string latent_size =
@@ -61,6 +62,20 @@ void ExpectCliMatchesService(ServerProcess& server, const std::string& fixture) 
                         Case{v1::MODE_EXACT, "--mode exact --ranks 2 --timeout-s 60", "exact"},
                         Case{v1::MODE_TILED, "--mode tiled", "tiled"}}) {
     SCOPED_TRACE(c.cli_mode);
+    if (c.mode == v1::MODE_TILED && !tiled) {
+      // Refused by both, naming the problem.
+      const DecodeOutcome served = Decode(
+          server.stub(), FixtureRequest(fixture, FixturePath(fixture + "/latent.safetensors"), v1::OUTPUT_FLOAT32, c.mode));
+      EXPECT_EQ(served.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+      EXPECT_THAT(served.status.error_message(), HasSubstr("cannot be decoded in TILED mode"));
+      const CommandResult run = RunCommand(absl::StrCat(Runfile("cli/vaedecode"), " decode --model ",
+                                                        FixturePath(fixture), " --latent ",
+                                                        FixturePath(fixture + "/latent.safetensors"), " --out ",
+                                                        TempDir("cli"), "/refused.safetensors --mode tiled"));
+      EXPECT_NE(run.status, 0);
+      EXPECT_THAT(run.output, HasSubstr("is not decoded in spatial tiles"));
+      continue;
+    }
     const DecodeOutcome served = Decode(
         server.stub(), FixtureRequest(fixture, FixturePath(fixture + "/latent.safetensors"), v1::OUTPUT_FLOAT32, c.mode));
     ExpectOk(served);
@@ -98,12 +113,13 @@ void ExpectCliMatchesService(ServerProcess& server, const std::string& fixture) 
 }
 
 TEST(CliMatchesService, DenseExactAndTiledDecodesAreTheSame) {
-  // AutoencoderKL, HunyuanImage-2.1 and HunyuanVideo 1.5 (a video).
-  const std::vector<std::string> fixtures = {"sd_kl", "hunyuanimage21", "hunyuanvideo15"};
+  // AutoencoderKL, HunyuanImage-2.1, HunyuanVideo 1.5 (a video) and
+  // MiniMax-H3 (a ViT decoder, never tiled).
+  const std::vector<std::string> fixtures = {"sd_kl", "hunyuanimage21", "hunyuanvideo15", "minimax_h3"};
   std::unique_ptr<ServerProcess> server =
       StartServing(RealWorkerFlags(FixtureRepository(fixtures), "cpu:2", 2), fixtures);
   ASSERT_NE(server, nullptr);
-  for (const std::string& fixture : fixtures) ExpectCliMatchesService(*server, fixture);
+  for (const std::string& fixture : fixtures) ExpectCliMatchesService(*server, fixture, fixture != "minimax_h3");
 }
 
 }  // namespace
