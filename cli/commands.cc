@@ -434,8 +434,10 @@ absl::Status RunInfo(const ParsedArgs& args, std::ostream& out) {
   if (m.is_video) out << "temporal factor: " << m.temporal_factor << "\n";
   out << "scaling factor: " << m.scaling_factor << "\n"
       << "shift factor: " << (m.shift_factor ? absl::StrCat(*m.shift_factor) : "none") << "\n"
-      << "raw latent space: " << m.raw_to_vae_formula << "\n"
-      << "libtorch: " << worker::LibTorchSummary() << "\n"
+      << "raw latent space: " << m.raw_to_vae_formula << "\n";
+  if (!m.spatial_tiling) out << "tiled mode: not available (decoded whole or exactly sharded)\n";
+  if (!m.decode_note.empty()) out << "note: " << m.decode_note << "\n";
+  out << "libtorch: " << worker::LibTorchSummary() << "\n"
       << "config: " << m.config_json << "\n";
   return absl::OkStatus();
 }

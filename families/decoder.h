@@ -76,6 +76,9 @@ struct ModelInfo {
   // reproduce or that its reference does not define untiled (a ViT decoder:
   // MiniMax-H3).
   bool spatial_tiling = true;
+  // Where this decode differs from the reference pipeline's default, for
+  // `info`, GetModel and the README ("" when it does not).
+  std::string decode_note;
 };
 
 // "float32", "bfloat16", "float16"; LibTorch's name for other dtypes.

@@ -26,6 +26,7 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   out->set_scaling_factor(info.scaling_factor);
   if (info.shift_factor) out->set_shift_factor(*info.shift_factor);
   out->set_raw_to_vae_formula(info.raw_to_vae_formula);
+  out->set_decode_note(info.decode_note);
   out->set_parameter_count(info.parameter_count);
   out->set_dtype(families::DtypeName(m.decoder->dtype()));
   out->set_peak_bytes_per_latent(profile.bytes_per_latent);

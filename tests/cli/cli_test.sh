@@ -109,6 +109,11 @@ expect_error 1 "no diffusion_pytorch_model.safetensors" decode --model "$OUT/con
 
 echo "== info"
 "$BIN" info --model "$FIX/flux1_kl" | grep -q "shift factor: 0.1159" || fail "info lacks the shift factor"
+"$BIN" info --model "$FIX/minimax_h3" > "$OUT/minimax_info.txt"
+grep -q "family: minimax_h3 (diffusers AutoencoderKLMiniMaxH3)" "$OUT/minimax_info.txt" || fail "info lacks MiniMax-H3's family"
+grep -q "^tiled mode: not available" "$OUT/minimax_info.txt" || fail "info does not say MiniMax-H3 is never tiled"
+grep -q "^note: decoded untiled.*256x256-pixel tiles" "$OUT/minimax_info.txt" || fail "info does not say how MiniMax-H3 differs from diffusers above 256 px"
+if "$BIN" info --model "$FIX/sd_kl" | grep -q "^note:"; then fail "sd_kl has no decode note"; fi
 
 echo "== malformed input: one-line error, non-zero exit"
 head -c 100 "$FIX/sd_kl/latent.safetensors" > "$OUT/truncated.safetensors"
