@@ -68,7 +68,7 @@ absl::Status Decoder::ValidateLatent(const at::Tensor& latent) const {
 
 absl::Status Decoder::CheckExactSharding(const std::vector<int64_t>&, int) const {
   return absl::UnimplementedError(
-      absl::StrCat(info().diffusers_class, " has no exact-sharding adapter"));
+      absl::StrCat(info().diffusers_class, " cannot be decoded exactly sharded"));
 }
 
 std::vector<int64_t> Decoder::OutputShape(const std::vector<int64_t>& latent_shape) const {

@@ -131,7 +131,7 @@ class Decoder {
 
   // OK when a latent of this shape can be decoded exactly sharded over
   // `world_size` row bands; otherwise the reason it cannot (the caller falls
-  // back to dense and logs it). The family's adapter knows each layer's halo.
+  // back to dense and logs it). The family knows each layer's halo.
   virtual absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape,
                                           int world_size) const;
 

@@ -32,7 +32,7 @@ class ModuleDecoder : public Decoder {
  public:
   const ModelInfo& info() const final { return info_; }
   void ToDtype(at::ScalarType dtype) final {
-    module_->to(dtype);
+    ConvertWeights(dtype);
     dtype_ = dtype;
   }
   at::ScalarType dtype() const final { return dtype_; }
@@ -57,6 +57,11 @@ class ModuleDecoder : public Decoder {
     module_->eval();
     info_.parameter_count = CountParameters(*module_);
   }
+
+  // Converts what computes in the decode dtype: the whole module, unless a
+  // family keeps pipeline-side statistics (FLUX.2's BatchNorm, LTX-2's
+  // latents_mean/std) in float32.
+  virtual void ConvertWeights(at::ScalarType dtype) { module_->to(dtype); }
 
   ModuleHolder module_;
   ModelInfo info_;

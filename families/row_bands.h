@@ -1,6 +1,6 @@
 #pragma once
 
-// The exact-sharding precondition every family's adapter shares: a latent
+// The exact-sharding precondition every family shares: a latent
 // split into row bands (the first ranks take the remainder,
 // parallel/band_partition.h) must leave every band at least the decoder's
 // largest latent-resolution row halo thick (bands only grow from there).

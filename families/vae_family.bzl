@@ -2,10 +2,10 @@
 BUILD.bazel says only what it borrows from other families.
 
 A family folder holds config.{h,cc} (its diffusers config), decoder.{h,cc}
-(the families::Decoder and its registration) and, when it has its own,
-blocks.{h,cc} (LibTorch modules under diffusers' parameter names) and
-adapter.{h,cc} (its exact-sharding precondition); config_test.cc,
-decoder_test.cc and adapter_test.cc are its tests. Each `*_deps` adds to the
+(the families::Decoder, usually a families::ModuleDecoder, and its
+registration) and, when it has its own, blocks.{h,cc} (LibTorch modules
+under diffusers' parameter names, with how each layer shards by rows);
+config_test.cc and decoder_test.cc are its tests. Each `*_deps` adds to the
 deps every family's target of that name has.
 """
 
@@ -15,7 +15,6 @@ def _exists(name):
 def vae_family(
         config_deps = [],
         blocks_deps = [],
-        adapter_deps = [],
         decoder_deps = [],
         decoder_test_deps = []):
     native.cc_library(
@@ -42,18 +41,6 @@ def vae_family(
                 "//third_party/torch",
             ] + blocks_deps,
         )
-    if _exists("adapter.cc"):
-        own.append(":adapter")
-        native.cc_library(
-            name = "adapter",
-            srcs = ["adapter.cc"],
-            hdrs = ["adapter.h"],
-            deps = [
-                ":config",
-                "//families:row_bands",
-                "//third_party/absl:status",
-            ] + adapter_deps,
-        )
     native.cc_library(
         name = "decoder",
         srcs = ["decoder.cc"],
@@ -63,6 +50,7 @@ def vae_family(
             "//families:decoder",
             "//families:module_decoder",
             "//families:registry",
+            "//families:row_bands",
             "//families:status_error",
             "//families:weight_loading",
             "//families/nn:modules",
@@ -80,15 +68,6 @@ def vae_family(
             "//third_party/json",
         ],
     )
-    if _exists("adapter_test.cc"):
-        native.cc_test(
-            name = "adapter_test",
-            srcs = ["adapter_test.cc"],
-            deps = [
-                ":adapter",
-                "//third_party/gtest:gtest_main",
-            ],
-        )
     if _exists("decoder_test.cc"):
         native.cc_test(
             name = "decoder_test",

@@ -36,7 +36,7 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   out->set_attention_bytes_per_latent(profile.attention_bytes_per_latent);
   out->add_supported_modes(v1::MODE_DENSE);
   if (info.spatial_tiling) out->add_supported_modes(v1::MODE_TILED);
-  // A one-row latent is always shardable if the family has an adapter.
+  // A one-row latent is always shardable if the family shards at all.
   const std::vector<int64_t> probe = info.is_video ? std::vector<int64_t>{1, info.latent_channels, 1, 64, 64}
                                                    : std::vector<int64_t>{1, info.latent_channels, 64, 64};
   if (world_size > 1 && m.decoder->CheckExactSharding(probe, world_size).ok()) {

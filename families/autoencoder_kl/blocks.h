@@ -6,6 +6,16 @@
 // the LayerOps that runs the row-coupled ops (conv, GroupNorm, attention).
 //
 // FLUX.2's AutoencoderKLFlux2 and other 2-D decoders reuse these blocks.
+//
+// How AutoencoderKL's layers shard by rows (exact mode):
+//  - every conv is stride 1 with a centred 3x3 (halo 1) or 1x1 (halo 0)
+//    kernel and zero padding: halo convolution;
+//  - every GroupNorm: merged statistics, one collective;
+//  - the mid-block attention: local Q, all-gathered K/V;
+//  - SiLU, residual adds, Linear q/k/v/out: local;
+//  - nearest 2x upsampling: local, bands double.
+// So the only condition is that every band keeps >= 1 row at the latent
+// resolution (bands only grow from there).
 
 #include <cstdint>
 

@@ -4,7 +4,6 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "families/autoencoder_kl/adapter.h"
 #include "families/weight_loading.h"
 
 namespace vaedecode::families::autoencoder_kl {
@@ -59,8 +58,7 @@ at::Tensor AutoencoderKLModuleImpl::forward(const at::Tensor& z, LayerOps& ops) 
 }
 
 AutoencoderKLDecoder::AutoencoderKLDecoder(AutoencoderKLConfig config, std::string config_json)
-    : config_(std::move(config)), module_(AutoencoderKLModule(config_)) {
-  module_->eval();
+    : ModuleDecoder(AutoencoderKLModule(config), {}, /*latent_halo_rows=*/1), config_(std::move(config)) {
   info_.family = "autoencoder_kl";
   info_.diffusers_class = "AutoencoderKL";
   info_.config_json = std::move(config_json);
@@ -70,7 +68,6 @@ AutoencoderKLDecoder::AutoencoderKLDecoder(AutoencoderKLConfig config, std::stri
   info_.scaling_factor = config_.scaling_factor;
   info_.shift_factor = config_.shift_factor;
   info_.force_upcast = config_.force_upcast;
-  info_.parameter_count = CountParameters(*module_);
   // AutoencoderKL.tiled_decode: tile_sample_min_size = sample_size, overlap 0.25.
   info_.stock_tile = std::max<int64_t>(1, config_.sample_size / config_.spatial_factor());
   info_.stock_stride = std::max<int64_t>(1, info_.stock_tile * 3 / 4);
@@ -95,35 +92,13 @@ at::Tensor AutoencoderKLDecoder::ToVaeSpace(const at::Tensor& raw) const {
 
 at::Tensor AutoencoderKLDecoder::Decode(const at::Tensor& z, LayerOps& ops) {
   at::NoGradGuard no_grad;
-  return module_->forward(z.to(dtype_), ops);
-}
-
-absl::Status AutoencoderKLDecoder::CheckExactSharding(const std::vector<int64_t>& latent_shape,
-                                                      int world_size) const {
-  return autoencoder_kl::CheckExactSharding(config_, latent_shape, world_size);
-}
-
-void AutoencoderKLDecoder::ToDtype(at::ScalarType dtype) {
-  module_->to(dtype);
-  dtype_ = dtype;
-}
-
-void AutoencoderKLDecoder::ToDevice(const c10::Device& device) {
-  module_->to(device);
-  device_ = device;
+  return module_->forward(z.to(dtype()), ops);
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadAutoencoderKL(const ModelFiles& files,
                                                            const LoadOptions& options) {
-  absl::StatusOr<AutoencoderKLConfig> config =
-      AutoencoderKLConfig::FromJson(files.config(), files.config_path());
-  if (!config.ok()) return config.status();
-  auto decoder = std::make_unique<AutoencoderKLDecoder>(*config, files.config().dump(2));
   // decode() never touches the encoder side; those keys are ignored by name.
-  IgnoreRules ignore{{"encoder.", "quant_conv."}, {}};
-  absl::Status loaded = FillWeights(*decoder->module(), files, ignore, options);
-  if (!loaded.ok()) return loaded;
-  return decoder;
+  return LoadModuleDecoder<AutoencoderKLDecoder>(files, options, {{"encoder.", "quant_conv."}, {}});
 }
 
 void Register(Registry& registry) {

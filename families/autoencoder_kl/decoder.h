@@ -15,6 +15,7 @@
 #include "families/autoencoder_kl/blocks.h"
 #include "families/autoencoder_kl/config.h"
 #include "families/decoder.h"
+#include "families/module_decoder.h"
 #include "families/registry.h"
 
 namespace vaedecode::families::autoencoder_kl {
@@ -44,30 +45,19 @@ class AutoencoderKLModuleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKLModule);
 
-class AutoencoderKLDecoder final : public Decoder {
+class AutoencoderKLDecoder final : public ModuleDecoder<AutoencoderKLModule> {
  public:
+  using Config = AutoencoderKLConfig;
   // A decoder with default-initialised weights (callers load or fill them).
   AutoencoderKLDecoder(AutoencoderKLConfig config, std::string config_json);
 
-  const ModelInfo& info() const override { return info_; }
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
-  void ToDtype(at::ScalarType dtype) override;
-  at::ScalarType dtype() const override { return dtype_; }
-  void ToDevice(const c10::Device& device) override;
-  c10::Device device() const override { return device_; }
-  absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape,
-                                  int world_size) const override;
 
   const AutoencoderKLConfig& config() const { return config_; }
-  AutoencoderKLModule& module() { return module_; }
 
  private:
   AutoencoderKLConfig config_;
-  AutoencoderKLModule module_;
-  ModelInfo info_;
-  at::ScalarType dtype_ = at::kFloat;
-  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Loads an AutoencoderKL from diffusers files (encoder keys ignored by name).

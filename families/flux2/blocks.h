@@ -8,6 +8,15 @@
 // latent row becomes `patch_h` VAE-side rows, so a row band of a raw latent
 // converts to the matching band of the VAE latent (ShardedOps then sees every
 // layer's rows scaled uniformly by patch_h).
+//
+// How AutoencoderKLFlux2 shards by rows (exact mode): its decoder is
+// AutoencoderKL's, so every layer shards as autoencoder_kl/blocks.h says
+// (halo convs of radius <= 1, merged GroupNorm statistics, all-gathered K/V
+// in the mid block; the only condition is >= 1 latent row per band).
+//
+// A `raw` latent is unpacked (BatchNorm de-normalisation, 2x2 unpatchify)
+// once, on the leader, before it is sharded (worker/decode_plan.h): the
+// bands are cut from the VAE-space latent, 2h rows for h raw rows.
 
 #include <cstdint>
 

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/autoencoder_kl/blocks.h"
-#include "families/flux2/adapter.h"
 #include "families/status_error.h"
 #include "families/weight_loading.h"
 
@@ -28,8 +27,7 @@ at::Tensor AutoencoderKLFlux2ModuleImpl::forward(const at::Tensor& z, LayerOps& 
 }
 
 Flux2Decoder::Flux2Decoder(Flux2Config config, std::string config_json)
-    : config_(std::move(config)), module_(AutoencoderKLFlux2Module(config_)) {
-  module_->eval();
+    : ModuleDecoder(AutoencoderKLFlux2Module(config), {}, /*latent_halo_rows=*/1), config_(std::move(config)) {
   info_.family = "flux2";
   info_.diffusers_class = "AutoencoderKLFlux2";
   info_.config_json = std::move(config_json);
@@ -40,7 +38,6 @@ Flux2Decoder::Flux2Decoder(Flux2Config config, std::string config_json)
   info_.spatial_factor = config_.decoder.spatial_factor();
   info_.scaling_factor = 1.0;
   info_.force_upcast = config_.decoder.force_upcast;
-  info_.parameter_count = CountParameters(*module_);
   // AutoencoderKLFlux2.tiled_decode: tile_latent_min_size = sample_size / 2^(levels-1), overlap 0.25.
   info_.stock_tile = std::max<int64_t>(1, config_.decoder.sample_size / config_.decoder.spatial_factor());
   info_.stock_stride = std::max<int64_t>(1, info_.stock_tile * 3 / 4);
@@ -81,22 +78,12 @@ at::Tensor Flux2Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
         "-channel latent is the denoiser's 2x2-patched form: decode it with latent space raw")));
   }
   at::NoGradGuard no_grad;
-  return module_->forward(z.to(dtype_), ops);
+  return module_->forward(z.to(dtype()), ops);
 }
 
-void Flux2Decoder::ToDtype(at::ScalarType dtype) {
+void Flux2Decoder::ConvertWeights(at::ScalarType dtype) {
   module_->decoder->to(dtype);
   if (module_->post_quant_conv) module_->post_quant_conv->to(dtype);
-  dtype_ = dtype;
-}
-
-void Flux2Decoder::ToDevice(const c10::Device& device) {
-  module_->to(device);
-  device_ = device;
-}
-
-absl::Status Flux2Decoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
-  return flux2::CheckExactSharding(config_, latent_shape, world_size);
 }
 
 std::vector<int64_t> Flux2Decoder::OutputShape(const std::vector<int64_t>& latent_shape) const {
@@ -108,15 +95,9 @@ std::vector<int64_t> Flux2Decoder::OutputShape(const std::vector<int64_t>& laten
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadFlux2(const ModelFiles& files, const LoadOptions& options) {
-  absl::StatusOr<Flux2Config> config = Flux2Config::FromJson(files.config(), files.config_path());
-  if (!config.ok()) return config.status();
-  auto decoder = std::make_unique<Flux2Decoder>(*config, files.config().dump(2));
   // decode() never touches the encoder side; num_batches_tracked (I64) only
   // counts training steps.
-  IgnoreRules ignore{{"encoder.", "quant_conv."}, {"bn.num_batches_tracked"}};
-  absl::Status loaded = FillWeights(*decoder->module(), files, ignore, options);
-  if (!loaded.ok()) return loaded;
-  return decoder;
+  return LoadModuleDecoder<Flux2Decoder>(files, options, {{"encoder.", "quant_conv."}, {"bn.num_batches_tracked"}});
 }
 
 void Register(Registry& registry) {

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "families/autoencoder_kl/decoder.h"
 #include "families/decoder.h"
+#include "families/module_decoder.h"
 #include "families/flux2/blocks.h"
 #include "families/flux2/config.h"
 #include "families/registry.h"
@@ -37,12 +38,12 @@ class AutoencoderKLFlux2ModuleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKLFlux2Module);
 
-class Flux2Decoder final : public Decoder {
+class Flux2Decoder final : public ModuleDecoder<AutoencoderKLFlux2Module> {
  public:
+  using Config = Flux2Config;
   // A decoder with default-initialised weights (callers load or fill them).
   Flux2Decoder(Flux2Config config, std::string config_json);
 
-  const ModelInfo& info() const override { return info_; }
   // Accepts VAE-space latents [B, C, h, w] and raw ones [B, 4·C, h, w] (the
   // decoder does not know the latent space here; Decode and ToVaeSpace
   // reject the other layout with a message naming the right space).
@@ -51,25 +52,17 @@ class Flux2Decoder final : public Decoder {
   // the 2x2 unpatchify. `raw`: [B, 4·C, h, w] -> [B, C, 2h, 2w], in fp32.
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
-  // The decoder's weights; the BatchNorm statistics stay fp32 (ToVaeSpace
-  // runs on the fp32 raw latent, as RunDecode hands it over).
-  void ToDtype(at::ScalarType dtype) override;
-  at::ScalarType dtype() const override { return dtype_; }
-  void ToDevice(const c10::Device& device) override;
-  c10::Device device() const override { return device_; }
-  absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
   // For [B, 4·C, h, w] (raw) the output is that of [B, C, 2h, 2w].
   std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const override;
 
   const Flux2Config& config() const { return config_; }
-  AutoencoderKLFlux2Module& module() { return module_; }
 
  private:
+  // The decoder's weights; the BatchNorm statistics stay fp32 (ToVaeSpace
+  // runs on the fp32 raw latent, as RunDecode hands it over).
+  void ConvertWeights(at::ScalarType dtype) override;
+
   Flux2Config config_;
-  AutoencoderKLFlux2Module module_;
-  ModelInfo info_;
-  at::ScalarType dtype_ = at::kFloat;
-  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Loads an AutoencoderKLFlux2 from diffusers files (encoder.*, quant_conv.*

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
-#include "families/flux2/adapter.h"
 #include "families/flux2/blocks.h"
 #include "families/model_files.h"
 #include "families/status_error.h"
@@ -127,12 +126,13 @@ TEST(Flux2Decoder, Bfloat16KeepsTheBatchNormStatisticsInFloat32) {
   EXPECT_EQ(decoder.ToVaeSpace(at::ones({1, 16, 1, 1})).scalar_type(), at::kFloat);
 }
 
-TEST(Flux2Adapter, RawBandsAreCountedInRawRows) {
-  const Flux2Config c = SmallConfig();
-  EXPECT_TRUE(CheckExactSharding(c, {1, 16, 3, 5}, 3).ok());
-  EXPECT_FALSE(CheckExactSharding(c, {1, 16, 2, 5}, 3).ok());
-  EXPECT_TRUE(CheckExactSharding(c, {1, 4, 4, 5}, 4).ok());
-  EXPECT_FALSE(CheckExactSharding(c, {1, 4, 4, 5}, 1).ok());
+TEST(Flux2Decoder, EveryBandNeedsOneVaeSpaceLatentRow) {
+  // Shapes are VAE-space ones: a raw latent is unpacked before it is sharded.
+  const Flux2Decoder d(SmallConfig(), "{}");
+  EXPECT_TRUE(d.CheckExactSharding({1, 16, 3, 5}, 3).ok());
+  EXPECT_FALSE(d.CheckExactSharding({1, 16, 2, 5}, 3).ok());
+  EXPECT_TRUE(d.CheckExactSharding({1, 4, 4, 5}, 4).ok());
+  EXPECT_FALSE(d.CheckExactSharding({1, 4, 4, 5}, 1).ok());
 }
 
 }  // namespace

@@ -22,6 +22,24 @@
 //    one activation gather, plus the mid block's own halo/norm collectives.
 //    The mask is never built: query frame t simply attends to frames 0..t.
 // Nearest upsampling, SiLU and the residual adds are local to a band.
+//
+// How AutoencoderKLHunyuanVideo's decoder shards by rows (exact mode), with
+// height as the sharded axis of every activation:
+//  - every causal conv is stride 1 with a centred 3x3x3 (halo 1) or 1x1x1
+//    (no halo) kernel, replicate padding in space applied by the conv (only
+//    at the global top and bottom; interior edges read neighbours' rows);
+//  - temporal padding (the first frame repeated) and the temporal tiles of
+//    long latents are local: every rank holds the whole temporal sequence of
+//    its band and decodes the same tiles;
+//  - every GroupNorm: merged statistics, one collective;
+//  - the mid-block attention over T·H·W tokens with the frame-causal mask:
+//    local Q, every frame's K/V band in one all-gather (see blocks.h for why
+//    it is sharded rather than gathered around the mid block);
+//  - SiLU, residual adds, Linear q/k/v/out, nearest upsampling (the first
+//    frame in space only), the temporal blend of tiles: local; upsampling
+//    doubles every band.
+// So the only condition is that every band keeps >= 1 row at the latent
+// resolution.
 
 #include <cstdint>
 

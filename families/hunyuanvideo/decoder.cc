@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "families/hunyuanvideo/adapter.h"
 #include "families/weight_loading.h"
 
 namespace vaedecode::families::hunyuanvideo {
@@ -60,8 +59,7 @@ at::Tensor AutoencoderKLHunyuanVideoModuleImpl::Decode(const at::Tensor& z, Laye
 }
 
 HunyuanVideoDecoder::HunyuanVideoDecoder(HunyuanVideoConfig config, std::string config_json)
-    : config_(std::move(config)), module_(AutoencoderKLHunyuanVideoModule(config_)) {
-  module_->eval();
+    : ModuleDecoder(AutoencoderKLHunyuanVideoModule(config), {}, /*latent_halo_rows=*/1), config_(std::move(config)) {
   info_.family = "hunyuanvideo";
   info_.diffusers_class = "AutoencoderKLHunyuanVideo";
   info_.config_json = std::move(config_json);
@@ -73,7 +71,6 @@ HunyuanVideoDecoder::HunyuanVideoDecoder(HunyuanVideoConfig config, std::string 
   // Longer clips decode in temporal windows of min_frames + 1 latent frames.
   info_.peak_latent_frames = config_.tile_latent_min_frames() + 1;
   info_.scaling_factor = config_.scaling_factor;
-  info_.parameter_count = CountParameters(*module_);
   info_.raw_to_vae_formula = "z / scaling_factor";
   // AutoencoderKLHunyuanVideo.tiled_decode: 256-pixel tiles every 192 pixels.
   info_.stock_tile = std::max<int64_t>(1, 256 / info_.spatial_factor);
@@ -84,32 +81,12 @@ at::Tensor HunyuanVideoDecoder::ToVaeSpace(const at::Tensor& raw) const { return
 
 at::Tensor HunyuanVideoDecoder::Decode(const at::Tensor& z, LayerOps& ops) {
   at::NoGradGuard no_grad;
-  return module_->Decode(z.to(dtype_), ops);
-}
-
-void HunyuanVideoDecoder::ToDtype(at::ScalarType dtype) {
-  module_->to(dtype);
-  dtype_ = dtype;
-}
-
-void HunyuanVideoDecoder::ToDevice(const c10::Device& device) {
-  module_->to(device);
-  device_ = device;
-}
-
-absl::Status HunyuanVideoDecoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
-  return hunyuanvideo::CheckExactSharding(config_, latent_shape, world_size);
+  return module_->Decode(z.to(dtype()), ops);
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadHunyuanVideo(const ModelFiles& files, const LoadOptions& options) {
-  absl::StatusOr<HunyuanVideoConfig> config = HunyuanVideoConfig::FromJson(files.config(), files.config_path());
-  if (!config.ok()) return config.status();
-  auto decoder = std::make_unique<HunyuanVideoDecoder>(*config, files.config().dump(2));
   // decode() never touches the encoder side; those keys are ignored by name.
-  IgnoreRules ignore{{"encoder.", "quant_conv."}, {}};
-  absl::Status loaded = FillWeights(*decoder->module(), files, ignore, options);
-  if (!loaded.ok()) return loaded;
-  return decoder;
+  return LoadModuleDecoder<HunyuanVideoDecoder>(files, options, {{"encoder.", "quant_conv."}, {}});
 }
 
 void Register(Registry& registry) {

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "families/decoder.h"
+#include "families/module_decoder.h"
 #include "families/hunyuanvideo/blocks.h"
 #include "families/hunyuanvideo/config.h"
 #include "families/registry.h"
@@ -43,29 +44,19 @@ class AutoencoderKLHunyuanVideoModuleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKLHunyuanVideoModule);
 
-class HunyuanVideoDecoder final : public Decoder {
+class HunyuanVideoDecoder final : public ModuleDecoder<AutoencoderKLHunyuanVideoModule> {
  public:
+  using Config = HunyuanVideoConfig;
   // A decoder with default-initialised weights (callers load or fill them).
   HunyuanVideoDecoder(HunyuanVideoConfig config, std::string config_json);
 
-  const ModelInfo& info() const override { return info_; }
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;  // z / scaling_factor
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
-  void ToDtype(at::ScalarType dtype) override;
-  at::ScalarType dtype() const override { return dtype_; }
-  void ToDevice(const c10::Device& device) override;
-  c10::Device device() const override { return device_; }
-  absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
 
   const HunyuanVideoConfig& config() const { return config_; }
-  AutoencoderKLHunyuanVideoModule& module() { return module_; }
 
  private:
   HunyuanVideoConfig config_;
-  AutoencoderKLHunyuanVideoModule module_;
-  ModelInfo info_;
-  at::ScalarType dtype_ = at::kFloat;
-  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Loads an AutoencoderKLHunyuanVideo from diffusers files (encoder.* and

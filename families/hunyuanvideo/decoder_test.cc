@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
-#include "families/hunyuanvideo/adapter.h"
 #include "families/hunyuanvideo/blocks.h"
 #include "families/model_files.h"
 #include "tests/fixtures/fixture_paths.h"
@@ -117,11 +116,11 @@ TEST(HunyuanVideoDecoder, UpToFourLatentFramesDecodeWhole) {
   EXPECT_TRUE(out.equal(decoder.module()->DecodeWhole(z, ops)));
 }
 
-TEST(HunyuanVideoAdapter, OneRowPerBandIsEnough) {
-  const HunyuanVideoConfig c = SmallConfig();
-  EXPECT_TRUE(CheckExactSharding(c, {1, 4, 3, 2, 3}, 2).ok());
-  EXPECT_FALSE(CheckExactSharding(c, {1, 4, 3, 2, 3}, 3).ok());
-  EXPECT_FALSE(CheckExactSharding(c, {1, 4, 3, 5, 3}, 1).ok());
+TEST(HunyuanVideoDecoder, OneRowPerBandIsEnough) {
+  const HunyuanVideoDecoder d(SmallConfig(), "{}");
+  EXPECT_TRUE(d.CheckExactSharding({1, 4, 3, 2, 3}, 2).ok());
+  EXPECT_FALSE(d.CheckExactSharding({1, 4, 3, 2, 3}, 3).ok());
+  EXPECT_FALSE(d.CheckExactSharding({1, 4, 3, 5, 3}, 1).ok());
 }
 
 }  // namespace

@@ -187,6 +187,15 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
     }
   }
   if (absl::Status s = r.status(); !s.ok()) return s;
+  // Structure keys, when present, checked against the structure (pipelines
+  // size latents from them).
+  for (const auto& [key, actual] : {std::pair<const char*, int64_t>{"spatial_compression_ratio", c.spatial_factor()},
+                                    {"temporal_compression_ratio", c.temporal_factor()}}) {
+    if (json.contains(key) && !json[key].is_null() && r.Int(key, actual) != actual) {
+      r.Fail(absl::StrCat(key, " ", r.Int(key, actual), " does not match the decoder, which upsamples ", actual, "x"));
+    }
+  }
+  if (absl::Status s = r.status(); !s.ok()) return s;
   return c;
 }
 

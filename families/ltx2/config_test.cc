@@ -138,5 +138,15 @@ TEST(LTX2Config, TimestepConditioningWithAWideningUpBlockIsRefused) {
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("receives the raw timestep"));
 }
 
+TEST(LTX2Config, CompressionRatiosAreCheckedAgainstTheStructure) {
+  // The released layout is 32x in space (8x + 4x4 unpatchify) and 8x in time.
+  absl::StatusOr<LTX2Config> c = LTX2Config::FromJson({{"spatial_compression_ratio", 32}, {"temporal_compression_ratio", 8}}, "c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  c = LTX2Config::FromJson({{"spatial_compression_ratio", 16}}, "vae/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              ::testing::HasSubstr("spatial_compression_ratio 16 does not match the decoder, which upsamples 32x"));
+}
+
 }  // namespace
 }  // namespace vaedecode::families::ltx2

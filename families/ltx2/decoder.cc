@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "families/ltx2/adapter.h"
 #include "families/weight_loading.h"
 
 namespace vaedecode::families::ltx2 {
@@ -23,8 +22,7 @@ AutoencoderKLLTX2VideoModuleImpl::AutoencoderKLLTX2VideoModuleImpl(const LTX2Con
 }
 
 LTX2Decoder::LTX2Decoder(LTX2Config config, std::string config_json)
-    : config_(std::move(config)), module_(AutoencoderKLLTX2VideoModule(config_)) {
-  module_->eval();
+    : ModuleDecoder(AutoencoderKLLTX2VideoModule(config), {}, /*latent_halo_rows=*/1), config_(std::move(config)) {
   info_.family = "ltx2";
   info_.diffusers_class = "AutoencoderKLLTX2Video";
   info_.config_json = std::move(config_json);
@@ -35,7 +33,6 @@ LTX2Decoder::LTX2Decoder(LTX2Config config, std::string config_json)
   info_.is_video = true;
   info_.peak_latent_frames = 0;  // the whole clip goes through every block at once
   info_.scaling_factor = config_.scaling_factor;
-  info_.parameter_count = CountParameters(*module_);
   // AutoencoderKLLTX2Video.tiled_decode: 512-pixel tiles every 448 pixels.
   info_.stock_tile = std::max<int64_t>(1, 512 / info_.spatial_factor);
   info_.stock_stride = std::max<int64_t>(1, 448 / info_.spatial_factor);
@@ -77,35 +74,17 @@ at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops, const DecodeC
   if (config_.timestep_conditioning) {
     // diffusers: torch.tensor(decode_timestep, dtype=latents.dtype), one per batch entry.
     timestep = at::full({z.size(0)}, conditioning.timestep.value_or(kDecodeTimestep),
-                        at::TensorOptions().dtype(dtype_).device(z.device()));
+                        at::TensorOptions().dtype(dtype()).device(z.device()));
   }
-  return module_->decoder->forward(z.to(dtype_), ops, timestep);
+  return module_->decoder->forward(z.to(dtype()), ops, timestep);
 }
 
-void LTX2Decoder::ToDtype(at::ScalarType dtype) {
-  module_->decoder->to(dtype);
-  dtype_ = dtype;
-}
-
-void LTX2Decoder::ToDevice(const c10::Device& device) {
-  module_->to(device);
-  device_ = device;
-}
-
-absl::Status LTX2Decoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
-  return ltx2::CheckExactSharding(config_, latent_shape, world_size);
-}
+void LTX2Decoder::ConvertWeights(at::ScalarType dtype) { module_->decoder->to(dtype); }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadLTX2(const ModelFiles& files, const LoadOptions& options) {
-  absl::StatusOr<LTX2Config> config = LTX2Config::FromJson(files.config(), files.config_path());
-  if (!config.ok()) return config.status();
-  auto decoder = std::make_unique<LTX2Decoder>(*config, files.config().dump(2));
   // decode() never touches the encoder (released checkpoints hold it; the
   // decoder-only ones do not).
-  IgnoreRules ignore{{"encoder."}, {}};
-  absl::Status loaded = FillWeights(*decoder->module(), files, ignore, options);
-  if (!loaded.ok()) return loaded;
-  return decoder;
+  return LoadModuleDecoder<LTX2Decoder>(files, options, {{"encoder."}, {}});
 }
 
 void Register(Registry& registry) {

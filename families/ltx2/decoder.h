@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "families/decoder.h"
+#include "families/module_decoder.h"
 #include "families/ltx2/blocks.h"
 #include "families/ltx2/config.h"
 #include "families/registry.h"
@@ -38,34 +39,26 @@ class AutoencoderKLLTX2VideoModuleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKLLTX2VideoModule);
 
-class LTX2Decoder final : public Decoder {
+class LTX2Decoder final : public ModuleDecoder<AutoencoderKLLTX2VideoModule> {
  public:
+  using Config = LTX2Config;
   // A decoder with default-initialised weights (callers load or fill them).
   LTX2Decoder(LTX2Config config, std::string config_json);
 
-  const ModelInfo& info() const override { return info_; }
   // Also: reflect padding needs latent width >= 2 (as in diffusers).
   absl::Status ValidateLatent(const at::Tensor& latent) const override;
   // LTX2Pipeline._denormalize_latents: z * latents_std / scaling_factor + latents_mean, per channel.
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) override;
-  // The decoder's weights; latents_mean / latents_std stay fp32.
-  void ToDtype(at::ScalarType dtype) override;
-  at::ScalarType dtype() const override { return dtype_; }
-  void ToDevice(const c10::Device& device) override;
-  c10::Device device() const override { return device_; }
-  absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
 
   const LTX2Config& config() const { return config_; }
-  AutoencoderKLLTX2VideoModule& module() { return module_; }
 
  private:
+  // The decoder's weights; latents_mean / latents_std stay fp32.
+  void ConvertWeights(at::ScalarType dtype) override;
+
   LTX2Config config_;
-  AutoencoderKLLTX2VideoModule module_;
-  ModelInfo info_;
-  at::ScalarType dtype_ = at::kFloat;
-  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Loads an AutoencoderKLLTX2Video from diffusers files (encoder.* ignored by

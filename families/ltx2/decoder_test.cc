@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
-#include "families/ltx2/adapter.h"
 #include "families/ltx2/blocks.h"
 #include "families/model_files.h"
 #include "formats/tensor_file.h"
@@ -202,11 +201,11 @@ TEST(LTX2Decoder, TimestepConditionedParameterNames) {
   EXPECT_EQ(d.module()->decoder->timestep_scale_multiplier.item<float>(), 1000.0f);
 }
 
-TEST(LTX2Adapter, OneRowPerBandIsEnough) {
-  const LTX2Config c = SmallConfig();
-  EXPECT_TRUE(CheckExactSharding(c, {1, 8, 3, 2, 3}, 2).ok());
-  EXPECT_FALSE(CheckExactSharding(c, {1, 8, 3, 2, 3}, 3).ok());
-  EXPECT_FALSE(CheckExactSharding(c, {1, 8, 3, 5, 3}, 1).ok());
+TEST(LTX2Decoder, OneRowPerBandIsEnough) {
+  const LTX2Decoder d(SmallConfig(), "{}");
+  EXPECT_TRUE(d.CheckExactSharding({1, 8, 3, 2, 3}, 2).ok());
+  EXPECT_FALSE(d.CheckExactSharding({1, 8, 3, 2, 3}, 3).ok());
+  EXPECT_FALSE(d.CheckExactSharding({1, 8, 3, 5, 3}, 1).ok());
 }
 
 }  // namespace

@@ -15,6 +15,21 @@
 // causal temporal padding and the cache concatenation happen here, before
 // ops.Conv sees a tensor with no temporal padding left to do. RMS norms,
 // nearest upsampling and the channel/time reshuffles are local to a row band.
+//
+// How the Wan-lineage decoders (Wan 2.1, Wan 2.2, Qwen-Image) shard by rows
+// (exact mode), with height as the sharded axis of every activation:
+//  - every spatial conv (the 3x3x3 causal convs, the upsamplers' 3x3 convs)
+//    is stride 1 with a centred kernel and zero padding: halo convolution,
+//    halo 1; the (3,1,1) time_conv and the 1x1(x1) convs need no halo;
+//  - causal temporal padding and the feature cache are local: every rank
+//    holds the whole temporal sequence of its band and runs diffusers' chunk
+//    protocol unchanged (one latent frame at a time);
+//  - the mid-block attention, per frame: local Q, all-gathered K/V;
+//  - RMS norms (over channels), SiLU, residual adds: local;
+//  - nearest 2x upsampling, DupUp3D and the final unpatchify: local, each
+//    input row becomes 2 (or P) output rows, so bands scale uniformly.
+// So the only condition is that every band keeps >= 1 row at the latent
+// resolution (bands only grow from there).
 
 #include <array>
 #include <cstdint>

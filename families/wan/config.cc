@@ -118,6 +118,18 @@ absl::StatusOr<WanConfig> WanConfig::FromJson(const nlohmann::json& json, const 
   c.Check(r);
   absl::Status status = r.status();
   if (!status.ok()) return status;
+  // Structure keys checked against the structure: pipelines size latents
+  // from them (vae_scale_factor), so a mismatch would decode other sizes
+  // than they expect.
+  const bool spatial_set = json.contains("scale_factor_spatial") && !json["scale_factor_spatial"].is_null();
+  const bool temporal_set = json.contains("scale_factor_temporal") && !json["scale_factor_temporal"].is_null();
+  if ((spatial_set && c.scale_factor_spatial != c.spatial_factor()) ||
+      (temporal_set && c.scale_factor_temporal != c.temporal_factor())) {
+    r.Fail(absl::StrCat("scale_factor_spatial ", c.scale_factor_spatial, " and scale_factor_temporal ",
+                        c.scale_factor_temporal, " do not match the decoder, which upsamples ", c.spatial_factor(),
+                        "x in space and ", c.temporal_factor(), "x in time"));
+  }
+  if (absl::Status s = r.status(); !s.ok()) return s;
   return c;
 }
 

@@ -105,5 +105,22 @@ TEST(WanConfig, UpBlockTypesHaveTheirDiffusersNames) {
   EXPECT_STREQ(UpBlockTypeName(UpBlockType::kResidualUpBlock), "WanResidualUpBlock");
 }
 
+TEST(WanConfig, ScaleFactorsAreCheckedAgainstTheStructure) {
+  // Wan 2.2's 2x2 unpatchify makes it 16x: a config saying 8x is refused.
+  nlohmann::json j = {{"base_dim", 4}, {"z_dim", 48}, {"is_residual", true}, {"in_channels", 12},
+                      {"out_channels", 12}, {"patch_size", 2}, {"scale_factor_spatial", 8},
+                      {"latents_mean", std::vector<double>(48, 0.1)}, {"latents_std", std::vector<double>(48, 0.5)}};
+  absl::StatusOr<WanConfig> c = WanConfig::FromJson(j, "wan22/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              HasSubstr("scale_factor_spatial 8 and scale_factor_temporal 4 do not match the decoder, which upsamples "
+                        "16x in space and 4x in time"));
+  j["scale_factor_spatial"] = 16;
+  j["scale_factor_temporal"] = 2;  // temperal_downsample [F, T, T] is 4x
+  EXPECT_FALSE(WanConfig::FromJson(j, "c").ok());
+  j.erase("scale_factor_temporal");  // absent: nothing to check
+  EXPECT_TRUE(WanConfig::FromJson(j, "c").ok());
+}
+
 }  // namespace
 }  // namespace vaedecode::families::wan

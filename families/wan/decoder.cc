@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "families/wan/adapter.h"
+#include "families/row_bands.h"
 #include "families/wan/blocks.h"
 #include "families/weight_loading.h"
 
@@ -70,7 +70,8 @@ at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) {
 }
 
 absl::Status WanDecoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
-  return wan::CheckExactSharding(config_, latent_shape, world_size);
+  // Every layer's halo at the latent resolution is at most one row (blocks.h).
+  return CheckRowBands(latent_shape, world_size, 5, /*halo_rows=*/1);
 }
 
 void WanDecoder::ToDtype(at::ScalarType dtype) {

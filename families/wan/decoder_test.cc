@@ -214,5 +214,27 @@ TEST(WanDecoder, ValidatesFiveDimensionalLatents) {
   EXPECT_TRUE(d->ValidateLatent(at::zeros({1, 4, 1, 3, 3})).ok());
 }
 
+TEST(WanDecoderSharding, EveryBandNeedsOneLatentRow) {
+  const std::unique_ptr<WanDecoder> d = *WanDecoder::Create(WanFamilySpec(), WanConfig(), "{}");
+  EXPECT_TRUE(d->CheckExactSharding({1, 16, 4, 7, 5}, 2).ok());
+  EXPECT_TRUE(d->CheckExactSharding({1, 16, 4, 7, 5}, 7).ok());  // bands of 1 row
+  const absl::Status thin = d->CheckExactSharding({1, 16, 4, 7, 5}, 8);
+  EXPECT_EQ(thin.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(thin.message()),
+              HasSubstr("latent height 7 over 8 ranks leaves a band of 0 rows, thinner than the conv halo"));
+}
+
+TEST(WanDecoderSharding, OnlyFramesAndBatchDoNotMatter) {
+  const std::unique_ptr<WanDecoder> d = *WanDecoder::Create(WanFamilySpec(), WanConfig(), "{}");
+  EXPECT_TRUE(d->CheckExactSharding({2, 16, 1, 3, 100}, 3).ok());
+  EXPECT_TRUE(d->CheckExactSharding({1, 16, 21, 3, 1}, 3).ok());
+}
+
+TEST(WanDecoderSharding, WorldSizeOneAndImageLatentsAreRefused) {
+  const std::unique_ptr<WanDecoder> d = *WanDecoder::Create(WanFamilySpec(), WanConfig(), "{}");
+  EXPECT_EQ(d->CheckExactSharding({1, 16, 4, 7, 5}, 1).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d->CheckExactSharding({1, 16, 7, 5}, 2).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace vaedecode::families::wan
