@@ -1,5 +1,7 @@
 #include "cli/model_loading.h"
 
+#include <iostream>
+
 #include "absl/strings/str_cat.h"
 #include "cli/args.h"
 #include "families/autoencoder_kl/embedded_default.h"
@@ -16,6 +18,9 @@ absl::StatusOr<worker::NamedModel> LoadModel(const std::optional<std::string>& p
   absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
       families::BuiltinFamilies().Load(ResolveUserPath(*path), options);
   if (!decoder.ok()) return decoder.status();
+  if (std::string w = worker::UnreadConfigKeysWarning((*decoder)->info()); !w.empty()) {
+    std::cerr << "warning: " << *path << ": " << w << "\n";
+  }
   return worker::NamedModel{*path, *std::move(decoder)};
 }
 

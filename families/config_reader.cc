@@ -1,5 +1,7 @@
 #include "families/config_reader.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,7 @@ ConfigReader::ConfigReader(const nlohmann::json& config, std::string source)
 }
 
 const nlohmann::json* ConfigReader::Find(const char* key) const {
+  looked_up_.insert(key);
   if (!config_.is_object()) return nullptr;
   auto it = config_.find(key);
   if (it == config_.end() || it->is_null()) return nullptr;
@@ -30,6 +33,20 @@ void ConfigReader::RequireSilu(const std::string& act_fn) {
 }
 
 void ConfigReader::Fail(const std::string& message) { errors_.push_back(message); }
+
+void ConfigReader::Known(std::initializer_list<const char*> keys) {
+  for (const char* key : keys) looked_up_.insert(key);
+}
+
+std::vector<std::string> ConfigReader::UnreadKeys() const {
+  std::vector<std::string> unread;
+  if (!config_.is_object()) return unread;
+  for (auto it = config_.begin(); it != config_.end(); ++it) {
+    if (!it.key().empty() && it.key()[0] != '_' && looked_up_.count(it.key()) == 0) unread.push_back(it.key());
+  }
+  std::sort(unread.begin(), unread.end());
+  return unread;
+}
 
 int64_t ConfigReader::Int(const char* key, int64_t fallback) {
   const nlohmann::json* v = Find(key);

@@ -7,6 +7,8 @@
 // returned, so a family reads every field and then checks status() once.
 
 #include <cstdint>
+#include <initializer_list>
+#include <set>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +45,14 @@ class ConfigReader {
   // OK, or InvalidArgument listing every problem seen.
   absl::Status status() const;
 
+  // Keys the family accepts but does not read (the encoder's, training
+  // settings): UnreadKeys leaves them out.
+  void Known(std::initializer_list<const char*> keys);
+  // The config's keys no getter looked up and Known() did not name, but
+  // diffusers' own "_" ones: a misspelt key, or one from another class,
+  // which diffusers would also ignore (sorted).
+  std::vector<std::string> UnreadKeys() const;
+
  private:
   const nlohmann::json* Find(const char* key) const;  // nullptr when missing or null
   void TypeError(const char* key, const char* expected);
@@ -50,6 +60,7 @@ class ConfigReader {
   const nlohmann::json& config_;
   std::string source_;
   std::vector<std::string> errors_;
+  mutable std::set<std::string> looked_up_;  // every key Find was asked for
 };
 
 }  // namespace vaedecode::families

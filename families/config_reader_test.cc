@@ -50,5 +50,17 @@ TEST(ConfigReader, NonObjectConfigIsAnError) {
   EXPECT_FALSE(r.status().ok());
 }
 
+TEST(ConfigReader, ListsTheKeysNoGetterReadAndNobodyKnows) {
+  const nlohmann::json j = {{"a", 1}, {"b", nullptr}, {"c", "x"}, {"encoder_only", 2}, {"_class_name", "X"},
+                            {"typo", 3}};
+  ConfigReader r(j, "c.json");
+  r.Int("a", 0);
+  r.Int("b", 0);  // null: read all the same
+  r.String("c", "");
+  r.Int("absent", 0);
+  r.Known({"encoder_only"});
+  EXPECT_EQ(r.UnreadKeys(), std::vector<std::string>{"typo"});
+}
+
 }  // namespace
 }  // namespace vaedecode::families

@@ -79,6 +79,9 @@ struct ModelInfo {
   // Where this decode differs from the reference pipeline's default, for
   // `info`, GetModel and the README ("" when it does not).
   std::string decode_note;
+  // Config keys the decoder neither reads nor knows (a misspelt key, a key of
+  // another class); loaders warn with them. diffusers ignores them too.
+  std::vector<std::string> unread_config_keys;
 };
 
 // "float32", "bfloat16", "float16"; LibTorch's name for other dtypes.

@@ -94,5 +94,33 @@ TEST(WrongFamily, RightFamilyLoadsWithoutAGuess) {
   EXPECT_TRUE(d.ok()) << d.status();
 }
 
+TEST(UnreadConfigKeys, EveryFixtureConfigIsReadWhole) {
+  // diffusers' save_config writes every constructor argument: each one is
+  // read by the decoder or known as the encoder's, so none is reported.
+  for (const testing::FixtureCase& c : testing::AllFixtureCases()) {
+    if (c.name != "main") continue;
+    absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath(c.fixture), {});
+    ASSERT_TRUE(d.ok()) << c.fixture << ": " << d.status();
+    EXPECT_THAT((*d)->info().unread_config_keys, ::testing::IsEmpty()) << c.fixture;
+  }
+}
+
+TEST(UnreadConfigKeys, AMisspeltKeyIsListed) {
+  for (const std::string fixture : {"sd_kl", "flux2_kl", "wan21", "ltx2", "minimax_h3"}) {
+    const fs::path dir = fs::path(std::getenv("TEST_TMPDIR")) / (fixture + "_misspelt");
+    fs::create_directories(dir);
+    std::ifstream in(testing::FixturePath(fixture + "/config.json"));
+    nlohmann::json config = nlohmann::json::parse(in);
+    config["layers_per_blok"] = 3;
+    config["_commit_hash"] = "abc";  // diffusers' own bookkeeping: never reported
+    std::ofstream(dir / "config.json") << config.dump(2);
+    LoadOptions seeded;
+    seeded.seeded_weights = 1;
+    absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(dir.string(), seeded);
+    ASSERT_TRUE(d.ok()) << fixture << ": " << d.status();
+    EXPECT_EQ((*d)->info().unread_config_keys, std::vector<std::string>{"layers_per_blok"}) << fixture;
+  }
+}
+
 }  // namespace
 }  // namespace vaedecode::families

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stages everything a bare GPU machine needs to run the GPU check, in one
-# git-ignored folder of at most 56 MiB (what travels with a checkout to the
+# git-ignored folder of at most 60 MiB (what travels with a checkout to the
 # GPU machine is capped at 64 MiB, the tracked files included: about 2 MiB):
 #   gpu_check.sh            tools/gpu_check.sh, run from the folder
 #   LIBTORCH_VERSION        the LibTorch the binaries were built against
@@ -12,7 +12,7 @@
 #                           LibTorch, CUDA, cuDNN or NCCL, which the machine's
 #                           torch environment provides; lib/compat: Debian's
 #                           libstdc++, for a machine whose own is older
-#   diffusers_fixtures/     the fixtures the tests decode
+#   diffusers_fixtures/     the fixtures the tests decode (decode-side weights only)
 #   models/                 bench/models: real-width configs for seeded decodes
 #
 #   tools/gpu_bundle.sh [DIR]        # default out/gpu_bundle
@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=${1:-out/gpu_bundle}
-readonly limit_mib=56
+readonly limit_mib=60
 
 tools/setup.sh
 # The service binaries, as stage.sh lays them out, plus the CLI and the tests.
@@ -70,7 +70,13 @@ cases = set(sys.argv[2].split())
 for f in index["fixtures"]:
     if any(f["folder"] + "_" + c["case"] in cases for c in f["cases"]):
         print(f["folder"])' "$fixtures/index.json" "$cases"); do
-  cp -rL "$fixtures/$folder" "$bundle/diffusers_fixtures/"
+  # What the decodes read: the config, latents, expected outputs, and the
+  # weights without the encoder side (which every loader ignores by name).
+  mkdir -p "$bundle/diffusers_fixtures/$folder"
+  cp -L "$fixtures/$folder"/config.json "$fixtures/$folder"/latent*.safetensors \
+    "$fixtures/$folder"/expected*.safetensors "$bundle/diffusers_fixtures/$folder/"
+  /usr/bin/python3 tools/slim_safetensors.py "$fixtures/$folder/diffusion_pytorch_model.safetensors" \
+    "$bundle/diffusers_fixtures/$folder/diffusion_pytorch_model.safetensors" encoder. quant_conv.
 done
 git rev-parse HEAD > "$bundle/COMMIT" 2>/dev/null || true
 

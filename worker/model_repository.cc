@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "families/autoencoder_kl/embedded_default.h"
 #include "families/builtin_families.h"
 
@@ -43,6 +44,9 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
       out.skipped.push_back(absl::StrCat(name, ": ", decoder.status().message()));
       continue;
     }
+    if (std::string w = UnreadConfigKeysWarning((*decoder)->info()); !w.empty()) {
+      out.warnings.push_back(absl::StrCat(name, ": ", w));
+    }
     out.models.push_back({name, *std::move(decoder)});
   }
   if (out.models.empty()) {
@@ -50,6 +54,12 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
                                                    out.skipped.empty() ? "" : absl::StrCat(" (", out.skipped[0], ")")));
   }
   return out;
+}
+
+std::string UnreadConfigKeysWarning(const families::ModelInfo& info) {
+  if (info.unread_config_keys.empty()) return "";
+  return absl::StrCat("config keys ", absl::StrJoin(info.unread_config_keys, ", "), " are not read by ",
+                      info.diffusers_class, "'s decoder (misspelt, or another class's?); ignored");
 }
 
 }  // namespace vaedecode::worker

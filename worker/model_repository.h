@@ -25,7 +25,13 @@ struct NamedModel {
 struct LoadedRepository {
   std::vector<NamedModel> models;
   std::vector<std::string> skipped;  // "name: reason" for folders that failed to load
+  // "name: ..." for models whose config has keys their decoder does not read.
+  std::vector<std::string> warnings;
 };
+
+// "config keys a, b are not read by <class>'s decoder (misspelt, or another
+// class's?); ignored", or "" when every key is read.
+std::string UnreadConfigKeysWarning(const families::ModelInfo& info);
 
 // The embedded default model (families/autoencoder_kl/embedded_default.h)
 // in DecodeDtype(info, dtype), named `name`.

@@ -139,6 +139,9 @@ int main(int argc, char** argv) {
       vaedecode::worker::LoadRepository(absl::GetFlag(FLAGS_model_repository), *dtype);
   if (!repo.ok()) return Fail(repo.status());
   for (const std::string& skipped : repo->skipped) spdlog::warn("model skipped: {}", skipped);
+  if (absl::GetFlag(FLAGS_rank) == 0) {  // every rank loads the same folder: say it once
+    for (const std::string& w : repo->warnings) spdlog::warn("model config: {}", w);
+  }
   if (!device->is_cpu()) {
     absl::Status moved = vaedecode::worker::CatchExceptions("moving the weights to the GPU", [&] {
       for (vaedecode::worker::NamedModel& m : repo->models) m.decoder->ToDevice(*device);

@@ -82,6 +82,8 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
   }
   absl::Status status = r.status();
   if (!status.ok()) return status;
+  r.Known({"in_channels", "down_block_types", "use_quant_conv"});  // the encoder side
+  c.unread_keys = r.UnreadKeys();
   return c;
 }
 

@@ -32,6 +32,8 @@ struct AutoencoderKLConfig {
   std::optional<std::vector<double>> latents_std;
   bool force_upcast = true;
   int64_t sample_size = 32;  // pixels; diffusers' stock tile is this size
+  // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
+  std::vector<std::string> unread_keys;
 
   // 2^(levels-1): each up block but the last doubles height and width.
   int64_t spatial_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }

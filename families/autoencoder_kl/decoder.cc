@@ -62,6 +62,7 @@ AutoencoderKLDecoder::AutoencoderKLDecoder(AutoencoderKLConfig config, std::stri
   info_.family = "autoencoder_kl";
   info_.diffusers_class = "AutoencoderKL";
   info_.config_json = std::move(config_json);
+  info_.unread_config_keys = config_.unread_keys;
   info_.latent_channels = config_.latent_channels;
   info_.out_channels = config_.out_channels;
   info_.spatial_factor = config_.spatial_factor();

@@ -1,5 +1,7 @@
 #include "families/flux2/config.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +60,12 @@ absl::StatusOr<Flux2Config> Flux2Config::FromJson(const nlohmann::json& json, co
       autoencoder_kl::AutoencoderKLConfig::FromJson(decoder, source);
   if (!parsed.ok()) return parsed.status();
   c.decoder = *std::move(parsed);
+  // Unread here and by the decoder's reader; batch_norm_momentum only trains.
+  r.Known({"batch_norm_momentum"});
+  for (const std::string& key : r.UnreadKeys()) {
+    const std::vector<std::string>& also = c.decoder.unread_keys;
+    if (std::find(also.begin(), also.end(), key) != also.end()) c.unread_keys.push_back(key);
+  }
   return c;
 }
 

@@ -27,6 +27,8 @@ struct Flux2Config {
   // diffusers' `patch_size`; Flux2Pipeline's (un)patchify is fixed at 2x2.
   int64_t patch_h = 2;
   int64_t patch_w = 2;
+  // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
+  std::vector<std::string> unread_keys;
 
   int64_t latent_channels() const { return decoder.latent_channels; }
   // Channels of the denoiser-side latent (and of the BatchNorm statistics).

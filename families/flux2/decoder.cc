@@ -31,6 +31,7 @@ Flux2Decoder::Flux2Decoder(Flux2Config config, std::string config_json)
   info_.family = "flux2";
   info_.diffusers_class = "AutoencoderKLFlux2";
   info_.config_json = std::move(config_json);
+  info_.unread_config_keys = config_.unread_keys;
   info_.latent_channels = config_.latent_channels();
   info_.raw_latent_channels = config_.patched_channels();
   info_.raw_patch = config_.patch_h;  // square patches (checked by the config)

@@ -98,6 +98,8 @@ absl::StatusOr<HunyuanImageConfig> HunyuanImageConfig::FromJson(const nlohmann::
                         "x, not the configured spatial_compression_ratio ", c.spatial_compression_ratio));
   }
   if (absl::Status s = r.status(); !s.ok()) return s;
+  r.Known({"in_channels", "downsample_match_channel"});  // the encoder side
+  c.unread_keys = r.UnreadKeys();
   return c;
 }
 

@@ -6,6 +6,7 @@
 // keys are required here too.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -31,6 +32,8 @@ struct HunyuanImageConfig {
   int64_t sample_size = 0;  // pixels: diffusers' tile_sample_min_size
   double scaling_factor = 1.0;
   bool upsample_match_channel = true;
+  // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
+  std::vector<std::string> unread_keys;
 
   // HunyuanImageResnetBlock and HunyuanImageAttentionBlock: GroupNorm(32, C, 1e-6).
   static constexpr int64_t kNormGroups = 32;

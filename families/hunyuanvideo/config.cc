@@ -105,6 +105,8 @@ absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::
                         c.temporal_compression_ratio, "x"));
   }
   if (absl::Status s = r.status(); !s.ok()) return s;
+  r.Known({"in_channels", "down_block_types"});  // the encoder side
+  c.unread_keys = r.UnreadKeys();
   return c;
 }
 

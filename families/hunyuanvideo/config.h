@@ -36,6 +36,8 @@ struct HunyuanVideoConfig {
   int64_t spatial_compression_ratio = 8;
   int64_t temporal_compression_ratio = 4;
   bool mid_block_add_attention = true;
+  // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
+  std::vector<std::string> unread_keys;
 
   // AutoencoderKLHunyuanVideo.__init__'s tiling constants (not in config.json).
   static constexpr int64_t kTileSampleMinNumFrames = 16;

@@ -63,6 +63,7 @@ HunyuanVideoDecoder::HunyuanVideoDecoder(HunyuanVideoConfig config, std::string 
   info_.family = "hunyuanvideo";
   info_.diffusers_class = "AutoencoderKLHunyuanVideo";
   info_.config_json = std::move(config_json);
+  info_.unread_config_keys = config_.unread_keys;
   info_.latent_channels = config_.latent_channels;
   info_.out_channels = config_.out_channels;
   info_.spatial_factor = config_.spatial_factor();

@@ -124,6 +124,8 @@ absl::StatusOr<HunyuanVideo15Config> HunyuanVideo15Config::FromJson(const nlohma
                         c.temporal_compression_ratio, "x"));
   }
   if (absl::Status s = r.status(); !s.ok()) return s;
+  r.Known({"in_channels", "downsample_match_channel"});  // the encoder side
+  c.unread_keys = r.UnreadKeys();
   return c;
 }
 

@@ -35,6 +35,8 @@ struct HunyuanVideo15Config {
   int64_t temporal_compression_ratio = 4;
   bool upsample_match_channel = true;
   double scaling_factor = 1.03682;
+  // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
+  std::vector<std::string> unread_keys;
 
   // AutoencoderKLHunyuanVideo15.__init__'s spatial tile (not in config.json).
   static constexpr int64_t kTileSampleMinSize = 256;

@@ -196,6 +196,9 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
     }
   }
   if (absl::Status s = r.status(); !s.ok()) return s;
+  r.Known({"in_channels", "block_out_channels", "layers_per_block", "down_block_types", "downsample_type",
+           "spatio_temporal_scaling", "encoder_causal", "encoder_spatial_padding_mode"});  // the encoder side
+  c.unread_keys = r.UnreadKeys();
   return c;
 }
 

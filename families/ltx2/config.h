@@ -59,6 +59,9 @@ struct LTX2Config {
   // Parses and validates (`source` names the file in errors): lists of the
   // right lengths (bools broadcast as diffusers does), no inject_noise, a
   // padding mode the row-sharded convs support.
+  // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
+  std::vector<std::string> unread_keys;
+
   static absl::StatusOr<LTX2Config> FromJson(const nlohmann::json& config, const std::string& source);
 };
 

@@ -121,6 +121,9 @@ absl::StatusOr<MiniMaxH3Config> MiniMaxH3Config::FromJson(const nlohmann::json& 
     r.Fail(absl::StrCat("decoder RoPE dim ", d, " gives a frequency count diffusers cannot use"));
   }
   if (absl::Status s = r.status(); !s.ok()) return s;
+  r.Known({"in_channels", "block_out_channels", "layers_per_block", "norm_num_groups", "norm_eps",
+           "spatial_padding_mode"});  // the encoder side
+  c.unread_keys = r.UnreadKeys();
   return c;
 }
 

@@ -42,6 +42,8 @@ struct MiniMaxH3Config {
   int64_t token_drop = 3;
   std::vector<double> latents_mean = std::vector<double>(24, 0.0);
   std::vector<double> latents_std = std::vector<double>(24, 1.0);
+  // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
+  std::vector<std::string> unread_keys;
 
   int64_t patch_size() const;    // prod(spatial_downsample_factors): pixels per latent row
   int64_t patch_size_t() const;  // prod(temporal_downsample_factors): frames per latent frame

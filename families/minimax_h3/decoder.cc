@@ -15,6 +15,7 @@ ModelInfo Describe(const MiniMaxH3Config& c, std::string config_json) {
   info.family = "minimax_h3";
   info.diffusers_class = "AutoencoderKLMiniMaxH3";
   info.config_json = std::move(config_json);
+  info.unread_config_keys = c.unread_keys;
   info.latent_channels = c.latent_channels;
   info.out_channels = c.out_channels;
   info.spatial_factor = c.patch_size();

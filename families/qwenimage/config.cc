@@ -29,6 +29,7 @@ absl::StatusOr<wan::WanConfig> QwenImageConfigFromJson(const nlohmann::json& jso
   c.Check(r);
   absl::Status status = r.status();
   if (!status.ok()) return status;
+  c.unread_keys = r.UnreadKeys();
   return c;
 }
 

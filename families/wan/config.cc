@@ -130,6 +130,7 @@ absl::StatusOr<WanConfig> WanConfig::FromJson(const nlohmann::json& json, const 
                         "x in space and ", c.temporal_factor(), "x in time"));
   }
   if (absl::Status s = r.status(); !s.ok()) return s;
+  c.unread_keys = r.UnreadKeys();
   return c;
 }
 

@@ -50,6 +50,8 @@ struct WanConfig {
   // As configured; informational (the factors below follow from the structure).
   int64_t scale_factor_temporal = 4;
   int64_t scale_factor_spatial = 8;
+  // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
+  std::vector<std::string> unread_keys;
 
   // Wan 2.1's statistics: the diffusers defaults of both classes.
   static std::vector<double> DefaultLatentsMean();

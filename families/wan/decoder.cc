@@ -38,6 +38,7 @@ WanDecoder::WanDecoder(const WanFamily& family, WanConfig config, std::string co
   info_.family = family.family;
   info_.diffusers_class = family.diffusers_class;
   info_.config_json = std::move(config_json);
+  info_.unread_config_keys = config_.unread_keys;
   info_.latent_channels = config_.z_dim;
   info_.out_channels = config_.image_channels();
   info_.spatial_factor = config_.spatial_factor();
