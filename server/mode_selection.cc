@@ -152,17 +152,26 @@ absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1
                                                        " per rank, ", MiB(exact_possible ? min_free : leader_free),
                                                        " free")};
       }
-      if (const std::optional<int64_t> capacity = MinCapacity(group); capacity && need.floor_tile > *capacity) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "this latent can never be decoded on this server: its smallest plan (", tiling::kFloorTile, "x",
-            tiling::kFloorTile, "-latent floor tiles, with the output the leader holds) needs about ", MiB(need.floor_tile),
-            " per rank, and the tightest rank can give a decode at most ", MiB(*capacity),
-            " (its memory budget less the loaded models); send a smaller latent or batch"));
+      {
+        // The smallest plan: floor tiles, or for a model never tiled
+        // (MiniMax-H3) exact bands, or the whole decode.
+        const bool tiles = Supports(model, v1::MODE_TILED);
+        const int64_t smallest = tiles ? need.floor_tile : exact_possible ? need.exact_rank : need.dense;
+        const std::string plan = tiles ? absl::StrCat(tiling::kFloorTile, "x", tiling::kFloorTile, "-latent floor tiles")
+                                 : exact_possible ? absl::StrCat("exact bands over ", group.degree, " ranks")
+                                                  : "the whole decode (the model is never tiled)";
+        if (const std::optional<int64_t> capacity = MinCapacity(group); capacity && smallest > *capacity) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "this latent can never be decoded on this server: its smallest plan (", plan,
+              ", with the output the leader holds) needs about ", MiB(smallest),
+              " per rank, and the tightest rank can give a decode at most ", MiB(*capacity),
+              " (its memory budget less the loaded models); send a smaller latent or batch"));
+        }
+        return ModeChoice{v1::MODE_DENSE,
+                          absl::StrCat("waiting for memory: even ", plan, " needs ", MiB(smallest), ", ",
+                                       MiB(min_free), " free on the tightest rank"),
+                          /*wait_for_memory=*/true};
       }
-      return ModeChoice{v1::MODE_DENSE,
-                        absl::StrCat("waiting for memory: even a floor tile needs ", MiB(need.floor_tile), ", ",
-                                     MiB(min_free), " free on the tightest rank"),
-                        /*wait_for_memory=*/true};
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("mode: unknown value ", static_cast<int>(request.mode())));

@@ -135,6 +135,26 @@ TEST(ModeSelectionTest, AutoRefusesAtOnceWhatNoAmountOfWaitingCanFit) {
   EXPECT_THAT(std::string(never.message()), HasSubstr(absl::StrCat((need.floor_tile - 1) >> 20, " MiB")));
 }
 
+TEST(ModeSelectionTest, AModelNeverTiledWaitsForOrIsRefusedOnItsExactBands) {
+  // MiniMax-H3: without tiles the smallest plan is exact bands.
+  v1::ModelInfo m = Measured(true);
+  m.clear_supported_modes();
+  m.add_supported_modes(v1::MODE_DENSE);
+  m.add_supported_modes(v1::MODE_EXACT);
+  const PeakEstimates need = EstimatePeaks(Sized(v1::MODE_AUTO), m, 2);
+  ASSERT_LT(need.floor_tile, need.exact_rank);
+  GroupResources g = Group(2);
+  g.free_bytes_per_rank = {need.exact_rank - 1, need.exact_rank - 1};  // room for floor tiles, not for bands
+  absl::StatusOr<ModeChoice> wait = SelectMode(Sized(v1::MODE_AUTO), m, g);
+  ASSERT_TRUE(wait.ok()) << wait.status();
+  EXPECT_TRUE(wait->wait_for_memory);
+  EXPECT_THAT(wait->reason, HasSubstr("exact bands over 2 ranks"));
+  g.capacity_bytes_per_rank = {need.exact_rank - 1, need.exact_rank - 1};  // and never will be
+  const absl::Status never = SelectMode(Sized(v1::MODE_AUTO), m, g).status();
+  EXPECT_EQ(never.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(never.message()), HasSubstr("smallest plan (exact bands over 2 ranks"));
+}
+
 TEST(ModeSelectionTest, PackedRawLatentsAreEstimatedUnpacked) {
   // FLUX.2's raw latents pack 2x2 patches: a 32x32 raw latent decodes as 64x64.
   v1::ModelInfo m = Measured(true);

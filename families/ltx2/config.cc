@@ -15,7 +15,10 @@ namespace {
 std::vector<bool> BoolOrList(const nlohmann::json& json, ConfigReader& r, const char* key,
                              const std::vector<bool>& fallback, size_t n) {
   auto it = json.find(key);
-  if (it != json.end() && it->is_boolean()) return std::vector<bool>(n, it->get<bool>());
+  if (it != json.end() && it->is_boolean()) {
+    r.Known({key});  // read here, not through the reader
+    return std::vector<bool>(n, it->get<bool>());
+  }
   return r.BoolList(key, fallback);
 }
 
