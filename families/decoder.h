@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "families/layer_ops.h"
+#include "families/output_frames.h"
 
 namespace vaedecode::families {
 
@@ -48,6 +49,10 @@ struct ModelInfo {
   int64_t out_channels = 0;
   int64_t spatial_factor = 1;   // output pixels per latent row/column
   int64_t temporal_factor = 1;  // 1 for image families
+  // Output frames per latent frame count beyond the causal formula (empty
+  // for every video family but MiniMax-H3); OutputShape and the frontend's
+  // output-size prediction both read it.
+  OutputFrameTable output_frames;
   bool is_video = false;        // latents are NCTHW when true, NCHW otherwise
   // Latent frames a decode holds at once, for its memory (tiling/
   // memory_model.h): 1 for images and frame-by-frame decoders (Wan's causal
@@ -138,7 +143,7 @@ class Decoder {
   virtual absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape,
                                           int world_size) const;
 
-  // Output shape for a latent shape (NCHW or NCTHW).
+  // Output shape for a latent shape (NCHW or NCTHW), from info()'s geometry.
   virtual std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const;
 };
 

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "families/output_frames.h"
 #include "rpc/latent_tensor.h"
 #include "rpc/request_checks.h"
 
@@ -59,7 +60,13 @@ OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelIn
       request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1 ? model.raw_patch() : 1;
   const int64_t f = std::max<int64_t>(1, model.spatial_factor());
   out.batch = shape[0];
-  out.frames = shape.size() == 5 ? 1 + std::max<int64_t>(1, model.temporal_factor()) * (shape[2] - 1) : 1;
+  if (shape.size() == 5) {
+    families::OutputFrameTable table;
+    table.frames.assign(model.output_frame_table().begin(), model.output_frame_table().end());
+    table.period = model.output_frame_period();
+    table.frames_per_period = model.output_frames_per_period();
+    out.frames = families::OutputFrames(table, model.temporal_factor(), shape[2]);
+  }
   out.height = patch * shape[shape.size() - 2] * f;
   out.width = patch * shape[shape.size() - 1] * f;
   return out;

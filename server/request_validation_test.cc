@@ -141,6 +141,13 @@ TEST(RequestValidationTest, PredictsTheOutputOfImagesVideoAndPackedRawLatents) {
   const OutputSize v = PredictOutputSize(Request({1, 16, 3, 5, 7}), video);
   EXPECT_EQ(v.frames, 9);  // 1 + 4 x (3 - 1)
   EXPECT_EQ(v.pixels(), 9 * 40 * 56);
+  // A model with an output frame table (MiniMax-H3's windows): the table,
+  // then its period, not the causal formula.
+  for (int64_t frames : {0, 0, 0, 9, 13, 17, 18, 22, 26, 30}) video.add_output_frame_table(frames);
+  video.set_output_frame_period(5);
+  video.set_output_frames_per_period(17);
+  EXPECT_EQ(PredictOutputSize(Request({1, 16, 6, 5, 7}), video).frames, 18);
+  EXPECT_EQ(PredictOutputSize(Request({1, 16, 12, 5, 7}), video).frames, 39);
   image.set_raw_patch(2);
   v1::DecodeRequest raw = Request({1, 64, 5, 7});
   raw.set_latent_space(v1::LATENT_SPACE_RAW);

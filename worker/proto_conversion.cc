@@ -21,6 +21,9 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   out->set_spatial_factor(info.spatial_factor);
   out->set_temporal_factor(info.temporal_factor);
   out->set_is_video(info.is_video);
+  for (int64_t frames : info.output_frames.frames) out->add_output_frame_table(frames);
+  out->set_output_frame_period(info.output_frames.period);
+  out->set_output_frames_per_period(info.output_frames.frames_per_period);
   out->set_peak_latent_frames(info.peak_latent_frames);
   out->set_timestep_conditioning(info.timestep_conditioning);
   out->set_scaling_factor(info.scaling_factor);

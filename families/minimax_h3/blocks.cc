@@ -107,10 +107,13 @@ TransformerBlockImpl::TransformerBlockImpl(int64_t dim, int64_t heads, int64_t h
 
 at::Tensor TransformerBlockImpl::forward(const at::Tensor& x, const Rotary& rotary, int64_t tokens_per_row,
                                          int64_t shared_tokens, LayerOps& ops) {
-  // The reference normalises in float32 whatever the compute dtype.
-  const at::Tensor n1 = norm1->forward(x.to(at::kFloat)).to(x.scalar_type());
+  // The reference normalises in float32 whatever the compute dtype; with
+  // float32 scales (kept like the norms) the residual stream is float32 from
+  // the first block on, the normed activations take the projections' dtype.
+  const at::ScalarType compute = attn->to_q->weight.scalar_type();
+  const at::Tensor n1 = norm1->forward(x.to(at::kFloat)).to(compute);
   const at::Tensor h = x + attn->forward(n1, rotary, tokens_per_row, shared_tokens, ops) * scale1;
-  const at::Tensor n2 = norm2->forward(h.to(at::kFloat)).to(h.scalar_type());
+  const at::Tensor n2 = norm2->forward(h.to(at::kFloat)).to(compute);
   return h + ff->forward(n2) * scale2;
 }
 
@@ -135,14 +138,16 @@ at::Tensor ViTDecoderImpl::forward(const at::Tensor& z, LayerOps& ops) {
   const int64_t patches = x.size(1);
   // The register tokens, then one all-zero (CLS) token: the same on every rank.
   const int64_t shared = config_.decoder_num_register_tokens + 1;
-  x = at::cat({x, register_tokens.expand({b, -1, -1}), at::zeros_like(x.narrow(1, 0, 1))}, 1);
+  x = at::cat({x, register_tokens.expand({b, -1, -1}).to(x.scalar_type()), at::zeros_like(x.narrow(1, 0, 1))}, 1);
   const RowWindow rows = ops.GlobalRows(h);
   const Rotary rotary = RotaryEmbedding(t, rows.first, h, rows.total, w, shared, config_.rope_dim(),
                                         config_.decoder_rope_theta, z.device());
   for (const auto& block : *transformer_blocks) {
     x = block->as<TransformerBlockImpl>()->forward(x, rotary, /*tokens_per_row=*/w, shared, ops);
   }
-  x = proj_out->forward(norm_out->forward(x)).narrow(1, 0, patches);
+  // norm_out is kept in float32, proj_out is not.
+  x = norm_out->forward(x.to(norm_out->weight.scalar_type())).to(proj_out->weight.scalar_type());
+  x = proj_out->forward(x).narrow(1, 0, patches);
   const int64_t pt = config_.patch_size_t(), p = config_.patch_size(), out = config_.out_channels;
   // view(B, T, H, W, C, pt, p, p).permute(0, 4, 1, 5, 2, 6, 3, 7)
   return x.reshape({b, t, h, w, out, pt, p, p})

@@ -1,10 +1,14 @@
 #include "families/minimax_h3/decoder.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "families/status_error.h"
 
 namespace vaedecode::families::minimax_h3 {
@@ -27,6 +31,14 @@ ModelInfo Describe(const MiniMaxH3Config& c, std::string config_json) {
   info.min_latent_frames = 1;
   while (c.Windows(info.min_latent_frames).windows == 0) ++info.min_latent_frames;
   info.peak_latent_frames = info.min_latent_frames;
+  // Output frames: one more window per tokens_chunk_size latent frames adds
+  // the same frames once two windows cross-fade; tabulate up to there.
+  const int64_t period = c.tokens_chunk_size();
+  const int64_t table_size = info.min_latent_frames + c.window_latent_frames() + 2 * period;
+  for (int64_t t = 0; t < table_size; ++t) info.output_frames.frames.push_back(c.Windows(t).output_frames);
+  info.output_frames.period = period;
+  info.output_frames.frames_per_period =
+      c.Windows(table_size).output_frames - c.Windows(table_size - period).output_frames;
   info.raw_to_vae_formula = "z * latents_std + latents_mean";
   info.spatial_tiling = false;
   info.decode_note =
@@ -122,13 +134,17 @@ at::Tensor MiniMaxH3Decoder::Decode(const at::Tensor& latent, LayerOps& ops) {
   return out.narrow(2, 0, out.size(2) - plan.trim_frames);
 }
 
-std::vector<int64_t> MiniMaxH3Decoder::OutputShape(const std::vector<int64_t>& latent_shape) const {
-  std::vector<int64_t> out = latent_shape;
-  out[1] = config_.out_channels;
-  out[2] = config_.Windows(latent_shape[2]).output_frames;
-  out[3] *= config_.patch_size();
-  out[4] *= config_.patch_size();
-  return out;
+void MiniMaxH3Decoder::ConvertWeights(at::ScalarType dtype) {
+  // A parameter is kept when one of its dotted name's parts is listed, as
+  // diffusers matches _keep_in_fp32_modules ("encoder" and "quant_conv" are
+  // not loaded here).
+  static const std::set<std::string> kKeptInFloat32 = {"norm1", "norm2", "norm_out", "scale1", "scale2"};
+  torch::NoGradGuard no_grad;
+  for (auto& named : module_->named_parameters()) {
+    const std::vector<std::string> parts = absl::StrSplit(named.key(), '.');
+    const bool kept = std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return kKeptInFloat32.count(p); });
+    named.value().set_data(named.value().to(kept ? at::kFloat : dtype));
+  }
 }
 
 void Register(Registry& registry) {

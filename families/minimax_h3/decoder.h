@@ -53,12 +53,15 @@ class MiniMaxH3Decoder final : public ModuleDecoder<MiniMaxH3Module> {
   absl::Status ValidateLatent(const at::Tensor& latent) const override;
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;  // z * latents_std + latents_mean
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
-  // Frames from the window plan (not a closed form of T).
-  std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const override;
 
   const MiniMaxH3Config& config() const { return config_; }
 
  private:
+  // diffusers' _keep_in_fp32_modules on the decoder side: the RMS/Layer
+  // norms and the residual scales stay float32 (and with them the residual
+  // stream), the projections take the decode dtype.
+  void ConvertWeights(at::ScalarType dtype) override;
+
   MiniMaxH3Config config_;
 };
 

@@ -97,5 +97,46 @@ TEST(MiniMaxH3Decoder, DecodesWithoutRegisterTokens) {
   EXPECT_TRUE(at::isfinite(out).all().item<bool>());
 }
 
+TEST(MiniMaxH3Decoder, OutputFramesFromTheTableAreTheWindowPlansForAnyLength) {
+  // Window geometries of several clip lengths and token drops, 0..300
+  // latent frames: the table and period info() hands the frontend reproduce
+  // the window plan (not a closed form of T) everywhere.
+  const std::vector<std::pair<int64_t, int64_t>> geometries = {{17, 3}, {17, 0}, {16, 2}, {9, 1}, {13, 4}, {33, 7}};
+  for (const auto& [clip_length, token_drop] : geometries) {
+    absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson(
+        {{"latent_channels", 4}, {"decoder_num_layers", 1}, {"decoder_num_attention_heads", 2},
+         {"decoder_attention_head_dim", 8}, {"clip_length", clip_length}, {"token_drop", token_drop}},
+        "geometry");
+    ASSERT_TRUE(c.ok()) << c.status();
+    const MiniMaxH3Decoder decoder(*c, "{}");
+    ASSERT_GT(decoder.info().output_frames.period, 0);
+    for (int64_t t = 0; t <= 300; ++t) {
+      ASSERT_EQ(decoder.OutputShape({1, 4, t, 2, 2})[2], c->Windows(t).output_frames)
+          << "clip_length " << clip_length << " token_drop " << token_drop << " latent frames " << t;
+    }
+  }
+}
+
+TEST(MiniMaxH3Decoder, BFloat16KeepsTheNormsAndResidualScalesInFloat32) {
+  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("minimax_h3"), {});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto& decoder = static_cast<MiniMaxH3Decoder&>(**d);
+  decoder.ToDtype(at::kBFloat16);
+  int64_t kept = 0;
+  for (const auto& item : decoder.module()->named_parameters()) {
+    const std::string& name = item.key();
+    const bool want_float = absl::StrContains(name, ".norm1.") || absl::StrContains(name, ".norm2.") ||
+                            absl::StartsWith(name, "decoder.norm_out.") || absl::EndsWith(name, ".scale1") ||
+                            absl::EndsWith(name, ".scale2");
+    kept += want_float;
+    EXPECT_EQ(item.value().scalar_type(), want_float ? at::kFloat : at::kBFloat16) << name;
+  }
+  EXPECT_EQ(kept, 2 * 4 + 2);  // 2 layers × (norm1, norm2, scale1, scale2), norm_out's weight and bias
+  at::manual_seed(5);
+  DenseOps ops;
+  const at::Tensor out = decoder.Decode(at::randn({1, 24, 3, 2, 2}), ops);
+  EXPECT_EQ(out.scalar_type(), at::kBFloat16);  // proj_out's dtype, as diffusers
+}
+
 }  // namespace
 }  // namespace vaedecode::families::minimax_h3

@@ -116,10 +116,19 @@ TEST(CliMatchesService, DenseExactAndTiledDecodesAreTheSame) {
   // AutoencoderKL, HunyuanImage-2.1, HunyuanVideo 1.5 (a video) and
   // MiniMax-H3 (a ViT decoder, never tiled).
   const std::vector<std::string> fixtures = {"sd_kl", "hunyuanimage21", "hunyuanvideo15", "minimax_h3"};
-  std::unique_ptr<ServerProcess> server =
-      StartServing(RealWorkerFlags(FixtureRepository(fixtures), "cpu:2", 2), fixtures);
+  // MiniMax-H3's 9 latent frames make 30 frames of 48x80 (its windows; the
+  // causal formula would say 33): the limit admits exactly that.
+  std::unique_ptr<ServerProcess> server = StartServing(
+      RealWorkerFlags(FixtureRepository(fixtures), "cpu:2", 2, {"--max_output_pixels=0,minimax_h3=115200"}),
+      fixtures);
   ASSERT_NE(server, nullptr);
   for (const std::string& fixture : fixtures) ExpectCliMatchesService(*server, fixture, fixture != "minimax_h3");
+
+  // One more latent frame makes 34 frames: refused before any decode, with
+  // the frontend's prediction of the window plan's output.
+  const DecodeOutcome longer = Decode(server->stub(), SyntheticRequest("minimax_h3", {1, 24, 10, 3, 5}));
+  EXPECT_EQ(longer.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(longer.status.error_message(), HasSubstr(absl::StrCat("decodes to ", 34 * 48 * 80, " output pixels")));
 }
 
 }  // namespace
