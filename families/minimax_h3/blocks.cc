@@ -1,15 +1,17 @@
 #include "families/minimax_h3/blocks.h"
 
 #include <cmath>
+#include <optional>
 
 #include <ATen/ATen.h>
 
 namespace vaedecode::families::minimax_h3 {
 namespace {
 
-// x · rsqrt(mean(x², last dim) + eps), torch's composite rms_norm.
-at::Tensor RmsNormalize(const at::Tensor& x, double eps) {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps);
+// x · rsqrt(mean(x², last dim) + eps): torch's rms_norm, as nn.RMSNorm calls
+// it (its fused kernel rounds unlike the composite, which shows in bf16).
+at::Tensor RmsNormalize(const at::Tensor& x, double eps, const std::optional<at::Tensor>& weight = std::nullopt) {
+  return at::rms_norm(x, {x.size(-1)}, weight, eps);
 }
 
 // 2·((i + 0.5)/n) − 1 for i in [first, first + count) of an n-long axis, float32.
@@ -51,7 +53,7 @@ Rotary RotaryEmbedding(int64_t frames, int64_t first_row, int64_t band_rows, int
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) { weight = register_parameter("weight", at::ones({dim})); }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return RmsNormalize(x, eps_) * weight; }
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return RmsNormalize(x, eps_, weight); }
 
 AttentionImpl::AttentionImpl(int64_t dim, int64_t heads, int64_t head_dim, double eps) : heads_(heads), eps_(eps) {
   const int64_t inner = heads * head_dim;

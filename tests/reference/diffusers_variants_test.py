@@ -1,0 +1,150 @@
+"""Configurations no fixture holds, compared with diffusers itself at test
+time: each model is built by diffusers (the pinned venv's) from a fixture's
+config with some keys changed, given seeded weights, saved with
+save_pretrained, decoded by diffusers and by the real `vaedecode` binary
+(dense, and exact over local rank processes), whole tensors compared.
+
+- AutoencoderKL with a mid block without attention and act_fn "swish"
+- AutoencoderKLLTX2Video's causal decoder, zero and reflect padding
+- AutoencoderKLMiniMaxH3 with other window geometry (clip_length 16,
+  token_drop 2) and no register tokens, and in bfloat16, where diffusers
+  keeps the norms and residual scales (so the residual stream) in float32
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file
+
+RUNFILES = pathlib.Path(os.environ["TEST_SRCDIR"]) / "vaedecode"
+sys.path.insert(0, str(RUNFILES / "tests" / "protocols"))
+from protocol_harness import TMP, Checks, fixture  # noqa: E402
+
+import diffusers  # noqa: E402
+
+CLI = RUNFILES / "cli" / "vaedecode"
+DENSE_TOLERANCE = 1e-4  # vs diffusers, float32
+EXACT_TOLERANCE = {4: 1e-5, 5: 3e-5}  # exact vs dense, images / video
+
+
+def build(name, fixture_name, diffusers_class, overrides, seed):
+    """A diffusers model from a fixture's config with `overrides`, every
+    parameter that diffusers initialises to a constant (norms, biases,
+    residual scales) perturbed so none is the identity."""
+    config = json.loads(fixture(fixture_name, "config.json").read_text())
+    for key in ("_class_name", "_diffusers_version", "_name_or_path"):
+        config.pop(key, None)
+    config.update(overrides)
+    torch.manual_seed(seed)
+    vae = getattr(diffusers, diffusers_class)(**config).eval()
+    with torch.no_grad():
+        for p in vae.parameters():
+            if p.numel() > 0 and float(p.min()) == float(p.max()):
+                p.add_(torch.randn_like(p) * 0.1)
+    folder = TMP / name
+    vae.save_pretrained(str(folder))
+    return vae, folder
+
+
+def reference(vae, latent):
+    with torch.no_grad():
+        return vae.decode(torch.from_numpy(latent)).sample.float().numpy()
+
+
+def cli_decode(folder, latent, name, *flags):
+    latent_path = TMP / f"{name}_latent.npy"
+    np.save(latent_path, latent)
+    out = TMP / f"{name}.npy"
+    done = subprocess.run([str(CLI), "decode", "--model", str(folder), "--latent", str(latent_path), "--out", str(out),
+                           *flags], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"vaedecode decode {' '.join(flags)}: {done.stderr.strip()}"
+    return np.load(out), done.stdout
+
+
+def max_diff(a, b):
+    assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
+    return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
+
+
+def check_dense_and_exact(vae, folder, latent, name, ranks):
+    want = reference(vae, latent)
+    dense, _ = cli_decode(folder, latent, name, "--mode", "dense")
+    d = max_diff(dense, want)
+    assert d <= DENSE_TOLERANCE, f"dense vs diffusers: max |diff| {d:.3g} > {DENSE_TOLERANCE}"
+    exact, line = cli_decode(folder, latent, f"{name}_exact", "--mode", "exact", "--ranks", str(ranks),
+                             "--timeout-s", "120")
+    assert f"mode=exact ranks={ranks}" in line, f"not decoded exactly over {ranks} ranks: {line}"
+    e = max_diff(exact, dense)
+    tolerance = EXACT_TOLERANCE[latent.ndim]
+    assert e <= tolerance, f"exact over {ranks} ranks vs dense: max |diff| {e:.3g} > {tolerance}"
+    print(f"  {name}: dense vs diffusers {d:.3g}, exact vs dense {e:.3g}, sample {list(want.shape)}")
+
+
+def autoencoder_kl_without_mid_attention():
+    vae, folder = build("kl_no_mid_attention", "sd_kl", "AutoencoderKL",
+                        {"mid_block_add_attention": False, "act_fn": "swish"}, seed=1)
+    latent = np.random.default_rng(1).standard_normal((2, vae.config.latent_channels, 7, 9), dtype=np.float32)
+    check_dense_and_exact(vae, folder, latent, "kl_no_mid_attention", ranks=3)
+
+
+def ltx2_causal(padding):
+    def run():
+        name = f"ltx2_causal_{padding}"
+        vae, folder = build(name, "ltx2", "AutoencoderKLLTX2Video",
+                            {"decoder_causal": True, "decoder_spatial_padding_mode": padding}, seed=2)
+        latent = np.random.default_rng(2).standard_normal((2, 128, 3, 5, 3), dtype=np.float32)
+        check_dense_and_exact(vae, folder, latent, name, ranks=2)
+    return run
+
+
+def minimax_h3_other_windows():
+    vae, folder = build("minimax_windows", "minimax_h3", "AutoencoderKLMiniMaxH3",
+                        {"clip_length": 16, "token_drop": 2, "decoder_num_register_tokens": 0}, seed=3)
+    vae.disable_tiling()  # vaedecode decodes MiniMax-H3 untiled (its decode_note)
+    latent = np.random.default_rng(3).standard_normal((2, 24, 6, 5, 2), dtype=np.float32)
+    check_dense_and_exact(vae, folder, latent, "minimax_windows", ranks=2)
+
+
+def minimax_h3_bfloat16():
+    folder = fixture("minimax_h3")
+    latent = next(iter(load_file(str(fixture("minimax_h3", "latent.safetensors"))).values())).astype(np.float32)
+    mixed = diffusers.AutoencoderKLMiniMaxH3.from_pretrained(str(folder), torch_dtype=torch.bfloat16).eval()
+    mixed.disable_tiling()
+    assert mixed.decoder.transformer_blocks[0].norm1.weight.dtype == torch.float32, "diffusers kept nothing in float32"
+    want = reference(mixed, latent)
+    ours, line = cli_decode(folder, latent, "minimax_bf16", "--mode", "dense", "--dtype", "bf16")
+    assert "dtype=bfloat16" in line, line
+    # The whole decoder in bfloat16 (a bfloat16 residual stream): where a
+    # decode that ignored _keep_in_fp32_modules lands. bfloat16 roundings
+    # turn the float32 kernels' last-bit differences into whole-ulp ones in
+    # a large share of the output, so the measure is the mean distance:
+    # ours must sit well inside the all-bfloat16 decode's.
+    plain = diffusers.AutoencoderKLMiniMaxH3.from_pretrained(str(folder)).eval().to(torch.bfloat16)
+    plain.disable_tiling()
+    ours_mean = float(np.abs(ours - want).mean())
+    plain_mean = float(np.abs(reference(plain, latent) - want).mean())
+    print(f"  minimax bf16: mean |diff| vs diffusers' mixed precision {ours_mean:.3g}, all-bf16's {plain_mean:.3g}")
+    assert plain_mean > 0.0, "the all-bfloat16 decode equals the mixed one: the check cannot tell them apart"
+    assert ours_mean <= 0.6 * plain_mean, (
+        f"bf16 decode vs diffusers' mixed precision: mean |diff| {ours_mean:.3g}, not well below the "
+        f"all-bfloat16 decode's {plain_mean:.3g}")
+
+
+def main():
+    torch.set_num_threads(2)
+    checks = Checks("diffusers_variants")
+    checks.run("autoencoder_kl_mid_block_without_attention_swish", autoencoder_kl_without_mid_attention)
+    checks.run("ltx2_causal_zero_padding", ltx2_causal("zeros"))
+    checks.run("ltx2_causal_reflect_padding", ltx2_causal("reflect"))
+    checks.run("minimax_h3_other_windows_no_registers", minimax_h3_other_windows)
+    checks.run("minimax_h3_bfloat16_mixed_precision", minimax_h3_bfloat16)
+    sys.exit(checks.finish())
+
+
+if __name__ == "__main__":
+    main()
