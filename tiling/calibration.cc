@@ -142,9 +142,11 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
   PeakProfile profile;
   profile.key = ProfileKey(decoder, backend);
   const families::ModelInfo& info = decoder.info();
-  // A video probe has the fewest frames the decoder takes; its peaks are
+  // A video probe has the fewest frames the decoder takes, or as many as its
+  // peak saturates at (a windowed decoder's full window); its peaks are
   // stored per frame-factor unit, as the memory model scales them.
-  const int64_t frames = info.is_video ? std::max<int64_t>(1, info.min_latent_frames) : 1;
+  const int64_t frames =
+      info.is_video ? std::max<int64_t>({1, info.min_latent_frames, info.peak_latent_frames}) : 1;
   const double frame_factor = FrameFactor(MemoryModelOf(info, profile), frames);
   for (int64_t side : sides) {
     std::vector<int64_t> shape = {1, info.latent_channels, side, side};

@@ -25,12 +25,16 @@ ModelInfo Describe(const MiniMaxH3Config& c, std::string config_json) {
   info.spatial_factor = c.patch_size();
   info.temporal_factor = c.patch_size_t();
   info.is_video = true;
-  // Every decode runs one window at a time, each padded to
-  // window_latent_frames: the shortest latent (min_latent_frames) already
-  // costs what any longer one does, so the memory model saturates there.
+  // Every decode runs one window at a time, none longer than
+  // window_latent_frames: the memory model saturates at the shortest latent
+  // whose (padded) first window is that long. With token_drop below
+  // tokens_chunk_size that is the shortest latent decoded at all.
   info.min_latent_frames = 1;
   while (c.Windows(info.min_latent_frames).windows == 0) ++info.min_latent_frames;
   info.peak_latent_frames = info.min_latent_frames;
+  while (info.peak_latent_frames + c.Windows(info.peak_latent_frames).pad_frames < c.window_latent_frames()) {
+    ++info.peak_latent_frames;
+  }
   // Output frames: one more window per tokens_chunk_size latent frames adds
   // the same frames once two windows cross-fade; tabulate up to there.
   const int64_t period = c.tokens_chunk_size();

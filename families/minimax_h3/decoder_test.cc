@@ -117,6 +117,22 @@ TEST(MiniMaxH3Decoder, OutputFramesFromTheTableAreTheWindowPlansForAnyLength) {
   }
 }
 
+TEST(MiniMaxH3Decoder, MemorySaturatesAtTheFirstFullWindow) {
+  // token_drop 6 >= tokens_chunk_size 5: the shortest decodable latent (1
+  // frame) pads to a 5-frame window, 9 (5 + token_overlap 4) from 5 frames on.
+  absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson(
+      {{"latent_channels", 4}, {"decoder_num_layers", 1}, {"decoder_num_attention_heads", 2},
+       {"decoder_attention_head_dim", 8}, {"clip_length", 17}, {"token_drop", 6}},
+      "long drop");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const MiniMaxH3Decoder decoder(*c, "{}");
+  ASSERT_EQ(c->window_latent_frames(), 9);
+  const int64_t peak = decoder.info().peak_latent_frames;
+  EXPECT_GT(peak, decoder.info().min_latent_frames);
+  EXPECT_GE(peak + c->Windows(peak).pad_frames, 9);
+  EXPECT_LT(peak - 1 + c->Windows(peak - 1).pad_frames, 9);
+}
+
 TEST(MiniMaxH3Decoder, BFloat16KeepsTheNormsAndResidualScalesInFloat32) {
   absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("minimax_h3"), {});
   ASSERT_TRUE(d.ok()) << d.status();
