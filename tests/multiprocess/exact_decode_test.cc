@@ -82,7 +82,7 @@ absl::StatusOr<int64_t> DecodeAndCheck(const testing::FixtureCase& c, families::
   return counting.stats().collectives();
 }
 
-class ExactDecode : public ::testing::TestWithParam<std::tuple<testing::FixtureCase, int>> {};
+class ExactDecode : public ::testing::TestWithParam<testing::FixtureCaseAtWorld> {};
 
 TEST_P(ExactDecode, EqualsDenseAndDiffusers) {
   const auto& [c, world] = GetParam();
@@ -96,15 +96,9 @@ TEST_P(ExactDecode, EqualsDenseAndDiffusers) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
-std::string CaseName(const ::testing::TestParamInfo<std::tuple<testing::FixtureCase, int>>& info) {
-  const auto& [c, world] = info.param;
-  return absl::StrCat(c.fixture, "_", c.name, "_ws", world);
-}
-
 INSTANTIATE_TEST_SUITE_P(Fixtures, ExactDecode,
-                         ::testing::Combine(::testing::ValuesIn(testing::FixtureCases({"AutoencoderKL"})),
-                                            ::testing::Values(1, 2, 3, 4)),
-                         CaseName);
+                         ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes({"AutoencoderKL"})),
+                         testing::FixtureCaseAtWorldName);
 
 testing::FixtureCase SdMain() {
   for (const testing::FixtureCase& c : testing::FixtureCases({"AutoencoderKL"})) {
@@ -141,24 +135,16 @@ TEST(ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
 }
 
 // Throws from the n-th GroupNorm: a rank failing mid-decode.
-class FailingOps : public families::LayerOps {
+class FailingOps : public families::ForwardingOps {
  public:
-  FailingOps(families::LayerOps& inner, int fail_at) : inner_(inner), fail_at_(fail_at) {}
-  at::Tensor Conv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
-                  const families::ConvGeometry& g) override {
-    return inner_.Conv(x, w, b, g);
-  }
+  FailingOps(families::LayerOps& inner, int fail_at) : ForwardingOps(inner), fail_at_(fail_at) {}
   at::Tensor GroupNorm(const at::Tensor& x, int64_t groups, const at::Tensor& w, const at::Tensor& b,
                        double eps) override {
     if (++calls_ == fail_at_) TORCH_CHECK(false, "injected failure in GroupNorm ", calls_);
-    return inner_.GroupNorm(x, groups, w, b, eps);
-  }
-  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t t) override {
-    return inner_.Attention(q, k, v, t);
+    return ForwardingOps::GroupNorm(x, groups, w, b, eps);
   }
 
  private:
-  families::LayerOps& inner_;
   int fail_at_;
   int calls_ = 0;
 };

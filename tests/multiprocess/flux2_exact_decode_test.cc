@@ -62,27 +62,19 @@ absl::StatusOr<Checked> DecodeAndCheck(families::Decoder& decoder, parallel::Com
   return testing::DecodeWithGroupAndCheck(decoder, comm, latent, o);
 }
 
-class Flux2ExactDecode : public ::testing::TestWithParam<std::tuple<testing::FixtureCase, int>> {};
+class Flux2ExactDecode : public ::testing::TestWithParam<testing::FixtureCaseAtWorld> {};
 
 TEST_P(Flux2ExactDecode, EqualsDenseAndDiffusers) {
-  const auto& [c, world] = GetParam();
-  absl::Status s = parallel::testing::RunRanks(world, [&c = c](int rank, int w, int port) -> absl::Status {
-    testing::GroupCheckOptions options;
-    options.exact_vs_dense = kExactVsDense;
-    options.vs_diffusers = kVsDiffusers;
-    return testing::CheckFixtureCase(c, rank, w, port, "flux2-exact-decode-test", options);
-  }, absl::Seconds(120));
+  testing::GroupCheckOptions options;
+  options.exact_vs_dense = kExactVsDense;
+  options.vs_diffusers = kVsDiffusers;
+  const absl::Status s = testing::RunFixtureCaseOnGroup(GetParam(), "flux2-exact-decode-test", options);
   EXPECT_TRUE(s.ok()) << s;
 }
 
-std::string CaseName(const ::testing::TestParamInfo<std::tuple<testing::FixtureCase, int>>& info) {
-  return testing::FixtureCaseName(std::get<0>(info.param), std::get<1>(info.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(Fixtures, Flux2ExactDecode,
-                         ::testing::Combine(::testing::ValuesIn(testing::FixtureCases(kClasses)),
-                                            ::testing::Values(1, 2, 3, 4)),
-                         CaseName);
+                         ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
+                         testing::FixtureCaseAtWorldName);
 
 TEST(Flux2ExactDecodeCoverage, EveryFlux2FixtureIsTested) {
   EXPECT_GE(testing::FixtureCases(kClasses).size(), 2u);

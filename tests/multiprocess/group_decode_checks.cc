@@ -9,6 +9,7 @@
 #include "families/builtin_families.h"
 #include "formats/tensor_file.h"
 #include "parallel/gloo_communicator.h"
+#include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "worker/decode_job.h"
@@ -124,6 +125,26 @@ std::string FixtureCaseName(const FixtureCase& c, int world) {
   return absl::StrCat(c.fixture, "_", c.name, "_ws", world);
 }
 
+std::vector<FixtureCaseAtWorld> FixtureCasesAtWorldSizes(const std::vector<std::string>& classes) {
+  std::vector<FixtureCaseAtWorld> params;
+  for (const FixtureCase& c : FixtureCases(classes)) {
+    for (int world = 1; world <= 4; ++world) params.emplace_back(c, world);
+  }
+  return params;
+}
+
+std::string FixtureCaseAtWorldName(const ::testing::TestParamInfo<FixtureCaseAtWorld>& info) {
+  return FixtureCaseName(std::get<0>(info.param), std::get<1>(info.param));
+}
+
+absl::Status RunFixtureCaseOnGroup(const FixtureCaseAtWorld& param, const std::string& group,
+                                   const GroupCheckOptions& options, absl::Duration timeout) {
+  const auto& [c, world] = param;
+  return parallel::testing::RunRanks(world, [&c = c, &group, &options](int rank, int w, int port) {
+    return CheckFixtureCase(c, rank, w, port, group, options);
+  }, timeout);
+}
+
 std::string WantModeForRows(const FixtureCase& c, int world) {
   absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
   if (!latent.ok()) return "unreadable latent";
@@ -143,25 +164,34 @@ absl::Status CheckCollectives(const parallel::CommStats& stats, const ExpectedCo
   return absl::OkStatus();
 }
 
-absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector<std::vector<int64_t>>& shapes,
-                                   const ExpectedCollectives& per_decode, int rank, int world, int port,
-                                   const std::string& group, GroupCheckOptions options) {
+absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector<SyntheticDecode>& decodes, int rank,
+                                   int world, int port, const std::string& group, GroupCheckOptions options) {
   absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixtureDecoder(fixture);
   if (!decoder.ok()) return decoder.status();
   absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinTestGroup(rank, world, port, group);
   if (!comm.ok()) return comm.status();
-  for (size_t i = 0; i < shapes.size(); ++i) {
+  for (size_t i = 0; i < decodes.size(); ++i) {
     at::Tensor latent;
     if (rank == worker::kLeader) {
       at::manual_seed(41 + static_cast<uint64_t>(i));
-      latent = at::randn(shapes[i]);
+      latent = at::randn(decodes[i].shape);
     }
-    options.what = absl::StrCat(fixture, " latent [", absl::StrJoin(shapes[i], ", "), "]");
+    options.what = absl::StrCat(fixture, " latent [", absl::StrJoin(decodes[i].shape, ", "), "]");
     absl::StatusOr<GroupDecodeCheck> checked = DecodeWithGroupAndCheck(**decoder, **comm, latent, options);
     if (!checked.ok()) return checked.status();
-    if (absl::Status s = CheckCollectives(checked->stats, per_decode, world, options.what); !s.ok()) return s;
+    if (absl::Status s = CheckCollectives(checked->stats, decodes[i].collectives, world, options.what); !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector<std::vector<int64_t>>& shapes,
+                                   const ExpectedCollectives& per_decode, int rank, int world, int port,
+                                   const std::string& group, GroupCheckOptions options) {
+  std::vector<SyntheticDecode> decodes;
+  for (const std::vector<int64_t>& shape : shapes) decodes.push_back({shape, per_decode});
+  return CheckSyntheticDecodes(fixture, decodes, rank, world, port, group, std::move(options));
 }
 
 }  // namespace vaedecode::testing

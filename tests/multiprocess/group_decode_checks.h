@@ -8,11 +8,14 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <gtest/gtest.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "families/decoder.h"
 #include "parallel/communicator.h"
 #include "parallel/counting_communicator.h"
@@ -87,15 +90,43 @@ struct ExpectedCollectives {
 absl::Status CheckCollectives(const parallel::CommStats& stats, const ExpectedCollectives& want, int world,
                               const std::string& what);
 
-// One rank's part of decoding seeded random latents of each of `shapes` with
-// a Gloo group of the fixture's decoder, one after another in one group:
-// each checked against the dense decode on the leader, and each decode's
-// collectives against `per_decode` (CheckCollectives).
+// A seeded random latent of `shape` and the collectives its exact decode makes.
+struct SyntheticDecode {
+  std::vector<int64_t> shape;
+  ExpectedCollectives collectives;
+};
+
+// One rank's part of decoding each of `decodes` with a Gloo group of the
+// fixture's decoder, one after another in one group: each checked against
+// the dense decode on the leader, and its collectives (CheckCollectives).
+absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector<SyntheticDecode>& decodes, int rank,
+                                   int world, int port, const std::string& group, GroupCheckOptions options);
+// The same with one count for every shape.
 absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector<std::vector<int64_t>>& shapes,
                                    const ExpectedCollectives& per_decode, int rank, int world, int port,
                                    const std::string& group, GroupCheckOptions options);
 
 // "<fixture>_<case>_ws<world>": names of tests parameterised by case and world size.
 std::string FixtureCaseName(const FixtureCase& c, int world);
+
+// The parameter of a family's fixture-case test: one case at one world size.
+//   class XExactDecode : public ::testing::TestWithParam<testing::FixtureCaseAtWorld> {};
+//   TEST_P(XExactDecode, EqualsDenseAndDiffusers) {
+//     EXPECT_TRUE(testing::RunFixtureCaseOnGroup(GetParam(), kGroup, options).ok());
+//   }
+//   INSTANTIATE_TEST_SUITE_P(Fixtures, XExactDecode,
+//                            ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
+//                            testing::FixtureCaseAtWorldName);
+using FixtureCaseAtWorld = std::tuple<FixtureCase, int>;
+
+// Every case of the fixtures of `classes` at world sizes 1-4.
+std::vector<FixtureCaseAtWorld> FixtureCasesAtWorldSizes(const std::vector<std::string>& classes);
+
+// FixtureCaseName of the parameter.
+std::string FixtureCaseAtWorldName(const ::testing::TestParamInfo<FixtureCaseAtWorld>& info);
+
+// CheckFixtureCase on every rank of a group of that many real processes.
+absl::Status RunFixtureCaseOnGroup(const FixtureCaseAtWorld& param, const std::string& group,
+                                   const GroupCheckOptions& options, absl::Duration timeout = absl::Seconds(120));
 
 }  // namespace vaedecode::testing

@@ -40,24 +40,18 @@ testing::GroupCheckOptions Tolerances() {
   return o;
 }
 
-class MiniMaxH3ExactDecode : public ::testing::TestWithParam<std::tuple<testing::FixtureCase, int>> {};
+class MiniMaxH3ExactDecode : public ::testing::TestWithParam<testing::FixtureCaseAtWorld> {};
 
 TEST_P(MiniMaxH3ExactDecode, EqualsDenseAndDiffusers) {
-  const auto& [c, world] = GetParam();
   testing::GroupCheckOptions options = Tolerances();
-  options.want_mode = testing::WantModeForRows(c, world);
-  absl::Status s = parallel::testing::RunRanks(world, [&c = c, &options](int rank, int w, int port) {
-    return testing::CheckFixtureCase(c, rank, w, port, kGroup, options);
-  }, absl::Seconds(120));
+  options.want_mode = testing::WantModeForRows(std::get<0>(GetParam()), std::get<1>(GetParam()));
+  const absl::Status s = testing::RunFixtureCaseOnGroup(GetParam(), kGroup, options);
   EXPECT_TRUE(s.ok()) << s;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MiniMaxH3ExactDecode,
-                         ::testing::Combine(::testing::ValuesIn(testing::FixtureCases(kClasses)),
-                                            ::testing::Values(1, 2, 3, 4)),
-                         [](const auto& info) {
-                           return testing::FixtureCaseName(std::get<0>(info.param), std::get<1>(info.param));
-                         });
+                         ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
+                         testing::FixtureCaseAtWorldName);
 
 TEST(MiniMaxH3ExactDecodeCoverage, EveryMiniMaxH3FixtureIsTested) {
   EXPECT_GE(testing::FixtureCases(kClasses).size(), 2u);

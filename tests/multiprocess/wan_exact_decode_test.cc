@@ -66,7 +66,7 @@ absl::StatusOr<at::Tensor> LeaderLatent(const testing::FixtureCase& c, int rank)
   return testing::LeaderLatent(c.latent_file, rank);
 }
 
-class WanExactDecode : public ::testing::TestWithParam<std::tuple<testing::FixtureCase, int>> {};
+class WanExactDecode : public ::testing::TestWithParam<testing::FixtureCaseAtWorld> {};
 
 TEST_P(WanExactDecode, EqualsDenseAndDiffusers) {
   const auto& [c, world] = GetParam();
@@ -82,15 +82,9 @@ TEST_P(WanExactDecode, EqualsDenseAndDiffusers) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
-std::string CaseName(const ::testing::TestParamInfo<std::tuple<testing::FixtureCase, int>>& info) {
-  const auto& [c, world] = info.param;
-  return absl::StrCat(c.fixture, "_", c.name, "_ws", world);
-}
-
 INSTANTIATE_TEST_SUITE_P(Fixtures, WanExactDecode,
-                         ::testing::Combine(::testing::ValuesIn(testing::FixtureCases(kClasses)),
-                                            ::testing::Values(1, 2, 3, 4)),
-                         CaseName);
+                         ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
+                         testing::FixtureCaseAtWorldName);
 
 TEST(WanExactDecodeCoverage, EveryWanAndQwenImageFixtureIsTested) {
   EXPECT_GE(testing::FixtureCases(kClasses).size(), 5u);
