@@ -96,27 +96,9 @@ at::Tensor DenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at
 }
 
 at::Tensor DenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               int64_t /*tokens_per_row*/) {
-  return ScaledDotProductAttention(q, k, v);
-}
-
-at::Tensor DenseOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                          int64_t /*tokens_per_row*/) {
-  return FrameCausalScaledDotProductAttention(q, k, v);
-}
-
-at::Tensor LayerOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                          int64_t tokens_per_row) {
-  const int64_t frames = q.size(2);
-  std::vector<at::Tensor> out;
-  for (int64_t t = 0; t < frames; ++t) {
-    // Keys of frames 0..t, frame-major: every row of the band appears t+1
-    // times per token row, so `tokens_per_row` grows by the same factor.
-    const at::Tensor keys = k.narrow(2, 0, t + 1).flatten(2, 3);
-    const at::Tensor values = v.narrow(2, 0, t + 1).flatten(2, 3);
-    out.push_back(Attention(q.select(2, t), keys, values, tokens_per_row * (t + 1)));
-  }
-  return at::stack(out, 2);
+                               const TokenLayout& layout) {
+  if (layout.kind == TokenLayout::Kind::kFrameCausal) return FrameCausalScaledDotProductAttention(q, k, v);
+  return ScaledDotProductAttention(q, k, v);  // whole tensors: the shared tokens are just tokens
 }
 
 void CancellableDenseOps::CheckCancelled() const {
@@ -175,8 +157,21 @@ at::Tensor CancellableDenseOps::GroupNorm(const at::Tensor& x, int64_t num_group
 }
 
 at::Tensor CancellableDenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                          int64_t tokens_per_row) {
+                                          const TokenLayout& layout) {
   CheckCancelled();
+  if (layout.kind == TokenLayout::Kind::kFull) return ChunkedAttention(q, k, v);
+  TORCH_CHECK(q.dim() == 5 && k.dim() == 5 && v.dim() == 5 && q.size(2) == k.size(2),
+              "frame-causal attention takes [B, heads, T, N, D] tensors with the same frames");
+  std::vector<at::Tensor> out;
+  for (int64_t t = 0; t < q.size(2); ++t) {
+    if (t > 0) CheckCancelled();
+    out.push_back(ChunkedAttention(q.select(2, t), k.narrow(2, 0, t + 1).flatten(2, 3),
+                                   v.narrow(2, 0, t + 1).flatten(2, 3)));
+  }
+  return at::stack(out, 2);
+}
+
+at::Tensor CancellableDenseOps::ChunkedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   // One attention over a large latent's tokens can run for minutes on a CPU
   // (scores grow with tokens squared); a cancelled request would hold its
   // group that long. Past kScoresPerCall the queries go in chunks with a
@@ -186,22 +181,13 @@ at::Tensor CancellableDenseOps::Attention(const at::Tensor& q, const at::Tensor&
   const int64_t keys = k.size(-2);
   const int64_t batch_heads = queries == 0 ? 1 : q.numel() / (queries * q.size(-1));
   const int64_t rows = std::max<int64_t>(1, kScoresPerCall / std::max<int64_t>(1, keys * batch_heads));
-  if (rows >= queries || !q.is_cpu()) return dense_.Attention(q, k, v, tokens_per_row);
+  if (rows >= queries || !q.is_cpu()) return ScaledDotProductAttention(q, k, v);
   std::vector<at::Tensor> parts;
   for (int64_t start = 0; start < queries; start += rows) {
     if (start > 0) CheckCancelled();
     parts.push_back(ScaledDotProductAttention(q.narrow(-2, start, std::min(rows, queries - start)), k, v));
   }
   return at::cat(parts, -2);
-}
-
-at::Tensor CancellableDenseOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k,
-                                                     const at::Tensor& v, int64_t tokens_per_row) {
-  CheckCancelled();
-  // Frame by frame through Attention (the same per-frame calls as
-  // FrameCausalScaledDotProductAttention), so each frame's attention is
-  // checked and chunked like any other.
-  return LayerOps::FrameCausalAttention(q, k, v, tokens_per_row);
 }
 
 at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,

@@ -39,6 +39,36 @@ struct RowWindow {
   int64_t total = 0;
 };
 
+// How an attention's tokens lie, so that each LayerOps knows which keys a
+// query sees and what a rank holds.
+struct TokenLayout {
+  enum class Kind {
+    // q, k, v: [B, heads, N + shared_tokens, D]: every query against every
+    // key. Per-image attention, and per-frame attention with frames folded
+    // into B (Wan).
+    kFull,
+    // q, k, v: [B, heads, T, N, D]: query frame t against every key of
+    // frames 0..t, all rows (HunyuanVideo's mid block: the global mask "0
+    // where key frame <= query frame, -inf elsewhere", never materialised).
+    kFrameCausal,
+  };
+  Kind kind = Kind::kFull;
+  // N enumerates tokens row-major (within each frame for kFrameCausal), so
+  // a row band's tokens are contiguous; `tokens_per_row` tokens make one row
+  // of the sharded axis (W).
+  int64_t tokens_per_row = 1;
+  // kFull only: the last `shared_tokens` tokens are held alike by every rank
+  // (a ViT's register and CLS tokens). Every rank computes all its queries,
+  // the shared ones included, against every band's keys plus the shared keys
+  // once (no duplicate keys), so the shared tokens stay equal on every rank.
+  int64_t shared_tokens = 0;
+
+  static TokenLayout Full(int64_t tokens_per_row, int64_t shared_tokens = 0) {
+    return {Kind::kFull, tokens_per_row, shared_tokens};
+  }
+  static TokenLayout FrameCausal(int64_t tokens_per_row) { return {Kind::kFrameCausal, tokens_per_row, 0}; }
+};
+
 class LayerOps {
  public:
   virtual ~LayerOps() = default;
@@ -58,42 +88,10 @@ class LayerOps {
                                const at::Tensor& weight, const at::Tensor& bias,
                                double eps) = 0;
 
-  // q, k, v: [B, heads, N, D] where N enumerates tokens row-major, so a row
-  // band's tokens are contiguous; `tokens_per_row` tokens make one row of the
-  // sharded axis (W for per-image or per-frame attention). Returns
   // softmax(q·kᵀ/√D)·v for the local queries against every key of the
-  // (global) sequence.
+  // (global) sequence, its tokens laid out as `layout` says (TokenLayout).
   virtual at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               int64_t tokens_per_row) = 0;
-
-  // Frame-causal attention over a video's tokens (HunyuanVideo's mid block):
-  // q, k, v are [B, heads, T, N, D], frame t's N tokens row-major within the
-  // frame (`tokens_per_row` per row of the sharded axis, so a row band's
-  // tokens are contiguous inside each frame, though not across frames).
-  // Query frame t attends to every key of frames 0..t, all rows (the global
-  // mask "0 where key frame <= query frame, -inf elsewhere"), with no mask
-  // materialised. Returns [B, heads, T, N, D] for the local queries.
-  //
-  // The default composes it from Attention(), one call per query frame (so
-  // T K/V gathers when sharded: correct, since attention does not depend on
-  // the keys' order); DenseOps, CancellableDenseOps and ShardedOps override it
-  // (ShardedOps with one gather of every frame's K/V).
-  virtual at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                          int64_t tokens_per_row);
-
-  // Full attention with tokens every rank holds alike (a ViT's register and
-  // CLS tokens): q, k, v are [B, heads, N + shared_tokens, D], the first N
-  // this rank's band (`tokens_per_row` per row of the sharded axis, in any
-  // order: attention does not depend on the keys' order), the last
-  // `shared_tokens` the same on every rank. Each rank computes all of its
-  // queries, the shared ones included, against every band's keys plus the
-  // shared keys once (no duplicate keys), so the shared tokens stay equal on
-  // every rank. The default is right for ops that hold whole tensors.
-  virtual at::Tensor AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                               int64_t tokens_per_row, int64_t shared_tokens) {
-    (void)shared_tokens;
-    return Attention(q, k, v, tokens_per_row);
-  }
+                               const TokenLayout& layout) = 0;
 };
 
 // LayerOps that pass every op to `inner`: a decorator overrides only the
@@ -110,18 +108,10 @@ class ForwardingOps : public LayerOps {
     return inner_.GroupNorm(x, num_groups, weight, bias, eps);
   }
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       int64_t tokens_per_row) override {
-    return inner_.Attention(q, k, v, tokens_per_row);
-  }
-  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  int64_t tokens_per_row) override {
-    return inner_.FrameCausalAttention(q, k, v, tokens_per_row);
+                       const TokenLayout& layout) override {
+    return inner_.Attention(q, k, v, layout);
   }
   RowWindow GlobalRows(int64_t local_rows) override { return inner_.GlobalRows(local_rows); }
-  at::Tensor AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       int64_t tokens_per_row, int64_t shared_tokens) override {
-    return inner_.AttentionWithSharedTokens(q, k, v, tokens_per_row, shared_tokens);
-  }
 
  protected:
   LayerOps& inner() { return inner_; }
@@ -138,9 +128,7 @@ class DenseOps final : public LayerOps {
   at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                        const at::Tensor& bias, double eps) override;
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       int64_t tokens_per_row) override;
-  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  int64_t tokens_per_row) override;
+                       const TokenLayout& layout) override;
 };
 
 // DenseOps that stop with StatusError(CANCELLED) at the first op after
@@ -161,13 +149,14 @@ class CancellableDenseOps final : public LayerOps {
                   const ConvGeometry& geometry) override;
   at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                        const at::Tensor& bias, double eps) override;
+  // Frame-causal attention goes frame by frame (the same per-frame calls as
+  // FrameCausalScaledDotProductAttention), each chunked and checked.
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       int64_t tokens_per_row) override;
-  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  int64_t tokens_per_row) override;
+                       const TokenLayout& layout) override;
 
  private:
   void CheckCancelled() const;
+  at::Tensor ChunkedAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
   const std::atomic<bool>* cancelled_;
   DenseOps dense_;
 };

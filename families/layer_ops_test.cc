@@ -77,11 +77,30 @@ TEST(CancellableDenseOps, ALongAttentionGoesInQueryChunksThatComputeTheSame) {
   ASSERT_GT(5000 * 5000, CancellableDenseOps::kScoresPerCall);
   std::atomic<bool> cancelled{false};
   CancellableDenseOps ops(&cancelled);
-  const at::Tensor chunked = ops.Attention(q, k, v, 100);
+  const at::Tensor chunked = ops.Attention(q, k, v, TokenLayout::Full(100));
   EXPECT_LE((chunked - ScaledDotProductAttention(q, k, v)).abs().max().item<double>(), 1e-6);
 
   cancelled = true;
-  EXPECT_THROW(ops.Attention(q, k, v, 100), StatusError);
+  EXPECT_THROW(ops.Attention(q, k, v, TokenLayout::Full(100)), StatusError);
+}
+
+TEST(CancellableDenseOps, FrameCausalAttentionGoesFrameByFrameAndComputesTheSame) {
+  at::manual_seed(7);
+  // 3 frames of 2000 tokens: the last frame's 2000 x 6000 scores (x 2
+  // heads) exceed one call, so it goes in query chunks too.
+  const at::Tensor q = at::randn({1, 2, 3, 2000, 8});
+  const at::Tensor k = at::randn({1, 2, 3, 2000, 8});
+  const at::Tensor v = at::randn({1, 2, 3, 2000, 8});
+  ASSERT_GT(2 * 2000 * 6000, CancellableDenseOps::kScoresPerCall);
+  std::atomic<bool> cancelled{false};
+  CancellableDenseOps ops(&cancelled);
+  const at::Tensor want = DenseOps().Attention(q, k, v, TokenLayout::FrameCausal(50));
+  const at::Tensor got = ops.Attention(q, k, v, TokenLayout::FrameCausal(50));
+  ASSERT_EQ(got.sizes(), want.sizes());
+  EXPECT_LE((got - want).abs().max().item<double>(), 1e-6);
+
+  cancelled = true;
+  EXPECT_THROW(ops.Attention(q, k, v, TokenLayout::FrameCausal(50)), StatusError);
 }
 
 TEST(CancellableDenseOps, ALargeConvGoesInSamplesAndRowBandsThatComputeTheSame) {

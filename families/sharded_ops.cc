@@ -90,20 +90,25 @@ std::pair<at::Tensor, at::Tensor> ShardedOps::GatherBandKV(const at::Tensor& k, 
 }
 
 at::Tensor ShardedOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 int64_t tokens_per_row) {
-  auto [k_all, v_all] = GatherBandKV(k, v, tokens_per_row);
-  // Local queries against every key; the output stays local.
-  return ScaledDotProductAttention(q, k_all, v_all);
+                                 const TokenLayout& layout) {
+  if (layout.kind == TokenLayout::Kind::kFrameCausal) return FrameCausalAttention(q, k, v, layout.tokens_per_row);
+  return FullAttention(q, k, v, layout);
 }
 
-at::Tensor ShardedOps::AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 int64_t tokens_per_row, int64_t shared_tokens) {
-  const int64_t band = k.size(-2) - shared_tokens;
-  TORCH_CHECK(shared_tokens >= 0 && band >= 0, "more shared tokens than tokens");
+at::Tensor ShardedOps::FullAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const TokenLayout& layout) {
+  const int64_t shared = layout.shared_tokens;
+  if (shared == 0) {
+    auto [k_all, v_all] = GatherBandKV(k, v, layout.tokens_per_row);
+    // Local queries against every key; the output stays local.
+    return ScaledDotProductAttention(q, k_all, v_all);
+  }
+  const int64_t band = k.size(-2) - shared;
+  TORCH_CHECK(shared > 0 && band >= 0, "more shared tokens than tokens");
   auto [k_all, v_all] = GatherBandKV(k.narrow(-2, 0, band).contiguous(), v.narrow(-2, 0, band).contiguous(),
-                                     tokens_per_row);
-  return ScaledDotProductAttention(q, at::cat({k_all, k.narrow(-2, band, shared_tokens)}, -2),
-                                   at::cat({v_all, v.narrow(-2, band, shared_tokens)}, -2));
+                                     layout.tokens_per_row);
+  return ScaledDotProductAttention(q, at::cat({k_all, k.narrow(-2, band, shared)}, -2),
+                                   at::cat({v_all, v.narrow(-2, band, shared)}, -2));
 }
 
 RowWindow ShardedOps::GlobalRows(int64_t local_rows) {

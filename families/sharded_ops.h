@@ -31,17 +31,14 @@ class ShardedOps final : public LayerOps {
                   const ConvGeometry& geometry) override;
   at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                        const at::Tensor& bias, double eps) override;
+  // Local queries against every rank's band of K/V, gathered in one
+  // all-gather (every frame's band at once for a frame-causal layout); a
+  // full layout's shared tokens' K/V come from this rank's copy (identical
+  // on every rank).
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       int64_t tokens_per_row) override;
-  // Every frame's K/V band gathered in one all-gather; local queries.
-  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  int64_t tokens_per_row) override;
+                       const TokenLayout& layout) override;
 
   RowWindow GlobalRows(int64_t local_rows) override;
-  // Band K/V in one all-gather, the shared tokens' K/V from this rank's
-  // copy (identical on every rank); local queries.
-  at::Tensor AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       int64_t tokens_per_row, int64_t shared_tokens) override;
 
   // The layout of a tensor holding `local_rows` rows of this rank's band.
   parallel::ShardSpec SpecForRows(int64_t local_rows, int axis) const;
@@ -57,6 +54,9 @@ class ShardedOps final : public LayerOps {
   // Every rank's band of K/V (`tokens_per_row` per row) in rank order, with
   // the cancellation flag riding along.
   std::pair<at::Tensor, at::Tensor> GatherBandKV(const at::Tensor& k, const at::Tensor& v, int64_t tokens_per_row);
+  at::Tensor FullAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TokenLayout& layout);
+  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  int64_t tokens_per_row);
 
   parallel::Communicator& comm_;
   parallel::ShardSpec latent_spec_;

@@ -125,9 +125,10 @@ TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
       auto band = [&](const at::Tensor& t) { return t.narrow(2, b.begin * width, b.size() * width).contiguous(); };
       ShardedOps sharded(**comm, spec);
       DenseOps dense;
-      at::Tensor want = band(dense.Attention(q, k, v, width));
+      at::Tensor want = band(dense.Attention(q, k, v, TokenLayout::Full(width)));
       try {
-        return ExpectTensorClose(sharded.Attention(band(q), band(k), band(v), width), want, 1e-5, 0, "attention");
+        return ExpectTensorClose(sharded.Attention(band(q), band(k), band(v), TokenLayout::Full(width)), want, 1e-5, 0,
+                                 "attention");
       } catch (const StatusError& e) {
         return e.status();
       }
@@ -161,14 +162,14 @@ TEST(ShardedAttention, SharedTokensEnterTheKeysOnceAndEveryRankAgreesOnThem) {
       };
       ShardedOps sharded(**comm, spec);
       DenseOps dense;
-      const at::Tensor want = local(dense.AttentionWithSharedTokens(q, k, v, width, shared));
+      const at::Tensor want = local(dense.Attention(q, k, v, TokenLayout::Full(width, shared)));
       try {
         const RowWindow window = sharded.GlobalRows(2 * b.size());  // an activation at twice the latent's rows
         if (window.first != 2 * b.begin || window.total != 2 * kLatentRows) {
           return absl::InternalError(absl::StrCat("rows window ", window.first, "/", window.total));
         }
-        return ExpectTensorClose(sharded.AttentionWithSharedTokens(local(q), local(k), local(v), width, shared), want,
-                                 1e-5, 0, "attention with shared tokens");
+        return ExpectTensorClose(sharded.Attention(local(q), local(k), local(v), TokenLayout::Full(width, shared)),
+                                 want, 1e-5, 0, "attention with shared tokens");
       } catch (const StatusError& e) {
         return e.status();
       }
@@ -190,26 +191,6 @@ at::Tensor MaskedFrameCausalReference(const at::Tensor& q, const at::Tensor& k, 
   return at::matmul(at::softmax(scores, -1), v.reshape({b, h, t * n, d})).view({b, h, t, n, d});
 }
 
-// Forwards everything but FrameCausalAttention, which falls back to the
-// LayerOps default (one Attention call per query frame).
-class ForwardingOps final : public LayerOps {
- public:
-  explicit ForwardingOps(LayerOps& inner) : inner_(inner) {}
-  at::Tensor Conv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const ConvGeometry& g) override {
-    return inner_.Conv(x, w, b, g);
-  }
-  at::Tensor GroupNorm(const at::Tensor& x, int64_t groups, const at::Tensor& w, const at::Tensor& b,
-                       double eps) override {
-    return inner_.GroupNorm(x, groups, w, b, eps);
-  }
-  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t t) override {
-    return inner_.Attention(q, k, v, t);
-  }
-
- private:
-  LayerOps& inner_;
-};
-
 TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
   for (int world = 1; world <= 4; ++world) {
     absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
@@ -230,7 +211,7 @@ TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
       const parallel::Band b = spec.local_band();
       auto band = [&](const at::Tensor& t) { return t.narrow(3, b.begin * width, b.size() * width).contiguous(); };
       DenseOps dense;
-      const at::Tensor want = dense.FrameCausalAttention(q, k, v, width);
+      const at::Tensor want = dense.Attention(q, k, v, TokenLayout::FrameCausal(width));
       if (absl::Status st = ExpectTensorClose(want, MaskedFrameCausalReference(q, k, v), 1e-5, 0, "dense vs mask");
           !st.ok()) {
         return st;
@@ -238,21 +219,12 @@ TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
       parallel::CountingCommunicator counting(**comm);
       ShardedOps sharded(counting, spec);
       try {
-        absl::Status st = ExpectTensorClose(sharded.FrameCausalAttention(band(q), band(k), band(v), width), band(want),
-                                            1e-5, 0, "sharded frame-causal attention");
+        absl::Status st =
+            ExpectTensorClose(sharded.Attention(band(q), band(k), band(v), TokenLayout::FrameCausal(width)),
+                              band(want), 1e-5, 0, "sharded frame-causal attention");
         if (!st.ok()) return st;
         if (counting.stats().collectives() != (w > 1 ? 1 : 0)) {
           return absl::InternalError(absl::StrCat("one gather expected: ", counting.ToString()));
-        }
-        // The LayerOps default: one Attention per query frame, keys in
-        // another order, same result.
-        counting.Reset();
-        ForwardingOps forwarding(sharded);
-        st = ExpectTensorClose(forwarding.FrameCausalAttention(band(q), band(k), band(v), width), band(want), 1e-5, 0,
-                               "default frame-causal attention");
-        if (!st.ok()) return st;
-        if (counting.stats().collectives() != (w > 1 ? frames : 0)) {
-          return absl::InternalError(absl::StrCat("one gather per frame expected: ", counting.ToString()));
         }
       } catch (const StatusError& e) {
         return e.status();
@@ -279,7 +251,7 @@ TEST(ShardedAttention, TheLeadersCancelFlagStopsEveryRankAtTheSameOp) {
     const int64_t tokens = spec.local_rows() * 4;
     at::Tensor q = at::randn({1, 1, tokens, 8});
     try {
-      sharded.Attention(q, q, q, 4);
+      sharded.Attention(q, q, q, TokenLayout::Full(4));
     } catch (const StatusError& e) {
       if (e.status().code() == absl::StatusCode::kCancelled) return absl::OkStatus();
       return e.status();
@@ -304,7 +276,7 @@ TEST(ShardedAttention, TheCancelFlagAlsoStopsFrameCausalAttention) {
     if (rank == 0) sharded.set_cancel_flag(&cancelled);
     at::Tensor q = at::randn({1, 1, 2, spec.local_rows() * 4, 8});
     try {
-      sharded.FrameCausalAttention(q, q, q, 4);
+      sharded.Attention(q, q, q, TokenLayout::FrameCausal(4));
     } catch (const StatusError& e) {
       if (e.status().code() == absl::StatusCode::kCancelled) return absl::OkStatus();
       return e.status();

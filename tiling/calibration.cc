@@ -73,16 +73,8 @@ class AttentionMeter final : public families::ForwardingOps {
   explicit AttentionMeter(const PeakProbe& probe) : ForwardingOps(SharedDense()), probe_(probe) {}
 
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       int64_t tokens_per_row) override {
-    return Measured([&] { return inner().Attention(q, k, v, tokens_per_row); });
-  }
-  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  int64_t tokens_per_row) override {
-    return Measured([&] { return inner().FrameCausalAttention(q, k, v, tokens_per_row); });
-  }
-  at::Tensor AttentionWithSharedTokens(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                       int64_t tokens_per_row, int64_t shared_tokens) override {
-    return Measured([&] { return inner().AttentionWithSharedTokens(q, k, v, tokens_per_row, shared_tokens); });
+                       const families::TokenLayout& layout) override {
+    return Measured([&] { return inner().Attention(q, k, v, layout); });
   }
 
   int64_t decode_peak() const { return std::max(earlier_peak_, probe_.peak_bytes()); }

@@ -45,7 +45,9 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, LayerOps& ops) {
   at::Tensor q = split_heads(to_q->forward(tokens));
   at::Tensor k = split_heads(to_k->forward(tokens));
   at::Tensor v = split_heads(to_v->forward(tokens));
-  at::Tensor out = ops.Attention(q, k, v, /*tokens_per_row=*/w).transpose(1, 2).reshape({b, -1, c});  // [B, N, C]
+  at::Tensor out = ops.Attention(q, k, v, TokenLayout::Full(/*tokens_per_row=*/w))
+                       .transpose(1, 2)
+                       .reshape({b, -1, c});  // [B, N, C]
   out = to_out[0]->as<torch::nn::Linear>()->forward(out);
   out = out.transpose(-1, -2).reshape({b, c, h, w});
   return out + x;

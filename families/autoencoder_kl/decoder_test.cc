@@ -72,8 +72,9 @@ class RecordingOps : public LayerOps {
     seen.insert(b.data_ptr());
     return dense.GroupNorm(x, groups, w, b, eps);
   }
-  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t t) override {
-    return dense.Attention(q, k, v, t);
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const TokenLayout& layout) override {
+    return dense.Attention(q, k, v, layout);
   }
   std::set<const void*> seen;
   DenseOps dense;

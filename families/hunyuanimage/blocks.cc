@@ -41,7 +41,8 @@ at::Tensor AttentionBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
   auto tokens = [&](const torch::nn::Conv2d& conv) {
     return nn::RunConv2d(ops, conv, normed).permute({0, 2, 3, 1}).reshape({b, 1, h * w, c});
   };
-  const at::Tensor attended = ops.Attention(tokens(to_q), tokens(to_k), tokens(to_v), /*tokens_per_row=*/w);
+  const at::Tensor attended =
+      ops.Attention(tokens(to_q), tokens(to_k), tokens(to_v), TokenLayout::Full(/*tokens_per_row=*/w));
   const at::Tensor image = attended.reshape({b, h, w, c}).permute({0, 3, 1, 2});
   return nn::RunConv2d(ops, proj, image) + x;
 }

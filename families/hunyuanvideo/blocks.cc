@@ -53,7 +53,7 @@ at::Tensor HunyuanVideoAttentionImpl::forward(const at::Tensor& x, LayerOps& ops
   const at::Tensor q = frames(to_q->forward(tokens));
   const at::Tensor k = frames(to_k->forward(tokens));
   const at::Tensor v = frames(to_v->forward(tokens));
-  at::Tensor out = ops.FrameCausalAttention(q, k, v, /*tokens_per_row=*/w).reshape({b, t * h * w, c});
+  at::Tensor out = ops.Attention(q, k, v, TokenLayout::FrameCausal(/*tokens_per_row=*/w)).reshape({b, t * h * w, c});
   out = to_out[0]->as<torch::nn::Linear>()->forward(out);
   out = out.view({b, t, h, w, c}).permute({0, 4, 1, 2, 3});  // [B, C, T, H, W]
   return out + x;

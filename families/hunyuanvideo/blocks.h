@@ -13,7 +13,7 @@
 //    the neighbours' rows at interior band edges.
 //  - GroupNorm: statistics over each group's channels and T·H·W.
 //  - The mid-block attention over all T·H·W tokens with HunyuanVideo's
-//    frame-causal mask: LayerOps::FrameCausalAttention. Its queries stay on
+//    frame-causal mask: TokenLayout::FrameCausal. Its queries stay on
 //    their rank; every frame's K/V band is gathered once. We shard it rather
 //    than gather the latent-resolution activations around the whole mid block
 //    because attention is the mid block's cost (O((T·H·W)²) per tile, far

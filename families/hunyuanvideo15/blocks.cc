@@ -48,7 +48,7 @@ at::Tensor AttnBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
     return RunPointwise(ops, conv, normed).permute({0, 2, 3, 4, 1}).reshape({b, 1, t, h * w, c});
   };
   const at::Tensor attended =
-      ops.FrameCausalAttention(tokens(to_q), tokens(to_k), tokens(to_v), /*tokens_per_row=*/w);
+      ops.Attention(tokens(to_q), tokens(to_k), tokens(to_v), TokenLayout::FrameCausal(/*tokens_per_row=*/w));
   const at::Tensor video = attended.reshape({b, t, h, w, c}).permute({0, 4, 1, 2, 3});
   return RunPointwise(ops, proj_out, video) + x;
 }

@@ -73,7 +73,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const Rotary& rotary, int
   const at::Tensor q = ApplyRotary(normed(heads(to_q)), rotary).transpose(1, 2);  // [B, heads, L, D]
   const at::Tensor k = ApplyRotary(normed(heads(to_k)), rotary).transpose(1, 2);
   const at::Tensor v = heads(to_v).transpose(1, 2);
-  const at::Tensor out = ops.AttentionWithSharedTokens(q, k, v, tokens_per_row, shared_tokens);
+  const at::Tensor out = ops.Attention(q, k, v, TokenLayout::Full(tokens_per_row, shared_tokens));
   return to_out[0]->as<torch::nn::Linear>()->forward(out.transpose(1, 2).reshape({b, l, -1}));
 }
 

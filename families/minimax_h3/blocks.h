@@ -11,7 +11,7 @@
 // unpatchify, which turns each latent row into patch_size rows). RoPE
 // positions use the band's global rows (LayerOps::GlobalRows). The register
 // tokens and the all-zero CLS token are the same on every rank; attention
-// (LayerOps::AttentionWithSharedTokens) gathers the bands' K/V once per
+// (TokenLayout::Full with shared_tokens) gathers the bands' K/V once per
 // layer and adds the shared tokens' K/V once, and every rank computes their
 // queries itself, so they stay equal everywhere without a broadcast.
 

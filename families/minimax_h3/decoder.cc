@@ -146,7 +146,8 @@ void MiniMaxH3Decoder::ConvertWeights(at::ScalarType dtype) {
   torch::NoGradGuard no_grad;
   for (auto& named : module_->named_parameters()) {
     const std::vector<std::string> parts = absl::StrSplit(named.key(), '.');
-    const bool kept = std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return kKeptInFloat32.count(p); });
+    const bool kept =
+        std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return kKeptInFloat32.count(p) > 0; });
     named.value().set_data(named.value().to(kept ? at::kFloat : dtype));
   }
 }

@@ -109,7 +109,8 @@ at::Tensor WanAttentionBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
   qkv = qkv.reshape({b * t, 1, 3 * c, h * w}).permute({0, 1, 3, 2}).contiguous();  // [B·T, 1, H·W, 3C]
   const std::vector<at::Tensor> q_k_v = qkv.chunk(3, -1);                          // 3 x [B·T, 1, H·W, C]
   // Tokens are a frame's pixels in row-major order: a row band is a contiguous run.
-  at::Tensor out = ops.Attention(q_k_v[0], q_k_v[1], q_k_v[2], /*tokens_per_row=*/w);  // [B·T, 1, H·W, C]
+  // [B·T, 1, H·W, C]: per-frame attention, frames folded into the batch.
+  at::Tensor out = ops.Attention(q_k_v[0], q_k_v[1], q_k_v[2], TokenLayout::Full(/*tokens_per_row=*/w));
   out = out.squeeze(1).permute({0, 2, 1}).reshape({b * t, c, h, w});
   out = nn::RunConv2d(ops, *proj, out);                                 // [B·T, C, H, W]
   out = out.view({b, t, c, h, w}).permute({0, 2, 1, 3, 4});        // [B, C, T, H, W]

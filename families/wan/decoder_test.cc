@@ -165,10 +165,12 @@ class RecordingOps final : public LayerOps {
     ++group_norms;
     return dense_.GroupNorm(x, groups, w, b, eps);
   }
-  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t t) override {
+  at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const TokenLayout& layout) override {
     ++attentions;
-    EXPECT_EQ(q.size(-2) % t, 0);
-    return dense_.Attention(q, k, v, t);
+    EXPECT_EQ(layout.kind, TokenLayout::Kind::kFull);
+    EXPECT_EQ(q.size(-2) % layout.tokens_per_row, 0);
+    return dense_.Attention(q, k, v, layout);
   }
 
   int halo_convs = 0, group_norms = 0, attentions = 0;
