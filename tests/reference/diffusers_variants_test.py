@@ -6,6 +6,9 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
 
 - AutoencoderKL with a mid block without attention and act_fn "swish"
 - AutoencoderKLLTX2Video's causal decoder, zero and reflect padding
+- AutoencoderKLHunyuanImage and AutoencoderKLHunyuanVideo15 with other
+  widths, two resnets per level and upsample_match_channel off (batch 2,
+  which diffusers decodes one entry at a time for HunyuanVideo 1.5)
 - AutoencoderKLMiniMaxH3 with other window geometry (clip_length 16,
   token_drop 2) and no register tokens, and in bfloat16, where diffusers
   keeps the norms and residual scales (so the residual stream) in float32
@@ -102,6 +105,24 @@ def ltx2_causal(padding):
     return run
 
 
+def hunyuanimage_other_structure():
+    # Equal widths: without upsample_match_channel diffusers' resnets cannot change width.
+    vae, folder = build("hunyuanimage_structure", "hunyuanimage21", "AutoencoderKLHunyuanImage",
+                        {"layers_per_block": 2, "upsample_match_channel": False, "block_out_channels": [32] * 6},
+                        seed=4)
+    latent = np.random.default_rng(4).standard_normal((2, 16, 5, 3), dtype=np.float32)
+    check_dense_and_exact(vae, folder, latent, "hunyuanimage_structure", ranks=3)
+
+
+def hunyuanvideo15_other_structure_batch_two():
+    vae, folder = build("hunyuanvideo15_structure", "hunyuanvideo15", "AutoencoderKLHunyuanVideo15",
+                        {"layers_per_block": 2, "upsample_match_channel": False,
+                         "block_out_channels": [8, 16, 16, 32, 32]}, seed=5)
+    vae.enable_slicing()  # diffusers decodes a batch > 1 only one entry at a time
+    latent = np.random.default_rng(5).standard_normal((2, 8, 3, 5, 3), dtype=np.float32)
+    check_dense_and_exact(vae, folder, latent, "hunyuanvideo15_structure", ranks=2)
+
+
 def minimax_h3_other_windows():
     vae, folder = build("minimax_windows", "minimax_h3", "AutoencoderKLMiniMaxH3",
                         {"clip_length": 16, "token_drop": 2, "decoder_num_register_tokens": 0}, seed=3)
@@ -141,6 +162,8 @@ def main():
     checks.run("autoencoder_kl_mid_block_without_attention_swish", autoencoder_kl_without_mid_attention)
     checks.run("ltx2_causal_zero_padding", ltx2_causal("zeros"))
     checks.run("ltx2_causal_reflect_padding", ltx2_causal("reflect"))
+    checks.run("hunyuanimage21_other_structure", hunyuanimage_other_structure)
+    checks.run("hunyuanvideo15_other_structure_batch_two", hunyuanvideo15_other_structure_batch_two)
     checks.run("minimax_h3_other_windows_no_registers", minimax_h3_other_windows)
     checks.run("minimax_h3_bfloat16_mixed_precision", minimax_h3_bfloat16)
     sys.exit(checks.finish())
