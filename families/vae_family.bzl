@@ -48,6 +48,7 @@ def vae_family(
         deps = own + [
             ":config",
             "//families:decoder",
+            "//families:module_backed_decoder",
             "//families:module_decoder",
             "//families:registry",
             "//families:row_bands",

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "families/row_bands.h"
 #include "families/wan/blocks.h"
 #include "families/weight_loading.h"
 
@@ -32,27 +31,38 @@ absl::StatusOr<std::unique_ptr<WanDecoder>> WanDecoder::Create(const WanFamily& 
   return std::unique_ptr<WanDecoder>(new WanDecoder(family, std::move(config), std::move(config_json)));
 }
 
+namespace {
+
+ModelInfo Describe(const WanFamily& family, const WanConfig& config, std::string config_json) {
+  ModelInfo info;
+  info.family = family.family;
+  info.diffusers_class = family.diffusers_class;
+  info.config_json = std::move(config_json);
+  info.unread_config_keys = config.unread_keys;
+  info.latent_channels = config.z_dim;
+  info.out_channels = config.image_channels();
+  info.spatial_factor = config.spatial_factor();
+  info.temporal_factor = config.temporal_factor();
+  info.is_video = true;
+  info.peak_latent_frames = 1;  // frame by frame, through the causal cache
+  info.scaling_factor = 1.0;
+  info.raw_to_vae_formula = "z / (1 / latents_std) + latents_mean";
+  return info;
+}
+
+}  // namespace
+
+// Every layer's halo at the latent resolution is at most one row (blocks.h).
 WanDecoder::WanDecoder(const WanFamily& family, WanConfig config, std::string config_json)
-    : config_(std::move(config)), module_(std::make_shared<AutoencoderKLWanImpl>(config_)) {
-  module_->eval();
-  info_.family = family.family;
-  info_.diffusers_class = family.diffusers_class;
-  info_.config_json = std::move(config_json);
-  info_.unread_config_keys = config_.unread_keys;
-  info_.latent_channels = config_.z_dim;
-  info_.out_channels = config_.image_channels();
-  info_.spatial_factor = config_.spatial_factor();
-  info_.temporal_factor = config_.temporal_factor();
-  info_.is_video = true;
-  info_.peak_latent_frames = 1;  // frame by frame, through the causal cache
-  info_.scaling_factor = 1.0;
-  info_.parameter_count = CountParameters(*module_);
-  info_.raw_to_vae_formula = "z / (1 / latents_std) + latents_mean";
+    : ModuleBackedDecoder(Describe(family, config, std::move(config_json)), /*latent_halo_rows=*/1),
+      config_(std::move(config)),
+      module_(std::make_shared<AutoencoderKLWanImpl>(config_)) {
+  AdoptModule(*module_);
 }
 
 WanDecoder::~WanDecoder() = default;
 
-torch::nn::Module& WanDecoder::module() { return *module_; }
+torch::nn::Module& WanDecoder::parameters_module() { return *module_; }
 
 at::Tensor WanDecoder::ToVaeSpace(const at::Tensor& raw) const {
   // As WanPipeline / QwenImagePipeline write it, in fp32:
@@ -67,22 +77,7 @@ at::Tensor WanDecoder::ToVaeSpace(const at::Tensor& raw) const {
 
 at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) {
   at::NoGradGuard no_grad;
-  return module_->Decode(z.to(dtype_), ops);
-}
-
-absl::Status WanDecoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
-  // Every layer's halo at the latent resolution is at most one row (blocks.h).
-  return CheckRowBands(latent_shape, world_size, 5, /*halo_rows=*/1);
-}
-
-void WanDecoder::ToDtype(at::ScalarType dtype) {
-  module_->to(dtype);
-  dtype_ = dtype;
-}
-
-void WanDecoder::ToDevice(const c10::Device& device) {
-  module_->to(device);
-  device_ = device;
+  return module_->Decode(z.to(dtype()), ops);
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadWanFamily(const WanFamily& family, const WanConfig& config,

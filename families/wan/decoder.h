@@ -15,12 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "families/decoder.h"
+#include "families/module_backed_decoder.h"
 #include "families/registry.h"
 #include "families/wan/config.h"
-
-namespace torch::nn {
-class Module;
-}
 
 namespace vaedecode::families::wan {
 
@@ -41,7 +38,9 @@ const WanFamily& WanFamilySpec();
 // RMS norms with `gamma`, 5-D convs without wrappers.
 KeySignature WanLineageKeys();
 
-class WanDecoder final : public Decoder {
+// Its module stays behind a pointer (blocks.h) so that this header keeps
+// torch::nn out of every family built on Wan.
+class WanDecoder final : public ModuleBackedDecoder {
  public:
   // A decoder with default-initialised weights (callers load or fill them).
   // INVALID_ARGUMENT when `config` needs an up-block type `family` does not accept.
@@ -49,30 +48,22 @@ class WanDecoder final : public Decoder {
                                                             std::string config_json);
   ~WanDecoder() override;
 
-  const ModelInfo& info() const override { return info_; }
   // The pipelines' de-normalisation: z / (1 / latents_std) + latents_mean, per channel.
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
   // Fresh feature cache per call; the module holds no decode state.
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
-  void ToDtype(at::ScalarType dtype) override;
-  at::ScalarType dtype() const override { return dtype_; }
-  void ToDevice(const c10::Device& device) override;
-  c10::Device device() const override { return device_; }
-  absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const override;
 
   const WanConfig& config() const { return config_; }
   // The decode side of the diffusers model, named as its state dict
   // (decoder.*, post_quant_conv.*).
-  torch::nn::Module& module();
+  torch::nn::Module& parameters_module() override;
+  torch::nn::Module& module() { return parameters_module(); }
 
  private:
   WanDecoder(const WanFamily& family, WanConfig config, std::string config_json);
 
   WanConfig config_;
   std::shared_ptr<AutoencoderKLWanImpl> module_;
-  ModelInfo info_;
-  at::ScalarType dtype_ = at::kFloat;
-  c10::Device device_ = c10::Device(c10::kCPU);
 };
 
 // Builds a `family` decoder for `config` and loads it strictly from `files`
