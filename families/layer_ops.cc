@@ -64,6 +64,54 @@ at::Tensor PadRows(const at::Tensor& x, int64_t top, int64_t bottom, PaddingMode
   return padded.transpose(h_dim, x.dim() - 1).contiguous();
 }
 
+at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                          const ConvGeometry& g, int64_t pad_top, int64_t pad_bottom,
+                          const std::function<void()>& between) {
+  const int64_t h_dim = x.dim() - 2;
+  const int64_t height = x.size(h_dim);
+  const int64_t reach = g.dilation * (weight.size(-2) - 1);  // input rows one output row spans
+  const int64_t out_rows = height + pad_top + pad_bottom - reach;
+  // Per output row: its outputs, and the im2col columns a CPU convolution
+  // without a direct kernel builds for it (in channels × kernel volume per
+  // output position), which dwarf the outputs when channels narrow.
+  const int64_t positions_per_row = x.numel() / std::max<int64_t>(1, x.size(0) * x.size(1) * height);
+  const int64_t kernel_volume = weight.numel() / std::max<int64_t>(1, weight.size(0) * weight.size(1));
+  const int64_t per_row = std::max(weight.size(0), x.size(1) * kernel_volume) * positions_per_row;
+  // Only on CPUs (GPU kernels run asynchronously and size their own
+  // workspaces); a band's rows cannot wrap around (circular padding).
+  if (!x.is_cpu() || x.size(0) * per_row * out_rows <= kConvOutputsPerBand || g.mode == PaddingMode::kCircular ||
+      out_rows <= 0) {
+    // One call: DenseOps' own when the padding is the geometry's (the same
+    // kernel call as the reference).
+    if (pad_top == g.padding_h && pad_bottom == g.padding_h) return DenseOps().Conv(x, weight, bias, g);
+    return ConvWithRowsProvided(PadRows(x, pad_top, pad_bottom, g.mode), weight, bias, g);
+  }
+  const int64_t band = std::max<int64_t>(1, kConvOutputsPerBand / per_row);
+  at::Tensor out;  // allocated from the first band's shape: no second copy of the output
+  bool first_call = true;
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    const at::Tensor one = x.narrow(0, b, 1);
+    for (int64_t r0 = 0; r0 < out_rows; r0 += band) {
+      const int64_t r1 = std::min(out_rows, r0 + band);
+      if (!first_call && between) between();
+      first_call = false;
+      // Input rows [r0 - pad_top, r1 - 1 - pad_top + reach], clipped; the clipped part is padding.
+      const int64_t first = r0 - pad_top, last = r1 - 1 - pad_top + reach;
+      const int64_t lo = std::max<int64_t>(0, first), hi = std::min<int64_t>(height - 1, last);
+      const at::Tensor rows = PadRows(one.narrow(h_dim, lo, hi - lo + 1), lo - first, last - hi, g.mode);
+      const at::Tensor part = ConvWithRowsProvided(rows, weight, bias, g);
+      if (!out.defined()) {
+        std::vector<int64_t> shape = part.sizes().vec();
+        shape[0] = x.size(0);
+        shape[h_dim] = out_rows;
+        out = at::empty(shape, part.options());
+      }
+      out.narrow(0, b, 1).narrow(h_dim, r0, r1 - r0).copy_(part);
+    }
+  }
+  return out;
+}
+
 at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight,
                                 const at::Tensor& bias, const ConvGeometry& g) {
   TORCH_CHECK(g.mode != PaddingMode::kCircular, "circular padding cannot be sharded by rows");
@@ -111,43 +159,10 @@ at::Tensor CancellableDenseOps::Conv(const at::Tensor& x, const at::Tensor& weig
                                      const ConvGeometry& g) {
   CheckCancelled();
   // A convolution at a large image's full resolution runs for seconds on a
-  // CPU: past kConvOutputsPerCall outputs it goes sample by sample and in
-  // bands of output rows, with a check between them. A band reads the rows
-  // it needs (its halo); the image's own top and bottom edges are padded
-  // with the geometry's mode, as the sharded ops do at a global edge.
-  const int64_t h_dim = x.dim() - 2;
-  const int64_t height = x.size(h_dim);
-  const int64_t reach = g.dilation * (weight.size(-2) - 1);  // input rows one output row spans
-  const int64_t per_row = weight.size(0) * x.numel() / (x.size(0) * x.size(1) * height);  // outputs per row
-  // Only on CPUs (GPU kernels run asynchronously: a check between bands
-  // would not interrupt them) and for same-padded convolutions (output
-  // height = input height), the decoders' kind.
-  if (!x.is_cpu() || x.size(0) * per_row * height <= kConvOutputsPerCall || g.mode == PaddingMode::kCircular ||
-      2 * g.padding_h != reach) {
-    return dense_.Conv(x, weight, bias, g);
-  }
-  const int64_t band = std::max<int64_t>(1, kConvOutputsPerCall / per_row);
-  at::Tensor out;  // allocated from the first band's shape: no second copy of the output
-  for (int64_t b = 0; b < x.size(0); ++b) {
-    const at::Tensor one = x.narrow(0, b, 1);
-    for (int64_t r0 = 0; r0 < height; r0 += band) {
-      const int64_t r1 = std::min(height, r0 + band);
-      if (b > 0 || r0 > 0) CheckCancelled();
-      // Input rows [r0 - p, r1 - 1 - p + reach], clipped; the clipped part is padding.
-      const int64_t first = r0 - g.padding_h, last = r1 - 1 - g.padding_h + reach;
-      const int64_t lo = std::max<int64_t>(0, first), hi = std::min<int64_t>(height - 1, last);
-      const at::Tensor rows = PadRows(one.narrow(h_dim, lo, hi - lo + 1), lo - first, last - hi, g.mode);
-      const at::Tensor part = ConvWithRowsProvided(rows, weight, bias, g);
-      if (!out.defined()) {
-        std::vector<int64_t> shape = part.sizes().vec();
-        shape[0] = x.size(0);
-        shape[h_dim] = height;
-        out = at::empty(shape, part.options());
-      }
-      out.narrow(0, b, 1).narrow(h_dim, r0, r1 - r0).copy_(part);
-    }
-  }
-  return out;
+  // CPU: in bands, with a check between them. The image's own top and
+  // bottom edges are padded with the geometry's mode, as the sharded ops do
+  // at a global edge.
+  return ConvInRowBands(x, weight, bias, g, g.padding_h, g.padding_h, [this] { CheckCancelled(); });
 }
 
 at::Tensor CancellableDenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,

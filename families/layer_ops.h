@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 #include <ATen/core/Tensor.h>
 
@@ -120,6 +121,18 @@ class ForwardingOps : public LayerOps {
   LayerOps& inner_;
 };
 
+// Output (or im2col column) elements one convolution call makes on a CPU
+// before the next band: a CPU convolution without a direct kernel holds
+// im2col columns for the whole call (in channels × kernel volume per output
+// position), so one large call peaks far above its output.
+inline constexpr int64_t kConvOutputsPerBand = int64_t{1} << 23;
+
+// A same-padded stride-1 convolution of `x` whose rows get `pad_top` and
+// `pad_bottom` rows of `geometry.mode` padding (0 where the caller provided
+// neighbour rows), computed on a CPU past kConvOutputsPerBand outputs sample
+// by sample and in bands of output rows, each reading only the rows it needs
+// (`between` runs before every call but the first: a cancellation check).
+// Same values as one call up to float rounding; GPUs take one call.
 // The original, unsharded ops. Stateless; one instance may be shared.
 class DenseOps final : public LayerOps {
  public:
@@ -142,7 +155,7 @@ class CancellableDenseOps final : public LayerOps {
   // before the next cancellation check: a few tenths of a second on a CPU.
   static constexpr int64_t kScoresPerCall = int64_t{1} << 24;
   // Output elements one convolution call computes before the next check.
-  static constexpr int64_t kConvOutputsPerCall = int64_t{1} << 23;
+  static constexpr int64_t kConvOutputsPerCall = kConvOutputsPerBand;
 
   explicit CancellableDenseOps(const std::atomic<bool>* cancelled) : cancelled_(cancelled) {}
   at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
@@ -171,6 +184,10 @@ at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor&
 
 // Applies `geometry`'s padding along H only, at both edges (global edges).
 at::Tensor PadRows(const at::Tensor& x, int64_t top, int64_t bottom, PaddingMode mode);
+
+at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                          const ConvGeometry& geometry, int64_t pad_top, int64_t pad_bottom,
+                          const std::function<void()>& between = nullptr);
 
 // softmax(q·kᵀ/√d)·v, diffusers' F.scaled_dot_product_attention (no mask).
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,

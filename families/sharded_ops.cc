@@ -47,7 +47,7 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
     // every output row but the `halo` rows at an interior edge), then redo
     // those rows from a thin slab of neighbour rows + own rows.
     const parallel::HaloRows neighbours = ValueOrThrow(parallel::ExchangeHaloRows(comm_, x, spec, halo));
-    at::Tensor out = DenseOps().Conv(x, weight, bias, g);
+    at::Tensor out = ConvInRowBands(x, weight, bias, g, halo, halo);
     if (neighbours.above.defined()) {
       const at::Tensor slab = at::cat({neighbours.above, x.narrow(h_axis, 0, 2 * halo)}, h_axis);
       out.narrow(h_axis, 0, halo).copy_(ConvWithRowsProvided(slab, weight, bias, g));
@@ -61,8 +61,9 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
   at::Tensor with_rows = ValueOrThrow(parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros));
   // The layer's own padding only at the global edges; interior edges have
   // real neighbour rows (replicate/reflect included).
-  if (!zeros) with_rows = PadRows(with_rows, spec.is_first() ? halo : 0, spec.is_last() ? halo : 0, g.mode);
-  return ConvWithRowsProvided(with_rows, weight, bias, g);
+  // In row bands on a CPU, as the dense path (its peak scales with the band).
+  if (!zeros) return ConvInRowBands(with_rows, weight, bias, g, spec.is_first() ? halo : 0, spec.is_last() ? halo : 0);
+  return ConvInRowBands(with_rows, weight, bias, g, 0, 0);
 }
 
 at::Tensor ShardedOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,

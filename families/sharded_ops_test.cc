@@ -105,6 +105,47 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{3, 1, PaddingMode::kReplicate, 2, false}, Case{3, 1, PaddingMode::kReflect, 2, false},
                       Case{3, 1, PaddingMode::kZeros, 1, true}, Case{3, 1, PaddingMode::kReplicate, 2, true}));
 
+TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
+  // 16 x 700 x 1400 outputs per band at 2 ranks, past kConvOutputsPerBand:
+  // the band is convolved in row bands (its peak scales with one), with
+  // halo rows at interior edges and the mode's padding at global ones.
+  for (int world : {2, 3}) {
+    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
+      parallel::GlooOptions o;
+      o.rank = rank;
+      o.world_size = w;
+      o.store_port = port;
+      o.timeout = absl::Seconds(30);
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+      if (!comm.ok()) return comm.status();
+      at::manual_seed(13);
+      const int64_t scale = 200, rows = kLatentRows * scale;
+      const at::Tensor x = at::randn({1, 6, rows, 1400});
+      const at::Tensor weight = at::randn({16, 6, 3, 3}), bias = at::randn({16});
+      const parallel::ShardSpec latent_spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+      const parallel::Band band = latent_spec.Scaled(scale).local_band();
+      if (16 * band.size() * 1400 <= kConvOutputsPerBand) return absl::InternalError("the band fits one call");
+      ShardedOps sharded(**comm, latent_spec);
+      for (PaddingMode mode : {PaddingMode::kZeros, PaddingMode::kReplicate, PaddingMode::kReflect}) {
+        ConvGeometry g;
+        g.padding_h = g.padding_w = 1;
+        g.mode = mode;
+        const at::Tensor want = DenseOps().Conv(x, weight, bias, g).narrow(2, band.begin, band.size());
+        try {
+          absl::Status st = ExpectTensorClose(sharded.Conv(x.narrow(2, band.begin, band.size()).contiguous(), weight,
+                                                           bias, g),
+                                              want, 1e-4, 0, absl::StrCat("banded conv, mode ", static_cast<int>(mode)));
+          if (!st.ok()) return st;
+        } catch (const StatusError& e) {
+          return e.status();
+        }
+      }
+      return absl::OkStatus();
+    }, absl::Seconds(120));
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
+  }
+}
+
 TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
   for (int world = 1; world <= 4; ++world) {
     absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {

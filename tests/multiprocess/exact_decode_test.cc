@@ -224,7 +224,8 @@ TEST(ExactDecodeGroup, ThinLatentsFallBackToDenseOnTheLeader) {
       return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " reason ", result->reason));
     }
     if (rank != worker::kLeader) return absl::OkStatus();
-    families::DenseOps dense;
+    // The group's dense path: CancellableDenseOps (large convs in row bands).
+    families::CancellableDenseOps dense(nullptr);
     absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, worker::DecodeJob{thin}, dense);
     if (!want.ok()) return want.status();
     return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");
