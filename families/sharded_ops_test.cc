@@ -26,6 +26,18 @@ using parallel::testing::ExpectTensorClose;
 
 constexpr int64_t kLatentRows = 7;  // uneven over 2, 3 and 4 ranks
 
+// A Gloo group of `world` ranks on `port` for one test body.
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> Join(int rank, int world, int port, absl::Duration timeout,
+                                                             const std::string& group = "") {
+  parallel::GlooOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.store_port = port;
+  if (!group.empty()) o.group_name = group;
+  o.timeout = timeout;
+  return parallel::GlooCommunicator::Create(o);
+}
+
 struct Case {
   int64_t kernel;
   int64_t dilation;
@@ -35,13 +47,7 @@ struct Case {
 };
 
 absl::Status RunCase(const Case& c, int rank, int world, int port) {
-  parallel::GlooOptions o;
-  o.rank = rank;
-  o.world_size = world;
-  o.store_port = port;
-  o.group_name = "sharded-layer-ops";
-  o.timeout = absl::Seconds(20);
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, world, port, absl::Seconds(20), "sharded-layer-ops");
   if (!comm.ok()) return comm.status();
 
   at::manual_seed(c.kernel * 100 + c.dilation);
@@ -111,12 +117,7 @@ TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
   // halo rows at interior edges and the mode's padding at global ones.
   for (int world : {2, 3}) {
     absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      parallel::GlooOptions o;
-      o.rank = rank;
-      o.world_size = w;
-      o.store_port = port;
-      o.timeout = absl::Seconds(30);
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(30));
       if (!comm.ok()) return comm.status();
       at::manual_seed(13);
       const int64_t scale = 200, rows = kLatentRows * scale;
@@ -149,12 +150,7 @@ TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
 TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
   for (int world = 1; world <= 4; ++world) {
     absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      parallel::GlooOptions o;
-      o.rank = rank;
-      o.world_size = w;
-      o.store_port = port;
-      o.timeout = absl::Seconds(20);
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
       if (!comm.ok()) return comm.status();
       at::manual_seed(9);
       const int64_t width = 5;
@@ -183,12 +179,7 @@ TEST(ShardedAttention, SharedTokensEnterTheKeysOnceAndEveryRankAgreesOnThem) {
   // holds alike. The dense reference sees each token once.
   for (int world = 1; world <= 4; ++world) {
     absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      parallel::GlooOptions o;
-      o.rank = rank;
-      o.world_size = w;
-      o.store_port = port;
-      o.timeout = absl::Seconds(20);
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
       if (!comm.ok()) return comm.status();
       at::manual_seed(19);
       const int64_t width = 4, shared = 3;
@@ -235,12 +226,7 @@ at::Tensor MaskedFrameCausalReference(const at::Tensor& q, const at::Tensor& k, 
 TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
   for (int world = 1; world <= 4; ++world) {
     absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      parallel::GlooOptions o;
-      o.rank = rank;
-      o.world_size = w;
-      o.store_port = port;
-      o.timeout = absl::Seconds(20);
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
       if (!comm.ok()) return comm.status();
       at::manual_seed(11);
       const int64_t width = 5, frames = 3;
@@ -278,12 +264,7 @@ TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
 
 TEST(ShardedAttention, TheLeadersCancelFlagStopsEveryRankAtTheSameOp) {
   absl::Status s = parallel::testing::RunRanks(3, [](int rank, int w, int port) -> absl::Status {
-    parallel::GlooOptions o;
-    o.rank = rank;
-    o.world_size = w;
-    o.store_port = port;
-    o.timeout = absl::Seconds(20);
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
     if (!comm.ok()) return comm.status();
     parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
     ShardedOps sharded(**comm, spec);
@@ -304,12 +285,7 @@ TEST(ShardedAttention, TheLeadersCancelFlagStopsEveryRankAtTheSameOp) {
 
 TEST(ShardedAttention, TheCancelFlagAlsoStopsFrameCausalAttention) {
   absl::Status s = parallel::testing::RunRanks(3, [](int rank, int w, int port) -> absl::Status {
-    parallel::GlooOptions o;
-    o.rank = rank;
-    o.world_size = w;
-    o.store_port = port;
-    o.timeout = absl::Seconds(20);
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
     if (!comm.ok()) return comm.status();
     parallel::ShardSpec spec = parallel::ShardSpec::ForRows(3, kLatentRows, rank, w);
     ShardedOps sharded(**comm, spec);
