@@ -93,6 +93,13 @@ class LayerOps {
   // (global) sequence, its tokens laid out as `layout` says (TokenLayout).
   virtual at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const TokenLayout& layout) = 0;
+
+  // The decode's final output for its next frames ([B, C, t, H, W], this
+  // rank's rows; in order, each call continuing the last), from a decoder
+  // that finishes frames before the clip ends (Wan's causal chunks), so the
+  // caller can stream them while later frames decode. Ignored unless a
+  // caller decorates the ops to take them (worker/exact_decode.cc).
+  virtual void FramesFinished(const at::Tensor& frames) { (void)frames; }
 };
 
 // LayerOps that pass every op to `inner`: a decorator overrides only the
@@ -113,6 +120,7 @@ class ForwardingOps : public LayerOps {
     return inner_.Attention(q, k, v, layout);
   }
   RowWindow GlobalRows(int64_t local_rows) override { return inner_.GlobalRows(local_rows); }
+  void FramesFinished(const at::Tensor& frames) override { inner_.FramesFinished(frames); }
 
  protected:
   LayerOps& inner() { return inner_; }

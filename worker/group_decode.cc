@@ -13,6 +13,21 @@
 namespace vaedecode::worker {
 namespace {
 
+// Hands a dense decode's finished frames to the caller as they finish.
+class FramesToCallerOps final : public families::ForwardingOps {
+ public:
+  FramesToCallerOps(families::LayerOps& inner, const FramesReady& frames_ready)
+      : ForwardingOps(inner), frames_ready_(frames_ready) {}
+  void FramesFinished(const at::Tensor& frames) override {
+    if (frames_ready_) frames_ready_(frames, frames_done_);
+    frames_done_ += frames.size(2);
+  }
+
+ private:
+  const FramesReady& frames_ready_;
+  int64_t frames_done_ = 0;
+};
+
 absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, parallel::Communicator& comm,
                                                  const DecodePlan& plan, const ExecuteOptions& options) {
   GroupDecodeResult result;
@@ -24,13 +39,14 @@ absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, par
       // alone (see GroupRuntime::Execute, which keeps the group in step).
       if (comm.rank() != kLeader) return result;
       families::CancellableDenseOps dense(options.cancelled);
-      absl::StatusOr<at::Tensor> sample = DecodePrepared(decoder, plan.latent, plan.conditioning, dense);
+      FramesToCallerOps ops(dense, options.progress.frames_ready);
+      absl::StatusOr<at::Tensor> sample = DecodePrepared(decoder, plan.latent, plan.conditioning, ops);
       if (!sample.ok()) return comm.world_size() > 1 ? LeaderOnly(sample.status()) : sample.status();
       result.sample = *sample;
       return result;
     }
     case DecodeMode::kExact: {
-      absl::StatusOr<ExactRows> rows = DecodeExactBands(decoder, comm, plan, options.cancelled);
+      absl::StatusOr<ExactRows> rows = DecodeExactBands(decoder, comm, plan, options.cancelled, options.progress);
       if (!rows.ok()) return rows.status();
       result.sample = rows->sample;
       result.gather_ms = rows->gather_ms;
@@ -46,7 +62,7 @@ absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, par
                                            plan.reason, plan.budget_bytes / 1048576.0, tiling::kFloorTile,
                                            plan.floor_tile_bytes / 1048576.0);
       absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(decoder, comm, plan.latent, plan.conditioning,
-                                                                    tiles, options.rows_ready, options.cancelled);
+                                                                    tiles, options.progress.rows_ready, options.cancelled);
       if (!tiled.ok()) return tiled.status();
       result.sample = tiled->sample;
       result.tile_retries = tiled->retries;
@@ -80,7 +96,7 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder, pa
   context.world_size = comm.world_size();
   absl::StatusOr<DecodePlan> plan = PlanDecode(decoder, job, context);
   if (!plan.ok()) return InStep(plan.status());  // every rank sees the same latent and the same verdict
-  return ExecutePlan(decoder, comm, *plan, {options.cancelled, nullptr});
+  return ExecutePlan(decoder, comm, *plan, {options.cancelled, {}});
 }
 
 absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm,

@@ -22,6 +22,7 @@
 #include "worker/decode_job.h"
 #include "worker/decode_plan.h"
 #include "worker/group_job.h"  // kLeader
+#include "worker/output_progress.h"
 #include "worker/tiled_group_decode.h"
 
 namespace vaedecode::worker {
@@ -50,8 +51,10 @@ struct ExecuteOptions {
   // Leader only: set to true to stop the decode on every rank (CANCELLED,
   // the group still in step).
   const std::atomic<bool>* cancelled = nullptr;
-  // Leader, tiled plans: sees the blended output as rows become final.
-  RowsReady rows_ready;
+  // Leader: sees the output as parts of it become final (tiled rows; the
+  // leader's own exact band; exact and dense frames of frame-by-frame
+  // decoders).
+  OutputProgress progress;
 };
 
 absl::StatusOr<GroupDecodeResult> ExecutePlan(families::Decoder& decoder, parallel::Communicator& comm,

@@ -106,12 +106,12 @@ std::vector<int64_t> GroupRuntime::capacity_bytes_per_rank() const {
 }
 
 absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled,
-                                                 const RowsReady& rows_ready) {
+                                                 const OutputProgress& progress) {
   absl::MutexLock job_lock(&job_mu_);
   absl::MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
   if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("the request was cancelled");
-  absl::StatusOr<DecodeOutcome> outcome = Execute(job, cancelled, rows_ready);
+  absl::StatusOr<DecodeOutcome> outcome = Execute(job, cancelled, progress);
   last_step_ = absl::Now();
   if (outcome.ok() || IsGroupSafe(outcome.status(), comm_->world_size())) return outcome;
   MarkBroken(outcome.status());
@@ -124,7 +124,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::
 }
 
 absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
-                                                     const RowsReady& rows_ready) {
+                                                     const OutputProgress& progress) {
   if (job.model_index < 0 || job.model_index >= static_cast<int64_t>(models_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no model with index ", job.model_index));
   }
@@ -133,7 +133,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   absl::StatusOr<GroupJob> shared = BroadcastJob(*comm_, &job);
   if (!shared.ok()) return shared.status();
   parallel::CountingCommunicator counting(*comm_);
-  absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, shared->plan, {cancelled, rows_ready});
+  absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, shared->plan, {cancelled, progress});
   if (!result.ok()) {
     if (comm_->world_size() > 1 && IsLeaderOnlyRecoverable(result.status())) {
       // The peers are already in the statistics gather that ends every job:

@@ -30,7 +30,7 @@
 #include "worker/group_decode.h"
 #include "worker/group_job.h"
 #include "worker/model_repository.h"
-#include "worker/tiled_group_decode.h"
+#include "worker/output_progress.h"
 
 namespace vaedecode::worker {
 
@@ -49,9 +49,9 @@ class GroupRuntime {
   // Leader only. Thread-safe; blocks until the job (its plan made by
   // PlanDecode for this group) has run on the group. Setting *cancelled
   // stops it on every rank (CANCELLED) without breaking the group.
-  // `rows_ready` (tiled jobs) sees the blended output as rows become final.
+  // `progress` sees parts of the output as they become final (output_progress.h).
   absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr,
-                                    const RowsReady& rows_ready = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
+                                    const OutputProgress& progress = {}) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Leader: one call that works on the group (the Run handler, from its
   // first byte to its last write: the output stays on the device until
@@ -94,7 +94,7 @@ class GroupRuntime {
 
  private:
   absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
-                                        const RowsReady& rows_ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                        const OutputProgress& progress) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLoop();
   void MarkBroken(const absl::Status& why);
 

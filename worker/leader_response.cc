@@ -34,10 +34,33 @@ LeaderResponse::LeaderResponse(ResponseSink& sink, const v1::DecodeRequest& requ
       out_shape_(std::move(out_shape)),
       dtype_note_(std::move(dtype_note)) {}
 
-bool LeaderResponse::Incremental(const DecodePlan& plan) const {
+bool LeaderResponse::StreamsRows(const DecodePlan& plan) const {
   const v1::OutputFormat f = request_.output_format();
-  return plan.mode == DecodeMode::kTiled && f != v1::OUTPUT_PNG && f != v1::OUTPUT_JPEG && f != v1::OUTPUT_MP4 &&
-         out_shape_[0] == 1 && (out_shape_.size() == 4 || out_shape_[2] == 1);
+  return (plan.mode == DecodeMode::kTiled || plan.mode == DecodeMode::kExact) && f != v1::OUTPUT_PNG &&
+         f != v1::OUTPUT_JPEG && f != v1::OUTPUT_MP4 && out_shape_[0] == 1 &&
+         (out_shape_.size() == 4 || out_shape_[2] == 1);
+}
+
+bool LeaderResponse::StreamsFrames(const DecodePlan& plan) const {
+  // Chunks go batch entry by batch entry: a second entry's frames would wait
+  // for the first's, so only one entry streams early. An MP4 needs every frame.
+  return plan.mode != DecodeMode::kTiled && request_.output_format() != v1::OUTPUT_MP4 && out_shape_.size() == 5 &&
+         out_shape_[0] == 1 && out_shape_[2] > 1;
+}
+
+OutputProgress LeaderResponse::Progress(const DecodePlan& plan) {
+  OutputProgress progress;
+  if (StreamsRows(plan)) {
+    progress.rows_ready = [this, &plan](const at::Tensor& sample, int64_t final_rows) {
+      RowsDuringDecode(plan, sample, final_rows);
+    };
+  }
+  if (StreamsFrames(plan)) {
+    progress.frames_ready = [this, &plan](const at::Tensor& frames, int64_t first_frame) {
+      FramesDuringDecode(plan, frames, first_frame);
+    };
+  }
+  return progress;
 }
 
 bool LeaderResponse::WriteHeader(DecodeMode mode, const std::string& reason, const std::string& tile_plan,
@@ -60,10 +83,17 @@ bool LeaderResponse::WriteHeader(DecodeMode mode, const std::string& reason, con
   return !caller_gone_;
 }
 
-bool LeaderResponse::WriteChunk(v1::Chunk&& chunk, int64_t first_row) {
+bool LeaderResponse::EnsureHeader(const DecodePlan& plan) {
+  if (header_sent_) return !caller_gone_ && stream_status_.ok();
+  const std::string tile_plan = plan.mode == DecodeMode::kTiled ? DescribePlan(plan.tiles, plan.world_size) : "";
+  return WriteHeader(plan.mode, plan.reason, tile_plan, plan.mode == DecodeMode::kDense ? 1 : plan.world_size, plan);
+}
+
+bool LeaderResponse::WriteChunk(v1::Chunk&& chunk, int64_t first_row, int64_t first_frame) {
   if (sink_.cancelled()) return false;
   chunk.set_row_begin(chunk.row_begin() + first_row);
   chunk.set_row_end(chunk.row_end() + first_row);
+  chunk.set_frame(chunk.frame() + first_frame);
   v1::DecodeResponse message;
   *message.mutable_chunk() = std::move(chunk);
   return sink_.Write(message);
@@ -74,17 +104,28 @@ void LeaderResponse::StreamRows(const at::Tensor& sample, int64_t final_rows) {
   const int64_t first = streamed_rows_;
   const at::Tensor band = sample.narrow(sample.dim() - 2, first, final_rows - first);
   stream_status_ = EmitChunks(band, EncodingOf(request_), max_chunk_bytes_,
-                              [&](v1::Chunk&& chunk) { return WriteChunk(std::move(chunk), first); });
+                              [&](v1::Chunk&& chunk) { return WriteChunk(std::move(chunk), first, 0); });
   if (!stream_status_.ok()) caller_gone_ = stream_status_.code() == absl::StatusCode::kCancelled;
   streamed_rows_ = final_rows;
 }
 
-void LeaderResponse::RowsDuringDecode(const DecodePlan& plan, const at::Tensor& blended, int64_t final_rows) {
-  if (!header_sent_ && !WriteHeader(DecodeMode::kTiled, plan.reason, DescribePlan(plan.tiles, plan.world_size),
-                                    plan.world_size, plan)) {
-    return;
-  }
-  StreamRows(blended, final_rows);
+void LeaderResponse::StreamFrames(const at::Tensor& frames, int64_t first_frame) {
+  const int64_t skip = streamed_frames_ - first_frame;
+  if (caller_gone_ || !stream_status_.ok() || skip >= frames.size(2)) return;
+  const at::Tensor fresh = skip > 0 ? frames.narrow(2, skip, frames.size(2) - skip) : frames;
+  const int64_t first = first_frame + (skip > 0 ? skip : 0);
+  stream_status_ = EmitChunks(fresh, EncodingOf(request_), max_chunk_bytes_,
+                              [&](v1::Chunk&& chunk) { return WriteChunk(std::move(chunk), 0, first); });
+  if (!stream_status_.ok()) caller_gone_ = stream_status_.code() == absl::StatusCode::kCancelled;
+  streamed_frames_ = first + fresh.size(2);
+}
+
+void LeaderResponse::RowsDuringDecode(const DecodePlan& plan, const at::Tensor& sample, int64_t final_rows) {
+  if (EnsureHeader(plan)) StreamRows(sample, final_rows);
+}
+
+void LeaderResponse::FramesDuringDecode(const DecodePlan& plan, const at::Tensor& frames, int64_t first_frame) {
+  if (EnsureHeader(plan)) StreamFrames(frames, first_frame);
 }
 
 absl::Status LeaderResponse::Finish(const DecodePlan& plan, const DecodeOutcome& outcome, int world_size) {
@@ -95,11 +136,13 @@ absl::Status LeaderResponse::Finish(const DecodePlan& plan, const DecodeOutcome&
   }
   if (!stream_status_.ok() && !caller_gone_) return stream_status_;
   if (caller_gone_) return absl::CancelledError("the caller went away");
-  if (Incremental(plan)) {
+  if (streamed_frames_ > 0) {
+    StreamFrames(result.sample, 0);
+  } else if (StreamsRows(plan)) {
     StreamRows(result.sample, result.sample.size(-2));
   } else {
     stream_status_ = EmitChunks(result.sample, EncodingOf(request_), max_chunk_bytes_,
-                                [&](v1::Chunk&& chunk) { return WriteChunk(std::move(chunk), 0); });
+                                [&](v1::Chunk&& chunk) { return WriteChunk(std::move(chunk), 0, 0); });
   }
   if (!stream_status_.ok()) return stream_status_;
 

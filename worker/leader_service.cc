@@ -154,13 +154,7 @@ grpc::Status LeaderService::Decode(const grpc::CallbackServerContext& context, c
                           MetadataInt(context, rpc::kMaxChunkBytesKey).value_or(rpc::kDefaultMaxChunkBytes),
                           decoder.OutputShape(job.plan.latent.sizes().vec()),
                           families::DecodeDtypeReason(decoder.info(), requested_dtype_));
-  RowsReady rows_ready;
-  if (response.Incremental(job.plan)) {
-    rows_ready = [&](const at::Tensor& blended, int64_t final_rows) {
-      response.RowsDuringDecode(job.plan, blended, final_rows);
-    };
-  }
-  absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, call.cancel_flag(), rows_ready);
+  absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, call.cancel_flag(), response.Progress(job.plan));
   if (!outcome.ok()) return rpc::ToGrpcStatus(outcome.status());
   {
     absl::MutexLock lock(&stats_mu_);

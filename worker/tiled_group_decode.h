@@ -11,8 +11,9 @@
 // header). A cancellation on the leader is learnt by every rank at the
 // round's agreement: all return CANCELLED together.
 //
-// Streaming: `rows_ready` lets the leader send row bands while later tiles
-// are still decoding. If an out-of-memory retry comes after some rows were
+// Streaming: `rows_ready` (called after each round with the blended output
+// so far: its rows no later tile touches are final) lets the leader send
+// row bands while later tiles are still decoding. If an out-of-memory retry comes after some rows were
 // sent, the rest of the image comes from the retry's plan (both are
 // seam-free decodes; their junction is at a finished-row boundary).
 
@@ -27,6 +28,7 @@
 #include "parallel/communicator.h"
 #include "tiling/planner.h"
 #include "worker/decode_job.h"
+#include "worker/output_progress.h"
 
 namespace vaedecode::worker {
 
@@ -35,10 +37,6 @@ struct TiledGroupResult {
   tiling::TilePlan plan;  // the plan that succeeded
   int retries = 0;        // out-of-memory retries taken
 };
-
-// Leader: called after each round with the blended output so far and the
-// number of leading pixel rows that are final (no later tile touches them).
-using RowsReady = std::function<void(const at::Tensor& blended, int64_t final_rows)>;
 
 // `z`: the prepared latent (PrepareLatent). `cancelled`: the leader's flag.
 absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder, parallel::Communicator& comm,

@@ -285,13 +285,15 @@ at::Tensor AutoencoderKLWanImpl::Decode(const at::Tensor& z, LayerOps& ops) {
   std::vector<at::Tensor> chunks;
   for (int64_t i = 0; i < x.size(2); ++i) {
     cache.BeginChunk();
-    chunks.push_back(decoder->forward(x.narrow(2, i, 1), ops, cache, /*first_chunk=*/i == 0));
+    const at::Tensor chunk = decoder->forward(x.narrow(2, i, 1), ops, cache, /*first_chunk=*/i == 0);
     TORCH_CHECK(cache.used() == cache.size(), "chunk ", i, " visited ", cache.used(), " of ", cache.size(),
                 " cached layers");
+    // Unpatchify and clamp act frame by frame, so each chunk's frames are
+    // final here: the caller may stream them before the next chunk decodes.
+    chunks.push_back(at::clamp(nn::Unpatchify(chunk, patch_size_), -1.0, 1.0));  // [B, C, t, H, W]
+    ops.FramesFinished(chunks.back());
   }
-  at::Tensor out = chunks.size() == 1 ? chunks[0] : at::cat(chunks, 2);  // [B, C·P·P, T', H, W]
-  out = nn::Unpatchify(out, patch_size_);
-  return at::clamp(out, -1.0, 1.0);
+  return chunks.size() == 1 ? chunks[0] : at::cat(chunks, 2);
 }
 
 }  // namespace vaedecode::families::wan

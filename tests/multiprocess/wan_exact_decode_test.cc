@@ -20,6 +20,7 @@
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
+#include "worker/decode_plan.h"
 #include "worker/group_decode.h"
 
 namespace vaedecode {
@@ -136,11 +137,12 @@ INSTANTIATE_TEST_SUITE_P(
 //                  + 1 (conv_out)
 //   K/V all-gathers = 1 (mid-block attention)
 // The (3,1,1) time_convs, 1x1x1 shortcuts, post_quant_conv and the 1x1
-// qkv/proj convs have no halo, RMS norms are local: none. Then 1 row gather
-// to the leader. For the fixtures (4 levels, 2 res blocks): 33 halo + 1 K/V
-// = 34 per frame, so 4 frames (wan21/main) make 137, 2 frames (wan22/main)
-// 69, 1 frame (qwenimage/b2) 35; none at world size 1. The job broadcast
-// before the decode is counted apart.
+// qkv/proj convs have no halo, RMS norms are local: none. Then one row
+// gather per latent frame: each chunk's frames go to the leader as they
+// finish (it streams them). For the fixtures (4 levels, 2 res blocks): 33
+// halo + 1 K/V + 1 gather = 35 per frame, so 4 frames (wan21/main) make
+// 140, 2 frames (wan22/main) 70, 1 frame (qwenimage/b2) 35; none at world
+// size 1. The job broadcast before the decode is counted apart.
 constexpr int64_t kHaloPerFrame = 1 + 4 + 4 * 3 * 2 + 3 + 1;
 
 TEST(WanExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
@@ -171,7 +173,7 @@ TEST(WanExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
           const bool sharded = w > 1;
           const int64_t halo = sharded ? kHaloPerFrame * k.frames : 0;
           const int64_t kv = sharded ? k.frames : 0;
-          const int64_t want = sharded ? halo + kv + 1 : 0;
+          const int64_t want = sharded ? halo + kv + k.frames : 0;
           if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != halo ||
               st.ForKind(parallel::CallKind::kAttentionKV).calls != kv) {
             return absl::InternalError(absl::StrCat(c.fixture, " decode ", repeat, " made ", st.collectives(),
@@ -188,6 +190,61 @@ TEST(WanExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
         return absl::OkStatus();
       }, absl::Seconds(180));
       EXPECT_TRUE(s.ok()) << k.fixture << " at world size " << world << ": " << s;
+    }
+  }
+}
+
+// The leader sees each chunk's frames while later chunks decode (so it can
+// stream them), exact on 2 and 3 ranks and dense alike: 5 latent frames
+// come out as frames [0], [1, 5), [5, 9), [9, 13), [13, 17), together the
+// decode's output, bit for bit.
+TEST(WanExactDecodeGroup, FramesReachTheLeaderChunkByChunk) {
+  for (int world : {1, 2, 3}) {
+    for (worker::DecodeMode requested : {worker::DecodeMode::kExact, worker::DecodeMode::kDense}) {
+      if (world == 1 && requested == worker::DecodeMode::kExact) continue;
+      absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture("wan21");
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+        if (!comm.ok()) return comm.status();
+        at::manual_seed(23);
+        worker::DecodeJob job;
+        job.latent = at::randn({1, 16, 5, 6, 4});
+        worker::PlanningContext context;
+        context.requested = requested;
+        context.world_size = w;
+        absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(**decoder, job, context);
+        if (!plan.ok()) return plan.status();
+        std::vector<std::pair<int64_t, at::Tensor>> seen;
+        worker::ExecuteOptions options;
+        options.progress.frames_ready = [&](const at::Tensor& frames, int64_t first) {
+          seen.emplace_back(first, frames.clone());
+        };
+        absl::StatusOr<worker::GroupDecodeResult> result =
+            worker::ExecutePlan(**decoder, **comm, *plan, rank == worker::kLeader ? options : worker::ExecuteOptions{});
+        if (!result.ok()) return result.status();
+        if (rank != worker::kLeader) return absl::OkStatus();
+        const std::string what = absl::StrCat("world ", w, " mode ", static_cast<int>(result->mode));
+        const std::vector<int64_t> firsts = {0, 1, 5, 9, 13};
+        if (seen.size() != firsts.size()) {
+          return absl::InternalError(absl::StrCat(what, ": ", seen.size(), " chunks of frames, want 5"));
+        }
+        std::vector<at::Tensor> parts;
+        for (size_t i = 0; i < seen.size(); ++i) {
+          if (seen[i].first != firsts[i] || seen[i].second.size(2) != (i == 0 ? 1 : 4) ||
+              seen[i].second.size(3) != result->sample.size(3)) {
+            return absl::InternalError(absl::StrCat(what, ": chunk ", i, " starts at frame ", seen[i].first,
+                                                    " with ", seen[i].second.size(2), " frames of ",
+                                                    seen[i].second.size(3), " rows"));
+          }
+          parts.push_back(seen[i].second);
+        }
+        if (!at::cat(parts, 2).equal(result->sample)) {
+          return absl::InternalError(absl::StrCat(what, ": the chunks are not the output"));
+        }
+        return absl::OkStatus();
+      }, absl::Seconds(120));
+      EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
     }
   }
 }
