@@ -108,12 +108,25 @@ TilePlan PlanTiles(int64_t rows, int64_t cols, const FamilyGeometry& g, int64_t 
                                      : "seam-free floor tiles (decode more latents than stock)";
     return best;
   }
+  // Even the floor tile does not fit. Stock tiles can be smaller (a model
+  // whose diffusers tile is under 32 latents): those if they fit; else the
+  // smaller of the two, marked as not fitting, so the caller refuses the
+  // decode rather than attempting a plan predicted to run out of memory.
   plan.kind = PlanKind::kStock;
   plan.rows = StockLayout(rows, g);
   plan.cols = StockLayout(cols, g);
   plan.peak_bytes = EstimatePeakBytes(g, plan.rows.tile, plan.cols.tile);
   plan.reason = "even the 32-latent floor tile does not fit the budget: stock tiles";
-  return plan;
+  if (plan.peak_bytes <= budget_bytes) return plan;
+  TilePlan floor;
+  floor.kind = PlanKind::kTiled;
+  floor.rows = SpreadTiles(rows, kFloorTile);
+  floor.cols = SpreadTiles(cols, kFloorTile);
+  floor.peak_bytes = EstimatePeakBytes(g, floor.rows.tile, floor.cols.tile);
+  TilePlan& smallest = floor.peak_bytes < plan.peak_bytes ? floor : plan;
+  smallest.fits = false;
+  smallest.reason = "even the smallest tiles do not fit the budget";
+  return smallest;
 }
 
 std::vector<std::vector<float>> AxisBlendWeights(const AxisLayout& layout, int64_t f) {

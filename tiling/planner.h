@@ -12,8 +12,10 @@
 //    tile area, plus headroom): fewest decoder calls, then the widest tile,
 //    never decoding more latents per side than the family's stock diffusers
 //    layout when such a layout exists;
-//  - the whole latent when it fits; the stock layout when even the floor
-//    tile does not.
+//  - the whole latent when it fits; when even the floor tile does not, the
+//    stock layout if its (smaller) tiles fit, else the smallest of the two
+//    marked as not fitting: a plan predicted not to fit is refused, never
+//    attempted.
 //  - blend: a tile has zero weight within 4 latents of an edge it shares
 //    with another tile and ramps to full weight over the next 8; weights are
 //    normalised to sum to 1 at every pixel.
@@ -55,6 +57,7 @@ struct TilePlan {
   AxisLayout rows;
   AxisLayout cols;
   int64_t peak_bytes = 0;  // estimated peak of one tile decode, with headroom
+  bool fits = true;        // peak_bytes within the budget planned for
   std::string reason;
   int64_t calls() const { return static_cast<int64_t>(rows.starts.size() * cols.starts.size()); }
 };

@@ -118,8 +118,10 @@ TEST(PlanTiles, InvariantsAtEveryLengthAndBudget) {
       const int64_t budget = static_cast<int64_t>(mib * 1048576);
       const TilePlan p = PlanTiles(length, 96, g, budget);
       const std::string where = "length " + std::to_string(length) + " budget " + std::to_string(mib) + " MiB";
-      if (p.kind == PlanKind::kStock) {
+      if (!p.fits) {
+        // Refused, never attempted: even its smallest tiles are over the budget.
         EXPECT_GT(EstimatePeakBytes(g, std::min<int64_t>(kFloorTile, length), kFloorTile), budget) << where;
+        EXPECT_GT(p.peak_bytes, budget) << where;
         continue;
       }
       ExpectAxisInvariants(p.rows, where + " rows");
@@ -138,12 +140,31 @@ TEST(PlanTiles, InvariantsAtEveryLengthAndBudget) {
   }
 }
 
-TEST(PlanTiles, FloorThatCannotFitFallsBackToStockTiles) {
+TEST(PlanTiles, NothingThatFitsIsMarkedAsNotFitting) {
+  // SD's stock tiles (64) are larger than the floor tile: the floor tiles
+  // are the smallest, and they do not fit either.
   const TilePlan p = PlanTiles(200, 200, Sd(), 1 << 20);
+  EXPECT_FALSE(p.fits);
+  EXPECT_EQ(p.rows.tile, kFloorTile);
+  EXPECT_EQ(p.peak_bytes, EstimatePeakBytes(Sd(), kFloorTile, kFloorTile));
+  // A budget that fits the floor tile plans, and fits.
+  EXPECT_TRUE(PlanTiles(200, 200, Sd(), EstimatePeakBytes(Sd(), kFloorTile, kFloorTile)).fits);
+}
+
+TEST(PlanTiles, StockTilesSmallerThanTheFloorWhenOnlyTheyFit) {
+  FamilyGeometry g = Sd();
+  g.stock_tile = 16;
+  g.stock_stride = 12;
+  const int64_t budget = EstimatePeakBytes(g, 16, 16);
+  ASSERT_LT(budget, EstimatePeakBytes(g, kFloorTile, kFloorTile));
+  const TilePlan p = PlanTiles(200, 200, g, budget);
+  EXPECT_TRUE(p.fits);
   EXPECT_EQ(p.kind, PlanKind::kStock);
-  EXPECT_EQ(p.rows.tile, 64);
-  // diffusers' stride of 48; the last tile ends at the edge at full size.
-  EXPECT_EQ(p.rows.starts, (std::vector<int64_t>{0, 48, 96, 136}));
+  EXPECT_EQ(p.rows.tile, 16);
+  // diffusers' stride; the last tile ends at the edge at full size.
+  EXPECT_EQ(p.rows.starts.front(), 0);
+  EXPECT_EQ(p.rows.starts[1], 12);
+  EXPECT_EQ(p.rows.starts.back(), 184);
   EXPECT_NE(p.reason.find("floor"), std::string::npos);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "tiling/memory_model.h"
 
 namespace vaedecode::worker {
@@ -28,8 +29,9 @@ int64_t OutputBytes(const families::Decoder& decoder, const at::Tensor& latent) 
 namespace {
 
 // Tiles for the tightest rank: every rank decodes whole tiles while the
-// leader also holds the blended float32 output.
-void PlanTiles(const families::Decoder& decoder, const PlanningContext& context, DecodePlan& plan) {
+// leader also holds the blended float32 output. RESOURCE_EXHAUSTED, before
+// anything is decoded, when even the smallest tiles are predicted not to fit.
+absl::Status PlanTiles(const families::Decoder& decoder, const PlanningContext& context, DecodePlan& plan) {
   const at::Tensor& z = plan.latent;
   const tiling::LatentExtent extent{z.size(0), decoder.info().is_video ? z.size(2) : 1, z.size(-2), z.size(-1)};
   const int64_t budget = tiling::TileBudgetBytes(context.free_bytes_per_rank, OutputBytes(decoder, z));
@@ -39,12 +41,20 @@ void PlanTiles(const families::Decoder& decoder, const PlanningContext& context,
   plan.tiles = tiling::PlanTiles(z.size(-2), z.size(-1), geometry, budget);
   plan.budget_bytes = budget >= tiling::kUnboundedBudget ? -1 : budget;
   plan.floor_tile_bytes = tiling::FloorTilePeakBytes(geometry.memory, geometry.latent);
+  if (!plan.tiles.fits) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "tiled decode would run out of memory, so nothing was decoded: the budget is %.1f MiB per rank and a "
+        "%d-latent floor tile needs about %.1f MiB (the smallest tiles, %dx%d latents, about %.1f MiB)",
+        budget / 1048576.0, tiling::kFloorTile, plan.floor_tile_bytes / 1048576.0, plan.tiles.rows.tile,
+        plan.tiles.cols.tile, plan.tiles.peak_bytes / 1048576.0));
+  }
   // The whole latent fits: one tile (still the tiled protocol, as requested).
   if (plan.tiles.kind == tiling::PlanKind::kUntiled) plan.tiles.kind = tiling::PlanKind::kTiled;
   plan.tile_shape = {plan.tiles.rows.tile, plan.tiles.cols.tile, plan.tiles.kind == tiling::PlanKind::kStock};
   plan.reason = budget >= tiling::kUnboundedBudget
                     ? absl::StrCat("tiled without a memory bound: ", plan.tiles.reason)
                     : absl::StrCat("tiled to fit ", budget >> 20, " MiB free per rank: ", plan.tiles.reason);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -65,7 +75,7 @@ absl::StatusOr<DecodePlan> PlanDecode(const families::Decoder& decoder, const De
                                                        " is not decoded in spatial tiles (use dense or exact)"));
       }
       plan.mode = DecodeMode::kTiled;
-      PlanTiles(decoder, context, plan);
+      if (absl::Status s = PlanTiles(decoder, context, plan); !s.ok()) return s;
       return plan;
     case DecodeMode::kDense:
       plan.mode = DecodeMode::kDense;

@@ -66,7 +66,9 @@ struct PlanningContext {
 };
 
 // Validates and prepares the latent (PrepareLatent) and decides the mode.
-// INVALID_ARGUMENT for a latent the model cannot take.
+// INVALID_ARGUMENT for a latent the model cannot take; RESOURCE_EXHAUSTED
+// for a tiled decode whose smallest tiles are predicted not to fit the
+// tightest rank's free memory (refused before anything is decoded).
 absl::StatusOr<DecodePlan> PlanDecode(const families::Decoder& decoder, const DecodeJob& job,
                                       const PlanningContext& context);
 

@@ -138,6 +138,27 @@ TEST(PlanDecode, TilesFitTheTightestRankLessTheOutput) {
   EXPECT_EQ(rebuilt.cols.starts, tiled->tiles.cols.starts);
 }
 
+TEST(PlanDecode, TilesPredictedNotToFitAreRefusedBeforeAnyDecode) {
+  auto decoder = SmallDecoder();
+  tiling::PeakProfile profile;
+  profile.bytes_per_latent = 1000;
+  const DecodeJob job = Job(96, 80);
+  PlanningContext context = Group(DecodeMode::kTiled, 1);
+  context.profile = &profile;
+  // Room for less than a floor tile (32x32 latents at 1000 bytes each, with headroom).
+  context.free_bytes_per_rank = {OutputBytes(*decoder, job.latent) + 30 * 30 * 1000};
+  absl::StatusOr<DecodePlan> plan = PlanDecode(*decoder, job, context);
+  ASSERT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted) << plan.status();
+  EXPECT_THAT(plan.status().message(), HasSubstr("nothing was decoded"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("32-latent floor tile needs about 1.2 MiB"));
+  // Room for the floor tile plans it.
+  context.free_bytes_per_rank = {OutputBytes(*decoder, job.latent) +
+                                 static_cast<int64_t>(32 * 32 * 1000 * tiling::kHeadroom) + 1};
+  plan = PlanDecode(*decoder, job, context);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->tiles.rows.tile, tiling::kFloorTile);
+}
+
 TEST(PlanDecode, VideoFramesScaleTheTilesPeak) {
   // The memory model sees the clip's frames (tiling/memory_model.h): a
   // decoder holding five latent frames at once needs smaller tiles.

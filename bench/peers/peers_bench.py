@@ -173,13 +173,16 @@ def main():
     np.save(latent, np.random.default_rng(args.seed).standard_normal((1, 4, args.latent, args.latent),
                                                                      dtype=np.float32))
 
-    # Tiled budgets as shares of vaedecode's own untiled decode peak (measured once, untimed).
+    # Tiled budgets from vaedecode's own estimate of a 32-latent floor tile (a budget of 1 MiB is
+    # refused before decoding, naming it): just above it plans 3x3 floor tiles (diffusers' 9-tile
+    # count); 1.6x it (a 40x40 tile's area) plans 2x2 (diffusers' 4-tile count).
     probe = run_processes([[args.binary, "decode", "--model", model, "--latent", latent, "--threads", "1",
-                            "--out", os.path.join(args.workdir, "probe.npy")]])[0]
-    if probe[0] != 0:
-        sys.exit(f"vaedecode probe decode failed: {probe[2][-4000:]}")
-    dense_peak = float(summary_fields(probe[1])["decode_peak_mib"])
-    budgets = [math.ceil(dense_peak * share) for share in (0.5, 0.3)]
+                            "--mode", "tiled", "--budget-mib", "1", "--out", os.path.join(args.workdir, "probe.npy")]])[0]
+    floor = re.search(r"floor tile needs about ([\d.]+) MiB", probe[2])
+    if probe[0] != 1 or not floor:
+        sys.exit(f"vaedecode did not refuse a 1 MiB tiled budget naming the floor tile: {probe[2][-4000:]}")
+    floor_mib = float(floor.group(1))
+    budgets = [math.ceil(floor_mib * 1.6), math.ceil(floor_mib) + 1]
 
     configs = build_configs(args.binary, sys.executable, args.workdir, model, latent, budgets)
     for r in range(args.rounds):
@@ -218,8 +221,8 @@ def main():
     distvae = next((c for c in configs if c.kind == "distvae"), None)
     if distvae and distvae.last.get("collectives_by_kind"):
         print(f"\nDistVAE's collectives by kind (rank 0, one decode): {distvae.last['collectives_by_kind']}")
-    print(f"vaedecode's untiled decode peak (allocator, above the weights): {dense_peak:.0f} MiB; "
-          f"tiled budgets {budgets} MiB are 50% and 30% of it")
+    print(f"vaedecode's estimate for a 32-latent floor tile: {floor_mib:.1f} MiB (with 25% headroom); "
+          f"tiled budgets {budgets} MiB")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": shlex.join(sys.argv), "shape": shape, "widths": args.widths,
