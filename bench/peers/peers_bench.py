@@ -182,7 +182,8 @@ def main():
     if probe[0] != 1 or not floor:
         sys.exit(f"vaedecode did not refuse a 1 MiB tiled budget naming the floor tile: {probe[2][-4000:]}")
     floor_mib = float(floor.group(1))
-    budgets = [math.ceil(floor_mib * 1.6), math.ceil(floor_mib) + 1]
+    # +8 MiB: the leader also holds the float32 output (3 MiB at 512²), taken off the budget.
+    budgets = [math.ceil(floor_mib * 1.6), math.ceil(floor_mib) + 8]
 
     configs = build_configs(args.binary, sys.executable, args.workdir, model, latent, budgets)
     for r in range(args.rounds):
