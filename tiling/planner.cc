@@ -124,8 +124,11 @@ TilePlan PlanTiles(int64_t rows, int64_t cols, const FamilyGeometry& g, int64_t 
   floor.cols = SpreadTiles(cols, kFloorTile);
   floor.peak_bytes = EstimatePeakBytes(g, floor.rows.tile, floor.cols.tile);
   TilePlan& smallest = floor.peak_bytes < plan.peak_bytes ? floor : plan;
-  smallest.fits = false;
-  smallest.reason = "even the smallest tiles do not fit the budget";
+  // Without the headroom the prediction may still fit (it is measured to
+  // within a few percent): worth an attempt; beyond it, refused.
+  smallest.fits = PredictPeakBytes(g, smallest.rows.tile, smallest.cols.tile) <= budget_bytes;
+  smallest.reason = smallest.fits ? "the smallest tiles fit the budget only without headroom"
+                                  : "even the smallest tiles do not fit the budget";
   return smallest;
 }
 

@@ -57,7 +57,9 @@ struct TilePlan {
   AxisLayout rows;
   AxisLayout cols;
   int64_t peak_bytes = 0;  // estimated peak of one tile decode, with headroom
-  bool fits = true;        // peak_bytes within the budget planned for
+  // Predicted to fit the budget planned for: peak_bytes within it, or (the
+  // smallest tiles only) the prediction without headroom.
+  bool fits = true;
   std::string reason;
   int64_t calls() const { return static_cast<int64_t>(rows.starts.size() * cols.starts.size()); }
 };
