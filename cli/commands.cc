@@ -133,12 +133,16 @@ std::string Figures(const families::Decoder& decoder, const worker::DecodePlan& 
         " predicted_peak_mib=", Mib(tiling::PredictPeakBytes(geometry, tiles.rows.tile, tiles.cols.tile)),
         " planned_peak_mib=", Mib(tiling::EstimatePeakBytes(geometry, tiles.rows.tile, tiles.cols.tile)));
   }
-  std::vector<std::string> times;
-  for (const worker::RankStats& r : outcome.ranks) times.push_back(absl::StrFormat("%.0f", r.decode_ms));
+  std::vector<std::string> times, comm_times;
+  for (const worker::RankStats& r : outcome.ranks) {
+    times.push_back(absl::StrFormat("%.0f", r.decode_ms));
+    comm_times.push_back(absl::StrFormat("%.0f", r.comm_ms));
+  }
   const int64_t leader_peak = outcome.ranks.empty() ? 0 : outcome.ranks[0].peak_bytes;
   absl::StrAppend(&figures, " decode_peak_mib=", Mib(static_cast<double>(leader_peak - run.before_bytes)),
                   " peak_mib=[", MibList(outcome.ranks), "] rank_decode_ms=[", absl::StrJoin(times, ","),
-                  "] collectives=", outcome.comm.collectives(), " comm={", outcome.comm.ToString(), "}");
+                  "] rank_comm_ms=[", absl::StrJoin(comm_times, ","), "] collectives=", outcome.comm.collectives(),
+                  " comm={", outcome.comm.ToString(), "}");
   return figures;
 }
 
@@ -199,7 +203,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
       {"decode",
        {"model", "latent", "out", "latent-space", "dtype", "threads", "latent-shape", "seed", "mode",
         "ranks", "timeout-s", "device", "budget-mib", "seeded-weights", "warmup", "repeat", "jpeg-quality", "fps",
-        "scaling-factor", "shift-factor", "decode-timestep", "decode-noise-scale", "noise-seed"}},
+        "scaling-factor", "shift-factor", "decode-timestep", "decode-noise-scale", "noise-seed", "halo-overlap"}},
       {"info", {"model"}},
       // Internal: a peer rank of `decode --mode exact`, started by the leader.
       {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s"}},
@@ -226,7 +230,9 @@ std::string Usage() {
          "  [--decode-timestep T --decode-noise-scale S --noise-seed N]   (timestep-conditioned models: LTX)\n"
          "--budget-mib: memory the decode may use on the device beyond the loaded model; --mode tiled sizes\n"
          "  its tiles from the model's measured peak to fit it (allocations beyond it fail and retry smaller).\n"
-         "--repeat N: decode_ms is the median of the N timed decodes (decode_ms_runs lists them).\n";
+         "--repeat N: decode_ms is the median of the N timed decodes (decode_ms_runs lists them).\n"
+         "--halo-overlap on|off: exact convolutions compute while their halo rows travel (on, the default) or\n"
+         "  wait for them first (off: for measuring the overlap; the output is exact either way).\n";
 }
 
 absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
@@ -260,6 +266,10 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   }
   if (mode != "exact" && ranks != 1) {
     return absl::InvalidArgumentError(absl::StrCat("--ranks needs --mode exact (", mode, " decodes in one process)"));
+  }
+  const std::string halo_overlap = args.Get("halo-overlap").value_or("on");
+  if (halo_overlap != "on" && halo_overlap != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("--halo-overlap must be on or off, got \"", halo_overlap, "\""));
   }
   int timeout_s = 120;
   if (auto t = args.Get("timeout-s"); t && (!absl::SimpleAtoi(*t, &timeout_s) || timeout_s < 1)) {
@@ -380,6 +390,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(decoder, job, planning);
     if (!plan.ok()) return plan.status();
     group_job.plan = *std::move(plan);
+    group_job.plan.overlap_halo = halo_overlap == "on";
     run.before_bytes = (*memory)->current_bytes();
     run.budget_bytes = planning.free_bytes_per_rank.empty() ? -1 : planning.free_bytes_per_rank[0];
     outcome = runtime.Run(group_job);

@@ -1,5 +1,8 @@
 #include "families/sharded_ops.h"
 
+#include <optional>
+#include <vector>
+
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
@@ -42,27 +45,60 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
   const parallel::ShardSpec spec = SpecForRows(x.size(h_axis), h_axis);
   const bool zeros = g.mode == PaddingMode::kZeros;
   const int64_t rows = x.size(h_axis);
-  if (zeros && halo > 0 && rows >= 2 * halo) {
-    // No copy of the band: convolve it with zero row padding (exact for
-    // every output row but the `halo` rows at an interior edge), then redo
-    // those rows from a thin slab of neighbour rows + own rows.
-    const parallel::HaloRows neighbours = ValueOrThrow(parallel::ExchangeHaloRows(comm_, x, spec, halo));
-    at::Tensor out = ConvInRowBands(x, weight, bias, g, halo, halo);
-    if (neighbours.above.defined()) {
-      const at::Tensor slab = at::cat({neighbours.above, x.narrow(h_axis, 0, 2 * halo)}, h_axis);
-      out.narrow(h_axis, 0, halo).copy_(ConvWithRowsProvided(slab, weight, bias, g));
+  const int64_t pad_top = spec.is_first() ? halo : 0, pad_bottom = spec.is_last() ? halo : 0;
+  if (halo > 0 && rows >= 2 * halo && (zeros || overlap_halo_)) {
+    // The neighbours' rows travel while this rank convolves what it can
+    // without them: the band with zero row padding (exact for every output
+    // row but the `halo` rows at an interior edge) or, for other paddings,
+    // its interior rows (and the layer's own padding at a global edge).
+    // Then the edge rows come from thin slabs of neighbour rows + own rows.
+    // Without overlap the same arithmetic runs after the exchange.
+    parallel::HaloRowsInFlight in_flight =
+        ValueOrThrow(parallel::StartHaloRowsExchange(comm_, x, spec, halo));
+    std::optional<parallel::HaloRows> neighbours;
+    if (!overlap_halo_) neighbours = ValueOrThrow(in_flight.Wait());
+    // Other paddings: no interior rows when the band is exactly 2·halo
+    // rows between two neighbours (the edge slabs cover it).
+    const bool has_inner = zeros || rows + pad_top + pad_bottom > 2 * halo;
+    at::Tensor inner;
+    try {
+      if (has_inner) {
+        inner = zeros ? ConvInRowBands(x, weight, bias, g, halo, halo)
+                      : ConvInRowBands(x, weight, bias, g, pad_top, pad_bottom);
+      }
+    } catch (...) {
+      // The peers are in this exchange too: finish it, so that the group
+      // learns of this failure from its own message.
+      if (overlap_halo_) (void)in_flight.Wait();
+      throw;
     }
-    if (neighbours.below.defined()) {
-      const at::Tensor slab = at::cat({x.narrow(h_axis, rows - 2 * halo, 2 * halo), neighbours.below}, h_axis);
-      out.narrow(h_axis, rows - halo, halo).copy_(ConvWithRowsProvided(slab, weight, bias, g));
+    if (overlap_halo_) neighbours = ValueOrThrow(in_flight.Wait());
+    at::Tensor top, bottom;
+    if (neighbours->above.defined()) {
+      top = ConvWithRowsProvided(at::cat({neighbours->above, x.narrow(h_axis, 0, 2 * halo)}, h_axis), weight,
+                                 bias, g);
     }
-    return out;
+    if (neighbours->below.defined()) {
+      bottom = ConvWithRowsProvided(at::cat({x.narrow(h_axis, rows - 2 * halo, 2 * halo), neighbours->below}, h_axis),
+                                    weight, bias, g);
+    }
+    if (zeros) {
+      // Overwrite the edge rows in place: no second copy of the output.
+      if (top.defined()) inner.narrow(h_axis, 0, halo).copy_(top);
+      if (bottom.defined()) inner.narrow(h_axis, inner.size(h_axis) - halo, halo).copy_(bottom);
+      return inner;
+    }
+    std::vector<at::Tensor> parts;
+    if (top.defined()) parts.push_back(top);
+    if (inner.defined()) parts.push_back(inner);
+    if (bottom.defined()) parts.push_back(bottom);
+    return parts.size() == 1 ? parts[0] : at::cat(parts, h_axis);
   }
   at::Tensor with_rows = ValueOrThrow(parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros));
   // The layer's own padding only at the global edges; interior edges have
   // real neighbour rows (replicate/reflect included).
   // In row bands on a CPU, as the dense path (its peak scales with the band).
-  if (!zeros) return ConvInRowBands(with_rows, weight, bias, g, spec.is_first() ? halo : 0, spec.is_last() ? halo : 0);
+  if (!zeros) return ConvInRowBands(with_rows, weight, bias, g, pad_top, pad_bottom);
   return ConvInRowBands(with_rows, weight, bias, g, 0, 0);
 }
 

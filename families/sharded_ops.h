@@ -50,6 +50,11 @@ class ShardedOps final : public LayerOps {
   // pass nothing.
   void set_cancel_flag(const std::atomic<bool>* cancelled) { cancelled_ = cancelled; }
 
+  // Whether a convolution computes its rows that need no neighbour rows
+  // while the halo rows are in flight (the default), or waits for the halo
+  // first (for measuring what the overlap gains; both are exact).
+  void set_overlap_halo(bool overlap) { overlap_halo_ = overlap; }
+
  private:
   // Every rank's band of K/V (`tokens_per_row` per row) in rank order, with
   // the cancellation flag riding along.
@@ -61,6 +66,7 @@ class ShardedOps final : public LayerOps {
   parallel::Communicator& comm_;
   parallel::ShardSpec latent_spec_;
   const std::atomic<bool>* cancelled_ = nullptr;
+  bool overlap_halo_ = true;
 };
 
 }  // namespace vaedecode::families

@@ -23,6 +23,7 @@
 //    sizes from the partition) are passed in, never communicated.
 
 #include <cstdint>
+#include <memory>
 #include <string_view>
 
 #include <ATen/core/Tensor.h>
@@ -59,6 +60,19 @@ struct P2POp {
   at::Tensor tensor;
 };
 
+// A SendRecv batch posted by Communicator::StartSendRecv, not yet waited on.
+class PendingSendRecv {
+ public:
+  // Destroyed without a successful Wait() (e.g. the compute in between
+  // threw), the batch is abandoned: the communicator is aborted, since its
+  // peers can no longer be kept in step.
+  virtual ~PendingSendRecv() = default;
+  // Returns once every message of the batch is complete (receive tensors
+  // hold their data, send tensors may be reused), with SendRecv's errors;
+  // the timeout counts from the start. Call once.
+  virtual absl::Status Wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -74,6 +88,16 @@ class Communicator {
   // i-th receive from A posted by B. Zero-element messages are skipped on
   // both sides.
   virtual absl::Status SendRecv(absl::Span<const P2POp> ops, CallKind kind) = 0;
+
+  // SendRecv split in two, so that a rank computes while its messages are
+  // in flight: posts the batch and returns; the caller may then compute on
+  // other tensors, but must not read a receive tensor, write a send tensor
+  // or make any other call on this communicator before the pending's
+  // Wait() returns. It is the same call as SendRecv for ordering and
+  // counting. This default runs SendRecv at once (no overlap); backends
+  // whose transfers progress on their own (Gloo's transport threads)
+  // override it.
+  virtual std::unique_ptr<PendingSendRecv> StartSendRecv(absl::Span<const P2POp> ops, CallKind kind);
 
   // Uneven all-gather along dim 0. Rank r contributes `local` with
   // local.size(0) == sizes[r] (sizes come from the partition and are never

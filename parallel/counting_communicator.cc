@@ -1,5 +1,6 @@
 #include "parallel/counting_communicator.h"
 
+#include <chrono>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,31 @@ int64_t OtherRowsBytes(const at::Tensor& local, absl::Span<const int64_t> sizes,
     if (static_cast<int>(r) != rank) rows += sizes[r];
   }
   return rows * OneRowBytes(local);
+}
+
+// Milliseconds since construction.
+class Stopwatch {
+ public:
+  double ms() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+OpCounters SendRecvDelta(absl::Span<const P2POp> ops) {
+  OpCounters delta;
+  for (const P2POp& op : ops) {
+    if (op.kind == P2POp::kSend) {
+      ++delta.sends;
+      delta.bytes_sent += Bytes(op.tensor);
+    } else {
+      ++delta.recvs;
+      delta.bytes_received += Bytes(op.tensor);
+    }
+  }
+  return delta;
 }
 
 std::string HumanBytes(int64_t bytes) {
@@ -114,6 +140,12 @@ OpCounters CommStats::Total() const {
   return sum;
 }
 
+double CommStats::total_blocked_ms() const {
+  double sum = 0;
+  for (double ms : blocked_ms) sum += ms;
+  return sum;
+}
+
 std::string CommStats::ToString() const {
   const OpCounters total = Total();
   std::string out = absl::StrCat(
@@ -129,6 +161,13 @@ std::string CommStats::ToString() const {
           AsAbsl(OpTypeName(static_cast<OpType>(o))), ": ", c.DebugString());
     }
   }
+  std::string blocked;
+  for (int k = 0; k < kNumCallKinds; ++k) {
+    if (blocked_ms[k] <= 0) continue;
+    absl::StrAppend(&blocked, blocked.empty() ? "" : " ", AsAbsl(CallKindName(static_cast<CallKind>(k))), "=",
+                    absl::StrFormat("%.1f", blocked_ms[k]));
+  }
+  if (!blocked.empty()) absl::StrAppend(&out, "; blocked_ms: ", blocked);
   return out;
 }
 
@@ -163,22 +202,55 @@ void CountingCommunicator::Record(CallKind kind, OpType op, bool meets_peers,
   if (failed) ++c.failures;
 }
 
+void CountingCommunicator::AddBlocked(CallKind kind, double ms) {
+  absl::MutexLock lock(&mu_);
+  stats_.blocked_ms[static_cast<int>(kind)] += ms;
+}
+
 absl::Status CountingCommunicator::SendRecv(absl::Span<const P2POp> ops,
                                             CallKind kind) {
-  OpCounters delta;
-  for (const P2POp& op : ops) {
-    if (op.kind == P2POp::kSend) {
-      ++delta.sends;
-      delta.bytes_sent += Bytes(op.tensor);
-    } else {
-      ++delta.recvs;
-      delta.bytes_received += Bytes(op.tensor);
-    }
-  }
+  const OpCounters delta = SendRecvDelta(ops);
+  const Stopwatch watch;
   absl::Status status = inner_->SendRecv(ops, kind);
+  AddBlocked(kind, watch.ms());
   const bool meets = world_size() > 1 && !ops.empty();
   Record(kind, OpType::kSendRecv, meets, delta, !status.ok());
   return status;
+}
+
+// Counted as one SendRecv call when waited on (or abandoned).
+class CountingCommunicator::CountedPending final : public PendingSendRecv {
+ public:
+  CountedPending(CountingCommunicator& owner, CallKind kind, bool meets, OpCounters delta,
+                 std::unique_ptr<PendingSendRecv> inner)
+      : owner_(owner), kind_(kind), meets_(meets), delta_(delta), inner_(std::move(inner)) {}
+  ~CountedPending() override {
+    if (!recorded_) owner_.Record(kind_, OpType::kSendRecv, meets_, delta_, /*failed=*/true);
+  }
+  absl::Status Wait() override {
+    const Stopwatch watch;
+    absl::Status status = inner_->Wait();
+    owner_.AddBlocked(kind_, watch.ms());
+    if (!recorded_) owner_.Record(kind_, OpType::kSendRecv, meets_, delta_, !status.ok());
+    recorded_ = true;
+    return status;
+  }
+
+ private:
+  CountingCommunicator& owner_;
+  const CallKind kind_;
+  const bool meets_;
+  const OpCounters delta_;
+  std::unique_ptr<PendingSendRecv> inner_;
+  bool recorded_ = false;
+};
+
+std::unique_ptr<PendingSendRecv> CountingCommunicator::StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) {
+  const Stopwatch watch;
+  std::unique_ptr<PendingSendRecv> inner = inner_->StartSendRecv(ops, kind);
+  AddBlocked(kind, watch.ms());
+  return std::make_unique<CountedPending>(*this, kind, world_size() > 1 && !ops.empty(), SendRecvDelta(ops),
+                                          std::move(inner));
 }
 
 absl::StatusOr<at::Tensor> CountingCommunicator::AllGather(
@@ -186,7 +258,9 @@ absl::StatusOr<at::Tensor> CountingCommunicator::AllGather(
   OpCounters delta;
   delta.bytes_sent = Bytes(local);
   delta.bytes_received = OtherRowsBytes(local, sizes, rank());
+  const Stopwatch watch;
   absl::StatusOr<at::Tensor> result = inner_->AllGather(local, sizes, kind);
+  AddBlocked(kind, watch.ms());
   Record(kind, OpType::kAllGather, world_size() > 1, delta, !result.ok());
   return result;
 }
@@ -196,7 +270,9 @@ absl::Status CountingCommunicator::AllReduceSum(const at::Tensor& tensor,
   OpCounters delta;
   delta.bytes_sent = Bytes(tensor);
   delta.bytes_received = Bytes(tensor);
+  const Stopwatch watch;
   absl::Status status = inner_->AllReduceSum(tensor, kind);
+  AddBlocked(kind, watch.ms());
   Record(kind, OpType::kAllReduce, world_size() > 1, delta, !status.ok());
   return status;
 }
@@ -209,7 +285,9 @@ absl::Status CountingCommunicator::Broadcast(const at::Tensor& tensor, int root,
   } else {
     delta.bytes_received = Bytes(tensor);
   }
+  const Stopwatch watch;
   absl::Status status = inner_->Broadcast(tensor, root, kind);
+  AddBlocked(kind, watch.ms());
   Record(kind, OpType::kBroadcast, world_size() > 1, delta, !status.ok());
   return status;
 }
@@ -223,14 +301,18 @@ absl::StatusOr<at::Tensor> CountingCommunicator::GatherToRoot(
   } else {
     delta.bytes_sent = Bytes(local);
   }
+  const Stopwatch watch;
   absl::StatusOr<at::Tensor> result =
       inner_->GatherToRoot(local, sizes, root, kind);
+  AddBlocked(kind, watch.ms());
   Record(kind, OpType::kGather, world_size() > 1, delta, !result.ok());
   return result;
 }
 
 absl::Status CountingCommunicator::Barrier() {
+  const Stopwatch watch;
   absl::Status status = inner_->Barrier();
+  AddBlocked(CallKind::kOther, watch.ms());
   Record(CallKind::kOther, OpType::kBarrier, world_size() > 1, OpCounters{},
          !status.ok());
   return status;

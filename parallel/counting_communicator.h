@@ -29,6 +29,11 @@
 //    local_calls, with the bytes they attempted).
 // Barrier is recorded under CallKind::kOther.
 //
+// Besides the counts, the time this rank spent blocked inside calls, per
+// kind (a StartSendRecv batch: its start and its Wait, not the compute in
+// between). Measured, so not deterministic: outside OpCounters and their
+// equality.
+//
 // Thread-safe: stats() and Reset() may run concurrently with calls.
 
 #include <array>
@@ -88,9 +93,14 @@ struct CommStats {
   // Total().calls: the synchronisation points so far.
   int64_t collectives() const { return Total().calls; }
 
+  // Milliseconds blocked in calls, by CallKind.
+  std::array<double, kNumCallKinds> blocked_ms{};
+  double total_blocked_ms() const;
+
   // One line: totals, then every non-zero (kind, op) cell, e.g.
   // "calls=3 local_calls=0 bytes=1.5KiB (sent=512 received=1024) failures=0;
-  //  halo/send_recv: calls=2 sends=4 recvs=4 sent=256 received=256; ..."
+  //  halo/send_recv: calls=2 sends=4 recvs=4 sent=256 received=256; ...;
+  //  blocked_ms: halo=0.4 ..."
   std::string ToString() const;
 };
 
@@ -110,6 +120,7 @@ class CountingCommunicator final : public Communicator {
   c10::Device device() const override { return inner_->device(); }
 
   absl::Status SendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
+  std::unique_ptr<PendingSendRecv> StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
   absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local,
                                        absl::Span<const int64_t> sizes,
                                        CallKind kind) override;
@@ -123,8 +134,10 @@ class CountingCommunicator final : public Communicator {
   void Abort(std::string_view reason) override { inner_->Abort(reason); }
 
  private:
+  class CountedPending;
   void Record(CallKind kind, OpType op, bool meets_peers,
               const OpCounters& delta, bool failed);
+  void AddBlocked(CallKind kind, double ms);
 
   std::unique_ptr<Communicator> owned_;
   Communicator* const inner_;

@@ -79,9 +79,10 @@ TEST(CountingCommunicatorTest, ExactCountsAndBytesOnThreeRanks) {
           halo.push_back({P2POp::kSend, peer, at::ones({1, 4})});
           halo.push_back({P2POp::kRecv, peer, at::empty({1, 4})});
         }
-        for (int i = 0; i < 2; ++i) {
-          RETURN_IF_ERROR(comm.SendRecv(halo, CallKind::kHalo));
-        }
+        // Once at once, once started and waited on: the same call.
+        RETURN_IF_ERROR(comm.SendRecv(halo, CallKind::kHalo));
+        std::unique_ptr<PendingSendRecv> started = comm.StartSendRecv(halo, CallKind::kHalo);
+        RETURN_IF_ERROR(started->Wait());
         RETURN_IF_ERROR(comm.SendRecv({}, CallKind::kHalo));  // meets nobody
         // GroupNorm stats: one all-reduce of [3] doubles.
         RETURN_IF_ERROR(comm.AllReduceSum(at::zeros({3}, at::kDouble),
@@ -141,8 +142,15 @@ TEST(CountingCommunicatorTest, ExactCountsAndBytesOnThreeRanks) {
             !absl::StrContains(text, "attention_kv/all_gather: calls=1")) {
           return absl::InternalError(absl::StrCat("ToString: ", text));
         }
+        // Time blocked: measured for every kind that met a peer.
+        for (CallKind kind : {CallKind::kHalo, CallKind::kGroupNormStats, CallKind::kAttentionKV,
+                              CallKind::kBroadcastJob, CallKind::kGatherOutput, CallKind::kOther}) {
+          if (!(stats.blocked_ms[static_cast<int>(kind)] > 0)) {
+            return absl::InternalError(absl::StrCat("no time blocked in ", std::string(CallKindName(kind))));
+          }
+        }
         comm.Reset();
-        if (comm.stats().Total() != OpCounters{}) {
+        if (comm.stats().Total() != OpCounters{} || comm.stats().total_blocked_ms() != 0) {
           return absl::InternalError("Reset left counts");
         }
         return absl::OkStatus();

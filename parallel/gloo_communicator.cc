@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <exception>
 #include <optional>
 #include <utility>
@@ -138,6 +139,7 @@ GlooCommunicator::GlooCommunicator(const GlooOptions& options)
       world_size_(options.world_size),
       group_name_(options.group_name),
       timeout_(options.timeout),
+      all_gather_(options.all_gather),
       shared_(std::make_shared<Shared>()),
       next_send_seq_(options.world_size, 0),
       next_recv_seq_(options.world_size, 0) {}
@@ -201,13 +203,12 @@ void GlooCommunicator::AbortInternal(std::string_view reason, bool publish) {
                reason);
 }
 
-absl::Status GlooCommunicator::Exchange(std::vector<Message> messages,
-                                        std::string_view what,
-                                        absl::Time deadline) {
-  InFlight in_flight(watcher_.get());
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  works.reserve(messages.size());
-  absl::Status status;
+GlooCommunicator::Posted GlooCommunicator::Post(std::vector<Message> messages, std::string what,
+                                                absl::Time deadline) {
+  Posted posted;
+  posted.what = std::move(what);
+  posted.deadline = deadline;
+  posted.works.reserve(messages.size());
   try {
     for (Message& m : messages) {
       // Both ends count every message, sent or skipped, so tags stay aligned.
@@ -216,42 +217,47 @@ absl::Status GlooCommunicator::Exchange(std::vector<Message> messages,
       if (m.tensor.numel() == 0) continue;
       const int tag = static_cast<int>(seq & 0x3fffffffu);
       std::vector<at::Tensor> tensors{m.tensor};
-      works.push_back(m.send ? pg_->send(tensors, m.peer, tag)
-                             : pg_->recv(tensors, m.peer, tag));
+      posted.works.push_back(m.send ? pg_->send(tensors, m.peer, tag)
+                                    : pg_->recv(tensors, m.peer, tag));
     }
   } catch (...) {
-    status =
+    posted.status =
         StatusFromException(std::current_exception(),
-                            absl::StrCat(AsAbsl(what), ": post"), deadline);
+                            absl::StrCat(AsAbsl(posted.what), ": post"), deadline);
   }
 
   bool aborted_before_wait = false;
   {
     absl::MutexLock lock(&shared_->mu);
     aborted_before_wait = shared_->aborted;
-    shared_->in_flight.insert(shared_->in_flight.end(), works.begin(),
-                              works.end());
+    shared_->in_flight.insert(shared_->in_flight.end(), posted.works.begin(),
+                              posted.works.end());
   }
   if (aborted_before_wait) {
-    for (const auto& work : works) {
+    for (const auto& work : posted.works) {
       try {
         work->abort();
       } catch (...) {
       }
     }
   }
+  return posted;
+}
 
-  for (const auto& work : works) {
+absl::Status GlooCommunicator::Finish(Posted& posted) {
+  InFlight in_flight(watcher_.get());
+  absl::Status status = posted.status;
+  for (const auto& work : posted.works) {
     if (!status.ok()) break;
     try {
-      if (!work->wait(RemainingMillis(deadline))) {
+      if (!work->wait(RemainingMillis(posted.deadline))) {
         status = CheckNotAborted();
         if (status.ok())
           status = absl::UnavailableError(
-              absl::StrCat(AsAbsl(what), ": interrupted"));
+              absl::StrCat(AsAbsl(posted.what), ": interrupted"));
       }
     } catch (...) {
-      status = StatusFromException(std::current_exception(), what, deadline);
+      status = StatusFromException(std::current_exception(), posted.what, posted.deadline);
     }
   }
   if (status.ok()) status = CheckNotAborted();
@@ -259,7 +265,7 @@ absl::Status GlooCommunicator::Exchange(std::vector<Message> messages,
   {
     absl::MutexLock lock(&shared_->mu);
     auto& pending = shared_->in_flight;
-    for (const auto& work : works) {
+    for (const auto& work : posted.works) {
       for (auto it = pending.begin(); it != pending.end(); ++it) {
         if (*it == work) {
           pending.erase(it);
@@ -271,9 +277,17 @@ absl::Status GlooCommunicator::Exchange(std::vector<Message> messages,
   if (!status.ok()) {
     // Gloo may still write into (or read from) these tensors; keep them
     // alive until the process group is gone.
-    abandoned_.insert(abandoned_.end(), works.begin(), works.end());
+    abandoned_.insert(abandoned_.end(), posted.works.begin(), posted.works.end());
   }
+  posted.works.clear();
   return status;
+}
+
+absl::Status GlooCommunicator::Exchange(std::vector<Message> messages,
+                                        std::string_view what,
+                                        absl::Time deadline) {
+  Posted posted = Post(std::move(messages), std::string(what), deadline);
+  return Finish(posted);
 }
 
 absl::Status GlooCommunicator::WaitCollective(
@@ -317,6 +331,22 @@ absl::Status GlooCommunicator::WaitCollective(
   return absl::OkStatus();
 }
 
+namespace {
+
+std::vector<PointToPoint> MessagesOf(absl::Span<const P2POp> ops) {
+  std::vector<PointToPoint> messages;
+  messages.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    const bool send = op.kind == P2POp::kSend;
+    messages.push_back(PointToPoint{send, op.peer, send ? op.tensor.contiguous() : op.tensor});
+  }
+  return messages;
+}
+
+std::string SendRecvName(CallKind kind) { return absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"); }
+
+}  // namespace
+
 absl::Status GlooCommunicator::SendRecv(absl::Span<const P2POp> ops,
                                         CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
@@ -325,18 +355,41 @@ absl::Status GlooCommunicator::SendRecv(absl::Span<const P2POp> ops,
     return Fail(s);
   }
   if (ops.empty()) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + timeout_;
-  std::vector<Message> messages;
-  messages.reserve(ops.size());
-  for (const P2POp& op : ops) {
-    const bool send = op.kind == P2POp::kSend;
-    messages.push_back(
-        Message{send, op.peer, send ? op.tensor.contiguous() : op.tensor});
-  }
-  absl::Status status = Exchange(
-      std::move(messages),
-      absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"), deadline);
+  absl::Status status = Exchange(MessagesOf(ops), SendRecvName(kind), absl::Now() + timeout_);
   return status.ok() ? status : Fail(status);
+}
+
+// Gloo's transport threads move the posted messages while the caller
+// computes; Wait() finishes them as SendRecv would.
+class GlooCommunicator::PendingExchange final : public PendingSendRecv {
+ public:
+  PendingExchange(GlooCommunicator& comm, Posted posted) : comm_(comm), posted_(std::move(posted)) {}
+  ~PendingExchange() override {
+    if (waited_) return;
+    comm_.abandoned_.insert(comm_.abandoned_.end(), posted_.works.begin(), posted_.works.end());
+    (void)comm_.Fail(absl::InternalError(absl::StrCat(AsAbsl(posted_.what), ": abandoned before its wait")));
+  }
+  absl::Status Wait() override {
+    if (waited_) return absl::FailedPreconditionError("a SendRecv batch was waited on twice");
+    waited_ = true;
+    absl::Status status = comm_.Finish(posted_);
+    return status.ok() ? status : comm_.Fail(status);
+  }
+
+ private:
+  GlooCommunicator& comm_;
+  Posted posted_;
+  bool waited_ = false;
+};
+
+std::unique_ptr<PendingSendRecv> GlooCommunicator::StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) {
+  absl::Status checked = CheckNotAborted();
+  if (checked.ok()) checked = CheckP2POps(ops, rank_, world_size_, device());
+  if (!checked.ok() || ops.empty()) {
+    // Nothing posted: the default (synchronous) call reports it alike.
+    return Communicator::StartSendRecv(ops, kind);
+  }
+  return std::make_unique<PendingExchange>(*this, Post(MessagesOf(ops), SendRecvName(kind), absl::Now() + timeout_));
 }
 
 absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(
@@ -350,13 +403,47 @@ absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(
   const at::Tensor source = local.contiguous();
   if (world_size_ == 1) return source;
   const absl::Time deadline = absl::Now() + timeout_;
+  const std::string what = absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]");
+  if (all_gather_ == GlooAllGather::kNative) {
+    absl::StatusOr<at::Tensor> out = NativeAllGather(source, sizes, what, deadline);
+    if (!out.ok()) return Fail(out.status());
+    return out;
+  }
   at::Tensor out;
   std::vector<Message> messages = PlanAllGather(source, sizes, rank_, world_size_, &out);
-  absl::Status status = Exchange(
-      std::move(messages),
-      absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]"), deadline);
+  absl::Status status = Exchange(std::move(messages), what, deadline);
   if (!status.ok()) return Fail(status);
   return out;
+}
+
+absl::StatusOr<at::Tensor> GlooCommunicator::NativeAllGather(const at::Tensor& source,
+                                                             absl::Span<const int64_t> sizes,
+                                                             const std::string& what, absl::Time deadline) {
+  // Gloo gathers equal shapes: every rank pads its rows to the largest band.
+  const int64_t widest = *std::max_element(sizes.begin(), sizes.end());
+  if (widest == 0) return EmptyGatherOutput(source, sizes);
+  std::vector<int64_t> shape = source.sizes().vec();
+  shape[0] = widest;
+  at::Tensor padded = source;
+  if (sizes[rank_] != widest) {
+    padded = at::zeros(shape, source.options());
+    if (sizes[rank_] > 0) padded.narrow(0, 0, sizes[rank_]).copy_(source);
+  }
+  shape[0] = widest * world_size_;
+  at::Tensor all = at::empty(shape, source.options());
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = pg_->_allgather_base(all, padded);
+  } catch (...) {
+    return StatusFromException(std::current_exception(), what, deadline);
+  }
+  if (absl::Status s = WaitCollective(work, what, deadline); !s.ok()) return s;
+  bool even = true;
+  for (int64_t size : sizes) even = even && size == widest;
+  if (even) return all;
+  std::vector<at::Tensor> rows;
+  for (int r = 0; r < world_size_; ++r) rows.push_back(all.narrow(0, r * widest, sizes[r]));
+  return at::cat(rows, 0);
 }
 
 absl::StatusOr<at::Tensor> GlooCommunicator::GatherToRoot(

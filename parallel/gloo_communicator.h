@@ -32,6 +32,12 @@ class Work;
 
 namespace vaedecode::parallel {
 
+// How AllGather moves rows: every rank sends its rows to every other rank
+// (W-1 messages each way, posted together; uneven sizes cost nothing), or
+// Gloo's own all-gather (a ring; uneven sizes padded to the largest). Which
+// is faster is measured by bench/comm (docs/BENCHMARKS.md).
+enum class GlooAllGather { kPointToPoint, kNative };
+
 struct GlooOptions {
   int rank = 0;
   int world_size = 1;
@@ -58,6 +64,7 @@ struct GlooOptions {
   // the call. If set and SIGPIPE still has its default action, Create sets
   // it to ignored, process-wide (writes then fail with EPIPE).
   bool ignore_sigpipe = true;
+  GlooAllGather all_gather = GlooAllGather::kPointToPoint;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -78,6 +85,7 @@ class GlooCommunicator final : public Communicator {
   c10::Device device() const override { return c10::Device(c10::kCPU); }
 
   absl::Status SendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
+  std::unique_ptr<PendingSendRecv> StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
   absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local,
                                        absl::Span<const int64_t> sizes,
                                        CallKind kind) override;
@@ -103,10 +111,25 @@ class GlooCommunicator final : public Communicator {
   absl::Status Fail(absl::Status status);
   void AbortInternal(std::string_view reason, bool publish);
 
-  // Posts every message (tags from the per-pair sequence numbers), then
-  // waits for all of them until `deadline`.
+  // An exchange whose messages are posted and not yet waited for.
+  struct Posted {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    absl::Status status;  // a failure while posting
+    std::string what;
+    absl::Time deadline;
+  };
+  class PendingExchange;
+
+  // Posts every message (tags from the per-pair sequence numbers).
+  Posted Post(std::vector<Message> messages, std::string what, absl::Time deadline);
+  // Waits for all of a posted exchange's messages until its deadline.
+  absl::Status Finish(Posted& posted);
+  // Post, then Finish.
   absl::Status Exchange(std::vector<Message> messages, std::string_view what,
                         absl::Time deadline);
+  // AllGather through Gloo's collective (GlooAllGather::kNative).
+  absl::StatusOr<at::Tensor> NativeAllGather(const at::Tensor& source, absl::Span<const int64_t> sizes,
+                                             const std::string& what, absl::Time deadline);
   // Waits for a Gloo collective's completion, an abort, or the deadline.
   absl::Status WaitCollective(const c10::intrusive_ptr<c10d::Work>& work,
                               std::string_view what, absl::Time deadline);
@@ -115,6 +138,7 @@ class GlooCommunicator final : public Communicator {
   const int world_size_;
   const std::string group_name_;
   const absl::Duration timeout_;
+  const GlooAllGather all_gather_;
 
   std::shared_ptr<Shared> shared_;
   // Per-pair message counters: the tag of the next message to / from a peer.

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -142,12 +144,99 @@ TEST(GlooCommunicatorTest, OnlyNeighboursExchangeWhileOthersWait) {
   EXPECT_TRUE(status.ok()) << status;
 }
 
-TEST(GlooCommunicatorTest, UnevenAllGatherEqualsConcatenation) {
+// A file the ranks of one test share (they are forked children).
+std::string SharedFlag(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "_", ::getppid());
+}
+
+bool WaitForFile(const std::string& path, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (std::ifstream(path).good()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+TEST(GlooCommunicatorTest, StartedSendRecvReturnsBeforeThePeerPostsAndWaitDelivers) {
+  // Rank 0 starts its batch, then tells rank 1 (through a file) to post its
+  // own: a start that waited for the peer would never get to tell it.
+  for (int world = 2; world <= 3; ++world) {
+    const std::string flag = SharedFlag(absl::StrCat("started_", world));
+    std::remove(flag.c_str());
+    absl::Status status = RunRanks(
+        world,
+        [&flag](int rank, int world, int port) -> absl::Status {
+          auto comm = Connect(rank, world, port);
+          RETURN_IF_ERROR(comm.status());
+          const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+          at::Tensor from_prev = at::empty({64, 3});
+          std::vector<P2POp> ops = {{P2POp::kSend, next, at::full({64, 3}, rank + 1.0)},
+                                    {P2POp::kRecv, prev, from_prev}};
+          if (rank != 0 && !WaitForFile(flag, absl::Seconds(10))) {
+            return absl::InternalError("rank 0's start did not return while its peers had not posted");
+          }
+          std::unique_ptr<PendingSendRecv> pending = (*comm)->StartSendRecv(ops, CallKind::kHalo);
+          if (rank == 0) std::ofstream(flag) << "started";
+          // Compute on other tensors while the rows travel.
+          const at::Tensor busy = at::randn({128, 128}).matmul(at::randn({128, 128}));
+          RETURN_IF_ERROR(pending->Wait());
+          RETURN_IF_ERROR(ExpectTensorEqual(from_prev, at::full({64, 3}, prev + 1.0), "from prev"));
+          // The per-pair order carries on into plain calls.
+          at::Tensor again = at::empty({2});
+          RETURN_IF_ERROR((*comm)->SendRecv({{P2POp::kSend, next, at::full({2}, 9.0 + rank)},
+                                             {P2POp::kRecv, prev, again}},
+                                            CallKind::kHalo));
+          return ExpectTensorEqual(again, at::full({2}, 9.0 + prev), "again");
+        },
+        absl::Seconds(30));
+    EXPECT_TRUE(status.ok()) << "world " << world << ": " << status;
+    std::remove(flag.c_str());
+  }
+}
+
+TEST(GlooCommunicatorTest, AStartedSendRecvNeverWaitedOnAbortsTheGroup) {
+  absl::Status status = RunRanks(
+      2,
+      [](int rank, int world, int port) -> absl::Status {
+        auto comm = Connect(rank, world, port);
+        RETURN_IF_ERROR(comm.status());
+        RETURN_IF_ERROR((*comm)->Barrier());
+        const int peer = 1 - rank;
+        if (rank == 0) {
+          // E.g. the compute between start and wait threw.
+          (void)(*comm)->StartSendRecv({{P2POp::kSend, peer, at::ones({4})}}, CallKind::kHalo);
+          absl::Status after = (*comm)->Barrier();
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rank 1 learns it from the store
+          return Expect(after.code() == absl::StatusCode::kUnavailable, after.ToString());
+        }
+        at::Tensor in = at::empty({4});
+        (void)(*comm)->SendRecv({{P2POp::kRecv, peer, in}}, CallKind::kHalo);
+        absl::Status after = (*comm)->Barrier();
+        return Expect(after.code() == absl::StatusCode::kUnavailable &&
+                          absl::StrContains(after.message(), "abandoned before its wait"),
+                      after.ToString());
+      },
+      absl::Seconds(30));
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+class GlooAllGatherTest : public ::testing::TestWithParam<GlooAllGather> {};
+
+TEST_P(GlooAllGatherTest, UnevenAllGatherEqualsConcatenation) {
+  const GlooAllGather algorithm = GetParam();
   for (int world = 1; world <= 4; ++world) {
     absl::Status status = RunRanks(
         world,
-        [](int rank, int world, int port) -> absl::Status {
-          auto comm = Connect(rank, world, port);
+        [algorithm](int rank, int world, int port) -> absl::Status {
+          GlooOptions options;
+          options.rank = rank;
+          options.world_size = world;
+          options.store_port = port;
+          options.timeout = absl::Seconds(10);
+          options.all_gather = algorithm;
+          auto comm = GlooCommunicator::Create(options);
           RETURN_IF_ERROR(comm.status());
           // 7 rows: {7}, {4,3}, {3,2,2}, {2,2,2,1}; then 2 rows, which
           // leaves empty bands at world 3 and 4; then a bf16 gather.
@@ -174,6 +263,9 @@ TEST(GlooCommunicatorTest, UnevenAllGatherEqualsConcatenation) {
     EXPECT_TRUE(status.ok()) << "world " << world << ": " << status;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(PointToPointAndNative, GlooAllGatherTest,
+                         ::testing::Values(GlooAllGather::kPointToPoint, GlooAllGather::kNative));
 
 TEST(GlooCommunicatorTest, AllReduceSumInPlace) {
   for (int world = 1; world <= 3; ++world) {

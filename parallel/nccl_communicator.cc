@@ -383,61 +383,71 @@ void NcclCommunicator::AbortInternal(std::string_view reason, bool publish) {
                reason);
 }
 
-absl::Status NcclCommunicator::Run(
-    std::string_view what,
-    const std::function<absl::Status(const Device&)>& enqueue,
-    std::vector<at::Tensor> keep_alive, absl::Time deadline) {
-  ncclComm_t comm = nullptr;
+NcclCommunicator::Call NcclCommunicator::Begin(std::string_view what,
+                                               const std::function<absl::Status(const Device&)>& enqueue,
+                                               std::vector<at::Tensor> keep_alive, absl::Time deadline) {
+  Call call;
+  call.what = std::string(what);
+  call.keep_alive = std::move(keep_alive);
+  call.deadline = deadline;
   {
     absl::MutexLock lock(&mu_);
     if (aborted_ || dev_ == nullptr || dev_->comm == nullptr) {
-      return absl::UnavailableError(
+      call.status = absl::UnavailableError(
           absl::StrCat("group '", group_name_, "' aborted: ", abort_reason_));
+      return call;
     }
     in_call_ = true;  // from here on only this thread touches dev_->comm
-    comm = dev_->comm;
+    call.comm = dev_->comm;
   }
-  AbortWatcher* watcher = watcher_.get();
-  if (watcher != nullptr) watcher->CallStarted();
+  call.owns = true;
+  if (watcher_ != nullptr) watcher_->CallStarted();
+  DeviceScope scope(device_);
+  call.status = scope.status();
+  if (call.status.ok()) {
+    // The transfer stream starts after the caller's queued work (which
+    // produced the inputs and the output buffers' previous contents).
+    cudaStream_t producer =
+        producer_stream_ ? static_cast<cudaStream_t>(producer_stream_())
+                         : cudaStreamLegacy;
+    call.status =
+        CudaStatus(cudaEventRecord(dev_->ready, producer), "cudaEventRecord");
+    if (call.status.ok()) {
+      call.status = CudaStatus(cudaStreamWaitEvent(dev_->stream, dev_->ready, 0),
+                               "cudaStreamWaitEvent");
+    }
+  }
+  if (call.status.ok()) call.status = enqueue(*dev_);
+  if (call.status.ok()) call.status = WaitNotInProgress(call.comm, call.what, deadline);
+  return call;
+}
 
-  absl::Status status;
+absl::Status NcclCommunicator::End(Call& call) {
+  if (!call.owns) return call.status;
+  call.owns = false;
+  absl::Status status = call.status;
   {
     DeviceScope scope(device_);
-    status = scope.status();
-    if (status.ok()) {
-      // The transfer stream starts after the caller's queued work (which
-      // produced the inputs and the output buffers' previous contents).
-      cudaStream_t producer =
-          producer_stream_ ? static_cast<cudaStream_t>(producer_stream_())
-                           : cudaStreamLegacy;
-      status =
-          CudaStatus(cudaEventRecord(dev_->ready, producer), "cudaEventRecord");
-      if (status.ok()) {
-        status = CudaStatus(cudaStreamWaitEvent(dev_->stream, dev_->ready, 0),
-                            "cudaStreamWaitEvent");
-      }
-    }
-    if (status.ok()) status = enqueue(*dev_);
-    if (status.ok()) status = WaitNotInProgress(comm, what, deadline);
+    if (status.ok()) status = scope.status();
     Backoff backoff;
     while (status.ok()) {
       const cudaError_t query = cudaStreamQuery(dev_->stream);
       if (query == cudaSuccess) break;
       if (query != cudaErrorNotReady) {
-        status = CudaStatus(query, what);
+        status = CudaStatus(query, call.what);
         break;
       }
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm, &async);
+      ncclCommGetAsyncError(call.comm, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
-        status = NcclStatus(async, comm, what);
+        status = NcclStatus(async, call.comm, call.what);
         break;
       }
       status = CheckNotAborted();
       if (!status.ok()) break;
-      if (absl::Now() >= deadline) {
+      if (absl::Now() >= call.deadline) {
         status = absl::DeadlineExceededError(
-            absl::StrCat(AsAbsl(what), ": not complete within ",
+            absl::StrCat(AsAbsl(call.what), ": not complete within ",
                          absl::FormatDuration(timeout_)));
         break;
       }
@@ -452,17 +462,50 @@ absl::Status NcclCommunicator::Run(
     // Also covers an Abort() that arrived while the call was running.
     if (!status.ok() || aborted_) std::swap(to_abort, dev_->comm);
   }
-  if (watcher != nullptr) watcher->CallFinished();
+  if (watcher_ != nullptr) watcher_->CallFinished();
   if (to_abort != nullptr) {
     DeviceScope scope(device_);
     ncclCommAbort(to_abort);
   }
   if (!status.ok()) {
     abandoned_.insert(abandoned_.end(),
-                      std::make_move_iterator(keep_alive.begin()),
-                      std::make_move_iterator(keep_alive.end()));
+                      std::make_move_iterator(call.keep_alive.begin()),
+                      std::make_move_iterator(call.keep_alive.end()));
   }
+  call.keep_alive.clear();
   return status;
+}
+
+absl::Status NcclCommunicator::Run(
+    std::string_view what,
+    const std::function<absl::Status(const Device&)>& enqueue,
+    std::vector<at::Tensor> keep_alive, absl::Time deadline) {
+  Call call = Begin(what, enqueue, std::move(keep_alive), deadline);
+  return End(call);
+}
+
+std::function<absl::Status(const NcclCommunicator::Device&)> NcclCommunicator::EnqueueTransfers(
+    const std::vector<Transfer>& transfers) {
+  return [&transfers](const Device& dev) -> absl::Status {
+    ncclComm_t comm = dev.comm;
+    cudaStream_t stream = dev.stream;
+    absl::Status status =
+        NcclStatus(ncclGroupStart(), comm, "ncclGroupStart");
+    for (const Transfer& t : transfers) {
+      if (!status.ok()) break;
+      const size_t bytes = Bytes(t.tensor);
+      if (bytes == 0) continue;  // skipped on both ends
+      status =
+          NcclStatus(t.send ? ncclSend(t.tensor.data_ptr(), bytes,
+                                       ncclUint8, t.peer, comm, stream)
+                            : ncclRecv(t.tensor.data_ptr(), bytes,
+                                       ncclUint8, t.peer, comm, stream),
+                     comm, t.send ? "ncclSend" : "ncclRecv");
+    }
+    // Always close the group, even after a failed member.
+    absl::Status end = NcclStatus(ncclGroupEnd(), comm, "ncclGroupEnd");
+    return status.ok() ? end : status;
+  };
 }
 
 absl::Status NcclCommunicator::RunTransfers(std::string_view what,
@@ -471,30 +514,22 @@ absl::Status NcclCommunicator::RunTransfers(std::string_view what,
   std::vector<at::Tensor> keep_alive;
   keep_alive.reserve(transfers.size());
   for (const Transfer& t : transfers) keep_alive.push_back(t.tensor);
-  return Run(
-      what,
-      [&](const Device& dev) -> absl::Status {
-        ncclComm_t comm = dev.comm;
-        cudaStream_t stream = dev.stream;
-        absl::Status status =
-            NcclStatus(ncclGroupStart(), comm, "ncclGroupStart");
-        for (const Transfer& t : transfers) {
-          if (!status.ok()) break;
-          const size_t bytes = Bytes(t.tensor);
-          if (bytes == 0) continue;  // skipped on both ends
-          status =
-              NcclStatus(t.send ? ncclSend(t.tensor.data_ptr(), bytes,
-                                           ncclUint8, t.peer, comm, stream)
-                                : ncclRecv(t.tensor.data_ptr(), bytes,
-                                           ncclUint8, t.peer, comm, stream),
-                         comm, t.send ? "ncclSend" : "ncclRecv");
-        }
-        // Always close the group, even after a failed member.
-        absl::Status end = NcclStatus(ncclGroupEnd(), comm, "ncclGroupEnd");
-        return status.ok() ? end : status;
-      },
-      std::move(keep_alive), deadline);
+  return Run(what, EnqueueTransfers(transfers), std::move(keep_alive), deadline);
 }
+
+namespace {
+
+std::vector<PointToPoint> TransfersOf(absl::Span<const P2POp> ops) {
+  std::vector<PointToPoint> transfers;
+  transfers.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    const bool send = op.kind == P2POp::kSend;
+    transfers.push_back(PointToPoint{send, op.peer, send ? op.tensor.contiguous() : op.tensor});
+  }
+  return transfers;
+}
+
+}  // namespace
 
 absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops,
                                         CallKind kind) {
@@ -505,17 +540,47 @@ absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops,
   }
   if (ops.empty()) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + timeout_;
-  std::vector<Transfer> transfers;
-  transfers.reserve(ops.size());
-  for (const P2POp& op : ops) {
-    const bool send = op.kind == P2POp::kSend;
-    transfers.push_back(
-        Transfer{send, op.peer, send ? op.tensor.contiguous() : op.tensor});
-  }
   absl::Status status =
       RunTransfers(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"),
-                   std::move(transfers), deadline);
+                   TransfersOf(ops), deadline);
   return status.ok() ? status : Fail(status);
+}
+
+// The transfers are queued on the communicator's stream behind the work
+// that produced their inputs; the caller's next kernels (on its own stream)
+// run beside them until Wait() finds the stream drained.
+class NcclCommunicator::PendingTransfers final : public PendingSendRecv {
+ public:
+  PendingTransfers(NcclCommunicator& comm, Call call) : comm_(comm), call_(std::move(call)) {}
+  ~PendingTransfers() override {
+    if (waited_) return;
+    (void)comm_.End(call_);
+    (void)comm_.Fail(absl::InternalError(absl::StrCat(AsAbsl(call_.what), ": abandoned before its wait")));
+  }
+  absl::Status Wait() override {
+    if (waited_) return absl::FailedPreconditionError("a SendRecv batch was waited on twice");
+    waited_ = true;
+    absl::Status status = comm_.End(call_);
+    return status.ok() ? status : comm_.Fail(status);
+  }
+
+ private:
+  NcclCommunicator& comm_;
+  Call call_;
+  bool waited_ = false;
+};
+
+std::unique_ptr<PendingSendRecv> NcclCommunicator::StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) {
+  absl::Status checked = CheckNotAborted();
+  if (checked.ok()) checked = CheckP2POps(ops, rank_, world_size_, device());
+  if (!checked.ok() || ops.empty()) return Communicator::StartSendRecv(ops, kind);
+  std::vector<Transfer> transfers = TransfersOf(ops);
+  std::vector<at::Tensor> keep_alive;
+  keep_alive.reserve(transfers.size());
+  for (const Transfer& t : transfers) keep_alive.push_back(t.tensor);
+  Call call = Begin(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"), EnqueueTransfers(transfers),
+                    std::move(keep_alive), absl::Now() + timeout_);
+  return std::make_unique<PendingTransfers>(*this, std::move(call));
 }
 
 absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(

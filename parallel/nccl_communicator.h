@@ -30,6 +30,8 @@
 #include "parallel/communicator.h"
 #include "parallel/store.h"
 
+struct ncclComm;  // nccl.h's communicator handle (ncclComm_t), CUDA builds only
+
 namespace vaedecode::parallel {
 
 struct NcclOptions {
@@ -77,6 +79,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   absl::Status SendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
+  std::unique_ptr<PendingSendRecv> StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
   absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local,
                                        absl::Span<const int64_t> sizes,
                                        CallKind kind) override;
@@ -108,6 +111,24 @@ class NcclCommunicator final : public Communicator {
   absl::Status Run(std::string_view what,
                    const std::function<absl::Status(const Device&)>& enqueue,
                    std::vector<at::Tensor> keep_alive, absl::Time deadline);
+  // A call that Begin queued and End has not finished: while it is in
+  // progress this thread owns the NCCL communicator (in_call_).
+  struct Call {
+    std::string what;
+    ncclComm* comm = nullptr;  // ncclComm_t
+    std::vector<at::Tensor> keep_alive;
+    absl::Time deadline;
+    absl::Status status;  // a failure while queueing
+    bool owns = false;    // Begin took the communicator; End gives it back
+  };
+  class PendingTransfers;
+  // Run in two halves: Begin queues the work, End waits for it (and aborts
+  // NCCL on failure), so that a caller may compute in between.
+  Call Begin(std::string_view what, const std::function<absl::Status(const Device&)>& enqueue,
+             std::vector<at::Tensor> keep_alive, absl::Time deadline);
+  absl::Status End(Call& call);
+  // Queues a grouped set of sends and receives on the device's stream.
+  static std::function<absl::Status(const Device&)> EnqueueTransfers(const std::vector<Transfer>& transfers);
   // A grouped set of sends and receives through Run.
   absl::Status RunTransfers(std::string_view what,
                             std::vector<Transfer> transfers,

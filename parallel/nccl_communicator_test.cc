@@ -186,6 +186,16 @@ TEST(NcclCommunicatorTest, CollectivesOnGpus) {
         CallKind::kHalo));
     RETURN_IF_ERROR(
         ExpectTensorEqual(in, at::full({2, 3}, peer + 0.5), "halo"));
+    // Started, a kernel queued on the caller's stream meanwhile, then waited.
+    at::Tensor started_in = at::empty({2, 3}, on_gpu);
+    std::unique_ptr<PendingSendRecv> pending = comm.StartSendRecv(
+        {{P2POp::kSend, peer, at::full({2, 3}, rank + 1.5, on_gpu)},
+         {P2POp::kRecv, peer, started_in}},
+        CallKind::kHalo);
+    const at::Tensor busy = at::randn({256, 256}, on_gpu).matmul(at::randn({256, 256}, on_gpu));
+    RETURN_IF_ERROR(pending->Wait());
+    RETURN_IF_ERROR(
+        ExpectTensorEqual(started_in, at::full({2, 3}, peer + 1.5), "started halo"));
     return comm.Barrier();
   });
 }

@@ -14,10 +14,10 @@ at::Tensor RowsFirst(const at::Tensor& x, int64_t axis) { return x.movedim(axis,
 
 }  // namespace
 
-absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
-                                          int64_t halo) {
+absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x,
+                                                       const ShardSpec& spec, int64_t halo) {
   HaloRows rows;
-  if (halo == 0 || spec.world_size == 1) return rows;
+  if (halo == 0 || spec.world_size == 1) return HaloRowsInFlight(rows, nullptr);
   if (spec.min_band_rows() < halo) {
     return absl::FailedPreconditionError(absl::StrCat("halo of ", halo, " rows exceeds the thinnest band (",
                                                       spec.min_band_rows(), " rows)"));
@@ -37,9 +37,24 @@ absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& 
     rows.below = at::empty(shape, x.options());
     ops.push_back({P2POp::kRecv, spec.rank + 1, rows.below});
   }
-  absl::Status status = comm.SendRecv(ops, CallKind::kHalo);
-  if (!status.ok()) return status;
-  return rows;
+  // The send tensors are copies of x's edge rows, and the posted batch
+  // holds every tensor it moves until it completes.
+  return HaloRowsInFlight(std::move(rows), comm.StartSendRecv(ops, CallKind::kHalo));
+}
+
+absl::StatusOr<HaloRows> HaloRowsInFlight::Wait() {
+  if (pending_ != nullptr) {
+    std::unique_ptr<PendingSendRecv> pending = std::move(pending_);
+    if (absl::Status status = pending->Wait(); !status.ok()) return status;
+  }
+  return std::move(rows_);
+}
+
+absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
+                                          int64_t halo) {
+  absl::StatusOr<HaloRowsInFlight> started = StartHaloRowsExchange(comm, x, spec, halo);
+  if (!started.ok()) return started.status();
+  return started->Wait();
 }
 
 absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,

@@ -7,6 +7,7 @@
 // compute from the partition. At world size 1 none makes a call.
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include <ATen/core/Tensor.h>
@@ -17,14 +18,9 @@
 
 namespace vaedecode::parallel {
 
-// Returns x with `halo` real rows of the rank above prepended and `halo` rows
-// of the rank below appended along spec.axis. At the global top/bottom edges
-// nothing is added (the caller pads with the layer's own padding), or, with
-// `zero_edges`, `halo` zero rows, so a zero-padded conv needs one copy in all.
-// Both directions go in one SendRecv batch. Every band must hold >= halo
-// rows (FAILED_PRECONDITION otherwise).
 // The neighbours' rows alone: `halo` rows from the rank above and below
-// (undefined at the global edges), in one SendRecv batch.
+// (undefined at the global edges), in one SendRecv batch. Every band must
+// hold >= halo rows (FAILED_PRECONDITION otherwise).
 struct HaloRows {
   at::Tensor above;
   at::Tensor below;
@@ -32,6 +28,26 @@ struct HaloRows {
 absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
                                           int64_t halo);
 
+// The same exchange in flight (Communicator::StartSendRecv): `x` may be
+// read meanwhile, and the rows are there once Wait() returns OK.
+class HaloRowsInFlight {
+ public:
+  HaloRowsInFlight() = default;
+  HaloRowsInFlight(HaloRows rows, std::unique_ptr<PendingSendRecv> pending)
+      : rows_(std::move(rows)), pending_(std::move(pending)) {}
+  absl::StatusOr<HaloRows> Wait();
+
+ private:
+  HaloRows rows_;
+  std::unique_ptr<PendingSendRecv> pending_;  // null when nothing travels
+};
+absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x,
+                                                       const ShardSpec& spec, int64_t halo);
+
+// Returns x with `halo` real rows of the rank above prepended and `halo` rows
+// of the rank below appended along spec.axis. At the global top/bottom edges
+// nothing is added (the caller pads with the layer's own padding), or, with
+// `zero_edges`, `halo` zero rows, so a zero-padded conv needs one copy in all.
 absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
                                         const ShardSpec& spec, int64_t halo,
                                         bool zero_edges = false);

@@ -48,6 +48,9 @@ struct DecodePlan {
   tiling::TilePlan tiles;  // kTiled: the leader's plan with its estimate (peers: rebuilt from tile_shape)
   int64_t budget_bytes = -1;      // kTiled: what one tile may use (leader; -1: unbounded)
   int64_t floor_tile_bytes = 0;   // kTiled: a floor tile's estimated peak (leader)
+  // kExact: convolutions compute what needs no halo while it travels
+  // (ShardedOps::set_overlap_halo); off only to measure the overlap.
+  bool overlap_halo = true;
   int world_size = 1;
 };
 

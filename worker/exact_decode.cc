@@ -73,6 +73,7 @@ absl::StatusOr<ExactRows> DecodeExactBands(families::Decoder& decoder, parallel:
   const parallel::Band band = latent_spec.local_band();
   families::ShardedOps sharded(comm, latent_spec);
   if (comm.rank() == kLeader) sharded.set_cancel_flag(cancelled);
+  sharded.set_overlap_halo(plan.overlap_halo);
   FrameGatheringOps ops(sharded, comm, progress.frames_ready);
   absl::StatusOr<at::Tensor> rows =
       DecodePrepared(decoder, z.narrow(h_axis, band.begin, band.size()).contiguous(), plan.conditioning, ops);

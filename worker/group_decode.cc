@@ -104,8 +104,9 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
   const device::DeviceMemory* memory = device::ProcessDeviceMemory();
   const double free = memory == nullptr ? -1 : static_cast<double>(memory->free_bytes());
   const double capacity = memory == nullptr ? -1 : static_cast<double>(memory->capacity_bytes());
-  at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes), free, capacity}, at::kDouble)
-                         .view({1, 4})
+  at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes), free, capacity, mine.comm_ms},
+                                at::kDouble)
+                         .view({1, 5})
                          .to(comm.device());
   std::vector<int64_t> ones(comm.world_size(), 1);
   absl::StatusOr<at::Tensor> all = comm.world_size() == 1
@@ -116,9 +117,13 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
   if (comm.rank() != kLeader) return out;
   *all = all->cpu();
   for (int64_t r = 0; r < all->size(0); ++r) {
-    out.push_back({(*all)[r][0].item<double>(), static_cast<int64_t>((*all)[r][1].item<double>()),
-                   static_cast<int64_t>((*all)[r][2].item<double>()),
-                   static_cast<int64_t>((*all)[r][3].item<double>())});
+    RankStats stats;
+    stats.decode_ms = (*all)[r][0].item<double>();
+    stats.peak_bytes = static_cast<int64_t>((*all)[r][1].item<double>());
+    stats.free_bytes = static_cast<int64_t>((*all)[r][2].item<double>());
+    stats.capacity_bytes = static_cast<int64_t>((*all)[r][3].item<double>());
+    stats.comm_ms = (*all)[r][4].item<double>();
+    out.push_back(stats);
   }
   return out;
 }

@@ -37,12 +37,14 @@ struct GroupDecodeResult {
   tiling::TilePlan tiles;       // tiled: the plan that succeeded
   std::string tile_plan;        // tiled: DescribePlan of it
   int64_t peak_bytes = 0;       // this rank's allocator peak during the decode (0 if not counted)
+  double comm_ms = 0;           // of decode_ms, blocked in communicator calls (set by the runtime)
 };
 
 // One rank's figures for a decode, as the leader reports them.
 struct RankStats {
   double decode_ms = 0;
   int64_t peak_bytes = 0;
+  double comm_ms = 0;           // of decode_ms, blocked in communicator calls
   int64_t free_bytes = -1;      // under this rank's memory budget; -1 when unbounded
   int64_t capacity_bytes = -1;  // DeviceMemory::capacity_bytes; -1 when unbounded
 };

@@ -15,8 +15,8 @@ namespace {
 
 constexpr int64_t kMaxDims = 6;
 // Header: [kind, model, mode, dims, tile_rows, tile_cols, stock_tiles,
-//          sizes x kMaxDims, dtype, has timestep, timestep's bits].
-constexpr int64_t kFixed = 7;
+//          overlap_halo, sizes x kMaxDims, dtype, has timestep, timestep's bits].
+constexpr int64_t kFixed = 8;
 constexpr int64_t kTimestep = kFixed + kMaxDims + 1;
 constexpr int64_t kHeaderLength = kTimestep + 2;
 
@@ -64,6 +64,7 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
     h[4] = plan.tile_shape.rows;
     h[5] = plan.tile_shape.cols;
     h[6] = plan.tile_shape.stock ? 1 : 0;
+    h[7] = plan.overlap_halo ? 1 : 0;
     if (job->kind == JobKind::kDecode) {
       const at::Tensor& latent = plan.latent;
       if (!latent.defined() || latent.dim() < 1 || latent.dim() > kMaxDims) {
@@ -93,6 +94,7 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   if (h[2] < 0 || h[2] > 2) return AbortWith(comm, absl::InternalError("bad mode in a job header"));
   out.plan.mode = static_cast<DecodeMode>(h[2]);
   out.plan.tile_shape = {h[4], h[5], h[6] == 1};
+  out.plan.overlap_halo = h[7] == 1;
   out.plan.world_size = comm.world_size();
   if (out.kind != JobKind::kDecode) return out;
   if (h[3] < 1 || h[3] > kMaxDims) return AbortWith(comm, absl::InternalError("bad rank in a job header"));

@@ -147,6 +147,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
     return result.status();
   }
   DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
+  outcome.result.comm_ms = outcome.comm.total_blocked_ms();
   absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
   if (!ranks.ok()) return ranks.status();
   outcome.ranks = *std::move(ranks);
@@ -198,12 +199,14 @@ absl::Status GroupRuntime::ServeAsPeer() {
       return bad;
     }
     families::Decoder& decoder = *models_[job->model_index].decoder;
-    absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, *comm_, job->plan);
+    parallel::CountingCommunicator counting(*comm_);  // for the time blocked in calls
+    absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, job->plan);
     if (!result.ok()) {
       if (IsGroupSafe(result.status(), comm_->world_size())) continue;  // every rank saw the same
       MarkBroken(result.status());
       return result.status();
     }
+    result->comm_ms = counting.stats().total_blocked_ms();
     absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, *result);
     if (!ranks.ok()) {
       MarkBroken(ranks.status());
