@@ -75,16 +75,23 @@ absl::Status RunCase(const Case& c, int rank, int world, int port) {
                                         " scale=", c.scale, c.video ? " 3d" : " 2d");
   try {
     at::Tensor want = dense.Conv(x, w, b, g).narrow(h, band.begin, band.size());
-    absl::Status s = ExpectTensorClose(sharded.Conv(local, w, b, g), want, 1e-5, 0, what);
-    if (!s.ok()) return s;
-    const int64_t halo_calls = (world > 1 && c.kernel > 1) ? 1 : 0;
-    if (counting.stats().collectives() != halo_calls) {
-      return absl::InternalError(absl::StrCat(what, ": ", counting.ToString()));
+    // Overlapped with the halo's travel (the default) and waiting for it:
+    // both exact, one exchange each.
+    for (bool overlap : {true, false}) {
+      sharded.set_overlap_halo(overlap);
+      counting.Reset();
+      absl::Status s = ExpectTensorClose(sharded.Conv(local, w, b, g), want, 1e-5, 0,
+                                         absl::StrCat(what, overlap ? " overlapped" : " waiting"));
+      if (!s.ok()) return s;
+      const int64_t halo_calls = (world > 1 && c.kernel > 1) ? 1 : 0;
+      if (counting.stats().collectives() != halo_calls) {
+        return absl::InternalError(absl::StrCat(what, ": ", counting.ToString()));
+      }
     }
 
     at::Tensor gw = at::randn({3}), gb = at::randn({3});
     want = dense.GroupNorm(x, 3, gw, gb, 1e-6).narrow(h, band.begin, band.size());
-    s = ExpectTensorClose(sharded.GroupNorm(local, 3, gw, gb, 1e-6), want, 1e-5, 0, what + " group norm");
+    absl::Status s = ExpectTensorClose(sharded.GroupNorm(local, 3, gw, gb, 1e-6), want, 1e-5, 0, what + " group norm");
     if (!s.ok()) return s;
   } catch (const StatusError& e) {
     return e.status();
@@ -109,7 +116,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{1, 1, PaddingMode::kZeros, 1, false}, Case{3, 1, PaddingMode::kZeros, 1, false},
                       Case{5, 1, PaddingMode::kZeros, 2, false}, Case{3, 2, PaddingMode::kZeros, 2, false},
                       Case{3, 1, PaddingMode::kReplicate, 2, false}, Case{3, 1, PaddingMode::kReflect, 2, false},
-                      Case{3, 1, PaddingMode::kZeros, 1, true}, Case{3, 1, PaddingMode::kReplicate, 2, true}));
+                      Case{3, 1, PaddingMode::kZeros, 1, true}, Case{3, 1, PaddingMode::kReplicate, 2, true},
+                      // Bands of exactly 2·halo rows between two neighbours (world 4: 2,2,2,1 rows).
+                      Case{3, 1, PaddingMode::kReplicate, 1, false}, Case{3, 1, PaddingMode::kReflect, 1, true}));
 
 TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
   // 16 x 700 x 1400 outputs per band at 2 ranks, past kConvOutputsPerBand:
@@ -132,13 +141,16 @@ TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
         g.padding_h = g.padding_w = 1;
         g.mode = mode;
         const at::Tensor want = DenseOps().Conv(x, weight, bias, g).narrow(2, band.begin, band.size());
-        try {
-          absl::Status st = ExpectTensorClose(sharded.Conv(x.narrow(2, band.begin, band.size()).contiguous(), weight,
-                                                           bias, g),
-                                              want, 1e-4, 0, absl::StrCat("banded conv, mode ", static_cast<int>(mode)));
-          if (!st.ok()) return st;
-        } catch (const StatusError& e) {
-          return e.status();
+        for (bool overlap : {true, false}) {
+          sharded.set_overlap_halo(overlap);
+          try {
+            absl::Status st = ExpectTensorClose(
+                sharded.Conv(x.narrow(2, band.begin, band.size()).contiguous(), weight, bias, g), want, 1e-4, 0,
+                absl::StrCat("banded conv, mode ", static_cast<int>(mode), overlap ? ", overlapped" : ", waiting"));
+            if (!st.ok()) return st;
+          } catch (const StatusError& e) {
+            return e.status();
+          }
         }
       }
       return absl::OkStatus();
