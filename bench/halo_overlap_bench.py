@@ -68,7 +68,9 @@ def main():
         halo = statistics.median(r["leader_halo_ms"] for r in rs)
         print(f"| {overlap} | {med:.0f} | {base / med:.2f}x | {', '.join(f'{c:.0f}' for c in comm)} | {halo:.0f} | "
               f"{rs[-1]['collectives']} |")
-    print(f"\nmax |on - off| over the whole output: {diff:.2e}")
+    for overlap in ("off", "on"):
+        print(f"\n{overlap}: decode ms per round " + ", ".join(f"{r['decode_ms']:.0f}" for r in results[overlap]), end="")
+    print(f"\n\nmax |on - off| over the whole output: {diff:.2e}")
 
 
 if __name__ == "__main__":

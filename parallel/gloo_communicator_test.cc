@@ -265,7 +265,8 @@ TEST_P(GlooAllGatherTest, UnevenAllGatherEqualsConcatenation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PointToPointAndNative, GlooAllGatherTest,
-                         ::testing::Values(GlooAllGather::kPointToPoint, GlooAllGather::kNative));
+                         ::testing::Values(GlooAllGather::kPointToPoint, GlooAllGather::kNative,
+                                           GlooAllGather::kMeasured));
 
 TEST(GlooCommunicatorTest, AllReduceSumInPlace) {
   for (int world = 1; world <= 3; ++world) {

@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
       // SD mid-block attention at a 64x64 latent: 4096 tokens x (K,V) x 512 channels.
       {"mid-block K/V, 64x64 latent (16 MiB in all, 64 uneven rows)", 64, 64 * 2 * 512, false},
       {"mid-block K/V, 32x32 latent (4 MiB in all, 32 uneven rows)", 32, 32 * 2 * 512, false},
+      // Between the two: where the crossover lies.
+      {"64 KiB in all (16 uneven rows of 1024 floats)", 16, 1024, false},
   };
   const char* tmp = std::getenv("TMPDIR");
   const std::string out_path = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/allgather_bench.txt");
