@@ -404,12 +404,7 @@ absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(
   if (world_size_ == 1) return source;
   const absl::Time deadline = absl::Now() + timeout_;
   const std::string what = absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]");
-  int64_t total_rows = 0;
-  for (int64_t size : sizes) total_rows += size;
-  const bool native = all_gather_ == GlooAllGather::kNative ||
-                      (all_gather_ == GlooAllGather::kMeasured && world_size_ == 2 &&
-                       total_rows * RowBytes(source) <= kNativeAllGatherMaxBytes);
-  if (native) {
+  if (all_gather_ == GlooAllGather::kNative) {
     absl::StatusOr<at::Tensor> out = NativeAllGather(source, sizes, what, deadline);
     if (!out.ok()) return Fail(out.status());
     return out;

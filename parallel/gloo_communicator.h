@@ -34,13 +34,10 @@ namespace vaedecode::parallel {
 
 // How AllGather moves rows: every rank sends its rows to every other rank
 // (W-1 messages each way, posted together; uneven sizes cost nothing), or
-// Gloo's own all-gather (uneven sizes padded to the largest). kMeasured
-// takes the one bench/comm measured faster (docs/BENCHMARKS.md): native for
-// a few KiB between 2 ranks (GroupNorm statistics), point-to-point for
-// everything else.
-enum class GlooAllGather { kMeasured, kPointToPoint, kNative };
-// kMeasured's native gathers: world size 2 and at most this many bytes in all.
-inline constexpr int64_t kNativeAllGatherMaxBytes = 4096;
+// Gloo's own all-gather (uneven sizes padded to the largest). bench/comm
+// measured point-to-point faster for every payload and group size it tried
+// (docs/BENCHMARKS.md); native is there to measure against.
+enum class GlooAllGather { kPointToPoint, kNative };
 
 struct GlooOptions {
   int rank = 0;
@@ -68,7 +65,7 @@ struct GlooOptions {
   // the call. If set and SIGPIPE still has its default action, Create sets
   // it to ignored, process-wide (writes then fail with EPIPE).
   bool ignore_sigpipe = true;
-  GlooAllGather all_gather = GlooAllGather::kMeasured;
+  GlooAllGather all_gather = GlooAllGather::kPointToPoint;
 };
 
 class GlooCommunicator final : public Communicator {

@@ -265,8 +265,7 @@ TEST_P(GlooAllGatherTest, UnevenAllGatherEqualsConcatenation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(PointToPointAndNative, GlooAllGatherTest,
-                         ::testing::Values(GlooAllGather::kPointToPoint, GlooAllGather::kNative,
-                                           GlooAllGather::kMeasured));
+                         ::testing::Values(GlooAllGather::kPointToPoint, GlooAllGather::kNative));
 
 TEST(GlooCommunicatorTest, AllReduceSumInPlace) {
   for (int world = 1; world <= 3; ++world) {
