@@ -130,6 +130,33 @@ std::chrono::milliseconds RemainingMillis(absl::Time deadline) {
   return std::chrono::milliseconds(std::max<int64_t>(1, ms));
 }
 
+std::vector<PointToPoint> PointToPointOf(absl::Span<const P2POp> ops) {
+  std::vector<PointToPoint> messages;
+  messages.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    const bool send = op.kind == P2POp::kSend;
+    messages.push_back(PointToPoint{send, op.peer, send ? op.tensor.contiguous() : op.tensor});
+  }
+  return messages;
+}
+
+StartedExchange::StartedExchange(std::string what, std::function<absl::Status()> finish,
+                                 std::function<absl::Status(absl::Status)> fail)
+    : what_(std::move(what)), finish_(std::move(finish)), fail_(std::move(fail)) {}
+
+StartedExchange::~StartedExchange() {
+  if (waited_) return;
+  (void)fail_(absl::InternalError(absl::StrCat(AsAbsl(what_), ": abandoned before its wait")));
+  (void)finish_();
+}
+
+absl::Status StartedExchange::Wait() {
+  if (waited_) return absl::FailedPreconditionError(absl::StrCat(AsAbsl(what_), ": waited on twice"));
+  waited_ = true;
+  absl::Status status = finish_();
+  return status.ok() ? status : fail_(status);
+}
+
 std::vector<PointToPoint> PlanAllGather(const at::Tensor& source, absl::Span<const int64_t> sizes, int rank,
                                         int world_size, at::Tensor* out) {
   const std::vector<int64_t> offsets = RowOffsets(sizes);

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -52,6 +54,27 @@ struct PointToPoint {
   bool send;
   int peer;
   at::Tensor tensor;  // contiguous, on the communicator's device
+};
+
+// A SendRecv batch as the backend's messages (sends made contiguous).
+std::vector<PointToPoint> PointToPointOf(absl::Span<const P2POp> ops);
+
+// A backend's started SendRecv batch: Wait() runs `finish` (waits for the
+// posted messages) once and hands an error to `fail` (aborts the group and
+// returns its argument). Destroyed unwaited, it aborts the group first (so
+// the finish that follows returns at once) and then finishes.
+class StartedExchange final : public PendingSendRecv {
+ public:
+  StartedExchange(std::string what, std::function<absl::Status()> finish,
+                  std::function<absl::Status(absl::Status)> fail);
+  ~StartedExchange() override;
+  absl::Status Wait() override;
+
+ private:
+  const std::string what_;
+  const std::function<absl::Status()> finish_;
+  const std::function<absl::Status(absl::Status)> fail_;
+  bool waited_ = false;
 };
 
 // An uneven all-gather as point-to-point messages, shared by the backends:

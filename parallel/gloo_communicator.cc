@@ -333,16 +333,6 @@ absl::Status GlooCommunicator::WaitCollective(
 
 namespace {
 
-std::vector<PointToPoint> MessagesOf(absl::Span<const P2POp> ops) {
-  std::vector<PointToPoint> messages;
-  messages.reserve(ops.size());
-  for (const P2POp& op : ops) {
-    const bool send = op.kind == P2POp::kSend;
-    messages.push_back(PointToPoint{send, op.peer, send ? op.tensor.contiguous() : op.tensor});
-  }
-  return messages;
-}
-
 std::string SendRecvName(CallKind kind) { return absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"); }
 
 }  // namespace
@@ -355,32 +345,9 @@ absl::Status GlooCommunicator::SendRecv(absl::Span<const P2POp> ops,
     return Fail(s);
   }
   if (ops.empty()) return absl::OkStatus();
-  absl::Status status = Exchange(MessagesOf(ops), SendRecvName(kind), absl::Now() + timeout_);
+  absl::Status status = Exchange(PointToPointOf(ops), SendRecvName(kind), absl::Now() + timeout_);
   return status.ok() ? status : Fail(status);
 }
-
-// Gloo's transport threads move the posted messages while the caller
-// computes; Wait() finishes them as SendRecv would.
-class GlooCommunicator::PendingExchange final : public PendingSendRecv {
- public:
-  PendingExchange(GlooCommunicator& comm, Posted posted) : comm_(comm), posted_(std::move(posted)) {}
-  ~PendingExchange() override {
-    if (waited_) return;
-    comm_.abandoned_.insert(comm_.abandoned_.end(), posted_.works.begin(), posted_.works.end());
-    (void)comm_.Fail(absl::InternalError(absl::StrCat(AsAbsl(posted_.what), ": abandoned before its wait")));
-  }
-  absl::Status Wait() override {
-    if (waited_) return absl::FailedPreconditionError("a SendRecv batch was waited on twice");
-    waited_ = true;
-    absl::Status status = comm_.Finish(posted_);
-    return status.ok() ? status : comm_.Fail(status);
-  }
-
- private:
-  GlooCommunicator& comm_;
-  Posted posted_;
-  bool waited_ = false;
-};
 
 std::unique_ptr<PendingSendRecv> GlooCommunicator::StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) {
   absl::Status checked = CheckNotAborted();
@@ -389,7 +356,12 @@ std::unique_ptr<PendingSendRecv> GlooCommunicator::StartSendRecv(absl::Span<cons
     // Nothing posted: the default (synchronous) call reports it alike.
     return Communicator::StartSendRecv(ops, kind);
   }
-  return std::make_unique<PendingExchange>(*this, Post(MessagesOf(ops), SendRecvName(kind), absl::Now() + timeout_));
+  // Gloo's transport threads move the posted messages while the caller
+  // computes; Wait() finishes them as SendRecv would.
+  auto posted = std::make_shared<Posted>(Post(PointToPointOf(ops), SendRecvName(kind), absl::Now() + timeout_));
+  const std::string what = posted->what;
+  return std::make_unique<StartedExchange>(
+      what, [this, posted] { return Finish(*posted); }, [this](absl::Status status) { return Fail(status); });
 }
 
 absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(

@@ -119,7 +119,6 @@ class GlooCommunicator final : public Communicator {
     std::string what;
     absl::Time deadline;
   };
-  class PendingExchange;
 
   // Posts every message (tags from the per-pair sequence numbers).
   Posted Post(std::vector<Message> messages, std::string what, absl::Time deadline);

@@ -517,20 +517,6 @@ absl::Status NcclCommunicator::RunTransfers(std::string_view what,
   return Run(what, EnqueueTransfers(transfers), std::move(keep_alive), deadline);
 }
 
-namespace {
-
-std::vector<PointToPoint> TransfersOf(absl::Span<const P2POp> ops) {
-  std::vector<PointToPoint> transfers;
-  transfers.reserve(ops.size());
-  for (const P2POp& op : ops) {
-    const bool send = op.kind == P2POp::kSend;
-    transfers.push_back(PointToPoint{send, op.peer, send ? op.tensor.contiguous() : op.tensor});
-  }
-  return transfers;
-}
-
-}  // namespace
-
 absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops,
                                         CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
@@ -542,45 +528,27 @@ absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops,
   const absl::Time deadline = absl::Now() + timeout_;
   absl::Status status =
       RunTransfers(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"),
-                   TransfersOf(ops), deadline);
+                   PointToPointOf(ops), deadline);
   return status.ok() ? status : Fail(status);
 }
-
-// The transfers are queued on the communicator's stream behind the work
-// that produced their inputs; the caller's next kernels (on its own stream)
-// run beside them until Wait() finds the stream drained.
-class NcclCommunicator::PendingTransfers final : public PendingSendRecv {
- public:
-  PendingTransfers(NcclCommunicator& comm, Call call) : comm_(comm), call_(std::move(call)) {}
-  ~PendingTransfers() override {
-    if (waited_) return;
-    (void)comm_.End(call_);
-    (void)comm_.Fail(absl::InternalError(absl::StrCat(AsAbsl(call_.what), ": abandoned before its wait")));
-  }
-  absl::Status Wait() override {
-    if (waited_) return absl::FailedPreconditionError("a SendRecv batch was waited on twice");
-    waited_ = true;
-    absl::Status status = comm_.End(call_);
-    return status.ok() ? status : comm_.Fail(status);
-  }
-
- private:
-  NcclCommunicator& comm_;
-  Call call_;
-  bool waited_ = false;
-};
 
 std::unique_ptr<PendingSendRecv> NcclCommunicator::StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) {
   absl::Status checked = CheckNotAborted();
   if (checked.ok()) checked = CheckP2POps(ops, rank_, world_size_, device());
   if (!checked.ok() || ops.empty()) return Communicator::StartSendRecv(ops, kind);
-  std::vector<Transfer> transfers = TransfersOf(ops);
+  std::vector<Transfer> transfers = PointToPointOf(ops);
   std::vector<at::Tensor> keep_alive;
   keep_alive.reserve(transfers.size());
   for (const Transfer& t : transfers) keep_alive.push_back(t.tensor);
-  Call call = Begin(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"), EnqueueTransfers(transfers),
-                    std::move(keep_alive), absl::Now() + timeout_);
-  return std::make_unique<PendingTransfers>(*this, std::move(call));
+  // The transfers are queued on the communicator's stream behind the work
+  // that produced their inputs; the caller's next kernels (on its own
+  // stream) run beside them until Wait() finds the stream drained.
+  auto call = std::make_shared<Call>(Begin(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"),
+                                           EnqueueTransfers(transfers), std::move(keep_alive),
+                                           absl::Now() + timeout_));
+  const std::string what = call->what;
+  return std::make_unique<StartedExchange>(
+      what, [this, call] { return End(*call); }, [this](absl::Status status) { return Fail(status); });
 }
 
 absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(

@@ -121,7 +121,6 @@ class NcclCommunicator final : public Communicator {
     absl::Status status;  // a failure while queueing
     bool owns = false;    // Begin took the communicator; End gives it back
   };
-  class PendingTransfers;
   // Run in two halves: Begin queues the work, End waits for it (and aborts
   // NCCL on failure), so that a caller may compute in between.
   Call Begin(std::string_view what, const std::function<absl::Status(const Device&)>& enqueue,
