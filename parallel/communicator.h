@@ -17,7 +17,8 @@
 //    skips an exchange the group's call sequences no longer match) the
 //    communicator is aborted: the failure is published to the other ranks,
 //    whose pending and future calls fail fast, and every later call on any
-//    rank returns UNAVAILABLE. The group must be rebuilt.
+//    rank returns UNAVAILABLE. The group needs a new communicator
+//    (worker/group_recovery.h forms one in place after an out-of-memory).
 //  * World size 1. Collectives are trivial, touch no network and no peer.
 //  * Tensors live on device(). Shapes that every rank can compute (band
 //    sizes from the partition) are passed in, never communicated.

@@ -31,8 +31,14 @@ bool IsLeaderOnlyRecoverable(const absl::Status& s) {
 }  // namespace
 
 GroupRuntime::GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models,
-                           absl::Duration heartbeat)
-    : comm_(std::move(comm)), models_(std::move(models)), heartbeat_(heartbeat) {
+                           absl::Duration heartbeat, std::unique_ptr<GroupRecovery> recovery)
+    : comm_(std::move(comm)),
+      rank_(comm_->rank()),
+      world_size_(comm_->world_size()),
+      device_(comm_->device()),
+      recovery_(std::move(recovery)),
+      models_(std::move(models)),
+      heartbeat_(heartbeat) {
   last_step_ = absl::Now();
   // Start-up memory report: the leader learns every rank's free bytes.
   absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, GroupDecodeResult{});
@@ -41,7 +47,7 @@ GroupRuntime::GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::ve
   } else {
     MarkBroken(ranks.status());
   }
-  if (comm_->rank() == kLeader && comm_->world_size() > 1) {
+  if (rank_ == kLeader && world_size_ > 1) {
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   }
 }
@@ -62,11 +68,26 @@ int GroupRuntime::FindModel(const std::string& name) const {
 }
 
 void GroupRuntime::MarkBroken(const absl::Status& why) {
-  if (!broken_.exchange(true)) spdlog::error("worker group broken (rank {}): {}", comm_->rank(), why.ToString());
+  if (!broken_.exchange(true)) spdlog::error("worker group broken (rank {}): {}", rank_, why.ToString());
+}
+
+absl::Status GroupRuntime::RecoverOrBreak(const absl::Status& failure) {
+  if (recovery_ != nullptr && world_size_ > 1) {
+    absl::StatusOr<Recovered> recovered = recovery_->Recover(failure, &comm_);
+    if (recovered.ok()) {
+      ++recoveries_;
+      return InStep(recovered->answer);
+    }
+    MarkBroken(absl::Status(failure.code(), absl::StrCat(failure.message(), " (not recoverable in place: ",
+                                                         recovered.status().message(), ")")));
+    return failure;
+  }
+  MarkBroken(failure);
+  return failure;
 }
 
 void GroupRuntime::HeartbeatLoop() {
-  device::UseComputeDevice(comm_->device());
+  device::UseComputeDevice(device_);
   while (true) {
     absl::MutexLock lock(&mu_);
     const absl::Time due = last_step_ + heartbeat_;
@@ -113,8 +134,9 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::
   if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("the request was cancelled");
   absl::StatusOr<DecodeOutcome> outcome = Execute(job, cancelled, progress);
   last_step_ = absl::Now();
-  if (outcome.ok() || IsGroupSafe(outcome.status(), comm_->world_size())) return outcome;
-  MarkBroken(outcome.status());
+  if (outcome.ok() || IsGroupSafe(outcome.status(), world_size_)) return outcome;
+  const absl::Status answer = RecoverOrBreak(outcome.status());
+  if (!broken_) return answer;
   // A collective that timed out is the group's failure, not the caller's
   // deadline (the server rebuilds the group; the client may retry).
   if (absl::IsDeadlineExceeded(outcome.status())) {
@@ -135,7 +157,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   parallel::CountingCommunicator counting(*comm_);
   absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, shared->plan, {cancelled, progress});
   if (!result.ok()) {
-    if (comm_->world_size() > 1 && IsLeaderOnlyRecoverable(result.status())) {
+    if (world_size_ > 1 && IsLeaderOnlyRecoverable(result.status())) {
       // The peers are already in the statistics gather that ends every job:
       // complete it, so the group stays in step (before, a cancelled dense
       // decode left them there and the next job hung until the collective
@@ -176,7 +198,7 @@ void GroupRuntime::Shutdown() {
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
   stopping_ = true;
-  if (!broken_ && comm_->world_size() > 1) {
+  if (!broken_ && world_size_ > 1) {
     GroupJob stop;
     stop.kind = JobKind::kShutdown;
     absl::StatusOr<GroupJob> sent = BroadcastJob(*comm_, &stop);
@@ -202,15 +224,15 @@ absl::Status GroupRuntime::ServeAsPeer() {
     parallel::CountingCommunicator counting(*comm_);  // for the time blocked in calls
     absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, job->plan);
     if (!result.ok()) {
-      if (IsGroupSafe(result.status(), comm_->world_size())) continue;  // every rank saw the same
-      MarkBroken(result.status());
-      return result.status();
+      if (IsGroupSafe(result.status(), world_size_)) continue;  // every rank saw the same
+      if (absl::Status s = RecoverOrBreak(result.status()); broken_) return s;
+      continue;
     }
     result->comm_ms = counting.stats().total_blocked_ms();
     absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, *result);
     if (!ranks.ok()) {
-      MarkBroken(ranks.status());
-      return ranks.status();
+      if (absl::Status s = RecoverOrBreak(ranks.status()); broken_) return s;
+      continue;
     }
     ++decodes_;
   }

@@ -11,9 +11,11 @@
 //
 // Fail-stop: an error other than INVALID_ARGUMENT (which every rank detects
 // identically before any collective) or CANCELLED (which every rank learns in
-// the same collective) may leave the ranks out of step, so the runtime marks
-// itself broken; its process should exit and the supervisor rebuilds the
-// group.
+// the same collective) may leave the ranks out of step. With a GroupRecovery
+// the ranks first try to re-form the communicator in place (an out-of-memory
+// on one rank of an exact decode: group_recovery.h); otherwise, or when that
+// fails, the runtime marks itself broken; its process should exit and the
+// supervisor rebuilds the group.
 
 #include <atomic>
 #include <functional>
@@ -29,6 +31,7 @@
 #include "parallel/counting_communicator.h"
 #include "worker/group_decode.h"
 #include "worker/group_job.h"
+#include "worker/group_recovery.h"
 #include "worker/model_repository.h"
 #include "worker/output_progress.h"
 
@@ -42,8 +45,10 @@ struct DecodeOutcome {
 
 class GroupRuntime {
  public:
+  // `recovery` (every rank alike, or none) re-forms the communicator after
+  // a failure every rank survived; without it such a failure breaks the group.
   GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models,
-               absl::Duration heartbeat);
+               absl::Duration heartbeat, std::unique_ptr<GroupRecovery> recovery = nullptr);
   ~GroupRuntime();  // leader: stops the heartbeat thread (call Shutdown first to release peers)
 
   // Leader only. Thread-safe; blocks until the job (its plan made by
@@ -83,10 +88,12 @@ class GroupRuntime {
   absl::Status ServeAsPeer();
 
   bool broken() const { return broken_.load(); }
-  int rank() const { return comm_->rank(); }
-  int world_size() const { return comm_->world_size(); }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
   // The group's device (the communicator's): CPU, or this rank's GPU.
-  c10::Device device() const { return comm_->device(); }
+  c10::Device device() const { return device_; }
+  // Times the group re-formed its communicator in place.
+  int64_t recoveries() const { return recoveries_.load(); }
   int64_t decodes() const { return decodes_.load(); }
   const std::vector<NamedModel>& models() const { return models_; }
   // Index of the model called `name`, or -1.
@@ -97,8 +104,18 @@ class GroupRuntime {
                                         const OutputProgress& progress) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLoop();
   void MarkBroken(const absl::Status& why);
+  // After a failure the group cannot serve on: the status to answer the job
+  // with if the group re-formed in place (in step), else marks it broken and
+  // returns `failure`.
+  absl::Status RecoverOrBreak(const absl::Status& failure);
 
+  // Replaced only by a recovery (under mu_ on the leader; peers have one thread).
   std::unique_ptr<parallel::Communicator> comm_;
+  const int rank_;
+  const int world_size_;
+  const c10::Device device_;
+  const std::unique_ptr<GroupRecovery> recovery_;
+  std::atomic<int64_t> recoveries_{0};
   const std::vector<NamedModel> models_;
   const absl::Duration heartbeat_;
 

@@ -28,8 +28,10 @@
 #include "device/device_memory.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/nccl_communicator.h"
+#include "parallel/store.h"
 #include "tiling/calibration.h"
 #include "worker/decode_job.h"
+#include "worker/group_recovery.h"
 #include "worker/group_runtime.h"
 #include "worker/leader_service.h"
 #include "worker/model_repository.h"
@@ -37,7 +39,7 @@
 
 ABSL_FLAG(int, rank, 0, "this process's rank in its group");
 ABSL_FLAG(int, world, 1, "ranks in the group");
-ABSL_FLAG(std::string, group, "g0", "group name, unique per incarnation");
+ABSL_FLAG(std::string, group, "g0", "group name, unique per incarnation (no '/')");
 ABSL_FLAG(int, store_port, 0, "TCPStore port on 127.0.0.1 (rank 0 hosts it); unused at world size 1");
 ABSL_FLAG(std::string, socket, "", "leader only: Unix socket path to serve the server on");
 ABSL_FLAG(std::string, model_repository, "", "folder of diffusers VAE folders; empty: the embedded default");
@@ -94,27 +96,55 @@ int Fail(const absl::Status& status) {
 
 }  // namespace
 
-// The group's communicator: Gloo between CPU workers, NCCL between GPUs.
-absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> JoinGroup(const c10::Device& device) {
+// The group's communicator, Gloo between CPU workers, NCCL between GPUs, and
+// (several ranks) what re-forms it in place after an out-of-memory: both join
+// through one store that rank 0 hosts for the process's life.
+struct JoinedGroup {
+  std::unique_ptr<vaedecode::parallel::Communicator> comm;
+  std::unique_ptr<vaedecode::worker::GroupRecovery> recovery;
+};
+
+absl::StatusOr<JoinedGroup> JoinGroup(const c10::Device& device) {
+  const int rank = absl::GetFlag(FLAGS_rank);
   const int world = absl::GetFlag(FLAGS_world);
   const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
-  if (device.is_cuda()) {
-    vaedecode::parallel::NcclOptions options;
-    options.rank = absl::GetFlag(FLAGS_rank);
-    options.world_size = world;
-    options.device = device.index();
-    options.group_name = absl::GetFlag(FLAGS_group);
-    options.store_port = absl::GetFlag(FLAGS_store_port);
-    options.timeout = timeout;
-    return vaedecode::parallel::NcclCommunicator::Create(options);
+  c10::intrusive_ptr<c10d::Store> store;
+  if (world > 1) {
+    vaedecode::parallel::TcpStoreOptions store_options;
+    store_options.port = absl::GetFlag(FLAGS_store_port);
+    store_options.is_master = rank == 0;
+    store_options.timeout = timeout;
+    absl::StatusOr<c10::intrusive_ptr<c10d::Store>> tcp = vaedecode::parallel::ConnectTcpStore(store_options);
+    if (!tcp.ok()) return tcp.status();
+    store = *std::move(tcp);
   }
-  vaedecode::parallel::GlooOptions options;
-  options.rank = absl::GetFlag(FLAGS_rank);
-  options.world_size = world;
-  options.group_name = absl::GetFlag(FLAGS_group);
-  options.store_port = absl::GetFlag(FLAGS_store_port);
-  options.timeout = timeout;
-  return vaedecode::parallel::GlooCommunicator::Create(options);
+  auto connect = [device, rank, world, timeout,
+                  store](const std::string& name) -> absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> {
+    if (device.is_cuda()) {
+      vaedecode::parallel::NcclOptions options;
+      options.rank = rank;
+      options.world_size = world;
+      options.device = device.index();
+      options.group_name = name;
+      options.store = store;
+      options.timeout = timeout;
+      return vaedecode::parallel::NcclCommunicator::Create(options);
+    }
+    vaedecode::parallel::GlooOptions options;
+    options.rank = rank;
+    options.world_size = world;
+    options.group_name = name;
+    options.store = store;
+    options.timeout = timeout;
+    return vaedecode::parallel::GlooCommunicator::Create(options);
+  };
+  auto recovery = std::make_unique<vaedecode::worker::GroupRecovery>(store, absl::GetFlag(FLAGS_group), rank, world,
+                                                                     timeout, connect);
+  absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> comm = recovery->ConnectFirst();
+  if (!comm.ok()) return comm.status();
+  JoinedGroup joined{*std::move(comm), nullptr};
+  if (world > 1) joined.recovery = std::move(recovery);
+  return joined;
 }
 
 int main(int argc, char** argv) {
@@ -166,11 +196,12 @@ int main(int argc, char** argv) {
     if (absl::Status s = meter.SetBudget(absl::GetFlag(FLAGS_memory_budget_mib) << 20); !s.ok()) return Fail(s);
   }
 
-  absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> comm = JoinGroup(*device);
-  if (!comm.ok()) return Fail(comm.status());
+  absl::StatusOr<JoinedGroup> group = JoinGroup(*device);
+  if (!group.ok()) return Fail(group.status());
 
-  vaedecode::worker::GroupRuntime runtime(*std::move(comm), std::move(repo->models),
-                                          absl::Seconds(absl::GetFlag(FLAGS_heartbeat_s)));
+  vaedecode::worker::GroupRuntime runtime(std::move(group->comm), std::move(repo->models),
+                                          absl::Seconds(absl::GetFlag(FLAGS_heartbeat_s)),
+                                          std::move(group->recovery));
   if (rank != vaedecode::worker::kLeader) {
     absl::Status served = runtime.ServeAsPeer();
     if (!served.ok()) return Fail(served);

@@ -139,28 +139,34 @@ TEST(ReliabilityTest, ACancelledDenseDecodeOnAGroupLeavesItInStep) {
   for (const WorkerProcess& w : before) EXPECT_EQ(Rank(*server, w.rank).pid, w.pid);
 }
 
-// A real out-of-memory on a group of one: the worker answers
-// RESOURCE_EXHAUSTED and serves on, same process (before, the group was torn
-// down and rebuilt). The scheduler is made to mispredict with a calibration
-// profile whose peaks are a hundredth of the measured ones.
-TEST(ReliabilityTest, AnOutOfMemoryIsAnsweredInPlace) {
-  const std::string home = TempDir("home");
-  // The workers cache their profiles under $HOME; the doctored one must not
-  // reach the tests after this one.
-  const char* old_home = std::getenv("HOME");
-  struct RestoreHome {
-    std::string value;
-    bool set;
-    ~RestoreHome() { set ? setenv("HOME", value.c_str(), 1) : unsetenv("HOME"); }
-  } restore{old_home != nullptr ? old_home : "", old_home != nullptr};
-  ASSERT_EQ(setenv("HOME", home.c_str(), 1), 0);
-  const std::string repo = FixtureRepository({"sd_kl"});
-  const std::vector<std::string> flags = RealWorkerFlags(repo, "cpu:1", 1, {"--memory_budget_mib=64"});
+// Sets $HOME to a folder of its own while it lives: the workers cache their
+// calibration profiles under $HOME, and a doctored one must not reach the
+// tests after the one that made it.
+class ScopedHome {
+ public:
+  explicit ScopedHome(const std::string& home) : home_(home) {
+    const char* old = std::getenv("HOME");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv("HOME", home.c_str(), 1);
+  }
+  ~ScopedHome() { had_ ? setenv("HOME", old_.c_str(), 1) : unsetenv("HOME"); }
+  const std::string& home() const { return home_; }
+
+ private:
+  std::string home_, old_;
+  bool had_ = false;
+};
+
+// Starts the server once with `flags` so that its workers calibrate sd_kl,
+// then divides every peak of the cached profile by 100: the scheduler then
+// predicts a decode to fit that really runs out of the memory budget.
+void MakeTheSchedulerMispredict(const ScopedHome& home, const std::vector<std::string>& flags) {
   {
     auto calibrating = StartServing(flags, {"sd_kl"});
     ASSERT_NE(calibrating, nullptr);
   }
-  const std::string dir = home + "/.cache/vaedecode/profiles";
+  const std::string dir = home.home() + "/.cache/vaedecode/profiles";
   int doctored = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     std::string text = ReadText(entry.path().string());
@@ -176,6 +182,16 @@ TEST(ReliabilityTest, AnOutOfMemoryIsAnsweredInPlace) {
     ++doctored;
   }
   ASSERT_EQ(doctored, 1);
+}
+
+// A real out-of-memory on a group of one: the worker answers
+// RESOURCE_EXHAUSTED and serves on, same process (before, the group was torn
+// down and rebuilt).
+TEST(ReliabilityTest, AnOutOfMemoryIsAnsweredInPlace) {
+  const ScopedHome home(TempDir("home"));
+  const std::string repo = FixtureRepository({"sd_kl"});
+  const std::vector<std::string> flags = RealWorkerFlags(repo, "cpu:1", 1, {"--memory_budget_mib=64"});
+  ASSERT_NO_FATAL_FAILURE(MakeTheSchedulerMispredict(home, flags));
 
   auto server = StartServing(flags, {"sd_kl"});
   ASSERT_NE(server, nullptr);
@@ -191,6 +207,45 @@ TEST(ReliabilityTest, AnOutOfMemoryIsAnsweredInPlace) {
   absl::StatusOr<std::string> m = server->ScrapeMetrics();
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(MetricValue(*m, "vaedecode_worker_restarts_total", {"group=\"g0\""}), 0);
+}
+
+// A real out-of-memory inside an exact decode on a group of two: the ranks
+// are blocked in exchanges with each other when one runs out, so the
+// communicator is aborted; they re-form it in place, the leader answers
+// RESOURCE_EXHAUSTED, and the same processes decode the next request
+// exactly (before, the group was torn down, restarted and its models
+// reloaded). Twice, so a re-formed group recovers again.
+TEST(ReliabilityTest, AnOutOfMemoryInAnExactDecodeOnAGroupIsAnsweredInPlace) {
+  const ScopedHome home(TempDir("home-exact"));
+  const std::string repo = FixtureRepository({"sd_kl"});
+  const std::vector<std::string> flags =
+      RealWorkerFlags(repo, "cpu:2", 2, {"--memory_budget_mib=64", "--collective_timeout_s=120"});
+  ASSERT_NO_FATAL_FAILURE(MakeTheSchedulerMispredict(home, flags));
+
+  auto server = StartServing(flags, {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  ASSERT_TRUE(server->WaitWorkers(2, absl::Seconds(10)).ok());
+  const std::vector<WorkerProcess> before = server->Workers();
+  for (int i = 0; i < 2; ++i) {
+    // Each rank's band needs about 85 MB against its 64 MiB budget.
+    v1::DecodeRequest big = SyntheticRequest("sd_kl", {8, 4, 64, 64}, absl::StrCat("too-big-", i));
+    big.set_mode(v1::MODE_EXACT);
+    const DecodeOutcome oom = Decode(server->stub(), big, absl::Seconds(120));
+    EXPECT_EQ(oom.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << oom.status.error_message();
+    EXPECT_THAT(oom.status.error_message(), HasSubstr("out of memory"));
+    EXPECT_THAT(oom.status.error_message(), HasSubstr("recovered in place"));
+    const DecodeOutcome next = Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"),
+                                                                     v1::OUTPUT_FLOAT32, v1::MODE_EXACT),
+                                      absl::Seconds(60));
+    ExpectMatches(next, ReadFloat(FixturePath("sd_kl/expected.safetensors")), v1::OUTPUT_FLOAT32);
+    EXPECT_EQ(next.output.header().mode(), v1::MODE_EXACT);
+  }
+  EXPECT_EQ(server->Workers().size(), before.size());
+  for (const WorkerProcess& w : before) EXPECT_EQ(Rank(*server, w.rank).pid, w.pid);
+  absl::StatusOr<std::string> m = server->ScrapeMetrics();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(MetricValue(*m, "vaedecode_worker_restarts_total", {"group=\"g0\""}), 0);
+  EXPECT_THAT(server->Log(), HasSubstr("re-formed in place after rank"));
 }
 
 // A request id with a newline used to start a forged line of its own.
