@@ -29,6 +29,13 @@ std::string Shape(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
+// "[12.3,4.5]": one figure per rank, to a tenth of a millisecond.
+std::string Milliseconds(const std::vector<double>& ms) {
+  return absl::StrCat("[", absl::StrJoin(ms, ",", [](std::string* out, double v) {
+    absl::StrAppend(out, absl::StrFormat("%.1f", v));
+  }), "]");
+}
+
 // One reactor per Decode call; the Job holds the call's state.
 class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>, public JobStream {
  public:
@@ -220,7 +227,7 @@ void DecodeService::Report(const Job& job, const absl::Status& status, const std
   spdlog::info(
       "request id={} protocol={} model={} latent={} latent_dtype={} output={} format={} mode={} degree={} "
       "group={} queue_ms={:.1f} decode_ms={:.1f} gather_ms={:.1f} stream_ms={:.1f} "
-      "total_ms={:.1f} collectives={} peak_bytes={} status={} message={}",
+      "total_ms={:.1f} collectives={} collective_wait_ms={} peak_bytes={} status={} message={}",
       rpc::LogValue(req.request_id()), protocol, req.model().empty() ? "-" : rpc::LogValue(req.model()),
       Shape(latent),
       v1::DType_IsValid(req.latent().dtype()) ? v1::DType_Name(req.latent().dtype()) : "?",
@@ -229,7 +236,7 @@ void DecodeService::Report(const Job& job, const absl::Status& status, const std
                                                     : "?",
       r.mode, r.degree, r.group.empty() ? "-" : r.group, r.timings.queue_ms(),
       r.timings.decode_ms(), r.timings.gather_ms(), r.timings.stream_ms(), total_ms, r.collectives,
-      Shape(r.peak_bytes_per_rank), rpc::StatusCodeName(status.code()), rpc::LogValue(status.message()));
+      Milliseconds(r.collective_wait_ms_per_rank), Shape(r.peak_bytes_per_rank), rpc::StatusCodeName(status.code()), rpc::LogValue(status.message()));
 }
 
 grpc::ServerUnaryReactor* DecodeService::ListModels(grpc::CallbackServerContext* context,

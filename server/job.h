@@ -92,6 +92,7 @@ struct JobReport {
   int64_t collectives = 0;
   int tile_retries = 0;
   std::vector<int64_t> peak_bytes_per_rank;
+  std::vector<double> collective_wait_ms_per_rank;
   bool decoded = false;  // the leader sent its trailer
 };
 

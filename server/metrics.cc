@@ -36,6 +36,10 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                        .Name("vaedecode_collectives_per_decode")
                        .Help("Collective operations per decode (every rank meets at each)")
                        .Register(registry)),
+      collective_wait_(prometheus::BuildHistogram()
+                           .Name("vaedecode_collective_wait_seconds")
+                           .Help("Per decode, the longest time any rank was blocked in the group's collectives")
+                           .Register(registry)),
       request_seconds_(prometheus::BuildHistogram()
                            .Name("vaedecode_request_seconds")
                            .Help("Decode requests end to end, by final gRPC status")
@@ -158,7 +162,8 @@ void ServerMetrics::AddPending(const std::string& model, int64_t delta) {
 }
 
 void ServerMetrics::RecordDecode(const std::string& model, const std::string& family, const std::string& mode,
-                                 int degree, double decode_s, double gather_s, int64_t collectives) {
+                                 int degree, double decode_s, double gather_s, int64_t collectives,
+                                 double collective_wait_s) {
   const prometheus::Labels labels = {
       {"family", family}, {"mode", mode}, {"degree", absl::StrCat(degree)}};
   decode_.Add({{"model", model}, {"family", family}, {"mode", mode}, {"degree", absl::StrCat(degree)}},
@@ -166,6 +171,7 @@ void ServerMetrics::RecordDecode(const std::string& model, const std::string& fa
       .Observe(decode_s);
   gather_.Add(labels, LatencyBuckets()).Observe(gather_s);
   collectives_.Add(labels, CountBuckets()).Observe(static_cast<double>(collectives));
+  collective_wait_.Add(labels, LatencyBuckets()).Observe(collective_wait_s);
 }
 
 void ServerMetrics::RecordQueueTime(double seconds) { queue_.Observe(seconds); }

@@ -10,6 +10,8 @@
 //   vaedecode_decode_seconds{model,family,mode,degree} histogram (leader decode time)
 //   vaedecode_gather_seconds{family,mode,degree}       histogram
 //   vaedecode_collectives_per_decode{family,mode,degree} histogram
+//   vaedecode_collective_wait_seconds{family,mode,degree} histogram (per decode, the
+//                                                      longest any rank was blocked in collectives)
 //   vaedecode_queue_seconds                            histogram (time in the queue)
 //   vaedecode_stream_seconds                           histogram
 //   vaedecode_request_seconds{status}                  histogram (end to end)
@@ -63,7 +65,7 @@ class ServerMetrics {
                      double decode_s);
   // One finished decode, from the leader's header and trailer.
   void RecordDecode(const std::string& model, const std::string& family, const std::string& mode, int degree,
-                    double decode_s, double gather_s, int64_t collectives);
+                    double decode_s, double gather_s, int64_t collectives, double collective_wait_s);
   void AddPending(const std::string& model, int64_t delta);
   void RecordQueueTime(double seconds);
   void RecordStreamTime(double seconds);
@@ -90,6 +92,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& decode_;
   prometheus::Family<prometheus::Histogram>& gather_;
   prometheus::Family<prometheus::Histogram>& collectives_;
+  prometheus::Family<prometheus::Histogram>& collective_wait_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
   prometheus::Histogram& queue_;
   prometheus::Histogram& stream_;

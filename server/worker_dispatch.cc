@@ -266,6 +266,8 @@ WorkerGroup::LeaderStream WorkerGroup::ForwardStream(const std::shared_ptr<Leade
         r.tile_retries = trailer.tile_retries();
         r.peak_bytes_per_rank.assign(trailer.peak_bytes_per_rank().begin(),
                                      trailer.peak_bytes_per_rank().end());
+        r.collective_wait_ms_per_rank.assign(trailer.collective_wait_ms_per_rank().begin(),
+                                             trailer.collective_wait_ms_per_rank().end());
         r.decoded = true;
       });
     } else if (!stream.got_header) {
@@ -337,9 +339,11 @@ void WorkerGroup::Conclude(const std::shared_ptr<Leader>& leader, const std::sha
     return;
   }
   const JobReport report = job->report();
+  double most_waited_ms = 0;  // the rank that waited longest in collectives
+  for (double ms : report.collective_wait_ms_per_rank) most_waited_ms = std::max(most_waited_ms, ms);
   metrics_.RecordDecode(job->model().name(), job->model().family(), report.mode, report.degree,
                         report.timings.decode_ms() / 1000, report.timings.gather_ms() / 1000,
-                        report.collectives);
+                        report.collectives, most_waited_ms / 1000);
   metrics_.RecordStreamTime(report.timings.stream_ms() / 1000);
   if (report.tile_retries > 0) metrics_.RecordTileRetries(job->model().name(), report.tile_retries);
   job->Finish(absl::OkStatus());

@@ -152,7 +152,10 @@ absl::Status LeaderResponse::Finish(const DecodePlan& plan, const DecodeOutcome&
   trailer->mutable_timings()->set_gather_ms(result.gather_ms);
   trailer->mutable_timings()->set_stream_ms(
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count());
-  for (const RankStats& r : outcome.ranks) trailer->add_peak_bytes_per_rank(r.peak_bytes);
+  for (const RankStats& r : outcome.ranks) {
+    trailer->add_peak_bytes_per_rank(r.peak_bytes);
+    trailer->add_collective_wait_ms_per_rank(r.comm_ms);
+  }
   trailer->set_collectives(outcome.comm.collectives());
   trailer->set_tile_retries(result.tile_retries);
   trailer->set_tile_plan(result.tile_plan);

@@ -110,6 +110,12 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
       const v1::Trailer& t = out.output.trailer();
       EXPECT_GT(t.collectives(), 0);
       EXPECT_EQ(t.peak_bytes_per_rank_size(), 2);
+      // Each rank's time blocked in collectives: some, and never more than the decode.
+      ASSERT_EQ(t.collective_wait_ms_per_rank_size(), 2);
+      for (double ms : t.collective_wait_ms_per_rank()) {
+        EXPECT_GT(ms, 0);
+        EXPECT_LE(ms, t.timings().decode_ms());
+      }
       EXPECT_GT(t.timings().decode_ms(), 0);
       EXPECT_GT(t.timings().queue_ms(), 0);
       EXPECT_GE(t.timings().total_ms(), t.timings().decode_ms());
@@ -224,6 +230,8 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
             1);
   EXPECT_GT(MetricValue(*m, "vaedecode_collectives_per_decode_sum", {"mode=\"EXACT\""}),
             exact_decodes);
+  EXPECT_EQ(MetricValue(*m, "vaedecode_collective_wait_seconds_count", {"mode=\"EXACT\""}), exact_decodes);
+  EXPECT_GT(MetricValue(*m, "vaedecode_collective_wait_seconds_sum", {"mode=\"EXACT\""}), 0);
   // Only the decodes waited in the queue; refused calls never got there.
   EXPECT_EQ(MetricValue(*m, "vaedecode_queue_seconds_count"), ok["sd_kl"] + ok["flux1_kl"]);
   EXPECT_EQ(MetricValue(*m, "vaedecode_queue_depth"), 0);
