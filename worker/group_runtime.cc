@@ -74,10 +74,7 @@ void GroupRuntime::MarkBroken(const absl::Status& why) {
 absl::Status GroupRuntime::RecoverOrBreak(const absl::Status& failure) {
   if (recovery_ != nullptr && world_size_ > 1) {
     absl::StatusOr<Recovered> recovered = recovery_->Recover(failure, &comm_);
-    if (recovered.ok()) {
-      ++recoveries_;
-      return InStep(recovered->answer);
-    }
+    if (recovered.ok()) return InStep(recovered->answer);
     MarkBroken(absl::Status(failure.code(), absl::StrCat(failure.message(), " (not recoverable in place: ",
                                                          recovered.status().message(), ")")));
     return failure;

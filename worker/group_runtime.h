@@ -92,8 +92,6 @@ class GroupRuntime {
   int world_size() const { return world_size_; }
   // The group's device (the communicator's): CPU, or this rank's GPU.
   c10::Device device() const { return device_; }
-  // Times the group re-formed its communicator in place.
-  int64_t recoveries() const { return recoveries_.load(); }
   int64_t decodes() const { return decodes_.load(); }
   const std::vector<NamedModel>& models() const { return models_; }
   // Index of the model called `name`, or -1.
@@ -115,7 +113,6 @@ class GroupRuntime {
   const int world_size_;
   const c10::Device device_;
   const std::unique_ptr<GroupRecovery> recovery_;
-  std::atomic<int64_t> recoveries_{0};
   const std::vector<NamedModel> models_;
   const absl::Duration heartbeat_;
 
