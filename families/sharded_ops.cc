@@ -1,5 +1,7 @@
 #include "families/sharded_ops.h"
 
+#include <algorithm>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -54,9 +56,12 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
     // Then the edge rows come from thin slabs of neighbour rows + own rows.
     // Without overlap the same arithmetic runs after the exchange.
     parallel::HaloRowsInFlight in_flight =
-        ValueOrThrow(parallel::StartHaloRowsExchange(comm_, x, spec, halo));
+        ValueOrThrow(parallel::StartHaloRowsExchange(comm_, x, spec, halo, HaloSignal()));
     std::optional<parallel::HaloRows> neighbours;
-    if (!overlap_halo_) neighbours = ValueOrThrow(in_flight.Wait());
+    if (!overlap_halo_) {
+      neighbours = ValueOrThrow(in_flight.Wait());
+      AfterHaloExchange(neighbours->min_signal);
+    }
     // Other paddings: no interior rows when the band is exactly 2·halo
     // rows between two neighbours (the edge slabs cover it).
     const bool has_inner = zeros || rows + pad_top + pad_bottom > 2 * halo;
@@ -72,7 +77,10 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
       if (overlap_halo_) (void)in_flight.Wait();
       throw;
     }
-    if (overlap_halo_) neighbours = ValueOrThrow(in_flight.Wait());
+    if (overlap_halo_) {
+      neighbours = ValueOrThrow(in_flight.Wait());
+      AfterHaloExchange(neighbours->min_signal);
+    }
     at::Tensor top, bottom;
     if (neighbours->above.defined()) {
       top = ConvWithRowsProvided(at::cat({neighbours->above, x.narrow(h_axis, 0, 2 * halo)}, h_axis), weight,
@@ -94,12 +102,32 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
     if (bottom.defined()) parts.push_back(bottom);
     return parts.size() == 1 ? parts[0] : at::cat(parts, h_axis);
   }
-  at::Tensor with_rows = ValueOrThrow(parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros));
+  std::optional<int64_t> signal = halo > 0 ? HaloSignal() : std::nullopt;
+  at::Tensor with_rows = ValueOrThrow(
+      parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros, signal ? &*signal : nullptr));
+  if (halo > 0) AfterHaloExchange(signal);
   // The layer's own padding only at the global edges; interior edges have
   // real neighbour rows (replicate/reflect included).
   // In row bands on a CPU, as the dense path (its peak scales with the band).
   if (!zeros) return ConvInRowBands(with_rows, weight, bias, g, pad_top, pad_bottom);
   return ConvInRowBands(with_rows, weight, bias, g, 0, 0);
+}
+
+std::optional<int64_t> ShardedOps::HaloSignal() const {
+  if (!cancel_with_halo_) return std::nullopt;
+  if (cancelled_ != nullptr && cancelled_->load() && stop_at_exchange_ == std::numeric_limits<int64_t>::max()) {
+    // The stop reaches rank k at exchange i + k - 1 (the leader's
+    // neighbour gets it with exchange i itself): the last rank, W - 1, at
+    // i + W - 2.
+    return halo_exchanges_ + std::max(0, comm_.world_size() - 2);
+  }
+  return stop_at_exchange_;
+}
+
+void ShardedOps::AfterHaloExchange(std::optional<int64_t> min_signal) {
+  if (!cancel_with_halo_ || !min_signal.has_value()) return;
+  stop_at_exchange_ = std::min(stop_at_exchange_, *min_signal);
+  if (halo_exchanges_++ >= stop_at_exchange_) throw StatusError(absl::CancelledError("the request was cancelled"));
 }
 
 at::Tensor ShardedOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,

@@ -13,6 +13,9 @@
 // worker's job wrapper). Not thread-safe; one decode at a time.
 
 #include <atomic>
+#include <cstdint>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include "families/layer_ops.h"
@@ -45,10 +48,17 @@ class ShardedOps final : public LayerOps {
 
   // Leader: when *cancelled becomes true, every rank of the group throws
   // StatusError(CANCELLED) at the next GroupNorm or attention, together (the
-  // flag rides in that op's all-gather), so the group stays in step. A
-  // family with neither (LTX-2) can only be cancelled between jobs. Peers
+  // flag rides in that op's all-gather), so the group stays in step. Peers
   // pass nothing.
   void set_cancel_flag(const std::atomic<bool>* cancelled) { cancelled_ = cancelled; }
+
+  // Every rank, for a decoder with few or no GroupNorm/attention collectives
+  // (ModelInfo::cancel_with_halo): the leader's flag also travels with the
+  // halo rows. A halo exchange only reaches the neighbours, so the leader,
+  // seeing the flag before exchange i, names exchange i + W - 2 as the stop;
+  // each exchange carries the earliest stop a rank knows one rank further,
+  // every rank knows it by then, and all throw CANCELLED after that exchange.
+  void set_cancel_with_halo(bool on) { cancel_with_halo_ = on; }
 
   // Whether a convolution computes its rows that need no neighbour rows
   // while the halo rows are in flight (the default), or waits for the halo
@@ -58,6 +68,13 @@ class ShardedOps final : public LayerOps {
  private:
   // Every rank's band of K/V (`tokens_per_row` per row) in rank order, with
   // the cancellation flag riding along.
+  // The word this rank sends with its next halo rows (the earliest stop it
+  // knows), or none when the cancellation does not ride the halo.
+  std::optional<int64_t> HaloSignal() const;
+  // After a halo exchange: learn the neighbours' stop and throw CANCELLED if
+  // this exchange is it.
+  void AfterHaloExchange(std::optional<int64_t> min_signal);
+
   std::pair<at::Tensor, at::Tensor> GatherBandKV(const at::Tensor& k, const at::Tensor& v, int64_t tokens_per_row);
   at::Tensor FullAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TokenLayout& layout);
   at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -67,6 +84,9 @@ class ShardedOps final : public LayerOps {
   parallel::ShardSpec latent_spec_;
   const std::atomic<bool>* cancelled_ = nullptr;
   bool overlap_halo_ = true;
+  bool cancel_with_halo_ = false;
+  int64_t halo_exchanges_ = 0;  // in this decode, on every rank alike
+  int64_t stop_at_exchange_ = std::numeric_limits<int64_t>::max();
 };
 
 }  // namespace vaedecode::families

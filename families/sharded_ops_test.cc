@@ -4,6 +4,7 @@
 
 #include "families/sharded_ops.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -312,6 +313,88 @@ TEST(ShardedAttention, TheCancelFlagAlsoStopsFrameCausalAttention) {
     }
     return absl::InternalError("frame-causal attention ran to completion despite the leader's cancel flag");
   }, absl::Seconds(30));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// A decoder without GroupNorm or attention (LTX-2): the leader's flag rides
+// the halo exchanges and every rank stops after the same one, W - 2
+// exchanges after the leader saw it (the stop word needs W - 2 exchanges
+// to reach the last rank). Bands 2,2,2,1 at 4 ranks: the 1-row band takes
+// the non-overlapped path; 1x1 convs exchange nothing and do not count.
+TEST(ShardedConv, WithHaloCancellationEveryRankStopsAfterTheSameExchange) {
+  for (int world = 1; world <= 4; ++world) {
+    for (bool overlap : {true, false}) {
+      absl::Status s = parallel::testing::RunRanks(world, [overlap](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
+        if (!comm.ok()) return comm.status();
+        const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+        at::manual_seed(5);
+        const at::Tensor x = at::randn({1, 2, kLatentRows, 5});
+        const at::Tensor w3 = at::randn({2, 2, 3, 3}) * 0.3, w1 = at::randn({2, 2, 1, 1}), b = at::zeros({2});
+        ConvGeometry g3;
+        g3.padding_h = g3.padding_w = 1;
+        g3.mode = PaddingMode::kReplicate;
+        const ConvGeometry g1;
+        at::Tensor local = x.narrow(2, spec.local_band().begin, spec.local_band().size()).contiguous();
+        DenseOps dense;
+        const at::Tensor want = dense.Conv(x, w3, b, g3).narrow(2, spec.local_band().begin, spec.local_band().size());
+        ShardedOps sharded(**comm, spec);
+        sharded.set_overlap_halo(overlap);
+        sharded.set_cancel_with_halo(true);
+        std::atomic<bool> cancelled{false};
+        if (rank == 0) sharded.set_cancel_flag(&cancelled);
+        // Convs 0, 2, 4, ... are 3x3 (exchanges 0, 1, 2, ...); the flag goes
+        // up before exchange 1.
+        const int64_t stop_exchange = 1 + std::max(0, w - 2);
+        for (int conv = 0; conv < 20; ++conv) {
+          if (conv == 2) cancelled = true;
+          try {
+            at::Tensor y = conv % 2 == 0 ? sharded.Conv(local, w3, b, g3) : sharded.Conv(local, w1, b, g1);
+            if (conv == 0) {
+              // The word travels beside the rows, not in them.
+              if (absl::Status c = ExpectTensorClose(y, want, 1e-5, 0, "first conv"); !c.ok()) return c;
+            }
+            local = y;
+          } catch (const StatusError& e) {
+            if (e.status().code() != absl::StatusCode::kCancelled) return e.status();
+            if (conv != 2 * stop_exchange) {
+              return absl::InternalError(absl::StrCat("rank ", rank, " stopped at conv ", conv, ", want ",
+                                                      2 * stop_exchange));
+            }
+            return absl::OkStatus();
+          }
+        }
+        return absl::InternalError(absl::StrCat("rank ", rank, " ran every conv despite the leader's cancel flag"));
+      }, absl::Seconds(60));
+      EXPECT_TRUE(s.ok()) << "world size " << world << (overlap ? " overlapped" : " waiting") << ": " << s;
+    }
+  }
+}
+
+// Without it (every other family) a conv never reads the flag: the
+// GroupNorm and attention collectives carry it, and the halo messages stay
+// as they were.
+TEST(ShardedConv, WithoutHaloCancellationConvsIgnoreTheFlag) {
+  absl::Status s = parallel::testing::RunRanks(2, [](int rank, int w, int port) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
+    if (!comm.ok()) return comm.status();
+    const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+    parallel::CountingCommunicator counting(**comm);
+    ShardedOps sharded(counting, spec);
+    std::atomic<bool> cancelled{true};
+    if (rank == 0) sharded.set_cancel_flag(&cancelled);
+    ConvGeometry g;
+    g.padding_h = g.padding_w = 1;
+    at::Tensor local = at::randn({1, 2, spec.local_rows(), 5});
+    try {
+      for (int conv = 0; conv < 3; ++conv) local = sharded.Conv(local, at::randn({2, 2, 3, 3}), at::zeros({2}), g);
+    } catch (const StatusError& e) {
+      return e.status();
+    }
+    const parallel::OpCounters halo = counting.stats().ForKind(parallel::CallKind::kHalo);
+    if (halo.calls != 3 || halo.sends != 3) return absl::InternalError(counting.ToString());
+    return absl::OkStatus();
+  }, absl::Seconds(60));
   EXPECT_TRUE(s.ok()) << s;
 }
 

@@ -1,5 +1,6 @@
 #include "parallel/sharded_ops.h"
 
+#include <algorithm>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -15,8 +16,10 @@ at::Tensor RowsFirst(const at::Tensor& x, int64_t axis) { return x.movedim(axis,
 }  // namespace
 
 absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x,
-                                                       const ShardSpec& spec, int64_t halo) {
+                                                       const ShardSpec& spec, int64_t halo,
+                                                       std::optional<int64_t> signal) {
   HaloRows rows;
+  rows.min_signal = signal;
   if (halo == 0 || spec.world_size == 1) return HaloRowsInFlight(rows, nullptr);
   if (spec.min_band_rows() < halo) {
     return absl::FailedPreconditionError(absl::StrCat("halo of ", halo, " rows exceeds the thinnest band (",
@@ -27,19 +30,23 @@ absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const
   std::vector<int64_t> shape = x.sizes().vec();
   shape[axis] = halo;
   std::vector<P2POp> ops;
-  if (!spec.is_first()) {
-    ops.push_back({P2POp::kSend, spec.rank - 1, x.narrow(axis, 0, halo).contiguous()});
-    rows.above = at::empty(shape, x.options());
-    ops.push_back({P2POp::kRecv, spec.rank - 1, rows.above});
-  }
-  if (!spec.is_last()) {
-    ops.push_back({P2POp::kSend, spec.rank + 1, x.narrow(axis, local_rows - halo, halo).contiguous()});
-    rows.below = at::empty(shape, x.options());
-    ops.push_back({P2POp::kRecv, spec.rank + 1, rows.below});
-  }
+  std::vector<at::Tensor> signals_in;
+  // Per neighbour: the rows, then (with a signal) the word; both ends post
+  // them in this order, so the messages pair up.
+  const auto with_neighbour = [&](int peer, const at::Tensor& rows_out, at::Tensor& rows_in) {
+    ops.push_back({P2POp::kSend, peer, rows_out});
+    rows_in = at::empty(shape, x.options());
+    ops.push_back({P2POp::kRecv, peer, rows_in});
+    if (!signal.has_value()) return;
+    ops.push_back({P2POp::kSend, peer, at::full({1}, *signal, x.options().dtype(at::kLong))});
+    signals_in.push_back(at::empty({1}, x.options().dtype(at::kLong)));
+    ops.push_back({P2POp::kRecv, peer, signals_in.back()});
+  };
+  if (!spec.is_first()) with_neighbour(spec.rank - 1, x.narrow(axis, 0, halo).contiguous(), rows.above);
+  if (!spec.is_last()) with_neighbour(spec.rank + 1, x.narrow(axis, local_rows - halo, halo).contiguous(), rows.below);
   // The send tensors are copies of x's edge rows, and the posted batch
   // holds every tensor it moves until it completes.
-  return HaloRowsInFlight(std::move(rows), comm.StartSendRecv(ops, CallKind::kHalo));
+  return HaloRowsInFlight(std::move(rows), comm.StartSendRecv(ops, CallKind::kHalo), std::move(signals_in));
 }
 
 absl::StatusOr<HaloRows> HaloRowsInFlight::Wait() {
@@ -47,21 +54,27 @@ absl::StatusOr<HaloRows> HaloRowsInFlight::Wait() {
     std::unique_ptr<PendingSendRecv> pending = std::move(pending_);
     if (absl::Status status = pending->Wait(); !status.ok()) return status;
   }
+  for (const at::Tensor& word : signals_in_) {
+    rows_.min_signal = std::min(*rows_.min_signal, word.item<int64_t>());
+  }
   return std::move(rows_);
 }
 
 absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
-                                          int64_t halo) {
-  absl::StatusOr<HaloRowsInFlight> started = StartHaloRowsExchange(comm, x, spec, halo);
+                                          int64_t halo, std::optional<int64_t> signal) {
+  absl::StatusOr<HaloRowsInFlight> started = StartHaloRowsExchange(comm, x, spec, halo, signal);
   if (!started.ok()) return started.status();
   return started->Wait();
 }
 
 absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
-                                        int64_t halo, bool zero_edges) {
+                                        int64_t halo, bool zero_edges, int64_t* signal) {
   if (halo == 0) return x;
-  absl::StatusOr<HaloRows> rows = ExchangeHaloRows(comm, x, spec, halo);
+  std::optional<int64_t> word;
+  if (signal != nullptr) word = *signal;
+  absl::StatusOr<HaloRows> rows = ExchangeHaloRows(comm, x, spec, halo, word);
   if (!rows.ok()) return rows.status();
+  if (signal != nullptr) *signal = *rows->min_signal;
   std::vector<int64_t> shape = x.sizes().vec();
   shape[spec.axis] = halo;
   if (zero_edges) {

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -21,36 +23,49 @@ namespace vaedecode::parallel {
 // The neighbours' rows alone: `halo` rows from the rank above and below
 // (undefined at the global edges), in one SendRecv batch. Every band must
 // hold >= halo rows (FAILED_PRECONDITION otherwise).
+//
+// `signal`, when given, travels to both neighbours in the same batch (one
+// int64 more per message) and `min_signal` is the smallest of this rank's
+// and theirs: a word that spreads one rank per exchange (ShardedOps carries
+// the leader's cancellation that way). Every rank of the exchange must pass
+// one, or none.
 struct HaloRows {
   at::Tensor above;
   at::Tensor below;
+  std::optional<int64_t> min_signal;  // set when a signal was given
 };
 absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
-                                          int64_t halo);
+                                          int64_t halo, std::optional<int64_t> signal = std::nullopt);
 
 // The same exchange in flight (Communicator::StartSendRecv): `x` may be
 // read meanwhile, and the rows are there once Wait() returns OK.
 class HaloRowsInFlight {
  public:
   HaloRowsInFlight() = default;
-  HaloRowsInFlight(HaloRows rows, std::unique_ptr<PendingSendRecv> pending)
-      : rows_(std::move(rows)), pending_(std::move(pending)) {}
+  // `signals_in`: the neighbours' signal words being received (undefined
+  // where there is no neighbour or no signal).
+  HaloRowsInFlight(HaloRows rows, std::unique_ptr<PendingSendRecv> pending, std::vector<at::Tensor> signals_in = {})
+      : rows_(std::move(rows)), pending_(std::move(pending)), signals_in_(std::move(signals_in)) {}
   absl::StatusOr<HaloRows> Wait();
 
  private:
   HaloRows rows_;
   std::unique_ptr<PendingSendRecv> pending_;  // null when nothing travels
+  std::vector<at::Tensor> signals_in_;
 };
 absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x,
-                                                       const ShardSpec& spec, int64_t halo);
+                                                       const ShardSpec& spec, int64_t halo,
+                                                       std::optional<int64_t> signal = std::nullopt);
 
 // Returns x with `halo` real rows of the rank above prepended and `halo` rows
 // of the rank below appended along spec.axis. At the global top/bottom edges
 // nothing is added (the caller pads with the layer's own padding), or, with
 // `zero_edges`, `halo` zero rows, so a zero-padded conv needs one copy in all.
+// `signal`, when given, as in ExchangeHaloRows: in, this rank's word; out,
+// the smallest of its and its neighbours'.
 absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
                                         const ShardSpec& spec, int64_t halo,
-                                        bool zero_edges = false);
+                                        bool zero_edges = false, int64_t* signal = nullptr);
 
 // GroupNorm over the whole (sharded) tensor: x is [B, C, ...] with the band
 // along spec.axis. LibTorch's fused GroupNorm kernel normalises the band with

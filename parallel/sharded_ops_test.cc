@@ -54,6 +54,31 @@ TEST(ExchangeHalo, BringsTheNeighboursRealRows) {
   });
 }
 
+TEST(ExchangeHalo, ASignalWordReachesTheNeighboursInTheSameCall) {
+  ForWorldSizes([](Communicator& comm, int rank, int world) -> absl::Status {
+    const int64_t rows = 11, halo = 1;
+    const std::vector<int64_t> words = {5, 9, 3, 7};
+    at::Tensor full = at::arange(3 * rows * 4, at::kFloat).view({3, rows, 4});
+    ShardSpec spec = ShardSpec::ForRows(1, rows, rank, world);
+    const Band b = spec.local_band();
+    CountingCommunicator counting(comm);
+    int64_t word = words[rank];
+    absl::StatusOr<at::Tensor> got =
+        ExchangeHalo(counting, full.narrow(1, b.begin, b.size()), spec, halo, false, &word);
+    if (!got.ok()) return got.status();
+    int64_t want = words[rank];
+    if (rank > 0) want = std::min(want, words[rank - 1]);
+    if (rank + 1 < world) want = std::min(want, words[rank + 1]);
+    if (word != want) return absl::InternalError(absl::StrCat("rank ", rank, " got word ", word, ", want ", want));
+    // The word rides in the halo's own call: still one call per exchange.
+    const int64_t calls = counting.stats().ForKind(CallKind::kHalo).calls;
+    if (calls != (world > 1 ? 1 : 0)) return absl::InternalError(absl::StrCat(calls, " halo calls"));
+    const int64_t begin = std::max<int64_t>(0, b.begin - halo);
+    const int64_t end = std::min<int64_t>(rows, b.end + halo);
+    return ExpectTensorEqual(*got, full.narrow(1, begin, end - begin), "band with halo");
+  });
+}
+
 TEST(ExchangeHalo, RefusesAHaloWiderThanABand) {
   absl::Status s = testing::RunRanks(3, [](int rank, int world, int port) -> absl::Status {
     absl::StatusOr<std::unique_ptr<Communicator>> comm = Join(rank, world, port);

@@ -73,11 +73,12 @@ absl::StatusOr<ExactRows> DecodeExactBands(families::Decoder& decoder, parallel:
   const parallel::Band band = latent_spec.local_band();
   families::ShardedOps sharded(comm, latent_spec);
   if (comm.rank() == kLeader) sharded.set_cancel_flag(cancelled);
+  sharded.set_cancel_with_halo(decoder.info().cancel_with_halo);
   sharded.set_overlap_halo(plan.overlap_halo);
   FrameGatheringOps ops(sharded, comm, progress.frames_ready);
   absl::StatusOr<at::Tensor> rows =
       DecodePrepared(decoder, z.narrow(h_axis, band.begin, band.size()).contiguous(), plan.conditioning, ops);
-  // Every rank learns of a cancellation at the same norm: still in step.
+  // Every rank learns of a cancellation at the same op: still in step.
   if (!rows.ok() && rows.status().code() == absl::StatusCode::kCancelled) return InStep(rows.status());
   if (!rows.ok()) return AbortWith(comm, rows.status());
 

@@ -19,6 +19,7 @@ ModelInfo Describe(const HunyuanVideo15Config& c, std::string config_json) {
   info.temporal_factor = c.temporal_factor();
   info.is_video = true;
   info.peak_latent_frames = 0;  // the whole clip at once, however long
+  info.cancel_with_halo = true;  // one attention (mid block), no GroupNorm
   info.scaling_factor = c.scaling_factor;
   info.raw_to_vae_formula = "z / scaling_factor";
   // AutoencoderKLHunyuanVideo15.tiled_decode: 256-pixel tiles, overlap 0.25.

@@ -1,5 +1,6 @@
 #include "tests/multiprocess/group_decode_checks.h"
 
+#include <atomic>
 #include <iostream>
 
 #include <ATen/ATen.h>
@@ -184,6 +185,32 @@ absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<parallel::CommStats> DecodeCancelledFromTheStart(const std::string& fixture,
+                                                                const std::vector<int64_t>& shape, int rank,
+                                                                int world, int port, const std::string& group,
+                                                                GroupCheckOptions options) {
+  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixtureDecoder(fixture);
+  if (!decoder.ok()) return decoder.status();
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinTestGroup(rank, world, port, group);
+  if (!comm.ok()) return comm.status();
+  at::manual_seed(41);
+  const at::Tensor latent = at::randn(shape);  // the same on every rank
+  std::atomic<bool> cancelled{true};
+  worker::GroupDecodeOptions cancel;
+  if (rank == worker::kLeader) cancel.cancelled = &cancelled;
+  parallel::CountingCommunicator counting(**comm);
+  absl::StatusOr<worker::GroupDecodeResult> stopped =
+      worker::DecodeWithGroup(**decoder, counting, worker::DecodeJob{latent}, cancel);
+  if (stopped.ok() || stopped.status().code() != absl::StatusCode::kCancelled) {
+    return absl::InternalError(absl::StrCat("rank ", rank, " was not cancelled: ", stopped.status().ToString()));
+  }
+  const parallel::CommStats stats = counting.stats();
+  options.what = absl::StrCat(fixture, " latent [", absl::StrJoin(shape, ", "), "] after a cancelled decode");
+  absl::StatusOr<GroupDecodeCheck> next = DecodeWithGroupAndCheck(**decoder, **comm, latent, options);
+  if (!next.ok()) return next.status();
+  return stats;
 }
 
 absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector<std::vector<int64_t>>& shapes,

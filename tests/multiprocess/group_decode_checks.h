@@ -106,6 +106,16 @@ absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector
                                    const ExpectedCollectives& per_decode, int rank, int world, int port,
                                    const std::string& group, GroupCheckOptions options);
 
+// One rank's part of a group decode of a seeded `shape` latent whose
+// leader's cancel flag is up before it starts: every rank must come out
+// CANCELLED; returns the collectives the stopped decode made. The same
+// group then decodes the latent again, checked against dense, so a group
+// left out of step fails.
+absl::StatusOr<parallel::CommStats> DecodeCancelledFromTheStart(const std::string& fixture,
+                                                                const std::vector<int64_t>& shape, int rank,
+                                                                int world, int port, const std::string& group,
+                                                                GroupCheckOptions options);
+
 // "<fixture>_<case>_ws<world>": names of tests parameterised by case and world size.
 std::string FixtureCaseName(const FixtureCase& c, int world);
 

@@ -10,7 +10,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "families/builtin_families.h"
+#include "parallel/counting_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
@@ -77,6 +79,27 @@ TEST(HunyuanVideo15ExactDecodeGroup, BatchTwoSeveralFramesOneRowBandsAndCollecti
     }, absl::Seconds(240));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
+}
+
+// One attention, in the mid block, after 3 halo exchanges: the leader's
+// cancel flag also rides the halo exchanges. Up before the decode starts,
+// every rank of 3 stops after exchange 1 (the stop word reaches rank 2 with
+// it), before the attention, and no row is gathered; before, the decode ran
+// to its end unless the flag was up by the attention. The next decode is
+// right.
+TEST(HunyuanVideo15ExactDecodeGroup, ACancelStopsEveryRankWithinWMinusOneConvolutions) {
+  absl::Status s = parallel::testing::RunRanks(3, [](int rank, int w, int port) -> absl::Status {
+    absl::StatusOr<parallel::CommStats> stopped =
+        testing::DecodeCancelledFromTheStart("hunyuanvideo15", {1, 8, 2, 5, 3}, rank, w, port, kGroup, Tolerances());
+    if (!stopped.ok()) return stopped.status();
+    if (stopped->ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
+        stopped->ForKind(parallel::CallKind::kAttentionKV).calls != 0 ||
+        stopped->ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
+      return absl::InternalError(absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped->ToString()));
+    }
+    return absl::OkStatus();
+  }, absl::Seconds(180));
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 }  // namespace

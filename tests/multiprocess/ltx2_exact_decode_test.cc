@@ -9,6 +9,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+#include "parallel/counting_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
@@ -100,6 +102,27 @@ TEST(LTX2ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
       // 2 then 3 frames: the same count at any number of frames.
       return testing::CheckSyntheticDecodes("ltx2", {{1, 128, 2, 5, 3}, {1, 128, 3, 5, 3}}, kPerDecode, rank, w, port,
                                             kGroup, Tolerances());
+    }, absl::Seconds(180));
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
+  }
+}
+
+// No GroupNorm and no attention carry the leader's cancel flag here: it
+// rides the halo exchanges. Up before the decode starts, every rank stops
+// after the first W - 1 exchanges of 19 (the stop word takes W - 2 more to
+// reach the last rank), and no row is gathered; before, the whole decode
+// ran. The group stays in step: the next decode is right.
+TEST(LTX2ExactDecodeGroup, ACancelStopsEveryRankWithinWMinusOneConvolutions) {
+  for (int world : {2, 3, 4}) {
+    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
+      absl::StatusOr<parallel::CommStats> stopped =
+          testing::DecodeCancelledFromTheStart("ltx2", {1, 128, 2, 5, 3}, rank, w, port, kGroup, Tolerances());
+      if (!stopped.ok()) return stopped.status();
+      if (stopped->ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
+          stopped->ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
+        return absl::InternalError(absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped->ToString()));
+      }
+      return absl::OkStatus();
     }, absl::Seconds(180));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
