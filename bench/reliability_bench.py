@@ -49,9 +49,13 @@ LONG = (16, 4, 48, 48)  # the embedded model: seconds on two CPU ranks
 SMALL = (1, 4, 8, 8)
 
 
-def request(shape, seed, request_id="", mode="auto"):
+LTX2_LONG = (1, 128, 5, 32, 32)  # the ltx2 fixture: 33 frames of 1024x1024, seconds on two CPU ranks
+LTX2_SMALL = (1, 128, 1, 2, 2)
+
+
+def request(shape, seed, request_id="", mode="auto", model="default"):
     latent = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    return pb2.DecodeRequest(model="default", latent=vc.latent_tensor(latent), request_id=request_id,
+    return pb2.DecodeRequest(model=model, latent=vc.latent_tensor(latent), request_id=request_id,
                              mode=vc.MODES[mode])
 
 
@@ -127,15 +131,44 @@ def detection_trial(server, stub, metrics_port, seed):
     return {"code": result["code"], "answered_s": answered, "serving_again_s": time.monotonic() - stopped}
 
 
-def cancel_trial(stub, metrics_port, cancel_after_s, seed, mode):
-    call = stub.Decode(request(LONG, seed, "cancelled", mode), timeout=120)  # runs without being read
+def cancel_trial(stub, metrics_port, cancel_after_s, seed, mode, model="default", shapes=(LONG, SMALL)):
+    call = stub.Decode(request(shapes[0], seed, "cancelled", mode, model), timeout=120)  # runs without being read
     wait_running(metrics_port)
     time.sleep(cancel_after_s)
     call.cancel()
     cancelled = time.monotonic()
-    reply = vc.decode(stub, request(SMALL, seed + 1, "after-cancel"))
+    reply = vc.decode(stub, request(shapes[1], seed + 1, "after-cancel", model=model))
     return {"next_queue_ms": reply.trailer.timings.queue_ms,
             "next_total_s": time.monotonic() - cancelled}
+
+
+def ltx2_cancels(args):
+    """Exact LTX-2 decodes cancelled after --cancel_after_s, and the same decode uncancelled."""
+    repo = os.path.join(args.out_dir, "ltx2-repo")
+    os.makedirs(repo, exist_ok=True)
+    link = os.path.join(repo, "ltx2")
+    if not os.path.lexists(link):
+        os.symlink(os.path.realpath(os.path.join(args.fixtures, "ltx2")), link)
+    server = sb.Server(argparse.Namespace(**{**vars(args), "server_flags": args.server_flags + [
+        f"--model_repository={repo}"]}))
+    server.wait_served("ltx2")
+    metrics_port = int(re.search(r"metrics_port=(\d+)", open(server.ready).read()).group(1))
+    stub = pb2_grpc.VaeDecoderStub(vc.channel(server.address))
+    vc.decode(stub, request(LTX2_SMALL, 0, model="ltx2", mode="exact"))  # warm-up
+    whole = []
+    for i in range(args.trials):
+        reply = vc.decode(stub, request(LTX2_LONG, 50 + i, "whole", "exact", "ltx2"))
+        whole.append(reply.trailer.timings.decode_ms)
+    before = scrape(metrics_port, "vaedecode_cancel_release_seconds")
+    trials = [cancel_trial(stub, metrics_port, args.cancel_after_s, 60 + 2 * i, "exact", "ltx2",
+                           (LTX2_LONG, LTX2_SMALL)) for i in range(args.trials)]
+    release = scrape(metrics_port, "vaedecode_cancel_release_seconds")
+    server.stop()
+    count = release.get("vaedecode_cancel_release_seconds_count", 0) - before.get(
+        "vaedecode_cancel_release_seconds_count", 0)
+    total = release.get("vaedecode_cancel_release_seconds_sum", 0) - before.get(
+        "vaedecode_cancel_release_seconds_sum", 0)
+    return {"whole_decode_ms": whole, "cancels": trials, "release_mean_s": total / count if count else None}
 
 
 def queued_memory(server, stub, metrics_port, count, seed):
@@ -166,6 +199,8 @@ def main():
     parser.add_argument("--queued", type=int, default=32)
     parser.add_argument("--cancel_after_s", type=float, default=0.5)
     parser.add_argument("--heartbeat_timeout_s", type=float, default=5)
+    parser.add_argument("--fixtures", default=os.path.join(HERE, "..", "..", "shared", "fixtures"),
+                        help="the shared fixtures (for the ltx2 model)")
     args = parser.parse_args()
     args.bin = args.bin or sb.bazel_bin()
     os.makedirs(args.out_dir, exist_ok=True)
@@ -184,6 +219,7 @@ def main():
     release = scrape(metrics_port, "vaedecode_cancel_release_seconds")
     memory = queued_memory(server, stub, metrics_port, args.queued, 100)
     code = server.stop()
+    ltx2 = ltx2_cancels(args)
 
     med = statistics.median
     print(f"## Reliability ({datetime.date.today()}, cpu:2 one group of 2, embedded model, "
@@ -202,10 +238,18 @@ def main():
     if count:
         mean = release["vaedecode_cancel_release_seconds_sum"] / count
         print(f"| cancel -> group free (server's histogram, mean of {count:.0f}) | {mean * 1e3:.0f} ms | |")
+    lc = ltx2["cancels"]
+    print(f"| exact LTX-2 decode {list(LTX2_LONG)} uncancelled: decode time | {med(ltx2['whole_decode_ms']):.0f} ms | "
+          + ", ".join(f"{m:.0f}" for m in ltx2["whole_decode_ms"]) + " |")
+    print(f"| exact LTX-2 decode cancelled after {args.cancel_after_s:g} s -> next request's queue time | "
+          f"{med(c['next_queue_ms'] for c in lc):.0f} ms | " + ", ".join(f"{c['next_queue_ms']:.0f}" for c in lc) + " |")
+    if ltx2["release_mean_s"] is not None:
+        print(f"| LTX-2 cancel -> group free (server's histogram, mean of {len(lc)}) | "
+              f"{ltx2['release_mean_s'] * 1e3:.0f} ms | |")
     print(f"| server RSS per queued request (latent {memory['latent_bytes'] >> 10} KiB, {memory['queued']} queued) | "
           f"{memory['per_request_bytes'] / 1024:.0f} KiB ({memory['per_request_bytes'] / memory['latent_bytes']:.2f}x the latent) | |")
     with open(os.path.join(args.out_dir, "reliability_bench.json"), "w") as f:
-        json.dump({"detection": detection, "cancel": cancels, "release": release, "memory": memory}, f, indent=1)
+        json.dump({"detection": detection, "cancel": cancels, "release": release, "memory": memory, "ltx2": ltx2}, f, indent=1)
 
 
 if __name__ == "__main__":
