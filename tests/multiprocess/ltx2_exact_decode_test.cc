@@ -40,9 +40,9 @@ class LTX2ExactDecode : public ::testing::TestWithParam<testing::FixtureCaseAtWo
 
 TEST_P(LTX2ExactDecode, EqualsDenseAndDiffusers) {
   testing::GroupCheckOptions options = Tolerances();
-  // The fixture has 2 latent rows: 1-row bands at world size 2; 3 and 4
-  // ranks would leave a band empty, so the leader decodes densely.
-  options.want_mode = std::get<1>(GetParam()) == 2 ? "exact" : "dense";
+  // Few latent rows (ltx2: 2, ltx2_full: 3 and 2): a group with more ranks
+  // than rows would leave a band empty, so the leader decodes densely.
+  options.want_mode = testing::WantModeForRows(std::get<0>(GetParam()), std::get<1>(GetParam()));
   const absl::Status s = testing::RunFixtureCaseOnGroup(GetParam(), kGroup, options);
   EXPECT_TRUE(s.ok()) << s;
 }
