@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Stages everything a bare GPU machine needs to run the GPU check, in one
-# git-ignored folder of at most 60 MiB (what travels with a checkout to the
-# GPU machine is capped at 64 MiB, the tracked files included: about 2 MiB):
+# git-ignored folder of at most 56 MiB (what travels with a checkout to the
+# GPU machine is capped at 64 MiB, the tracked files included: a few MiB):
 #   gpu_check.sh            tools/gpu_check.sh, run from the folder
 #   LIBTORCH_VERSION        the LibTorch the binaries were built against
+#   binaries.tar.xz         server/, worker/, bin/, tests/, lib/ packed
+#                           (gpu_check.sh unpacks them where it runs):
 #   server/, worker/, bin/  the --config=gpu service binaries, CLI and client,
 #                           laid out as the images are (deploy/docker/stage.sh)
 #   tests/                  the GPU tests (fixtures on cuda:0, NCCL, CUDA memory)
@@ -20,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bundle=${1:-out/gpu_bundle}
-readonly limit_mib=60
+readonly limit_mib=56
 
 tools/setup.sh
 # The service binaries, as stage.sh lays them out, plus the CLI and the tests.
@@ -58,27 +60,38 @@ cp -L /usr/lib/x86_64-linux-gnu/libstdc++.so.6 /usr/lib/x86_64-linux-gnu/libgcc_
 cp tools/gpu_check.sh "$bundle/gpu_check.sh"
 cp "$(tools/libtorch.sh --print)/VERSION" "$bundle/LIBTORCH_VERSION"
 cp -rL bench/models "$bundle/models"
-# The fixtures the GPU test decodes, as it lists its cases (fixture_case).
+# The fixtures the GPU test decodes, as it lists its cases (fixture_case):
+# the config, the slimmed weights and every file a listed case names in the
+# index (latent, expected, pipeline latent), so a file the test reads
+# cannot be forgotten (its FixtureFilesArePresent case checks it).
 fixtures=../shared/fixtures
 mkdir -p "$bundle/diffusers_fixtures"
 cp "$fixtures/index.json" "$bundle/diffusers_fixtures/"
 cases=$(LD_LIBRARY_PATH="$(tools/libtorch.sh --print)/lib:/usr/local/cuda/lib64" TEST_SRCDIR="$bundle" \
-  "$bundle/tests/gpu_decode_test" --gtest_list_tests | sed -n 's|^  *[A-Za-z]*/\([a-z0-9_]*\)  *# GetParam.*|\1|p')
-for folder in $(/usr/bin/python3 -c 'import json, sys
-index = json.load(open(sys.argv[1]))
-cases = set(sys.argv[2].split())
+  "$bundle/tests/gpu_decode_test" --gtest_list_tests | sed -n 's|^  *[A-Za-z]*/\([a-z0-9_]*\)  *# GetParam.*|\1|p' | sort -u)
+/usr/bin/python3 - "$fixtures" "$bundle/diffusers_fixtures" "$cases" <<'PY'
+import json, os, shutil, subprocess, sys
+fixtures, dest, cases = sys.argv[1], sys.argv[2], set(sys.argv[3].split())
+index = json.load(open(os.path.join(fixtures, "index.json")))
 for f in index["fixtures"]:
-    if any(f["folder"] + "_" + c["case"] in cases for c in f["cases"]):
-        print(f["folder"])' "$fixtures/index.json" "$cases"); do
-  # What the decodes read: the config, latents, expected outputs, and the
-  # weights without the encoder side (which every loader ignores by name).
-  mkdir -p "$bundle/diffusers_fixtures/$folder"
-  cp -L "$fixtures/$folder"/config.json "$fixtures/$folder"/latent*.safetensors \
-    "$fixtures/$folder"/expected*.safetensors "$bundle/diffusers_fixtures/$folder/"
-  /usr/bin/python3 tools/slim_safetensors.py "$fixtures/$folder/diffusion_pytorch_model.safetensors" \
-    "$bundle/diffusers_fixtures/$folder/diffusion_pytorch_model.safetensors" encoder. quant_conv.
-done
+    listed = [c for c in f["cases"] if f["folder"] + "_" + c["case"] in cases]
+    if not listed:
+        continue
+    os.makedirs(os.path.join(dest, f["folder"]), exist_ok=True)
+    files = {os.path.join(f["folder"], "config.json")}
+    for c in listed:
+        files.update(c[k] for k in ("latent_file", "expected_file", "pipeline_latent_file") if c.get(k))
+    for rel in sorted(files):
+        shutil.copyfile(os.path.join(fixtures, rel), os.path.join(dest, rel))
+    # The weights without the encoder side (which every decode loader ignores by name).
+    subprocess.run([sys.executable, "tools/slim_safetensors.py", os.path.join(fixtures, f["weights_file"]),
+                    os.path.join(dest, f["weights_file"]), "encoder.", "quant_conv."], check=True)
+PY
 git rev-parse HEAD > "$bundle/COMMIT" 2>/dev/null || true
+# The binaries and their libraries xz-packed: 37 MB become about 10, which
+# leaves room for the fixtures under the 64 MiB that travel.
+tar -C "$bundle" -cf - bin server worker tests lib | xz -9 -T2 > "$bundle/binaries.tar.xz"
+rm -rf "$bundle"/{bin,server,worker,tests,lib}
 
 size_kib=$(du -sk "$bundle" | cut -f1)
 echo "gpu_bundle: $bundle, $((size_kib / 1024)) MiB (limit $limit_mib MiB)" >&2

@@ -22,8 +22,11 @@ bazel test //... "$@" || status=$?
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   if tools/gpu_bundle.sh out/gpu_bundle; then
     # The machine's own LibTorch stands in for a GPU machine's torch.
+    rm -rf out/gpu_check
     OUT=out/gpu_check VAEDECODE_TORCH_LIB="$(tools/libtorch.sh --print)/lib" out/gpu_bundle/gpu_check.sh \
       || { echo "test.sh: the GPU bundle's check failed on the CPU (out/gpu_check/gpu_check.log)" >&2; status=1; }
+    # The check's own behaviour where a GPU would be (results, early exits, deadline).
+    tools/gpu_check_test.sh out/gpu_bundle out/gpu_check || status=1
   else
     echo "test.sh: the --config=gpu build or the GPU bundle failed" >&2
     status=1
