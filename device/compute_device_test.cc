@@ -1,6 +1,7 @@
 #include "device/compute_device.h"
 
 #include <ATen/Context.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
@@ -35,7 +36,9 @@ TEST(ComputeDeviceTest, CudaIsRefusedClearlyWhereItCannotRun) {
 }
 
 TEST(ComputeDeviceTest, CudaTurnsTf32Off) {
-  if (!at::hasCUDA()) GTEST_SKIP() << "needs a CUDA LibTorch and a GPU";
+  // "[gpu]": gpu_check.sh fails a binary that skips so where a GPU is.
+  if (!at::hasCUDA()) GTEST_SKIP() << "[gpu] needs a CUDA LibTorch (libtorch_cuda linked) and a GPU";
+  if (c10::impl::VirtualGuardImpl(c10::kCUDA).deviceCount() == 0) GTEST_SKIP() << "[gpu] no GPU visible";
   at::Context& context = at::globalContext();
   for (at::Float32Op op : {at::Float32Op::CONV, at::Float32Op::MATMUL}) {
     context.setFloat32Precision(at::Float32Backend::CUDA, op, at::Float32Precision::TF32);

@@ -11,10 +11,12 @@ namespace {
 // Runs first (gtest keeps declaration order): nothing is installed yet.
 TEST(DeviceMemoryTest, CudaAccountingNeedsTheGpuBuild) {
   ASSERT_EQ(ProcessDeviceMemory(), nullptr);
-  absl::StatusOr<DeviceMemory*> cuda = InstallDeviceMemory(c10::Device(c10::kCUDA, 0));
 #if defined(VAEDECODE_TORCH_CUDA)
+  // Before installing anything: on a machine with a GPU the install would
+  // succeed, and the next test's CPU install be refused (one per process).
   GTEST_SKIP() << "a --config=gpu build: exercised by //tests/gpu";
 #endif
+  absl::StatusOr<DeviceMemory*> cuda = InstallDeviceMemory(c10::Device(c10::kCUDA, 0));
   ASSERT_EQ(cuda.status().code(), absl::StatusCode::kUnimplemented) << cuda.status();
   EXPECT_TRUE(absl::StrContains(cuda.status().message(), "--config=gpu")) << cuda.status();
   EXPECT_EQ(ProcessDeviceMemory(), nullptr);

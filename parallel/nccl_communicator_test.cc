@@ -122,10 +122,14 @@ void RunOnGpus(
       Options(world, absl::Seconds(120)),
       [&body](int rank, int world, int port) -> absl::Status {
         int count = 0;
-        if (!at::hasCUDA() || cudaGetDeviceCount(&count) != cudaSuccess ||
-            count < world) {
+        // "[gpu]": no GPU seen at all (gpu_check.sh fails a binary that
+        // skips so where a GPU is); too few is a plain skip.
+        if (!at::hasCUDA() || cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
           return absl::FailedPreconditionError(absl::StrCat(
-              kSkip, "needs ", world, " GPUs and a CUDA LibTorch"));
+              kSkip, "[gpu] needs a CUDA LibTorch (libtorch_cuda linked) and a GPU"));
+        }
+        if (count < world) {
+          return absl::FailedPreconditionError(absl::StrCat(kSkip, "needs ", world, " GPUs, found ", count));
         }
         NcclOptions options;
         options.rank = rank;

@@ -89,4 +89,12 @@ absl::Status ExpectTensorClose(const at::Tensor& actual,
       e[worst].item<double>(), "; atol=", atol, " rtol=", rtol, ")"));
 }
 
+double MaxAbsError(const at::Tensor& actual, const at::Tensor& expected) {
+  return (actual.cpu().to(at::kDouble) - expected.cpu().to(at::kDouble)).abs().max().item<double>();
+}
+
+double RootMeanSquareError(const at::Tensor& actual, const at::Tensor& expected) {
+  return (actual.cpu().to(at::kDouble) - expected.cpu().to(at::kDouble)).square().mean().sqrt().item<double>();
+}
+
 }  // namespace vaedecode::parallel::testing

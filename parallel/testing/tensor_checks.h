@@ -23,4 +23,10 @@ absl::Status ExpectTensorClose(const at::Tensor& actual,
                                const at::Tensor& expected, double atol,
                                double rtol, std::string_view what);
 
+// max |actual - expected| and the root of the mean squared difference, in
+// float64 on the CPU whatever device either tensor is on (a decode on a GPU
+// against a reference read from a file). Same shapes (broadcasting aside).
+double MaxAbsError(const at::Tensor& actual, const at::Tensor& expected);
+double RootMeanSquareError(const at::Tensor& actual, const at::Tensor& expected);
+
 }  // namespace vaedecode::parallel::testing

@@ -86,7 +86,7 @@ absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& deco
       !s.ok()) {
     return s;
   }
-  std::cout << where << ": max abs error vs dense " << (result->sample - *reference).abs().max().item<double>();
+  std::cout << where << ": max abs error vs dense " << parallel::testing::MaxAbsError(result->sample, *reference);
   if (!options.expected_file.empty()) {
     absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(options.expected_file, "sample");
     if (!expected.ok()) return expected.status();
@@ -96,7 +96,7 @@ absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& deco
         !s.ok()) {
       return s;
     }
-    std::cout << ", vs diffusers " << (result->sample - *expected).abs().max().item<double>();
+    std::cout << ", vs diffusers " << parallel::testing::MaxAbsError(result->sample.to(expected->scalar_type()), *expected);
   }
   std::cout << "\n";
   return out;
