@@ -25,19 +25,6 @@ std::string PadModeName(PaddingMode mode) {
   return "constant";
 }
 
-// Pads the last dim, as a batch of 1-D signals (reflect/replicate pads of
-// one dim take a 2-D or 3-D input).
-at::Tensor PadLastDim(const at::Tensor& x, int64_t left, int64_t right, PaddingMode mode) {
-  if (left == 0 && right == 0) return x;
-  if (mode == PaddingMode::kZeros) return at::constant_pad_nd(x, {left, right}, 0);
-  TORCH_CHECK(mode == PaddingMode::kReplicate || mode == PaddingMode::kReflect, "padding mode ",
-              PadModeName(mode), " is not supported by the decoder ops");
-  std::vector<int64_t> sizes = x.sizes().vec();
-  const at::Tensor flat = at::pad(x.reshape({1, -1, sizes.back()}), {left, right}, PadModeName(mode));
-  sizes.back() += left + right;
-  return flat.view(sizes);
-}
-
 at::Tensor ConvNoPadding(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                          int64_t pad_t, int64_t pad_h, int64_t pad_w, int64_t dilation) {
   if (weight.dim() == 4) {
@@ -51,17 +38,34 @@ at::Tensor ConvNoPadding(const at::Tensor& x, const at::Tensor& weight, const at
 
 }  // namespace
 
-at::Tensor PadRows(const at::Tensor& x, int64_t top, int64_t bottom, PaddingMode mode) {
-  if (top == 0 && bottom == 0) return x;
-  const int64_t h_dim = x.dim() - 2;
-  if (mode == PaddingMode::kZeros) {
-    // constant_pad_nd pads from the last dim backwards: (W_l, W_r, H_t, H_b).
-    return at::constant_pad_nd(x, {0, 0, top, bottom}, 0);
+at::Tensor PadForConv(const at::Tensor& x, int64_t top, int64_t bottom, const ConvGeometry& g, bool temporal) {
+  const int64_t t = temporal ? g.padding_t : 0;
+  if (top == 0 && bottom == 0 && g.padding_w == 0 && t == 0) return x;
+  // at::pad lists pads from the last dim backwards: (W, H[, T]).
+  std::vector<int64_t> pads = {g.padding_w, g.padding_w, top, bottom};
+  if (x.dim() == 5) pads.insert(pads.end(), {t, t});
+  if (g.mode == PaddingMode::kZeros) return at::constant_pad_nd(x, pads, 0);
+  TORCH_CHECK(g.mode == PaddingMode::kReplicate || g.mode == PaddingMode::kReflect, "padding mode ",
+              PadModeName(g.mode), " is not supported by the decoder ops");
+  // One call of LibTorch's 2-D / 3-D pad on the whole tensor: one copy, and
+  // its CUDA kernels index planes (B·C) in a grid that has no 65 535 limit,
+  // unlike a 1-D pad over B·C·T·H "planes". Replicate and reflect are
+  // separable per dim, so the joint pad is the reference's, corners included.
+  return at::pad(x, pads, PadModeName(g.mode));
+}
+
+at::Tensor ConvWithRowPadding(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                              const ConvGeometry& g, int64_t top, int64_t bottom) {
+  TORCH_CHECK(g.mode != PaddingMode::kCircular, "circular padding cannot be sharded by rows");
+  const bool temporal = weight.dim() == 5;
+  if (g.mode == PaddingMode::kZeros) {
+    // The convolution pads T and W itself (and H when symmetric): the same
+    // kernel call as the reference.
+    if (top == bottom) return ConvNoPadding(x, weight, bias, g.padding_t, top, g.padding_w, g.dilation);
+    return ConvNoPadding(at::constant_pad_nd(x, {0, 0, top, bottom}, 0), weight, bias, g.padding_t, 0, g.padding_w,
+                         g.dilation);
   }
-  // Move H last, pad it as a 1-D signal, move it back.
-  at::Tensor moved = x.transpose(h_dim, x.dim() - 1).contiguous();
-  at::Tensor padded = PadLastDim(moved, top, bottom, mode);
-  return padded.transpose(h_dim, x.dim() - 1).contiguous();
+  return ConvNoPadding(PadForConv(x, top, bottom, g, temporal), weight, bias, 0, 0, 0, g.dilation);
 }
 
 at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
@@ -83,8 +87,7 @@ at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const a
       out_rows <= 0) {
     // One call: DenseOps' own when the padding is the geometry's (the same
     // kernel call as the reference).
-    if (pad_top == g.padding_h && pad_bottom == g.padding_h) return DenseOps().Conv(x, weight, bias, g);
-    return ConvWithRowsProvided(PadRows(x, pad_top, pad_bottom, g.mode), weight, bias, g);
+    return ConvWithRowPadding(x, weight, bias, g, pad_top, pad_bottom);
   }
   const int64_t band = std::max<int64_t>(1, kConvOutputsPerBand / per_row);
   at::Tensor out;  // allocated from the first band's shape: no second copy of the output
@@ -98,8 +101,8 @@ at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const a
       // Input rows [r0 - pad_top, r1 - 1 - pad_top + reach], clipped; the clipped part is padding.
       const int64_t first = r0 - pad_top, last = r1 - 1 - pad_top + reach;
       const int64_t lo = std::max<int64_t>(0, first), hi = std::min<int64_t>(height - 1, last);
-      const at::Tensor rows = PadRows(one.narrow(h_dim, lo, hi - lo + 1), lo - first, last - hi, g.mode);
-      const at::Tensor part = ConvWithRowsProvided(rows, weight, bias, g);
+      const at::Tensor part =
+          ConvWithRowPadding(one.narrow(h_dim, lo, hi - lo + 1), weight, bias, g, lo - first, last - hi);
       if (!out.defined()) {
         std::vector<int64_t> shape = part.sizes().vec();
         shape[0] = x.size(0);
@@ -114,28 +117,12 @@ at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const a
 
 at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight,
                                 const at::Tensor& bias, const ConvGeometry& g) {
-  TORCH_CHECK(g.mode != PaddingMode::kCircular, "circular padding cannot be sharded by rows");
-  if (g.mode == PaddingMode::kZeros) {
-    return ConvNoPadding(x_with_rows, weight, bias, g.padding_t, 0, g.padding_w, g.dilation);
-  }
-  // Pad W, then T (H is already in place): each mode is separable per dim,
-  // so padding dim by dim equals the reference's joint pad, corners included.
-  at::Tensor x = PadLastDim(x_with_rows, g.padding_w, g.padding_w, g.mode);
-  if (weight.dim() == 5 && g.padding_t > 0) {
-    at::Tensor moved = x.transpose(2, 4).contiguous();  // T last
-    moved = PadLastDim(moved, g.padding_t, g.padding_t, g.mode);
-    x = moved.transpose(2, 4).contiguous();
-  }
-  return ConvNoPadding(x, weight, bias, 0, 0, 0, g.dilation);
+  return ConvWithRowPadding(x_with_rows, weight, bias, g, 0, 0);
 }
 
 at::Tensor DenseOps::Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                           const ConvGeometry& g) {
-  if (g.mode == PaddingMode::kZeros) {
-    // Implicit zero padding: the same kernel call as the reference.
-    return ConvNoPadding(x, weight, bias, g.padding_t, g.padding_h, g.padding_w, g.dilation);
-  }
-  return ConvWithRowsProvided(PadRows(x, g.padding_h, g.padding_h, g.mode), weight, bias, g);
+  return ConvWithRowPadding(x, weight, bias, g, g.padding_h, g.padding_h);
 }
 
 at::Tensor DenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,

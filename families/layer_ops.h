@@ -190,8 +190,18 @@ class CancellableDenseOps final : public LayerOps {
 at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight,
                                 const at::Tensor& bias, const ConvGeometry& geometry);
 
-// Applies `geometry`'s padding along H only, at both edges (global edges).
-at::Tensor PadRows(const at::Tensor& x, int64_t top, int64_t bottom, PaddingMode mode);
+// A convolution of `x` whose rows get `top` and `bottom` rows of
+// `geometry.mode` padding (0 where the caller provided neighbour rows) and
+// whose W (and T, for a 5-D weight) get the geometry's padding: zeros by the
+// convolution itself, replicate and reflect by one padded copy (PadForConv).
+at::Tensor ConvWithRowPadding(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                              const ConvGeometry& geometry, int64_t top, int64_t bottom);
+
+// `x` ([B, C, H, W] or [B, C, T, H, W]) padded in one copy with the
+// geometry's mode: H by `top` and `bottom`, W by geometry.padding_w, and T
+// by geometry.padding_t when `temporal`.
+at::Tensor PadForConv(const at::Tensor& x, int64_t top, int64_t bottom, const ConvGeometry& geometry,
+                      bool temporal);
 
 at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                           const ConvGeometry& geometry, int64_t pad_top, int64_t pad_bottom,

@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "device/counting_cpu_allocator.h"
 #include "families/status_error.h"
 
 namespace vaedecode::families {
@@ -142,13 +143,52 @@ TEST(CancellableDenseOps, ALargeConvGoesInSamplesAndRowBandsThatComputeTheSame) 
   EXPECT_THROW(ops.Conv(x, w, b, ConvGeometry{}), StatusError);
 }
 
-TEST(PadRows, ReplicatesEdgeRows) {
+TEST(PadForConv, PadsRowsColumnsAndFramesAsTheReference) {
   at::Tensor x = at::arange(6, at::kFloat).view({1, 1, 3, 2});
-  at::Tensor p = PadRows(x, 2, 1, PaddingMode::kReplicate);
-  ASSERT_EQ(p.size(2), 6);
-  EXPECT_TRUE(p.select(2, 0).equal(x.select(2, 0)));
-  EXPECT_TRUE(p.select(2, 1).equal(x.select(2, 0)));
-  EXPECT_TRUE(p.select(2, 5).equal(x.select(2, 2)));
+  ConvGeometry g;
+  g.padding_w = 1;
+  g.mode = PaddingMode::kReplicate;
+  at::Tensor p = PadForConv(x, 2, 1, g, /*temporal=*/false);
+  ASSERT_EQ(p.sizes(), (std::vector<int64_t>{1, 1, 6, 4}));
+  EXPECT_TRUE(p.equal(at::replication_pad2d(x, {1, 1, 2, 1})));
+  at::manual_seed(8);
+  const at::Tensor v = at::randn({2, 3, 4, 5, 6});
+  g.padding_t = 1;
+  for (PaddingMode mode : {PaddingMode::kReplicate, PaddingMode::kReflect}) {
+    g.mode = mode;
+    const at::Tensor want = mode == PaddingMode::kReplicate ? at::replication_pad3d(v, {1, 1, 2, 0, 1, 1})
+                                                            : at::reflection_pad3d(v, {1, 1, 2, 0, 1, 1});
+    EXPECT_TRUE(PadForConv(v, 2, 0, g, /*temporal=*/true).equal(want));
+  }
+}
+
+// LTX-2 and HunyuanVideo convolve with replicate padding at every layer: the
+// padding must cost one copy of the input, as diffusers' F.pad does, not a
+// transposed copy per dim (which also tripped CUDA's 1-D pad on more than
+// 65 535 planes).
+TEST(DenseOps, ReplicatePaddedConvMakesOnePaddedCopy) {
+  device::CountingCpuAllocator& memory = device::CountingCpuAllocator::Install();
+  const at::Tensor x = at::randn({1, 2, 3, 96, 128});
+  const at::Tensor w = at::randn({2, 2, 3, 3, 3});
+  const at::Tensor b = at::randn({2});
+  ConvGeometry g;
+  g.padding_t = g.padding_h = g.padding_w = 1;
+  g.mode = PaddingMode::kReplicate;
+  DenseOps ops;
+  const at::Tensor want = at::conv3d(at::replication_pad3d(x, {1, 1, 1, 1, 1, 1}), w, b);
+  // What LibTorch itself allocates for the convolution of an already padded input.
+  const at::Tensor padded = at::replication_pad3d(x, {1, 1, 1, 1, 1, 1});
+  memory.ResetPeak();
+  int64_t base = memory.current_bytes();
+  (void)at::conv3d(padded, w, b);
+  const int64_t conv_only = memory.peak_bytes() - base;
+  memory.ResetPeak();
+  base = memory.current_bytes();
+  const at::Tensor got = ops.Conv(x, w, b, g);
+  const int64_t with_padding = memory.peak_bytes() - base;
+  EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
+  EXPECT_LE(with_padding, conv_only + padded.nbytes()) << "conv alone " << conv_only << ", padded copy "
+                                                       << padded.nbytes();
 }
 
 }  // namespace

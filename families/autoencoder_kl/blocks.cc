@@ -68,26 +68,12 @@ at::Tensor UNetMidBlock2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
   return resnets[1]->as<ResnetBlock2DImpl>()->forward(h, ops);
 }
 
-at::Tensor UpsampleNearest2x(const at::Tensor& x) {
-  // diffusers casts bf16 to fp32 around nearest upsampling (no bf16 kernel in
-  // older torch); copying values through fp32 is exact either way.
-  const bool via_fp32 = x.scalar_type() == at::kBFloat16;
-  at::Tensor in = via_fp32 ? x.to(at::kFloat) : x;
-  at::Tensor out;
-  if (in.dim() == 4) {
-    out = at::upsample_nearest2d(in, {in.size(2) * 2, in.size(3) * 2});
-  } else {
-    out = at::upsample_nearest3d(in, {in.size(2), in.size(3) * 2, in.size(4) * 2});
-  }
-  return via_fp32 ? out.to(x.scalar_type()) : out;
-}
-
 Upsample2DImpl::Upsample2DImpl(int64_t channels) {
   conv = register_module("conv", nn::MakeConv2d(channels, channels, 3));
 }
 
 at::Tensor Upsample2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
-  return nn::RunConv2d(ops, conv, UpsampleNearest2x(x));
+  return nn::RunConv2d(ops, conv, nn::UpsampleNearest(x, 1, 2));
 }
 
 UpDecoderBlock2DImpl::UpDecoderBlock2DImpl(int64_t in_channels, int64_t out_channels,

@@ -85,8 +85,6 @@ class Upsample2DImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Upsample2D);
 
-// Nearest 2x upsampling as diffusers does it (bf16 goes through fp32).
-at::Tensor UpsampleNearest2x(const at::Tensor& x);
 
 // diffusers UpDecoderBlock2D.
 class UpDecoderBlock2DImpl : public torch::nn::Module {

@@ -9,15 +9,6 @@ namespace {
 
 constexpr double kEps = 1e-6;  // HunyuanVideoDecoder3D: resnet_eps and conv_norm_out eps
 
-// Nearest upsampling of [B, C, T, H, W] by integer factors, as F.interpolate
-// does it; bf16 goes through fp32 (a copy of values, exact either way).
-at::Tensor UpsampleNearest(const at::Tensor& x, int64_t ft, int64_t fs) {
-  const bool via_fp32 = x.scalar_type() == at::kBFloat16;
-  const at::Tensor in = via_fp32 ? x.to(at::kFloat) : x;
-  const at::Tensor out = at::upsample_nearest3d(in, {in.size(2) * ft, in.size(3) * fs, in.size(4) * fs});
-  return via_fp32 ? out.to(x.scalar_type()) : out;
-}
-
 }  // namespace
 
 HunyuanVideoResnetBlockCausal3DImpl::HunyuanVideoResnetBlockCausal3DImpl(int64_t in_channels, int64_t out_channels,
@@ -82,8 +73,8 @@ HunyuanVideoUpsampleCausal3DImpl::HunyuanVideoUpsampleCausal3DImpl(int64_t chann
 
 at::Tensor HunyuanVideoUpsampleCausal3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
   const int64_t frames = x.size(2);
-  at::Tensor h = UpsampleNearest(x.narrow(2, 0, 1), 1, factor_s_);  // the first frame: space only
-  if (frames > 1) h = at::cat({h, UpsampleNearest(x.narrow(2, 1, frames - 1), factor_t_, factor_s_)}, 2);
+  at::Tensor h = nn::UpsampleNearest(x.narrow(2, 0, 1), 1, factor_s_);  // the first frame: space only
+  if (frames > 1) h = at::cat({h, nn::UpsampleNearest(x.narrow(2, 1, frames - 1), factor_t_, factor_s_)}, 2);
   return conv->forward(h, ops);
 }
 

@@ -82,4 +82,13 @@ at::Tensor SubpixelMajorDepthToSpace(const at::Tensor& x, int64_t rt, int64_t rh
   return y.reshape({b, c, t * rt, h * rh, w * rw});
 }
 
+at::Tensor UpsampleNearest(const at::Tensor& x, int64_t factor_t, int64_t factor_s) {
+  if (x.dim() == 4) {
+    TORCH_CHECK(factor_t == 1, "a 4-D tensor has no frames to upsample");
+    return at::upsample_nearest2d(x, {x.size(2) * factor_s, x.size(3) * factor_s});
+  }
+  TORCH_CHECK(x.dim() == 5, "nearest upsampling takes [B, C, H, W] or [B, C, T, H, W], got ", x.dim(), "-D");
+  return at::upsample_nearest3d(x, {x.size(2) * factor_t, x.size(3) * factor_s, x.size(4) * factor_s});
+}
+
 }  // namespace vaedecode::families::nn

@@ -61,6 +61,15 @@ class ReplicateCausalConv3dImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ReplicateCausalConv3d);
 
+// F.interpolate(x, scale_factor=..., mode="nearest"): [B, C, H, W] by
+// `factor_s` in H and W (`factor_t` must be 1), or [B, C, T, H, W] by
+// `factor_t` in T and `factor_s` in H and W. In the input's dtype: diffusers
+// casts bfloat16 to float32 around it for old torch releases that had no
+// bf16 kernel, and a nearest copy's values are the same either way, so the
+// float32 detour (a 4 GiB temporary for a 2048² bf16 decode) is skipped.
+// Row-local: each input row becomes `factor_s` rows.
+at::Tensor UpsampleNearest(const at::Tensor& x, int64_t factor_t, int64_t factor_s);
+
 // diffusers' unpatchify (Wan, LTX-2): [B, C·P·P, T, H, W] -> [B, C, T, H·P,
 // W·P], pixel (c, y·P + dy, x·P + dx) from channel c·P·P + dx·P + dy.
 // Row-local: each input row becomes P output rows.
