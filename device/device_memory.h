@@ -10,8 +10,13 @@
 //         budget is a configured cap (there is no natural "free memory").
 //   CUDA  the caching allocator's statistics (allocated bytes, current and
 //         peak) and cudaMemGetInfo; the budget is the allocator's memory
-//         fraction. Needs a build with --config=gpu (an official CUDA
-//         LibTorch); elsewhere installing it is UNIMPLEMENTED.
+//         fraction, which caps its reserved bytes, so free memory under it
+//         is counted against reserved bytes (less the cached blocks it can
+//         give back); what the process holds outside the allocator
+//         (context, handles, NCCL buffers) is measured and kept clear of,
+//         with a reserve for what grows lazily (kLazyReserveBytes). Needs a
+//         build with --config=gpu (an official CUDA LibTorch); elsewhere
+//         installing it is UNIMPLEMENTED.
 //
 // Threading: the readers may be called from any thread.
 
@@ -55,6 +60,18 @@ class DeviceMemory {
   // Caps this process's allocations on the device at `bytes` (0: no cap).
   virtual absl::Status SetBudget(int64_t bytes) = 0;
   virtual int64_t budget_bytes() const = 0;
+
+  // Returns to the device the blocks a caching allocator holds that no
+  // tensor uses (CUDA's emptyCache), before something that allocates outside
+  // it (a new NCCL communicator) or an allocation that must not find the
+  // cache fragmented (an out-of-memory retry). Nothing on a CPU.
+  virtual void ReleaseCachedBlocks() {}
+
+  // Measures what this process holds on the device outside its tensors (a
+  // GPU's context, cuBLAS/cuDNN handles, NCCL's buffers), which free_bytes()
+  // and capacity_bytes() then keep clear of. Call once those exist: after
+  // the communicator formed and a first decode ran. Nothing on a CPU.
+  virtual void MeasureMemoryOutsideTensors() {}
 };
 
 // Installs the accounting for `device` as this process's (once; installing

@@ -60,7 +60,7 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
     std::optional<parallel::HaloRows> neighbours;
     if (!overlap_halo_) {
       neighbours = ValueOrThrow(in_flight.Wait());
-      AfterHaloExchange(neighbours->min_signal);
+      AfterHaloExchange(neighbours->min_signal, neighbours->signals_in);
     }
     // Other paddings: no interior rows when the band is exactly 2·halo
     // rows between two neighbours (the edge slabs cover it).
@@ -79,7 +79,7 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
     }
     if (overlap_halo_) {
       neighbours = ValueOrThrow(in_flight.Wait());
-      AfterHaloExchange(neighbours->min_signal);
+      AfterHaloExchange(neighbours->min_signal, neighbours->signals_in);
     }
     at::Tensor top, bottom;
     if (neighbours->above.defined()) {
@@ -103,9 +103,10 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
     return parts.size() == 1 ? parts[0] : at::cat(parts, h_axis);
   }
   std::optional<int64_t> signal = halo > 0 ? HaloSignal() : std::nullopt;
-  at::Tensor with_rows = ValueOrThrow(
-      parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros, signal ? &*signal : nullptr));
-  if (halo > 0) AfterHaloExchange(signal);
+  at::Tensor signals_in;
+  at::Tensor with_rows = ValueOrThrow(parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros,
+                                                             signal ? &*signal : nullptr, &signals_in));
+  if (halo > 0) AfterHaloExchange(signal, signals_in);
   // The layer's own padding only at the global edges; interior edges have
   // real neighbour rows (replicate/reflect included).
   // In row bands on a CPU, as the dense path (its peak scales with the band).
@@ -113,30 +114,68 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
   return ConvInRowBands(with_rows, weight, bias, g, 0, 0);
 }
 
-std::optional<int64_t> ShardedOps::HaloSignal() const {
+std::optional<int64_t> ShardedOps::HaloSignal() {
   if (!cancel_with_halo_) return std::nullopt;
+  if (pending_halo_words_.has_value()) {
+    // The last exchange's words (GPU), long arrived: what this rank learnt there.
+    const at::Tensor& words = pending_halo_words_->Wait();
+    if (words.numel() > 0) stop_at_exchange_ = std::min(stop_at_exchange_, words.min().item<int64_t>());
+    pending_halo_words_.reset();
+  }
   if (cancelled_ != nullptr && cancelled_->load() && stop_at_exchange_ == std::numeric_limits<int64_t>::max()) {
-    // The stop reaches rank k at exchange i + k - 1 (the leader's
+    // On a CPU the stop reaches rank k at exchange i + k - 1 (the leader's
     // neighbour gets it with exchange i itself): the last rank, W - 1, at
-    // i + W - 2.
-    return halo_exchanges_ + std::max(0, comm_.world_size() - 2);
+    // i + W - 2. On a GPU a rank reads an exchange's words only at its
+    // next one, so the word moves one rank per exchange from i on: W - 1
+    // reaches it at i + W - 1.
+    const int world = comm_.world_size();
+    stop_at_exchange_ =
+        halo_exchanges_ + (comm_.device().is_cuda() ? std::max(0, world - 1) : std::max(0, world - 2));
   }
   return stop_at_exchange_;
 }
 
-void ShardedOps::AfterHaloExchange(std::optional<int64_t> min_signal) {
-  if (!cancel_with_halo_ || !min_signal.has_value()) return;
-  stop_at_exchange_ = std::min(stop_at_exchange_, *min_signal);
+void ShardedOps::AfterHaloExchange(std::optional<int64_t> min_signal, const at::Tensor& signals_in) {
+  if (!cancel_with_halo_) return;
+  if (min_signal.has_value()) stop_at_exchange_ = std::min(stop_at_exchange_, *min_signal);
+  if (signals_in.defined()) pending_halo_words_ = device::HostCopy::Start(signals_in);
   if (halo_exchanges_++ >= stop_at_exchange_) throw StatusError(absl::CancelledError("the request was cancelled"));
+}
+
+parallel::LeaderSignal ShardedOps::OutgoingSignal() {
+  // The word the last collective carried, first: every rank reads it here,
+  // at the same op, so all stop together.
+  if (pending_signal_.has_value()) {
+    const double word = pending_signal_->Wait().item<double>();
+    pending_signal_.reset();
+    if (word != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
+  }
+  parallel::LeaderSignal signal;
+  signal.value = (cancelled_ != nullptr && cancelled_->load()) ? 1.0 : 0.0;
+  return signal;
+}
+
+void ShardedOps::TakeSignal(const parallel::LeaderSignal& signal) {
+  if (!signal.received.defined()) {  // world size 1: this rank is the leader
+    if (signal.value != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
+    return;
+  }
+  if (signal.received.is_cpu()) {
+    if (signal.received.item<double>() != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
+    return;
+  }
+  // On a GPU reading it now would wait for everything queued so far: it is
+  // read at the next collective that carries one, by then long arrived.
+  pending_signal_ = device::HostCopy::Start(signal.received);
 }
 
 at::Tensor ShardedOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                  const at::Tensor& bias, double eps) {
   const int h_axis = static_cast<int>(x.dim()) - 2;
-  double signal = (cancelled_ != nullptr && cancelled_->load()) ? 1.0 : 0.0;
-  at::Tensor y = ValueOrThrow(parallel::ShardedGroupNorm(comm_, x, SpecForRows(x.size(h_axis), h_axis),
-                                                         num_groups, weight, bias, eps, &signal));
-  if (signal != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
+  parallel::LeaderSignal signal = OutgoingSignal();
+  at::Tensor y = ValueOrThrow(parallel::ShardedGroupNorm(comm_, x, SpecForRows(x.size(h_axis), h_axis), num_groups,
+                                                         weight, bias, eps, &signal, &norm_weights_));
+  TakeSignal(signal);
   return y;
 }
 
@@ -148,9 +187,9 @@ std::pair<at::Tensor, at::Tensor> ShardedOps::GatherBandKV(const at::Tensor& k, 
   const parallel::ShardSpec spec = SpecForRows(local_tokens / tokens_per_row, /*axis=*/0);
   std::vector<int64_t> token_sizes = spec.sizes();
   for (int64_t& s : token_sizes) s *= tokens_per_row;
-  double signal = (cancelled_ != nullptr && cancelled_->load()) ? 1.0 : 0.0;
+  parallel::LeaderSignal signal = OutgoingSignal();
   auto kv = ValueOrThrow(parallel::AllGatherKV(comm_, k, v, token_sizes, &signal));
-  if (signal != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
+  TakeSignal(signal);
   return kv;
 }
 
@@ -190,11 +229,11 @@ at::Tensor ShardedOps::FrameCausalAttention(const at::Tensor& q, const at::Tenso
   const parallel::ShardSpec spec = SpecForRows(local_tokens / tokens_per_row, /*axis=*/0);
   std::vector<int64_t> token_sizes = spec.sizes();
   for (int64_t& s : token_sizes) s *= tokens_per_row;
-  double signal = (cancelled_ != nullptr && cancelled_->load()) ? 1.0 : 0.0;
+  parallel::LeaderSignal signal = OutgoingSignal();
   auto [k_all, v_all] = ValueOrThrow(parallel::AllGatherKV(comm_, k.reshape({b, heads * frames, local_tokens, d}),
                                                            v.reshape({b, heads * frames, local_tokens, d}),
                                                            token_sizes, &signal));
-  if (signal != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
+  TakeSignal(signal);
   const int64_t tokens = k_all.size(2);
   return FrameCausalScaledDotProductAttention(q, k_all.reshape({b, heads, frames, tokens, d}),
                                               v_all.reshape({b, heads, frames, tokens, d}));

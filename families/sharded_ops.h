@@ -18,9 +18,11 @@
 #include <optional>
 #include <utility>
 
+#include "device/host_copy.h"
 #include "families/layer_ops.h"
 #include "parallel/band_partition.h"
 #include "parallel/communicator.h"
+#include "parallel/sharded_ops.h"
 
 namespace vaedecode::families {
 
@@ -48,8 +50,9 @@ class ShardedOps final : public LayerOps {
 
   // Leader: when *cancelled becomes true, every rank of the group throws
   // StatusError(CANCELLED) at the next GroupNorm or attention, together (the
-  // flag rides in that op's all-gather), so the group stays in step. Peers
-  // pass nothing.
+  // flag rides in that op's all-gather), so the group stays in step; on a
+  // GPU at the one after (the word is read without waiting for the device,
+  // when the next one starts). Peers pass nothing.
   void set_cancel_flag(const std::atomic<bool>* cancelled) { cancelled_ = cancelled; }
 
   // Every rank, for a decoder with few or no GroupNorm/attention collectives
@@ -70,10 +73,17 @@ class ShardedOps final : public LayerOps {
   // the cancellation flag riding along.
   // The word this rank sends with its next halo rows (the earliest stop it
   // knows), or none when the cancellation does not ride the halo.
-  std::optional<int64_t> HaloSignal() const;
-  // After a halo exchange: learn the neighbours' stop and throw CANCELLED if
+  std::optional<int64_t> HaloSignal();
+  // After a halo exchange: learn the neighbours' stop (a CPU's `min_signal`
+  // now; a GPU's `signals_in` at the next exchange) and throw CANCELLED if
   // this exchange is it.
-  void AfterHaloExchange(std::optional<int64_t> min_signal);
+  void AfterHaloExchange(std::optional<int64_t> min_signal, const at::Tensor& signals_in);
+
+  // The leader's word for the next GroupNorm or K/V gather, after reading
+  // the last one's (throws CANCELLED when it was up).
+  parallel::LeaderSignal OutgoingSignal();
+  // The word a collective carried: read now (CPU) or at the next one (GPU).
+  void TakeSignal(const parallel::LeaderSignal& signal);
 
   std::pair<at::Tensor, at::Tensor> GatherBandKV(const at::Tensor& k, const at::Tensor& v, int64_t tokens_per_row);
   at::Tensor FullAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TokenLayout& layout);
@@ -87,6 +97,9 @@ class ShardedOps final : public LayerOps {
   bool cancel_with_halo_ = false;
   int64_t halo_exchanges_ = 0;  // in this decode, on every rank alike
   int64_t stop_at_exchange_ = std::numeric_limits<int64_t>::max();
+  parallel::GroupNormWeights norm_weights_;          // per band layout, on the device
+  std::optional<device::HostCopy> pending_signal_;  // a GPU collective's word, not read yet
+  std::optional<device::HostCopy> pending_halo_words_;  // a GPU halo exchange's words, not read yet
 };
 
 }  // namespace vaedecode::families

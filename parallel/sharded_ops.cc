@@ -54,8 +54,12 @@ absl::StatusOr<HaloRows> HaloRowsInFlight::Wait() {
     std::unique_ptr<PendingSendRecv> pending = std::move(pending_);
     if (absl::Status status = pending->Wait(); !status.ok()) return status;
   }
-  for (const at::Tensor& word : signals_in_) {
-    rows_.min_signal = std::min(*rows_.min_signal, word.item<int64_t>());
+  if (!signals_in_.empty()) {
+    if (signals_in_[0].is_cpu()) {
+      for (const at::Tensor& word : signals_in_) rows_.min_signal = std::min(*rows_.min_signal, word.item<int64_t>());
+    } else {
+      rows_.signals_in = at::cat(signals_in_);
+    }
   }
   return std::move(rows_);
 }
@@ -68,13 +72,14 @@ absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& 
 }
 
 absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
-                                        int64_t halo, bool zero_edges, int64_t* signal) {
+                                        int64_t halo, bool zero_edges, int64_t* signal, at::Tensor* signals_in) {
   if (halo == 0) return x;
   std::optional<int64_t> word;
   if (signal != nullptr) word = *signal;
   absl::StatusOr<HaloRows> rows = ExchangeHaloRows(comm, x, spec, halo, word);
   if (!rows.ok()) return rows.status();
-  if (signal != nullptr) *signal = *rows->min_signal;
+  if (signal != nullptr && rows->min_signal.has_value()) *signal = *rows->min_signal;
+  if (signals_in != nullptr) *signals_in = rows->signals_in;
   std::vector<int64_t> shape = x.sizes().vec();
   shape[spec.axis] = halo;
   if (zero_edges) {
@@ -88,83 +93,94 @@ absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
   return parts.size() == 1 ? x : at::cat(parts, spec.axis);
 }
 
-absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x,
+const at::Tensor& GroupNormWeights::For(const ShardSpec& spec, const c10::Device& device) {
+  const std::vector<int64_t> sizes = spec.sizes();
+  for (const auto& [key, weights] : cache_) {
+    if (key == sizes && weights.device() == device) return weights;
+  }
+  std::vector<double> shares;
+  for (int64_t rows : sizes) shares.push_back(static_cast<double>(rows) / static_cast<double>(spec.rows_total()));
+  cache_.emplace_back(sizes, at::tensor(shares, at::kDouble).to(device));
+  return cache_.back().second;
+}
+
+namespace {
+
+// Per batch×group (mean, population variance) of x's elements, [B, G] each,
+// in one read of x with float32 accumulation (float64 for float64 input).
+std::pair<at::Tensor, at::Tensor> GroupMoments(const at::Tensor& x, int64_t num_groups, double eps) {
+  const at::Tensor groups = x.view({x.size(0), num_groups, -1});
+  if (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) {
+    auto [var, mean] = at::var_mean(groups, at::IntArrayRef{2}, /*correction=*/at::Scalar(0), /*keepdim=*/false);
+    return {mean, var};
+  }
+  if (x.is_cuda()) {
+    // Reduced precision on a GPU: the batch-norm statistics kernel reads it
+    // once and accumulates in float32 (each batch×group a "channel"); it
+    // returns 1/√(var + eps).
+    auto [mean, invstd] = at::batch_norm_stats(groups.reshape({1, -1, groups.size(2)}), eps);
+    const at::Tensor var = (invstd.square().reciprocal() - eps).clamp_min(0);
+    return {mean.view({x.size(0), num_groups}), var.view({x.size(0), num_groups})};
+  }
+  // Reduced precision on a CPU (float32 is the CPU's decode dtype): a float32 copy.
+  auto [var, mean] = at::var_mean(groups.to(at::kFloat), at::IntArrayRef{2}, at::Scalar(0), false);
+  return {mean, var};
+}
+
+}  // namespace
+
+absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x_in,
                                             const ShardSpec& spec, int64_t num_groups,
                                             const at::Tensor& weight, const at::Tensor& bias,
-                                            double eps, double* leader_signal) {
+                                            double eps, LeaderSignal* leader_signal,
+                                            GroupNormWeights* weights) {
+  const at::Tensor x = x_in.contiguous();
   const int64_t batch = x.size(0), channels = x.size(1);
   const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  // LibTorch's own fused GroupNorm kernel on the band, without the affine:
-  // it returns the band normalised with its local statistics (ŷ) and those
-  // statistics (mean, rstd per batch×group), in one pass as the dense op
-  // does. The [B, G] statistics go to fp64 for the merge.
-  const at::Tensor input = x.contiguous().to(acc);
-  const int64_t spatial = input.numel() / std::max<int64_t>(1, batch * channels);
-  const int64_t n_local = spatial * (channels / num_groups);
-  auto [normalised, mean_acc, rstd_acc] =
-      at::native_group_norm(input, c10::nullopt, c10::nullopt, batch, channels, spatial, num_groups, eps);
-  const at::Tensor mean_local = mean_acc.to(at::kDouble).view({batch, num_groups});
-  const at::Tensor rstd_local = rstd_acc.to(at::kDouble).view({batch, num_groups});
-  const at::Tensor m2_local =
-      (rstd_local.square().reciprocal() - eps).clamp_min(0) * static_cast<double>(n_local);
+  auto [mean_local, var_local] = GroupMoments(x, num_groups, eps);
 
-  at::Tensor mean, var;  // fp64, [B, G]
+  at::Tensor mean, var;  // [B, G]
   if (spec.world_size == 1) {
     mean = mean_local;
-    var = m2_local / static_cast<double>(n_local);
+    var = var_local;
   } else {
-    // Each rank's count follows from its band (elements per row are equal
-    // on every rank), so only (mean, M2) travel: one collective per norm.
-    const int64_t per_row = n_local / spec.local_rows();
     const int64_t bg = batch * num_groups;
-    // [1, 2·B·G + 1]: means, M2s, and the leader's signal word.
-    const at::Tensor stats =
-        at::cat({mean_local.flatten(), m2_local.flatten(),
-                 at::full({1}, leader_signal ? *leader_signal : 0.0, mean_local.options())})
-            .unsqueeze(0);
+    // [1, 2·B·G + 1] in float64: means, variances, and the leader's word.
+    const at::Tensor stats = at::cat({mean_local.flatten().to(at::kDouble), var_local.flatten().to(at::kDouble),
+                                      at::full({1}, leader_signal ? leader_signal->value : 0.0,
+                                               mean_local.options().dtype(at::kDouble))})
+                                 .unsqueeze(0);
     std::vector<int64_t> ones(spec.world_size, 1);
     absl::StatusOr<at::Tensor> gathered = comm.AllGather(stats, ones, CallKind::kGroupNormStats);
     if (!gathered.ok()) return gathered.status();
-    if (leader_signal != nullptr) *leader_signal = (*gathered)[0][2 * bg].item<double>();
+    if (leader_signal != nullptr) leader_signal->received = (*gathered)[0].narrow(0, 2 * bg, 1);
     const at::Tensor all = gathered->narrow(1, 0, 2 * bg).view({spec.world_size, 2, batch, num_groups});
-    std::vector<double> counts;
-    double total = 0;
-    for (int r = 0; r < spec.world_size; ++r) {
-      counts.push_back(static_cast<double>(spec.band(r).size() * per_row));
-      total += counts.back();
-    }
-    const at::Tensor n_r = at::tensor(counts, at::kDouble).to(mean_local.device()).view({-1, 1, 1});  // [W, 1, 1]
+    GroupNormWeights temporary;
+    const at::Tensor w = (weights != nullptr ? *weights : temporary).For(spec, x.device()).view({-1, 1, 1});
     const at::Tensor means = all.select(1, 0);  // [W, B, G]
-    const at::Tensor m2s = all.select(1, 1);
-    const at::Tensor w = n_r / total;
     mean = (w * means).sum(0);
-    var = (w * (m2s / n_r + (means - mean.unsqueeze(0)).square())).sum(0);
+    var = (w * (all.select(1, 1) + (means - mean.unsqueeze(0)).square())).sum(0);
   }
-  // Re-normalise with the group's statistics, in place, one fused pass:
-  // y = ŷ·(rstd/rstd_local)·γ + (mean_local − mean)·rstd·γ + β
-  // (x − mean = (x − mean_local) + (mean_local − mean): no large terms cancel).
+  // Normalise and apply the affine in one pass: batch norm's inference
+  // kernel, each (batch, channel) a channel of [1, B·C, rest], computes
+  // y = x·a + b in float32 (float64) with a = γ/√(var + eps), b = β − mean·a,
+  // and writes the input's dtype.
   const int64_t per_group = channels / num_groups;
-  const at::Tensor rstd = (var + eps).rsqrt();
-  at::Tensor scale = (rstd / rstd_local).repeat_interleave(per_group, /*dim=*/1);                  // [B, C]
-  at::Tensor shift = ((mean_local - mean) * rstd).repeat_interleave(per_group, /*dim=*/1);         // [B, C]
-  if (weight.defined()) {
-    const at::Tensor gamma = weight.to(at::kDouble).unsqueeze(0);
-    scale = scale * gamma;
-    shift = shift * gamma;
-  }
-  if (bias.defined()) shift = shift + bias.to(at::kDouble).unsqueeze(0);
-  std::vector<int64_t> per_channel(x.dim(), 1);
-  per_channel[0] = batch;
-  per_channel[1] = channels;
-  normalised.mul_(scale.to(acc).view(per_channel)).add_(shift.to(acc).view(per_channel));
-  return normalised.to(x.scalar_type());
+  const at::Tensor mean_bc = mean.to(acc).repeat_interleave(per_group, /*dim=*/1).flatten();  // [B·C]
+  const at::Tensor var_bc = var.to(acc).repeat_interleave(per_group, /*dim=*/1).flatten();
+  const at::Tensor gamma = weight.defined() ? weight.to(acc).repeat({batch}) : at::Tensor();
+  const at::Tensor beta = bias.defined() ? bias.to(acc).repeat({batch}) : at::Tensor();
+  auto [y, unused_mean, unused_invstd] =
+      at::native_batch_norm(x.view({1, batch * channels, -1}), gamma, beta, mean_bc, var_bc,
+                            /*training=*/false, /*momentum=*/0.0, eps);
+  return y.view(x.sizes());
 }
 
 absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm,
                                                               const at::Tensor& k,
                                                               const at::Tensor& v,
                                                               absl::Span<const int64_t> token_sizes,
-                                                              double* leader_signal) {
+                                                              LeaderSignal* leader_signal) {
   if (comm.world_size() == 1) return std::make_pair(k, v);
   const int64_t token_dim = k.dim() - 2;
   // One collective for both: [N, 2, B, heads, D].
@@ -175,7 +191,7 @@ absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm
     sizes[0] += 1;
     if (comm.rank() == 0) {
       at::Tensor extra = at::zeros({1, kv.size(1), kv.size(2), kv.size(3), kv.size(4)}, kv.options());
-      extra.view({-1})[0] = *leader_signal;
+      extra.view({-1})[0] = leader_signal->value;
       kv = at::cat({kv, extra});
     }
   }
@@ -183,7 +199,8 @@ absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm
   if (!all.ok()) return all.status();
   at::Tensor rows = *all;
   if (leader_signal != nullptr) {
-    *leader_signal = rows[token_sizes[0]].view({-1})[0].item<double>();
+    // A copy: a view would keep the whole gathered K/V alive until read.
+    leader_signal->received = rows[token_sizes[0]].view({-1}).narrow(0, 0, 1).clone();
     rows = at::cat({rows.narrow(0, 0, token_sizes[0]), rows.narrow(0, token_sizes[0] + 1, rows.size(0) - token_sizes[0] - 1)});
   }
   const at::Tensor back = rows.movedim(0, token_dim + 1);  // [2, B, heads, N_total, D]
