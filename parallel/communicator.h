@@ -6,8 +6,13 @@
 //
 // Contract shared by every implementation:
 //  * Collective order. Every rank of the group makes the same sequence of
-//    calls (SendRecv included, possibly with an empty batch); a call returns
-//    only after this rank's part of the exchange is complete.
+//    calls (SendRecv included, possibly with an empty batch).
+//  * Completion. On a CPU (Gloo) a call returns once this rank's part of
+//    the exchange is complete. On a GPU (NCCL) it returns once the exchange
+//    is queued in stream order: work the caller queues afterwards on its
+//    stream sees the results (reading them on the host syncs that stream);
+//    its failure surfaces at a later call or at Synchronize(), which a
+//    caller makes before trusting what it read on the host.
 //  * Threading. rank(), world_size(), device() and Abort() may be called from
 //    any thread at any time. All other calls come from one thread at a time.
 //  * Bounded. Every call finishes within the communicator's timeout (set at
@@ -127,6 +132,18 @@ class Communicator {
       CallKind kind) = 0;
 
   virtual absl::Status Barrier() = 0;
+
+  // Waits until every call made so far is complete on the device; the
+  // first failure among them, or OK. Within the timeout. Backends whose
+  // calls complete before returning have nothing to wait for.
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
+
+  // Milliseconds this rank's calls spent on the device since the last call
+  // to this, between events around each call's transfers (moving data and
+  // waiting for peers, not the compute queued before them), for backends
+  // whose calls do not block the host (NCCL); -1 for backends whose calls
+  // block it, whose time the caller's clock measures (CountingCommunicator).
+  virtual double TakeDeviceCallMs() { return -1; }
 
   // Makes every pending and future call on every rank fail fast with
   // UNAVAILABLE carrying `reason` (used when one rank fails). Idempotent;

@@ -318,4 +318,16 @@ absl::Status CountingCommunicator::Barrier() {
   return status;
 }
 
+absl::Status CountingCommunicator::Synchronize() {
+  const Stopwatch watch;
+  absl::Status status = inner_->Synchronize();
+  AddBlocked(CallKind::kOther, watch.ms());
+  return status;
+}
+
+double CountingCommunicator::TakeCallMs() {
+  const double on_device = inner_->TakeDeviceCallMs();
+  return on_device >= 0 ? on_device : stats().total_blocked_ms();
+}
+
 }  // namespace vaedecode::parallel

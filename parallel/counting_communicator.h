@@ -132,6 +132,13 @@ class CountingCommunicator final : public Communicator {
                                           int root, CallKind kind) override;
   absl::Status Barrier() override;
   void Abort(std::string_view reason) override { inner_->Abort(reason); }
+  // Forwarded; the time blocked in Synchronize counts as kOther.
+  absl::Status Synchronize() override;
+  double TakeDeviceCallMs() override { return inner_->TakeDeviceCallMs(); }
+  // The time this rank's calls took: measured on the device where the
+  // backend times its calls there (TakeDeviceCallMs, taken), else the time
+  // blocked in calls so far.
+  double TakeCallMs();
 
  private:
   class CountedPending;

@@ -9,6 +9,9 @@
 #include <thread>
 #include <utility>
 
+#include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -35,7 +38,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
 struct NcclCommunicator::Device {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  cudaEvent_t ready = nullptr;
+  cudaEvent_t ready = nullptr;  // orders the device stream after the producer's work
   int* barrier_word = nullptr;  // one device int for Barrier's all-reduce
 };
 
@@ -97,6 +100,15 @@ class Backoff {
   int delay_us_ = 20;
 };
 
+// A CUDA event owned by whoever holds the last reference: the watchdog's
+// work and a started exchange's join both use it.
+struct CudaEvent {
+  cudaEvent_t event = nullptr;
+  ~CudaEvent() {
+    if (event != nullptr) cudaEventDestroy(event);  // allowed while pending: freed once it completes
+  }
+};
+
 bool NcclDataType(at::ScalarType type, ncclDataType_t* out) {
   switch (type) {
     case at::kFloat:
@@ -151,6 +163,14 @@ absl::Status WaitNotInProgress(ncclComm_t comm, std::string_view what,
 }
 
 }  // namespace
+
+struct NcclCommunicator::Work {
+  std::string what;
+  absl::Time deadline;
+  std::shared_ptr<CudaEvent> start;  // recorded on the device stream before the NCCL work
+  std::shared_ptr<CudaEvent> done;   // and after it
+  std::vector<at::Tensor> keep_alive;
+};
 
 bool NcclCommunicator::CompiledIn() { return true; }
 
@@ -274,6 +294,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
       [raw](const std::string& message) {
         raw->AbortInternal(message, /*publish=*/false);
       });
+  comm->watchdog_ = std::thread([raw] { raw->WatchdogLoop(); });
+  if (options.warm_up) {
+    if (absl::Status warm = comm->WarmUp(); !warm.ok()) {
+      return absl::Status(warm.code(), absl::StrCat("group '", options.group_name, "' rank ", options.rank,
+                                                    ": first use of its connections: ", warm.message()));
+    }
+  }
   return std::unique_ptr<Communicator>(std::move(comm));
 }
 
@@ -286,14 +313,25 @@ NcclCommunicator::NcclCommunicator(const NcclOptions& options)
       producer_stream_(options.producer_stream) {}
 
 NcclCommunicator::~NcclCommunicator() {
-  watcher_.reset();
-  if (dev_ == nullptr) return;
-  DeviceScope scope(device_);
+  if (dev_ == nullptr) {
+    watcher_.reset();
+    return;
+  }
   bool healthy;
   {
     absl::MutexLock lock(&mu_);
     healthy = !aborted_;
   }
+  // Work still queued finishes first (bounded like every call).
+  if (healthy) healthy = Synchronize().ok();
+  {
+    absl::MutexLock lock(&mu_);
+    stop_watchdog_ = true;
+    healthy = healthy && !aborted_;
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+  watcher_.reset();  // after the watchdog, which reports to it; no peer abort arrives from here on
+  DeviceScope scope(device_);
   const absl::Time deadline = absl::Now() + timeout_;
   if (dev_->comm != nullptr) {
     bool destroyed = false;
@@ -322,6 +360,11 @@ NcclCommunicator::~NcclCommunicator() {
     if (absl::Now() >= deadline) break;
     backoff.Wait();
   }
+  absl::MutexLock lock(&mu_);
+  for (std::unique_ptr<Work>& work : in_flight_) {
+    abandoned_.insert(abandoned_.end(), work->keep_alive.begin(), work->keep_alive.end());
+  }
+  in_flight_.clear();
   if (!drained) {
     spdlog::error(
         "vaedecode parallel: NCCL group '{}' rank {}: stream did not drain "
@@ -340,8 +383,7 @@ NcclCommunicator::~NcclCommunicator() {
 absl::Status NcclCommunicator::CheckNotAborted() const {
   absl::MutexLock lock(&mu_);
   if (!aborted_) return absl::OkStatus();
-  return absl::UnavailableError(
-      absl::StrCat("group '", group_name_, "' aborted: ", abort_reason_));
+  return failure_;
 }
 
 absl::Status NcclCommunicator::Fail(absl::Status status) {
@@ -357,7 +399,7 @@ absl::Status NcclCommunicator::Fail(absl::Status status) {
                        " (here: ", status.message(), ")"));
     }
   }
-  AbortInternal(status.ToString(), /*publish=*/true);
+  AbortInternal(status.ToString(), /*publish=*/true, status);
   return status;
 }
 
@@ -365,123 +407,200 @@ void NcclCommunicator::Abort(std::string_view reason) {
   AbortInternal(reason, /*publish=*/true);
 }
 
-void NcclCommunicator::AbortInternal(std::string_view reason, bool publish) {
+void NcclCommunicator::AbortInternal(std::string_view reason, bool publish, absl::Status failure) {
   ncclComm_t to_abort = nullptr;
+  size_t calls_ended = 0;
   {
     absl::MutexLock lock(&mu_);
     if (aborted_) return;
     aborted_ = true;
     abort_reason_ = std::string(reason);
+    failure_ = !failure.ok() ? failure
+                             : absl::UnavailableError(absl::StrCat("group '", group_name_, "' aborted: ", AsAbsl(reason)));
     // Outside a call nobody else can be using the communicator: abort it
     // now. Inside one, the calling thread sees the flag and aborts it.
     if (!in_call_ && dev_ != nullptr) std::swap(to_abort, dev_->comm);
+    // The works in flight end here: their kernels stop, and their tensors
+    // wait for the stream to drain (the destructor).
+    for (std::unique_ptr<Work>& work : in_flight_) {
+      abandoned_.insert(abandoned_.end(), work->keep_alive.begin(), work->keep_alive.end());
+    }
+    calls_ended = in_flight_.size();
+    in_flight_.clear();
   }
-  if (to_abort != nullptr) ncclCommAbort(to_abort);
+  if (to_abort != nullptr) {
+    // On this rank's device: this may be the watchdog's or the abort
+    // watcher's thread, and a thread without a device would create a
+    // context on GPU 0 for a worker on another GPU.
+    DeviceScope scope(device_);
+    ncclCommAbort(to_abort);
+  }
+  if (watcher_ != nullptr) {
+    for (size_t i = 0; i < calls_ended; ++i) watcher_->CallFinished();
+  }
   if (publish && group_ != nullptr) group_->PublishAbort(reason);
   spdlog::warn("vaedecode parallel: NCCL group '{}' rank {}/{} aborted{}: {}",
                group_name_, rank_, world_size_, publish ? "" : " by a peer",
                reason);
 }
 
-NcclCommunicator::Call NcclCommunicator::Begin(std::string_view what,
-                                               const std::function<absl::Status(const Device&)>& enqueue,
-                                               std::vector<at::Tensor> keep_alive, absl::Time deadline) {
-  Call call;
-  call.what = std::string(what);
-  call.keep_alive = std::move(keep_alive);
-  call.deadline = deadline;
-  {
-    absl::MutexLock lock(&mu_);
-    if (aborted_ || dev_ == nullptr || dev_->comm == nullptr) {
-      call.status = absl::UnavailableError(
-          absl::StrCat("group '", group_name_, "' aborted: ", abort_reason_));
-      return call;
-    }
-    in_call_ = true;  // from here on only this thread touches dev_->comm
-    call.comm = dev_->comm;
+void* NcclCommunicator::ProducerStream() const {
+  if (producer_stream_) return producer_stream_();
+  try {
+    // LibTorch's current stream on this thread for the device: where the
+    // caller's ATen kernels went.
+    return c10::impl::VirtualGuardImpl(c10::kCUDA)
+        .getStream(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_)))
+        .native_handle();
+  } catch (const c10::Error&) {
+    return static_cast<void*>(cudaStreamLegacy);  // a binary without LibTorch's CUDA backend
   }
-  call.owns = true;
-  if (watcher_ != nullptr) watcher_->CallStarted();
-  DeviceScope scope(device_);
-  call.status = scope.status();
-  if (call.status.ok()) {
-    // The transfer stream starts after the caller's queued work (which
-    // produced the inputs and the output buffers' previous contents).
-    cudaStream_t producer =
-        producer_stream_ ? static_cast<cudaStream_t>(producer_stream_())
-                         : cudaStreamLegacy;
-    call.status =
-        CudaStatus(cudaEventRecord(dev_->ready, producer), "cudaEventRecord");
-    if (call.status.ok()) {
-      call.status = CudaStatus(cudaStreamWaitEvent(dev_->stream, dev_->ready, 0),
-                               "cudaStreamWaitEvent");
-    }
-  }
-  if (call.status.ok()) call.status = enqueue(*dev_);
-  if (call.status.ok()) call.status = WaitNotInProgress(call.comm, call.what, deadline);
-  return call;
 }
 
-absl::Status NcclCommunicator::End(Call& call) {
-  if (!call.owns) return call.status;
-  call.owns = false;
-  absl::Status status = call.status;
+absl::Status NcclCommunicator::Enqueue(std::string_view what,
+                                       const std::function<absl::Status(const Device&)>& enqueue,
+                                       std::vector<at::Tensor> keep_alive, bool join,
+                                       std::function<absl::Status()>* joined) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) return failure_;
+    if (dev_ == nullptr || dev_->comm == nullptr) return absl::UnavailableError("NCCL communicator not formed");
+    in_call_ = true;  // from here on only this thread touches dev_->comm
+  }
+  if (watcher_ != nullptr) watcher_->CallStarted();
+  auto work = std::make_unique<Work>();
+  work->what = std::string(what);
+  work->deadline = absl::Now() + timeout_;
+  work->keep_alive = std::move(keep_alive);
+  absl::Status status;
   {
     DeviceScope scope(device_);
-    if (status.ok()) status = scope.status();
-    Backoff backoff;
-    while (status.ok()) {
-      const cudaError_t query = cudaStreamQuery(dev_->stream);
-      if (query == cudaSuccess) break;
-      if (query != cudaErrorNotReady) {
-        status = CudaStatus(query, call.what);
-        break;
-      }
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(call.comm, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        status = NcclStatus(async, call.comm, call.what);
-        break;
-      }
-      status = CheckNotAborted();
-      if (!status.ok()) break;
-      if (absl::Now() >= call.deadline) {
-        status = absl::DeadlineExceededError(
-            absl::StrCat(AsAbsl(call.what), ": not complete within ",
-                         absl::FormatDuration(timeout_)));
-        break;
-      }
-      backoff.Wait();
+    status = scope.status();
+    cudaStream_t producer = static_cast<cudaStream_t>(ProducerStream());
+    // The transfer starts after the caller's queued work (which produced
+    // the inputs and the output buffers' previous contents).
+    if (status.ok()) status = CudaStatus(cudaEventRecord(dev_->ready, producer), "cudaEventRecord");
+    if (status.ok()) status = CudaStatus(cudaStreamWaitEvent(dev_->stream, dev_->ready, 0), "cudaStreamWaitEvent");
+    for (std::shared_ptr<CudaEvent>* event : {&work->start, &work->done}) {
+      *event = std::make_shared<CudaEvent>();
+      if (status.ok()) status = CudaStatus(cudaEventCreate(&(*event)->event), "cudaEventCreate");
+    }
+    if (status.ok()) status = CudaStatus(cudaEventRecord(work->start->event, dev_->stream), "cudaEventRecord");
+    if (status.ok()) status = enqueue(*dev_);
+    if (status.ok()) status = WaitNotInProgress(dev_->comm, work->what, work->deadline);
+    if (status.ok()) status = CudaStatus(cudaEventRecord(work->done->event, dev_->stream), "cudaEventRecord");
+    if (status.ok() && join) {
+      status = CudaStatus(cudaStreamWaitEvent(producer, work->done->event, 0), "cudaStreamWaitEvent");
     }
   }
-
+  if (status.ok() && !join && joined != nullptr) {
+    *joined = [this, done = work->done]() -> absl::Status {
+      if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+      DeviceScope scope(device_);
+      return CudaStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(ProducerStream()), done->event, 0),
+                        "cudaStreamWaitEvent");
+    };
+  }
   ncclComm_t to_abort = nullptr;
+  bool queued = false;
   {
     absl::MutexLock lock(&mu_);
     in_call_ = false;
-    // Also covers an Abort() that arrived while the call was running.
-    if (!status.ok() || aborted_) std::swap(to_abort, dev_->comm);
+    if (status.ok() && !aborted_) {
+      in_flight_.push_back(std::move(work));
+      queued = true;
+    } else {
+      // Also covers an Abort() that arrived while the work was queued.
+      std::swap(to_abort, dev_->comm);
+      if (work != nullptr) abandoned_.insert(abandoned_.end(), work->keep_alive.begin(), work->keep_alive.end());
+    }
   }
-  if (watcher_ != nullptr) watcher_->CallFinished();
+  if (!queued && watcher_ != nullptr) watcher_->CallFinished();
   if (to_abort != nullptr) {
     DeviceScope scope(device_);
     ncclCommAbort(to_abort);
   }
-  if (!status.ok()) {
-    abandoned_.insert(abandoned_.end(),
-                      std::make_move_iterator(call.keep_alive.begin()),
-                      std::make_move_iterator(call.keep_alive.end()));
-  }
-  call.keep_alive.clear();
-  return status;
+  if (!status.ok()) return status;
+  return queued ? absl::OkStatus() : CheckNotAborted();
 }
 
-absl::Status NcclCommunicator::Run(
-    std::string_view what,
-    const std::function<absl::Status(const Device&)>& enqueue,
-    std::vector<at::Tensor> keep_alive, absl::Time deadline) {
-  Call call = Begin(what, enqueue, std::move(keep_alive), deadline);
-  return End(call);
+void NcclCommunicator::WatchdogLoop() {
+  // Every CUDA call of this thread is for this rank's device.
+  cudaSetDevice(device_);
+  Backoff backoff;
+  while (true) {
+    std::vector<std::unique_ptr<Work>> finished;
+    absl::Status failure;
+    {
+      absl::MutexLock lock(&mu_);
+      const auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return stop_watchdog_ || !in_flight_.empty();
+      };
+      if (in_flight_.empty()) {
+        mu_.Await(absl::Condition(&has_work));
+        backoff = Backoff();
+      }
+      if (stop_watchdog_) return;
+      // Works complete in order on the one stream: the oldest first.
+      size_t done = 0;
+      for (; done < in_flight_.size(); ++done) {
+        Work& work = *in_flight_[done];
+        const cudaError_t query = cudaEventQuery(work.done->event);
+        if (query == cudaSuccess) {
+          float ms = 0;
+          if (cudaEventElapsedTime(&ms, work.start->event, work.done->event) == cudaSuccess) device_call_ms_ += ms;
+          continue;
+        }
+        if (query != cudaErrorNotReady) {
+          failure = CudaStatus(query, work.what);
+        } else if (absl::Now() >= work.deadline) {
+          failure = absl::DeadlineExceededError(
+              absl::StrCat(work.what, ": not complete within ", absl::FormatDuration(timeout_)));
+        }
+        break;
+      }
+      if (failure.ok() && done < in_flight_.size() && dev_ != nullptr && dev_->comm != nullptr) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(dev_->comm, &async);
+        if (async != ncclSuccess && async != ncclInProgress) {
+          failure = NcclStatus(async, dev_->comm, in_flight_[done]->what);
+        }
+      }
+      for (size_t i = 0; i < done; ++i) finished.push_back(std::move(in_flight_[i]));
+      in_flight_.erase(in_flight_.begin(), in_flight_.begin() + done);
+    }
+    // Outside the lock: tensors go back to the caching allocator.
+    if (watcher_ != nullptr) {
+      for (size_t i = 0; i < finished.size(); ++i) watcher_->CallFinished();
+    }
+    if (!finished.empty()) backoff = Backoff();
+    finished.clear();
+    if (!failure.ok()) {
+      (void)Fail(failure);
+      continue;
+    }
+    backoff.Wait();
+  }
+}
+
+absl::Status NcclCommunicator::Synchronize() {
+  if (world_size_ == 1) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  // The watchdog enforces every work's deadline: past the last one plus a
+  // margin, it is the watchdog that is stuck.
+  const auto drained = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return aborted_ || in_flight_.empty(); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&drained), timeout_ + absl::Seconds(5))) {
+    return absl::DeadlineExceededError(absl::StrCat("group '", group_name_, "': calls in flight for longer than ",
+                                                    absl::FormatDuration(timeout_)));
+  }
+  return aborted_ ? failure_ : absl::OkStatus();
+}
+
+double NcclCommunicator::TakeDeviceCallMs() {
+  absl::MutexLock lock(&mu_);
+  const double ms = device_call_ms_;
+  device_call_ms_ = 0;
+  return ms;
 }
 
 std::function<absl::Status(const NcclCommunicator::Device&)> NcclCommunicator::EnqueueTransfers(
@@ -508,13 +627,29 @@ std::function<absl::Status(const NcclCommunicator::Device&)> NcclCommunicator::E
   };
 }
 
-absl::Status NcclCommunicator::RunTransfers(std::string_view what,
-                                            std::vector<Transfer> transfers,
-                                            absl::Time deadline) {
-  std::vector<at::Tensor> keep_alive;
-  keep_alive.reserve(transfers.size());
-  for (const Transfer& t : transfers) keep_alive.push_back(t.tensor);
-  return Run(what, EnqueueTransfers(transfers), std::move(keep_alive), deadline);
+namespace {
+
+std::vector<at::Tensor> TensorsOf(const std::vector<PointToPoint>& transfers) {
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(transfers.size());
+  for (const PointToPoint& t : transfers) tensors.push_back(t.tensor);
+  return tensors;
+}
+
+}  // namespace
+
+absl::Status NcclCommunicator::WarmUp() {
+  // One byte to and from every peer (the connections NCCL opens lazily, at
+  // first use), then the all-reduce path (Barrier), then wait for all of it.
+  const at::Tensor bytes = at::zeros({2 * world_size_}, at::TensorOptions().dtype(at::kByte).device(device()));
+  std::vector<Transfer> transfers;
+  for (int peer = 0; peer < world_size_; ++peer) {
+    if (peer == rank_) continue;
+    transfers.push_back(Transfer{true, peer, bytes.narrow(0, peer, 1)});
+    transfers.push_back(Transfer{false, peer, bytes.narrow(0, world_size_ + peer, 1)});
+  }
+  if (absl::Status s = Enqueue("WarmUp", EnqueueTransfers(transfers), TensorsOf(transfers)); !s.ok()) return Fail(s);
+  return Barrier();
 }
 
 absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops,
@@ -525,10 +660,9 @@ absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops,
     return Fail(s);
   }
   if (ops.empty()) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + timeout_;
-  absl::Status status =
-      RunTransfers(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"),
-                   PointToPointOf(ops), deadline);
+  std::vector<Transfer> transfers = PointToPointOf(ops);
+  absl::Status status = Enqueue(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"),
+                                EnqueueTransfers(transfers), TensorsOf(transfers));
   return status.ok() ? status : Fail(status);
 }
 
@@ -537,18 +671,15 @@ std::unique_ptr<PendingSendRecv> NcclCommunicator::StartSendRecv(absl::Span<cons
   if (checked.ok()) checked = CheckP2POps(ops, rank_, world_size_, device());
   if (!checked.ok() || ops.empty()) return Communicator::StartSendRecv(ops, kind);
   std::vector<Transfer> transfers = PointToPointOf(ops);
-  std::vector<at::Tensor> keep_alive;
-  keep_alive.reserve(transfers.size());
-  for (const Transfer& t : transfers) keep_alive.push_back(t.tensor);
-  // The transfers are queued on the communicator's stream behind the work
-  // that produced their inputs; the caller's next kernels (on its own
-  // stream) run beside them until Wait() finds the stream drained.
-  auto call = std::make_shared<Call>(Begin(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"),
-                                           EnqueueTransfers(transfers), std::move(keep_alive),
-                                           absl::Now() + timeout_));
-  const std::string what = call->what;
+  // Queued behind the work that produced the sends; the caller's next
+  // kernels (on its own stream) run beside the transfers, and its stream
+  // waits for them only at Wait().
+  const std::string what = absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]");
+  std::function<absl::Status()> join;
+  const absl::Status queued = Enqueue(what, EnqueueTransfers(transfers), TensorsOf(transfers), /*join=*/false, &join);
   return std::make_unique<StartedExchange>(
-      what, [this, call] { return End(*call); }, [this](absl::Status status) { return Fail(status); });
+      what, [queued, join]() { return queued.ok() ? join() : queued; },
+      [this](absl::Status status) { return Fail(status); });
 }
 
 absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(
@@ -561,14 +692,12 @@ absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(
   }
   const at::Tensor source = local.contiguous();
   if (world_size_ == 1) return source;
-  const absl::Time deadline = absl::Now() + timeout_;
   // Grouped sends and receives straight into the result's rows: exact for
   // uneven bands, no padding and no second copy.
   at::Tensor out;
   std::vector<Transfer> transfers = PlanAllGather(source, sizes, rank_, world_size_, &out);
-  absl::Status status =
-      RunTransfers(absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]"),
-                   std::move(transfers), deadline);
+  absl::Status status = Enqueue(absl::StrCat("AllGather[", AsAbsl(CallKindName(kind)), "]"),
+                                EnqueueTransfers(transfers), TensorsOf(transfers));
   if (!status.ok()) return Fail(status);
   return out;
 }
@@ -585,12 +714,10 @@ absl::StatusOr<at::Tensor> NcclCommunicator::GatherToRoot(
   }
   const at::Tensor source = local.contiguous();
   if (world_size_ == 1) return source;
-  const absl::Time deadline = absl::Now() + timeout_;
   at::Tensor out;
   std::vector<Transfer> transfers = PlanGatherToRoot(source, sizes, rank_, world_size_, root, &out);
-  absl::Status status = RunTransfers(
-      absl::StrCat("GatherToRoot[", AsAbsl(CallKindName(kind)), "]"),
-      std::move(transfers), deadline);
+  absl::Status status = Enqueue(absl::StrCat("GatherToRoot[", AsAbsl(CallKindName(kind)), "]"),
+                                EnqueueTransfers(transfers), TensorsOf(transfers));
   if (!status.ok()) return Fail(status);
   return out;
 }
@@ -603,9 +730,8 @@ absl::Status NcclCommunicator::Broadcast(const at::Tensor& tensor, int root,
     return Fail(s);
   }
   if (world_size_ == 1 || tensor.numel() == 0) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + timeout_;
   at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  absl::Status status = Run(
+  absl::Status status = Enqueue(
       absl::StrCat("Broadcast[", AsAbsl(CallKindName(kind)), "]"),
       [&](const Device& dev) -> absl::Status {
         return NcclStatus(
@@ -613,8 +739,9 @@ absl::Status NcclCommunicator::Broadcast(const at::Tensor& tensor, int root,
                           ncclUint8, root, dev.comm, dev.stream),
             dev.comm, "ncclBroadcast");
       },
-      {buffer}, deadline);
+      {buffer});
   if (!status.ok()) return Fail(status);
+  // Queued on the producer stream after it waits for the broadcast.
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
   return absl::OkStatus();
 }
@@ -632,9 +759,8 @@ absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor,
         " not supported by NCCL")));
   }
   if (world_size_ == 1 || tensor.numel() == 0) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + timeout_;
   at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  absl::Status status = Run(
+  absl::Status status = Enqueue(
       absl::StrCat("AllReduceSum[", AsAbsl(CallKindName(kind)), "]"),
       [&](const Device& dev) -> absl::Status {
         return NcclStatus(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(),
@@ -642,7 +768,7 @@ absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor,
                                         type, ncclSum, dev.comm, dev.stream),
                           dev.comm, "ncclAllReduce");
       },
-      {buffer}, deadline);
+      {buffer});
   if (!status.ok()) return Fail(status);
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
   return absl::OkStatus();
@@ -651,8 +777,7 @@ absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor,
 absl::Status NcclCommunicator::Barrier() {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (world_size_ == 1) return absl::OkStatus();
-  const absl::Time deadline = absl::Now() + timeout_;
-  absl::Status status = Run(
+  absl::Status status = Enqueue(
       "Barrier",
       [&](const Device& dev) -> absl::Status {
         return NcclStatus(
@@ -660,8 +785,10 @@ absl::Status NcclCommunicator::Barrier() {
                           ncclSum, dev.comm, dev.stream),
             dev.comm, "ncclAllReduce (barrier)");
       },
-      {}, deadline);
-  return status.ok() ? status : Fail(status);
+      {});
+  if (!status.ok()) return Fail(status);
+  // A barrier is met on the host: every call before it is complete.
+  return Synchronize();
 }
 
 #endif  // VAEDECODE_WITH_NCCL

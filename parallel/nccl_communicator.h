@@ -4,20 +4,29 @@
 // --config=cuda (VAEDECODE_WITH_NCCL); otherwise Create returns UNIMPLEMENTED.
 // No CUDA or NCCL type appears in this header.
 //
-// Each rank drives one CUDA device. Transfers run on the communicator's own
-// stream, ordered after the work the caller had queued on its producer
-// stream (see NcclOptions::producer_stream) when the call was made; every
-// call returns only after its transfers completed on the device, so results
-// are ready for any stream. Timeouts: the host polls the stream and NCCL's
-// asynchronous error state against the call's deadline and aborts the NCCL
-// communicator (ncclCommAbort) when it expires, a peer fails, or Abort() is
-// called; NCCL is initialised non-blocking so that a rank that never joins
-// cannot hang creation either.
-
+// Each rank drives one CUDA device. Calls are asynchronous, as
+// ProcessGroupNCCL's: a call queues its NCCL work on the communicator's own
+// stream behind the work the caller had queued on its producer stream
+// (NcclOptions::producer_stream), makes the producer stream wait for it with
+// an event, and returns; results are ready for any work queued on the
+// producer stream afterwards (and for the host once that stream is synced),
+// while the host goes on queueing compute. A started SendRecv joins the
+// producer stream only at its Wait(), so compute queued in between runs
+// beside the transfer. The tensors a call uses are held until the device
+// is done with them. A watchdog thread follows the calls in flight: it
+// times them with CUDA events (TakeDeviceCallMs), releases their tensors,
+// and aborts the NCCL communicator (ncclCommAbort) when one passes its
+// deadline, NCCL reports an asynchronous error, a peer publishes an abort,
+// or Abort() is called; a failure then surfaces at the next call or at
+// Synchronize(). NCCL is initialised non-blocking so that a rank that never
+// joins cannot hang creation either; once formed, every connection and the
+// all-reduce path are used once (so NCCL's lazily allocated buffers exist
+// before a decode measures its memory).
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -52,10 +61,13 @@ struct NcclOptions {
   absl::Duration abort_poll_interval = absl::Milliseconds(100);
 
   // Returns the cudaStream_t (as void*) the caller's kernels are queued on at
-  // the time of a call, e.g. c10::cuda::getCurrentCUDAStream().stream() in a
-  // CUDA LibTorch build. Unset: the legacy default stream, which is
-  // LibTorch's current stream unless the caller changed it.
+  // the time of a call. Unset: LibTorch's current stream for `device` on the
+  // calling thread (c10's, the stream every ATen kernel of that thread uses).
   std::function<void*()> producer_stream;
+
+  // Make the first use of every connection at creation (warming NCCL's
+  // lazily allocated buffers). Off only for tests of creation itself.
+  bool warm_up = true;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -91,10 +103,18 @@ class NcclCommunicator final : public Communicator {
                                           int root, CallKind kind) override;
   absl::Status Barrier() override;
   void Abort(std::string_view reason) override;
+  // Waits until every call made so far has completed on the device (or the
+  // communicator aborted): the first failure, or OK.
+  absl::Status Synchronize() override;
+  // The device time of the calls completed since the last call (between the
+  // events around each call's NCCL work: transfers and waiting for peers).
+  double TakeDeviceCallMs() override;
 
  private:
   // CUDA / NCCL handles; defined in the .cc (CUDA builds only).
   struct Device;
+  // One call queued on the device and not yet seen complete.
+  struct Work;
   // One queued point-to-point transfer of a grouped exchange.
   using Transfer = PointToPoint;
 
@@ -102,36 +122,25 @@ class NcclCommunicator final : public Communicator {
 
   absl::Status CheckNotAborted() const;
   absl::Status Fail(absl::Status status);
-  void AbortInternal(std::string_view reason, bool publish);
+  void AbortInternal(std::string_view reason, bool publish, absl::Status failure = absl::OkStatus());
 
-  // Orders the device stream after the producer stream, runs `enqueue`
-  // (which queues NCCL work on the device stream), then waits for it to
-  // finish, fail, be aborted or pass `deadline`. On failure the NCCL
-  // communicator is aborted and `keep_alive` is held until destruction.
-  absl::Status Run(std::string_view what,
-                   const std::function<absl::Status(const Device&)>& enqueue,
-                   std::vector<at::Tensor> keep_alive, absl::Time deadline);
-  // A call that Begin queued and End has not finished: while it is in
-  // progress this thread owns the NCCL communicator (in_call_).
-  struct Call {
-    std::string what;
-    ncclComm* comm = nullptr;  // ncclComm_t
-    std::vector<at::Tensor> keep_alive;
-    absl::Time deadline;
-    absl::Status status;  // a failure while queueing
-    bool owns = false;    // Begin took the communicator; End gives it back
-  };
-  // Run in two halves: Begin queues the work, End waits for it (and aborts
-  // NCCL on failure), so that a caller may compute in between.
-  Call Begin(std::string_view what, const std::function<absl::Status(const Device&)>& enqueue,
-             std::vector<at::Tensor> keep_alive, absl::Time deadline);
-  absl::Status End(Call& call);
+  // Queues `enqueue`'s NCCL work on the device stream after the producer
+  // stream's work, between timing events, and hands it to the watchdog,
+  // which holds `keep_alive` until the work is done. With `join`, the
+  // producer stream waits for the work at once; otherwise `*joined` gets a
+  // function that makes it wait (a started SendRecv's Wait).
+  absl::Status Enqueue(std::string_view what, const std::function<absl::Status(const Device&)>& enqueue,
+                       std::vector<at::Tensor> keep_alive, bool join = true,
+                       std::function<absl::Status()>* joined = nullptr);
   // Queues a grouped set of sends and receives on the device's stream.
   static std::function<absl::Status(const Device&)> EnqueueTransfers(const std::vector<Transfer>& transfers);
-  // A grouped set of sends and receives through Run.
-  absl::Status RunTransfers(std::string_view what,
-                            std::vector<Transfer> transfers,
-                            absl::Time deadline);
+  // The producer stream (cudaStream_t) for a call made now.
+  void* ProducerStream() const;
+  // Uses every connection once (a send to and a receive from every peer)
+  // and the all-reduce path.
+  absl::Status WarmUp();
+  // The watchdog: follows the works in flight until the destructor stops it.
+  void WatchdogLoop();
 
   const int rank_;
   const int world_size_;
@@ -143,16 +152,22 @@ class NcclCommunicator final : public Communicator {
   mutable absl::Mutex mu_;
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
-  // A call owns the NCCL communicator while it runs; Abort() from another
-  // thread then only flags it and the call aborts NCCL itself.
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // the status to report after the abort
+  // A call owns the NCCL communicator while it queues work; Abort() from
+  // another thread then only flags it and the call aborts NCCL itself.
   bool in_call_ ABSL_GUARDED_BY(mu_) = false;
+  // Calls queued and not seen complete by the watchdog, oldest first.
+  std::vector<std::unique_ptr<Work>> in_flight_ ABSL_GUARDED_BY(mu_);
+  double device_call_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_watchdog_ ABSL_GUARDED_BY(mu_) = false;
 
-  // Tensors NCCL may still touch after a failed call.
-  std::vector<at::Tensor> abandoned_;
+  // Tensors NCCL may still touch after an abort, freed once the stream drained.
+  std::vector<at::Tensor> abandoned_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<GroupStore> group_;
-  // Its comm handle is used by the calling thread during a call, and
+  // Its comm handle is used by the calling thread while it queues work, and
   // swapped out under mu_ by whoever aborts NCCL.
   std::unique_ptr<Device> dev_;
+  std::thread watchdog_;
   std::unique_ptr<AbortWatcher> watcher_;  // last: stops first
 };
 

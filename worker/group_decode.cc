@@ -81,7 +81,12 @@ absl::StatusOr<GroupDecodeResult> ExecutePlan(families::Decoder& decoder, parall
   device::DeviceMemory* memory = device::ProcessDeviceMemory();
   if (memory != nullptr) memory->ResetPeak();
   const auto start = std::chrono::steady_clock::now();
+  (void)comm.TakeDeviceCallMs();  // the decode's calls only, not the job's broadcast
   absl::StatusOr<GroupDecodeResult> result = ExecuteUntimed(decoder, comm, plan, options);
+  // On a GPU the collectives are queued, not finished: one that failed
+  // (aborted, timed out) may have left garbage that the decode went on with,
+  // or a cancellation read from it. Its failure is the job's.
+  if (absl::Status collectives = comm.Synchronize(); !collectives.ok()) return collectives;
   if (!result.ok()) return result;
   device::SynchronizeDevice(decoder.device());  // CUDA kernels run asynchronously
   result->decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -116,6 +121,7 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
   std::vector<RankStats> out;
   if (comm.rank() != kLeader) return out;
   *all = all->cpu();
+  if (absl::Status s = comm.Synchronize(); !s.ok()) return s;  // what was read came from a gather that finished
   for (int64_t r = 0; r < all->size(0); ++r) {
     RankStats stats;
     stats.decode_ms = (*all)[r][0].item<double>();

@@ -85,6 +85,8 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   at::Tensor sent = header.to(comm.device());
   if (absl::Status s = comm.Broadcast(sent, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) return s;
   header = sent.cpu();
+  // On a GPU the broadcast was queued: trust the header only if it finished.
+  if (absl::Status s = comm.Synchronize(); !s.ok()) return s;
   h = header.data_ptr<int64_t>();
 
   GroupJob out;

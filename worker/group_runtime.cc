@@ -166,7 +166,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
     return result.status();
   }
   DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
-  outcome.result.comm_ms = outcome.comm.total_blocked_ms();
+  outcome.result.comm_ms = counting.TakeCallMs();
   absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
   if (!ranks.ok()) return ranks.status();
   outcome.ranks = *std::move(ranks);
@@ -218,14 +218,14 @@ absl::Status GroupRuntime::ServeAsPeer() {
       return bad;
     }
     families::Decoder& decoder = *models_[job->model_index].decoder;
-    parallel::CountingCommunicator counting(*comm_);  // for the time blocked in calls
+    parallel::CountingCommunicator counting(*comm_);  // for the time the calls took
     absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, job->plan);
     if (!result.ok()) {
       if (IsGroupSafe(result.status(), world_size_)) continue;  // every rank saw the same
       if (absl::Status s = RecoverOrBreak(result.status()); broken_) return s;
       continue;
     }
-    result->comm_ms = counting.stats().total_blocked_ms();
+    result->comm_ms = counting.TakeCallMs();
     absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, *result);
     if (!ranks.ok()) {
       if (absl::Status s = RecoverOrBreak(ranks.status()); broken_) return s;
