@@ -26,8 +26,15 @@ void TileBlender::Add(size_t i, size_t j, const at::Tensor& tile_in) {
     shape[w_dim] = plan_.cols.length * f_;
     out_ = at::zeros(shape, tile.options());
   }
-  const at::Tensor wy = at::tensor(row_w_[i]).to(tile.device()).view({-1, 1});
-  const at::Tensor wx = at::tensor(col_w_[j]).to(tile.device()).view({1, -1});
+  if (row_w_on_device_.empty() || row_w_on_device_[0].device() != tile.device()) {
+    // Once per plan: on a GPU each would be a host-to-device copy per tile.
+    row_w_on_device_.clear();
+    col_w_on_device_.clear();
+    for (const std::vector<float>& w : row_w_) row_w_on_device_.push_back(at::tensor(w).to(tile.device()).view({-1, 1}));
+    for (const std::vector<float>& w : col_w_) col_w_on_device_.push_back(at::tensor(w).to(tile.device()).view({1, -1}));
+  }
+  const at::Tensor& wy = row_w_on_device_[i];
+  const at::Tensor& wx = col_w_on_device_[j];
   at::Tensor dest = out_.narrow(h_dim, plan_.rows.starts[i] * f_, plan_.rows.tile * f_)
                         .narrow(w_dim, plan_.cols.starts[j] * f_, plan_.cols.tile * f_);
   dest.add_(tile * (wy * wx));  // weights broadcast over batch, channels, frames

@@ -38,6 +38,9 @@ class TileBlender {
   const int64_t f_;
   std::vector<std::vector<float>> row_w_;
   std::vector<std::vector<float>> col_w_;
+  // The same on the tiles' device ([rows, 1] and [1, cols]), made at the first tile.
+  std::vector<at::Tensor> row_w_on_device_;
+  std::vector<at::Tensor> col_w_on_device_;
   at::Tensor out_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "device/device_memory.h"
 #include "parallel/store.h"
 
 namespace vaedecode::worker {
@@ -103,11 +104,16 @@ absl::StatusOr<Recovered> GroupRecovery::Recover(const absl::Status& failure,
   const std::string who = absl::StrCat(out_of_memory.size() == 1 ? "rank " : "ranks ",
                                        absl::StrJoin(out_of_memory, ", "));
 
+  // The failed job's memory sits in the caching allocator's cache, where a
+  // new communicator's buffers (allocated outside it) cannot reach it.
+  device::DeviceMemory* memory = device::ProcessDeviceMemory();
+  if (memory != nullptr) memory->ReleaseCachedBlocks();
   absl::StatusOr<std::unique_ptr<parallel::Communicator>> next =
       connect_(CommunicatorName(group_name_, generation_ + 1));
   if (!next.ok()) return next.status();
   ++generation_;
   *comm = *std::move(next);  // the aborted one is destroyed here
+  if (memory != nullptr) memory->MeasureMemoryOutsideTensors();
   spdlog::info("worker group {} rank {}: re-formed in place after {} ran out of memory (generation {})",
                group_name_, rank_, who, generation_);
   return Recovered{absl::ResourceExhaustedError(

@@ -8,17 +8,25 @@
 // frame-by-frame decoder finishes them (dense and exact, one batch entry,
 // not MP4); the rest streams after the decode.
 //
-// Not thread-safe: the Run call's decode thread (and the tiled decode's
-// rows-ready callback, which runs on it) use it.
+// The decode thread (and the tiled decode's rows-ready callback, which runs
+// on it) calls it; the messages are encoded and written on a writer thread
+// of its own, in order, so the decode goes on meanwhile: what streams during
+// the decode is handed over as a device::HostCopy (on a GPU a copy to pinned
+// memory that does not wait for the device to drain). At most
+// kMaxQueuedBytes of output wait for the writer; beyond that the decode
+// thread waits (a slow reader slows the decode, never grows memory).
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 #include "worker/decode_plan.h"
 #include "worker/group_runtime.h"
@@ -38,10 +46,14 @@ class ResponseSink {
 
 class LeaderResponse {
  public:
+  static constexpr int64_t kMaxQueuedBytes = int64_t{256} << 20;
+
   // `out_shape`: the sample's shape (NCHW / NCTHW); `dtype_note`: why the
   // model decodes in another dtype than asked ("" when it does not).
   LeaderResponse(ResponseSink& sink, const v1::DecodeRequest& request, int64_t max_chunk_bytes,
                  std::vector<int64_t> out_shape, std::string dtype_note);
+  // Waits for the writer (Finish normally has).
+  ~LeaderResponse();
 
   // Whether `plan` streams row bands (RowsDuringDecode) or frames
   // (FramesDuringDecode) while it decodes.
@@ -59,7 +71,10 @@ class LeaderResponse {
   absl::Status Finish(const DecodePlan& plan, const DecodeOutcome& outcome, int world_size);
 
  private:
-  bool WriteHeader(DecodeMode mode, const std::string& reason, const std::string& tile_plan, int degree,
+  class Writer;
+
+  // Queues the header (once); false when the stream is over.
+  bool QueueHeader(DecodeMode mode, const std::string& reason, const std::string& tile_plan, int degree,
                    const DecodePlan& plan);
   // The header from the plan, before the decode ends; false when the stream is over.
   bool EnsureHeader(const DecodePlan& plan);
@@ -67,7 +82,13 @@ class LeaderResponse {
   void StreamRows(const at::Tensor& sample, int64_t final_rows);
   // Frames [streamed_frames_, ...) of `frames` (whose first is `first_frame`).
   void StreamFrames(const at::Tensor& frames, int64_t first_frame);
+  // Queues the chunks of `part` (its rows from `first_row`, its frames from
+  // `first_frame` of the output), copied to the host without waiting.
+  void QueueChunks(const at::Tensor& part, int64_t first_row, int64_t first_frame);
+  // On the writer thread.
   bool WriteChunk(v1::Chunk&& chunk, int64_t first_row, int64_t first_frame);
+  // Whether the caller went away or the stream failed (any thread).
+  bool over() const;
 
   ResponseSink& sink_;
   const v1::DecodeRequest& request_;
@@ -75,11 +96,15 @@ class LeaderResponse {
   const std::vector<int64_t> out_shape_;
   const std::string dtype_note_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-  bool header_sent_ = false;
-  bool caller_gone_ = false;
+  // Decode thread only.
+  bool header_queued_ = false;
   int64_t streamed_rows_ = 0;
   int64_t streamed_frames_ = 0;
-  absl::Status stream_status_;
+  // Written by the writer thread, read by both.
+  mutable absl::Mutex mu_;
+  bool caller_gone_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status stream_status_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Writer> writer_;  // last: stops first
 };
 
 }  // namespace vaedecode::worker

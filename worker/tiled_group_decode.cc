@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "device/device_memory.h"
 #include "tiling/calibration.h"
 #include "tiling/tiled_decode.h"
 #include "worker/group_job.h"
@@ -35,6 +36,11 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
   families::DenseOps ops;
   for (size_t attempt = 0; attempt < ladder.size(); ++attempt) {
     const tiling::TilePlan& p = ladder[attempt];
+    if (attempt > 0) {
+      // The failed rung's blocks, cached at the sizes of its tiles, would
+      // fragment the smaller tiles' allocations: give them back first.
+      if (device::DeviceMemory* memory = device::ProcessDeviceMemory()) memory->ReleaseCachedBlocks();
+    }
     const int64_t cols = static_cast<int64_t>(p.cols.starts.size());
     const int64_t tiles = static_cast<int64_t>(p.rows.starts.size()) * cols;
     std::vector<int64_t> tile_latent_shape = z.sizes().vec();
@@ -66,6 +72,7 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
                                                         std::vector<int64_t>(world, 1), parallel::CallKind::kOther);
       if (!codes.ok()) return codes.status();
       const at::Tensor outcomes = codes->cpu();
+      if (absl::Status s = comm.Synchronize(); !s.ok()) return s;  // the outcomes came from a finished gather
       for (int r = 0; r < world; ++r) {
         if (outcomes[r][0].item<double>() == kCancelled) return InStep(absl::CancelledError("the request was cancelled"));
       }

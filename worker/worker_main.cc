@@ -198,6 +198,9 @@ int main(int argc, char** argv) {
 
   absl::StatusOr<JoinedGroup> group = JoinGroup(*device);
   if (!group.ok()) return Fail(group.status());
+  // Calibration's decodes made the library handles, the communicator its
+  // buffers: what the process holds outside tensors is known now.
+  meter.MeasureMemoryOutsideTensors();
 
   vaedecode::worker::GroupRuntime runtime(std::move(group->comm), std::move(repo->models),
                                           absl::Seconds(absl::GetFlag(FLAGS_heartbeat_s)),
