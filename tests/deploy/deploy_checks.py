@@ -10,6 +10,7 @@ exists) and PromQL is scanned for metric names.
   deploy_checks.py prom-config PROMETHEUS_YML OUT TARGET RULES_DIR
   deploy_checks.py manifests HELPFULL K8S_DIR PODMONITOR SCRAPE_CONFIG OUT_DIR
   deploy_checks.py dockerfiles HELPFULL DOCKER_DIR K8S_DIR OUT_DIR
+  deploy_checks.py render K8S_DIR OUT_DIR
   deploy_checks.py dashboard-exprs DASHBOARD RULES
   deploy_checks.py query-check PROM_URL RULES DASHBOARD SCRAPE
 """
@@ -521,6 +522,23 @@ def cmd_manifests(helpfull, k8s_dir, podmonitor_path, scrape_path, out_dir):
     finish("manifests")
 
 
+def cmd_render(k8s_dir, out_dir):
+    """Each overlay rendered (OUT_DIR/NAME.yaml, for the schema validator) and
+    its server container's image (OUT_DIR/NAME.image, what the image checks
+    build and run)."""
+    for name in sorted(os.listdir(os.path.join(k8s_dir, "overlays"))):
+        objects = kustomize(os.path.join(k8s_dir, "overlays", name))
+        with open(os.path.join(out_dir, f"{name}.yaml"), "w") as f:
+            yaml.safe_dump_all(objects, f, sort_keys=False)
+        dep = index(objects).get(("Deployment", "vaedecode"))
+        images = [c["image"] for c in pod_spec(dep)["containers"] if c["name"] == "server"] if dep else []
+        if check(len(images) == 1, f"overlay {name}: no server container"):
+            with open(os.path.join(out_dir, f"{name}.image"), "w") as f:
+                f.write(images[0] + "\n")
+            print(f"overlay {name}: {len(objects)} objects, image {images[0]}")
+    finish("rendered")
+
+
 # ----------------------------------------------------------------- Dockerfiles
 
 def parse_dockerfile(path):
@@ -684,6 +702,7 @@ def main():
         "manifests": cmd_manifests,
         "dockerfiles": cmd_dockerfiles,
         "query-check": cmd_query_check,
+        "render": cmd_render,
     }[cmd](*args)
 
 
