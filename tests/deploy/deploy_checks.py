@@ -580,7 +580,11 @@ def cmd_dockerfiles(helpfull, docker_dir, k8s_dir, out_dir):
             check(any("tools/setup.sh" in a for i, a in ins if i == "RUN"), f"{where}: does not install the README's packages")
             check(re.search(r"ARG DEBIAN_IMAGE=debian:12\b", open(path).read()) is not None, f"{where}: base is not debian:12")
         else:
-            check(any("cuda" in f.lower() for f in froms), f"{where}: no CUDA base image")
+            # Debian 12 like the CPU image: NVIDIA's libraries come from the
+            # PyPI wheels torch pins, not from a CUDA base image.
+            check(all("DEBIAN_IMAGE" in f for f in froms), f"{where}: a stage is not on Debian 12 (DEBIAN_IMAGE)")
+            check(any("tools/nvidia_wheels.sh" in a for i, a in ins if i == "RUN"),
+                  f"{where}: does not take NVIDIA's libraries from the pinned wheels")
             check(any("--config=gpu" in a for i, a in ins if i == "RUN"), f"{where}: does not build the GPU worker path (--config=gpu)")
             check(any("tools/setup.sh" in a for i, a in ins if i == "RUN"),
                   f"{where}: does not install the README's packages and LibTorch")
@@ -627,7 +631,8 @@ def cmd_dockerfiles(helpfull, docker_dir, k8s_dir, out_dir):
         copies = [a for i, a in tail if i == "COPY" and "--from=build" in a]
         check(any("/stage/opt/vaedecode /opt/vaedecode" in a for a in copies),
               f"{where}: the final stage does not copy stage.sh's layout to /opt/vaedecode")
-        check(any("stage.sh" in a for i, a in ins if i == "RUN"), f"{where}: the build stage does not run stage.sh")
+        check(any("stage.sh" in a or "image_layout.sh" in a for i, a in ins if i == "RUN"),
+              f"{where}: the build stage does not lay out the image with stage.sh / image_layout.sh")
     finish("Dockerfiles")
 
 
