@@ -86,6 +86,7 @@ mkdir -p "$dir"
 import os, sys, zipfile
 
 mode, dest, *wheels = sys.argv[1:]
+SKIP = {"libcufile_rdma.so.1"}
 if mode == "--toolkit":
     include = os.path.join(dest, "include")
     dest = os.path.join(dest, "lib64")
@@ -97,8 +98,11 @@ for entry in wheels:
     with zipfile.ZipFile(wheel) as archive:
         for member in archive.namelist():
             name = os.path.basename(member)
-            # Shared libraries only (nvidia/<pkg>/lib/lib*.so*): no headers, no static archives.
-            if "/lib/" in member and name.startswith("lib") and ".so" in name:
+            # Shared libraries only (nvidia/<pkg>/lib/lib*.so*): no headers,
+            # no static archives, and not cuFile's RDMA plugin, which cuFile
+            # loads only for GPUDirect Storage over InfiniBand and which needs
+            # the verbs libraries (libibverbs, libmlx5) no image here has.
+            if "/lib/" in member and name.startswith("lib") and ".so" in name and name not in SKIP:
                 target = os.path.join(dest, name)
                 with archive.open(member) as src, open(target, "wb") as out:
                     while chunk := src.read(1 << 20):

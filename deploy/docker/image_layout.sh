@@ -24,7 +24,7 @@ case "$flavour" in
     deploy/docker/stage.sh --host-libs "$nvidia" "$bin" "$out"
     # Unpacked once per set of wheels, then hard-linked (2.6 GiB).
     cache=${VAEDECODE_CACHE:-$HOME/.cache/vaedecode}/nvidia-libs
-    key=$(tools/nvidia_wheels.sh --list | xargs -n1 basename | sha256sum | cut -c1-16)
+    key=$( (tools/nvidia_wheels.sh --list | xargs -n1 basename; sha256sum tools/nvidia_wheels.sh) | sha256sum | cut -c1-16)
     if [ ! -f "$cache/$key/NVIDIA_WHEELS" ]; then
       rm -rf "$cache/$key.partial"
       tools/nvidia_wheels.sh --libs "$cache/$key.partial"
