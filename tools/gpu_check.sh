@@ -60,8 +60,9 @@ if [ -n "${VAEDECODE_TORCH_LIB:-}" ]; then
   nvidia_libs=""
 else
   [ -n "$py" ] || die "no python3 here, and VAEDECODE_TORCH_LIB is not set: cannot find LibTorch"
-  info=$("$py" -c 'import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__))' 2>&1) \
-    || die "python3 has no torch (${info##*$'\n'}); install torch==${want%%+*} or set VAEDECODE_TORCH_LIB"
+  # stderr apart: torch warns on import when numpy is missing (a bare GPU machine).
+  info=$("$py" -c 'import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__))' 2>"$out/python.err") \
+    || die "python3 has no torch ($(tail -n 1 "$out/python.err")); install torch==${want%%+*} or set VAEDECODE_TORCH_LIB"
   have=$(sed -n 1p <<<"$info")
   torch_lib="$(sed -n 2p <<<"$info")/lib"
   site=$(dirname "$(dirname "$torch_lib")")
