@@ -256,8 +256,10 @@ gpu_libs() {
     done' >"$tmp/ldd.txt"
   if grep -q 'not found' "$tmp/ldd.txt"; then grep 'not found' "$tmp/ldd.txt" | sort -u | head; echo "unresolved libraries"; return 1; fi
   local stray
-  stray=$(grep -E '=> /' "$tmp/ldd.txt" | grep -E 'lib(cuda|cublas|cudnn|nccl|cufft|curand|cusparse|cusolver|nvJitLink|nvrtc|torch|c10)' \
-    | grep -v '=> /opt/vaedecode/lib/' || true)
+  # The library's name (left of "=>", after the "FILE: " prefix).
+  stray=$(sed 's/^[^:]*:[[:space:]]*//' "$tmp/ldd.txt" \
+    | grep -E '^lib(cuda|cublas|cudnn|nccl|cufft|curand|cusparse|cusolver|nvJitLink|nvrtc|torch|c10)[^ ]* => /' \
+    | grep -v '=> /opt/vaedecode/lib/' | sort -u || true)
   [ -z "$stray" ] || { echo "$stray" | head; echo "NVIDIA or LibTorch libraries resolved outside /opt/vaedecode/lib"; return 1; }
   for lib in libtorch_cuda.so libcudnn.so.9 libcublasLt.so.13 libnccl.so.2; do
     grep -q "^/opt/vaedecode/server/vaedecode_server: .*$lib => /opt/vaedecode/lib/" "$tmp/ldd.txt" \
