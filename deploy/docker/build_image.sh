@@ -44,8 +44,15 @@ for l in stage:
 open(dst, "w").write("\n".join(head + out) + "\n")
 PY
 
+old=$(deploy/docker/podman.sh image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 # --format docker keeps HEALTHCHECK (the OCI image format has no field for it).
 deploy/docker/podman.sh build --format docker --layers --build-arg "DEBIAN_IMAGE=$base" \
   --label "vaedecode.commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
   -f "$ctx/Containerfile" -t "$tag" "$ctx" >&2
-deploy/docker/podman.sh image inspect --format '{{.Id}}' "$tag"
+new=$(deploy/docker/podman.sh image inspect --format '{{.Id}}' "$tag")
+# The image this tag named before is now untagged: remove it (each is 1-4
+# GiB), unless a container or another tag still uses it.
+if [ -n "$old" ] && [ "$old" != "$new" ]; then
+  deploy/docker/podman.sh rmi "$old" >/dev/null 2>&1 || true
+fi
+echo "$new"
