@@ -6,7 +6,11 @@ run count (cached results included). For a target that ran, every gtest case
 in its test.xml counts; a target that did not build, did not run, or timed
 out counts as one failure, so a broken target can never look green.
 
-    count_tests.py --log bazel_test.log --testlogs "$(bazel info bazel-testlogs)"
+    count_tests.py --log bazel_test.log --testlogs "$(bazel info bazel-testlogs)" [--steps STEPS.tsv]
+
+--steps: the checks tools/test.sh runs outside Bazel (the container images),
+one "NAME<TAB>passed|failed<TAB>SECONDS<TAB>DETAIL" line each; each counts as
+one case. A check listed as failed, or any other verdict, is a failure.
 """
 import argparse
 import os
@@ -40,6 +44,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--log", required=True)
     ap.add_argument("--testlogs", required=True)
+    ap.add_argument("--steps", help="checks run outside Bazel (NAME, passed|failed, ...)")
     args = ap.parse_args()
     passed = failed = 0
     seen = set()
@@ -63,6 +68,16 @@ def main():
                 failed += counts[1]
             else:
                 failed += 1
+    if args.steps and os.path.exists(args.steps):
+        with open(args.steps, errors="replace") as steps:
+            for line in steps:
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) < 2:
+                    continue
+                if fields[1] == "passed":
+                    passed += 1
+                else:
+                    failed += 1
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 and passed > 0 else 1
 

@@ -126,10 +126,14 @@ may_start() {
 }
 
 # --- The binaries travel xz-packed (a third of their size; the GPU machine
-# takes 64 MiB with the checkout): unpacked here once, by tar or python3.
-if [ -f "$here/binaries.tar.xz" ] && [ ! -d "$here/bin" ]; then
-  if ! { tar -C "$here" -xJf "$here/binaries.tar.xz" 2> "$tmp/unpack.err" ||
-         { [ -n "$py" ] && "$py" -m tarfile -e "$here/binaries.tar.xz" "$here" 2>> "$tmp/unpack.err"; }; }; then
+# takes 64 MiB with the checkout): unpacked into this run's temporary folder
+# (the bundle may be read-only), by tar or python3.
+root=$here
+if [ -f "$here/binaries.tar.xz" ]; then
+  root="$tmp/bundle"
+  mkdir -p "$root"
+  if ! { tar -C "$root" -xJf "$here/binaries.tar.xz" 2> "$tmp/unpack.err" ||
+         { [ -n "$py" ] && "$py" -m tarfile -e "$here/binaries.tar.xz" "$root" 2>> "$tmp/unpack.err"; }; }; then
     die "cannot unpack binaries.tar.xz ($(tail -n 1 "$tmp/unpack.err"))"
   fi
 fi
@@ -159,7 +163,7 @@ fi
 [ -f "$torch_lib/libtorch_cpu.so" ] || die "$torch_lib has no libtorch_cpu.so"
 # Only the bundled binaries run with the bundle's libraries (run_bundled):
 # the machine's own tools (python3, nvidia-smi, tar) keep theirs.
-bundle_ld="$here/lib:$torch_lib:${nvidia_libs}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bundle_ld="$root/lib:$torch_lib:${nvidia_libs}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 run_bundled() { LD_LIBRARY_PATH="$bundle_ld" "$@"; }
 echo "LibTorch $have from $torch_lib"
 
@@ -173,15 +177,15 @@ fi
 
 # --- Every binary loads: a missing library is named here, not as a crash later.
 t0=$SECONDS
-versions=$(run_bundled ldd "$here/bin/vaedecode" 2>&1 | grep -o "version \`[A-Z_]*[0-9.]*' not found" | sort -u | tr '\n' ' ')
+versions=$(run_bundled ldd "$root/bin/vaedecode" 2>&1 | grep -o "version \`[A-Z_]*[0-9.]*' not found" | sort -u | tr '\n' ' ')
 if [[ "$versions" == *GLIBCXX* || "$versions" == *CXXABI* ]]; then
   echo "this machine's libstdc++ is older than the bundle's: using lib/compat"
-  bundle_ld="$here/lib/compat:$bundle_ld"
-  versions=$(run_bundled ldd "$here/bin/vaedecode" 2>&1 | grep -o "version \`[A-Z_]*[0-9.]*' not found" | sort -u | tr '\n' ' ')
+  bundle_ld="$root/lib/compat:$bundle_ld"
+  versions=$(run_bundled ldd "$root/bin/vaedecode" 2>&1 | grep -o "version \`[A-Z_]*[0-9.]*' not found" | sort -u | tr '\n' ' ')
 fi
 [ -z "$versions" ] || die "the bundle needs a newer C library than this machine's ($versions): glibc 2.36 or later"
 missing=""
-for b in "$here"/bin/* "$here"/server/* "$here"/worker/* "$here"/tests/*; do
+for b in "$root"/bin/* "$root"/server/* "$root"/worker/* "$root"/tests/*; do
   m=$(run_bundled ldd "$b" 2>&1 | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
   [ -z "$m" ] || missing+="$(basename "$b"): $m; "
 done
@@ -189,7 +193,7 @@ if [ -n "$missing" ]; then
   record load failed $((SECONDS - t0)) "missing libraries: $missing"
   exit 2
 fi
-record load passed $((SECONDS - t0)) "$(ls "$here"/bin "$here"/server "$here"/worker "$here"/tests | grep -v : | tr '\n' ' ')"
+record load passed $((SECONDS - t0)) "$(ls "$root"/bin "$root"/server "$root"/worker "$root"/tests | grep -v : | tr '\n' ' ')"
 
 # --- The GPU tests (they skip their GPU cases without a GPU).
 # gpu_skips XML: how many cases skipped for want of a GPU ("[gpu]" in the message).
@@ -200,7 +204,7 @@ root = ET.parse(sys.argv[1]).getroot()
 print(sum(1 for s in root.iter("skipped") if "[gpu]" in (s.get("message", "") + (s.text or ""))))
 PY
 }
-for t in "$here"/tests/*; do
+for t in "$root"/tests/*; do
   name=$(basename "$t")
   may_start "tests/$name" 20 || continue
   t0=$SECONDS
@@ -223,7 +227,7 @@ for t in "$here"/tests/*; do
 done
 
 # --- Dense decodes: median of 5 after one warm-up, peak memory of the decode.
-cli="$here/bin/vaedecode"
+cli="$root/bin/vaedecode"
 bench() {  # NAME TIMEOUT ARGS...
   local name=$1 limit=$2
   shift 2
@@ -274,7 +278,7 @@ if may_start serve 30; then
   ready="$tmp/server.ready"
   # Not through run_bundled: $! must be the server's pid, not a subshell's
   # (SIGTERM to a subshell would orphan the server).
-  LD_LIBRARY_PATH="$bundle_ld" "$here/server/vaedecode_server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --group_size=1 \
+  LD_LIBRARY_PATH="$bundle_ld" "$root/server/vaedecode_server" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --group_size=1 \
     "${serve_flags[@]}" --ready_file="$ready" > "$out/server.log" 2>&1 &
   server=$!
   serve_deadline=$((SECONDS + $(budget 150) - 10))
@@ -284,11 +288,11 @@ if may_start serve 30; then
   if [ -n "$port" ]; then
     # SERVING once a worker group has loaded (and calibrated) its models.
     while [ $SECONDS -lt $serve_deadline ]; do
-      run_bundled "$here/bin/vaedecode_health_probe" --addr="127.0.0.1:$port" --service=vaedecode.v1.VaeDecoder \
+      run_bundled "$root/bin/vaedecode_health_probe" --addr="127.0.0.1:$port" --service=vaedecode.v1.VaeDecoder \
         > /dev/null 2>&1 && break
       sleep 0.5
     done
-    served=$(run_bundled timeout "$(budget 60)" "$here/bin/vaedecode_client" --server="127.0.0.1:$port" \
+    served=$(run_bundled timeout "$(budget 60)" "$root/bin/vaedecode_client" --server="127.0.0.1:$port" \
       --latent_shape=$shape --out="$tmp/served.png" 2>&1 | tail -n 3 | tr '\n' ' ')
   fi
   # SIGTERM drains; a server still up 20 s later is killed (and the step fails).

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs what vaedecode builds and tests with: Debian's packages, then
+# Installs what vaedecode builds and tests with: Debian's packages (podman
+# with runc, and debootstrap for a base image where no registry is
+# reachable: tests/deploy/images_test.sh), then
 # LibTorch from PyPI's torch wheel (tools/libtorch.sh). Idempotent: a machine
 # that already has them pays one dpkg query and a checksum stamp read.
 set -euo pipefail
@@ -15,6 +17,7 @@ PACKAGES=(
   python3-grpcio python3-protobuf python3-numpy python3-pip
   prometheus yamllint python3-yaml openssl curl
   clang libclang-rt-14-dev
+  podman runc debootstrap
 )
 
 missing=()

@@ -10,6 +10,7 @@ exists) and PromQL is scanned for metric names.
   deploy_checks.py prom-config PROMETHEUS_YML OUT TARGET RULES_DIR
   deploy_checks.py manifests HELPFULL K8S_DIR PODMONITOR SCRAPE_CONFIG OUT_DIR
   deploy_checks.py dockerfiles HELPFULL DOCKER_DIR K8S_DIR OUT_DIR
+  deploy_checks.py render K8S_DIR OUT_DIR
   deploy_checks.py dashboard-exprs DASHBOARD RULES
   deploy_checks.py query-check PROM_URL RULES DASHBOARD SCRAPE
 """
@@ -521,6 +522,23 @@ def cmd_manifests(helpfull, k8s_dir, podmonitor_path, scrape_path, out_dir):
     finish("manifests")
 
 
+def cmd_render(k8s_dir, out_dir):
+    """Each overlay rendered (OUT_DIR/NAME.yaml, for the schema validator) and
+    its server container's image (OUT_DIR/NAME.image, what the image checks
+    build and run)."""
+    for name in sorted(os.listdir(os.path.join(k8s_dir, "overlays"))):
+        objects = kustomize(os.path.join(k8s_dir, "overlays", name))
+        with open(os.path.join(out_dir, f"{name}.yaml"), "w") as f:
+            yaml.safe_dump_all(objects, f, sort_keys=False)
+        dep = index(objects).get(("Deployment", "vaedecode"))
+        images = [c["image"] for c in pod_spec(dep)["containers"] if c["name"] == "server"] if dep else []
+        if check(len(images) == 1, f"overlay {name}: no server container"):
+            with open(os.path.join(out_dir, f"{name}.image"), "w") as f:
+                f.write(images[0] + "\n")
+            print(f"overlay {name}: {len(objects)} objects, image {images[0]}")
+    finish("rendered")
+
+
 # ----------------------------------------------------------------- Dockerfiles
 
 def parse_dockerfile(path):
@@ -562,7 +580,11 @@ def cmd_dockerfiles(helpfull, docker_dir, k8s_dir, out_dir):
             check(any("tools/setup.sh" in a for i, a in ins if i == "RUN"), f"{where}: does not install the README's packages")
             check(re.search(r"ARG DEBIAN_IMAGE=debian:12\b", open(path).read()) is not None, f"{where}: base is not debian:12")
         else:
-            check(any("cuda" in f.lower() for f in froms), f"{where}: no CUDA base image")
+            # Debian 12 like the CPU image: NVIDIA's libraries come from the
+            # PyPI wheels torch pins, not from a CUDA base image.
+            check(all("DEBIAN_IMAGE" in f for f in froms), f"{where}: a stage is not on Debian 12 (DEBIAN_IMAGE)")
+            check(any("tools/nvidia_wheels.sh" in a for i, a in ins if i == "RUN"),
+                  f"{where}: does not take NVIDIA's libraries from the pinned wheels")
             check(any("--config=gpu" in a for i, a in ins if i == "RUN"), f"{where}: does not build the GPU worker path (--config=gpu)")
             check(any("tools/setup.sh" in a for i, a in ins if i == "RUN"),
                   f"{where}: does not install the README's packages and LibTorch")
@@ -609,7 +631,8 @@ def cmd_dockerfiles(helpfull, docker_dir, k8s_dir, out_dir):
         copies = [a for i, a in tail if i == "COPY" and "--from=build" in a]
         check(any("/stage/opt/vaedecode /opt/vaedecode" in a for a in copies),
               f"{where}: the final stage does not copy stage.sh's layout to /opt/vaedecode")
-        check(any("stage.sh" in a for i, a in ins if i == "RUN"), f"{where}: the build stage does not run stage.sh")
+        check(any("stage.sh" in a or "image_layout.sh" in a for i, a in ins if i == "RUN"),
+              f"{where}: the build stage does not lay out the image with stage.sh / image_layout.sh")
     finish("Dockerfiles")
 
 
@@ -684,6 +707,7 @@ def main():
         "manifests": cmd_manifests,
         "dockerfiles": cmd_dockerfiles,
         "query-check": cmd_query_check,
+        "render": cmd_render,
     }[cmd](*args)
 
 
