@@ -61,12 +61,28 @@ using QueryParams = std::multimap<std::string, std::string>;
 absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params, std::string body,
                                                       const v1::ModelInfo& model);
 
-// FLUX's packed latent [B, (h/2)·(w/2), 4C] (2x2 patches of C channels) as
-// the [B, C, h, w] latent of a height x width image (h = 2·(height /
-// (2·spatial_factor))), bytes of `element_size`. diffusers' _unpack_latents.
+// How a packed latent [B, tokens, channels] lays out the latent it packs.
+enum class Packing {
+  // FluxPipeline._pack_latents: 2x2 patches of C latent channels, token
+  // i·(w/2) + j holding channel c's (di, dj) at 4c + 2di + dj. Unpacks to
+  // [B, C, h, w] (also FLUX.2's VAE-space latent: the same scatter is its
+  // unpack followed by _unpatchify_latents).
+  kPatches2x2,
+  // Flux2Pipeline._pack_latents: the raw latent [B, C, h, w] flattened,
+  // token i·w + j holding every channel. Unpacks to [B, C, h, w].
+  kFlatten,
+};
+
+// The latent a packed latent `packed_shape` = [B, tokens, channels] holds
+// for a height x width image, as diffusers unpacks it; each token covers
+// `token_pixels` x `token_pixels` pixels (16 for FLUX.1 and FLUX.2), so
+// tokens = (height / token_pixels) · (width / token_pixels). `packed` holds
+// B · tokens · channels elements of `element_size` bytes. Every size is
+// checked before anything is read (no product overflows): INVALID_ARGUMENT
+// naming the parameter when they do not agree.
 absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_t element_size,
                                                const std::vector<int64_t>& packed_shape, int64_t height,
-                                               int64_t width, int64_t spatial_factor,
+                                               int64_t width, int64_t token_pixels, Packing packing,
                                                std::vector<int64_t>* unpacked_shape);
 
 struct HttpReply {

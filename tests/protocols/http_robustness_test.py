@@ -1,0 +1,93 @@
+"""The HTTP endpoint against requests that used to crash it, cost a decode
+for nothing, or get a wrong answer: curl, diffusers' own remote_decode and
+plain requests, against a real vaedecode_server with a 1 MiB limit on a
+unary reply and a 2 MiB limit on a request.
+
+  - a packed shape whose byte count overflows int64 is a 400 naming the
+    shape, and the server (HTTP and gRPC) keeps serving.
+"""
+
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+import requests
+import safetensors.torch
+import torch
+from diffusers.utils.remote_utils import remote_decode
+
+from protocol_harness import TMP, Checks, Server, fixture
+
+MAX_REQUEST = 2 << 20  # --max_message_bytes
+
+
+def load(path):
+    tensors = safetensors.torch.load_file(str(path))
+    return next(iter(tensors.values())) if len(tensors) == 1 else tensors["latent"]
+
+
+def max_diff(a, b):
+    return (a.double() - b.double()).abs().max().item()
+
+
+def metric(server, name, *pieces):
+    """Sum of the samples of `name` whose labels contain every piece; -1 if none."""
+    total, found = 0.0, False
+    for line in server.scrape().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(p in line for p in pieces):
+                total += float(line.rsplit(" ", 1)[1])
+                found = True
+    return total if found else -1
+
+
+def wait_for(condition, what, timeout_s=120):
+    """Polls `condition` (a bound on waiting, not a speed assertion)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def main():
+    server = Server({"flux1": "flux1_kl", "flux2": "flux2_kl"},
+                    extra_flags=[f"--max_message_bytes={MAX_REQUEST}", "--chunk_bytes=262144",
+                                 "--max_call_output_mib=1"])
+    flux = f"{server.http}/models/flux1"
+    checks = Checks("http_robustness")
+    expected = load(fixture("flux1_kl", "expected.safetensors"))
+    vae_latent = load(fixture("flux1_kl", "latent.safetensors"))
+
+    def still_serving():
+        out = remote_decode(flux, vae_latent, do_scaling=False, output_type="pt", return_type="pt")
+        assert max_diff(out, expected) <= 1e-4, max_diff(out, expected)
+        server.client("--model=flux1", f"--latent={fixture('flux1_kl', 'latent.safetensors')}",
+                      f"--out={TMP / 'still.npy'}")
+
+    def packed_shape_that_overflows_is_refused():
+        # The issue's request: 2^62 x 1 x 4 float32 elements make 2^66 bytes, 0 in int64.
+        for query in ("shape=4611686018427387904&shape=1&shape=4&dtype=float32&height=16&width=16",
+                      "shape=1&shape=4611686018427387904&shape=64&dtype=float32&height=16&width=16",
+                      "shape=1&shape=1&shape=64&dtype=float32&height=9223372036854775807&width=9223372036854775807"):
+            done = subprocess.run(["curl", "-s", "-o", str(TMP / "overflow.json"), "-w", "%{http_code}", "-X", "POST",
+                                   "--data-binary", "", f"{flux}?{query}"], capture_output=True, text=True)
+            assert done.returncode == 0, f"curl exited {done.returncode}: the server went down? {done.stderr}"
+            assert done.stdout == "400", (query, done.stdout)
+            body = (TMP / "overflow.json").read_text()
+            assert "shape" in body and "INVALID_ARGUMENT" in body, body
+        assert server.proc.poll() is None, "the server exited"
+        still_serving()
+
+    for name, fn in list(locals().items()):  # the checks above, in order
+        if isinstance(fn, types.FunctionType) and name != "still_serving" and fn.__code__.co_argcount == 0:
+            checks.run(name, fn)
+    server.stop()
+    return checks.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
