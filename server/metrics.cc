@@ -137,9 +137,11 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                           .Add({}, LatencyBuckets())),
       rejected_(prometheus::BuildCounter()
                     .Name("vaedecode_rejected_requests_total")
-                    .Help("Requests refused by size, by reason (message_too_large: over --max_message_bytes)")
+                    .Help("Requests refused by size, by reason (message_too_large: over --max_message_bytes; "
+                          "output_too_large: a unary reply's predicted output over its limit)")
                     .Register(registry)) {
   rejected_.Add({{"reason", "message_too_large"}});
+  rejected_.Add({{"reason", "output_too_large"}});
 }
 
 void ServerMetrics::RecordRequest(const std::string& model, const std::string& protocol, absl::StatusCode code,

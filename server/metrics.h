@@ -28,7 +28,8 @@
 //   vaedecode_stalled_streams_total                    counter (calls cancelled: the client stopped reading)
 //   vaedecode_cancel_release_seconds                   histogram (cancel or deadline to the group's release)
 //   vaedecode_rejected_requests_total{reason}          counter (message_too_large: over
-//                                                      --max_message_bytes)
+//                                                      --max_message_bytes; output_too_large: a
+//                                                      unary reply's predicted output over its limit)
 //
 // Triton's per-model names and meanings, so dashboards built for Triton
 // (nv_inference_*) work with the prefix swapped:

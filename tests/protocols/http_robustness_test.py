@@ -4,7 +4,9 @@ plain requests, against a real vaedecode_server with a 1 MiB limit on a
 unary reply and a 2 MiB limit on a request.
 
   - a packed shape whose byte count overflows int64 is a 400 naming the
-    shape, and the server (HTTP and gRPC) keeps serving.
+    shape, and the server (HTTP and gRPC) keeps serving;
+  - a reply predicted over --max_call_output_mib is refused at admission:
+    no group ever takes the job.
 """
 
 import subprocess
@@ -81,6 +83,19 @@ def main():
             assert "shape" in body and "INVALID_ARGUMENT" in body, body
         assert server.proc.poll() is None, "the server exited"
         still_serving()
+
+    def reply_over_the_limit_is_refused_before_decoding():
+        taken = metric(server, "vaedecode_queue_seconds_count")
+        big = torch.randn(1, 16, 48, 48)  # pt: [1, 3, 384, 384] float32, 1.7 MiB
+        try:
+            remote_decode(flux, big, do_scaling=False, output_type="pt", return_type="pt")
+            raise AssertionError("a reply over --max_call_output_mib was decoded")
+        except RuntimeError as e:
+            refusal = str(e)
+        # No group took the job: the refusal came at admission.
+        assert metric(server, "vaedecode_queue_seconds_count") == taken, "a group decoded the refused request"
+        assert "RESOURCE_EXHAUSTED" in refusal and "1.7 MiB" in refusal and "1.0 MiB" in refusal, refusal
+        assert metric(server, "vaedecode_rejected_requests_total", 'reason="output_too_large"') == 1
 
     for name, fn in list(locals().items()):  # the checks above, in order
         if isinstance(fn, types.FunctionType) and name != "still_serving" and fn.__code__.co_argcount == 0:

@@ -10,7 +10,8 @@ gRPC Decode path (the C++ vaedecode_client) and diffusers' fixture decodes:
     files vaedecode.v1.Decode makes;
   - errors name the problem (input, parameter, model, version), an output
     over the message limit is RESOURCE_EXHAUSTED naming the streaming
-    Decode, and the server keeps serving; /metrics counts protocol="oip".
+    Decode before any group decodes it, and the server keeps serving;
+    /metrics counts protocol="oip".
 """
 
 import sys
@@ -61,6 +62,11 @@ def main():
     checks = Checks("oip")
     pipeline_latent = load(fixture("flux1_kl", "pipeline_latent.safetensors"))
     expected = load(fixture("flux1_kl", "expected.safetensors"))
+
+    def queue_count():
+        """Jobs a group has taken (vaedecode_queue_seconds counts each once)."""
+        return sum(float(line.rsplit(" ", 1)[1]) for line in server.scrape().splitlines()
+                   if line.startswith("vaedecode_queue_seconds_count"))
 
     def grpc_decode(model, latent_path, out_name, *flags):
         out = TMP / out_name
@@ -144,7 +150,10 @@ def main():
         wrong_output = grpcclient.InferRequestedOutput("image")
         expect_error(lambda: client.infer("flux1", [versioned], outputs=[wrong_output]), "\"image\" is not an output")
         big = np.random.default_rng(0).standard_normal((1, 16, 64, 64), dtype=np.float32)
-        expect_error(lambda: infer(client, "flux1", big), "RESOURCE_EXHAUSTED", "vaedecode.v1.Decode (streaming)")
+        taken = queue_count()
+        expect_error(lambda: infer(client, "flux1", big), "RESOURCE_EXHAUSTED", "vaedecode.v1.Decode (streaming)",
+                     "the output is 3.0 MiB")
+        assert queue_count() == taken, "a group decoded a request whose reply was known to be too large"
         # And the server still serves.
         assert np.abs(infer(client, "flux1", latent) - expected).max() <= 1e-4
 
@@ -157,7 +166,7 @@ def main():
         assert ok >= 8 and refused >= 4, (ok, refused)
 
     for name, fn in list(locals().items()):  # the checks above, in order
-        if isinstance(fn, types.FunctionType) and not name.startswith(("grpc_decode", "main")) and fn.__code__.co_argcount == 0:
+        if isinstance(fn, types.FunctionType) and not name.startswith(("grpc_decode", "queue_count", "main")) and fn.__code__.co_argcount == 0:
             checks.run(name, fn)
     client.close()
     server.stop()
