@@ -6,7 +6,14 @@ unary reply and a 2 MiB limit on a request.
   - a packed shape whose byte count overflows int64 is a 400 naming the
     shape, and the server (HTTP and gRPC) keeps serving;
   - a reply predicted over --max_call_output_mib is refused at admission:
-    no group ever takes the job.
+    no group ever takes the job;
+  - a client that closes its connection cancels its decode (logged and
+    counted CANCELLED, the group freed);
+  - curl's default Content-Type (a form) is read as raw bytes; a body over
+    --max_message_bytes names that flag and its value;
+  - /models/NAME/ (trailing slash) is /models/NAME;
+  - the HTTP library's own refusals say what is wrong: multipart (415), a
+    request line over its limit (414), a method the path does not take (405).
 """
 
 import subprocess
@@ -96,6 +103,56 @@ def main():
         assert metric(server, "vaedecode_queue_seconds_count") == taken, "a group decoded the refused request"
         assert "RESOURCE_EXHAUSTED" in refusal and "1.7 MiB" in refusal and "1.0 MiB" in refusal, refusal
         assert metric(server, "vaedecode_rejected_requests_total", 'reason="output_too_large"') == 1
+
+    def a_client_that_leaves_cancels_its_decode():
+        cancelled = max(0, metric(server, "vaedecode_requests_total", 'protocol="http"', 'status="CANCELLED"'))
+        # A decode of seconds (a 1024x1024 JPEG), abandoned after 1 s.
+        latent = torch.randn(1, 16, 128, 128)
+        (TMP / "long.bin").write_bytes(latent.numpy().tobytes())
+        shape = "&".join(f"shape={d}" for d in latent.shape)
+        done = subprocess.run(["curl", "-s", "-m", "1", "-X", "POST", "-H", "Content-Type: tensor/binary",
+                               "--data-binary", f"@{TMP / 'long.bin'}",
+                               f"{flux}?{shape}&dtype=float32&do_scaling=False&jpeg_quality=5"],
+                              capture_output=True)
+        assert done.returncode == 28, f"curl exited {done.returncode}, not its timeout: the decode was too quick"
+        wait_for(lambda: metric(server, "vaedecode_requests_total", 'protocol="http"',
+                                'status="CANCELLED"') == cancelled + 1, "the abandoned request was cancelled")
+        log = server.log_path.read_text()
+        assert "the HTTP client closed its connection" in log, "no log line for the cancelled request"
+        still_serving()
+
+    def curl_default_content_type_is_read_as_bytes():
+        latent = torch.randn(1, 16, 32, 32)  # 64 KiB
+        (TMP / "form.bin").write_bytes(latent.numpy().tobytes())
+        shape = "&".join(f"shape={d}" for d in latent.shape)
+        out = TMP / "form.png"
+        done = subprocess.run(["curl", "-s", "-o", str(out), "-w", "%{http_code}", "--data-binary",
+                               f"@{TMP / 'form.bin'}", f"{flux}?{shape}&dtype=float32&do_scaling=False"
+                               "&output_type=pil&image_format=png"], capture_output=True, text=True)
+        assert done.stdout == "200", (done.stdout, out.read_bytes()[:300])
+        assert out.read_bytes().startswith(b"\x89PNG"), out.read_bytes()[:300]
+        # Over the limit: the message names the flag and its value.
+        too_big = TMP / "big.bin"
+        too_big.write_bytes(b"\0" * (MAX_REQUEST + 4096))
+        done = subprocess.run(["curl", "-s", "-o", str(TMP / "big.json"), "-w", "%{http_code}", "--data-binary",
+                               f"@{too_big}", f"{flux}?shape=1&dtype=float32"], capture_output=True, text=True)
+        body = (TMP / "big.json").read_text()
+        assert done.stdout == "413" and f"--max_message_bytes={MAX_REQUEST}" in body, (done.stdout, body)
+
+    def trailing_slash_is_the_same_endpoint():
+        out = remote_decode(f"{flux}/", vae_latent, do_scaling=False, output_type="pt", return_type="pt")
+        assert max_diff(out, expected) <= 1e-4
+
+    def library_refusals_say_what_is_wrong():
+        multipart = requests.post(f"{flux}?shape=1&dtype=float32", files={"latent": ("z.bin", b"\0" * 64)})
+        assert multipart.status_code == 415 and "multipart" in multipart.json()["error"], multipart.text
+        long_uri = requests.post(f"{flux}?" + "shape=1&" * 1200 + "dtype=float32", data=b"\0" * 4)
+        assert long_uri.status_code == 414, long_uri.status_code
+        assert "8192" in long_uri.json()["error"] and long_uri.json()["code"] == "RESOURCE_EXHAUSTED", long_uri.text
+        put = requests.put(flux, data=b"\0" * 64)
+        assert put.status_code == 405 and put.headers.get("Allow") == "POST", (put.status_code, put.headers)
+        assert "takes POST" in put.json()["error"], put.text
+        still_serving()
 
     for name, fn in list(locals().items()):  # the checks above, in order
         if isinstance(fn, types.FunctionType) and name != "still_serving" and fn.__code__.co_argcount == 0:
