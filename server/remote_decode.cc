@@ -243,7 +243,9 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     }
   }
 
-  // Packed latents [B, tokens, channels] with the image's height and width.
+  // Packed latents [B, tokens, channels] with the image's height and width:
+  // FLUX.1's 2x2 patches, or FLUX.2's flattened raw latent (raw_patch 2),
+  // whose VAE-space form is the same 2x2 scatter.
   absl::StatusOr<const std::string*> height = Single(params, "height");
   absl::StatusOr<const std::string*> width = Single(params, "width");
   if (!height.ok()) return height.status();
@@ -258,10 +260,15 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     if (!h.ok()) return h.status();
     if (!w.ok()) return w.status();
     const int64_t factor = std::max<int64_t>(1, model.spatial_factor());
-    const int64_t token_pixels = 2 * factor;
+    const bool flattened = model.raw_patch() > 1 && r.latent_space() == v1::LATENT_SPACE_RAW;
+    const int64_t token_pixels = factor * (model.raw_patch() > 1 ? model.raw_patch() : 2);
+    if (flattened && model.raw_latent_channels() > 0 && shape[2] != model.raw_latent_channels()) {
+      return Bad("shape", absl::StrCat("model \"", model.name(), "\" packs ", model.raw_latent_channels(),
+                                       " raw channels per token; the latent ", JsonShape(shape), " has ", shape[2]));
+    }
     std::vector<int64_t> unpacked;
     absl::StatusOr<std::string> z = UnpackPackedLatent(body, element_size, shape, *h, *w, token_pixels,
-                                                       Packing::kPatches2x2,
+                                                       flattened ? Packing::kFlatten : Packing::kPatches2x2,
                                                        &unpacked);
     if (!z.ok()) return z.status();
     body = *std::move(z);
@@ -326,9 +333,21 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     if (!b.ok()) return b.status();
     partial_postprocess = *b;
   }
+  absl::StatusOr<const std::string*> output_dtype = Single(params, "output_dtype");
+  if (!output_dtype.ok()) return output_dtype.status();
+  if (*output_dtype != nullptr && (type != "pt" || partial_postprocess)) {
+    return Bad("output_dtype", "applies to output_type=pt tensors (without partial_postprocess)");
+  }
   if (type == "pt") {
     call.reply = partial_postprocess ? RemoteReply::kPixels : RemoteReply::kTensor;
     r.set_output_format(partial_postprocess ? v1::OUTPUT_UINT8 : v1::OUTPUT_FLOAT32);
+    if (*output_dtype != nullptr) {
+      if (**output_dtype == "float16") {
+        r.set_output_format(v1::OUTPUT_FLOAT16);
+      } else if (**output_dtype != "float32") {
+        return Bad("output_dtype", absl::StrCat("\"", **output_dtype, "\"; use float32 or float16"));
+      }
+    }
   } else if (type == "pil") {
     if (model.is_video()) {
       call.reply = RemoteReply::kVideoFrames;
@@ -386,7 +405,7 @@ HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
       reply.body = std::move(output.images[0]);
       break;
     case RemoteReply::kTensor:
-      reply = TensorReply(std::move(output.tensor), shape, "float32");
+      reply = TensorReply(std::move(output.tensor), shape, h.dtype() == v1::FLOAT16 ? "float16" : "float32");
       break;
     case RemoteReply::kPixels: {
       // [B, (T,) H, W, C]: video frames flattened so each entry is one image.

@@ -9,14 +9,16 @@
 // output_type (pil, pt, mp4), image_format (jpg, png), partial_postprocess,
 // scaling_factor / shift_factor (the latent is raw: z / s + shift), or
 // do_scaling=True (raw, the model's own formula); height and width in
-// pixels for packed FLUX latents [B, (H/16)·(W/16), 4C]. Extensions:
+// pixels for packed latents: FLUX.1's [B, (H/16)·(W/16), 4C] 2x2 patches,
+// FLUX.2's [B, (H/16)·(W/16), 128] flattened raw latent. Extensions:
 // latent_space (vae, raw), mode (auto, dense, exact, tiled), jpeg_quality,
-// fps (MP4), decode_timestep / decode_noise_scale / noise_seed (LTX).
+// fps (MP4), decode_timestep / decode_noise_scale / noise_seed (LTX),
+// output_dtype (pt: float32, float16).
 //
 // Replies (what postprocess_decode reads):
 //   pil, image model     one JPEG/PNG file (batch 1)
 //   pil, video model     float32 [B·T, C, H, W] in [0, 1] (the processor path)
-//   pt                   float32 [B, C, H, W] / [B, C, T, H, W] in [-1, 1]
+//   pt                   float32 (or output_dtype) [B, C, H, W] / [B, C, T, H, W] in [-1, 1]
 //   pt + partial_postprocess  uint8 [B, H, W, C] (video: [B·T, H, W, C])
 //   mp4, video model     one H.264 MP4 file (batch 1; fps settable)
 // tensors with `shape` (a JSON list) and `dtype` headers; errors as

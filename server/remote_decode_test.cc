@@ -51,6 +51,18 @@ TEST(RemoteDecodeTest, UnpacksLikeDiffusers) {
               HasSubstr("4 x channels"));
 }
 
+TEST(RemoteDecodeTest, UnpacksFlux2ByTransposing) {
+  // Flux2Pipeline._pack_latents: [1, C=3, h=2, w=2] -> [1, 4 tokens, 3].
+  std::vector<int64_t> shape;
+  absl::StatusOr<std::string> z = UnpackPackedLatent(Floats(12), 4, {1, 4, 3}, 32, 32, 16, Packing::kFlatten, &shape);
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(shape, (std::vector<int64_t>{1, 3, 2, 2}));
+  float out[12];
+  std::memcpy(out, z->data(), 48);
+  // out[k, t] = in[t, k]
+  EXPECT_EQ(std::vector<float>(out, out + 12), (std::vector<float>{0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11}));
+}
+
 TEST(RemoteDecodeTest, PackedSizesThatOverflowAreRefusedBeforeAnyRead) {
   // 2^62 x 1 x 4 float32 elements is 2^66 bytes: 0 once wrapped in int64.
   std::vector<int64_t> shape;

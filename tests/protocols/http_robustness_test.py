@@ -11,7 +11,8 @@ unary reply and a 2 MiB limit on a request.
     counted CANCELLED, the group freed);
   - curl's default Content-Type (a form) is read as raw bytes; a body over
     --max_message_bytes names that flag and its value;
-  - /models/NAME/ (trailing slash) is /models/NAME;
+  - /models/NAME/ (trailing slash) is /models/NAME; FLUX.2's flattened
+    packed latent; pt replies in float16;
   - the HTTP library's own refusals say what is wrong: multipart (415), a
     request line over its limit (414), a method the path does not take (405).
 """
@@ -142,6 +143,22 @@ def main():
     def trailing_slash_is_the_same_endpoint():
         out = remote_decode(f"{flux}/", vae_latent, do_scaling=False, output_type="pt", return_type="pt")
         assert max_diff(out, expected) <= 1e-4
+
+    def flux2_packing_and_float16_replies():
+        # FLUX.2: Flux2Pipeline._pack_latents flattens the raw [B, 128, h, w] latent.
+        raw = load(fixture("flux2_kl", "pipeline_latent.safetensors"))
+        b, c, h, w = raw.shape
+        packed = raw.reshape(b, c, h * w).permute(0, 2, 1).contiguous()
+        flux2_expected = load(fixture("flux2_kl", "expected.safetensors"))
+        out = remote_decode(f"{server.http}/models/flux2/", packed, height=16 * h, width=16 * w, output_type="pt",
+                            return_type="pt")
+        assert tuple(out.shape) == tuple(flux2_expected.shape), (out.shape, flux2_expected.shape)
+        assert max_diff(out, flux2_expected) <= 1e-4, max_diff(out, flux2_expected)
+        # pt in float16 on request, as the hosted endpoints answer.
+        half = remote_decode(f"{flux}?output_dtype=float16", vae_latent, do_scaling=False, output_type="pt",
+                             return_type="pt")
+        assert half.dtype == torch.float16, half.dtype
+        assert max_diff(half, expected) <= 2e-3, max_diff(half, expected)
 
     def library_refusals_say_what_is_wrong():
         multipart = requests.post(f"{flux}?shape=1&dtype=float32", files={"latent": ("z.bin", b"\0" * 64)})
