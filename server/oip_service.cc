@@ -106,6 +106,12 @@ absl::Status ApplyParameter(const std::string& name, const inference::InferParam
   return absl::OkStatus();
 }
 
+bool HasTypedContents(const inference::InferTensorContents& c) {
+  return c.bool_contents_size() > 0 || c.int_contents_size() > 0 || c.int64_contents_size() > 0 ||
+         c.uint_contents_size() > 0 || c.uint64_contents_size() > 0 || c.fp32_contents_size() > 0 ||
+         c.fp64_contents_size() > 0 || c.bytes_contents_size() > 0;
+}
+
 // Triton's BYTES tensors on the wire: each element a 4-byte little-endian
 // length, then its bytes.
 std::string SerializeBytesTensor(const std::vector<std::string>& elements) {
@@ -171,6 +177,15 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
       return absl::InvalidArgumentError(
           absl::StrCat("outputs: \"", out.name(), "\" is not an output of model \"", model.name(), "\"; it has \"sample\""));
     }
+    for (const auto& [name, value] : out.parameters()) {
+      // binary_data is the HTTP binding's choice of encoding, decided there.
+      if (name == "binary_data") continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output \"sample\": parameter \"", name, "\" is not supported",
+          name == "classification" ? " (a decoded image has no classes)" : "",
+          name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served)" : "",
+          "; the output's form is the request parameter output_format"));
+    }
   }
   const auto& input = request.inputs(0);
   v1::Tensor* latent = r.mutable_latent();
@@ -184,7 +199,19 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
     return absl::InvalidArgumentError(
         absl::StrCat("input \"latent\": datatype ", input.datatype(), "; use FP32, FP16 or BF16"));
   }
+  for (const auto& [name, value] : input.parameters()) {
+    // binary_data_size: the HTTP binding's framing, consumed there.
+    if (name == "binary_data_size") continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input \"latent\": parameter \"", name, "\" is not supported",
+        name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served: send the tensor's bytes)" : ""));
+  }
   for (int64_t d : input.shape()) latent->add_shape(d);
+  if (request.raw_input_contents_size() > 0 && HasTypedContents(input.contents())) {
+    return absl::InvalidArgumentError(
+        "input \"latent\": both raw_input_contents and typed contents; send the tensor once (the protocol allows "
+        "one or the other)");
+  }
   if (request.raw_input_contents_size() > 0) {
     if (request.raw_input_contents_size() != 1) {
       return absl::InvalidArgumentError(absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(),
@@ -277,9 +304,11 @@ grpc::ServerUnaryReactor* OipService::ServerReady(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* OipService::ModelReady(grpc::CallbackServerContext* context,
                                                  const inference::ModelReadyRequest* request,
                                                  inference::ModelReadyResponse* response) {
+  // Not ready, rather than an error, for a model or version this server
+  // does not have: readiness loops written for Triton poll until ready.
   absl::StatusOr<v1::ModelInfo> model = FindModel(request->name(), request->version());
-  if (model.ok()) response->set_ready(serving_() && catalog_.Serving(request->name()));
-  return Answer(context, model.status());
+  response->set_ready(model.ok() && serving_() && catalog_.Serving(request->name()));
+  return Answer(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* OipService::ServerMetadata(grpc::CallbackServerContext* context,

@@ -27,7 +27,10 @@
 //
 // Readiness mirrors the health service: ServerReady while a group is ready
 // and the server is not draining, ModelReady while a ready group serves the
-// model (NOT_FOUND for a model the server does not have).
+// model (not ready, as Triton answers, for a model or version the server
+// does not have). Input or output parameters other than the HTTP binding's
+// binary_data(_size), and raw and typed contents at once, are
+// INVALID_ARGUMENT.
 //
 // Threading: gRPC's callback API; nothing blocks a callback thread.
 

@@ -191,12 +191,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       "grpc.reflection.v1alpha.ServerReflection"});
   s->reflection_v1_ = std::make_unique<ReflectionV1>(*s->surface_);
   s->reflection_v1alpha_ = std::make_unique<ReflectionV1Alpha>(*s->surface_);
+  s->unserved_ = std::make_unique<UnservedMethods>(*s->surface_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->oip_.get());
   builder.RegisterService(s->reflection_v1_.get());
   builder.RegisterService(s->reflection_v1alpha_.get());
+  builder.RegisterCallbackGenericService(s->unserved_.get());
 
   // gRPC refuses what is over its limit before any service sees it, so such
   // refusals could not be counted or explained: its limit is twice ours,

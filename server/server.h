@@ -123,6 +123,7 @@ class Server {
   std::unique_ptr<PublicSurface> surface_;
   std::unique_ptr<ReflectionV1> reflection_v1_;
   std::unique_ptr<ReflectionV1Alpha> reflection_v1alpha_;
+  std::unique_ptr<UnservedMethods> unserved_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<HttpEndpoint> http_;

@@ -11,7 +11,10 @@ gRPC Decode path (the C++ vaedecode_client) and diffusers' fixture decodes:
   - errors name the problem (input, parameter, model, version), an output
     over the message limit is RESOURCE_EXHAUSTED naming the streaming
     Decode before any group decodes it, and the server keeps serving;
-    /metrics counts protocol="oip".
+    /metrics counts protocol="oip";
+  - what the protocol calls errors are errors (raw and typed contents at
+    once, output parameters not honoured), an unknown model is not ready
+    rather than an error, and methods not served say what is.
 """
 
 import sys
@@ -22,7 +25,9 @@ import io
 import av
 import numpy as np
 import safetensors.numpy
+import grpc
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from protocol_harness import TMP, Checks, Server, fixture
@@ -77,7 +82,8 @@ def main():
         assert client.is_server_live() and client.is_server_ready()
         assert client.is_model_ready("flux1") and client.is_model_ready("wan")
         assert client.is_model_ready("wan", "1")
-        expect_error(lambda: client.is_model_ready("nope"), "NOT_FOUND", "flux1")
+        # Triton answers "not ready" for a model it does not have: readiness loops poll, they do not crash.
+        assert client.is_model_ready("nope") is False and client.is_model_ready("flux1", "7") is False
         meta = client.get_server_metadata()
         assert meta.name == "vaedecode", meta
         model = client.get_model_metadata("flux1")
@@ -156,6 +162,31 @@ def main():
         assert queue_count() == taken, "a group decoded a request whose reply was known to be too large"
         # And the server still serves.
         assert np.abs(infer(client, "flux1", latent) - expected).max() <= 1e-4
+
+    def raw_and_typed_contents_together_are_refused():
+        latent = load(fixture("flux1_kl", "latent.safetensors"))
+        # Raw and typed contents at once: the protocol says error.
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(server.grpc))
+        both = service_pb2.ModelInferRequest(model_name="flux1")
+        tensor = both.inputs.add(name="latent", datatype="FP32", shape=list(latent.shape))
+        tensor.contents.fp32_contents.extend(latent.ravel().tolist())
+        both.raw_input_contents.append(latent.tobytes())
+        try:
+            stub.ModelInfer(both)
+            raise AssertionError("raw and typed contents together were accepted")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "both raw_input_contents" in e.details(), e
+
+    def output_parameters_not_honoured_are_refused():
+        latent = load(fixture("flux1_kl", "latent.safetensors"))
+        ranked = grpcclient.InferInput("latent", list(latent.shape), "FP32")
+        ranked.set_data_from_numpy(latent)
+        expect_error(lambda: client.infer("flux1", [ranked], outputs=[grpcclient.InferRequestedOutput("sample", class_count=3)]),
+                     "INVALID_ARGUMENT", "\"classification\" is not supported")
+
+    def unserved_methods_say_what_is_served():
+        expect_error(lambda: client.load_model("flux1"), "UNIMPLEMENTED", "RepositoryModelLoad", "ModelInfer")
+        expect_error(lambda: client.get_system_shared_memory_status(), "UNIMPLEMENTED", "SystemSharedMemoryStatus")
 
     def metrics_count_oip_calls():
         text = server.scrape()
