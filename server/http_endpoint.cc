@@ -10,8 +10,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "server/http_query.h"
 #include "server/peer_connection.h"
 #include "server/remote_decode.h"
 
@@ -34,21 +34,6 @@ void SendError(const absl::Status& status, httplib::Response& res, int http_stat
   HttpReply reply = ErrorReply(status);
   if (http_status != 0) reply.status = http_status;
   Send(reply, res);
-}
-
-// The query of a request target, every pair kept: httplib's own parse drops
-// repeated identical pairs, and shape=1&shape=4&shape=64&shape=64 repeats.
-QueryParams ParseQuery(const std::string& target) {
-  QueryParams params;
-  const size_t q = target.find('?');
-  if (q == std::string::npos) return params;
-  for (absl::string_view pair : absl::StrSplit(absl::string_view(target).substr(q + 1), '&', absl::SkipEmpty())) {
-    const size_t eq = pair.find('=');
-    const std::string key(pair.substr(0, eq));
-    const std::string value(eq == absl::string_view::npos ? "" : pair.substr(eq + 1));
-    params.emplace(httplib::detail::decode_url(key, true), httplib::detail::decode_url(value, true));
-  }
-  return params;
 }
 
 // The model a path names, or the default.

@@ -44,20 +44,10 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "server/decode_service.h"
 #include "server/model_catalog.h"
+#include "server/oip_translation.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::server {
-
-// The DecodeRequest a ModelInferRequest asks for, for `model`.
-// INVALID_ARGUMENT naming the input, output or parameter at fault.
-absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInferRequest& request,
-                                                      const v1::ModelInfo& model);
-
-// Fills `response` with the output "sample" of a finished decode.
-absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response);
-
-// The model's tensors as ModelMetadata describes them (-1: any size).
-inference::ModelMetadataResponse DescribeModel(const v1::ModelInfo& model);
 
 class OipService final : public inference::GRPCInferenceService::CallbackService {
  public:

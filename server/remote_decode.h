@@ -34,7 +34,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/decode_service.h"
+#include "server/collected_output.h"
+#include "server/http_query.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::server {
@@ -52,9 +53,6 @@ struct RemoteDecodeCall {
   v1::DecodeRequest request;
   RemoteReply reply = RemoteReply::kImageFile;
 };
-
-// Query parameters as the HTTP library hands them (a key may repeat).
-using QueryParams = std::multimap<std::string, std::string>;
 
 // The DecodeRequest a remote_decode POST asks for, for `model`. `body` is
 // moved into the latent (a packed latent is unpacked: one copy).

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, then builds and runs every test. Then the GPU
+# Installs what is missing, then builds and runs every test and a short run
+# of every fuzzer (tools/fuzz.sh). Then the GPU
 # build: the service, worker, CLI and GPU tests are built with --config=gpu
 # (LibTorch's CUDA backend, NCCL, /usr/local/cuda) into the bundle a bare GPU
 # machine runs (tools/gpu_bundle.sh), and the bundle's check runs here with
@@ -19,6 +20,13 @@ link="bazel-$(basename "$PWD")"
 if [ -L "$link" ]; then rm -f "$link"; fi
 status=0
 bazel test //... "$@" || status=$?
+# A short libFuzzer run (clang, ASan + UBSan) of every parser a file or a
+# client reaches, from the committed corpora; the corpus tests above replay
+# them with gcc. VAEDECODE_FUZZ_SECONDS=0 skips it.
+fuzz_seconds=${VAEDECODE_FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" -gt 0 ]; then
+  tools/fuzz.sh "$fuzz_seconds" || { echo "test.sh: a fuzzer failed (tools/fuzz.sh)" >&2; status=1; }
+fi
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   if tools/gpu_bundle.sh out/gpu_bundle; then
     # The machine's own LibTorch stands in for a GPU machine's torch.
