@@ -12,6 +12,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "server/http_query.h"
+#include "server/oip_rest.h"
+#include "server/oip_translation.h"
 #include "server/peer_connection.h"
 #include "server/remote_decode.h"
 
@@ -21,8 +23,13 @@ namespace {
 // How often a handler waiting for its decode looks at its client's connection.
 constexpr absl::Duration kClientPoll = absl::Milliseconds(100);
 
-// What the routes below serve, for the 404 and 405 messages.
-constexpr char kServed[] = "POST / or /models/NAME, GET /health or /health/NAME";
+// What the routes below serve, for the 404, 405 and 501 messages.
+constexpr char kServed[] =
+    "remote_decode: POST / or /models/NAME, GET /health or /health/NAME; Open Inference Protocol: GET "
+    "/v2/health/live, /v2/health/ready, /v2, /v2/models/NAME[/ready|/config|/stats], /v2/models/stats, POST "
+    "/v2/models/NAME/infer, /v2/repository/index";
+// NAME and an optional version: matches[1], matches[2].
+constexpr char kModelPath[] = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
 
 void Send(const HttpReply& reply, httplib::Response& res) {
   res.status = reply.status;
@@ -91,10 +98,11 @@ Body ReadBody(const httplib::Request& req, const httplib::ContentReader& reader,
 // client closes its connection (an abandoned request frees its group at
 // once, and is logged and counted CANCELLED).
 CollectedOutput DecodeForClient(DecodeService& service, const httplib::Request& req, v1::DecodeRequest request,
-                                absl::Time deadline, int64_t max_output_bytes, absl::Status refusal) {
+                                absl::Time deadline, const char* protocol, int64_t max_output_bytes,
+                                absl::Status refusal) {
   auto finished = std::make_shared<absl::Notification>();
   auto out = std::make_shared<CollectedOutput>();
-  std::shared_ptr<Job> job = service.StartCollected(std::move(request), deadline, "http", max_output_bytes,
+  std::shared_ptr<Job> job = service.StartCollected(std::move(request), deadline, protocol, max_output_bytes,
                                                     std::move(refusal), [finished, out](CollectedOutput o) {
                                                       *out = std::move(o);
                                                       finished->Notify();
@@ -121,6 +129,7 @@ struct Route {
 
 absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions options,
                                                                   DecodeService& service, ModelCatalog& catalog,
+                                                                  const OipAnswers& oip,
                                                                   std::function<bool()> serving) {
   const size_t colon = options.listen.rfind(':');
   int port = -1;
@@ -222,12 +231,95 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
     }
     request.set_request_id(req.get_header_value("X-Request-Id"));
     CollectedOutput out = DecodeForClient(service, req, std::move(request), received + options.request_timeout,
-                                          options.max_output_bytes, refusal);
+                                          "http", options.max_output_bytes, refusal);
     Send(BuildRemoteDecodeReply(kind, std::move(out)), res);
   };
   post("/", decode);
   // A trailing slash too: diffusers' docs write endpoint URLs that way.
   post(R"(/models/([^/]+)/?)", decode);
+
+  // ---- the Open Inference Protocol's HTTP/REST binding ----
+  const auto send_json = [](httplib::Response& res, const std::string& json) {
+    res.set_content(json, "application/json");
+  };
+  const auto send_answer = [send_json](httplib::Response& res, const auto& answer, const auto& to_json) {
+    if (answer.ok()) return send_json(res, to_json(*answer));
+    SendError(answer.status(), res);
+  };
+  const auto version = [](const httplib::Request& req) {
+    return req.matches.size() > 2 ? std::string(req.matches[2]) : std::string();
+  };
+  get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  get("/v2/health/ready", [&oip](const httplib::Request&, httplib::Response& res) {
+    if (!oip.ServerReady()) SendError(absl::UnavailableError("the server is not serving (starting or draining)"), res);
+  });
+  get("/v2", [&oip, send_json](const httplib::Request&, httplib::Response& res) {
+    send_json(res, ServerMetadataJson(oip.ServerMetadata()));
+  });
+  // Before M: "stats" would match a model name.
+  get("/v2/models/stats", [&oip, send_answer](const httplib::Request&, httplib::Response& res) {
+    send_answer(res, oip.ModelStatistics("", ""), ModelStatisticsJson);
+  });
+  const std::string model_path = kModelPath;
+  get(model_path, [&oip, send_answer, version](const httplib::Request& req, httplib::Response& res) {
+    send_answer(res, oip.ModelMetadata(req.matches[1], version(req)), ModelMetadataJson);
+  });
+  get(model_path + "/ready", [&oip, version](const httplib::Request& req, httplib::Response& res) {
+    if (!oip.ModelReady(req.matches[1], version(req))) {
+      SendError(absl::UnavailableError(absl::StrCat("model \"", std::string(req.matches[1]),
+                                                    "\" is not ready (not served by a ready group, or not a model of "
+                                                    "this server)")),
+                res);
+    }
+  });
+  get(model_path + "/config", [&oip, send_answer, version](const httplib::Request& req, httplib::Response& res) {
+    send_answer(res, oip.ModelConfig(req.matches[1], version(req)),
+                [](const inference::ModelConfigResponse& r) { return ModelConfigJson(r.config()); });
+  });
+  get(model_path + "/stats", [&oip, send_answer, version](const httplib::Request& req, httplib::Response& res) {
+    send_answer(res, oip.ModelStatistics(req.matches[1], version(req)), ModelStatisticsJson);
+  });
+  post("/v2/repository/index", [&oip, send_json](const httplib::Request&, httplib::Response& res, std::string body) {
+    absl::StatusOr<bool> ready_only = ParseRepositoryIndexRequest(body);
+    if (!ready_only.ok()) return SendError(ready_only.status(), res);
+    send_json(res, RepositoryIndexJson(oip.RepositoryIndex(*ready_only)));
+  });
+  post(model_path + "/infer", [&service, &oip, options, version](const httplib::Request& req, httplib::Response& res,
+                                                                std::string body) {
+    const absl::Time received = absl::Now();
+    const std::string name = req.matches[1];
+    int64_t header_length = -1;
+    absl::Status refusal;
+    if (req.has_header("Inference-Header-Content-Length") &&
+        !absl::SimpleAtoi(req.get_header_value("Inference-Header-Content-Length"), &header_length)) {
+      refusal = absl::InvalidArgumentError("Inference-Header-Content-Length: not a byte count");
+    }
+    OipInferCall call;
+    call.decode.set_model(name);
+    bool binary_output = false;
+    if (refusal.ok()) {
+      absl::StatusOr<RestInferRequest> parsed = ParseRestInferRequest(body, header_length, name, version(req));
+      body.clear();
+      if (parsed.ok()) {
+        binary_output = parsed->binary_output;
+        call = oip.PrepareInfer(parsed->request);
+      } else {
+        refusal = parsed.status();
+      }
+    }
+    if (!call.refusal.ok()) refusal = call.refusal;
+    CollectedOutput out = DecodeForClient(service, req, std::move(call.decode), received + options.request_timeout,
+                                          "oip_http", options.max_output_bytes, refusal);
+    inference::ModelInferResponse response;
+    response.set_model_name(name);
+    response.set_model_version("1");
+    if (absl::Status filled = FillModelInferResponse(std::move(out), &response); !filled.ok()) {
+      return SendError(filled, res);
+    }
+    absl::StatusOr<HttpReply> reply = BuildRestInferReply(response, binary_output);
+    if (!reply.ok()) return SendError(reply.status(), res);
+    Send(*reply, res);
+  });
 
   // Any other method on a served path: 405 naming the ones it takes (the
   // body, if any, is read and dropped so the connection stays usable).
@@ -261,6 +353,21 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
       res.status = 204;
     });
   }
+
+  // The rest of /v2 (model control, shared memory, trace, logging): not
+  // served, and said so (after the 405s, so a served path with another
+  // method stays 405).
+  const auto unserved = [](const httplib::Request& req, httplib::Response& res) {
+    SendError(absl::UnimplementedError(absl::StrCat("vaedecode does not serve ", req.method, " ", req.path,
+                                                    "; it serves ", kServed)),
+              res);
+  };
+  http.Get(R"(/v2/.*)", unserved);
+  http.Post(R"(/v2/.*)", [unserved](const httplib::Request& req, httplib::Response& res,
+                                    const httplib::ContentReader& reader) {
+    ReadBody(req, reader, 0);  // read and dropped: the connection stays usable
+    unserved(req, res);
+  });
 
   if (port == 0) {
     e->port_ = http.bind_to_any_port(host);

@@ -45,18 +45,8 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const abs
 
 }  // namespace
 
-OipService::OipService(DecodeService& decode, ModelCatalog& catalog, std::function<bool()> serving,
-                       int64_t max_output_bytes)
-    : decode_(decode), catalog_(catalog), serving_(std::move(serving)), max_output_bytes_(max_output_bytes) {}
-
-absl::StatusOr<v1::ModelInfo> OipService::FindModel(const std::string& name, const std::string& version) const {
-  absl::StatusOr<v1::ModelInfo> model = catalog_.Lookup(name);
-  if (!model.ok()) return model.status();
-  if (!version.empty() && version != "1") {
-    return absl::NotFoundError(absl::StrCat("model \"", name, "\" has version 1 only, not \"", version, "\""));
-  }
-  return model;
-}
+OipService::OipService(DecodeService& decode, const OipAnswers& answers, int64_t max_output_bytes)
+    : decode_(decode), answers_(answers), max_output_bytes_(max_output_bytes) {}
 
 grpc::ServerUnaryReactor* OipService::ServerLive(grpc::CallbackServerContext* context,
                                                  const inference::ServerLiveRequest*,
@@ -68,61 +58,66 @@ grpc::ServerUnaryReactor* OipService::ServerLive(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* OipService::ServerReady(grpc::CallbackServerContext* context,
                                                   const inference::ServerReadyRequest*,
                                                   inference::ServerReadyResponse* response) {
-  response->set_ready(serving_());
+  response->set_ready(answers_.ServerReady());
   return Answer(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* OipService::ModelReady(grpc::CallbackServerContext* context,
                                                  const inference::ModelReadyRequest* request,
                                                  inference::ModelReadyResponse* response) {
-  // Not ready, rather than an error, for a model or version this server
-  // does not have: readiness loops written for Triton poll until ready.
-  absl::StatusOr<v1::ModelInfo> model = FindModel(request->name(), request->version());
-  response->set_ready(model.ok() && serving_() && catalog_.Serving(request->name()));
+  response->set_ready(answers_.ModelReady(request->name(), request->version()));
   return Answer(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* OipService::ServerMetadata(grpc::CallbackServerContext* context,
                                                      const inference::ServerMetadataRequest*,
                                                      inference::ServerMetadataResponse* response) {
-  response->set_name("vaedecode");
-  response->set_version("1");
+  *response = answers_.ServerMetadata();
   return Answer(context, absl::OkStatus());
+}
+
+// Fills `response` from `answer`, or answers its error.
+template <typename Response>
+grpc::ServerUnaryReactor* AnswerWith(grpc::CallbackServerContext* context, absl::StatusOr<Response> answer,
+                                     Response* response) {
+  if (answer.ok()) *response = *std::move(answer);
+  return Answer(context, answer.status());
 }
 
 grpc::ServerUnaryReactor* OipService::ModelMetadata(grpc::CallbackServerContext* context,
                                                     const inference::ModelMetadataRequest* request,
                                                     inference::ModelMetadataResponse* response) {
-  absl::StatusOr<v1::ModelInfo> model = FindModel(request->name(), request->version());
-  if (model.ok()) *response = DescribeModel(*model);
-  return Answer(context, model.status());
+  return AnswerWith(context, answers_.ModelMetadata(request->name(), request->version()), response);
+}
+
+grpc::ServerUnaryReactor* OipService::ModelConfig(grpc::CallbackServerContext* context,
+                                                  const inference::ModelConfigRequest* request,
+                                                  inference::ModelConfigResponse* response) {
+  return AnswerWith(context, answers_.ModelConfig(request->name(), request->version()), response);
+}
+
+grpc::ServerUnaryReactor* OipService::ModelStatistics(grpc::CallbackServerContext* context,
+                                                      const inference::ModelStatisticsRequest* request,
+                                                      inference::ModelStatisticsResponse* response) {
+  return AnswerWith(context, answers_.ModelStatistics(request->name(), request->version()), response);
+}
+
+grpc::ServerUnaryReactor* OipService::RepositoryIndex(grpc::CallbackServerContext* context,
+                                                      const inference::RepositoryIndexRequest* request,
+                                                      inference::RepositoryIndexResponse* response) {
+  *response = answers_.RepositoryIndex(request->ready());
+  return Answer(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* OipService::ModelInfer(grpc::CallbackServerContext* context,
                                                  const inference::ModelInferRequest* request,
                                                  inference::ModelInferResponse* response) {
-  v1::DecodeRequest decode;
-  decode.set_model(request->model_name());
-  decode.set_request_id(request->id());
-  absl::Status refusal;
-  absl::StatusOr<v1::ModelInfo> model = FindModel(request->model_name(), request->model_version());
-  if (model.ok()) {
-    absl::StatusOr<v1::DecodeRequest> translated = TranslateModelInfer(*request, *model);
-    if (translated.ok()) {
-      decode = *std::move(translated);
-    } else {
-      refusal = translated.status();
-    }
-  } else if (!request->model_version().empty() && model.status().code() == absl::StatusCode::kNotFound &&
-             catalog_.Lookup(request->model_name()).ok()) {
-    refusal = model.status();  // a known model at an unknown version
-  }
-  // An unknown model is refused by the admission itself, with the list.
+  OipInferCall call = answers_.PrepareInfer(*request);
   auto* reactor = new InferReactor();
   response->set_model_name(request->model_name());
   response->set_model_version("1");
   std::shared_ptr<Job> job = decode_.StartCollected(
-      std::move(decode), rpc::CallDeadline(*context), "oip", max_output_bytes_, refusal,
+      std::move(call.decode), rpc::CallDeadline(*context), "oip", max_output_bytes_, call.refusal,
       [reactor, response](CollectedOutput out) {
         reactor->Finish(rpc::ToGrpcStatus(FillModelInferResponse(std::move(out), response)));
       });

@@ -25,6 +25,10 @@
 // streaming vaedecode.v1.Decode. Admission, queue, limits, deadline (the
 // call's), metrics (protocol "oip") and the log line are the gRPC Decode's.
 //
+// ModelConfig, ModelStatistics and RepositoryIndex answer from the catalog
+// and the server's counters (server/oip_answers.h, shared with the HTTP/REST
+// binding).
+//
 // Readiness mirrors the health service: ServerReady while a group is ready
 // and the server is not draining, ModelReady while a ready group serves the
 // model (not ready, as Triton answers, for a model or version the server
@@ -44,6 +48,7 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "server/decode_service.h"
 #include "server/model_catalog.h"
+#include "server/oip_answers.h"
 #include "server/oip_translation.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
@@ -51,9 +56,9 @@ namespace vaedecode::server {
 
 class OipService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `serving`: the server as a whole takes requests. `max_output_bytes`:
-  // what one reply may hold. Borrowed objects outlive the service.
-  OipService(DecodeService& decode, ModelCatalog& catalog, std::function<bool()> serving, int64_t max_output_bytes);
+  // `max_output_bytes`: what one reply may hold. Borrowed objects outlive
+  // the service.
+  OipService(DecodeService& decode, const OipAnswers& answers, int64_t max_output_bytes);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
                                        inference::ServerLiveResponse* response) override;
@@ -68,17 +73,22 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
 
  private:
-  // The model `name` at `version` ("" or "1"), or NOT_FOUND with the list.
-  absl::StatusOr<v1::ModelInfo> FindModel(const std::string& name, const std::string& version) const;
-
   DecodeService& decode_;
-  ModelCatalog& catalog_;
-  const std::function<bool()> serving_;
+  const OipAnswers& answers_;
   const int64_t max_output_bytes_;
 };
 

@@ -224,22 +224,64 @@ absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInfe
   return absl::OkStatus();
 }
 
+namespace {
+
+// [B, C, (T,) H, W] with -1 for what any request may choose.
+std::vector<int64_t> LatentDims(const v1::ModelInfo& model) {
+  return model.is_video() ? std::vector<int64_t>{-1, model.latent_channels(), -1, -1, -1}
+                          : std::vector<int64_t>{-1, model.latent_channels(), -1, -1};
+}
+
+std::vector<int64_t> SampleDims(const v1::ModelInfo& model) {
+  std::vector<int64_t> dims = LatentDims(model);
+  dims[1] = model.out_channels();
+  return dims;
+}
+
+}  // namespace
+
 inference::ModelMetadataResponse DescribeModel(const v1::ModelInfo& model) {
   inference::ModelMetadataResponse m;
   m.set_name(model.name());
   m.add_versions("1");
   m.set_platform(absl::StrCat("vaedecode_", model.family()));
+  // One datatype per tensor is all the protocol's metadata can say: the
+  // defaults. ModelConfig's parameters list every datatype served.
   auto* in = m.add_inputs();
   in->set_name(kInput);
   in->set_datatype("FP32");
+  for (int64_t d : LatentDims(model)) in->add_shape(d);
   auto* out = m.add_outputs();
   out->set_name(kOutput);
   out->set_datatype("FP32");
-  const std::vector<int64_t> in_shape = model.is_video() ? std::vector<int64_t>{-1, model.latent_channels(), -1, -1, -1}
-                                                         : std::vector<int64_t>{-1, model.latent_channels(), -1, -1};
-  for (int64_t d : in_shape) in->add_shape(d);
-  for (size_t i = 0; i < in_shape.size(); ++i) out->add_shape(i == 1 ? model.out_channels() : -1);
+  for (int64_t d : SampleDims(model)) out->add_shape(d);
   return m;
+}
+
+inference::ModelConfig DescribeConfig(const v1::ModelInfo& model) {
+  inference::ModelConfig c;
+  c.set_name(model.name());
+  c.set_platform(absl::StrCat("vaedecode_", model.family()));
+  c.set_backend("vaedecode");
+  c.set_max_batch_size(0);  // the batch is the latent's first dimension, in dims
+  auto* in = c.add_input();
+  in->set_name(kInput);
+  in->set_data_type(inference::TYPE_FP32);
+  in->set_format(model.is_video() ? inference::ModelInput::FORMAT_NONE : inference::ModelInput::FORMAT_NCHW);
+  for (int64_t d : LatentDims(model)) in->add_dims(d);
+  auto* out = c.add_output();
+  out->set_name(kOutput);
+  out->set_data_type(inference::TYPE_FP32);
+  for (int64_t d : SampleDims(model)) out->add_dims(d);
+  auto& p = *c.mutable_parameters();
+  p["latent_datatypes"].set_string_value("FP32,FP16,BF16");
+  p["sample_datatypes"].set_string_value(
+      "FP32 (output_format float32, the default), FP16 (float16), UINT8 (uint8, channels last), "
+      "BYTES (png, jpeg: one file per image or frame; mp4: one video per batch entry)");
+  p["diffusers_class"].set_string_value(model.diffusers_class());
+  p["dtype"].set_string_value(model.dtype());
+  p["raw_to_vae"].set_string_value(model.raw_to_vae_formula());
+  return c;
 }
 
 }  // namespace vaedecode::server

@@ -23,7 +23,14 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
 // Fills `response` with the output "sample" of a finished decode.
 absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response);
 
-// The model's tensors as ModelMetadata describes them (-1: any size).
+// The model's tensors as ModelMetadata describes them (-1: any size), with
+// their default datatypes (FP32 in and out).
 inference::ModelMetadataResponse DescribeModel(const v1::ModelInfo& model);
+
+// Triton's ModelConfig of the model: the same tensors (max_batch_size 0:
+// the batch is in dims), and as parameters every datatype the latent and
+// the sample may take, the diffusers class, the dtype it decodes in and its
+// raw-latent formula.
+inference::ModelConfig DescribeConfig(const v1::ModelInfo& model);
 
 }  // namespace vaedecode::server

@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "server/collected_output.h"
 #include "server/http_query.h"
+#include "server/http_reply.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::server {
@@ -85,18 +86,8 @@ absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_
                                                int64_t width, int64_t token_pixels, Packing packing,
                                                std::vector<int64_t>* unpacked_shape);
 
-struct HttpReply {
-  int status = 200;
-  std::string content_type;
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-};
-
 // The reply for a finished decode (an error reply when it failed).
 HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output);
 
-// {"error": message} with the HTTP status for `status`'s code.
-HttpReply ErrorReply(const absl::Status& status);
-int HttpStatusFor(absl::StatusCode code);
 
 }  // namespace vaedecode::server

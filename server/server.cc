@@ -184,8 +184,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (!credentials.ok()) return credentials.status();
   Server* raw = s.get();
   // OIP replies are one message: what fits under the send limit.
-  s->oip_ = std::make_unique<OipService>(*s->service_, *s->catalog_, [raw] { return raw->Serving(); },
-                                         options.max_message_bytes - kMessageOverhead);
+  s->oip_answers_ = std::make_unique<OipAnswers>(*s->catalog_, *s->metrics_, [raw] { return raw->Serving(); });
+  s->oip_ = std::make_unique<OipService>(*s->service_, *s->oip_answers_, options.max_message_bytes - kMessageOverhead);
   s->surface_ = std::make_unique<PublicSurface>(std::vector<std::string>{
       kServiceName, "inference.GRPCInferenceService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
       "grpc.reflection.v1alpha.ServerReflection"});
@@ -236,7 +236,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     // one running request per group, whatever the queue limit.
     http.threads = static_cast<int>(std::clamp<int64_t>(options.max_queue + 8, 8, 256));
     absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
-        HttpEndpoint::Start(http, *s->service_, *s->catalog_, [raw] { return raw->Serving(); });
+        HttpEndpoint::Start(http, *s->service_, *s->catalog_, *s->oip_answers_, [raw] { return raw->Serving(); });
     if (!endpoint.ok()) return endpoint.status();
     s->http_ = *std::move(endpoint);
   }

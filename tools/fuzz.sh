@@ -13,6 +13,9 @@
 #                  validation and admission (server/remote_decode_fuzzer.cc)
 #   oip_infer      an OIP ModelInfer request: its protobuf, the translation,
 #                  validation and admission (server/oip_infer_fuzzer.cc)
+#   oip_rest       an OIP HTTP/REST infer request: its JSON header and binary
+#                  tensors, the same path, and the JSON or binary reply
+#                  (server/oip_rest_fuzzer.cc)
 #
 # Environment:
 #   FUZZ_OUTPUT_BASE  Bazel output base for the clang build (default
@@ -27,7 +30,8 @@
 # $FUZZ_WORKDIR/<target>/artifacts/. Fix the bug, then add the input to the
 # target's corpus as crash-<what> so its corpus test (//formats:
 # safetensors_corpus_test, npy_corpus_test, //server:remote_decode_corpus_test,
-# //server:oip_infer_corpus_test) replays it in every CI run.
+# //server:oip_infer_corpus_test, oip_rest_corpus_test) replays it in every
+# CI run.
 set -euo pipefail
 
 seconds="${1:-60}"
@@ -43,9 +47,10 @@ declare -A targets=(
   [npy]="//formats:npy_fuzzer formats/testdata/npy - 4096"
   [remote_decode]="//server:remote_decode_fuzzer server/testdata/remote_decode_corpus server/testdata/remote_decode.dict 4096"
   [oip_infer]="//server:oip_infer_fuzzer server/testdata/oip_infer_corpus - 4096"
+  [oip_rest]="//server:oip_rest_fuzzer server/testdata/oip_rest_corpus server/testdata/oip_rest.dict 4096"
 )
 names=("$@")
-if [ ${#names[@]} -eq 0 ]; then names=(safetensors npy remote_decode oip_infer); fi
+if [ ${#names[@]} -eq 0 ]; then names=(safetensors npy remote_decode oip_infer oip_rest); fi
 labels=()
 for name in "${names[@]}"; do
   [ -n "${targets[$name]:-}" ] || { echo "$0: unknown target $name (${!targets[*]})" >&2; exit 2; }

@@ -2,6 +2,8 @@
 
   remote_decode_corpus/  model byte, request target, '\\n', body
   oip_infer_corpus/      model byte, serialized inference.ModelInferRequest
+  oip_rest_corpus/       model byte, Inference-Header-Content-Length as 4
+                         little-endian bytes (0xffffffff: absent), POST body
 
 Run with the pinned venv (tools/python_env.sh: numpy, tritonclient's
 generated protobuf classes, whose field numbers are the protocol's):
@@ -15,7 +17,9 @@ conditioned), 4 windows (MiniMax-H3 frame table), 5 half (float16, 4 ch),
 crash-<what> files, so every test run replays them.
 """
 
+import json
 import pathlib
+import struct
 
 import numpy as np
 from tritonclient.grpc import service_pb2
@@ -115,17 +119,58 @@ def oip_seeds():
                                                 mode=3, fps=0.5)
 
 
+def rest_body(inputs, outputs=None, binary=b"", **parameters):
+    header = {"id": "fuzz-seed", "inputs": inputs}
+    if outputs is not None:
+        header["outputs"] = outputs
+    if parameters:
+        header["parameters"] = parameters
+    text = json.dumps(header).encode()
+    return (len(text) if binary else None), text + binary
+
+
+def oip_rest_seeds():
+    raw = floats((1, 16, 2, 2))
+    yield "binary_in_out", IMAGE, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 2, 2], "datatype": "FP32", "parameters": {"binary_data_size": len(raw)}}],
+        [{"name": "sample", "parameters": {"binary_data": True}}], raw)
+    yield "json_nested", IMAGE, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 1, 1], "datatype": "FP32", "data": [[[[0.5]] * 1] * 16]}],
+        output_format="uint8", latent_space="raw", scaling_factor=0.5)
+    half = floats((1, 16, 1, 2), np.float16)
+    yield "fp16_png_binary_output", IMAGE, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 1, 2], "datatype": "FP16", "parameters": {"binary_data_size": len(half)}}],
+        None, half, binary_data_output=True, output_format="png")
+    video = floats((1, 16, 2, 1, 1))
+    yield "video_mp4", VIDEO, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 2, 1, 1], "datatype": "FP32", "parameters": {"binary_data_size": len(video)}}],
+        [{"name": "sample"}], video, output_format="mp4", fps=12, binary_data_output=True)
+    yield "ltx_noise", LTX, *rest_body(
+        [{"name": "latent", "shape": [1, 128, 1, 1, 1], "datatype": "FP32", "data": [0.1] * 128}],
+        decode_timestep=0.05, noise_seed=18446744073709551615)
+    yield "classification", IMAGE, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 1, 1], "datatype": "FP32", "data": [1.0] * 16}],
+        [{"name": "sample", "parameters": {"classification": 3}}])
+    yield "bad_sizes", IMAGE, 10, b'{"inputs":[{"name":"latent","shape":[4611686018427387904,1],"datatype":"FP32",' \
+        b'"parameters":{"binary_data_size":-1}}]}'
+    yield "not_json", HALF, None, b'{"inputs": [{"name": "latent", "shape": [1, "4"], "data": [[[[[[[[[[1]]]]]]]]]]'
+
+
 def main():
-    for name, corpus in (("remote_decode_corpus", remote_decode_seeds()), ("oip_infer_corpus", oip_seeds())):
+    for name, corpus in (("remote_decode_corpus", remote_decode_seeds()), ("oip_infer_corpus", oip_seeds()),
+                         ("oip_rest_corpus", oip_rest_seeds())):
         folder = HERE / name
         folder.mkdir(exist_ok=True)
         for seed in corpus:
             if name == "remote_decode_corpus":
                 label, model, target, body = seed
                 data = bytes([model]) + target.encode() + b"\n" + body
-            else:
+            elif name == "oip_infer_corpus":
                 label, model, request = seed
                 data = bytes([model]) + request.SerializeToString()
+            else:
+                label, model, length, body = seed
+                data = bytes([model]) + struct.pack("<I", 0xFFFFFFFF if length is None else length) + body
             (folder / label).write_bytes(data)
         print(f"{folder}: {len(list(folder.iterdir()))} seeds")
 

@@ -14,7 +14,9 @@ gRPC Decode path (the C++ vaedecode_client) and diffusers' fixture decodes:
     /metrics counts protocol="oip";
   - what the protocol calls errors are errors (raw and typed contents at
     once, output parameters not honoured), an unknown model is not ready
-    rather than an error, and methods not served say what is.
+    rather than an error, and methods not served say what is;
+  - ModelConfig (every datatype served), the repository index and
+    statistics that count the decodes made.
 """
 
 import sys
@@ -183,6 +185,18 @@ def main():
         ranked.set_data_from_numpy(latent)
         expect_error(lambda: client.infer("flux1", [ranked], outputs=[grpcclient.InferRequestedOutput("sample", class_count=3)]),
                      "INVALID_ARGUMENT", "\"classification\" is not supported")
+
+    def config_index_and_statistics():
+        config = client.get_model_config("wan").config
+        assert config.max_batch_size == 0 and list(config.input[0].dims) == [-1, 16, -1, -1, -1], config
+        assert config.parameters["latent_datatypes"].string_value == "FP32,FP16,BF16"
+        assert "BYTES" in config.parameters["sample_datatypes"].string_value
+        index = client.get_model_repository_index()
+        assert sorted((m.name, m.state) for m in index.models) == [("flux1", "READY"), ("wan", "READY")], index
+        stats = {s.name: s for s in client.get_inference_statistics().model_stats}
+        assert stats["flux1"].execution_count >= 4 and stats["wan"].execution_count >= 2, stats
+        assert stats["flux1"].inference_stats.compute_infer.ns > 0 and stats["flux1"].last_inference > 0
+        expect_error(lambda: client.get_model_config("nope"), "NOT_FOUND", "flux1")
 
     def unserved_methods_say_what_is_served():
         expect_error(lambda: client.load_model("flux1"), "UNIMPLEMENTED", "RepositoryModelLoad", "ModelInfer")
