@@ -45,24 +45,26 @@ absl::Status CheckLatentDtype(const v1::Tensor& latent) {
   }
 }
 
-absl::StatusOr<int64_t> CountLatentElements(const v1::Tensor& latent) {
-  // Bounded so that numel × element size cannot overflow int64.
+absl::StatusOr<int64_t> CountElements(absl::Span<const int64_t> shape, absl::string_view field) {
   constexpr int64_t kMaxElements = int64_t{1} << 40;
+  const auto text = [&shape] { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); };
   int64_t numel = 1;
-  for (int i = 0; i < latent.shape_size(); ++i) {
-    const int64_t d = latent.shape(i);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t d = shape[i];
     if (d < 1) {
-      return absl::InvalidArgumentError(absl::StrCat("latent.shape: dimension ", i, " is ", d, " in ",
-                                                     ShapeString(latent.shape()),
+      return absl::InvalidArgumentError(absl::StrCat(field, ": dimension ", i, " is ", d, " in ", text(),
                                                      "; every dimension must be at least 1"));
     }
     if (d > kMaxElements / numel) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("latent.shape: ", ShapeString(latent.shape()), " has more than 2^40 elements"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", text(), " has more than 2^40 elements"));
     }
     numel *= d;
   }
   return numel;
+}
+
+absl::StatusOr<int64_t> CountLatentElements(const v1::Tensor& latent) {
+  return CountElements(latent.shape(), "latent.shape");
 }
 
 absl::Status CheckLatentBytes(const v1::Tensor& latent, int64_t numel) {

@@ -9,6 +9,8 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::rpc {
@@ -20,7 +22,11 @@ absl::StatusOr<int64_t> DTypeSize(v1::DType dtype);
 // Each INVALID_ARGUMENT names the field. The dtype: FLOAT32, FLOAT16 or
 // BFLOAT16.
 absl::Status CheckLatentDtype(const v1::Tensor& latent);
-// The element count: every dimension >= 1, at most 2^40 elements.
+// The element count of `shape`: every dimension >= 1, at most 2^40
+// elements (so numel × element size never overflows int64). The
+// INVALID_ARGUMENT names `field`.
+absl::StatusOr<int64_t> CountElements(absl::Span<const int64_t> shape, absl::string_view field);
+// The latent's element count (CountElements of latent.shape).
 absl::StatusOr<int64_t> CountLatentElements(const v1::Tensor& latent);
 // The data: numel × element size bytes.
 absl::Status CheckLatentBytes(const v1::Tensor& latent, int64_t numel);

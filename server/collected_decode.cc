@@ -14,6 +14,16 @@
 namespace vaedecode::server {
 namespace {
 
+// The refusal of an output larger than one unary reply may hold: at
+// admission from the predicted size (`bytes`), or while collecting (-1:
+// not known).
+absl::Status OutputTooLarge(int64_t max_output_bytes, int64_t bytes) {
+  const auto mib = [](int64_t b) { return absl::StrFormat("%.1f MiB", static_cast<double>(b) / (1 << 20)); };
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the output is ", bytes >= 0 ? mib(bytes) : std::string("more than that"), ", more than the ",
+      mib(max_output_bytes), " one unary reply may hold; decode it with vaedecode.v1.Decode (streaming)"));
+}
+
 // The Job's client stream, completed at once: each message goes straight
 // into the assembler (the only copy the server makes of the output) and the
 // write is done before StartWrite returns, so the group is never held by
@@ -30,10 +40,7 @@ class CollectingStream final : public JobStream {
       absl::MutexLock lock(&mu_);
       bytes_ += static_cast<int64_t>(message->ByteSizeLong());
       if (bytes_ > max_output_bytes_) {
-        failure = absl::ResourceExhaustedError(absl::StrFormat(
-            "the output is more than the %.1f MiB one unary reply may hold; decode it with vaedecode.v1.Decode "
-            "(streaming)",
-            static_cast<double>(max_output_bytes_) / (1 << 20)));
+        failure = OutputTooLarge(max_output_bytes_, -1);
       } else {
         failure = assembler_.Add(*message);
         if (!failure.ok()) failure = absl::InternalError(absl::StrCat("the group's stream: ", failure.message()));
@@ -80,6 +87,14 @@ std::shared_ptr<Job> DecodeService::StartCollected(v1::DecodeRequest request, ab
   active_.fetch_add(1);
   Admission admission = Admit(std::move(request), absl::Now(), deadline, std::move(protocol));
   if (!refusal.ok()) admission.status = std::move(refusal);  // the caller's reason comes first
+  if (admission.status.ok()) {
+    // A tensor output's size is known now: refused before any decode.
+    const int64_t predicted = PredictTensorOutputBytes(admission.job->request(), admission.job->model());
+    if (predicted > max_output_bytes) {
+      metrics_.RecordRejected("output_too_large");
+      admission.status = OutputTooLarge(max_output_bytes, predicted);
+    }
+  }
   auto stream = std::make_shared<CollectingStream>(
       admission.job.get(), max_output_bytes, [this, done = std::move(done)](CollectedOutput out) {
         done(std::move(out));

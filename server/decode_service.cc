@@ -222,7 +222,8 @@ void DecodeService::Report(const Job& job, const absl::Status& status, const std
   std::vector<int64_t> latent(req.latent().shape().begin(), req.latent().shape().end());
   const std::string model = job.model().name().empty() ? "_unknown" : job.model().name();
   if (job.TakePending()) metrics_.AddPending(job.model().name(), -1);
-  metrics_.RecordRequest(model, protocol, status.code(), total_ms / 1000, r.timings.queue_ms() / 1000,
+  const int64_t batch = req.latent().shape_size() > 0 ? req.latent().shape(0) : 1;
+  metrics_.RecordRequest(model, protocol, status.code(), batch, total_ms / 1000, r.timings.queue_ms() / 1000,
                          r.timings.decode_ms() / 1000);
   spdlog::info(
       "request id={} protocol={} model={} latent={} latent_dtype={} output={} format={} mode={} degree={} "

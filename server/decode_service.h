@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/collected_output.h"
 #include "server/job.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
@@ -56,16 +57,6 @@ struct DecodeServiceOptions {
   int64_t max_call_output_bytes = int64_t{512} << 20;
   int64_t max_output_buffer_bytes = int64_t{2} << 30;
   absl::Duration stream_stall_timeout = absl::Seconds(30);
-};
-
-// What DecodeCollected gathered.
-struct CollectedOutput {
-  absl::Status status;
-  std::string request_id;
-  v1::Header header;
-  v1::Trailer trailer;
-  std::string tensor;               // tensor outputs: C order in header.shape, header.dtype
-  std::vector<std::string> images;  // PNG / JPEG outputs: one file per image / frame
 };
 
 class DecodeService final : public v1::VaeDecoder::CallbackService {

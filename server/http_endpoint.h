@@ -1,18 +1,31 @@
 #pragma once
 
-// The HTTP endpoint (--http_listen): diffusers' remote_decode() protocol
-// (server/remote_decode.h) on cpp-httplib, in the server process, feeding
-// the same admission, queue, limits, metrics and logs as the gRPC Decode
-// (DecodeService::DecodeCollected, protocol "http").
+// The HTTP endpoint (--http_listen), in the server process, on cpp-httplib.
+// Two protocols, both feeding the same admission, queue, limits, deadlines,
+// metrics and request log line as the gRPC Decode
+// (DecodeService::StartCollected):
 //
+// diffusers' remote_decode() (server/remote_decode.h; protocol "http"):
 //   POST /               decode with the default model (--http_default_model,
 //                        or the only model served)
-//   POST /models/NAME    decode with model NAME
+//   POST /models/NAME[/] decode with model NAME
 //   GET  /health         "Ok" while the model (any model for /health) is
-//                        served and the server is not draining; 503 otherwise
-//   GET  /health/NAME    the same for one model
+//   GET  /health/NAME    served and the server is not draining; 503 otherwise
 //
-// A request's deadline is --http_request_timeout_s from its arrival.
+// The Open Inference Protocol's HTTP/REST binding (server/oip_rest.h, with
+// the answers of server/oip_answers.h; protocol "oip_http"), for
+// tritonclient.http and Triton's probes. M = /v2/models/NAME[/versions/1]:
+//   GET  /v2/health/live, /v2/health/ready, /v2 (server metadata)
+//   GET  M, M/ready, M/config, M/stats, /v2/models/stats
+//   POST M/infer (JSON tensors, or Triton's binary tensor extension)
+//   POST /v2/repository/index
+// Other /v2 paths (model load/unload, shared memory, trace, logging) answer
+// 501 naming what is served.
+//
+// A POST body is read as raw bytes whatever its Content-Type (a multipart
+// form is refused with 415); a served path asked with another method is 405
+// with Allow. A decode's deadline is --http_request_timeout_s from its
+// arrival, and it is cancelled when its client closes the connection.
 // Threading: requests run on the library's thread pool; Stop from the owner.
 
 #include <cstdint>
@@ -25,6 +38,7 @@
 #include "absl/time/time.h"
 #include "server/decode_service.h"
 #include "server/model_catalog.h"
+#include "server/oip_answers.h"
 
 namespace httplib {
 class Server;
@@ -38,7 +52,7 @@ struct HttpEndpointOptions {
   absl::Duration request_timeout = absl::Minutes(10);
   int threads = 16;                                  // concurrent requests (each waits for its decode)
   int64_t max_request_bytes = int64_t{64} << 20;     // body size
-  int64_t max_output_bytes = int64_t{512} << 20;     // one reply
+  int64_t max_output_bytes = int64_t{512} << 20;     // one reply (remote_decode and OIP infer)
 };
 
 class HttpEndpoint {
@@ -46,7 +60,8 @@ class HttpEndpoint {
   // Binds and starts serving. `serving` says whether the server as a whole
   // takes requests (not draining, a group ready).
   static absl::StatusOr<std::unique_ptr<HttpEndpoint>> Start(HttpEndpointOptions options, DecodeService& service,
-                                                             ModelCatalog& catalog, std::function<bool()> serving);
+                                                             ModelCatalog& catalog, const OipAnswers& oip,
+                                                             std::function<bool()> serving);
   ~HttpEndpoint();  // Stop()
 
   int port() const { return port_; }

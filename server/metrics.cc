@@ -1,6 +1,9 @@
 #include "server/metrics.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "rpc/status.h"
 
 namespace vaedecode::server {
@@ -137,16 +140,34 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                           .Add({}, LatencyBuckets())),
       rejected_(prometheus::BuildCounter()
                     .Name("vaedecode_rejected_requests_total")
-                    .Help("Requests refused by size, by reason (message_too_large: over --max_message_bytes)")
+                    .Help("Requests refused by size, by reason (message_too_large: over --max_message_bytes; "
+                          "output_too_large: a unary reply's predicted output over its limit)")
                     .Register(registry)) {
   rejected_.Add({{"reason", "message_too_large"}});
+  rejected_.Add({{"reason", "output_too_large"}});
 }
 
 void ServerMetrics::RecordRequest(const std::string& model, const std::string& protocol, absl::StatusCode code,
-                                  double total_s, double queue_s, double decode_s) {
+                                  int64_t batch, double total_s, double queue_s, double decode_s) {
   const std::string status = rpc::StatusCodeName(code);
   requests_.Add({{"model", model}, {"status", status}, {"protocol", protocol}}).Increment();
   request_seconds_.Add({{"status", status}}, LatencyBuckets()).Observe(total_s);
+  {
+    const auto ns = [](double s) { return static_cast<uint64_t>(std::max(0.0, s) * 1e9); };
+    absl::MutexLock lock(&counters_mu_);
+    ModelCounters& c = counters_[model];
+    if (code != absl::StatusCode::kOk) {
+      ++c.failure;
+      c.failure_ns += ns(total_s);
+    } else {
+      ++c.success;
+      c.inferences += static_cast<uint64_t>(std::max<int64_t>(1, batch));
+      c.success_ns += ns(total_s);
+      c.queue_ns += ns(queue_s);
+      c.compute_ns += ns(decode_s);
+      c.last_ms = absl::ToUnixMillis(absl::Now());
+    }
+  }
   if (code != absl::StatusCode::kOk) {
     failure_.Add({{"model", model}, {"reason", status}}).Increment();
     return;
@@ -155,6 +176,12 @@ void ServerMetrics::RecordRequest(const std::string& model, const std::string& p
   request_us_.Add({{"model", model}}).Increment(total_s * 1e6);
   queue_us_.Add({{"model", model}}).Increment(queue_s * 1e6);
   compute_us_.Add({{"model", model}}).Increment(decode_s * 1e6);
+}
+
+ModelCounters ServerMetrics::Counters(const std::string& model) const {
+  absl::MutexLock lock(&counters_mu_);
+  auto it = counters_.find(model);
+  return it == counters_.end() ? ModelCounters() : it->second;
 }
 
 void ServerMetrics::AddPending(const std::string& model, int64_t delta) {

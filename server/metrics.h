@@ -28,7 +28,8 @@
 //   vaedecode_stalled_streams_total                    counter (calls cancelled: the client stopped reading)
 //   vaedecode_cancel_release_seconds                   histogram (cancel or deadline to the group's release)
 //   vaedecode_rejected_requests_total{reason}          counter (message_too_large: over
-//                                                      --max_message_bytes)
+//                                                      --max_message_bytes; output_too_large: a
+//                                                      unary reply's predicted output over its limit)
 //
 // Triton's per-model names and meanings, so dashboards built for Triton
 // (nv_inference_*) work with the prefix swapped:
@@ -40,7 +41,7 @@
 //   vaedecode_pending_request_count{model}             gauge (queued, not yet on a group)
 //
 // Thread-safe: prometheus-cpp metrics are atomic and families lock when a
-// new label set is added.
+// new label set is added; the per-model counters have a lock of their own.
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -49,20 +50,39 @@
 #include <prometheus/registry.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 
 namespace vaedecode::server {
+
+// Triton's per-model statistics (the OIP ModelStatistics extension), from
+// the same events as the vaedecode_request_* counters.
+struct ModelCounters {
+  uint64_t success = 0;     // successful requests
+  uint64_t failure = 0;     // failed requests (any status but OK)
+  uint64_t inferences = 0;  // successful requests' batch entries
+  uint64_t success_ns = 0;  // their end-to-end time
+  uint64_t failure_ns = 0;
+  uint64_t queue_ns = 0;    // successful requests' queue time
+  uint64_t compute_ns = 0;  // successful requests' decode time on the group
+  int64_t last_ms = 0;      // ms since the epoch of the last success; 0: none
+};
 
 class ServerMetrics {
  public:
   // Registers every family on `registry`, which must outlive this object.
   explicit ServerMetrics(prometheus::Registry& registry);
 
-  // One finished request; queue and decode times count for successful ones.
-  void RecordRequest(const std::string& model, const std::string& protocol, absl::StatusCode code, double total_s, double queue_s,
-                     double decode_s);
+  // One finished request of `batch` entries; queue and decode times count
+  // for successful ones.
+  void RecordRequest(const std::string& model, const std::string& protocol, absl::StatusCode code, int64_t batch,
+                     double total_s, double queue_s, double decode_s);
+  // What RecordRequest has counted for `model` (all zero if nothing).
+  ModelCounters Counters(const std::string& model) const;
   // One finished decode, from the leader's header and trailer.
   void RecordDecode(const std::string& model, const std::string& family, const std::string& mode, int degree,
                     double decode_s, double gather_s, int64_t collectives, double collective_wait_s);
@@ -114,6 +134,8 @@ class ServerMetrics {
   prometheus::Counter& stalled_;
   prometheus::Histogram& cancel_release_;
   prometheus::Family<prometheus::Counter>& rejected_;
+  mutable absl::Mutex counters_mu_;
+  std::map<std::string, ModelCounters> counters_ ABSL_GUARDED_BY(counters_mu_);
 };
 
 }  // namespace vaedecode::server

@@ -13,116 +13,6 @@
 namespace vaedecode::server {
 namespace {
 
-constexpr char kInput[] = "latent";
-constexpr char kOutput[] = "sample";
-// Triton's request parameters that clients may send: not ours to refuse.
-const std::set<std::string>& TritonParameters() {
-  static const auto* names = new std::set<std::string>{
-      "sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"};
-  return *names;
-}
-
-absl::Status BadParameter(const std::string& name, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("parameter \"", name, "\": ", why));
-}
-
-absl::StatusOr<std::string> StringParameter(const std::string& name, const inference::InferParameter& p) {
-  if (p.parameter_choice_case() != inference::InferParameter::kStringParam) {
-    return BadParameter(name, "must be a string");
-  }
-  return p.string_param();
-}
-
-absl::StatusOr<double> NumberParameter(const std::string& name, const inference::InferParameter& p) {
-  switch (p.parameter_choice_case()) {
-    case inference::InferParameter::kDoubleParam:
-      return p.double_param();
-    case inference::InferParameter::kInt64Param:
-      return static_cast<double>(p.int64_param());
-    case inference::InferParameter::kUint64Param:
-      return static_cast<double>(p.uint64_param());
-    default:
-      return BadParameter(name, "must be a number");
-  }
-}
-
-// Applies one request parameter to `r`.
-absl::Status ApplyParameter(const std::string& name, const inference::InferParameter& p, v1::DecodeRequest& r) {
-  if (name == "latent_space") {
-    absl::StatusOr<std::string> v = StringParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v == "vae") r.set_latent_space(v1::LATENT_SPACE_VAE);
-    else if (*v == "raw") r.set_latent_space(v1::LATENT_SPACE_RAW);
-    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use vae or raw"));
-  } else if (name == "mode") {
-    absl::StatusOr<std::string> v = StringParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v == "auto") r.set_mode(v1::MODE_AUTO);
-    else if (*v == "dense") r.set_mode(v1::MODE_DENSE);
-    else if (*v == "exact") r.set_mode(v1::MODE_EXACT);
-    else if (*v == "tiled") r.set_mode(v1::MODE_TILED);
-    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use auto, dense, exact or tiled"));
-  } else if (name == "output_format") {
-    absl::StatusOr<std::string> v = StringParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v == "float32") r.set_output_format(v1::OUTPUT_FLOAT32);
-    else if (*v == "float16") r.set_output_format(v1::OUTPUT_FLOAT16);
-    else if (*v == "uint8") r.set_output_format(v1::OUTPUT_UINT8);
-    else if (*v == "png") r.set_output_format(v1::OUTPUT_PNG);
-    else if (*v == "jpeg" || *v == "jpg") r.set_output_format(v1::OUTPUT_JPEG);
-    else if (*v == "mp4") r.set_output_format(v1::OUTPUT_MP4);
-    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use float32, float16, uint8, png, jpeg or mp4"));
-  } else if (name == "scaling_factor" || name == "shift_factor") {
-    absl::StatusOr<double> v = NumberParameter(name, p);
-    if (!v.ok()) return v.status();
-    name == "scaling_factor" ? r.set_scaling_factor(*v) : r.set_shift_factor(*v);
-  } else if (name == "decode_timestep" || name == "decode_noise_scale") {
-    absl::StatusOr<double> v = NumberParameter(name, p);
-    if (!v.ok()) return v.status();
-    name == "decode_timestep" ? r.set_decode_timestep(*v) : r.set_decode_noise_scale(*v);
-  } else if (name == "noise_seed") {
-    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0) {
-      r.set_noise_seed(static_cast<uint64_t>(p.int64_param()));
-    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
-      r.set_noise_seed(p.uint64_param());
-    } else {
-      return BadParameter(name, "must be a non-negative integer");
-    }
-  } else if (name == "fps") {
-    absl::StatusOr<double> v = NumberParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v < 1 || *v > 240 || *v != static_cast<int>(*v)) return BadParameter(name, "use an integer 1..240");
-    r.set_fps(static_cast<int32_t>(*v));
-  } else if (name == "jpeg_quality") {
-    absl::StatusOr<double> v = NumberParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v < 1 || *v > 100 || *v != static_cast<int>(*v)) return BadParameter(name, "use an integer 1..100");
-    r.set_jpeg_quality(static_cast<int32_t>(*v));
-  } else if (TritonParameters().count(name) == 0) {
-    return BadParameter(name, "unknown; vaedecode takes latent_space, mode, output_format, scaling_factor, "
-                              "shift_factor, jpeg_quality, fps, decode_timestep, decode_noise_scale and "
-                              "noise_seed");
-  }
-  return absl::OkStatus();
-}
-
-// Triton's BYTES tensors on the wire: each element a 4-byte little-endian
-// length, then its bytes.
-std::string SerializeBytesTensor(const std::vector<std::string>& elements) {
-  size_t total = 0;
-  for (const std::string& e : elements) total += 4 + e.size();
-  std::string out;
-  out.reserve(total);
-  for (const std::string& e : elements) {
-    const uint32_t n = static_cast<uint32_t>(e.size());
-    const char length[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
-                            static_cast<char>((n >> 16) & 0xff), static_cast<char>((n >> 24) & 0xff)};
-    out.append(length, 4);
-    out.append(e);
-  }
-  return out;
-}
-
 // One ModelInfer call: cancels its job when the client goes away.
 class InferReactor final : public grpc::ServerUnaryReactor {
  public:
@@ -155,110 +45,8 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const abs
 
 }  // namespace
 
-absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInferRequest& request,
-                                                      const v1::ModelInfo& model) {
-  v1::DecodeRequest r;
-  r.set_model(model.name());
-  r.set_request_id(request.id());
-  if (request.inputs_size() != 1 || request.inputs(0).name() != kInput) {
-    std::vector<std::string> names;
-    for (const auto& in : request.inputs()) names.push_back(absl::StrCat("\"", in.name(), "\""));
-    return absl::InvalidArgumentError(absl::StrCat("inputs: expected one input \"latent\", got [",
-                                                   absl::StrJoin(names, ", "), "]"));
-  }
-  for (const auto& out : request.outputs()) {
-    if (out.name() != kOutput) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("outputs: \"", out.name(), "\" is not an output of model \"", model.name(), "\"; it has \"sample\""));
-    }
-  }
-  const auto& input = request.inputs(0);
-  v1::Tensor* latent = r.mutable_latent();
-  if (input.datatype() == "FP32") {
-    latent->set_dtype(v1::FLOAT32);
-  } else if (input.datatype() == "FP16") {
-    latent->set_dtype(v1::FLOAT16);
-  } else if (input.datatype() == "BF16") {
-    latent->set_dtype(v1::BFLOAT16);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input \"latent\": datatype ", input.datatype(), "; use FP32, FP16 or BF16"));
-  }
-  for (int64_t d : input.shape()) latent->add_shape(d);
-  if (request.raw_input_contents_size() > 0) {
-    if (request.raw_input_contents_size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(),
-                                                     " entries for one input"));
-    }
-    latent->set_data(request.raw_input_contents(0));
-  } else if (input.datatype() == "FP32" && input.contents().fp32_contents_size() > 0) {
-    const auto& values = input.contents().fp32_contents();
-    latent->mutable_data()->resize(static_cast<size_t>(values.size()) * 4);
-    std::memcpy(latent->mutable_data()->data(), values.data(), static_cast<size_t>(values.size()) * 4);
-  } else {
-    return absl::InvalidArgumentError(
-        "input \"latent\": no data (send raw_input_contents, or fp32_contents for FP32)");
-  }
-  for (const auto& [name, value] : request.parameters()) {
-    if (absl::Status s = ApplyParameter(name, value, r); !s.ok()) return s;
-  }
-  return r;
-}
-
-absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response) {
-  if (!output.status.ok()) return output.status;
-  const v1::Header& h = output.header;
-  response->set_id(output.request_id);
-  auto* out = response->add_outputs();
-  out->set_name(kOutput);
-  if (h.output_format() == v1::OUTPUT_PNG || h.output_format() == v1::OUTPUT_JPEG ||
-      h.output_format() == v1::OUTPUT_MP4) {
-    out->set_datatype("BYTES");
-    out->add_shape(static_cast<int64_t>(output.images.size()));
-    response->add_raw_output_contents(SerializeBytesTensor(output.images));
-  } else {
-    for (int64_t d : h.shape()) out->add_shape(d);
-    out->set_datatype(h.dtype() == v1::FLOAT32 ? "FP32" : h.dtype() == v1::FLOAT16 ? "FP16" : "UINT8");
-    response->add_raw_output_contents(std::move(output.tensor));
-  }
-  (*response->mutable_parameters())["mode"].set_string_param(v1::Mode_Name(h.mode()));
-  (*response->mutable_parameters())["degree"].set_int64_param(h.degree());
-  (*response->mutable_parameters())["decode_ms"].set_double_param(output.trailer.timings().decode_ms());
-  (*response->mutable_parameters())["queue_ms"].set_double_param(output.trailer.timings().queue_ms());
-  if (h.has_noise_seed()) (*response->mutable_parameters())["noise_seed"].set_uint64_param(h.noise_seed());
-  return absl::OkStatus();
-}
-
-inference::ModelMetadataResponse DescribeModel(const v1::ModelInfo& model) {
-  inference::ModelMetadataResponse m;
-  m.set_name(model.name());
-  m.add_versions("1");
-  m.set_platform(absl::StrCat("vaedecode_", model.family()));
-  auto* in = m.add_inputs();
-  in->set_name(kInput);
-  in->set_datatype("FP32");
-  auto* out = m.add_outputs();
-  out->set_name(kOutput);
-  out->set_datatype("FP32");
-  const std::vector<int64_t> in_shape = model.is_video() ? std::vector<int64_t>{-1, model.latent_channels(), -1, -1, -1}
-                                                         : std::vector<int64_t>{-1, model.latent_channels(), -1, -1};
-  for (int64_t d : in_shape) in->add_shape(d);
-  for (size_t i = 0; i < in_shape.size(); ++i) out->add_shape(i == 1 ? model.out_channels() : -1);
-  return m;
-}
-
-OipService::OipService(DecodeService& decode, ModelCatalog& catalog, std::function<bool()> serving,
-                       int64_t max_output_bytes)
-    : decode_(decode), catalog_(catalog), serving_(std::move(serving)), max_output_bytes_(max_output_bytes) {}
-
-absl::StatusOr<v1::ModelInfo> OipService::FindModel(const std::string& name, const std::string& version) const {
-  absl::StatusOr<v1::ModelInfo> model = catalog_.Lookup(name);
-  if (!model.ok()) return model.status();
-  if (!version.empty() && version != "1") {
-    return absl::NotFoundError(absl::StrCat("model \"", name, "\" has version 1 only, not \"", version, "\""));
-  }
-  return model;
-}
+OipService::OipService(DecodeService& decode, const OipAnswers& answers, int64_t max_output_bytes)
+    : decode_(decode), answers_(answers), max_output_bytes_(max_output_bytes) {}
 
 grpc::ServerUnaryReactor* OipService::ServerLive(grpc::CallbackServerContext* context,
                                                  const inference::ServerLiveRequest*,
@@ -270,59 +58,66 @@ grpc::ServerUnaryReactor* OipService::ServerLive(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* OipService::ServerReady(grpc::CallbackServerContext* context,
                                                   const inference::ServerReadyRequest*,
                                                   inference::ServerReadyResponse* response) {
-  response->set_ready(serving_());
+  response->set_ready(answers_.ServerReady());
   return Answer(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* OipService::ModelReady(grpc::CallbackServerContext* context,
                                                  const inference::ModelReadyRequest* request,
                                                  inference::ModelReadyResponse* response) {
-  absl::StatusOr<v1::ModelInfo> model = FindModel(request->name(), request->version());
-  if (model.ok()) response->set_ready(serving_() && catalog_.Serving(request->name()));
-  return Answer(context, model.status());
+  response->set_ready(answers_.ModelReady(request->name(), request->version()));
+  return Answer(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* OipService::ServerMetadata(grpc::CallbackServerContext* context,
                                                      const inference::ServerMetadataRequest*,
                                                      inference::ServerMetadataResponse* response) {
-  response->set_name("vaedecode");
-  response->set_version("1");
+  *response = answers_.ServerMetadata();
   return Answer(context, absl::OkStatus());
+}
+
+// Fills `response` from `answer`, or answers its error.
+template <typename Response>
+grpc::ServerUnaryReactor* AnswerWith(grpc::CallbackServerContext* context, absl::StatusOr<Response> answer,
+                                     Response* response) {
+  if (answer.ok()) *response = *std::move(answer);
+  return Answer(context, answer.status());
 }
 
 grpc::ServerUnaryReactor* OipService::ModelMetadata(grpc::CallbackServerContext* context,
                                                     const inference::ModelMetadataRequest* request,
                                                     inference::ModelMetadataResponse* response) {
-  absl::StatusOr<v1::ModelInfo> model = FindModel(request->name(), request->version());
-  if (model.ok()) *response = DescribeModel(*model);
-  return Answer(context, model.status());
+  return AnswerWith(context, answers_.ModelMetadata(request->name(), request->version()), response);
+}
+
+grpc::ServerUnaryReactor* OipService::ModelConfig(grpc::CallbackServerContext* context,
+                                                  const inference::ModelConfigRequest* request,
+                                                  inference::ModelConfigResponse* response) {
+  return AnswerWith(context, answers_.ModelConfig(request->name(), request->version()), response);
+}
+
+grpc::ServerUnaryReactor* OipService::ModelStatistics(grpc::CallbackServerContext* context,
+                                                      const inference::ModelStatisticsRequest* request,
+                                                      inference::ModelStatisticsResponse* response) {
+  return AnswerWith(context, answers_.ModelStatistics(request->name(), request->version()), response);
+}
+
+grpc::ServerUnaryReactor* OipService::RepositoryIndex(grpc::CallbackServerContext* context,
+                                                      const inference::RepositoryIndexRequest* request,
+                                                      inference::RepositoryIndexResponse* response) {
+  *response = answers_.RepositoryIndex(request->ready());
+  return Answer(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* OipService::ModelInfer(grpc::CallbackServerContext* context,
                                                  const inference::ModelInferRequest* request,
                                                  inference::ModelInferResponse* response) {
-  v1::DecodeRequest decode;
-  decode.set_model(request->model_name());
-  decode.set_request_id(request->id());
-  absl::Status refusal;
-  absl::StatusOr<v1::ModelInfo> model = FindModel(request->model_name(), request->model_version());
-  if (model.ok()) {
-    absl::StatusOr<v1::DecodeRequest> translated = TranslateModelInfer(*request, *model);
-    if (translated.ok()) {
-      decode = *std::move(translated);
-    } else {
-      refusal = translated.status();
-    }
-  } else if (!request->model_version().empty() && model.status().code() == absl::StatusCode::kNotFound &&
-             catalog_.Lookup(request->model_name()).ok()) {
-    refusal = model.status();  // a known model at an unknown version
-  }
-  // An unknown model is refused by the admission itself, with the list.
+  OipInferCall call = answers_.PrepareInfer(*request);
   auto* reactor = new InferReactor();
   response->set_model_name(request->model_name());
   response->set_model_version("1");
   std::shared_ptr<Job> job = decode_.StartCollected(
-      std::move(decode), rpc::CallDeadline(*context), "oip", max_output_bytes_, refusal,
+      std::move(call.decode), rpc::CallDeadline(*context), "oip", max_output_bytes_, call.refusal,
       [reactor, response](CollectedOutput out) {
         reactor->Finish(rpc::ToGrpcStatus(FillModelInferResponse(std::move(out), response)));
       });

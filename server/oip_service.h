@@ -25,9 +25,16 @@
 // streaming vaedecode.v1.Decode. Admission, queue, limits, deadline (the
 // call's), metrics (protocol "oip") and the log line are the gRPC Decode's.
 //
+// ModelConfig, ModelStatistics and RepositoryIndex answer from the catalog
+// and the server's counters (server/oip_answers.h, shared with the HTTP/REST
+// binding).
+//
 // Readiness mirrors the health service: ServerReady while a group is ready
 // and the server is not draining, ModelReady while a ready group serves the
-// model (NOT_FOUND for a model the server does not have).
+// model (not ready, as Triton answers, for a model or version the server
+// does not have). Input or output parameters other than the HTTP binding's
+// binary_data(_size), and raw and typed contents at once, are
+// INVALID_ARGUMENT.
 //
 // Threading: gRPC's callback API; nothing blocks a callback thread.
 
@@ -41,26 +48,17 @@
 #include "inference/grpc_predict_v2.grpc.pb.h"
 #include "server/decode_service.h"
 #include "server/model_catalog.h"
+#include "server/oip_answers.h"
+#include "server/oip_translation.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::server {
 
-// The DecodeRequest a ModelInferRequest asks for, for `model`.
-// INVALID_ARGUMENT naming the input, output or parameter at fault.
-absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInferRequest& request,
-                                                      const v1::ModelInfo& model);
-
-// Fills `response` with the output "sample" of a finished decode.
-absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response);
-
-// The model's tensors as ModelMetadata describes them (-1: any size).
-inference::ModelMetadataResponse DescribeModel(const v1::ModelInfo& model);
-
 class OipService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  // `serving`: the server as a whole takes requests. `max_output_bytes`:
-  // what one reply may hold. Borrowed objects outlive the service.
-  OipService(DecodeService& decode, ModelCatalog& catalog, std::function<bool()> serving, int64_t max_output_bytes);
+  // `max_output_bytes`: what one reply may hold. Borrowed objects outlive
+  // the service.
+  OipService(DecodeService& decode, const OipAnswers& answers, int64_t max_output_bytes);
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* context, const inference::ServerLiveRequest*,
                                        inference::ServerLiveResponse* response) override;
@@ -75,17 +73,22 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* context,
+                                        const inference::ModelConfigRequest* request,
+                                        inference::ModelConfigResponse* response) override;
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* context,
+                                            const inference::ModelStatisticsRequest* request,
+                                            inference::ModelStatisticsResponse* response) override;
+  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* context,
+                                            const inference::RepositoryIndexRequest* request,
+                                            inference::RepositoryIndexResponse* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
 
  private:
-  // The model `name` at `version` ("" or "1"), or NOT_FOUND with the list.
-  absl::StatusOr<v1::ModelInfo> FindModel(const std::string& name, const std::string& version) const;
-
   DecodeService& decode_;
-  ModelCatalog& catalog_;
-  const std::function<bool()> serving_;
+  const OipAnswers& answers_;
   const int64_t max_output_bytes_;
 };
 

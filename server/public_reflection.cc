@@ -3,7 +3,10 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace vaedecode::server {
 namespace {
@@ -136,6 +139,36 @@ grpc::Status ReflectionV1Alpha::ServerReflectionInfo(
                              grpc::reflection::v1alpha::ServerReflectionRequest>* stream) {
   return Serve<grpc::reflection::v1alpha::ServerReflectionRequest,
                grpc::reflection::v1alpha::ServerReflectionResponse>(surface_, stream);
+}
+
+}  // namespace vaedecode::server
+
+namespace vaedecode::server {
+
+std::string UnservedMethods::Explain(const std::string& method) const {
+  // "/package.Service/Method"
+  const size_t slash = method.rfind('/');
+  const std::string service = slash == std::string::npos || slash == 0 ? "" : method.substr(1, slash - 1);
+  const auto& services = surface_.services();
+  if (std::find(services.begin(), services.end(), service) != services.end()) {
+    std::vector<std::string> methods;
+    if (const google::protobuf::ServiceDescriptor* d =
+            google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service)) {
+      for (int i = 0; i < d->method_count(); ++i) methods.push_back(d->method(i)->name());
+    }
+    return absl::StrCat("vaedecode does not serve ", method, "; of ", service, " it serves ",
+                        methods.empty() ? std::string("what reflection lists") : absl::StrJoin(methods, ", "));
+  }
+  return absl::StrCat("vaedecode does not serve ", method, "; its services are ", absl::StrJoin(services, ", "));
+}
+
+grpc::ServerGenericBidiReactor* UnservedMethods::CreateReactor(grpc::GenericCallbackServerContext* context) {
+  class Refusal final : public grpc::ServerGenericBidiReactor {
+   public:
+    explicit Refusal(std::string message) { Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, message)); }
+    void OnDone() override { delete this; }
+  };
+  return new Refusal(Explain(context->method()));
 }
 
 }  // namespace vaedecode::server

@@ -10,6 +10,7 @@
 // Threading: the services are stateless apart from each stream's record of
 // the files it has sent; gRPC may run many streams at once.
 
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 
 #include <set>
@@ -56,6 +57,22 @@ class ReflectionV1Alpha final : public grpc::reflection::v1alpha::ServerReflecti
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<grpc::reflection::v1alpha::ServerReflectionResponse,
                                grpc::reflection::v1alpha::ServerReflectionRequest>* stream) override;
+
+ private:
+  const PublicSurface& surface_;
+};
+
+// Every method no registered service serves (gRPC would answer
+// UNIMPLEMENTED with an empty message): UNIMPLEMENTED naming the method and
+// what the port serves instead, e.g. Triton's RepositoryModelLoad or shared
+// memory calls from tritonclient.
+class UnservedMethods final : public grpc::CallbackGenericService {
+ public:
+  explicit UnservedMethods(const PublicSurface& surface) : surface_(surface) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override;
+
+  // The message for `method` ("/package.Service/Method").
+  std::string Explain(const std::string& method) const;
 
  private:
   const PublicSurface& surface_;

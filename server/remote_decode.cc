@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <cstring>
 
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "rpc/status.h"
+#include "rpc/latent_tensor.h"
 
 namespace vaedecode::server {
 namespace {
@@ -63,76 +62,58 @@ HttpReply TensorReply(std::string body, const std::vector<int64_t>& shape, const
 
 }  // namespace
 
-int HttpStatusFor(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kOk:
-      return 200;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange:
-      return 400;
-    case absl::StatusCode::kUnauthenticated:
-      return 401;
-    case absl::StatusCode::kPermissionDenied:
-      return 403;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kAborted:
-      return 409;
-    case absl::StatusCode::kResourceExhausted:
-      return 429;  // the queue, memory or a size limit: the message says which
-    case absl::StatusCode::kUnimplemented:
-      return 501;
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kCancelled:  // the server cut the call (drain)
-      return 503;
-    case absl::StatusCode::kDeadlineExceeded:
-      return 504;
-    default:
-      return 500;
-  }
-}
-
-HttpReply ErrorReply(const absl::Status& status) {
-  HttpReply reply;
-  reply.status = HttpStatusFor(status.code());
-  reply.content_type = "application/json";
-  nlohmann::json body = {{"error", std::string(status.message())}, {"code", rpc::StatusCodeName(status.code())}};
-  // Invalid UTF-8 in a message (an echoed parameter) is replaced, not thrown.
-  reply.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return reply;
-}
-
 absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_t element_size,
                                                const std::vector<int64_t>& packed_shape, int64_t height,
-                                               int64_t width, int64_t spatial_factor,
+                                               int64_t width, int64_t token_pixels, Packing packing,
                                                std::vector<int64_t>* unpacked_shape) {
-  const int64_t batch = packed_shape[0], patches = packed_shape[1], packed_channels = packed_shape[2];
-  const int64_t h = 2 * (height / (spatial_factor * 2)), w = 2 * (width / (spatial_factor * 2));
-  if (h < 2 || w < 2) {
-    return Bad("height/width", absl::StrCat(height, "x", width, " is smaller than one 2x2 patch of ",
-                                            spatial_factor, "-pixel latents"));
+  if (packed_shape.size() != 3) {
+    return Bad("shape", absl::StrCat("a packed latent is [B, tokens, channels]; got ", JsonShape(packed_shape)));
   }
-  if (packed_channels % 4 != 0) {
-    return Bad("shape", absl::StrCat("a packed latent's last dimension is 4 x channels; got ", packed_channels));
+  // Every size is bounded before anything is multiplied or read.
+  absl::StatusOr<int64_t> numel = rpc::CountElements(packed_shape, "query parameter shape");
+  if (!numel.ok()) return numel.status();
+  const int64_t batch = packed_shape[0], tokens = packed_shape[1], packed_channels = packed_shape[2];
+  const int64_t rows = height / token_pixels, cols = width / token_pixels;  // tokens per column and row
+  if (rows < 1 || cols < 1) {
+    return Bad("height/width", absl::StrCat(height, "x", width, " is smaller than one token of ", token_pixels,
+                                            "x", token_pixels, " pixels"));
   }
-  if (patches != (h / 2) * (w / 2)) {
-    return Bad("shape", absl::StrCat("a ", height, "x", width, " image packs into ", (h / 2) * (w / 2),
-                                     " patches; the latent has ", patches));
+  if (rows > tokens / cols || rows * cols != tokens) {
+    return Bad("shape", absl::StrCat("a ", height, "x", width, " image packs into ",
+                                     rows <= tokens / cols ? absl::StrCat(rows * cols) : std::string("more"),
+                                     " tokens (", token_pixels, "x", token_pixels, " pixels each); the latent ",
+                                     JsonShape(packed_shape), " has ", tokens));
   }
-  const int64_t channels = packed_channels / 4;
-  const int64_t want = batch * patches * packed_channels * element_size;
+  if (packing == Packing::kPatches2x2 && packed_channels % 4 != 0) {
+    return Bad("shape", absl::StrCat("a packed latent's last dimension is 4 x channels (2x2 patches); got ",
+                                     packed_channels, " in ", JsonShape(packed_shape)));
+  }
+  const int64_t want = *numel * element_size;
   if (static_cast<int64_t>(packed.size()) != want) {
     return absl::InvalidArgumentError(absl::StrCat("body: ", packed.size(), " bytes, but shape ",
                                                    JsonShape(packed_shape), " needs ", want));
   }
   std::string out(packed.size(), '\0');
-  // out[b, c, 2i + di, 2j + dj] = in[b, i·(w/2) + j, 4c + 2di + dj]
+  if (packing == Packing::kFlatten) {
+    // out[b, k, i, j] = in[b, i·cols + j, k]
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        const char* token = packed.data() + (b * tokens + t) * packed_channels * element_size;
+        for (int64_t k = 0; k < packed_channels; ++k) {
+          std::memcpy(out.data() + ((b * packed_channels + k) * tokens + t) * element_size, token + k * element_size,
+                      element_size);
+        }
+      }
+    }
+    *unpacked_shape = {batch, packed_channels, rows, cols};
+    return out;
+  }
+  const int64_t channels = packed_channels / 4, h = 2 * rows, w = 2 * cols;
+  // out[b, c, 2i + di, 2j + dj] = in[b, i·cols + j, 4c + 2di + dj]
   for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t i = 0; i < h / 2; ++i) {
-      for (int64_t j = 0; j < w / 2; ++j) {
-        const char* patch = packed.data() + ((b * patches + i * (w / 2) + j) * packed_channels) * element_size;
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const char* patch = packed.data() + ((b * tokens + i * cols + j) * packed_channels) * element_size;
         for (int64_t c = 0; c < channels; ++c) {
           for (int64_t di = 0; di < 2; ++di) {
             for (int64_t dj = 0; dj < 2; ++dj) {
@@ -180,30 +161,6 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   }
   if (shape.empty()) return Bad("shape", "missing; repeat it once per dimension (shape=1&shape=4&...)");
 
-  // Packed latents: [B, patches, 4C] with the image's height and width.
-  absl::StatusOr<const std::string*> height = Single(params, "height");
-  absl::StatusOr<const std::string*> width = Single(params, "width");
-  if (!height.ok()) return height.status();
-  if (!width.ok()) return width.status();
-  if (shape.size() == 3) {
-    if (*height == nullptr || *width == nullptr) {
-      return Bad("height/width", "a packed latent [B, patches, channels] needs the image's height and width");
-    }
-    if (model.is_video()) return Bad("shape", absl::StrCat("model \"", model.name(), "\" takes 5-D video latents"));
-    absl::StatusOr<int64_t> h = ParsePositive("height", **height);
-    absl::StatusOr<int64_t> w = ParsePositive("width", **width);
-    if (!h.ok()) return h.status();
-    if (!w.ok()) return w.status();
-    std::vector<int64_t> unpacked;
-    absl::StatusOr<std::string> z =
-        UnpackPackedLatent(body, element_size, shape, *h, *w, std::max<int64_t>(1, model.spatial_factor()), &unpacked);
-    if (!z.ok()) return z.status();
-    body = *std::move(z);
-    shape = unpacked;
-  }
-  for (int64_t d : shape) r.mutable_latent()->add_shape(d);
-  r.mutable_latent()->set_data(std::move(body));
-
   // The latent's space: raw with the request's scale and shift, raw with the
   // model's own formula (do_scaling), or as vae.decode takes it.
   absl::StatusOr<const std::string*> scaling = Single(params, "scaling_factor");
@@ -242,6 +199,40 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
       return Bad("latent_space", absl::StrCat("\"", **space, "\"; use vae or raw"));
     }
   }
+
+  // Packed latents [B, tokens, channels] with the image's height and width:
+  // FLUX.1's 2x2 patches, or FLUX.2's flattened raw latent (raw_patch 2),
+  // whose VAE-space form is the same 2x2 scatter.
+  absl::StatusOr<const std::string*> height = Single(params, "height");
+  absl::StatusOr<const std::string*> width = Single(params, "width");
+  if (!height.ok()) return height.status();
+  if (!width.ok()) return width.status();
+  if (shape.size() == 3) {
+    if (*height == nullptr || *width == nullptr) {
+      return Bad("height/width", "a packed latent [B, tokens, channels] needs the image's height and width");
+    }
+    if (model.is_video()) return Bad("shape", absl::StrCat("model \"", model.name(), "\" takes 5-D video latents"));
+    absl::StatusOr<int64_t> h = ParsePositive("height", **height);
+    absl::StatusOr<int64_t> w = ParsePositive("width", **width);
+    if (!h.ok()) return h.status();
+    if (!w.ok()) return w.status();
+    const int64_t factor = std::max<int64_t>(1, model.spatial_factor());
+    const bool flattened = model.raw_patch() > 1 && r.latent_space() == v1::LATENT_SPACE_RAW;
+    const int64_t token_pixels = factor * (model.raw_patch() > 1 ? model.raw_patch() : 2);
+    if (flattened && model.raw_latent_channels() > 0 && shape[2] != model.raw_latent_channels()) {
+      return Bad("shape", absl::StrCat("model \"", model.name(), "\" packs ", model.raw_latent_channels(),
+                                       " raw channels per token; the latent ", JsonShape(shape), " has ", shape[2]));
+    }
+    std::vector<int64_t> unpacked;
+    absl::StatusOr<std::string> z = UnpackPackedLatent(body, element_size, shape, *h, *w, token_pixels,
+                                                       flattened ? Packing::kFlatten : Packing::kPatches2x2,
+                                                       &unpacked);
+    if (!z.ok()) return z.status();
+    body = *std::move(z);
+    shape = unpacked;
+  }
+  for (int64_t d : shape) r.mutable_latent()->add_shape(d);
+  r.mutable_latent()->set_data(std::move(body));
 
   // Mode and JPEG quality (vaedecode's own parameters).
   absl::StatusOr<const std::string*> mode = Single(params, "mode");
@@ -299,9 +290,21 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     if (!b.ok()) return b.status();
     partial_postprocess = *b;
   }
+  absl::StatusOr<const std::string*> output_dtype = Single(params, "output_dtype");
+  if (!output_dtype.ok()) return output_dtype.status();
+  if (*output_dtype != nullptr && (type != "pt" || partial_postprocess)) {
+    return Bad("output_dtype", "applies to output_type=pt tensors (without partial_postprocess)");
+  }
   if (type == "pt") {
     call.reply = partial_postprocess ? RemoteReply::kPixels : RemoteReply::kTensor;
     r.set_output_format(partial_postprocess ? v1::OUTPUT_UINT8 : v1::OUTPUT_FLOAT32);
+    if (*output_dtype != nullptr) {
+      if (**output_dtype == "float16") {
+        r.set_output_format(v1::OUTPUT_FLOAT16);
+      } else if (**output_dtype != "float32") {
+        return Bad("output_dtype", absl::StrCat("\"", **output_dtype, "\"; use float32 or float16"));
+      }
+    }
   } else if (type == "pil") {
     if (model.is_video()) {
       call.reply = RemoteReply::kVideoFrames;
@@ -359,7 +362,7 @@ HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
       reply.body = std::move(output.images[0]);
       break;
     case RemoteReply::kTensor:
-      reply = TensorReply(std::move(output.tensor), shape, "float32");
+      reply = TensorReply(std::move(output.tensor), shape, h.dtype() == v1::FLOAT16 ? "float16" : "float32");
       break;
     case RemoteReply::kPixels: {
       // [B, (T,) H, W, C]: video frames flattened so each entry is one image.

@@ -9,14 +9,16 @@
 // output_type (pil, pt, mp4), image_format (jpg, png), partial_postprocess,
 // scaling_factor / shift_factor (the latent is raw: z / s + shift), or
 // do_scaling=True (raw, the model's own formula); height and width in
-// pixels for packed FLUX latents [B, (H/16)·(W/16), 4C]. Extensions:
+// pixels for packed latents: FLUX.1's [B, (H/16)·(W/16), 4C] 2x2 patches,
+// FLUX.2's [B, (H/16)·(W/16), 128] flattened raw latent. Extensions:
 // latent_space (vae, raw), mode (auto, dense, exact, tiled), jpeg_quality,
-// fps (MP4), decode_timestep / decode_noise_scale / noise_seed (LTX).
+// fps (MP4), decode_timestep / decode_noise_scale / noise_seed (LTX),
+// output_dtype (pt: float32, float16).
 //
 // Replies (what postprocess_decode reads):
 //   pil, image model     one JPEG/PNG file (batch 1)
 //   pil, video model     float32 [B·T, C, H, W] in [0, 1] (the processor path)
-//   pt                   float32 [B, C, H, W] / [B, C, T, H, W] in [-1, 1]
+//   pt                   float32 (or output_dtype) [B, C, H, W] / [B, C, T, H, W] in [-1, 1]
 //   pt + partial_postprocess  uint8 [B, H, W, C] (video: [B·T, H, W, C])
 //   mp4, video model     one H.264 MP4 file (batch 1; fps settable)
 // tensors with `shape` (a JSON list) and `dtype` headers; errors as
@@ -32,7 +34,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/decode_service.h"
+#include "server/collected_output.h"
+#include "server/http_query.h"
+#include "server/http_reply.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::server {
@@ -51,9 +55,6 @@ struct RemoteDecodeCall {
   RemoteReply reply = RemoteReply::kImageFile;
 };
 
-// Query parameters as the HTTP library hands them (a key may repeat).
-using QueryParams = std::multimap<std::string, std::string>;
-
 // The DecodeRequest a remote_decode POST asks for, for `model`. `body` is
 // moved into the latent (a packed latent is unpacked: one copy).
 // INVALID_ARGUMENT naming the parameter when one is missing or malformed;
@@ -61,26 +62,32 @@ using QueryParams = std::multimap<std::string, std::string>;
 absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params, std::string body,
                                                       const v1::ModelInfo& model);
 
-// FLUX's packed latent [B, (h/2)·(w/2), 4C] (2x2 patches of C channels) as
-// the [B, C, h, w] latent of a height x width image (h = 2·(height /
-// (2·spatial_factor))), bytes of `element_size`. diffusers' _unpack_latents.
+// How a packed latent [B, tokens, channels] lays out the latent it packs.
+enum class Packing {
+  // FluxPipeline._pack_latents: 2x2 patches of C latent channels, token
+  // i·(w/2) + j holding channel c's (di, dj) at 4c + 2di + dj. Unpacks to
+  // [B, C, h, w] (also FLUX.2's VAE-space latent: the same scatter is its
+  // unpack followed by _unpatchify_latents).
+  kPatches2x2,
+  // Flux2Pipeline._pack_latents: the raw latent [B, C, h, w] flattened,
+  // token i·w + j holding every channel. Unpacks to [B, C, h, w].
+  kFlatten,
+};
+
+// The latent a packed latent `packed_shape` = [B, tokens, channels] holds
+// for a height x width image, as diffusers unpacks it; each token covers
+// `token_pixels` x `token_pixels` pixels (16 for FLUX.1 and FLUX.2), so
+// tokens = (height / token_pixels) · (width / token_pixels). `packed` holds
+// B · tokens · channels elements of `element_size` bytes. Every size is
+// checked before anything is read (no product overflows): INVALID_ARGUMENT
+// naming the parameter when they do not agree.
 absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_t element_size,
                                                const std::vector<int64_t>& packed_shape, int64_t height,
-                                               int64_t width, int64_t spatial_factor,
+                                               int64_t width, int64_t token_pixels, Packing packing,
                                                std::vector<int64_t>* unpacked_shape);
-
-struct HttpReply {
-  int status = 200;
-  std::string content_type;
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-};
 
 // The reply for a finished decode (an error reply when it failed).
 HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output);
 
-// {"error": message} with the HTTP status for `status`'s code.
-HttpReply ErrorReply(const absl::Status& status);
-int HttpStatusFor(absl::StatusCode code);
 
 }  // namespace vaedecode::server

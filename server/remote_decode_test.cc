@@ -36,7 +36,7 @@ std::string Floats(int64_t n) {
 TEST(RemoteDecodeTest, UnpacksLikeDiffusers) {
   // [1, 2 patches, 8] = 2 channels of 2x2 patches of a 16x32 image (h=2, w=4).
   std::vector<int64_t> shape;
-  absl::StatusOr<std::string> z = UnpackPackedLatent(Floats(16), 4, {1, 2, 8}, 16, 32, 8, &shape);
+  absl::StatusOr<std::string> z = UnpackPackedLatent(Floats(16), 4, {1, 2, 8}, 16, 32, 16, Packing::kPatches2x2, &shape);
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(shape, (std::vector<int64_t>{1, 2, 2, 4}));
   float out[16];
@@ -45,10 +45,43 @@ TEST(RemoteDecodeTest, UnpacksLikeDiffusers) {
   // patch 0's (0, 1) then patch 1's (8, 9); row 1 is (2, 3), (10, 11).
   EXPECT_EQ(std::vector<float>(out, out + 8), (std::vector<float>{0, 1, 8, 9, 2, 3, 10, 11}));
   EXPECT_EQ(std::vector<float>(out + 8, out + 16), (std::vector<float>{4, 5, 12, 13, 6, 7, 14, 15}));
-  EXPECT_THAT(std::string(UnpackPackedLatent(Floats(16), 4, {1, 3, 8}, 16, 32, 8, &shape).status().message()),
-              HasSubstr("packs into 2 patches; the latent has 3"));
-  EXPECT_THAT(std::string(UnpackPackedLatent(Floats(12), 4, {1, 2, 6}, 16, 32, 8, &shape).status().message()),
+  EXPECT_THAT(std::string(UnpackPackedLatent(Floats(24), 4, {1, 3, 8}, 16, 32, 16, Packing::kPatches2x2, &shape).status().message()),
+              HasSubstr("packs into 2 tokens (16x16 pixels each); the latent [1, 3, 8] has 3"));
+  EXPECT_THAT(std::string(UnpackPackedLatent(Floats(12), 4, {1, 2, 6}, 16, 32, 16, Packing::kPatches2x2, &shape).status().message()),
               HasSubstr("4 x channels"));
+}
+
+TEST(RemoteDecodeTest, UnpacksFlux2ByTransposing) {
+  // Flux2Pipeline._pack_latents: [1, C=3, h=2, w=2] -> [1, 4 tokens, 3].
+  std::vector<int64_t> shape;
+  absl::StatusOr<std::string> z = UnpackPackedLatent(Floats(12), 4, {1, 4, 3}, 32, 32, 16, Packing::kFlatten, &shape);
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ(shape, (std::vector<int64_t>{1, 3, 2, 2}));
+  float out[12];
+  std::memcpy(out, z->data(), 48);
+  // out[k, t] = in[t, k]
+  EXPECT_EQ(std::vector<float>(out, out + 12), (std::vector<float>{0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11}));
+}
+
+TEST(RemoteDecodeTest, PackedSizesThatOverflowAreRefusedBeforeAnyRead) {
+  // 2^62 x 1 x 4 float32 elements is 2^66 bytes: 0 once wrapped in int64.
+  std::vector<int64_t> shape;
+  const absl::Status huge =
+      UnpackPackedLatent("", 4, {int64_t{1} << 62, 1, 4}, 16, 16, 16, Packing::kPatches2x2, &shape).status();
+  EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(huge.message()), HasSubstr("more than 2^40 elements"));
+  // Tokens that no height and width can give, with a product that would wrap.
+  const absl::Status wide = UnpackPackedLatent("", 4, {1, 4, 4}, int64_t{1} << 62, int64_t{1} << 62, 1,
+                                               Packing::kPatches2x2, &shape)
+                                .status();
+  EXPECT_THAT(std::string(wide.message()), HasSubstr("packs into more tokens"));
+  // Through the query as curl sends it, with an empty body.
+  const absl::Status query =
+      TranslateRemoteDecode(Params({{"shape", "4611686018427387904"}, {"shape", "1"}, {"shape", "4"},
+                                    {"dtype", "float32"}, {"height", "16"}, {"width", "16"}}),
+                            "", Flux())
+          .status();
+  EXPECT_EQ(query.code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RemoteDecodeTest, TranslatesWhatRemoteDecodeSends) {

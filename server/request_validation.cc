@@ -72,6 +72,26 @@ OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelIn
   return out;
 }
 
+int64_t PredictTensorOutputBytes(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
+  int64_t element_size = 0;
+  switch (request.output_format()) {
+    case v1::OUTPUT_FLOAT32:
+      element_size = 4;
+      break;
+    case v1::OUTPUT_FLOAT16:
+      element_size = 2;
+      break;
+    case v1::OUTPUT_UINT8:
+      element_size = 1;
+      break;
+    default:
+      return 0;
+  }
+  // At most 2^40 latent elements times a spatial factor² and a temporal
+  // factor: far from int64's range.
+  return PredictOutputSize(request, model).pixels() * std::max<int64_t>(1, model.out_channels()) * element_size;
+}
+
 absl::StatusOr<AdmissionLimits> ParseOutputPixelLimits(const std::string& flag) {
   AdmissionLimits limits;
   const auto bad = [&flag](absl::string_view piece, absl::string_view why) {

@@ -40,6 +40,12 @@ struct OutputSize {
 };
 OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
+// The bytes of a tensor output (FLOAT32, FLOAT16, UINT8) for a request that
+// passed ValidateDecodeRequest: output pixels × the model's output channels
+// × the element size. 0 for the encoded formats (PNG, JPEG, MP4), whose
+// size is known only once they are encoded.
+int64_t PredictTensorOutputBytes(const v1::DecodeRequest& request, const v1::ModelInfo& model);
+
 // What one request may cost, set by flags.
 struct AdmissionLimits {
   // Output pixels (batch × frames × height × width) of one request; 0: no limit.

@@ -184,19 +184,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (!credentials.ok()) return credentials.status();
   Server* raw = s.get();
   // OIP replies are one message: what fits under the send limit.
-  s->oip_ = std::make_unique<OipService>(*s->service_, *s->catalog_, [raw] { return raw->Serving(); },
-                                         options.max_message_bytes - kMessageOverhead);
+  s->oip_answers_ = std::make_unique<OipAnswers>(*s->catalog_, *s->metrics_, [raw] { return raw->Serving(); });
+  s->oip_ = std::make_unique<OipService>(*s->service_, *s->oip_answers_, options.max_message_bytes - kMessageOverhead);
   s->surface_ = std::make_unique<PublicSurface>(std::vector<std::string>{
       kServiceName, "inference.GRPCInferenceService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
       "grpc.reflection.v1alpha.ServerReflection"});
   s->reflection_v1_ = std::make_unique<ReflectionV1>(*s->surface_);
   s->reflection_v1alpha_ = std::make_unique<ReflectionV1Alpha>(*s->surface_);
+  s->unserved_ = std::make_unique<UnservedMethods>(*s->surface_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->oip_.get());
   builder.RegisterService(s->reflection_v1_.get());
   builder.RegisterService(s->reflection_v1alpha_.get());
+  builder.RegisterCallbackGenericService(s->unserved_.get());
 
   // gRPC refuses what is over its limit before any service sees it, so such
   // refusals could not be counted or explained: its limit is twice ours,
@@ -234,7 +236,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     // one running request per group, whatever the queue limit.
     http.threads = static_cast<int>(std::clamp<int64_t>(options.max_queue + 8, 8, 256));
     absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
-        HttpEndpoint::Start(http, *s->service_, *s->catalog_, [raw] { return raw->Serving(); });
+        HttpEndpoint::Start(http, *s->service_, *s->catalog_, *s->oip_answers_, [raw] { return raw->Serving(); });
     if (!endpoint.ok()) return endpoint.status();
     s->http_ = *std::move(endpoint);
   }

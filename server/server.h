@@ -2,7 +2,8 @@
 
 // The vaedecode server: the public gRPC services (vaedecode.v1 and the Open
 // Inference Protocol, with standard health and reflection), the optional
-// HTTP endpoint for diffusers' remote_decode, the scheduler, the worker groups and the /metrics endpoint,
+// HTTP endpoint (diffusers' remote_decode and the OIP's HTTP/REST binding),
+// the scheduler, the worker groups and the /metrics endpoint,
 // wired together and torn down in order.
 //
 // Reflection (grpc.reflection.v1 and v1alpha) describes the public services
@@ -119,10 +120,12 @@ class Server {
   std::unique_ptr<ModelCatalog> catalog_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<DecodeService> service_;
+  std::unique_ptr<OipAnswers> oip_answers_;
   std::unique_ptr<OipService> oip_;
   std::unique_ptr<PublicSurface> surface_;
   std::unique_ptr<ReflectionV1> reflection_v1_;
   std::unique_ptr<ReflectionV1Alpha> reflection_v1alpha_;
+  std::unique_ptr<UnservedMethods> unserved_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<HttpEndpoint> http_;

@@ -48,7 +48,7 @@ export LD_LIBRARY_PATH="$libtorch/lib:/usr/local/cuda/lib64\${LD_LIBRARY_PATH:+:
 exec "$venv/bin/python" "\$@"
 WRAP
   chmod +x "$wrapper"
-  "$wrapper" -c 'import torch, diffusers, tritonclient.grpc, av, PIL' \
+  "$wrapper" -c 'import torch, diffusers, tritonclient.grpc, tritonclient.http, av, PIL' \
     || { echo "python_env.sh: the venv does not import its packages" >&2; exit 1; }
   echo "$stamp" >"$venv/.stamp"
 fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, then builds and runs every test. Then the GPU
+# Installs what is missing, then builds and runs every test and a short run
+# of every fuzzer (tools/fuzz.sh). Then the GPU
 # build: the service, worker, CLI and GPU tests are built with --config=gpu
 # (LibTorch's CUDA backend, NCCL, /usr/local/cuda) into the bundle a bare GPU
 # machine runs (tools/gpu_bundle.sh), and the bundle's check runs here with
@@ -34,6 +35,21 @@ bazel test //... "$@" || status=$?
 # The CPU image from the binaries just built, before the --config=gpu build
 # below replaces them in bazel-bin (both configurations share one folder).
 tests/deploy/images_test.sh cpu "$(bazel info bazel-bin 2>/dev/null)" || status=1
+# A short libFuzzer run (clang, ASan + UBSan) of every parser a file or a
+# client reaches, from the committed corpora; the corpus tests above replay
+# them with gcc. VAEDECODE_FUZZ_SECONDS=0 skips it. After the CPU image:
+# --config=fuzz replaces what bazel-bin holds.
+fuzz_seconds=${VAEDECODE_FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" -gt 0 ]; then
+  t0=$SECONDS
+  if tools/fuzz.sh "$fuzz_seconds"; then
+    printf 'fuzz/all_parsers\tpassed\t%s\t\n' $((SECONDS - t0)) >>"$VAEDECODE_STEPS"
+  else
+    echo "test.sh: a fuzzer failed (tools/fuzz.sh)" >&2
+    printf 'fuzz/all_parsers\tfailed\t%s\t\n' $((SECONDS - t0)) >>"$VAEDECODE_STEPS"
+    status=1
+  fi
+fi
 if [ -f /usr/local/cuda/include/nccl.h ]; then
   if tools/gpu_bundle.sh out/gpu_bundle; then
     # The machine's own LibTorch stands in for a GPU machine's torch.

@@ -10,7 +10,13 @@ gRPC Decode path (the C++ vaedecode_client) and diffusers' fixture decodes:
     files vaedecode.v1.Decode makes;
   - errors name the problem (input, parameter, model, version), an output
     over the message limit is RESOURCE_EXHAUSTED naming the streaming
-    Decode, and the server keeps serving; /metrics counts protocol="oip".
+    Decode before any group decodes it, and the server keeps serving;
+    /metrics counts protocol="oip";
+  - what the protocol calls errors are errors (raw and typed contents at
+    once, output parameters not honoured), an unknown model is not ready
+    rather than an error, and methods not served say what is;
+  - ModelConfig (every datatype served), the repository index and
+    statistics that count the decodes made.
 """
 
 import sys
@@ -21,7 +27,9 @@ import io
 import av
 import numpy as np
 import safetensors.numpy
+import grpc
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from protocol_harness import TMP, Checks, Server, fixture
@@ -62,6 +70,11 @@ def main():
     pipeline_latent = load(fixture("flux1_kl", "pipeline_latent.safetensors"))
     expected = load(fixture("flux1_kl", "expected.safetensors"))
 
+    def queue_count():
+        """Jobs a group has taken (vaedecode_queue_seconds counts each once)."""
+        return sum(float(line.rsplit(" ", 1)[1]) for line in server.scrape().splitlines()
+                   if line.startswith("vaedecode_queue_seconds_count"))
+
     def grpc_decode(model, latent_path, out_name, *flags):
         out = TMP / out_name
         server.client(f"--model={model}", f"--latent={latent_path}", f"--out={out}", *flags)
@@ -71,7 +84,8 @@ def main():
         assert client.is_server_live() and client.is_server_ready()
         assert client.is_model_ready("flux1") and client.is_model_ready("wan")
         assert client.is_model_ready("wan", "1")
-        expect_error(lambda: client.is_model_ready("nope"), "NOT_FOUND", "flux1")
+        # Triton answers "not ready" for a model it does not have: readiness loops poll, they do not crash.
+        assert client.is_model_ready("nope") is False and client.is_model_ready("flux1", "7") is False
         meta = client.get_server_metadata()
         assert meta.name == "vaedecode", meta
         model = client.get_model_metadata("flux1")
@@ -144,9 +158,49 @@ def main():
         wrong_output = grpcclient.InferRequestedOutput("image")
         expect_error(lambda: client.infer("flux1", [versioned], outputs=[wrong_output]), "\"image\" is not an output")
         big = np.random.default_rng(0).standard_normal((1, 16, 64, 64), dtype=np.float32)
-        expect_error(lambda: infer(client, "flux1", big), "RESOURCE_EXHAUSTED", "vaedecode.v1.Decode (streaming)")
+        taken = queue_count()
+        expect_error(lambda: infer(client, "flux1", big), "RESOURCE_EXHAUSTED", "vaedecode.v1.Decode (streaming)",
+                     "the output is 3.0 MiB")
+        assert queue_count() == taken, "a group decoded a request whose reply was known to be too large"
         # And the server still serves.
         assert np.abs(infer(client, "flux1", latent) - expected).max() <= 1e-4
+
+    def raw_and_typed_contents_together_are_refused():
+        latent = load(fixture("flux1_kl", "latent.safetensors"))
+        # Raw and typed contents at once: the protocol says error.
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(server.grpc))
+        both = service_pb2.ModelInferRequest(model_name="flux1")
+        tensor = both.inputs.add(name="latent", datatype="FP32", shape=list(latent.shape))
+        tensor.contents.fp32_contents.extend(latent.ravel().tolist())
+        both.raw_input_contents.append(latent.tobytes())
+        try:
+            stub.ModelInfer(both)
+            raise AssertionError("raw and typed contents together were accepted")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "both raw_input_contents" in e.details(), e
+
+    def output_parameters_not_honoured_are_refused():
+        latent = load(fixture("flux1_kl", "latent.safetensors"))
+        ranked = grpcclient.InferInput("latent", list(latent.shape), "FP32")
+        ranked.set_data_from_numpy(latent)
+        expect_error(lambda: client.infer("flux1", [ranked], outputs=[grpcclient.InferRequestedOutput("sample", class_count=3)]),
+                     "INVALID_ARGUMENT", "\"classification\" is not supported")
+
+    def config_index_and_statistics():
+        config = client.get_model_config("wan").config
+        assert config.max_batch_size == 0 and list(config.input[0].dims) == [-1, 16, -1, -1, -1], config
+        assert config.parameters["latent_datatypes"].string_value == "FP32,FP16,BF16"
+        assert "BYTES" in config.parameters["sample_datatypes"].string_value
+        index = client.get_model_repository_index()
+        assert sorted((m.name, m.state) for m in index.models) == [("flux1", "READY"), ("wan", "READY")], index
+        stats = {s.name: s for s in client.get_inference_statistics().model_stats}
+        assert stats["flux1"].execution_count >= 4 and stats["wan"].execution_count >= 2, stats
+        assert stats["flux1"].inference_stats.compute_infer.ns > 0 and stats["flux1"].last_inference > 0
+        expect_error(lambda: client.get_model_config("nope"), "NOT_FOUND", "flux1")
+
+    def unserved_methods_say_what_is_served():
+        expect_error(lambda: client.load_model("flux1"), "UNIMPLEMENTED", "RepositoryModelLoad", "ModelInfer")
+        expect_error(lambda: client.get_system_shared_memory_status(), "UNIMPLEMENTED", "SystemSharedMemoryStatus")
 
     def metrics_count_oip_calls():
         text = server.scrape()
@@ -157,7 +211,7 @@ def main():
         assert ok >= 8 and refused >= 4, (ok, refused)
 
     for name, fn in list(locals().items()):  # the checks above, in order
-        if isinstance(fn, types.FunctionType) and not name.startswith(("grpc_decode", "main")) and fn.__code__.co_argcount == 0:
+        if isinstance(fn, types.FunctionType) and not name.startswith(("grpc_decode", "queue_count", "main")) and fn.__code__.co_argcount == 0:
             checks.run(name, fn)
     client.close()
     server.stop()

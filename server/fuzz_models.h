@@ -1,0 +1,16 @@
+#pragma once
+
+// The models the protocol fuzzers decode for: one of each shape of request a
+// client can meet (image, FLUX.2's packed raw latent, causal video, a
+// timestep-conditioned and a windowed video decoder, a float16 model, a
+// 4-channel output), picked by a byte of the input.
+
+#include <cstdint>
+
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::server {
+
+const v1::ModelInfo& FuzzModel(uint8_t selector);
+
+}  // namespace vaedecode::server

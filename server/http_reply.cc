@@ -1,0 +1,50 @@
+#include "server/http_reply.h"
+
+#include <nlohmann/json.hpp>
+
+#include "rpc/status.h"
+
+namespace vaedecode::server {
+
+int HttpStatusFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;  // the queue, memory or a size limit: the message says which
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:  // the server cut the call (drain)
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+HttpReply ErrorReply(const absl::Status& status) {
+  HttpReply reply;
+  reply.status = HttpStatusFor(status.code());
+  reply.content_type = "application/json";
+  nlohmann::json body = {{"error", std::string(status.message())}, {"code", rpc::StatusCodeName(status.code())}};
+  // Invalid UTF-8 in a message (an echoed parameter) is replaced, not thrown.
+  reply.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return reply;
+}
+
+}  // namespace vaedecode::server

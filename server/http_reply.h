@@ -1,0 +1,29 @@
+#pragma once
+
+// An HTTP reply as the endpoint's protocols build it (remote_decode, the OIP
+// HTTP/REST binding), and the one error form they share:
+// {"error": message, "code": "INVALID_ARGUMENT"} (tritonclient.http reads
+// "error"), with the HTTP status of the code.
+//
+// Thread-safe: pure functions.
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace vaedecode::server {
+
+struct HttpReply {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// {"error": message, "code": name} with the HTTP status for `status`'s code.
+HttpReply ErrorReply(const absl::Status& status);
+int HttpStatusFor(absl::StatusCode code);
+
+}  // namespace vaedecode::server

@@ -1,0 +1,287 @@
+#include "server/oip_translation.h"
+
+#include <cstring>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace vaedecode::server {
+namespace {
+
+constexpr char kInput[] = "latent";
+constexpr char kOutput[] = "sample";
+// Triton's request parameters that clients may send: not ours to refuse.
+const std::set<std::string>& TritonParameters() {
+  static const auto* names = new std::set<std::string>{
+      "sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"};
+  return *names;
+}
+
+absl::Status BadParameter(const std::string& name, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("parameter \"", name, "\": ", why));
+}
+
+absl::StatusOr<std::string> StringParameter(const std::string& name, const inference::InferParameter& p) {
+  if (p.parameter_choice_case() != inference::InferParameter::kStringParam) {
+    return BadParameter(name, "must be a string");
+  }
+  return p.string_param();
+}
+
+absl::StatusOr<double> NumberParameter(const std::string& name, const inference::InferParameter& p) {
+  switch (p.parameter_choice_case()) {
+    case inference::InferParameter::kDoubleParam:
+      return p.double_param();
+    case inference::InferParameter::kInt64Param:
+      return static_cast<double>(p.int64_param());
+    case inference::InferParameter::kUint64Param:
+      return static_cast<double>(p.uint64_param());
+    default:
+      return BadParameter(name, "must be a number");
+  }
+}
+
+// Applies one request parameter to `r`.
+absl::Status ApplyParameter(const std::string& name, const inference::InferParameter& p, v1::DecodeRequest& r) {
+  if (name == "latent_space") {
+    absl::StatusOr<std::string> v = StringParameter(name, p);
+    if (!v.ok()) return v.status();
+    if (*v == "vae") r.set_latent_space(v1::LATENT_SPACE_VAE);
+    else if (*v == "raw") r.set_latent_space(v1::LATENT_SPACE_RAW);
+    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use vae or raw"));
+  } else if (name == "mode") {
+    absl::StatusOr<std::string> v = StringParameter(name, p);
+    if (!v.ok()) return v.status();
+    if (*v == "auto") r.set_mode(v1::MODE_AUTO);
+    else if (*v == "dense") r.set_mode(v1::MODE_DENSE);
+    else if (*v == "exact") r.set_mode(v1::MODE_EXACT);
+    else if (*v == "tiled") r.set_mode(v1::MODE_TILED);
+    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use auto, dense, exact or tiled"));
+  } else if (name == "output_format") {
+    absl::StatusOr<std::string> v = StringParameter(name, p);
+    if (!v.ok()) return v.status();
+    if (*v == "float32") r.set_output_format(v1::OUTPUT_FLOAT32);
+    else if (*v == "float16") r.set_output_format(v1::OUTPUT_FLOAT16);
+    else if (*v == "uint8") r.set_output_format(v1::OUTPUT_UINT8);
+    else if (*v == "png") r.set_output_format(v1::OUTPUT_PNG);
+    else if (*v == "jpeg" || *v == "jpg") r.set_output_format(v1::OUTPUT_JPEG);
+    else if (*v == "mp4") r.set_output_format(v1::OUTPUT_MP4);
+    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use float32, float16, uint8, png, jpeg or mp4"));
+  } else if (name == "scaling_factor" || name == "shift_factor") {
+    absl::StatusOr<double> v = NumberParameter(name, p);
+    if (!v.ok()) return v.status();
+    name == "scaling_factor" ? r.set_scaling_factor(*v) : r.set_shift_factor(*v);
+  } else if (name == "decode_timestep" || name == "decode_noise_scale") {
+    absl::StatusOr<double> v = NumberParameter(name, p);
+    if (!v.ok()) return v.status();
+    name == "decode_timestep" ? r.set_decode_timestep(*v) : r.set_decode_noise_scale(*v);
+  } else if (name == "noise_seed") {
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0) {
+      r.set_noise_seed(static_cast<uint64_t>(p.int64_param()));
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      r.set_noise_seed(p.uint64_param());
+    } else {
+      return BadParameter(name, "must be a non-negative integer");
+    }
+  } else if (name == "fps") {
+    absl::StatusOr<double> v = NumberParameter(name, p);
+    if (!v.ok()) return v.status();
+    if (*v < 1 || *v > 240 || *v != static_cast<int>(*v)) return BadParameter(name, "use an integer 1..240");
+    r.set_fps(static_cast<int32_t>(*v));
+  } else if (name == "jpeg_quality") {
+    absl::StatusOr<double> v = NumberParameter(name, p);
+    if (!v.ok()) return v.status();
+    if (*v < 1 || *v > 100 || *v != static_cast<int>(*v)) return BadParameter(name, "use an integer 1..100");
+    r.set_jpeg_quality(static_cast<int32_t>(*v));
+  } else if (TritonParameters().count(name) == 0) {
+    return BadParameter(name, "unknown; vaedecode takes latent_space, mode, output_format, scaling_factor, "
+                              "shift_factor, jpeg_quality, fps, decode_timestep, decode_noise_scale and "
+                              "noise_seed");
+  }
+  return absl::OkStatus();
+}
+
+bool HasTypedContents(const inference::InferTensorContents& c) {
+  return c.bool_contents_size() > 0 || c.int_contents_size() > 0 || c.int64_contents_size() > 0 ||
+         c.uint_contents_size() > 0 || c.uint64_contents_size() > 0 || c.fp32_contents_size() > 0 ||
+         c.fp64_contents_size() > 0 || c.bytes_contents_size() > 0;
+}
+
+// Triton's BYTES tensors on the wire: each element a 4-byte little-endian
+// length, then its bytes.
+std::string SerializeBytesTensor(const std::vector<std::string>& elements) {
+  size_t total = 0;
+  for (const std::string& e : elements) total += 4 + e.size();
+  std::string out;
+  out.reserve(total);
+  for (const std::string& e : elements) {
+    const uint32_t n = static_cast<uint32_t>(e.size());
+    const char length[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                            static_cast<char>((n >> 16) & 0xff), static_cast<char>((n >> 24) & 0xff)};
+    out.append(length, 4);
+    out.append(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInferRequest& request,
+                                                      const v1::ModelInfo& model) {
+  v1::DecodeRequest r;
+  r.set_model(model.name());
+  r.set_request_id(request.id());
+  if (request.inputs_size() != 1 || request.inputs(0).name() != kInput) {
+    std::vector<std::string> names;
+    for (const auto& in : request.inputs()) names.push_back(absl::StrCat("\"", in.name(), "\""));
+    return absl::InvalidArgumentError(absl::StrCat("inputs: expected one input \"latent\", got [",
+                                                   absl::StrJoin(names, ", "), "]"));
+  }
+  for (const auto& out : request.outputs()) {
+    if (out.name() != kOutput) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("outputs: \"", out.name(), "\" is not an output of model \"", model.name(), "\"; it has \"sample\""));
+    }
+    for (const auto& [name, value] : out.parameters()) {
+      // binary_data is the HTTP binding's choice of encoding, decided there.
+      if (name == "binary_data") continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output \"sample\": parameter \"", name, "\" is not supported",
+          name == "classification" ? " (a decoded image has no classes)" : "",
+          name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served)" : "",
+          "; the output's form is the request parameter output_format"));
+    }
+  }
+  const auto& input = request.inputs(0);
+  v1::Tensor* latent = r.mutable_latent();
+  if (input.datatype() == "FP32") {
+    latent->set_dtype(v1::FLOAT32);
+  } else if (input.datatype() == "FP16") {
+    latent->set_dtype(v1::FLOAT16);
+  } else if (input.datatype() == "BF16") {
+    latent->set_dtype(v1::BFLOAT16);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input \"latent\": datatype ", input.datatype(), "; use FP32, FP16 or BF16"));
+  }
+  for (const auto& [name, value] : input.parameters()) {
+    // binary_data_size: the HTTP binding's framing, consumed there.
+    if (name == "binary_data_size") continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input \"latent\": parameter \"", name, "\" is not supported",
+        name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served: send the tensor's bytes)" : ""));
+  }
+  for (int64_t d : input.shape()) latent->add_shape(d);
+  if (request.raw_input_contents_size() > 0 && HasTypedContents(input.contents())) {
+    return absl::InvalidArgumentError(
+        "input \"latent\": both raw_input_contents and typed contents; send the tensor once (the protocol allows "
+        "one or the other)");
+  }
+  if (request.raw_input_contents_size() > 0) {
+    if (request.raw_input_contents_size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(),
+                                                     " entries for one input"));
+    }
+    latent->set_data(request.raw_input_contents(0));
+  } else if (input.datatype() == "FP32" && input.contents().fp32_contents_size() > 0) {
+    const auto& values = input.contents().fp32_contents();
+    latent->mutable_data()->resize(static_cast<size_t>(values.size()) * 4);
+    std::memcpy(latent->mutable_data()->data(), values.data(), static_cast<size_t>(values.size()) * 4);
+  } else {
+    return absl::InvalidArgumentError(
+        "input \"latent\": no data (send raw_input_contents, or fp32_contents for FP32)");
+  }
+  for (const auto& [name, value] : request.parameters()) {
+    if (absl::Status s = ApplyParameter(name, value, r); !s.ok()) return s;
+  }
+  return r;
+}
+
+absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response) {
+  if (!output.status.ok()) return output.status;
+  const v1::Header& h = output.header;
+  response->set_id(output.request_id);
+  auto* out = response->add_outputs();
+  out->set_name(kOutput);
+  if (h.output_format() == v1::OUTPUT_PNG || h.output_format() == v1::OUTPUT_JPEG ||
+      h.output_format() == v1::OUTPUT_MP4) {
+    out->set_datatype("BYTES");
+    out->add_shape(static_cast<int64_t>(output.images.size()));
+    response->add_raw_output_contents(SerializeBytesTensor(output.images));
+  } else {
+    for (int64_t d : h.shape()) out->add_shape(d);
+    out->set_datatype(h.dtype() == v1::FLOAT32 ? "FP32" : h.dtype() == v1::FLOAT16 ? "FP16" : "UINT8");
+    response->add_raw_output_contents(std::move(output.tensor));
+  }
+  (*response->mutable_parameters())["mode"].set_string_param(v1::Mode_Name(h.mode()));
+  (*response->mutable_parameters())["degree"].set_int64_param(h.degree());
+  (*response->mutable_parameters())["decode_ms"].set_double_param(output.trailer.timings().decode_ms());
+  (*response->mutable_parameters())["queue_ms"].set_double_param(output.trailer.timings().queue_ms());
+  if (h.has_noise_seed()) (*response->mutable_parameters())["noise_seed"].set_uint64_param(h.noise_seed());
+  return absl::OkStatus();
+}
+
+namespace {
+
+// [B, C, (T,) H, W] with -1 for what any request may choose.
+std::vector<int64_t> LatentDims(const v1::ModelInfo& model) {
+  return model.is_video() ? std::vector<int64_t>{-1, model.latent_channels(), -1, -1, -1}
+                          : std::vector<int64_t>{-1, model.latent_channels(), -1, -1};
+}
+
+std::vector<int64_t> SampleDims(const v1::ModelInfo& model) {
+  std::vector<int64_t> dims = LatentDims(model);
+  dims[1] = model.out_channels();
+  return dims;
+}
+
+}  // namespace
+
+inference::ModelMetadataResponse DescribeModel(const v1::ModelInfo& model) {
+  inference::ModelMetadataResponse m;
+  m.set_name(model.name());
+  m.add_versions("1");
+  m.set_platform(absl::StrCat("vaedecode_", model.family()));
+  // One datatype per tensor is all the protocol's metadata can say: the
+  // defaults. ModelConfig's parameters list every datatype served.
+  auto* in = m.add_inputs();
+  in->set_name(kInput);
+  in->set_datatype("FP32");
+  for (int64_t d : LatentDims(model)) in->add_shape(d);
+  auto* out = m.add_outputs();
+  out->set_name(kOutput);
+  out->set_datatype("FP32");
+  for (int64_t d : SampleDims(model)) out->add_shape(d);
+  return m;
+}
+
+inference::ModelConfig DescribeConfig(const v1::ModelInfo& model) {
+  inference::ModelConfig c;
+  c.set_name(model.name());
+  c.set_platform(absl::StrCat("vaedecode_", model.family()));
+  c.set_backend("vaedecode");
+  c.set_max_batch_size(0);  // the batch is the latent's first dimension, in dims
+  auto* in = c.add_input();
+  in->set_name(kInput);
+  in->set_data_type(inference::TYPE_FP32);
+  in->set_format(model.is_video() ? inference::ModelInput::FORMAT_NONE : inference::ModelInput::FORMAT_NCHW);
+  for (int64_t d : LatentDims(model)) in->add_dims(d);
+  auto* out = c.add_output();
+  out->set_name(kOutput);
+  out->set_data_type(inference::TYPE_FP32);
+  for (int64_t d : SampleDims(model)) out->add_dims(d);
+  auto& p = *c.mutable_parameters();
+  p["latent_datatypes"].set_string_value("FP32,FP16,BF16");
+  p["sample_datatypes"].set_string_value(
+      "FP32 (output_format float32, the default), FP16 (float16), UINT8 (uint8, channels last), "
+      "BYTES (png, jpeg: one file per image or frame; mp4: one video per batch entry)");
+  p["diffusers_class"].set_string_value(model.diffusers_class());
+  p["dtype"].set_string_value(model.dtype());
+  p["raw_to_vae"].set_string_value(model.raw_to_vae_formula());
+  return c;
+}
+
+}  // namespace vaedecode::server

@@ -1,0 +1,179 @@
+"""Writes the seed corpora of the protocol fuzzers (server/*_fuzzer.cc):
+
+  remote_decode_corpus/  model byte, request target, '\\n', body
+  oip_infer_corpus/      model byte, serialized inference.ModelInferRequest
+  oip_rest_corpus/       model byte, Inference-Header-Content-Length as 4
+                         little-endian bytes (0xffffffff: absent), POST body
+
+Run with the pinned venv (tools/python_env.sh: numpy, tritonclient's
+generated protobuf classes, whose field numbers are the protocol's):
+
+  $(tools/python_env.sh) server/testdata/make_protocol_corpus.py
+
+Model bytes index server/fuzz_models.cc: 0 image (FLUX.1-like, 16 ch),
+1 flux2 (packed raw, 128 raw ch), 2 video (Wan-like), 3 ltx (timestep
+conditioned), 4 windows (MiniMax-H3 frame table), 5 half (float16, 4 ch),
+6 rgba (4 output channels). Crashes the fuzzers find are added by hand as
+crash-<what> files, so every test run replays them.
+"""
+
+import json
+import pathlib
+import struct
+
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+HERE = pathlib.Path(__file__).parent
+IMAGE, FLUX2, VIDEO, LTX, WINDOWS, HALF, RGBA = range(7)
+
+
+def query(shape, **params):
+    pieces = [f"shape={d}" for d in shape] + [f"{k}={v}" for k, v in params.items()]
+    return "/models/m?" + "&".join(pieces)
+
+
+def floats(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype).tobytes()
+
+
+def remote_decode_seeds():
+    yield "image_pt", IMAGE, query([1, 16, 2, 2], dtype="float32", output_type="pt"), floats((1, 16, 2, 2))
+    yield "image_pil_scaling", IMAGE, query([1, 16, 2, 3], dtype="float32", scaling_factor=0.3611,
+                                            shift_factor=0.1159, image_format="png"), floats((1, 16, 2, 3))
+    yield "image_half_partial", IMAGE, query([1, 16, 2, 2], dtype="float16", output_type="pt",
+                                             partial_postprocess="True", do_scaling="True"), \
+        floats((1, 16, 2, 2), np.float16)
+    yield "image_bf16_mode", IMAGE, query([2, 16, 1, 2], dtype="bfloat16", output_type="pt", mode="exact",
+                                          output_dtype="float16"), b"\x3f\x80" * 64
+    yield "flux1_packed", IMAGE, query([1, 4, 64], dtype="float32", height=32, width=32, output_type="pt"), \
+        floats((1, 4, 64))
+    yield "flux2_packed", FLUX2, query([1, 2, 128], dtype="float32", height=16, width=32, output_type="pt"), \
+        floats((1, 2, 128))
+    yield "flux2_packed_vae", FLUX2, query([1, 1, 128], dtype="float32", height=16, width=16, do_scaling="False",
+                                           output_type="pt"), floats((1, 1, 128))
+    yield "video_mp4", VIDEO, query([1, 16, 2, 2, 2], dtype="float32", output_type="mp4", fps=24), \
+        floats((1, 16, 2, 2, 2))
+    yield "video_pil", VIDEO, query([1, 16, 3, 1, 2], dtype="float32", do_scaling="False"), floats((1, 16, 3, 1, 2))
+    yield "ltx_noise", LTX, query([1, 128, 2, 1, 1], dtype="float32", output_type="pt", decode_timestep=0.05,
+                                  decode_noise_scale=0.025, noise_seed=7), floats((1, 128, 2, 1, 1))
+    yield "windows_frames", WINDOWS, query([1, 16, 5, 1, 1], dtype="float32", output_type="pt"), \
+        floats((1, 16, 5, 1, 1))
+    yield "half_overflow", HALF, query([1, 4, 1, 2], dtype="float32", output_type="pt"), \
+        np.array([7e4, 1, float("nan"), 2], np.float32).tobytes() * 1
+    yield "rgba_jpeg", RGBA, query([1, 16, 1, 1], dtype="float32", image_format="jpg", jpeg_quality=90), \
+        floats((1, 16, 1, 1))
+    # The issue's SIGSEGV: 2^62 x 1 x 4 float32 elements wrap to 0 bytes.
+    yield "crash-packed_shape_overflow", IMAGE, \
+        "/models/flux1?shape=4611686018427387904&shape=1&shape=4&dtype=float32&height=16&width=16", b""
+    yield "packed_tokens_overflow", IMAGE, query([1, 4, 4], dtype="float32", height=2**62, width=2**62), b""
+    yield "percent_encoded", IMAGE, "/?shape=1&shape=16&shape=1&shape=1&dtype=float32&scaling%5Ffactor=%2B1e0&" \
+        "output_type=pt&x=%zz%", floats((1, 16, 1, 1))
+    yield "bad_values", IMAGE, query([1, -16, 0], dtype="int8", fps=999, jpeg_quality=0, mode="fast"), b"\x00" * 3
+
+
+def infer_request(datatype, shape, raw=None, fp32=None, **parameters):
+    r = service_pb2.ModelInferRequest(model_name="m", id="fuzz-seed")
+    t = r.inputs.add(name="latent", datatype=datatype, shape=list(shape))
+    if fp32 is not None:
+        t.contents.fp32_contents.extend(fp32)
+    if raw is not None:
+        r.raw_input_contents.append(raw)
+    r.outputs.add(name="sample")
+    for k, v in parameters.items():
+        p = r.parameters[k]
+        if isinstance(v, bool):
+            p.bool_param = v
+        elif isinstance(v, int):
+            p.int64_param = v
+        elif isinstance(v, float):
+            p.double_param = v
+        else:
+            p.string_param = v
+    return r
+
+
+def oip_seeds():
+    yield "image_raw", IMAGE, infer_request("FP32", (1, 16, 2, 2), raw=floats((1, 16, 2, 2)))
+    yield "image_fp32_contents", IMAGE, infer_request("FP32", (1, 16, 1, 1), fp32=[0.5] * 16,
+                                                      latent_space="raw", scaling_factor=0.5, shift_factor=0.1)
+    yield "image_fp16_uint8", IMAGE, infer_request("FP16", (1, 16, 1, 2), raw=floats((1, 16, 1, 2), np.float16),
+                                                   output_format="uint8", mode="dense")
+    yield "image_bf16_png", IMAGE, infer_request("BF16", (1, 16, 1, 1), raw=b"\x3f\x80" * 16, output_format="png",
+                                                 jpeg_quality=80, priority=1, timeout=100)
+    yield "flux2_raw", FLUX2, infer_request("FP32", (1, 128, 1, 1), raw=floats((1, 128, 1, 1)), latent_space="raw")
+    yield "video_mp4", VIDEO, infer_request("FP32", (1, 16, 2, 1, 1), raw=floats((1, 16, 2, 1, 1)),
+                                            output_format="mp4", fps=30)
+    yield "ltx_seed", LTX, infer_request("FP32", (1, 128, 1, 1, 1), raw=floats((1, 128, 1, 1, 1)),
+                                         decode_timestep=0.05, noise_seed=3)
+    yield "windows_float16", WINDOWS, infer_request("FP32", (1, 16, 4, 1, 1), raw=floats((1, 16, 4, 1, 1)),
+                                                    output_format="float16")
+    both = infer_request("FP32", (1, 16, 1, 1), raw=floats((1, 16, 1, 1)), fp32=[1.0] * 16)
+    yield "raw_and_typed", IMAGE, both
+    classified = infer_request("FP32", (1, 16, 1, 1), raw=floats((1, 16, 1, 1)))
+    classified.outputs[0].parameters["classification"].int64_param = 3
+    yield "output_classification", IMAGE, classified
+    huge = infer_request("FP32", (2**62, 1, 4, 1), raw=b"")
+    yield "shape_overflow", IMAGE, huge
+    yield "bad_parameters", HALF, infer_request("FP64", (1, 4, 1, 1), raw=b"\x00" * 32, colour="red",
+                                                mode=3, fps=0.5)
+
+
+def rest_body(inputs, outputs=None, binary=b"", **parameters):
+    header = {"id": "fuzz-seed", "inputs": inputs}
+    if outputs is not None:
+        header["outputs"] = outputs
+    if parameters:
+        header["parameters"] = parameters
+    text = json.dumps(header).encode()
+    return (len(text) if binary else None), text + binary
+
+
+def oip_rest_seeds():
+    raw = floats((1, 16, 2, 2))
+    yield "binary_in_out", IMAGE, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 2, 2], "datatype": "FP32", "parameters": {"binary_data_size": len(raw)}}],
+        [{"name": "sample", "parameters": {"binary_data": True}}], raw)
+    yield "json_nested", IMAGE, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 1, 1], "datatype": "FP32", "data": [[[[0.5]] * 1] * 16]}],
+        output_format="uint8", latent_space="raw", scaling_factor=0.5)
+    half = floats((1, 16, 1, 2), np.float16)
+    yield "fp16_png_binary_output", IMAGE, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 1, 2], "datatype": "FP16", "parameters": {"binary_data_size": len(half)}}],
+        None, half, binary_data_output=True, output_format="png")
+    video = floats((1, 16, 2, 1, 1))
+    yield "video_mp4", VIDEO, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 2, 1, 1], "datatype": "FP32", "parameters": {"binary_data_size": len(video)}}],
+        [{"name": "sample"}], video, output_format="mp4", fps=12, binary_data_output=True)
+    yield "ltx_noise", LTX, *rest_body(
+        [{"name": "latent", "shape": [1, 128, 1, 1, 1], "datatype": "FP32", "data": [0.1] * 128}],
+        decode_timestep=0.05, noise_seed=18446744073709551615)
+    yield "classification", IMAGE, *rest_body(
+        [{"name": "latent", "shape": [1, 16, 1, 1], "datatype": "FP32", "data": [1.0] * 16}],
+        [{"name": "sample", "parameters": {"classification": 3}}])
+    yield "bad_sizes", IMAGE, 10, b'{"inputs":[{"name":"latent","shape":[4611686018427387904,1],"datatype":"FP32",' \
+        b'"parameters":{"binary_data_size":-1}}]}'
+    yield "not_json", HALF, None, b'{"inputs": [{"name": "latent", "shape": [1, "4"], "data": [[[[[[[[[[1]]]]]]]]]]'
+
+
+def main():
+    for name, corpus in (("remote_decode_corpus", remote_decode_seeds()), ("oip_infer_corpus", oip_seeds()),
+                         ("oip_rest_corpus", oip_rest_seeds())):
+        folder = HERE / name
+        folder.mkdir(exist_ok=True)
+        for seed in corpus:
+            if name == "remote_decode_corpus":
+                label, model, target, body = seed
+                data = bytes([model]) + target.encode() + b"\n" + body
+            elif name == "oip_infer_corpus":
+                label, model, request = seed
+                data = bytes([model]) + request.SerializeToString()
+            else:
+                label, model, length, body = seed
+                data = bytes([model]) + struct.pack("<I", 0xFFFFFFFF if length is None else length) + body
+            (folder / label).write_bytes(data)
+        print(f"{folder}: {len(list(folder.iterdir()))} seeds")
+
+
+if __name__ == "__main__":
+    main()
