@@ -22,10 +22,15 @@
 #include "device/compute_device.h"
 #include "device/device_memory.h"
 #include "client/client_io.h"
-#include "client/output_assembler.h"
+#include "rpc/output_assembler.h"
 #include "formats/tensor_file.h"
 #include "rpc/leader_call.h"
+#include "rpc/modes.h"
+#include "rpc/output_assembler.h"
+#include "rpc/output_formats.h"
 #include "rpc/request_checks.h"
+#include "rpc/request_options.h"
+#include "rpc/status_macros.h"
 #include "tiling/calibration.h"
 #include "tiling/planner.h"
 #include "worker/decode_job.h"
@@ -146,36 +151,18 @@ std::string Figures(const families::Decoder& decoder, const worker::DecodePlan& 
   return figures;
 }
 
-// --jpeg-quality, --fps, --scaling-factor, --shift-factor,
-// --decode-timestep, --decode-noise-scale, --noise-seed into `request`'s
-// fields of the same names (their values are checked with the request).
+// The request options the CLI offers (rpc/request_options.h: --latent-space,
+// --jpeg-quality, --fps, --scaling-factor, ...) into `request`, parsed and
+// range-checked by the table, as every front end does.
 absl::Status ParseRequestOptions(const ParsedArgs& args, v1::DecodeRequest& request) {
-  const auto number = [&](const char* flag, const std::function<void(double)>& set) -> absl::Status {
-    std::optional<std::string> v = args.Get(flag);
-    if (!v) return absl::OkStatus();
-    double d = 0;
-    if (!absl::SimpleAtod(*v, &d)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be a number, got \"", *v, "\""));
+  for (const rpc::OptionInfo& option : rpc::RequestOptions()) {
+    if ((option.surfaces & rpc::kCli) == 0) continue;
+    const std::string flag = option.CliFlag();
+    std::optional<std::string> value = args.Get(flag.substr(2));
+    if (!value) continue;
+    if (absl::Status s = rpc::SetOption(option, *value, request); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, s.message().substr(option.name.size())));
     }
-    set(d);
-    return absl::OkStatus();
-  };
-  for (const absl::Status& s : {
-           number("jpeg-quality", [&](double d) { request.set_jpeg_quality(static_cast<int>(d)); }),
-           number("fps", [&](double d) { request.set_fps(static_cast<int>(d)); }),
-           number("scaling-factor", [&](double d) { request.set_scaling_factor(d); }),
-           number("shift-factor", [&](double d) { request.set_shift_factor(d); }),
-           number("decode-timestep", [&](double d) { request.set_decode_timestep(d); }),
-           number("decode-noise-scale", [&](double d) { request.set_decode_noise_scale(d); }),
-       }) {
-    if (!s.ok()) return s;
-  }
-  if (std::optional<std::string> seed = args.Get("noise-seed")) {
-    uint64_t n = 0;
-    if (!absl::SimpleAtoi(*seed, &n)) {
-      return absl::InvalidArgumentError(absl::StrCat("--noise-seed must be an integer, got \"", *seed, "\""));
-    }
-    request.set_noise_seed(n);
   }
   return absl::OkStatus();
 }
@@ -183,7 +170,7 @@ absl::Status ParseRequestOptions(const ParsedArgs& args, v1::DecodeRequest& requ
 // Collects the leader's response stream as a client would.
 class AssemblingSink final : public worker::ResponseSink {
  public:
-  explicit AssemblingSink(client::OutputAssembler& output) : output_(output) {}
+  explicit AssemblingSink(rpc::OutputAssembler& output) : output_(output) {}
   bool Write(const v1::DecodeResponse& message) override {
     status_.Update(output_.Add(message));
     return status_.ok();
@@ -192,28 +179,33 @@ class AssemblingSink final : public worker::ResponseSink {
   const absl::Status& status() const { return status_; }
 
  private:
-  client::OutputAssembler& output_;
+  rpc::OutputAssembler& output_;
   absl::Status status_;
 };
 
 }  // namespace
 
 const std::map<std::string, std::set<std::string>>& CommandFlags() {
-  static const auto* flags = new std::map<std::string, std::set<std::string>>{
-      {"decode",
-       {"model", "latent", "out", "latent-space", "dtype", "threads", "latent-shape", "seed", "mode",
-        "ranks", "timeout-s", "device", "budget-mib", "seeded-weights", "warmup", "repeat", "jpeg-quality", "fps",
-        "scaling-factor", "shift-factor", "decode-timestep", "decode-noise-scale", "noise-seed", "halo-overlap"}},
-      {"info", {"model"}},
-      // Internal: a peer rank of `decode --mode exact`, started by the leader.
-      {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s"}},
-  };
+  static const auto* flags = [] {
+    auto* f = new std::map<std::string, std::set<std::string>>{
+        {"decode",
+         {"model", "latent", "out", "dtype", "threads", "latent-shape", "seed", "mode", "ranks", "timeout-s",
+          "device", "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap"}},
+        {"info", {"model"}},
+        // Internal: a peer rank of `decode --mode exact`, started by the leader.
+        {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s"}},
+    };
+    for (const rpc::OptionInfo& option : rpc::RequestOptions()) {
+      if ((option.surfaces & rpc::kCli) != 0) (*f)["decode"].insert(option.CliFlag().substr(2));
+    }
+    return f;
+  }();
   return *flags;
 }
 
 std::string Usage() {
   return "usage:\n"
-         "  vaedecode decode [--model DIR] [--latent FILE] --out FILE [--latent-space vae|raw]\n"
+         "  vaedecode decode [--model DIR] [--latent FILE] --out FILE [request options below]\n"
          "                   [--dtype float32|bfloat16|float16] [--threads N]\n"
          "                   [--device cpu|cuda:N] [--mode dense|tiled|exact] [--budget-mib M]\n"
          "                   [--ranks N --timeout-s S]   (exact: N local CPU ranks)\n"
@@ -225,14 +217,13 @@ std::string Usage() {
          "--latent: .safetensors (one tensor, or the tensor named \"latent\") or .npy.\n"
          "--out: .safetensors / .npy (float32 tensor \"sample\"), .png / .jpg (one image per batch entry and\n"
          "  frame) or .mp4 (one video per batch entry), written as vaedecode_client writes the service's output.\n"
-         "  [--jpeg-quality Q] [--fps F]   (JPEG quality, MP4 frame rate)\n"
-         "  [--scaling-factor S [--shift-factor T]]   (raw latents: z / S + T instead of the model's own)\n"
-         "  [--decode-timestep T --decode-noise-scale S --noise-seed N]   (timestep-conditioned models: LTX)\n"
          "--budget-mib: memory the decode may use on the device beyond the loaded model; --mode tiled sizes\n"
          "  its tiles from the model's measured peak to fit it (allocations beyond it fail and retry smaller).\n"
          "--repeat N: decode_ms is the median of the N timed decodes (decode_ms_runs lists them).\n"
          "--halo-overlap on|off: exact convolutions compute while their halo rows travel (on, the default) or\n"
-         "  wait for them first (off: for measuring the overlap; the output is exact either way).\n";
+         "  wait for them first (off: for measuring the overlap; the output is exact either way).\n"
+         "request options (the service's, checked as it checks them):\n" +
+         rpc::OptionUsage(rpc::kCli);
 }
 
 absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
@@ -242,25 +233,21 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   // The request a client would send for this decode (its latent comes from
   // --latent): the service's options, checked and converted as it does.
   v1::DecodeRequest request;
-  absl::StatusOr<v1::OutputFormat> format = client::FormatForPath(out_file);
-  if (!format.ok()) return format.status();
-  request.set_output_format(*format);
-  const std::string space_name = args.Get("latent-space").value_or("vae");
-  if (space_name == "raw") {
-    request.set_latent_space(v1::LATENT_SPACE_RAW);
-  } else if (space_name != "vae") {
-    return absl::InvalidArgumentError(absl::StrCat("--latent-space must be vae or raw, got \"", space_name, "\""));
-  }
-  if (absl::Status s = ParseRequestOptions(args, request); !s.ok()) return s;
+  ASSIGN_OR_RETURN(const v1::OutputFormat format, rpc::FormatForExtension(out_file));
+  request.set_output_format(format);
+  RETURN_IF_ERROR(ParseRequestOptions(args, request));
+  const std::string space_name = request.latent_space() == v1::LATENT_SPACE_RAW ? "raw" : "vae";
   absl::StatusOr<at::ScalarType> dtype = families::ParseDtype(args.Get("dtype").value_or("float32"));
   if (!dtype.ok()) return dtype.status();
   if (absl::Status s = ApplyThreads(args); !s.ok()) return s;
 
-  const std::string mode = args.Get("mode").value_or("dense");
-  int ranks = 1;
-  if (mode != "dense" && mode != "exact" && mode != "tiled") {
-    return absl::InvalidArgumentError(absl::StrCat("--mode must be dense, tiled or exact, got \"", mode, "\""));
+  const std::string mode_flag = args.Get("mode").value_or("dense");
+  absl::StatusOr<v1::Mode> parsed_mode = rpc::ParseMode(mode_flag);
+  if (!parsed_mode.ok() || *parsed_mode == v1::MODE_AUTO) {
+    return absl::InvalidArgumentError(absl::StrCat("--mode must be dense, tiled or exact, got \"", mode_flag, "\""));
   }
+  const std::string mode = rpc::ModeName(*parsed_mode);
+  int ranks = 1;
   if (auto r = args.Get("ranks"); r && (!absl::SimpleAtoi(*r, &ranks) || ranks < 1 || ranks > 64)) {
     return absl::InvalidArgumentError(absl::StrCat("--ranks must be an integer in 1..64, got \"", *r, "\""));
   }
@@ -373,9 +360,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
 
   // The service's path: plan once, run the plan on the group.
   worker::PlanningContext planning;
-  planning.requested = mode == "tiled"   ? worker::DecodeMode::kTiled
-                       : mode == "exact" ? worker::DecodeMode::kExact
-                                         : worker::DecodeMode::kDense;
+  planning.requested = worker::PlannedMode(*parsed_mode);
   planning.world_size = runtime.world_size();
   planning.profile = profile ? &*profile : nullptr;
   RunFigures run;
@@ -409,7 +394,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
 
   // The output as the service streams it, assembled and written as its
   // client writes it.
-  client::OutputAssembler assembled;
+  rpc::OutputAssembler assembled;
   AssemblingSink sink(assembled);
   worker::LeaderResponse response(sink, request, rpc::kDefaultMaxChunkBytes,
                                   decoder.OutputShape(group_job.plan.latent.sizes().vec()),

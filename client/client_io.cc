@@ -6,9 +6,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "formats/file_io.h"
 #include "formats/npy.h"
 #include "formats/safetensors.h"
+#include "rpc/output_formats.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::client {
 namespace {
@@ -110,49 +113,40 @@ v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
   return t;
 }
 
-absl::StatusOr<v1::OutputFormat> FormatForPath(const std::string& path) {
-  if (absl::EndsWith(path, ".png")) return v1::OUTPUT_PNG;
-  if (absl::EndsWith(path, ".jpg") || absl::EndsWith(path, ".jpeg")) return v1::OUTPUT_JPEG;
-  if (absl::EndsWith(path, ".mp4")) return v1::OUTPUT_MP4;
-  if (absl::EndsWith(path, ".safetensors") || absl::EndsWith(path, ".npy")) {
-    return v1::OUTPUT_FLOAT32;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--out ", path, ": extension must be .safetensors, .npy, .png, .jpg or .mp4"));
-}
-
 absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
-                                                     const OutputAssembler& output) {
-  if (absl::Status s = output.Finish(); !s.ok()) return s;
+                                                     const rpc::OutputAssembler& output) {
+  RETURN_IF_ERROR(output.Finish());
   const v1::Header& h = output.header();
   std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
-  if (h.output_format() == v1::OUTPUT_MP4) {
-    if (!absl::EndsWith(path, ".mp4")) {
-      return absl::InvalidArgumentError(absl::StrCat("--out ", path, ": MP4 output needs a .mp4 path"));
+  const rpc::OutputFormatInfo* format = rpc::FindOutputFormat(h.output_format());
+  if (format == nullptr) return absl::InvalidArgumentError("the stream's header has an unknown output format");
+  if (format->encoded) {
+    // The format's own extension as the path has it (.jpg or .jpeg).
+    std::string ext;
+    for (const std::string& e : format->extensions) {
+      if (absl::EndsWith(path, e)) ext = e;
     }
-    // One video per batch entry: FILE.mp4, or FILE_<b>.mp4 for a batch.
-    const std::string stem = path.substr(0, path.size() - 4);
-    std::vector<std::string> written;
-    for (size_t b = 0; b < output.images().size(); ++b) {
-      const std::string name = output.images().size() == 1 ? path : absl::StrCat(stem, "_", b, ".mp4");
-      const std::string& file = output.images()[b];
-      if (absl::Status s = formats::WriteFileAtomically(name, {{file.data(), file.size()}}); !s.ok()) return s;
-      written.push_back(name);
-    }
-    return written;
-  }
-  if (h.output_format() == v1::OUTPUT_PNG || h.output_format() == v1::OUTPUT_JPEG) {
-    const bool png = h.output_format() == v1::OUTPUT_PNG;
-    const std::string ext = png ? ".png" : absl::EndsWith(path, ".jpeg") ? ".jpeg" : ".jpg";
-    if (!absl::EndsWith(path, ext)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--out ", path, png ? ": PNG output needs a .png path" : ": JPEG output needs a .jpg path"));
+    if (ext.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--out ", path, ": ", format->name, " output needs a ",
+                                                     absl::StrJoin(format->extensions, " or "), " path"));
     }
     const std::string stem = path.substr(0, path.size() - ext.size());
-    const int64_t batch = shape[0];
-    const int64_t frames = shape.size() == 5 ? shape[1] : 1;
-    const bool video = shape.size() == 5;
     std::vector<std::string> written;
+    const auto write = [&written](const std::string& name, const std::string& file) -> absl::Status {
+      RETURN_IF_ERROR(formats::WriteFileAtomically(name, {{file.data(), file.size()}}));
+      written.push_back(name);
+      return absl::OkStatus();
+    };
+    if (format->chunking == rpc::Chunking::kFilePerVideo) {
+      // One video per batch entry: FILE.mp4, or FILE_<b>.mp4 for a batch.
+      for (size_t b = 0; b < output.images().size(); ++b) {
+        RETURN_IF_ERROR(write(output.images().size() == 1 ? path : absl::StrCat(stem, "_", b, ext), output.images()[b]));
+      }
+      return written;
+    }
+    const int64_t batch = shape[0];
+    const bool video = shape.size() == 5;
+    const int64_t frames = video ? shape[1] : 1;
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t t = 0; t < frames; ++t) {
         std::string name;
@@ -162,12 +156,7 @@ absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
           name = batch == 1 ? absl::StrFormat("%s_f%03d%s", stem, t, ext)
                             : absl::StrFormat("%s_%d_f%03d%s", stem, b, t, ext);
         }
-        const std::string& file = output.images()[b * frames + t];
-        if (absl::Status s = formats::WriteFileAtomically(name, {{file.data(), file.size()}});
-            !s.ok()) {
-          return s;
-        }
-        written.push_back(name);
+        RETURN_IF_ERROR(write(name, output.images()[b * frames + t]));
       }
     }
     return written;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/output_assembler.h"
+#include "rpc/output_assembler.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::client {
@@ -25,18 +25,15 @@ absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path);
 // seeded with `seed` (deterministic, but not the CLI's torch.randn values).
 v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed);
 
-// The output format an --out path asks for: .png → OUTPUT_PNG; .safetensors
-// and .npy → OUTPUT_FLOAT32. INVALID_ARGUMENT for other extensions.
-absl::StatusOr<v1::OutputFormat> FormatForPath(const std::string& path);
-
-// Writes a finished stream's output to `path`:
-//   .safetensors / .npy   one tensor "sample" in the header's shape and dtype
-//                         (float32, float16 or uint8);
-//   .png                  PNG streams as received; one image → `path`, N > 1
+// Writes a finished stream's output to `path` (the output format an --out
+// path asks for is rpc::FormatForExtension's):
+//   .safetensors / .npy   one tensor "sample" in the header's shape and dtype;
+//   .png / .jpg           the files as received; one image → `path`, N > 1
 //                         images → stem_0.png …, video → stem_f000.png …,
-//                         N > 1 videos → stem_0_f000.png … (the CLI's names).
+//                         N > 1 videos → stem_0_f000.png … (the CLI's names);
+//   .mp4                  one video per batch entry: `path`, or stem_<b>.mp4.
 // Returns the files written.
 absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
-                                                     const OutputAssembler& output);
+                                                     const rpc::OutputAssembler& output);
 
 }  // namespace vaedecode::client

@@ -20,13 +20,17 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/client_io.h"
-#include "client/output_assembler.h"
+#include "rpc/modes.h"
+#include "rpc/output_assembler.h"
+#include "rpc/output_formats.h"
+#include "rpc/request_options.h"
 #include "vaedecode/v1/vaedecode.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address HOST:PORT");
@@ -34,16 +38,20 @@ ABSL_FLAG(std::string, model, "default", "Model name (the server's ListModels)")
 ABSL_FLAG(std::string, latent, "", ".safetensors or .npy latent; empty: a seeded demo latent");
 ABSL_FLAG(std::string, latent_shape, "1,4,32,32", "Shape of the demo latent");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent");
-ABSL_FLAG(std::string, latent_space, "vae", "vae (what vae.decode takes) or raw (denoiser output)");
-ABSL_FLAG(std::string, mode, "auto", "auto, dense, exact or tiled");
-ABSL_FLAG(std::string, output_format, "",
-          "float32, float16, uint8, png, jpeg or mp4; empty: from --out (.png, .jpg, .mp4, else float32)");
 ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy, .png, .jpg or .mp4");
-ABSL_FLAG(int32_t, fps, 0, "MP4 frame rate 1..240 (0: the server's default, 16)");
-ABSL_FLAG(std::string, decode_timestep, "", "Timestep-conditioned (LTX) decoders: the decode timestep; empty: 0");
-ABSL_FLAG(std::string, decode_noise_scale, "", "LTX: the decode noise's scale; empty: the decode timestep");
-ABSL_FLAG(std::string, noise_seed, "", "LTX: the decode noise's seed; empty: the server draws one (printed)");
-ABSL_FLAG(int32_t, jpeg_quality, 0, "JPEG quality 1..100 (0: the server's default, 75)");
+// The request options (rpc/request_options.h), read as text and set by the
+// table's parser; empty: unset (the server's default). The usage message
+// lists what each takes.
+ABSL_FLAG(std::string, latent_space, "", "Request option (see the usage message)");
+ABSL_FLAG(std::string, mode, "", "Request option (see the usage message)");
+ABSL_FLAG(std::string, output_format, "", "Request option; empty: from --out (see the usage message)");
+ABSL_FLAG(std::string, jpeg_quality, "", "Request option (see the usage message)");
+ABSL_FLAG(std::string, fps, "", "Request option (see the usage message)");
+ABSL_FLAG(std::string, scaling_factor, "", "Request option (see the usage message)");
+ABSL_FLAG(std::string, shift_factor, "", "Request option (see the usage message)");
+ABSL_FLAG(std::string, decode_timestep, "", "Request option (see the usage message)");
+ABSL_FLAG(std::string, decode_noise_scale, "", "Request option (see the usage message)");
+ABSL_FLAG(std::string, noise_seed, "", "Request option; the server draws one when empty (printed)");
 ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
 ABSL_FLAG(std::string, request_id, "", "Request id (the server generates one when empty)");
 ABSL_FLAG(int64_t, max_message_bytes, 256 << 20, "Largest message the client accepts");
@@ -56,7 +64,7 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 
 namespace {
 
-using vaedecode::client::OutputAssembler;
+using vaedecode::rpc::OutputAssembler;
 namespace v1 = vaedecode::v1;
 
 absl::Status Fail(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -129,59 +137,21 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest() {
     if (!t.ok()) return t.status();
     *request.mutable_latent() = *std::move(t);
   }
-  const std::string space = absl::GetFlag(FLAGS_latent_space);
-  if (space == "vae") {
-    request.set_latent_space(v1::LATENT_SPACE_VAE);
-  } else if (space == "raw") {
-    request.set_latent_space(v1::LATENT_SPACE_RAW);
-  } else {
-    return Fail(absl::StrCat("--latent_space=", space, ": vae or raw"));
+  // Every request option the client offers, by its flag of the same name.
+  for (const vaedecode::rpc::OptionInfo& option : vaedecode::rpc::RequestOptions()) {
+    if ((option.surfaces & vaedecode::rpc::kClient) == 0) continue;
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(option.name);
+    if (flag == nullptr) return Fail(absl::StrCat("no flag --", option.name, " for the request option"));
+    const std::string value = flag->CurrentValue();
+    if (value.empty()) continue;
+    if (absl::Status s = vaedecode::rpc::SetOption(option, value, request); !s.ok()) {
+      return Fail(absl::StrCat("--", s.message()));
+    }
   }
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode == "auto")
-    request.set_mode(v1::MODE_AUTO);
-  else if (mode == "dense")
-    request.set_mode(v1::MODE_DENSE);
-  else if (mode == "exact")
-    request.set_mode(v1::MODE_EXACT);
-  else if (mode == "tiled")
-    request.set_mode(v1::MODE_TILED);
-  else
-    return Fail(absl::StrCat("--mode=", mode, ": auto, dense, exact or tiled"));
-
-  const std::string out = absl::GetFlag(FLAGS_out);
-  const std::string format = absl::GetFlag(FLAGS_output_format);
-  if (format.empty()) {
-    absl::StatusOr<v1::OutputFormat> f = vaedecode::client::FormatForPath(out);
+  if (absl::GetFlag(FLAGS_output_format).empty()) {
+    absl::StatusOr<v1::OutputFormat> f = vaedecode::rpc::FormatForExtension(absl::GetFlag(FLAGS_out));
     if (!f.ok()) return f.status();
     request.set_output_format(*f);
-  } else if (format == "float32")
-    request.set_output_format(v1::OUTPUT_FLOAT32);
-  else if (format == "float16")
-    request.set_output_format(v1::OUTPUT_FLOAT16);
-  else if (format == "uint8")
-    request.set_output_format(v1::OUTPUT_UINT8);
-  else if (format == "png")
-    request.set_output_format(v1::OUTPUT_PNG);
-  else if (format == "jpeg")
-    request.set_output_format(v1::OUTPUT_JPEG);
-  else if (format == "mp4")
-    request.set_output_format(v1::OUTPUT_MP4);
-  else
-    return Fail(absl::StrCat("--output_format=", format, ": float32, float16, uint8, png, jpeg or mp4"));
-  request.set_jpeg_quality(absl::GetFlag(FLAGS_jpeg_quality));
-  request.set_fps(absl::GetFlag(FLAGS_fps));
-  for (const auto& [flag, value] : {std::pair<const char*, std::string>{"--decode_timestep", absl::GetFlag(FLAGS_decode_timestep)},
-                                    {"--decode_noise_scale", absl::GetFlag(FLAGS_decode_noise_scale)}}) {
-    if (value.empty()) continue;
-    double d = 0;
-    if (!absl::SimpleAtod(value, &d)) return Fail(absl::StrCat(flag, "=", value, ": not a number"));
-    std::string(flag) == "--decode_timestep" ? request.set_decode_timestep(d) : request.set_decode_noise_scale(d);
-  }
-  if (const std::string seed = absl::GetFlag(FLAGS_noise_seed); !seed.empty()) {
-    uint64_t s = 0;
-    if (!absl::SimpleAtoi(seed, &s)) return Fail(absl::StrCat("--noise_seed=", seed, ": not a seed"));
-    request.set_noise_seed(s);
   }
   return request;
 }
@@ -211,9 +181,10 @@ std::string StatusLine(const grpc::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  absl::SetProgramUsageMessage(absl::StrCat(
       "vaedecode_client --server=HOST:PORT [--model=NAME] [--latent=FILE | --latent_shape=B,C,H,W "
-      "--seed=S] --out=FILE.{safetensors,npy,png}");
+      "--seed=S] --out=FILE.{safetensors,npy,png,jpg,mp4} [request options]\nrequest options:\n",
+      vaedecode::rpc::OptionUsage(vaedecode::rpc::kClient)));
   absl::ParseCommandLine(argc, argv);
 
   grpc::ChannelArguments args;

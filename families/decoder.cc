@@ -78,7 +78,7 @@ std::vector<int64_t> Decoder::OutputShape(const std::vector<int64_t>& latent_sha
   const size_t h = out.size() - 2;
   out[h] *= m.spatial_factor;
   out[h + 1] *= m.spatial_factor;
-  if (m.is_video) out[2] = OutputFrames(m.output_frames, m.temporal_factor, out[2]);
+  if (m.is_video) out[2] = rpc::OutputFrames(m.output_frames, m.temporal_factor, out[2]);
   return out;
 }
 

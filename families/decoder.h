@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "families/layer_ops.h"
-#include "families/output_frames.h"
+#include "rpc/output_frames.h"
 
 namespace vaedecode::families {
 
@@ -52,7 +52,7 @@ struct ModelInfo {
   // Output frames per latent frame count beyond the causal formula (empty
   // for every video family but MiniMax-H3); OutputShape and the frontend's
   // output-size prediction both read it.
-  OutputFrameTable output_frames;
+  rpc::OutputFrameTable output_frames;
   bool is_video = false;        // latents are NCTHW when true, NCHW otherwise
   // Latent frames a decode holds at once, for its memory (tiling/
   // memory_model.h): 1 for images and frame-by-frame decoders (Wan's causal

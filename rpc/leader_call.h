@@ -1,20 +1,16 @@
 #pragma once
 
-// What the server tells a group leader beside the DecodeRequest of a Run
-// call (proto/vaedecode/internal/worker.proto), as call metadata: the
-// request itself travels as the client sent it, never copied to be edited.
+// The server's Run call to a group leader carries an internal.RunRequest
+// (proto/vaedecode/internal/worker.proto): the client's DecodeRequest as
+// admitted, the mode the scheduler chose and the chunk size, as typed
+// fields. What both ends assume of it is here.
 
 #include <cstdint>
 
 namespace vaedecode::rpc {
 
-// The most bytes of data one streamed Chunk carries.
-inline constexpr const char* kMaxChunkBytesKey = "x-max-chunk-bytes";
+// The most bytes of data one streamed Chunk carries when RunRequest's
+// max_chunk_bytes is 0 (and for the CLI, which streams to itself).
 inline constexpr int64_t kDefaultMaxChunkBytes = int64_t{4} << 20;
-
-// The mode the scheduler chose (server/mode_selection.h), as the v1::Mode
-// number: DENSE, EXACT or TILED. Without it the leader takes the
-// request's own mode.
-inline constexpr const char* kDecodeModeKey = "x-decode-mode";
 
 }  // namespace vaedecode::rpc

@@ -1,9 +1,11 @@
 #include "rpc/request_checks.h"
 
 #include <cmath>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/output_formats.h"
+#include "rpc/request_options.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::rpc {
 namespace {
@@ -47,15 +49,7 @@ absl::Status ValidateDecodeNoise(const v1::DecodeRequest& request, const v1::Mod
         "decode_timestep / decode_noise_scale / noise_seed: model \"", model.name(),
         "\" is not timestep-conditioned (its config's timestep_conditioning is false)"));
   }
-  for (const auto& [name, set, value] :
-       {std::tuple<const char*, bool, double>{"decode_timestep", request.has_decode_timestep(), request.decode_timestep()},
-        std::tuple<const char*, bool, double>{"decode_noise_scale", request.has_decode_noise_scale(),
-                                              request.decode_noise_scale()}}) {
-    if (set && (!std::isfinite(value) || value < 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": ", value, "; must be finite and >= 0"));
-    }
-  }
-  return absl::OkStatus();
+  return absl::OkStatus();  // the values' ranges are CheckOptionRanges'
 }
 
 absl::Status ValidateDecodeOptions(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
@@ -63,52 +57,14 @@ absl::Status ValidateDecodeOptions(const v1::DecodeRequest& request, const v1::M
     return absl::InvalidArgumentError(absl::StrCat("request_id: ", request.request_id().size(),
                                                    " characters; at most ", kMaxRequestIdLength));
   }
-  if (!v1::LatentSpace_IsValid(request.latent_space())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("latent_space: unknown value ", static_cast<int>(request.latent_space())));
-  }
-  if (!v1::Mode_IsValid(request.mode())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("mode: unknown value ", static_cast<int>(request.mode())));
-  }
-  if (!v1::OutputFormat_IsValid(request.output_format())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("output_format: unknown value ", static_cast<int>(request.output_format())));
-  }
-  if (request.jpeg_quality() < 0 || request.jpeg_quality() > 100) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("jpeg_quality: ", request.jpeg_quality(), "; use 1..100 (0: the default, 75)"));
-  }
-  if (request.fps() < 0 || request.fps() > 240) {
-    return absl::InvalidArgumentError(absl::StrCat("fps: ", request.fps(), "; use 1..240 (0: the default, 16)"));
-  }
-  if (absl::Status s = ValidateLatentScaling(request, model); !s.ok()) return s;
-  if (absl::Status s = ValidateDecodeNoise(request, model); !s.ok()) return s;
-  return absl::OkStatus();
+  RETURN_IF_ERROR(CheckOptionRanges(request));
+  RETURN_IF_ERROR(ValidateLatentScaling(request, model));
+  return ValidateDecodeNoise(request, model);
 }
 
 absl::Status ValidateOutputFormat(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
-  if (request.output_format() == v1::OUTPUT_UINT8 || request.output_format() == v1::OUTPUT_PNG) {
-    const int64_t c = model.out_channels();
-    if (c != 0 && c != 1 && c != 3 && c != 4) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output_format: ", v1::OutputFormat_Name(request.output_format()),
-                       " needs 1, 3 or 4 output channels; model \"", model.name(), "\" has ", c));
-    }
-  }
-  if (request.output_format() == v1::OUTPUT_MP4 && (!model.is_video() || (model.out_channels() != 0 && model.out_channels() != 3))) {
-    return absl::InvalidArgumentError(absl::StrCat("output_format: OUTPUT_MP4 needs a video model with 3 output channels; model \"",
-                                                   model.name(), "\" is ", model.is_video() ? "a video model with " : "an image model with ",
-                                                   model.out_channels(), " (use OUTPUT_PNG or OUTPUT_JPEG)"));
-  }
-  if (request.output_format() == v1::OUTPUT_JPEG) {
-    const int64_t c = model.out_channels();
-    if (c != 0 && c != 1 && c != 3) {
-      return absl::InvalidArgumentError(absl::StrCat("output_format: OUTPUT_JPEG needs 1 or 3 output channels; model \"",
-                                                     model.name(), "\" has ", c, " (use OUTPUT_PNG)"));
-    }
-  }
-  return absl::OkStatus();
+  return CheckOutputFits(request.output_format(), model.out_channels(), model.is_video(),
+                         absl::StrCat("model \"", model.name(), "\""));
 }
 
 }  // namespace vaedecode::rpc

@@ -18,16 +18,16 @@ namespace vaedecode::rpc {
 absl::Status ValidateLatentScaling(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
 // decode_timestep / decode_noise_scale / noise_seed: only for
-// timestep-conditioned models; finite and >= 0.
+// timestep-conditioned models.
 absl::Status ValidateDecodeNoise(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
-// An over-long request id; unknown latent_space / mode / output_format
-// values; a JPEG quality outside 0..100 or an fps outside 0..240; then
-// ValidateLatentScaling and ValidateDecodeNoise.
+// An over-long request id; every option within its range
+// (rpc/request_options.h: CheckOptionRanges); then ValidateLatentScaling
+// and ValidateDecodeNoise.
 absl::Status ValidateDecodeOptions(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
-// An output format the model's output channels cannot be written as (PNG and
-// UINT8: 1, 3 or 4; JPEG: 1 or 3; MP4: a video model with 3).
+// An output format the model's output cannot be written as (the channels
+// and video rules of rpc/output_formats.h).
 absl::Status ValidateOutputFormat(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
 }  // namespace vaedecode::rpc

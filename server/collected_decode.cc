@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "client/output_assembler.h"
+#include "rpc/output_assembler.h"
 #include "server/decode_service.h"
 
 namespace vaedecode::server {
@@ -74,7 +74,7 @@ class CollectingStream final : public JobStream {
   const int64_t max_output_bytes_;
   const std::function<void(CollectedOutput)> done_;
   absl::Mutex mu_;
-  client::OutputAssembler assembler_ ABSL_GUARDED_BY(mu_);
+  rpc::OutputAssembler assembler_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

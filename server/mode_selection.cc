@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "rpc/modes.h"
 #include "server/request_validation.h"
 #include "tiling/memory_model.h"
 
@@ -22,27 +23,13 @@ bool Supports(const v1::ModelInfo& model, v1::Mode mode) {
 std::string SupportedList(const v1::ModelInfo& model) {
   std::vector<std::string> names = {"DENSE"};
   for (int m : model.supported_modes()) {
-    if (m != v1::MODE_DENSE) names.push_back(ModeName(static_cast<v1::Mode>(m)));
+    if (m != v1::MODE_DENSE) names.push_back(rpc::ModeLabel(static_cast<v1::Mode>(m)));
   }
   return absl::StrJoin(names, ", ");
 }
 
 }  // namespace
 
-std::string ModeName(v1::Mode mode) {
-  switch (mode) {
-    case v1::MODE_AUTO:
-      return "AUTO";
-    case v1::MODE_DENSE:
-      return "DENSE";
-    case v1::MODE_EXACT:
-      return "EXACT";
-    case v1::MODE_TILED:
-      return "TILED";
-    default:
-      return absl::StrCat("MODE_", static_cast<int>(mode));
-  }
-}
 
 PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInfo& model, int degree) {
   const auto& shape = request.latent().shape();

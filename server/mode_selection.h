@@ -61,7 +61,4 @@ PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInf
 absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1::ModelInfo& model,
                                       const GroupResources& group);
 
-// "DENSE", "EXACT", …: the label value used in metrics and logs.
-std::string ModeName(v1::Mode mode);
-
 }  // namespace vaedecode::server

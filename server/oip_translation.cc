@@ -7,6 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "rpc/modes.h"
+#include "rpc/output_formats.h"
+#include "rpc/request_options.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::server {
 namespace {
@@ -24,84 +28,40 @@ absl::Status BadParameter(const std::string& name, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("parameter \"", name, "\": ", why));
 }
 
-absl::StatusOr<std::string> StringParameter(const std::string& name, const inference::InferParameter& p) {
-  if (p.parameter_choice_case() != inference::InferParameter::kStringParam) {
-    return BadParameter(name, "must be a string");
-  }
-  return p.string_param();
-}
-
-absl::StatusOr<double> NumberParameter(const std::string& name, const inference::InferParameter& p) {
+// The parameter's value as the request options take it.
+rpc::OptionValue ValueOf(const inference::InferParameter& p) {
   switch (p.parameter_choice_case()) {
+    case inference::InferParameter::kBoolParam:
+      return p.bool_param();
+    case inference::InferParameter::kInt64Param:
+      return p.int64_param();
+    case inference::InferParameter::kUint64Param:
+      return p.uint64_param();
     case inference::InferParameter::kDoubleParam:
       return p.double_param();
-    case inference::InferParameter::kInt64Param:
-      return static_cast<double>(p.int64_param());
-    case inference::InferParameter::kUint64Param:
-      return static_cast<double>(p.uint64_param());
+    case inference::InferParameter::kStringParam:
+      return p.string_param();
     default:
-      return BadParameter(name, "must be a number");
+      return false;  // no value: refused by every option
   }
 }
 
-// Applies one request parameter to `r`.
+// Applies one request parameter to `r`: a request option
+// (rpc/request_options.h) or one of Triton's own, which are ignored.
 absl::Status ApplyParameter(const std::string& name, const inference::InferParameter& p, v1::DecodeRequest& r) {
-  if (name == "latent_space") {
-    absl::StatusOr<std::string> v = StringParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v == "vae") r.set_latent_space(v1::LATENT_SPACE_VAE);
-    else if (*v == "raw") r.set_latent_space(v1::LATENT_SPACE_RAW);
-    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use vae or raw"));
-  } else if (name == "mode") {
-    absl::StatusOr<std::string> v = StringParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v == "auto") r.set_mode(v1::MODE_AUTO);
-    else if (*v == "dense") r.set_mode(v1::MODE_DENSE);
-    else if (*v == "exact") r.set_mode(v1::MODE_EXACT);
-    else if (*v == "tiled") r.set_mode(v1::MODE_TILED);
-    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use auto, dense, exact or tiled"));
-  } else if (name == "output_format") {
-    absl::StatusOr<std::string> v = StringParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v == "float32") r.set_output_format(v1::OUTPUT_FLOAT32);
-    else if (*v == "float16") r.set_output_format(v1::OUTPUT_FLOAT16);
-    else if (*v == "uint8") r.set_output_format(v1::OUTPUT_UINT8);
-    else if (*v == "png") r.set_output_format(v1::OUTPUT_PNG);
-    else if (*v == "jpeg" || *v == "jpg") r.set_output_format(v1::OUTPUT_JPEG);
-    else if (*v == "mp4") r.set_output_format(v1::OUTPUT_MP4);
-    else return BadParameter(name, absl::StrCat("\"", *v, "\"; use float32, float16, uint8, png, jpeg or mp4"));
-  } else if (name == "scaling_factor" || name == "shift_factor") {
-    absl::StatusOr<double> v = NumberParameter(name, p);
-    if (!v.ok()) return v.status();
-    name == "scaling_factor" ? r.set_scaling_factor(*v) : r.set_shift_factor(*v);
-  } else if (name == "decode_timestep" || name == "decode_noise_scale") {
-    absl::StatusOr<double> v = NumberParameter(name, p);
-    if (!v.ok()) return v.status();
-    name == "decode_timestep" ? r.set_decode_timestep(*v) : r.set_decode_noise_scale(*v);
-  } else if (name == "noise_seed") {
-    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param && p.int64_param() >= 0) {
-      r.set_noise_seed(static_cast<uint64_t>(p.int64_param()));
-    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
-      r.set_noise_seed(p.uint64_param());
-    } else {
-      return BadParameter(name, "must be a non-negative integer");
+  const rpc::OptionInfo* option = rpc::FindRequestOption(name);
+  if (option != nullptr && option->name == name && (option->surfaces & rpc::kOip) != 0) {
+    if (absl::Status s = rpc::SetOption(*option, ValueOf(p), r); !s.ok()) {
+      return BadParameter(name, s.message().substr(name.size() + 2));  // "name: why" -> why
     }
-  } else if (name == "fps") {
-    absl::StatusOr<double> v = NumberParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v < 1 || *v > 240 || *v != static_cast<int>(*v)) return BadParameter(name, "use an integer 1..240");
-    r.set_fps(static_cast<int32_t>(*v));
-  } else if (name == "jpeg_quality") {
-    absl::StatusOr<double> v = NumberParameter(name, p);
-    if (!v.ok()) return v.status();
-    if (*v < 1 || *v > 100 || *v != static_cast<int>(*v)) return BadParameter(name, "use an integer 1..100");
-    r.set_jpeg_quality(static_cast<int32_t>(*v));
-  } else if (TritonParameters().count(name) == 0) {
-    return BadParameter(name, "unknown; vaedecode takes latent_space, mode, output_format, scaling_factor, "
-                              "shift_factor, jpeg_quality, fps, decode_timestep, decode_noise_scale and "
-                              "noise_seed");
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  if (TritonParameters().count(name) > 0) return absl::OkStatus();
+  std::vector<std::string> names;
+  for (const rpc::OptionInfo& o : rpc::RequestOptions()) {
+    if ((o.surfaces & rpc::kOip) != 0) names.push_back(o.name);
+  }
+  return BadParameter(name, absl::StrCat("unknown; vaedecode takes ", absl::StrJoin(names, ", ")));
 }
 
 bool HasTypedContents(const inference::InferTensorContents& c) {
@@ -204,16 +164,16 @@ absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInfe
   if (!output.status.ok()) return output.status;
   const v1::Header& h = output.header;
   response->set_id(output.request_id);
+  const rpc::OutputFormatInfo* format = rpc::FindOutputFormat(h.output_format());
+  if (format == nullptr) return absl::InternalError("the group's header has an unknown output format");
   auto* out = response->add_outputs();
   out->set_name(kOutput);
-  if (h.output_format() == v1::OUTPUT_PNG || h.output_format() == v1::OUTPUT_JPEG ||
-      h.output_format() == v1::OUTPUT_MP4) {
-    out->set_datatype("BYTES");
+  out->set_datatype(format->oip_datatype);
+  if (format->encoded) {
     out->add_shape(static_cast<int64_t>(output.images.size()));
     response->add_raw_output_contents(SerializeBytesTensor(output.images));
   } else {
     for (int64_t d : h.shape()) out->add_shape(d);
-    out->set_datatype(h.dtype() == v1::FLOAT32 ? "FP32" : h.dtype() == v1::FLOAT16 ? "FP16" : "UINT8");
     response->add_raw_output_contents(std::move(output.tensor));
   }
   (*response->mutable_parameters())["mode"].set_string_param(v1::Mode_Name(h.mode()));

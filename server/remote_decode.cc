@@ -10,6 +10,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rpc/latent_tensor.h"
+#include "rpc/modes.h"
+#include "rpc/output_formats.h"
+#include "rpc/request_options.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::server {
 namespace {
@@ -32,12 +36,6 @@ absl::StatusOr<bool> ParseBool(const std::string& name, const std::string& value
   if (v == "true" || v == "1" || v == "yes") return true;
   if (v == "false" || v == "0" || v == "no") return false;
   return Bad(name, absl::StrCat("\"", value, "\" is not True or False"));
-}
-
-absl::StatusOr<double> ParseDouble(const std::string& name, const std::string& value) {
-  double d = 0;
-  if (!absl::SimpleAtod(value, &d)) return Bad(name, absl::StrCat("\"", value, "\" is not a number"));
-  return d;
 }
 
 absl::StatusOr<int64_t> ParsePositive(const std::string& name, const std::string& value) {
@@ -161,43 +159,29 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   }
   if (shape.empty()) return Bad("shape", "missing; repeat it once per dimension (shape=1&shape=4&...)");
 
-  // The latent's space: raw with the request's scale and shift, raw with the
-  // model's own formula (do_scaling), or as vae.decode takes it.
-  absl::StatusOr<const std::string*> scaling = Single(params, "scaling_factor");
-  absl::StatusOr<const std::string*> shift = Single(params, "shift_factor");
-  absl::StatusOr<const std::string*> do_scaling = Single(params, "do_scaling");
-  absl::StatusOr<const std::string*> space = Single(params, "latent_space");
-  for (const auto* p : {&scaling, &shift, &do_scaling, &space}) {
-    if (!p->ok()) return p->status();
-  }
-  if (*scaling != nullptr) {
-    absl::StatusOr<double> s = ParseDouble("scaling_factor", **scaling);
-    if (!s.ok()) return s.status();
-    r.set_scaling_factor(*s);
-    r.set_latent_space(v1::LATENT_SPACE_RAW);
-  }
-  if (*shift != nullptr) {
-    absl::StatusOr<double> s = ParseDouble("shift_factor", **shift);
-    if (!s.ok()) return s.status();
-    // A shift alone scales by the model's own factor (do_scaling's default).
-    if (!r.has_scaling_factor()) r.set_scaling_factor(model.scaling_factor());
-    r.set_shift_factor(*s);
-    r.set_latent_space(v1::LATENT_SPACE_RAW);
-  }
-  if (*do_scaling != nullptr && !r.has_scaling_factor()) {
-    absl::StatusOr<bool> b = ParseBool("do_scaling", **do_scaling);
-    if (!b.ok()) return b.status();
-    if (*b) r.set_latent_space(v1::LATENT_SPACE_RAW);
-  }
-  if (*space != nullptr) {
-    if (**space == "raw") {
-      r.set_latent_space(v1::LATENT_SPACE_RAW);
-    } else if (**space == "vae") {
-      if (r.has_scaling_factor()) return Bad("latent_space", "vae contradicts scaling_factor/shift_factor");
-      r.set_latent_space(v1::LATENT_SPACE_VAE);
-    } else {
-      return Bad("latent_space", absl::StrCat("\"", **space, "\"; use vae or raw"));
+  // vaedecode's request options (rpc/request_options.h), by their names.
+  for (const rpc::OptionInfo& option : rpc::RequestOptions()) {
+    if ((option.surfaces & rpc::kHttp) == 0) continue;
+    ASSIGN_OR_RETURN(const std::string* value, Single(params, option.name));
+    if (value == nullptr) continue;
+    if (absl::Status s = rpc::SetOption(option, *value, r); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("query parameter ", s.message()));
     }
+  }
+  // remote_decode's rules for the latent's space: a scale or a shift means a
+  // raw latent de-normalised with them (a shift alone takes the model's own
+  // scale); do_scaling means raw with the model's own formula.
+  ASSIGN_OR_RETURN(const std::string* space, Single(params, "latent_space"));
+  ASSIGN_OR_RETURN(const std::string* do_scaling, Single(params, "do_scaling"));
+  if (r.has_shift_factor() && !r.has_scaling_factor()) r.set_scaling_factor(model.scaling_factor());
+  if (r.has_scaling_factor()) {
+    if (space != nullptr && r.latent_space() == v1::LATENT_SPACE_VAE) {
+      return Bad("latent_space", "vae contradicts scaling_factor/shift_factor");
+    }
+    r.set_latent_space(v1::LATENT_SPACE_RAW);
+  } else if (do_scaling != nullptr && space == nullptr) {
+    ASSIGN_OR_RETURN(const bool scale, ParseBool("do_scaling", *do_scaling));
+    if (scale) r.set_latent_space(v1::LATENT_SPACE_RAW);
   }
 
   // Packed latents [B, tokens, channels] with the image's height and width:
@@ -234,48 +218,6 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   for (int64_t d : shape) r.mutable_latent()->add_shape(d);
   r.mutable_latent()->set_data(std::move(body));
 
-  // Mode and JPEG quality (vaedecode's own parameters).
-  absl::StatusOr<const std::string*> mode = Single(params, "mode");
-  if (!mode.ok()) return mode.status();
-  if (*mode != nullptr) {
-    const std::string& m = **mode;
-    if (m == "auto") r.set_mode(v1::MODE_AUTO);
-    else if (m == "dense") r.set_mode(v1::MODE_DENSE);
-    else if (m == "exact") r.set_mode(v1::MODE_EXACT);
-    else if (m == "tiled") r.set_mode(v1::MODE_TILED);
-    else return Bad("mode", absl::StrCat("\"", m, "\"; use auto, dense, exact or tiled"));
-  }
-  // LTX's decode timestep and noise (LTX2Pipeline's decode_timestep, decode_noise_scale; a seed).
-  for (const char* name : {"decode_timestep", "decode_noise_scale"}) {
-    absl::StatusOr<const std::string*> v = Single(params, name);
-    if (!v.ok()) return v.status();
-    if (*v == nullptr) continue;
-    absl::StatusOr<double> d = ParseDouble(name, **v);
-    if (!d.ok()) return d.status();
-    std::string(name) == "decode_timestep" ? r.set_decode_timestep(*d) : r.set_decode_noise_scale(*d);
-  }
-  absl::StatusOr<const std::string*> seed = Single(params, "noise_seed");
-  if (!seed.ok()) return seed.status();
-  if (*seed != nullptr) {
-    uint64_t s = 0;
-    if (!absl::SimpleAtoi(**seed, &s)) return Bad("noise_seed", absl::StrCat("\"", **seed, "\" is not a seed (0..2^64-1)"));
-    r.set_noise_seed(s);
-  }
-  absl::StatusOr<const std::string*> fps = Single(params, "fps");
-  if (!fps.ok()) return fps.status();
-  if (*fps != nullptr) {
-    absl::StatusOr<int64_t> f = ParsePositive("fps", **fps);
-    if (!f.ok() || *f > 240) return Bad("fps", absl::StrCat("\"", **fps, "\"; use 1..240"));
-    r.set_fps(static_cast<int32_t>(*f));
-  }
-  absl::StatusOr<const std::string*> quality = Single(params, "jpeg_quality");
-  if (!quality.ok()) return quality.status();
-  if (*quality != nullptr) {
-    absl::StatusOr<int64_t> q = ParsePositive("jpeg_quality", **quality);
-    if (!q.ok() || *q > 100) return Bad("jpeg_quality", absl::StrCat("\"", **quality, "\"; use 1..100"));
-    r.set_jpeg_quality(static_cast<int32_t>(*q));
-  }
-
   // What comes back.
   absl::StatusOr<const std::string*> output_type = Single(params, "output_type");
   absl::StatusOr<const std::string*> image_format = Single(params, "image_format");
@@ -290,34 +232,40 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     if (!b.ok()) return b.status();
     partial_postprocess = *b;
   }
-  absl::StatusOr<const std::string*> output_dtype = Single(params, "output_dtype");
-  if (!output_dtype.ok()) return output_dtype.status();
-  if (*output_dtype != nullptr && (type != "pt" || partial_postprocess)) {
+  ASSIGN_OR_RETURN(const std::string* output_dtype, Single(params, "output_dtype"));
+  if (output_dtype != nullptr && (type != "pt" || partial_postprocess)) {
     return Bad("output_dtype", "applies to output_type=pt tensors (without partial_postprocess)");
   }
   if (type == "pt") {
     call.reply = partial_postprocess ? RemoteReply::kPixels : RemoteReply::kTensor;
     r.set_output_format(partial_postprocess ? v1::OUTPUT_UINT8 : v1::OUTPUT_FLOAT32);
-    if (*output_dtype != nullptr) {
-      if (**output_dtype == "float16") {
-        r.set_output_format(v1::OUTPUT_FLOAT16);
-      } else if (**output_dtype != "float32") {
-        return Bad("output_dtype", absl::StrCat("\"", **output_dtype, "\"; use float32 or float16"));
+    if (output_dtype != nullptr) {
+      // The decoder's output in another dtype: the output formats that are
+      // a channels-first tensor (rpc/output_formats.h).
+      std::vector<std::string> names;
+      const rpc::OutputFormatInfo* found = nullptr;
+      for (const rpc::OutputFormatInfo& f : rpc::OutputFormats()) {
+        if (f.encoded || f.channels_last) continue;
+        names.push_back(f.name);
+        if (f.name == *output_dtype) found = &f;
       }
+      if (found == nullptr) {
+        return Bad("output_dtype", absl::StrCat("\"", *output_dtype, "\"; use ", absl::StrJoin(names, ", ")));
+      }
+      r.set_output_format(found->format);
     }
   } else if (type == "pil") {
     if (model.is_video()) {
       call.reply = RemoteReply::kVideoFrames;
       r.set_output_format(v1::OUTPUT_FLOAT32);
     } else {
+      // The image files of rpc/output_formats.h, by name or alias.
       const std::string format = *image_format == nullptr ? "jpg" : **image_format;
-      if (format == "jpg" || format == "jpeg") {
-        r.set_output_format(v1::OUTPUT_JPEG);
-      } else if (format == "png") {
-        r.set_output_format(v1::OUTPUT_PNG);
-      } else {
+      absl::StatusOr<const rpc::OutputFormatInfo*> f = rpc::ParseOutputFormat(format);
+      if (!f.ok() || (*f)->chunking != rpc::Chunking::kFilePerImage) {
         return Bad("image_format", absl::StrCat("\"", format, "\"; use jpg or png"));
       }
+      r.set_output_format((*f)->format);
       if (shape[0] != 1) {
         return Bad("output_type", absl::StrCat("pil returns one image; this latent has a batch of ", shape[0],
                                                " (send them one by one, or use output_type=pt)"));
@@ -344,6 +292,8 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
 HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
   if (!output.status.ok()) return ErrorReply(output.status);
   const v1::Header& h = output.header;
+  const rpc::OutputFormatInfo* format = rpc::FindOutputFormat(h.output_format());
+  if (format == nullptr) return ErrorReply(absl::InternalError("the group's header has an unknown output format"));
   std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
   HttpReply reply;
   switch (kind) {
@@ -351,18 +301,19 @@ HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
       if (output.images.size() != 1) {
         return ErrorReply(absl::InternalError(absl::StrCat("expected one image, the decode made ", output.images.size())));
       }
-      reply.content_type = h.output_format() == v1::OUTPUT_PNG ? "image/png" : "image/jpeg";
+      reply.content_type = format->mime_type;
       reply.body = std::move(output.images[0]);
       break;
     case RemoteReply::kVideoFile:
       if (output.images.size() != 1) {
         return ErrorReply(absl::InternalError(absl::StrCat("expected one video, the decode made ", output.images.size())));
       }
-      reply.content_type = "video/mp4";
+      reply.content_type = format->mime_type;
       reply.body = std::move(output.images[0]);
       break;
     case RemoteReply::kTensor:
-      reply = TensorReply(std::move(output.tensor), shape, h.dtype() == v1::FLOAT16 ? "float16" : "float32");
+      // The format's name is the torch dtype's (remote_decode's DTYPE_MAP).
+      reply = TensorReply(std::move(output.tensor), shape, format->name);
       break;
     case RemoteReply::kPixels: {
       // [B, (T,) H, W, C]: video frames flattened so each entry is one image.

@@ -134,7 +134,7 @@ TEST(RemoteDecodeTest, NamesTheBadParameter) {
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"mode", "fast"}}), "use auto, dense, exact or tiled"},
       {Params({{"dtype", "float32"}, {"shape", "2"}, {"shape", "16"}, {"shape", "2"}, {"shape", "2"}}),
        "pil returns one image"},
-      {Params({{"dtype", "float32"}, {"shape", "1"}, {"scaling_factor", "x"}}), "\"x\" is not a number"},
+      {Params({{"dtype", "float32"}, {"shape", "1"}, {"scaling_factor", "x"}}), "scaling_factor: \"x\"; use a finite number"},
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"output_type", "mp4"}}), "mp4 is for video models"},
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"fps", "0"}}), "fps"},
   };

@@ -10,9 +10,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "families/output_frames.h"
+#include "rpc/output_frames.h"
 #include "rpc/latent_tensor.h"
+#include "rpc/output_formats.h"
 #include "rpc/request_checks.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::server {
 namespace {
@@ -24,10 +26,10 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
 }  // namespace
 
 absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
-  if (absl::Status s = rpc::ValidateDecodeOptions(request, model); !s.ok()) return s;
+  RETURN_IF_ERROR(rpc::ValidateDecodeOptions(request, model));
   if (!request.has_latent()) return absl::InvalidArgumentError("latent: missing");
   const v1::Tensor& latent = request.latent();
-  if (absl::Status s = rpc::CheckLatentDtype(latent); !s.ok()) return s;
+  RETURN_IF_ERROR(rpc::CheckLatentDtype(latent));
   const int want_rank = model.is_video() ? 5 : 4;
   if (latent.shape_size() != want_rank) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -35,8 +37,7 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
         model.is_video() ? "[B, C, T, H, W]" : "[B, C, H, W]", " latents (rank ", want_rank,
         "), got rank ", latent.shape_size(), " ", ShapeString(latent.shape())));
   }
-  const absl::StatusOr<int64_t> numel = rpc::CountLatentElements(latent);
-  if (!numel.ok()) return numel.status();
+  ASSIGN_OR_RETURN(const int64_t numel, rpc::CountLatentElements(latent));
   const bool raw = request.latent_space() == v1::LATENT_SPACE_RAW;
   const int64_t channels =
       raw && model.raw_latent_channels() > 0 ? model.raw_latent_channels() : model.latent_channels();
@@ -47,9 +48,8 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
         !raw && latent.shape(1) == model.raw_latent_channels() ? " (a packed raw latent: send latent_space RAW)"
                                                                 : ""));
   }
-  if (absl::Status s = rpc::CheckLatentBytes(latent, *numel); !s.ok()) return s;
-  if (absl::Status s = rpc::ValidateOutputFormat(request, model); !s.ok()) return s;
-  return absl::OkStatus();
+  RETURN_IF_ERROR(rpc::CheckLatentBytes(latent, numel));
+  return rpc::ValidateOutputFormat(request, model);
 }
 
 OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
@@ -61,11 +61,11 @@ OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelIn
   const int64_t f = std::max<int64_t>(1, model.spatial_factor());
   out.batch = shape[0];
   if (shape.size() == 5) {
-    families::OutputFrameTable table;
+    rpc::OutputFrameTable table;
     table.frames.assign(model.output_frame_table().begin(), model.output_frame_table().end());
     table.period = model.output_frame_period();
     table.frames_per_period = model.output_frames_per_period();
-    out.frames = families::OutputFrames(table, model.temporal_factor(), shape[2]);
+    out.frames = rpc::OutputFrames(table, model.temporal_factor(), shape[2]);
   }
   out.height = patch * shape[shape.size() - 2] * f;
   out.width = patch * shape[shape.size() - 1] * f;
@@ -73,23 +73,12 @@ OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelIn
 }
 
 int64_t PredictTensorOutputBytes(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
-  int64_t element_size = 0;
-  switch (request.output_format()) {
-    case v1::OUTPUT_FLOAT32:
-      element_size = 4;
-      break;
-    case v1::OUTPUT_FLOAT16:
-      element_size = 2;
-      break;
-    case v1::OUTPUT_UINT8:
-      element_size = 1;
-      break;
-    default:
-      return 0;
-  }
+  const rpc::OutputFormatInfo* format = rpc::FindOutputFormat(request.output_format());
+  if (format == nullptr || format->encoded) return 0;
   // At most 2^40 latent elements times a spatial factor² and a temporal
   // factor: far from int64's range.
-  return PredictOutputSize(request, model).pixels() * std::max<int64_t>(1, model.out_channels()) * element_size;
+  return PredictOutputSize(request, model).pixels() * std::max<int64_t>(1, model.out_channels()) *
+         rpc::ElementSize(format->dtype);
 }
 
 absl::StatusOr<AdmissionLimits> ParseOutputPixelLimits(const std::string& flag) {

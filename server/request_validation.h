@@ -29,7 +29,7 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
 
 // The decoded output's size for a latent that passed ValidateDecodeRequest:
 // a packed raw latent unpacks by the model's raw patch first; video frames
-// follow the model's output frame table (families/output_frames.h), the
+// follow the model's output frame table (rpc/output_frames.h), the
 // causal VAEs' 1 + temporal_factor × (T − 1) when it has none.
 struct OutputSize {
   int64_t batch = 0;

@@ -79,7 +79,7 @@ TEST(RequestValidationTest, NamesTheProblem) {
          r.set_scaling_factor(0.3);
          r.set_shift_factor(std::numeric_limits<double>::infinity());
        },
-       false, "shift_factor: inf; must be finite"},
+       false, "shift_factor: inf; use a finite number"},
   };
   for (const Case& c : cases) {
     v1::DecodeRequest r = Request({1, 16, 5, 7});
@@ -99,10 +99,10 @@ TEST(RequestValidationTest, NamesTheProblem) {
   v1::DecodeRequest jpeg = Request({1, 16, 5, 7});
   jpeg.set_output_format(v1::OUTPUT_JPEG);
   EXPECT_TRUE(ValidateDecodeRequest(jpeg, Model(false)).ok());
-  EXPECT_THAT(std::string(ValidateDecodeRequest(jpeg, rgba).message()), HasSubstr("OUTPUT_JPEG needs 1 or 3"));
+  EXPECT_THAT(std::string(ValidateDecodeRequest(jpeg, rgba).message()), HasSubstr("jpeg needs 1 or 3"));
   v1::DecodeRequest mp4 = Request({1, 16, 5, 7});
   mp4.set_output_format(v1::OUTPUT_MP4);
-  EXPECT_THAT(std::string(ValidateDecodeRequest(mp4, Model(false)).message()), HasSubstr("OUTPUT_MP4 needs a video model"));
+  EXPECT_THAT(std::string(ValidateDecodeRequest(mp4, Model(false)).message()), HasSubstr("mp4 needs a video model"));
   v1::DecodeRequest clip = Request({1, 16, 3, 5, 7});
   clip.set_output_format(v1::OUTPUT_MP4);
   EXPECT_TRUE(ValidateDecodeRequest(clip, Model(true)).ok());

@@ -20,6 +20,12 @@ const char* ModeName(DecodeMode mode) {
   return "unknown";
 }
 
+DecodeMode PlannedMode(v1::Mode mode) {
+  if (mode == v1::MODE_DENSE) return DecodeMode::kDense;
+  if (mode == v1::MODE_TILED) return DecodeMode::kTiled;
+  return DecodeMode::kExact;
+}
+
 int64_t OutputBytes(const families::Decoder& decoder, const at::Tensor& latent) {
   int64_t bytes = 4;
   for (int64_t d : decoder.OutputShape(latent.sizes().vec())) bytes *= d;

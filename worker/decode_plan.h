@@ -17,6 +17,7 @@
 #include "families/decoder.h"
 #include "tiling/calibration.h"
 #include "tiling/planner.h"
+#include "vaedecode/v1/vaedecode.pb.h"
 #include "worker/decode_job.h"
 
 namespace vaedecode::worker {
@@ -29,6 +30,11 @@ enum class DecodeMode : int64_t {
 
 // "dense", "exact", "tiled": for logs, the CLI's summary and headers' reasons.
 const char* ModeName(DecodeMode mode);
+
+// The mode to plan for a request's (or the scheduler's) v1::Mode: DENSE and
+// TILED as named; EXACT and AUTO exact, which PlanDecode turns into dense
+// where the decoder cannot shard.
+DecodeMode PlannedMode(v1::Mode mode);
 
 // Tiles as the job header carries them: every rank rebuilds the same
 // tiling::TilePlan from these (PlanFromHeader).

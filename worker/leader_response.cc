@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "device/host_copy.h"
 #include "rpc/log_field.h"
+#include "rpc/output_formats.h"
 #include "worker/output_stream.h"
 
 namespace vaedecode::worker {
@@ -113,17 +114,17 @@ bool LeaderResponse::over() const {
 }
 
 bool LeaderResponse::StreamsRows(const DecodePlan& plan) const {
-  const v1::OutputFormat f = request_.output_format();
-  return (plan.mode == DecodeMode::kTiled || plan.mode == DecodeMode::kExact) && f != v1::OUTPUT_PNG &&
-         f != v1::OUTPUT_JPEG && f != v1::OUTPUT_MP4 && out_shape_[0] == 1 &&
-         (out_shape_.size() == 4 || out_shape_[2] == 1);
+  const rpc::OutputFormatInfo* f = rpc::FindOutputFormat(request_.output_format());
+  return (plan.mode == DecodeMode::kTiled || plan.mode == DecodeMode::kExact) && f != nullptr &&
+         f->chunking == rpc::Chunking::kRowBands && out_shape_[0] == 1 && (out_shape_.size() == 4 || out_shape_[2] == 1);
 }
 
 bool LeaderResponse::StreamsFrames(const DecodePlan& plan) const {
   // Chunks go batch entry by batch entry: a second entry's frames would wait
   // for the first's, so only one entry streams early. An MP4 needs every frame.
-  return plan.mode != DecodeMode::kTiled && request_.output_format() != v1::OUTPUT_MP4 && out_shape_.size() == 5 &&
-         out_shape_[0] == 1 && out_shape_[2] > 1;
+  const rpc::OutputFormatInfo* f = rpc::FindOutputFormat(request_.output_format());
+  return plan.mode != DecodeMode::kTiled && f != nullptr && f->chunking != rpc::Chunking::kFilePerVideo &&
+         out_shape_.size() == 5 && out_shape_[0] == 1 && out_shape_[2] > 1;
 }
 
 OutputProgress LeaderResponse::Progress(const DecodePlan& plan) {

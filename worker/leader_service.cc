@@ -1,12 +1,10 @@
 #include "worker/leader_service.h"
 
 #include <atomic>
-#include <optional>
 #include <thread>
 
 #include <ATen/ATen.h>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "device/compute_device.h"
@@ -17,29 +15,6 @@
 #include "worker/proto_conversion.h"
 
 namespace vaedecode::worker {
-namespace {
-
-// A call-metadata integer, or nullopt.
-std::optional<int64_t> MetadataInt(const grpc::ServerContextBase& context, const char* key) {
-  auto it = context.client_metadata().find(key);
-  int64_t value = 0;
-  if (it == context.client_metadata().end() ||
-      !absl::SimpleAtoi(std::string(it->second.data(), it->second.size()), &value)) {
-    return std::nullopt;
-  }
-  return value;
-}
-
-// The mode to plan: the scheduler's choice (call metadata), else the
-// request's own; AUTO shards when it can.
-DecodeMode RequestedMode(const grpc::ServerContextBase& context, const v1::DecodeRequest& request) {
-  const int64_t mode = MetadataInt(context, rpc::kDecodeModeKey).value_or(request.mode());
-  if (mode == v1::MODE_DENSE) return DecodeMode::kDense;
-  if (mode == v1::MODE_TILED) return DecodeMode::kTiled;
-  return DecodeMode::kExact;
-}
-
-}  // namespace
 
 LeaderService::LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype,
                              std::vector<tiling::PeakProfile> profiles)
@@ -69,13 +44,13 @@ grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusR
 // its decode runs on (the callback API's reactions must not block).
 class LeaderService::RunCall final : public grpc::ServerWriteReactor<v1::DecodeResponse>, public ResponseSink {
  public:
-  RunCall(LeaderService& service, grpc::CallbackServerContext* context, const v1::DecodeRequest* request)
-      : thread_([this, &service, context, request] {
+  RunCall(LeaderService& service, const internal::RunRequest* run)
+      : thread_([this, &service, run] {
           // No exception may end the process: whatever escapes the decode's
           // own handling (an allocation while streaming, say) is a status.
           grpc::Status status;
           const absl::Status caught =
-              CatchExceptions("leader call", [&] { status = service.Decode(*context, *request, *this); });
+              CatchExceptions("leader call", [&] { status = service.Decode(*run, *this); });
           Finish(caught.ok() ? status : rpc::ToGrpcStatus(caught));
         }) {}
 
@@ -117,13 +92,13 @@ class LeaderService::RunCall final : public grpc::ServerWriteReactor<v1::DecodeR
   std::thread thread_;  // last: it starts once the rest is built
 };
 
-grpc::ServerWriteReactor<v1::DecodeResponse>* LeaderService::Run(grpc::CallbackServerContext* context,
-                                                                 const v1::DecodeRequest* request) {
-  return new RunCall(*this, context, request);
+grpc::ServerWriteReactor<v1::DecodeResponse>* LeaderService::Run(grpc::CallbackServerContext*,
+                                                                 const internal::RunRequest* run) {
+  return new RunCall(*this, run);
 }
 
-grpc::Status LeaderService::Decode(const grpc::CallbackServerContext& context, const v1::DecodeRequest& request,
-                                   RunCall& call) {
+grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& call) {
+  const v1::DecodeRequest& request = run.request();
   const GroupRuntime::Call busy(runtime_);  // for the server's wait-for-idle after a cancel
   device::UseComputeDevice(runtime_.device());  // a thread of its own: make the worker's GPU current
   const int model = runtime_.FindModel(request.model());
@@ -136,7 +111,8 @@ grpc::Status LeaderService::Decode(const grpc::CallbackServerContext& context, c
 
   // The plan, once, here: every rank and every tile gets the same prepared latent.
   PlanningContext planning;
-  planning.requested = RequestedMode(context, request);
+  // The scheduler's choice, else the request's own; AUTO shards when it can.
+  planning.requested = PlannedMode(run.mode() != v1::MODE_AUTO ? run.mode() : request.mode());
   planning.world_size = runtime_.world_size();
   planning.profile = &profiles_[model];
   planning.free_bytes_per_rank = runtime_.free_bytes_per_rank();
@@ -151,7 +127,7 @@ grpc::Status LeaderService::Decode(const grpc::CallbackServerContext& context, c
   job.plan = *std::move(plan);
 
   LeaderResponse response(call, request,
-                          MetadataInt(context, rpc::kMaxChunkBytesKey).value_or(rpc::kDefaultMaxChunkBytes),
+                          run.max_chunk_bytes() > 0 ? run.max_chunk_bytes() : rpc::kDefaultMaxChunkBytes,
                           decoder.OutputShape(job.plan.latent.sizes().vec()),
                           families::DecodeDtypeReason(decoder.info(), requested_dtype_));
   absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, call.cancel_flag(), response.Progress(job.plan));

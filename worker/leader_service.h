@@ -3,7 +3,8 @@
 // The group leader's side of proto/vaedecode/internal/worker.proto, served on
 // a Unix socket to the server (the frontend). Run converts the request's raw
 // latent bytes to a tensor, plans the decode once (PlanDecode: the mode the
-// server chose, the prepared latent, the tiles), runs it on the group, and
+// server chose in the RunRequest, the prepared latent, the tiles), runs it
+// on the group, and
 // streams the output as the public API's Header / Chunks / Trailer
 // (LeaderResponse).
 //
@@ -30,7 +31,7 @@ class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run
   LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype, std::vector<tiling::PeakProfile> profiles);
 
   grpc::ServerWriteReactor<v1::DecodeResponse>* Run(grpc::CallbackServerContext* context,
-                                                   const v1::DecodeRequest* request) override;
+                                                   const internal::RunRequest* run) override;
   grpc::Status Models(grpc::ServerContext* context, const v1::ListModelsRequest* request,
                       v1::ListModelsResponse* response) override;
   grpc::Status Status(grpc::ServerContext* context, const internal::StatusRequest* request,
@@ -39,8 +40,7 @@ class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run
  private:
   class RunCall;
   // The decode of one Run call, on its own thread: plan, run, stream.
-  grpc::Status Decode(const grpc::CallbackServerContext& context, const v1::DecodeRequest& request,
-                      RunCall& call);
+  grpc::Status Decode(const internal::RunRequest& run, RunCall& call);
 
   GroupRuntime& runtime_;
   const at::ScalarType requested_dtype_;

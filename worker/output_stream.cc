@@ -9,6 +9,7 @@
 #include "formats/mp4.h"
 #include "formats/png.h"
 #include "formats/tensor_file.h"
+#include "rpc/output_formats.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -27,6 +28,19 @@ absl::StatusOr<Geometry> GeometryOf(const std::vector<int64_t>& s) {
 }
 
 absl::StatusOr<Geometry> GeometryOf(const at::Tensor& sample) { return GeometryOf(sample.sizes().vec()); }
+
+at::ScalarType TensorType(v1::DType dtype) {
+  switch (dtype) {
+    case v1::FLOAT16:
+      return at::kHalf;
+    case v1::BFLOAT16:
+      return at::kBFloat16;
+    case v1::UINT8:
+      return at::kByte;
+    default:
+      return at::kFloat;
+  }
+}
 
 int64_t RowsPerChunk(int64_t bytes_per_row, int64_t max_chunk_bytes) {
   return std::max<int64_t>(1, max_chunk_bytes / std::max<int64_t>(1, bytes_per_row));
@@ -54,39 +68,20 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
   header->set_frames(g->frames);
   header->set_height(g->height);
   header->set_width(g->width);
-  switch (format) {
-    case v1::OUTPUT_FLOAT32:
-    case v1::OUTPUT_FLOAT16:
-      for (int64_t s : shape) header->add_shape(s);
-      header->set_dtype(format == v1::OUTPUT_FLOAT32 ? v1::FLOAT32 : v1::FLOAT16);
-      return absl::OkStatus();
-    case v1::OUTPUT_UINT8:
-    case v1::OUTPUT_PNG:
-    case v1::OUTPUT_JPEG:
-    case v1::OUTPUT_MP4:
-      header->add_shape(g->batch);
-      if (g->video) header->add_shape(g->frames);
-      header->add_shape(g->height);
-      header->add_shape(g->width);
-      header->add_shape(g->channels);
-      header->set_dtype(v1::UINT8);
-      if (format == v1::OUTPUT_PNG && g->channels != 1 && g->channels != 3 && g->channels != 4) {
-        return absl::InvalidArgumentError(absl::StrCat("PNG output needs 1, 3 or 4 channels; this model has ",
-                                                       g->channels));
-      }
-      if (format == v1::OUTPUT_MP4 && (!g->video || g->channels != 3)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("MP4 output needs a video model with 3 channels; this sample is ",
-                         g->video ? absl::StrCat(g->channels, "-channel video") : std::string("an image")));
-      }
-      if (format == v1::OUTPUT_JPEG && g->channels != 1 && g->channels != 3) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("JPEG output needs 1 or 3 channels; this model has ", g->channels));
-      }
-      return absl::OkStatus();
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
+  // What each format holds and which outputs it fits: rpc/output_formats.h.
+  const rpc::OutputFormatInfo* info = rpc::FindOutputFormat(format);
+  if (info == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
+  header->set_dtype(info->dtype);
+  if (!info->channels_last) {
+    for (int64_t s : shape) header->add_shape(s);
+  } else {
+    header->add_shape(g->batch);
+    if (g->video) header->add_shape(g->frames);
+    header->add_shape(g->height);
+    header->add_shape(g->width);
+    header->add_shape(g->channels);
   }
+  return rpc::CheckOutputFits(format, g->channels, g->video, "the decoded sample");
 }
 
 absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encoding, int64_t max_chunk_bytes,
@@ -106,8 +101,10 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
   };
   const absl::Status cancelled = absl::CancelledError("the output stream was closed");
 
-  if (format == v1::OUTPUT_FLOAT32 || format == v1::OUTPUT_FLOAT16) {
-    const at::Tensor values = sample.to(format == v1::OUTPUT_FLOAT32 ? at::kFloat : at::kHalf);
+  const rpc::OutputFormatInfo* info = rpc::FindOutputFormat(format);
+  if (info == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
+  if (!info->encoded && !info->channels_last) {  // the sample itself, in the format's dtype
+    const at::Tensor values = sample.to(TensorType(info->dtype));
     const int64_t row_bytes = g->channels * g->width * values.element_size();
     const int64_t step = RowsPerChunk(row_bytes, max_chunk_bytes);
     for (int64_t b = 0; b < g->batch; ++b) {

@@ -87,7 +87,7 @@ cmp -s "$OUT/scaled.npy" "$OUT/unscaled.npy" || fail "--scaling-factor $sf is no
 ! cmp -s "$OUT/scaled1.npy" "$OUT/unscaled.npy" || fail "--scaling-factor 1 changed nothing"
 expect_error 1 "applies to raw latents" decode --scaling-factor 2 --out "$OUT/x.npy"
 expect_error 1 "not timestep-conditioned" decode --decode-timestep 0.05 --out "$OUT/x.npy"
-expect_error 1 "OUTPUT_MP4 needs a video model" decode --out "$OUT/x.mp4"
+expect_error 1 "mp4 needs a video model" decode --out "$OUT/x.mp4"
 
 echo "== float16: force_upcast VAEs decode in float32, as diffusers' pipelines do"
 line=$("$BIN" decode --model "$FIX/sd_kl" --dtype float16 --out "$OUT/fp16.npy" | tail -n 1)

@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/output_assembler.h"
+#include "rpc/output_assembler.h"
 #include "vaedecode/v1/vaedecode.grpc.pb.h"
 #include "rpc/child_process.h"
 
@@ -106,7 +106,7 @@ class ServerProcess {
 
 struct DecodeOutcome {
   grpc::Status status;
-  client::OutputAssembler output;
+  rpc::OutputAssembler output;
   absl::Status stream_error;  // the stream broke the protocol
   int messages = 0;
 };

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace vaedecode::families {
+namespace vaedecode::rpc {
 
 struct OutputFrameTable {
   // frames[T] for T < frames.size(); empty: the causal formula.
@@ -24,4 +24,4 @@ struct OutputFrameTable {
 // Output frames for `latent_frames` (>= 0) latent frames.
 int64_t OutputFrames(const OutputFrameTable& table, int64_t temporal_factor, int64_t latent_frames);
 
-}  // namespace vaedecode::families
+}  // namespace vaedecode::rpc

@@ -1,7 +1,9 @@
 #pragma once
 
 // Reassembles a Decode stream (Header, Chunks, Trailer) into whole outputs,
-// checking it as it goes. No torch: plain bytes in the header's layout.
+// checking it as it goes: for vaedecode_client, the CLI and the server's
+// unary protocols (HTTP, OIP) alike. No torch: plain bytes in the header's
+// layout, each format's as rpc/output_formats.h describes it.
 //
 // Chunk layout (vaedecode.v1.Chunk): for tensor outputs a chunk holds rows
 // [row_begin, row_end) of one image (batch_index) and frame, for every
@@ -23,7 +25,7 @@
 #include "absl/status/status.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
-namespace vaedecode::client {
+namespace vaedecode::rpc {
 
 class OutputAssembler {
  public:
@@ -68,4 +70,4 @@ class OutputAssembler {
   int64_t last_image_ = -1;  // the image the previous file chunk belonged to
 };
 
-}  // namespace vaedecode::client
+}  // namespace vaedecode::rpc

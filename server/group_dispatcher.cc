@@ -1,7 +1,8 @@
-// WorkerGroup's dispatcher (worker_group.h): takes jobs from the scheduler,
-// chooses each one's mode from the group's free memory, forwards it to the
-// leader and the leader's stream into the job, and finishes the job. The
-// supervisor is in worker_group.cc.
+// GroupDispatcher (server/group_dispatcher.h): takes jobs from the
+// scheduler, chooses each one's mode from the group's free memory, runs it
+// on the leader and forwards the leader's stream into the job.
+
+#include "server/group_dispatcher.h"
 
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
@@ -10,12 +11,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "rpc/leader_call.h"
 #include "rpc/log_field.h"
+#include "rpc/modes.h"
 #include "rpc/status.h"
 #include "server/mode_selection.h"
-#include "server/worker_group.h"
-#include "server/worker_group_internal.h"
 
 namespace vaedecode::server {
 namespace {
@@ -32,108 +31,86 @@ constexpr absl::Duration kIdleWait = absl::Seconds(30);
 
 }  // namespace
 
-void WorkerGroup::DispatcherLoop() {
+void GroupDispatcher::Run() {
   const auto can_run = [this](const Job& job) {
-    return catalog_.GroupServes(options_.name, job.model().name());
+    return g_.catalog.GroupServes(g_.options.name, job.model().name());
   };
   while (true) {
-    std::shared_ptr<Leader> leader;
+    std::shared_ptr<LeaderConnection> leader;
     {
-      absl::MutexLock lock(&mu_);
-      const auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || state_ == State::kReady;
+      absl::MutexLock lock(&g_.mu);
+      const auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_.mu) {
+        return g_.stopping || g_.phase == GroupState::Phase::kReady;
       };
-      mu_.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
-      if (stopping_) return;
-      if (state_ != State::kReady) continue;
-      leader = leader_;
+      g_.mu.AwaitWithTimeout(absl::Condition(&wake), absl::Milliseconds(200));
+      if (g_.stopping) return;
+      if (g_.phase != GroupState::Phase::kReady) continue;
+      leader = g_.leader;
     }
-    std::shared_ptr<Job> job = scheduler_.Next(can_run, absl::Milliseconds(200));
+    std::shared_ptr<Job> job = g_.scheduler.Next(can_run, absl::Milliseconds(200));
     if (!job) continue;
     bool current;
     {
-      absl::MutexLock lock(&mu_);
-      current = state_ == State::kReady && leader_ == leader && !stopping_;
-      busy_ = current;
+      absl::MutexLock lock(&g_.mu);
+      current = g_.phase == GroupState::Phase::kReady && g_.leader == leader && !g_.stopping;
+      g_.busy = current;
     }
     if (!current) {  // the group broke meanwhile: the job was not started
-      if (!scheduler_.Requeue(job)) {
+      if (!g_.scheduler.Requeue(job)) {
         job->Finish(absl::UnavailableError("the server is shutting down"));
       }
       continue;
     }
     RunJob(leader, job);
-    absl::MutexLock lock(&mu_);
-    busy_ = false;
+    absl::MutexLock lock(&g_.mu);
+    g_.busy = false;
   }
 }
 
-std::string WorkerGroup::ReportFailure(const std::shared_ptr<Leader>& leader,
+std::string GroupDispatcher::ReportFailure(const std::shared_ptr<LeaderConnection>& leader,
                                        const std::string& message) {
-  absl::MutexLock lock(&mu_);
+  absl::MutexLock lock(&g_.mu);
   if (leader->reported_failure.empty()) leader->reported_failure = message;
-  const auto settled = [this, &leader]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !leader->broken_reason.empty() || stopping_;
+  const auto settled = [this, &leader]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_.mu) {
+    return !leader->broken_reason.empty() || g_.stopping;
   };
-  mu_.AwaitWithTimeout(absl::Condition(&settled), kExplainWindow + absl::Seconds(1));
+  g_.mu.AwaitWithTimeout(absl::Condition(&settled), kExplainWindow + absl::Seconds(1));
   return leader->broken_reason.empty() ? message : leader->broken_reason;
 }
 
-std::string WorkerGroup::WaitBroken(const std::shared_ptr<Leader>& leader, absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  const auto settled = [this, &leader]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !leader->broken_reason.empty() || stopping_;
+std::string GroupDispatcher::WaitBroken(const std::shared_ptr<LeaderConnection>& leader, absl::Duration timeout) {
+  absl::MutexLock lock(&g_.mu);
+  const auto settled = [this, &leader]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_.mu) {
+    return !leader->broken_reason.empty() || g_.stopping;
   };
-  mu_.AwaitWithTimeout(absl::Condition(&settled), timeout);
+  g_.mu.AwaitWithTimeout(absl::Condition(&settled), timeout);
   return leader->broken_reason;
 }
 
-void WorkerGroup::RefreshMemory(const std::shared_ptr<Leader>& leader) {
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, absl::Now() + kStatusDeadline);
-  internal::StatusResponse status;
-  if (!leader->stub->Status(&ctx, internal::StatusRequest(), &status).ok()) return;
-  // Ranks report what they can measure; missing figures leave the gauges as they are.
-  for (size_t r = 0; r < options_.devices.size(); ++r) {
-    if (r < static_cast<size_t>(status.free_bytes_per_rank_size())) {
-      metrics_.SetDeviceFreeBytes(options_.name, options_.devices[r],
-                                  status.free_bytes_per_rank(r));
-    }
-    if (r < static_cast<size_t>(status.peak_bytes_per_rank_size())) {
-      metrics_.SetDevicePeakBytes(options_.name, options_.devices[r],
-                                  status.peak_bytes_per_rank(r));
-    }
-  }
-}
-
-void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::shared_ptr<Job>& job) {
+void GroupDispatcher::RunJob(const std::shared_ptr<LeaderConnection>& leader, const std::shared_ptr<Job>& job) {
   const double queue_ms = Ms(absl::Now() - job->received());
   job->UpdateReport([&](JobReport& r) {
-    r.group = options_.name;
+    r.group = g_.options.name;
     r.timings.set_queue_ms(queue_ms);
   });
   const std::optional<ModeChoice> choice = ChooseMode(leader, job);
   if (!choice) return;  // finished or requeued meanwhile
 
-  // The request goes as the client sent it (serialised from the job's own
-  // copy, never copied again); the scheduler's choice rides in the metadata.
   grpc::ClientContext ctx;
   SetDeadline(ctx, job->deadline());
-  ctx.AddMetadata(rpc::kMaxChunkBytesKey, absl::StrCat(options_.max_chunk_bytes));
-  ctx.AddMetadata(rpc::kDecodeModeKey, absl::StrCat(static_cast<int>(choice->mode)));
   bool current;
   {
-    absl::MutexLock lock(&mu_);
-    current = state_ == State::kReady && leader_ == leader;
-    if (current) running_ = &ctx;
+    absl::MutexLock lock(&g_.mu);
+    current = g_.phase == GroupState::Phase::kReady && g_.leader == leader;
+    if (current) g_.running = &ctx;
   }
   if (!current) {
-    if (!scheduler_.Requeue(job)) job->Finish(absl::UnavailableError("the server is stopping"));
+    if (!g_.scheduler.Requeue(job)) job->Finish(absl::UnavailableError("the server is stopping"));
     return;
   }
   const auto unregister = [&] {
-    absl::MutexLock lock(&mu_);
-    running_ = nullptr;
+    absl::MutexLock lock(&g_.mu);
+    g_.running = nullptr;
   };
   if (!job->SetCancelHook([&ctx] { ctx.TryCancel(); })) {
     unregister();  // cancelled while we prepared: it finishes itself
@@ -143,17 +120,17 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
   // after its group failed, still counts as pending (and its queue time
   // once, when it finally runs).
   if (job->TakePending()) {
-    metrics_.AddPending(job->model().name(), -1);
-    metrics_.RecordQueueTime(queue_ms / 1000);
+    g_.metrics.AddPending(job->model().name(), -1);
+    g_.metrics.RecordQueueTime(queue_ms / 1000);
   }
-  metrics_.AddInFlight(1);
-  const LeaderStream stream = ForwardStream(leader, ctx, job, queue_ms);
+  g_.metrics.AddInFlight(1);
+  const LeaderStream stream = ForwardStream(leader, ctx, job, choice->mode, queue_ms);
   job->ClearCancelHook();
   unregister();
-  metrics_.AddInFlight(-1);
+  g_.metrics.AddInFlight(-1);
   {
-    absl::MutexLock lock(&mu_);
-    leader_may_be_busy_ = false;
+    absl::MutexLock lock(&g_.mu);
+    g_.leader_may_be_busy = false;
   }
   if (stream.client_gone || job->over()) {  // cancelled: the job finishes itself
     AwaitLeaderIdle(leader, *job);
@@ -162,18 +139,18 @@ void WorkerGroup::RunJob(const std::shared_ptr<Leader>& leader, const std::share
   Conclude(leader, job, stream);
 }
 
-std::optional<ModeChoice> WorkerGroup::ChooseMode(const std::shared_ptr<Leader>& leader,
+std::optional<ModeChoice> GroupDispatcher::ChooseMode(const std::shared_ptr<LeaderConnection>& leader,
                                                   const std::shared_ptr<Job>& job) {
   // The group's resources, for the mode choice; asked again while nothing
   // fits the group's free memory, until the request's deadline.
   bool waiting_for_memory = false;
   const auto stop_waiting = [&] {
-    if (waiting_for_memory) metrics_.AddMemoryWaits(-1);
+    if (waiting_for_memory) g_.metrics.AddMemoryWaits(-1);
     waiting_for_memory = false;
   };
   while (true) {
     GroupResources resources;
-    resources.degree = static_cast<int>(options_.devices.size());
+    resources.degree = static_cast<int>(g_.options.devices.size());
     grpc::ClientContext ctx;
     SetDeadline(ctx, std::min(job->deadline(), absl::Now() + kStatusDeadline));
     internal::StatusResponse status;
@@ -189,12 +166,12 @@ std::optional<ModeChoice> WorkerGroup::ChooseMode(const std::shared_ptr<Leader>&
       // group or another one; otherwise it runs without memory figures.
       const std::string reason = WaitBroken(leader, kExplainWindow + absl::Milliseconds(200));
       if (!reason.empty()) {
-        spdlog::warn("group={} event=requeue request_id={} reason={}", options_.name,
+        spdlog::warn("group={} event=requeue request_id={} reason={}", g_.options.name,
                      rpc::LogValue(job->request_id()), rpc::LogValue(reason));
         stop_waiting();
-        if (!scheduler_.Requeue(job)) {
+        if (!g_.scheduler.Requeue(job)) {
           job->Finish(
-              absl::UnavailableError(absl::StrCat("worker group ", options_.name, " failed (",
+              absl::UnavailableError(absl::StrCat("worker group ", g_.options.name, " failed (",
                                                   reason, ") and the server is stopping")));
         }
         return std::nullopt;
@@ -210,7 +187,7 @@ std::optional<ModeChoice> WorkerGroup::ChooseMode(const std::shared_ptr<Leader>&
       stop_waiting();
       return *choice;
     }
-    if (!waiting_for_memory) metrics_.AddMemoryWaits(1);
+    if (!waiting_for_memory) g_.metrics.AddMemoryWaits(1);
     waiting_for_memory = true;
     if (absl::Now() + kMemoryPoll >= job->deadline()) {
       stop_waiting();
@@ -220,7 +197,7 @@ std::optional<ModeChoice> WorkerGroup::ChooseMode(const std::shared_ptr<Leader>&
     }
     // The wait holds the group: it ends with the caller (cancelled: the job
     // finished itself) and with the server.
-    if (!SleepUnlessStopping(kMemoryPoll)) {
+    if (!g_.SleepUnlessStopping(kMemoryPoll)) {
       stop_waiting();
       job->Finish(absl::UnavailableError(
           absl::StrCat("the server is stopping; the request was waiting for memory: ", choice->reason)));
@@ -233,12 +210,23 @@ std::optional<ModeChoice> WorkerGroup::ChooseMode(const std::shared_ptr<Leader>&
   }
 }
 
-WorkerGroup::LeaderStream WorkerGroup::ForwardStream(const std::shared_ptr<Leader>& leader,
+GroupDispatcher::LeaderStream GroupDispatcher::ForwardStream(const std::shared_ptr<LeaderConnection>& leader,
                                                      grpc::ClientContext& ctx, const std::shared_ptr<Job>& job,
-                                                     double queue_ms) {
+                                                     v1::Mode mode, double queue_ms) {
   LeaderStream stream;
   absl::Time first_message = absl::InfiniteFuture();
-  std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader = leader->stub->Run(&ctx, job->request());
+  std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader;
+  {
+    // The request goes as the client sent it, serialised from the job's own
+    // copy (lent to the RunRequest, never copied: a latent can be large)
+    // beside the scheduler's choices.
+    internal::RunRequest run;
+    run.set_mode(mode);
+    run.set_max_chunk_bytes(g_.options.max_chunk_bytes);
+    run.unsafe_arena_set_allocated_request(const_cast<v1::DecodeRequest*>(&job->request()));
+    reader = leader->stub->Run(&ctx, run);  // sends (serialises) the request
+    run.unsafe_arena_release_request();
+  }
   v1::DecodeResponse message;
   while (reader->Read(&message)) {
     if (stream.client_gone) continue;  // drain after TryCancel
@@ -248,7 +236,7 @@ WorkerGroup::LeaderStream WorkerGroup::ForwardStream(const std::shared_ptr<Leade
       stream.got_header = true;
       const v1::Header& h = message.header();
       job->UpdateReport([&](JobReport& r) {
-        r.mode = ModeName(h.mode());
+        r.mode = rpc::ModeLabel(h.mode());
         r.mode_reason = h.mode_reason();
         r.degree = h.degree();
         r.output_shape.assign(h.shape().begin(), h.shape().end());
@@ -283,7 +271,7 @@ WorkerGroup::LeaderStream WorkerGroup::ForwardStream(const std::shared_ptr<Leade
   return stream;
 }
 
-void WorkerGroup::AwaitLeaderIdle(const std::shared_ptr<Leader>& leader, const Job& job) {
+void GroupDispatcher::AwaitLeaderIdle(const std::shared_ptr<LeaderConnection>& leader, const Job& job) {
   // The call ends at once, but the leader stops at its next op: wait for
   // it, so that the group's next request does not start on a busy leader
   // (whose wait would show in no timing field), and measure the release.
@@ -294,27 +282,27 @@ void WorkerGroup::AwaitLeaderIdle(const std::shared_ptr<Leader>& leader, const J
   internal::StatusResponse idle;
   const bool answered = leader->stub->Status(&idle_ctx, wait, &idle).ok();
   {
-    absl::MutexLock lock(&mu_);
-    leader_may_be_busy_ = !(answered && idle.idle());
+    absl::MutexLock lock(&g_.mu);
+    g_.leader_may_be_busy = !(answered && idle.idle());
   }
   const absl::Time cancelled = job.cancelled_at();
   if (cancelled < absl::InfiniteFuture()) {
     const absl::Duration release = absl::Now() - cancelled;
-    metrics_.RecordCancelRelease(absl::ToDoubleSeconds(release));
+    g_.metrics.RecordCancelRelease(absl::ToDoubleSeconds(release));
     spdlog::debug("group={} event=released_after_cancel request_id={} release_ms={:.1f} leader_idle={}",
-                  options_.name, rpc::LogValue(job.request_id()), Ms(release), answered && idle.idle());
+                  g_.options.name, rpc::LogValue(job.request_id()), Ms(release), answered && idle.idle());
   }
 }
 
-void WorkerGroup::Conclude(const std::shared_ptr<Leader>& leader, const std::shared_ptr<Job>& job,
+void GroupDispatcher::Conclude(const std::shared_ptr<LeaderConnection>& leader, const std::shared_ptr<Job>& job,
                            const LeaderStream& stream) {
   std::string broken;
   {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&g_.mu);
     broken = leader->broken_reason;
   }
   if (!broken.empty()) {
-    job->Finish(absl::UnavailableError(absl::StrCat("worker group ", options_.name,
+    job->Finish(absl::UnavailableError(absl::StrCat("worker group ", g_.options.name,
                                                     " failed during the decode: ", broken,
                                                     "; the group is being rebuilt, retry")));
     return;
@@ -324,7 +312,7 @@ void WorkerGroup::Conclude(const std::shared_ptr<Leader>& leader, const std::sha
     if (absl::IsUnavailable(s)) {
       // The leader died, or reported that its communicator failed.
       const std::string reason = ReportFailure(leader, std::string(s.message()));
-      job->Finish(absl::UnavailableError(absl::StrCat("worker group ", options_.name,
+      job->Finish(absl::UnavailableError(absl::StrCat("worker group ", g_.options.name,
                                                       " failed during the decode: ", reason,
                                                       "; the group is being rebuilt, retry")));
       return;
@@ -333,7 +321,7 @@ void WorkerGroup::Conclude(const std::shared_ptr<Leader>& leader, const std::sha
     return;
   }
   if (!stream.got_header || !stream.got_trailer) {
-    job->Finish(absl::InternalError(absl::StrCat("worker group ", options_.name,
+    job->Finish(absl::InternalError(absl::StrCat("worker group ", g_.options.name,
                                                  ": the leader's stream ended without a ",
                                                  stream.got_header ? "trailer" : "header")));
     return;
@@ -341,13 +329,13 @@ void WorkerGroup::Conclude(const std::shared_ptr<Leader>& leader, const std::sha
   const JobReport report = job->report();
   double most_waited_ms = 0;  // the rank that waited longest in collectives
   for (double ms : report.collective_wait_ms_per_rank) most_waited_ms = std::max(most_waited_ms, ms);
-  metrics_.RecordDecode(job->model().name(), job->model().family(), report.mode, report.degree,
+  g_.metrics.RecordDecode(job->model().name(), job->model().family(), report.mode, report.degree,
                         report.timings.decode_ms() / 1000, report.timings.gather_ms() / 1000,
                         report.collectives, most_waited_ms / 1000);
-  metrics_.RecordStreamTime(report.timings.stream_ms() / 1000);
-  if (report.tile_retries > 0) metrics_.RecordTileRetries(job->model().name(), report.tile_retries);
+  g_.metrics.RecordStreamTime(report.timings.stream_ms() / 1000);
+  if (report.tile_retries > 0) g_.metrics.RecordTileRetries(job->model().name(), report.tile_retries);
   job->Finish(absl::OkStatus());
-  RefreshMemory(leader);
+  g_.RefreshMemory(*leader);
 }
 
 }  // namespace vaedecode::server

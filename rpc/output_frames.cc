@@ -1,8 +1,8 @@
-#include "families/output_frames.h"
+#include "rpc/output_frames.h"
 
 #include <algorithm>
 
-namespace vaedecode::families {
+namespace vaedecode::rpc {
 
 int64_t OutputFrames(const OutputFrameTable& table, int64_t temporal_factor, int64_t latent_frames) {
   const int64_t size = static_cast<int64_t>(table.frames.size());
@@ -15,4 +15,4 @@ int64_t OutputFrames(const OutputFrameTable& table, int64_t temporal_factor, int
   return table.frames[latent_frames - periods * table.period] + periods * table.frames_per_period;
 }
 
-}  // namespace vaedecode::families
+}  // namespace vaedecode::rpc

@@ -1,8 +1,8 @@
-#include "families/output_frames.h"
+#include "rpc/output_frames.h"
 
 #include <gtest/gtest.h>
 
-namespace vaedecode::families {
+namespace vaedecode::rpc {
 namespace {
 
 TEST(OutputFramesTest, EmptyTableIsTheCausalFormula) {
@@ -30,4 +30,4 @@ TEST(OutputFramesTest, TableThenPeriod) {
 }
 
 }  // namespace
-}  // namespace vaedecode::families
+}  // namespace vaedecode::rpc

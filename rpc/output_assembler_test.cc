@@ -1,10 +1,10 @@
-#include "client/output_assembler.h"
+#include "rpc/output_assembler.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-namespace vaedecode::client {
+namespace vaedecode::rpc {
 namespace {
 
 v1::DecodeResponse Header(std::vector<int64_t> shape, v1::OutputFormat format) {
@@ -98,4 +98,4 @@ TEST(OutputAssemblerTest, PngPerImage) {
 }
 
 }  // namespace
-}  // namespace vaedecode::client
+}  // namespace vaedecode::rpc

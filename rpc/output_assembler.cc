@@ -1,10 +1,11 @@
-#include "client/output_assembler.h"
+#include "rpc/output_assembler.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/output_formats.h"
 
-namespace vaedecode::client {
+namespace vaedecode::rpc {
 
 absl::Status OutputAssembler::Add(const v1::DecodeResponse& message) {
   if (has_trailer_) return absl::InvalidArgumentError("stream: a message after the trailer");
@@ -39,9 +40,12 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
   }
   const bool video = rank == 5;
   const auto& s = header.shape();
-  video_file_ = header.output_format() == v1::OUTPUT_MP4;
-  encoded_ = video_file_ || header.output_format() == v1::OUTPUT_PNG || header.output_format() == v1::OUTPUT_JPEG;
-  channels_last_ = encoded_ || header.output_format() == v1::OUTPUT_UINT8;
+  const OutputFormatInfo* format = FindOutputFormat(header.output_format());
+  if (format == nullptr) return absl::InvalidArgumentError("header: unknown output format");
+  video_file_ = format->chunking == Chunking::kFilePerVideo;
+  encoded_ = format->encoded;
+  channels_last_ = format->channels_last;
+  elem_ = ElementSize(format->dtype);
   batch_ = s[0];
   if (channels_last_) {  // [B, (T,) H, W, C]
     frames_ = video ? s[1] : 1;
@@ -53,22 +57,6 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
     frames_ = video ? s[2] : 1;
     height_ = s[video ? 3 : 2];
     width_ = s[video ? 4 : 3];
-  }
-  switch (header.output_format()) {
-    case v1::OUTPUT_FLOAT32:
-      elem_ = 4;
-      break;
-    case v1::OUTPUT_FLOAT16:
-      elem_ = 2;
-      break;
-    case v1::OUTPUT_UINT8:
-    case v1::OUTPUT_PNG:
-    case v1::OUTPUT_JPEG:
-    case v1::OUTPUT_MP4:
-      elem_ = 1;
-      break;
-    default:
-      return absl::InvalidArgumentError("header: unknown output format");
   }
   const int64_t images = batch_ * frames_;
   if (encoded_) {
@@ -149,4 +137,4 @@ absl::Status OutputAssembler::Finish() const {
   return absl::OkStatus();
 }
 
-}  // namespace vaedecode::client
+}  // namespace vaedecode::rpc

@@ -1,0 +1,65 @@
+#pragma once
+
+// A worker group's dispatcher: takes jobs from the scheduler while the group
+// is ready, one at a time (the leader runs one decode at a time), picks the
+// mode from the group's free memory (SelectMode), runs the job on the
+// current leader (GroupLeader.Run with an internal.RunRequest: the request,
+// the mode, the chunk size), forwards the leader's stream into the job and
+// finishes it. A failure that looks like the group's (UNAVAILABLE) is
+// reported to the supervisor, which names the dead rank when it finds one.
+//
+// Threading: Run is the dispatcher thread's body, until the group stops.
+
+#include <grpcpp/client_context.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "server/group_state.h"
+#include "server/job.h"
+#include "server/mode_selection.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::server {
+
+class GroupDispatcher {
+ public:
+  explicit GroupDispatcher(GroupState& group) : g_(group) {}
+
+  // Runs jobs until the group stops.
+  void Run();
+
+ private:
+  // One job on the group: mode, call, stream, conclusion.
+  void RunJob(const std::shared_ptr<LeaderConnection>& leader, const std::shared_ptr<Job>& job);
+  // The scheduler's choice for `job`, waiting while nothing fits the group's
+  // free memory; nullopt when the job was finished or requeued meanwhile.
+  std::optional<ModeChoice> ChooseMode(const std::shared_ptr<LeaderConnection>& leader,
+                                       const std::shared_ptr<Job>& job);
+  // What the leader's stream held.
+  struct LeaderStream {
+    grpc::Status finished;
+    bool got_header = false;
+    bool got_trailer = false;
+    bool client_gone = false;  // the job's client stopped reading: the call was cancelled
+  };
+  // Runs the job on the leader in `mode` and reads its stream into the job.
+  LeaderStream ForwardStream(const std::shared_ptr<LeaderConnection>& leader, grpc::ClientContext& ctx,
+                             const std::shared_ptr<Job>& job, v1::Mode mode, double queue_ms);
+  // After a cancelled call: waits for the leader to stop, records the release.
+  void AwaitLeaderIdle(const std::shared_ptr<LeaderConnection>& leader, const Job& job);
+  // Finishes the job from the call's outcome, with its metrics.
+  void Conclude(const std::shared_ptr<LeaderConnection>& leader, const std::shared_ptr<Job>& job,
+                const LeaderStream& stream);
+  // The leader failed with `message`; returns the reason to report (the
+  // supervisor's, naming the dead rank, when it finds one).
+  std::string ReportFailure(const std::shared_ptr<LeaderConnection>& leader, const std::string& message);
+  // Waits up to `timeout` for the supervisor to declare `leader` broken
+  // (without reporting anything); its reason, or "".
+  std::string WaitBroken(const std::shared_ptr<LeaderConnection>& leader, absl::Duration timeout);
+
+  GroupState& g_;
+};
+
+}  // namespace vaedecode::server

@@ -1,0 +1,100 @@
+// BroadcastJob's round trip over a real two-rank Gloo group (two processes
+// on loopback): the peer rebuilds every field of the leader's plan that
+// peers need, bit for bit, and the heartbeat and shutdown kinds.
+
+#include "worker/group_job.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/gloo_communicator.h"
+#include "parallel/testing/multi_process.h"
+#include "rpc/status_macros.h"
+
+namespace vaedecode::worker {
+namespace {
+
+absl::Status Expect(bool condition, absl::string_view what) {
+  return condition ? absl::OkStatus() : absl::InternalError(what);
+}
+
+absl::StatusOr<std::unique_ptr<parallel::Communicator>> Connect(int rank, int world, int port) {
+  parallel::GlooOptions options;
+  options.rank = rank;
+  options.world_size = world;
+  options.store_port = port;
+  options.group_name = "group-job-test";
+  options.timeout = absl::Seconds(20);
+  return parallel::GlooCommunicator::Create(options);
+}
+
+// The leader's job: a tiled bf16 video latent with a timestep that no
+// integer rounding would keep. `world`: the group's size, as the leader's
+// planner sets it (the leader keeps its own plan; peers take the size from
+// their communicator).
+GroupJob LeaderJob(int world) {
+  GroupJob job;
+  job.plan.world_size = world;
+  job.model_index = 3;
+  job.plan.mode = DecodeMode::kTiled;
+  job.plan.tile_shape = {40, 48, true};
+  job.plan.overlap_halo = false;
+  job.plan.latent = (at::arange(2 * 4 * 3 * 5 * 6, at::kFloat) / 7.0).reshape({2, 4, 3, 5, 6}).to(at::kBFloat16);
+  job.plan.conditioning.timestep = 0.05;
+  job.plan.reason = "leader only";
+  return job;
+}
+
+absl::Status RoundTrip(int rank, int world, int port) {
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Connect(rank, world, port));
+  const GroupJob sent = LeaderJob(world);
+  ASSIGN_OR_RETURN(GroupJob got, BroadcastJob(*comm, rank == kLeader ? &sent : nullptr));
+  RETURN_IF_ERROR(Expect(got.kind == JobKind::kDecode, "kind"));
+  RETURN_IF_ERROR(Expect(got.model_index == 3, "model index"));
+  RETURN_IF_ERROR(Expect(got.plan.mode == DecodeMode::kTiled, "mode"));
+  RETURN_IF_ERROR(Expect(got.plan.tile_shape.rows == 40 && got.plan.tile_shape.cols == 48 && got.plan.tile_shape.stock,
+                         "tile shape"));
+  RETURN_IF_ERROR(Expect(!got.plan.overlap_halo, "overlap_halo"));
+  RETURN_IF_ERROR(Expect(got.plan.world_size == world, "world size"));
+  RETURN_IF_ERROR(Expect(got.plan.latent.scalar_type() == at::kBFloat16, "latent dtype"));
+  RETURN_IF_ERROR(Expect(got.plan.latent.sizes().vec() == sent.plan.latent.sizes().vec(), "latent shape"));
+  RETURN_IF_ERROR(Expect(got.plan.latent.equal(sent.plan.latent), "latent values"));
+  const double t = got.plan.conditioning.timestep.value_or(-1);
+  RETURN_IF_ERROR(Expect(std::memcmp(&t, &*sent.plan.conditioning.timestep, sizeof(t)) == 0, "timestep bits"));
+  // What stays on the leader.
+  RETURN_IF_ERROR(Expect(rank == kLeader ? got.plan.reason == "leader only" : got.plan.reason.empty(), "reason"));
+
+  for (JobKind kind : {JobKind::kHeartbeat, JobKind::kShutdown}) {
+    GroupJob control;
+    control.kind = kind;
+    ASSIGN_OR_RETURN(GroupJob back, BroadcastJob(*comm, rank == kLeader ? &control : nullptr));
+    RETURN_IF_ERROR(Expect(back.kind == kind, "control kind"));
+    RETURN_IF_ERROR(Expect(!back.plan.latent.defined(), "a control job carries no latent"));
+  }
+  return absl::OkStatus();
+}
+
+TEST(BroadcastJob, PeersRebuildTheLeadersPlan) {
+  // Before any tensor exists in this process: the ranks are forked.
+  const absl::Status s = parallel::testing::RunRanks(2, RoundTrip, absl::Seconds(60));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(BroadcastJob, AGroupOfOneGetsItsOwnJob) {
+  parallel::GlooOptions options;
+  options.group_name = "group-job-test-1";
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(options);
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  const GroupJob sent = LeaderJob(1);
+  absl::StatusOr<GroupJob> got = BroadcastJob(**comm, &sent);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->plan.latent.equal(sent.plan.latent));
+  EXPECT_EQ(got->plan.reason, "leader only");
+}
+
+}  // namespace
+}  // namespace vaedecode::worker
