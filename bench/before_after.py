@@ -35,7 +35,7 @@ def default_cases():
     for label, model, shape in [
         ("SD-sized AutoencoderKL 512²", "-", "1,4,64,64"),
         ("LTX-2 (fixture widths) 17x256²", os.path.join(FIXTURES, "ltx2"), "1,128,3,8,8"),
-        ("HunyuanVideo 1.5 (fixture widths) 9x256²", os.path.join(FIXTURES, "hunyuanvideo15"), "1,32,3,16,16"),
+        ("HunyuanVideo 1.5 (fixture widths) 9x256²", os.path.join(FIXTURES, "hunyuanvideo15"), "1,8,3,16,16"),
         ("Wan 2.1 (fixture widths) 9x256²", os.path.join(FIXTURES, "wan21"), "1,16,3,32,32"),
     ]:
         cases.append(f"{label}, dense 1 thread|{model}|{shape}|{DENSE}")

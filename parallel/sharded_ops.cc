@@ -108,23 +108,52 @@ namespace {
 
 // Per batch×group (mean, population variance) of x's elements, [B, G] each,
 // in one read of x with float32 accumulation (float64 for float64 input).
+// On a GPU; the CPU path below takes them from LibTorch's GroupNorm kernel.
 std::pair<at::Tensor, at::Tensor> GroupMoments(const at::Tensor& x, int64_t num_groups, double eps) {
   const at::Tensor groups = x.view({x.size(0), num_groups, -1});
   if (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) {
     auto [var, mean] = at::var_mean(groups, at::IntArrayRef{2}, /*correction=*/at::Scalar(0), /*keepdim=*/false);
     return {mean, var};
   }
-  if (x.is_cuda()) {
-    // Reduced precision on a GPU: the batch-norm statistics kernel reads it
-    // once and accumulates in float32 (each batch×group a "channel"); it
-    // returns 1/√(var + eps).
-    auto [mean, invstd] = at::batch_norm_stats(groups.reshape({1, -1, groups.size(2)}), eps);
-    const at::Tensor var = (invstd.square().reciprocal() - eps).clamp_min(0);
-    return {mean.view({x.size(0), num_groups}), var.view({x.size(0), num_groups})};
-  }
-  // Reduced precision on a CPU (float32 is the CPU's decode dtype): a float32 copy.
-  auto [var, mean] = at::var_mean(groups.to(at::kFloat), at::IntArrayRef{2}, at::Scalar(0), false);
-  return {mean, var};
+  // Reduced precision: the batch-norm statistics kernel reads it once and
+  // accumulates in float32 (each batch×group a "channel"); it returns
+  // 1/√(var + eps).
+  auto [mean, invstd] = at::batch_norm_stats(groups.reshape({1, -1, groups.size(2)}), eps);
+  const at::Tensor var = (invstd.square().reciprocal() - eps).clamp_min(0);
+  return {mean.view({x.size(0), num_groups}), var.view({x.size(0), num_groups})};
+}
+
+// The group's (mean, variance) [B, G] from every rank's local ones: one
+// all-gather of [2·B·G + 1] float64 values (means, variances, the leader's
+// word), merged with each rank's share of the rows. Float64 out.
+absl::StatusOr<std::pair<at::Tensor, at::Tensor>> MergeMoments(Communicator& comm, const ShardSpec& spec,
+                                                               const at::Tensor& mean_local,
+                                                               const at::Tensor& var_local,
+                                                               LeaderSignal* leader_signal,
+                                                               GroupNormWeights* weights) {
+  const int64_t batch = mean_local.size(0), num_groups = mean_local.size(1);
+  const int64_t bg = batch * num_groups;
+  const at::Tensor stats = at::cat({mean_local.flatten().to(at::kDouble), var_local.flatten().to(at::kDouble),
+                                    at::full({1}, leader_signal ? leader_signal->value : 0.0,
+                                             mean_local.options().dtype(at::kDouble))})
+                               .unsqueeze(0);
+  std::vector<int64_t> ones(spec.world_size, 1);
+  absl::StatusOr<at::Tensor> gathered = comm.AllGather(stats, ones, CallKind::kGroupNormStats);
+  if (!gathered.ok()) return gathered.status();
+  if (leader_signal != nullptr) leader_signal->received = (*gathered)[0].narrow(0, 2 * bg, 1);
+  const at::Tensor all = gathered->narrow(1, 0, 2 * bg).view({spec.world_size, 2, batch, num_groups});
+  GroupNormWeights temporary;
+  const at::Tensor w = (weights != nullptr ? *weights : temporary).For(spec, mean_local.device()).view({-1, 1, 1});
+  const at::Tensor means = all.select(1, 0);  // [W, B, G]
+  at::Tensor mean = (w * means).sum(0);
+  at::Tensor var = (w * (all.select(1, 1) + (means - mean.unsqueeze(0)).square())).sum(0);
+  return std::make_pair(std::move(mean), std::move(var));
+}
+
+// [B, G] per group → [B·C] per channel.
+at::Tensor PerChannel(const at::Tensor& per_group, int64_t channels, at::ScalarType dtype) {
+  const int64_t per_group_channels = channels / per_group.size(1);
+  return per_group.to(dtype).repeat_interleave(per_group_channels, /*dim=*/1).flatten();
 }
 
 }  // namespace
@@ -137,42 +166,64 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
   const at::Tensor x = x_in.contiguous();
   const int64_t batch = x.size(0), channels = x.size(1);
   const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  auto [mean_local, var_local] = GroupMoments(x, num_groups, eps);
+  if (!x.is_cuda()) {
+    // On a CPU, LibTorch's fused GroupNorm kernel is the fast statistics
+    // pass (its Welford-free sums beat var_mean ~3x on one thread) and its
+    // output, the band normalised with its local statistics (ŷ), is
+    // re-normalised in place with the group's: y = ŷ·a + b per channel,
+    // a = γ·rstd/rstd_local, b = β + γ·(mean_local − mean)·rstd (no large
+    // terms cancel). Out-of-place passes cost more than the arithmetic here
+    // (fresh pages), so the result reuses ŷ's memory.
+    const at::Tensor input = x.to(acc);
+    const int64_t spatial = input.numel() / std::max<int64_t>(1, batch * channels);
+    auto [normalised, mean_acc, rstd_acc] =
+        at::native_group_norm(input, c10::nullopt, c10::nullopt, batch, channels, spatial, num_groups, eps);
+    if (spec.world_size == 1 && !weight.defined() && !bias.defined()) return normalised.to(x.scalar_type());
+    const at::Tensor mean_local = mean_acc.to(at::kDouble).view({batch, num_groups});
+    const at::Tensor rstd_local = rstd_acc.to(at::kDouble).view({batch, num_groups});
+    at::Tensor mean = mean_local, rstd = rstd_local;
+    if (spec.world_size > 1) {
+      const at::Tensor var_local = (rstd_local.square().reciprocal() - eps).clamp_min(0);
+      absl::StatusOr<std::pair<at::Tensor, at::Tensor>> merged =
+          MergeMoments(comm, spec, mean_local, var_local, leader_signal, weights);
+      if (!merged.ok()) return merged.status();
+      mean = merged->first;
+      rstd = (merged->second + eps).rsqrt();
+    }
+    at::Tensor scale = PerChannel(rstd / rstd_local, channels, at::kDouble).view({batch, channels});
+    at::Tensor shift = PerChannel((mean_local - mean) * rstd, channels, at::kDouble).view({batch, channels});
+    if (weight.defined()) {
+      const at::Tensor gamma = weight.to(at::kDouble).unsqueeze(0);
+      scale = scale * gamma;
+      shift = shift * gamma;
+    }
+    if (bias.defined()) shift = shift + bias.to(at::kDouble).unsqueeze(0);
+    std::vector<int64_t> per_channel = {batch, channels};
+    per_channel.resize(x.dim(), 1);
+    normalised.mul_(scale.to(acc).view(per_channel)).add_(shift.to(acc).view(per_channel));
+    return normalised.to(x.scalar_type());
+  }
 
-  at::Tensor mean, var;  // [B, G]
-  if (spec.world_size == 1) {
-    mean = mean_local;
-    var = var_local;
-  } else {
-    const int64_t bg = batch * num_groups;
-    // [1, 2·B·G + 1] in float64: means, variances, and the leader's word.
-    const at::Tensor stats = at::cat({mean_local.flatten().to(at::kDouble), var_local.flatten().to(at::kDouble),
-                                      at::full({1}, leader_signal ? leader_signal->value : 0.0,
-                                               mean_local.options().dtype(at::kDouble))})
-                                 .unsqueeze(0);
-    std::vector<int64_t> ones(spec.world_size, 1);
-    absl::StatusOr<at::Tensor> gathered = comm.AllGather(stats, ones, CallKind::kGroupNormStats);
-    if (!gathered.ok()) return gathered.status();
-    if (leader_signal != nullptr) leader_signal->received = (*gathered)[0].narrow(0, 2 * bg, 1);
-    const at::Tensor all = gathered->narrow(1, 0, 2 * bg).view({spec.world_size, 2, batch, num_groups});
-    GroupNormWeights temporary;
-    const at::Tensor w = (weights != nullptr ? *weights : temporary).For(spec, x.device()).view({-1, 1, 1});
-    const at::Tensor means = all.select(1, 0);  // [W, B, G]
-    mean = (w * means).sum(0);
-    var = (w * (all.select(1, 1) + (means - mean.unsqueeze(0)).square())).sum(0);
+  // On a GPU: one statistics pass with float32 accumulation, then one fused
+  // apply from x.
+  auto [mean_local, var_local] = GroupMoments(x, num_groups, eps);
+  at::Tensor mean = mean_local, var = var_local;  // [B, G]
+  if (spec.world_size > 1) {
+    absl::StatusOr<std::pair<at::Tensor, at::Tensor>> merged =
+        MergeMoments(comm, spec, mean_local, var_local, leader_signal, weights);
+    if (!merged.ok()) return merged.status();
+    mean = merged->first;
+    var = merged->second;
   }
   // Normalise and apply the affine in one pass: batch norm's inference
   // kernel, each (batch, channel) a channel of [1, B·C, rest], computes
   // y = x·a + b in float32 (float64) with a = γ/√(var + eps), b = β − mean·a,
   // and writes the input's dtype.
-  const int64_t per_group = channels / num_groups;
-  const at::Tensor mean_bc = mean.to(acc).repeat_interleave(per_group, /*dim=*/1).flatten();  // [B·C]
-  const at::Tensor var_bc = var.to(acc).repeat_interleave(per_group, /*dim=*/1).flatten();
   const at::Tensor gamma = weight.defined() ? weight.to(acc).repeat({batch}) : at::Tensor();
   const at::Tensor beta = bias.defined() ? bias.to(acc).repeat({batch}) : at::Tensor();
   auto [y, unused_mean, unused_invstd] =
-      at::native_batch_norm(x.view({1, batch * channels, -1}), gamma, beta, mean_bc, var_bc,
-                            /*training=*/false, /*momentum=*/0.0, eps);
+      at::native_batch_norm(x.view({1, batch * channels, -1}), gamma, beta, PerChannel(mean, channels, acc),
+                            PerChannel(var, channels, acc), /*training=*/false, /*momentum=*/0.0, eps);
   return y.view(x.sizes());
 }
 

@@ -26,7 +26,7 @@ namespace vaedecode::parallel {
 //
 // `signal`, when given, travels to both neighbours in the same batch (one
 // int64 more per message): a word that spreads one rank per exchange
-// (ShardedOps carries the leader's cancellation that way). Every rank of
+// (ShardedLayerOps carries the leader's cancellation that way). Every rank of
 // the exchange must pass one, or none. On a CPU `min_signal` is then the
 // smallest of this rank's and the neighbours' words; on a GPU the words are
 // left unread in `signals_in` (reading them would wait for the device).
@@ -104,7 +104,10 @@ class GroupNormWeights {
 // affine in the input's dtype, computing in float32: y = x·a + b per
 // (batch, channel), as LibTorch's own GroupNorm kernels do. So the band is
 // read twice and written once, as by the dense op; no float32 copy of a
-// bfloat16 band. `weight`/`bias` may be undefined (no affine). `weights`
+// bfloat16 band (on a GPU). On a CPU the statistics come from LibTorch's
+// fused GroupNorm kernel, whose locally normalised output is re-normalised
+// in place (measured: var_mean plus an out-of-place apply was 3x slower on
+// one thread). `weight`/`bias` may be undefined (no affine). `weights`
 // caches the merge weights (a temporary when null).
 absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x,
                                             const ShardSpec& spec, int64_t num_groups,
