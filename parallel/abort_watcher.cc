@@ -3,6 +3,8 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace vaedecode::parallel {
 
 AbortWatcher::AbortWatcher(GroupStore* group, absl::Duration interval,
@@ -60,6 +62,19 @@ void AbortWatcher::Run() {
       return;  // the group is aborted for good
     }
   }
+}
+
+GroupFailure ExplainGroupFailure(GroupStore* group, std::string_view group_name, absl::Status status) {
+  if (group != nullptr && status.code() != absl::StatusCode::kInvalidArgument) {
+    absl::StatusOr<std::optional<std::string>> peer = group->CheckAbort();
+    if (peer.ok() && peer->has_value()) {
+      return {absl::UnavailableError(absl::StrCat("group '", std::string(group_name), "' aborted: ", **peer,
+                                                  " (here: ", status.message(), ")")),
+              **peer, /*publish=*/false};
+    }
+  }
+  std::string reason = status.ToString();
+  return {std::move(status), std::move(reason), /*publish=*/true};
 }
 
 }  // namespace vaedecode::parallel

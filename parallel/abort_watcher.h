@@ -9,9 +9,11 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "parallel/store.h"
@@ -47,5 +49,19 @@ class AbortWatcher {
 
   std::thread thread_;  // last: starts after every other member exists
 };
+
+// How a backend (Gloo, NCCL) turns a failed call into the group's abort,
+// the one protocol both follow: a transport error ("connection closed") is
+// often only the echo of a peer's failure, so when a peer published why the
+// group aborted, this rank aborts quietly with that reason and reports it
+// (UNAVAILABLE, "... (here: <this rank's error>)"); otherwise it aborts with
+// its own error and publishes it for the others. INVALID_ARGUMENT (a bad
+// call, not a broken group) never reads the store.
+struct GroupFailure {
+  absl::Status status;       // what the failed call returns
+  std::string abort_reason;  // what this rank aborts with
+  bool publish = true;       // whether to publish abort_reason to the peers
+};
+GroupFailure ExplainGroupFailure(GroupStore* group, std::string_view group_name, absl::Status status);
 
 }  // namespace vaedecode::parallel

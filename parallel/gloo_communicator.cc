@@ -160,20 +160,9 @@ absl::Status GlooCommunicator::CheckNotAborted() const {
 }
 
 absl::Status GlooCommunicator::Fail(absl::Status status) {
-  // A transport error ("connection closed") is often only the echo of a
-  // peer's failure; if that peer published why, report its reason.
-  if (group_ != nullptr &&
-      status.code() != absl::StatusCode::kInvalidArgument) {
-    absl::StatusOr<std::optional<std::string>> peer = group_->CheckAbort();
-    if (peer.ok() && peer->has_value()) {
-      AbortInternal(**peer, /*publish=*/false);
-      return absl::UnavailableError(
-          absl::StrCat("group '", group_name_, "' aborted: ", **peer,
-                       " (here: ", status.message(), ")"));
-    }
-  }
-  AbortInternal(status.ToString(), /*publish=*/true);
-  return status;
+  GroupFailure failure = ExplainGroupFailure(group_.get(), group_name_, std::move(status));
+  AbortInternal(failure.abort_reason, failure.publish);
+  return std::move(failure.status);
 }
 
 void GlooCommunicator::Abort(std::string_view reason) {

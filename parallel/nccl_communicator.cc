@@ -387,20 +387,11 @@ absl::Status NcclCommunicator::CheckNotAborted() const {
 }
 
 absl::Status NcclCommunicator::Fail(absl::Status status) {
-  // A transport error ("connection closed") is often only the echo of a
-  // peer's failure; if that peer published why, report its reason.
-  if (group_ != nullptr &&
-      status.code() != absl::StatusCode::kInvalidArgument) {
-    absl::StatusOr<std::optional<std::string>> peer = group_->CheckAbort();
-    if (peer.ok() && peer->has_value()) {
-      AbortInternal(**peer, /*publish=*/false);
-      return absl::UnavailableError(
-          absl::StrCat("group '", group_name_, "' aborted: ", **peer,
-                       " (here: ", status.message(), ")"));
-    }
-  }
-  AbortInternal(status.ToString(), /*publish=*/true, status);
-  return status;
+  GroupFailure failure = ExplainGroupFailure(group_.get(), group_name_, std::move(status));
+  // This rank's own error is what its later calls return; a peer's reason
+  // makes them return "group aborted: <reason>".
+  AbortInternal(failure.abort_reason, failure.publish, failure.publish ? failure.status : absl::OkStatus());
+  return std::move(failure.status);
 }
 
 void NcclCommunicator::Abort(std::string_view reason) {
