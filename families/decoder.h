@@ -83,7 +83,7 @@ struct ModelInfo {
   bool spatial_tiling = true;
   // The exact path has no GroupNorm and at most one attention to carry the
   // leader's cancellation to the group (LTX-2, HunyuanVideo 1.5): it also
-  // rides the halo exchanges (ShardedOps::set_cancel_with_halo), one int64
+  // rides the halo exchanges (ShardedLayerOps::set_cancel_with_halo), one int64
   // per message more, so a cancel stops the group within W - 1 convolutions.
   bool cancel_with_halo = false;
   // Where this decode differs from the reference pipeline's default, for

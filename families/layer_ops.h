@@ -5,7 +5,7 @@
 // A decoder's blocks never call at::conv2d / at::group_norm / attention
 // directly for the ops whose result depends on neighbouring rows; they call a
 // LayerOps. DenseOps runs the original op on the whole tensor; a sharded
-// implementation (families/sharded_ops.h) runs the same op on a row band with
+// implementation (families/sharded_layer_ops.h) runs the same op on a row band with
 // halo exchange, merged statistics or gathered K/V. Because the same modules and
 // parameters are used either way, a sharded decode cannot drift from dense.
 //

@@ -1,4 +1,4 @@
-#include "families/sharded_ops.h"
+#include "families/sharded_layer_ops.h"
 
 #include <algorithm>
 #include <limits>
@@ -22,10 +22,10 @@ T ValueOrThrow(absl::StatusOr<T> result) {
 
 }  // namespace
 
-ShardedOps::ShardedOps(parallel::Communicator& comm, parallel::ShardSpec latent_spec)
+ShardedLayerOps::ShardedLayerOps(parallel::Communicator& comm, parallel::ShardSpec latent_spec)
     : comm_(comm), latent_spec_(std::move(latent_spec)) {}
 
-parallel::ShardSpec ShardedOps::SpecForRows(int64_t local_rows, int axis) const {
+parallel::ShardSpec ShardedLayerOps::SpecForRows(int64_t local_rows, int axis) const {
   const int64_t latent_rows = latent_spec_.local_rows();
   TORCH_CHECK(latent_rows > 0 && local_rows % latent_rows == 0, "a band of ", local_rows,
               " rows is not a whole multiple of the latent band (", latent_rows,
@@ -35,7 +35,7 @@ parallel::ShardSpec ShardedOps::SpecForRows(int64_t local_rows, int axis) const 
   return spec;
 }
 
-at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+at::Tensor ShardedLayerOps::Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                             const ConvGeometry& g) {
   const int h_axis = static_cast<int>(x.dim()) - 2;
   const int64_t kernel_h = weight.size(weight.dim() - 2);
@@ -114,7 +114,7 @@ at::Tensor ShardedOps::Conv(const at::Tensor& x, const at::Tensor& weight, const
   return ConvInRowBands(with_rows, weight, bias, g, 0, 0);
 }
 
-std::optional<int64_t> ShardedOps::HaloSignal() {
+std::optional<int64_t> ShardedLayerOps::HaloSignal() {
   if (!cancel_with_halo_) return std::nullopt;
   if (pending_halo_words_.has_value()) {
     // The last exchange's words (GPU), long arrived: what this rank learnt there.
@@ -135,14 +135,14 @@ std::optional<int64_t> ShardedOps::HaloSignal() {
   return stop_at_exchange_;
 }
 
-void ShardedOps::AfterHaloExchange(std::optional<int64_t> min_signal, const at::Tensor& signals_in) {
+void ShardedLayerOps::AfterHaloExchange(std::optional<int64_t> min_signal, const at::Tensor& signals_in) {
   if (!cancel_with_halo_) return;
   if (min_signal.has_value()) stop_at_exchange_ = std::min(stop_at_exchange_, *min_signal);
   if (signals_in.defined()) pending_halo_words_ = device::HostCopy::Start(signals_in);
   if (halo_exchanges_++ >= stop_at_exchange_) throw StatusError(absl::CancelledError("the request was cancelled"));
 }
 
-parallel::LeaderSignal ShardedOps::OutgoingSignal() {
+parallel::LeaderSignal ShardedLayerOps::OutgoingSignal() {
   // The word the last collective carried, first: every rank reads it here,
   // at the same op, so all stop together.
   if (pending_signal_.has_value()) {
@@ -155,7 +155,7 @@ parallel::LeaderSignal ShardedOps::OutgoingSignal() {
   return signal;
 }
 
-void ShardedOps::TakeSignal(const parallel::LeaderSignal& signal) {
+void ShardedLayerOps::TakeSignal(const parallel::LeaderSignal& signal) {
   if (!signal.received.defined()) {  // world size 1: this rank is the leader
     if (signal.value != 0.0) throw StatusError(absl::CancelledError("the request was cancelled"));
     return;
@@ -169,7 +169,7 @@ void ShardedOps::TakeSignal(const parallel::LeaderSignal& signal) {
   pending_signal_ = device::HostCopy::Start(signal.received);
 }
 
-at::Tensor ShardedOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+at::Tensor ShardedLayerOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                  const at::Tensor& bias, double eps) {
   const int h_axis = static_cast<int>(x.dim()) - 2;
   parallel::LeaderSignal signal = OutgoingSignal();
@@ -179,7 +179,7 @@ at::Tensor ShardedOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const 
   return y;
 }
 
-std::pair<at::Tensor, at::Tensor> ShardedOps::GatherBandKV(const at::Tensor& k, const at::Tensor& v,
+std::pair<at::Tensor, at::Tensor> ShardedLayerOps::GatherBandKV(const at::Tensor& k, const at::Tensor& v,
                                                            int64_t tokens_per_row) {
   const int64_t local_tokens = k.size(-2);
   TORCH_CHECK(tokens_per_row > 0 && local_tokens % tokens_per_row == 0,
@@ -193,13 +193,13 @@ std::pair<at::Tensor, at::Tensor> ShardedOps::GatherBandKV(const at::Tensor& k, 
   return kv;
 }
 
-at::Tensor ShardedOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+at::Tensor ShardedLayerOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const TokenLayout& layout) {
   if (layout.kind == TokenLayout::Kind::kFrameCausal) return FrameCausalAttention(q, k, v, layout.tokens_per_row);
   return FullAttention(q, k, v, layout);
 }
 
-at::Tensor ShardedOps::FullAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+at::Tensor ShardedLayerOps::FullAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                      const TokenLayout& layout) {
   const int64_t shared = layout.shared_tokens;
   if (shared == 0) {
@@ -215,12 +215,12 @@ at::Tensor ShardedOps::FullAttention(const at::Tensor& q, const at::Tensor& k, c
                                    at::cat({v_all, v.narrow(-2, band, shared)}, -2));
 }
 
-RowWindow ShardedOps::GlobalRows(int64_t local_rows) {
+RowWindow ShardedLayerOps::GlobalRows(int64_t local_rows) {
   const parallel::ShardSpec spec = SpecForRows(local_rows, /*axis=*/0);
   return {spec.local_band().begin, spec.rows_total()};
 }
 
-at::Tensor ShardedOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+at::Tensor ShardedLayerOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                             int64_t tokens_per_row) {
   // [B, heads, T, N_band, D]: fold frames into the heads dim so that one
   // uneven all-gather along the token dim collects every frame's band.

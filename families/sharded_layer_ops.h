@@ -26,11 +26,11 @@
 
 namespace vaedecode::families {
 
-class ShardedOps final : public LayerOps {
+class ShardedLayerOps final : public LayerOps {
  public:
   // `latent_spec`: this rank's view of the latent's row bands. `comm` must
   // outlive the ops and belong to the same group.
-  ShardedOps(parallel::Communicator& comm, parallel::ShardSpec latent_spec);
+  ShardedLayerOps(parallel::Communicator& comm, parallel::ShardSpec latent_spec);
 
   at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                   const ConvGeometry& geometry) override;

@@ -1,8 +1,8 @@
-// ShardedOps (halo convolution, merged GroupNorm, gathered-K/V attention)
+// ShardedLayerOps (halo convolution, merged GroupNorm, gathered-K/V attention)
 // against DenseOps over real Gloo, one process per rank, world sizes 1-4,
 // uneven bands, and at an upsampled resolution (bands scale with the rows).
 
-#include "families/sharded_ops.h"
+#include "families/sharded_layer_ops.h"
 
 #include <algorithm>
 #include <atomic>
@@ -71,7 +71,7 @@ absl::Status RunCase(const Case& c, int rank, int world, int port) {
 
   DenseOps dense;
   parallel::CountingCommunicator counting(**comm);
-  ShardedOps sharded(counting, latent_spec);
+  ShardedLayerOps sharded(counting, latent_spec);
   const std::string what = absl::StrCat("conv k=", c.kernel, " d=", c.dilation, " mode=", static_cast<int>(c.mode),
                                         " scale=", c.scale, c.video ? " 3d" : " 2d");
   try {
@@ -136,7 +136,7 @@ TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
       const parallel::ShardSpec latent_spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
       const parallel::Band band = latent_spec.Scaled(scale).local_band();
       if (16 * band.size() * 1400 <= kConvOutputsPerBand) return absl::InternalError("the band fits one call");
-      ShardedOps sharded(**comm, latent_spec);
+      ShardedLayerOps sharded(**comm, latent_spec);
       for (PaddingMode mode : {PaddingMode::kZeros, PaddingMode::kReplicate, PaddingMode::kReflect}) {
         ConvGeometry g;
         g.padding_h = g.padding_w = 1;
@@ -173,7 +173,7 @@ TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
       parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
       const parallel::Band b = spec.local_band();
       auto band = [&](const at::Tensor& t) { return t.narrow(2, b.begin * width, b.size() * width).contiguous(); };
-      ShardedOps sharded(**comm, spec);
+      ShardedLayerOps sharded(**comm, spec);
       DenseOps dense;
       at::Tensor want = band(dense.Attention(q, k, v, TokenLayout::Full(width)));
       try {
@@ -205,7 +205,7 @@ TEST(ShardedAttention, SharedTokensEnterTheKeysOnceAndEveryRankAgreesOnThem) {
       auto local = [&](const at::Tensor& t) {
         return at::cat({t.narrow(2, b.begin * width, b.size() * width), t.narrow(2, tokens, shared)}, 2);
       };
-      ShardedOps sharded(**comm, spec);
+      ShardedLayerOps sharded(**comm, spec);
       DenseOps dense;
       const at::Tensor want = local(dense.Attention(q, k, v, TokenLayout::Full(width, shared)));
       try {
@@ -257,7 +257,7 @@ TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
         return st;
       }
       parallel::CountingCommunicator counting(**comm);
-      ShardedOps sharded(counting, spec);
+      ShardedLayerOps sharded(counting, spec);
       try {
         absl::Status st =
             ExpectTensorClose(sharded.Attention(band(q), band(k), band(v), TokenLayout::FrameCausal(width)),
@@ -280,7 +280,7 @@ TEST(ShardedAttention, TheLeadersCancelFlagStopsEveryRankAtTheSameOp) {
     absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
     if (!comm.ok()) return comm.status();
     parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-    ShardedOps sharded(**comm, spec);
+    ShardedLayerOps sharded(**comm, spec);
     std::atomic<bool> cancelled{true};
     if (rank == 0) sharded.set_cancel_flag(&cancelled);
     const int64_t tokens = spec.local_rows() * 4;
@@ -301,7 +301,7 @@ TEST(ShardedAttention, TheCancelFlagAlsoStopsFrameCausalAttention) {
     absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
     if (!comm.ok()) return comm.status();
     parallel::ShardSpec spec = parallel::ShardSpec::ForRows(3, kLatentRows, rank, w);
-    ShardedOps sharded(**comm, spec);
+    ShardedLayerOps sharded(**comm, spec);
     std::atomic<bool> cancelled{true};
     if (rank == 0) sharded.set_cancel_flag(&cancelled);
     at::Tensor q = at::randn({1, 1, 2, spec.local_rows() * 4, 8});
@@ -338,7 +338,7 @@ TEST(ShardedConv, WithHaloCancellationEveryRankStopsAfterTheSameExchange) {
         at::Tensor local = x.narrow(2, spec.local_band().begin, spec.local_band().size()).contiguous();
         DenseOps dense;
         const at::Tensor want = dense.Conv(x, w3, b, g3).narrow(2, spec.local_band().begin, spec.local_band().size());
-        ShardedOps sharded(**comm, spec);
+        ShardedLayerOps sharded(**comm, spec);
         sharded.set_overlap_halo(overlap);
         sharded.set_cancel_with_halo(true);
         std::atomic<bool> cancelled{false};
@@ -380,7 +380,7 @@ TEST(ShardedConv, WithoutHaloCancellationConvsIgnoreTheFlag) {
     if (!comm.ok()) return comm.status();
     const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
     parallel::CountingCommunicator counting(**comm);
-    ShardedOps sharded(counting, spec);
+    ShardedLayerOps sharded(counting, spec);
     std::atomic<bool> cancelled{true};
     if (rank == 0) sharded.set_cancel_flag(&cancelled);
     ConvGeometry g;
@@ -403,7 +403,7 @@ TEST(ShardedConvRefusal, CircularPaddingIsRefused) {
     parallel::GlooOptions o;
     absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
     if (!comm.ok()) return comm.status();
-    ShardedOps sharded(**comm, parallel::ShardSpec::ForRows(2, 4, 0, 1));
+    ShardedLayerOps sharded(**comm, parallel::ShardSpec::ForRows(2, 4, 0, 1));
     ConvGeometry g;
     g.padding_h = g.padding_w = 1;
     g.mode = PaddingMode::kCircular;

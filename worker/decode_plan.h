@@ -55,7 +55,7 @@ struct DecodePlan {
   int64_t budget_bytes = -1;      // kTiled: what one tile may use (leader; -1: unbounded)
   int64_t floor_tile_bytes = 0;   // kTiled: a floor tile's estimated peak (leader)
   // kExact: convolutions compute what needs no halo while it travels
-  // (ShardedOps::set_overlap_halo); off only to measure the overlap.
+  // (ShardedLayerOps::set_overlap_halo); off only to measure the overlap.
   bool overlap_halo = true;
   int world_size = 1;
 };

@@ -6,7 +6,7 @@
 
 #include <ATen/ATen.h>
 
-#include "families/sharded_ops.h"
+#include "families/sharded_layer_ops.h"
 #include "families/status_error.h"
 #include "parallel/band_partition.h"
 #include "parallel/sharded_ops.h"
@@ -26,7 +26,7 @@ double MsSince(Clock::time_point start) {
 // leader keeps the gathered chunks (the whole output, once every frame came).
 class FrameGatheringOps final : public families::ForwardingOps {
  public:
-  FrameGatheringOps(families::ShardedOps& sharded, parallel::Communicator& comm, const FramesReady& frames_ready)
+  FrameGatheringOps(families::ShardedLayerOps& sharded, parallel::Communicator& comm, const FramesReady& frames_ready)
       : ForwardingOps(sharded), sharded_(sharded), comm_(comm), frames_ready_(frames_ready) {}
 
   void FramesFinished(const at::Tensor& frames) override {
@@ -52,7 +52,7 @@ class FrameGatheringOps final : public families::ForwardingOps {
   }
 
  private:
-  families::ShardedOps& sharded_;
+  families::ShardedLayerOps& sharded_;
   parallel::Communicator& comm_;
   const FramesReady& frames_ready_;
   std::vector<at::Tensor> chunks_;
@@ -71,7 +71,7 @@ absl::StatusOr<ExactRows> DecodeExactBands(families::Decoder& decoder, parallel:
   const parallel::ShardSpec latent_spec =
       parallel::ShardSpec::ForRows(h_axis, z.size(h_axis), comm.rank(), comm.world_size());
   const parallel::Band band = latent_spec.local_band();
-  families::ShardedOps sharded(comm, latent_spec);
+  families::ShardedLayerOps sharded(comm, latent_spec);
   if (comm.rank() == kLeader) sharded.set_cancel_flag(cancelled);
   sharded.set_cancel_with_halo(decoder.info().cancel_with_halo);
   sharded.set_overlap_halo(plan.overlap_halo);

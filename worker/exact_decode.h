@@ -1,7 +1,7 @@
 #pragma once
 
 // The exact mode of the executor (group_decode.h): every rank decodes its
-// row band of the prepared latent through ShardedOps (halo exchange, merged
+// row band of the prepared latent through ShardedLayerOps (halo exchange, merged
 // GroupNorm statistics, all-gathered K/V), and the rows are gathered to the
 // leader. Every rank of the group calls it with the same plan. On an error
 // other than a cancellation (which every rank learns at the same norm) this

@@ -6,7 +6,7 @@
 //
 // Both are row-local: the statistics are per channel, and each denoiser-side
 // latent row becomes `patch_h` VAE-side rows, so a row band of a raw latent
-// converts to the matching band of the VAE latent (ShardedOps then sees every
+// converts to the matching band of the VAE latent (ShardedLayerOps then sees every
 // layer's rows scaled uniformly by patch_h).
 //
 // How AutoencoderKLFlux2 shards by rows (exact mode): its decoder is

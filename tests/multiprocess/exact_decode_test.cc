@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "families/builtin_families.h"
 #include "families/layer_ops.h"
-#include "families/sharded_ops.h"
+#include "families/sharded_layer_ops.h"
 #include "parallel/band_partition.h"
 #include "formats/tensor_file.h"
 #include "parallel/counting_communicator.h"
@@ -161,7 +161,7 @@ TEST(ExactDecodeGroup, OneRankFailingMidDecodeFailsEveryRankWithoutHanging) {
         if (!latent.ok()) return latent.status();
         const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, latent->size(2), rank, w);
         const parallel::Band b = spec.local_band();
-        families::ShardedOps sharded(**comm, spec);
+        families::ShardedLayerOps sharded(**comm, spec);
         FailingOps ops(sharded, rank == 1 ? 5 : -1);
         absl::StatusOr<at::Tensor> rows =
             worker::RunDecode(**decoder, worker::DecodeJob{latent->narrow(2, b.begin, b.size()).contiguous()}, ops);
