@@ -46,6 +46,7 @@ ABSL_FLAG(std::string, latent_space, "", "Request option (see the usage message)
 ABSL_FLAG(std::string, mode, "", "Request option (see the usage message)");
 ABSL_FLAG(std::string, output_format, "", "Request option; empty: from --out (see the usage message)");
 ABSL_FLAG(std::string, jpeg_quality, "", "Request option (see the usage message)");
+ABSL_FLAG(std::string, png_compression, "", "Request option (see the usage message)");
 ABSL_FLAG(std::string, fps, "", "Request option (see the usage message)");
 ABSL_FLAG(std::string, scaling_factor, "", "Request option (see the usage message)");
 ABSL_FLAG(std::string, shift_factor, "", "Request option (see the usage message)");

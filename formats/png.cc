@@ -42,7 +42,7 @@ void NoFlush(png_structp) {}
 
 // Returns false with state->message set on failure.
 bool WriteRows(std::string* out, int width, int height, int channels,
-               const uint8_t* pixels, PngErrorState* state) {
+               const uint8_t* pixels, int compression, PngErrorState* state) {
   png_structp png =
       png_create_write_struct(PNG_LIBPNG_VER_STRING, state, OnError, OnWarning);
   if (png == nullptr) {
@@ -66,6 +66,7 @@ bool WriteRows(std::string* out, int width, int height, int channels,
                          : channels == 3 ? PNG_COLOR_TYPE_RGB
                                          : PNG_COLOR_TYPE_RGB_ALPHA;
   png_set_write_fn(png, out, AppendToString, NoFlush);
+  png_set_compression_level(png, compression);
   png_set_IHDR(png, info, static_cast<png_uint_32>(width),
                static_cast<png_uint_32>(height), 8, color_type,
                PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
@@ -146,7 +147,7 @@ bool ReadRows(std::FILE* file, ReadResult* result, PngErrorState* state) {
 }  // namespace
 
 absl::StatusOr<std::string> EncodePng(int width, int height, int channels,
-                                      const uint8_t* pixels) {
+                                      const uint8_t* pixels, int compression) {
   if (width <= 0 || height <= 0 || width > 0x7fffffff / 4) {
     return absl::InvalidArgumentError(
         Cat("invalid PNG size ", width, "x", height));
@@ -156,10 +157,14 @@ absl::StatusOr<std::string> EncodePng(int width, int height, int channels,
         Cat("PNG needs 1, 3 or 4 channels, got ", channels));
   }
   if (pixels == nullptr) return absl::InvalidArgumentError("pixels is null");
+  if (compression < 0 || compression > 9) {
+    return absl::InvalidArgumentError(
+        Cat("PNG compression must be 0..9, got ", compression));
+  }
   std::string out;
   PngErrorState state;
   state.message[0] = '\0';
-  if (!WriteRows(&out, width, height, channels, pixels, &state)) {
+  if (!WriteRows(&out, width, height, channels, pixels, compression, &state)) {
     return absl::InternalError(
         Cat("encoding PNG failed: ", QuoteForError(state.message)));
   }

@@ -20,9 +20,14 @@ struct PngImage {
   std::vector<uint8_t> pixels;  // HWC, row-major, height * width * channels.
 };
 
-// Encodes an 8-bit gray (channels 1), RGB (3) or RGBA (4) PNG in memory.
+// zlib's own default level.
+inline constexpr int kDefaultPngCompression = 6;
+
+// Encodes an 8-bit gray (channels 1), RGB (3) or RGBA (4) PNG in memory,
+// deflated at `compression` 0 (stored) .. 9.
 absl::StatusOr<std::string> EncodePng(int width, int height, int channels,
-                                      const uint8_t* pixels);
+                                      const uint8_t* pixels,
+                                      int compression = kDefaultPngCompression);
 
 // Decodes PNG bytes like ReadPng.
 absl::StatusOr<PngImage> DecodePng(const std::string& bytes);

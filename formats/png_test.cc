@@ -121,5 +121,23 @@ TEST(PngMemory, EncodeThenDecodeRoundTrips) {
   EXPECT_FALSE(DecodePng("").ok());
 }
 
+TEST(PngMemory, CompressionLevelsChangeTheSizeNotThePixels) {
+  // A smooth gradient: deflate shrinks it at 9 and stores it at 0.
+  std::vector<uint8_t> pixels(64 * 64 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>((i / 3) % 64);
+  absl::StatusOr<std::string> stored = EncodePng(64, 64, 3, pixels.data(), 0);
+  absl::StatusOr<std::string> smallest = EncodePng(64, 64, 3, pixels.data(), 9);
+  ASSERT_TRUE(stored.ok() && smallest.ok());
+  EXPECT_GT(stored->size(), pixels.size());  // stored blocks: the pixels and their framing
+  EXPECT_LT(smallest->size(), stored->size() / 4);
+  for (const std::string* bytes : {&*stored, &*smallest}) {
+    absl::StatusOr<PngImage> image = DecodePng(*bytes);
+    ASSERT_TRUE(image.ok()) << image.status();
+    EXPECT_EQ(image->pixels, pixels);
+  }
+  EXPECT_EQ(EncodePng(64, 64, 3, pixels.data(), 10).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodePng(64, 64, 3, pixels.data(), -1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace vaedecode::formats

@@ -55,6 +55,8 @@ std::vector<OptionInfo> MakeTable() {
        "what comes back: float32, float16, uint8 tensors, or png / jpeg / mp4 files"});
   add({"jpeg_quality", OptionKind::kInteger, kHttp | kOip | kCli | kClient, {}, 1, 100, "75",
        "JPEG quality"});
+  add({"png_compression", OptionKind::kInteger, kHttp | kOip | kCli | kClient, {}, 0, 9, "6",
+       "PNG zlib level: 0 encodes fastest (largest files), 9 smallest"});
   add({"fps", OptionKind::kInteger, kHttp | kOip | kCli | kClient, {}, 1, 240, "16", "MP4 frame rate"});
   add({"scaling_factor", OptionKind::kNumber, kHttp | kOip | kCli | kClient, {}, -kInf, kInf, "the model's own",
        "raw latents: z / scaling_factor + shift_factor instead of the model's formula"});
@@ -216,8 +218,11 @@ absl::Status CheckOptionRanges(const v1::DecodeRequest& request) {
       }
       case OptionKind::kInteger: {
         const int32_t v = reflection->GetInt32(request, field);
-        if (v != 0 && (v < option.min || v > option.max)) {
-          return Bad(option, absl::StrCat(v, use, " (0: the default, ", option.unset, ")"));
+        if (field->has_presence() ? (v < option.min || v > option.max)
+                                  : (v != 0 && (v < option.min || v > option.max))) {
+          // A field without presence reads 0 when unset: 0 means the default.
+          return Bad(option, field->has_presence() ? absl::StrCat(v, use)
+                                                   : absl::StrCat(v, use, " (0: the default, ", option.unset, ")"));
         }
         break;
       }

@@ -133,6 +133,14 @@ TEST(RequestOptionsTest, RangesAreCheckedOnEveryRequest) {
   r.set_jpeg_quality(101);
   EXPECT_THAT(Message(ValidateDecodeOptions(r, model)), HasSubstr("jpeg_quality: 101; use an integer 1..100 (0: the default, 75)"));
   r.set_jpeg_quality(0);
+  // A field with presence: 0 is a level, not "unset".
+  r.set_png_compression(0);
+  EXPECT_TRUE(ValidateDecodeOptions(r, model).ok());
+  r.set_png_compression(10);
+  const std::string png = Message(ValidateDecodeOptions(r, model));
+  EXPECT_THAT(png, HasSubstr("png_compression: 10; use an integer 0..9"));
+  EXPECT_THAT(png, ::testing::Not(HasSubstr("the default")));
+  r.clear_png_compression();
   r.set_mode(static_cast<v1::Mode>(9));
   EXPECT_THAT(Message(ValidateDecodeOptions(r, model)), HasSubstr("mode: unknown value 9"));
   r.set_mode(v1::MODE_AUTO);

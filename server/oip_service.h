@@ -14,7 +14,8 @@
 //                  "jpeg" (BYTES [B·T], one file per image / frame), "mp4"
 //                  (BYTES [B], one video per batch entry)
 //   scaling_factor, shift_factor (double): raw latents' own de-normalisation
-//   jpeg_quality   (int64) 1..100;  fps (int64) 1..240, MP4's frame rate
+//   jpeg_quality   (int64) 1..100;  png_compression (int64) 0..9, zlib's level;
+//   fps            (int64) 1..240, MP4's frame rate
 //   decode_timestep, decode_noise_scale (double), noise_seed (int64): LTX's
 //                  timestep-conditioned decode (vaedecode.v1.DecodeRequest)
 // Response parameters: mode, degree, decode_ms, queue_ms, noise_seed (the

@@ -12,7 +12,7 @@
 // pixels for packed latents: FLUX.1's [B, (H/16)·(W/16), 4C] 2x2 patches,
 // FLUX.2's [B, (H/16)·(W/16), 128] flattened raw latent. Extensions:
 // latent_space (vae, raw), mode (auto, dense, exact, tiled), jpeg_quality,
-// fps (MP4), decode_timestep / decode_noise_scale / noise_seed (LTX),
+// png_compression (0..9), fps (MP4), decode_timestep / decode_noise_scale / noise_seed (LTX),
 // output_dtype (pt: float32, float16).
 //
 // Replies (what postprocess_decode reads):

@@ -117,6 +117,15 @@ TEST(RemoteDecodeTest, TranslatesWhatRemoteDecodeSends) {
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_EQ(call->reply, RemoteReply::kPixels);
   EXPECT_DOUBLE_EQ(call->request.scaling_factor(), 0.3611);
+
+  // A table option reaches the request by its name as a query parameter.
+  call = TranslateRemoteDecode(Params({{"shape", "1"}, {"shape", "16"}, {"shape", "2"}, {"shape", "2"},
+                                       {"dtype", "float32"}, {"image_format", "png"}, {"png_compression", "0"}}),
+                               Floats(64), Flux());
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ(call->request.output_format(), v1::OUTPUT_PNG);
+  ASSERT_TRUE(call->request.has_png_compression());
+  EXPECT_EQ(call->request.png_compression(), 0);
 }
 
 TEST(RemoteDecodeTest, NamesTheBadParameter) {
@@ -137,6 +146,7 @@ TEST(RemoteDecodeTest, NamesTheBadParameter) {
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"scaling_factor", "x"}}), "scaling_factor: \"x\"; use a finite number"},
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"output_type", "mp4"}}), "mp4 is for video models"},
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"fps", "0"}}), "fps"},
+      {Params({{"dtype", "float32"}, {"shape", "1"}, {"png_compression", "10"}}), "png_compression: \"10\"; use an integer 0..9"},
   };
   for (const auto& [params, message] : cases) {
     absl::StatusOr<RemoteDecodeCall> call = TranslateRemoteDecode(params, "", Flux());

@@ -52,6 +52,8 @@ OutputEncoding EncodingOf(const v1::DecodeRequest& request) {
   OutputEncoding encoding;
   encoding.format = request.output_format();
   encoding.jpeg_quality = request.jpeg_quality() > 0 ? request.jpeg_quality() : formats::kDefaultJpegQuality;
+  encoding.png_compression =
+      request.has_png_compression() ? request.png_compression() : formats::kDefaultPngCompression;
   encoding.fps = request.fps() > 0 ? request.fps() : formats::kDefaultVideoFps;
   return encoding;
 }
@@ -156,7 +158,7 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
       absl::StatusOr<std::string> encoded =
           format == v1::OUTPUT_JPEG
               ? formats::EncodeJpeg(width, height, channels, image.data_ptr<uint8_t>(), encoding.jpeg_quality)
-              : formats::EncodePng(width, height, channels, image.data_ptr<uint8_t>());
+              : formats::EncodePng(width, height, channels, image.data_ptr<uint8_t>(), encoding.png_compression);
       if (!encoded.ok()) return encoded.status();
       for (size_t offset = 0; offset < encoded->size(); offset += piece) {
         const size_t n = std::min(piece, encoded->size() - offset);

@@ -33,7 +33,8 @@ absl::Status DescribeOutput(const std::vector<int64_t>& sample_shape, v1::Output
 // What a request asks the chunks to hold.
 struct OutputEncoding {
   v1::OutputFormat format = v1::OUTPUT_FLOAT32;
-  int jpeg_quality = 75;  // OUTPUT_JPEG only
+  int jpeg_quality = 75;    // OUTPUT_JPEG only
+  int png_compression = 6;  // OUTPUT_PNG only
   int fps = 16;           // OUTPUT_MP4 only
 };
 

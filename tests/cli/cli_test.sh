@@ -71,6 +71,15 @@ echo "== the service's other outputs and options: JPEG, MP4, scaling overrides, 
 "$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/latent.safetensors" --out "$OUT/one.jpg" --jpeg-quality 90 \
   >/dev/null || fail "jpeg decode"
 [ "$(head -c 2 "$OUT/one.jpg" | od -An -tx1 | tr -d ' \n')" = "ffd8" ] || fail "one.jpg is not a JPEG"
+# PNG's zlib level (a request option added as one row of rpc/request_options):
+# 0 stores, 9 deflates hardest; a level outside 0..9 is refused by name.
+for level in 0 9; do
+  "$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/latent.safetensors" --out "$OUT/level$level.png" \
+    --png-compression $level >/dev/null || fail "png decode at level $level"
+done
+[ "$(stat -c %s "$OUT/level0.png")" -gt "$(stat -c %s "$OUT/level9.png")" ] \
+  || fail "--png-compression 0 did not write a larger PNG than 9"
+expect_error 1 "png-compression: \"10\"; use an integer 0..9" decode --png-compression 10 --out "$OUT/x.png"
 "$BIN" decode --model "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" --out "$OUT/clip.mp4" --fps 8 \
   >/dev/null || fail "mp4 decode"
 [ "$(head -c 8 "$OUT/clip.mp4" | tail -c 4)" = "ftyp" ] || fail "clip.mp4 is not an MP4 file"
