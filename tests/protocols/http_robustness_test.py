@@ -107,13 +107,15 @@ def main():
 
     def a_client_that_leaves_cancels_its_decode():
         cancelled = max(0, metric(server, "vaedecode_requests_total", 'protocol="http"', 'status="CANCELLED"'))
-        # A decode of seconds (a 1024x1024 JPEG), abandoned after 1 s.
-        latent = torch.randn(1, 16, 128, 128)
+        # A decode of seconds (a 1408x1408 JPEG from a float16 latent under the
+        # 2 MiB request limit; about 2 s here, 1 s on a fast machine),
+        # abandoned after 0.5 s.
+        latent = torch.randn(1, 16, 176, 176, dtype=torch.float16)
         (TMP / "long.bin").write_bytes(latent.numpy().tobytes())
         shape = "&".join(f"shape={d}" for d in latent.shape)
-        done = subprocess.run(["curl", "-s", "-m", "1", "-X", "POST", "-H", "Content-Type: tensor/binary",
+        done = subprocess.run(["curl", "-s", "-m", "0.5", "-X", "POST", "-H", "Content-Type: tensor/binary",
                                "--data-binary", f"@{TMP / 'long.bin'}",
-                               f"{flux}?{shape}&dtype=float32&do_scaling=False&jpeg_quality=5"],
+                               f"{flux}?{shape}&dtype=float16&do_scaling=False&jpeg_quality=5"],
                               capture_output=True)
         assert done.returncode == 28, f"curl exited {done.returncode}, not its timeout: the decode was too quick"
         wait_for(lambda: metric(server, "vaedecode_requests_total", 'protocol="http"',
