@@ -24,8 +24,8 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& argv,
   if (commands == allowed.end()) {
     std::vector<std::string> names;
     for (const auto& [name, flags] : allowed) names.push_back(name);
-    return absl::InvalidArgumentError(absl::StrCat("unknown command \"", out.command,
-                                                   "\" (commands: ", absl::StrJoin(names, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown command \"", out.command, "\" (commands: ", absl::StrJoin(names, ", "), ")"));
   }
   for (size_t i = 1; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
@@ -44,8 +44,7 @@ absl::StatusOr<ParsedArgs> ParseArgs(const std::vector<std::string>& argv,
       return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
     }
     if (!commands->second.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " for \"", out.command,
-                                                     "\" (flags: --",
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " for \"", out.command, "\" (flags: --",
                                                      absl::StrJoin(commands->second, ", --"), ")"));
     }
     if (!out.flags.emplace(name, value).second) {

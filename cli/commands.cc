@@ -19,10 +19,9 @@
 #include "absl/strings/str_join.h"
 #include "cli/group_mode.h"
 #include "cli/model_loading.h"
+#include "client/client_io.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
-#include "client/client_io.h"
-#include "rpc/output_assembler.h"
 #include "formats/tensor_file.h"
 #include "rpc/leader_call.h"
 #include "rpc/modes.h"
@@ -60,8 +59,7 @@ at::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
     return ((z >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1)
   };
   for (int64_t i = 0; i < t.numel(); ++i) {
-    data[i] = static_cast<float>(std::sqrt(-2.0 * std::log(next_unit())) *
-                                 std::cos(6.283185307179586 * next_unit()));
+    data[i] = static_cast<float>(std::sqrt(-2.0 * std::log(next_unit())) * std::cos(6.283185307179586 * next_unit()));
   }
   return t;
 }
@@ -125,18 +123,18 @@ std::string Figures(const families::Decoder& decoder, const worker::DecodePlan& 
                                        {plan.latent.size(0), decoder.info().is_video ? plan.latent.size(2) : 1,
                                         plan.latent.size(-2), plan.latent.size(-1)})
             : tiling::DecoderGeometry(decoder);
-    const std::string plan_text =
-        tiles.calls() == 1 ? "untiled"
-                           : absl::StrCat(tiles.rows.starts.size(), "x", tiles.cols.starts.size(), "_tiles_of_",
-                                          tiles.rows.tile, "x", tiles.cols.tile);
-    absl::StrAppend(
-        &figures, " plan=", plan_text, " tile_calls=", tiles.calls(), " tile_retries=", result.tile_retries,
-        " decoded_latents=", tiles.rows.decoded() * tiles.cols.decoded(), " stock_decoded_latents=",
-        tiling::StockDecodedLatents(tiles.rows.length, geometry) * tiling::StockDecodedLatents(tiles.cols.length, geometry),
-        " budget_mib=", run.budget_bytes >= 0 ? Mib(static_cast<double>(run.budget_bytes)) : "unbounded",
-        // The calibrated estimate of one tile's peak, and with the planner's headroom.
-        " predicted_peak_mib=", Mib(tiling::PredictPeakBytes(geometry, tiles.rows.tile, tiles.cols.tile)),
-        " planned_peak_mib=", Mib(tiling::EstimatePeakBytes(geometry, tiles.rows.tile, tiles.cols.tile)));
+    const std::string plan_text = tiles.calls() == 1
+                                      ? "untiled"
+                                      : absl::StrCat(tiles.rows.starts.size(), "x", tiles.cols.starts.size(),
+                                                     "_tiles_of_", tiles.rows.tile, "x", tiles.cols.tile);
+    absl::StrAppend(&figures, " plan=", plan_text, " tile_calls=", tiles.calls(), " tile_retries=", result.tile_retries,
+                    " decoded_latents=", tiles.rows.decoded() * tiles.cols.decoded(), " stock_decoded_latents=",
+                    tiling::StockDecodedLatents(tiles.rows.length, geometry) *
+                        tiling::StockDecodedLatents(tiles.cols.length, geometry),
+                    " budget_mib=", run.budget_bytes >= 0 ? Mib(static_cast<double>(run.budget_bytes)) : "unbounded",
+                    // The calibrated estimate of one tile's peak, and with the planner's headroom.
+                    " predicted_peak_mib=", Mib(tiling::PredictPeakBytes(geometry, tiles.rows.tile, tiles.cols.tile)),
+                    " planned_peak_mib=", Mib(tiling::EstimatePeakBytes(geometry, tiles.rows.tile, tiles.cols.tile)));
   }
   std::vector<std::string> times, comm_times;
   for (const worker::RankStats& r : outcome.ranks) {
@@ -189,8 +187,8 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
   static const auto* flags = [] {
     auto* f = new std::map<std::string, std::set<std::string>>{
         {"decode",
-         {"model", "latent", "out", "dtype", "threads", "latent-shape", "seed", "mode", "ranks", "timeout-s",
-          "device", "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap"}},
+         {"model", "latent", "out", "dtype", "threads", "latent-shape", "seed", "mode", "ranks", "timeout-s", "device",
+          "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap"}},
         {"info", {"model"}},
         // Internal: a peer rank of `decode --mode exact`, started by the leader.
         {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s"}},
@@ -353,8 +351,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   launch.threads = at::get_num_threads();
   launch.timeout = absl::Seconds(timeout_s);
   const std::string model_name = model->name;
-  absl::StatusOr<std::unique_ptr<LocalGroup>> group =
-      LocalGroup::Start(launch, *std::move(model));
+  absl::StatusOr<std::unique_ptr<LocalGroup>> group = LocalGroup::Start(launch, *std::move(model));
   if (!group.ok()) return group.status();
   worker::GroupRuntime& runtime = (*group)->runtime();
 
@@ -370,8 +367,8 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     outcome = absl::UnknownError("not run");  // the previous output is not the next decode's
     // One rank: its free bytes now (the previous run's output released);
     // a group: as its ranks last reported them, as the service plans.
-    planning.free_bytes_per_rank = runtime.world_size() == 1 ? std::vector<int64_t>{(*memory)->free_bytes()}
-                                                             : runtime.free_bytes_per_rank();
+    planning.free_bytes_per_rank =
+        runtime.world_size() == 1 ? std::vector<int64_t>{(*memory)->free_bytes()} : runtime.free_bytes_per_rank();
     absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(decoder, job, planning);
     if (!plan.ok()) return plan.status();
     group_job.plan = *std::move(plan);
@@ -388,8 +385,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   if (outcome->result.mode == worker::DecodeMode::kTiled || outcome->result.mode != planning.requested) {
     mode_used = absl::StrCat(mode_used, " (", outcome->result.reason, ")");
   }
-  const std::string figures =
-      Figures(decoder, group_job.plan, *outcome, profile ? &*profile : nullptr, run, warmup);
+  const std::string figures = Figures(decoder, group_job.plan, *outcome, profile ? &*profile : nullptr, run, warmup);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 
   // The output as the service streams it, assembled and written as its
@@ -406,14 +402,13 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   if (!files.ok()) return files.status();
   const std::string written = absl::StrJoin(*files, ",");
   const at::Tensor& result = outcome->result.sample;
-  out << "decoded model=" << model_name << " family=" << decoder.info().family
-      << " latent=" << latent_name << " latent_shape=" << ShapeText(latent.sizes())
-      << " space=" << space_name << " sample_shape=" << ShapeText(result.sizes())
-      << " dtype=" << families::DtypeName(decoder.dtype())
+  out << "decoded model=" << model_name << " family=" << decoder.info().family << " latent=" << latent_name
+      << " latent_shape=" << ShapeText(latent.sizes()) << " space=" << space_name
+      << " sample_shape=" << ShapeText(result.sizes()) << " dtype=" << families::DtypeName(decoder.dtype())
       << (decoder.dtype() != *dtype ? " requested_dtype=" + families::DtypeName(*dtype) + " (force_upcast)" : "")
-      << " device=" << device->str() << " mode=" << mode_used << " ranks=" << ranks << " threads=" << at::get_num_threads()
-      << " time_ms=" << static_cast<int64_t>(ms) << figures << " max_rss_mib=" << MaxRssMib()
-      << " out=" << written << "\n";
+      << " device=" << device->str() << " mode=" << mode_used << " ranks=" << ranks
+      << " threads=" << at::get_num_threads() << " time_ms=" << static_cast<int64_t>(ms) << figures
+      << " max_rss_mib=" << MaxRssMib() << " out=" << written << "\n";
   return absl::OkStatus();
 }
 

@@ -28,8 +28,8 @@ absl::StatusOr<int> IntFlag(const ParsedArgs& args, const char* name) {
 absl::Duration HeartbeatPeriod(absl::Duration timeout) { return std::min(absl::Seconds(10), timeout / 3); }
 
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinLocalGroup(int rank, int world, int port,
-                                                                        const std::string& group,
-                                                                        absl::Duration timeout) {
+                                                                       const std::string& group,
+                                                                       absl::Duration timeout) {
   parallel::GlooOptions options;
   options.rank = rank;
   options.world_size = world;
@@ -77,8 +77,8 @@ absl::StatusOr<std::unique_ptr<LocalGroup>> LocalGroup::Start(const GroupLaunch&
   if (!comm.ok()) return comm.status();  // children are killed by their handles
   std::vector<worker::NamedModel> models;
   models.push_back(std::move(model));
-  auto runtime = std::make_unique<worker::GroupRuntime>(*std::move(comm), std::move(models),
-                                                        HeartbeatPeriod(launch.timeout));
+  auto runtime =
+      std::make_unique<worker::GroupRuntime>(*std::move(comm), std::move(models), HeartbeatPeriod(launch.timeout));
   if (runtime->broken()) return absl::UnavailableError("the CLI's worker group failed to start");
   return std::unique_ptr<LocalGroup>(new LocalGroup(launch, std::move(children), std::move(runtime)));
 }

@@ -21,6 +21,6 @@ namespace vaedecode::cli {
 // dtype). `seeded_weights`: the folder's config.json alone, with parameters
 // seeded from it (families::LoadOptions).
 absl::StatusOr<worker::NamedModel> LoadModel(const std::optional<std::string>& path, at::ScalarType dtype,
-                                      std::optional<uint64_t> seeded_weights = std::nullopt);
+                                             std::optional<uint64_t> seeded_weights = std::nullopt);
 
 }  // namespace vaedecode::cli

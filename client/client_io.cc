@@ -16,9 +16,8 @@
 namespace vaedecode::client {
 namespace {
 
-absl::StatusOr<v1::Tensor> ToTensor(const std::string& path, formats::DType dtype,
-                                    const std::vector<int64_t>& shape, const void* data,
-                                    size_t nbytes) {
+absl::StatusOr<v1::Tensor> ToTensor(const std::string& path, formats::DType dtype, const std::vector<int64_t>& shape,
+                                    const void* data, size_t nbytes) {
   v1::Tensor t;
   for (int64_t d : shape) t.add_shape(d);
   switch (dtype) {
@@ -48,9 +47,8 @@ absl::StatusOr<v1::Tensor> ToTensor(const std::string& path, formats::DType dtyp
       return t;
     }
     default:
-      return absl::InvalidArgumentError(
-          formats::Cat(path, ": latent must be a floating tensor (F32, F16, BF16 or F64), got ",
-                       formats::DTypeName(dtype)));
+      return absl::InvalidArgumentError(formats::Cat(
+          path, ": latent must be a floating tensor (F32, F16, BF16 or F64), got ", formats::DTypeName(dtype)));
   }
 }
 
@@ -69,8 +67,7 @@ formats::DType FormatsDType(v1::DType dtype) {
 
 absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path) {
   if (absl::EndsWith(path, ".safetensors")) {
-    absl::StatusOr<std::unique_ptr<formats::SafetensorsFile>> file =
-        formats::SafetensorsFile::Open(path);
+    absl::StatusOr<std::unique_ptr<formats::SafetensorsFile>> file = formats::SafetensorsFile::Open(path);
     if (!file.ok()) return file.status();
     const formats::TensorView* view = nullptr;
     if ((*file)->tensors().size() == 1) {
@@ -79,9 +76,8 @@ absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path) {
       view = (*file)->Find("latent");
     }
     if (view == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", (*file)->tensors().size(),
-                       " tensors and none is called \"latent\"; which one is the latent?"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": ", (*file)->tensors().size(), " tensors and none is called \"latent\"; which one is the latent?"));
     }
     return ToTensor(path, view->dtype, view->shape, view->data, view->nbytes);
   }
@@ -90,8 +86,7 @@ absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path) {
     if (!array.ok()) return array.status();
     return ToTensor(path, array->dtype, array->shape, array->data.data(), array->data.size());
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": latent files must be .safetensors or .npy"));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": latent files must be .safetensors or .npy"));
 }
 
 v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
@@ -113,8 +108,7 @@ v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
   return t;
 }
 
-absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
-                                                     const rpc::OutputAssembler& output) {
+absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path, const rpc::OutputAssembler& output) {
   RETURN_IF_ERROR(output.Finish());
   const v1::Header& h = output.header();
   std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
@@ -140,7 +134,8 @@ absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
     if (format->chunking == rpc::Chunking::kFilePerVideo) {
       // One video per batch entry: FILE.mp4, or FILE_<b>.mp4 for a batch.
       for (size_t b = 0; b < output.images().size(); ++b) {
-        RETURN_IF_ERROR(write(output.images().size() == 1 ? path : absl::StrCat(stem, "_", b, ext), output.images()[b]));
+        RETURN_IF_ERROR(
+            write(output.images().size() == 1 ? path : absl::StrCat(stem, "_", b, ext), output.images()[b]));
       }
       return written;
     }
@@ -175,8 +170,7 @@ absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
     view.nbytes = bytes.size();
     s = formats::WriteSafetensors(path, {view});
   } else {
-    s = absl::InvalidArgumentError(
-        absl::StrCat("--out ", path, ": tensor output needs .safetensors or .npy"));
+    s = absl::InvalidArgumentError(absl::StrCat("--out ", path, ": tensor output needs .safetensors or .npy"));
   }
   if (!s.ok()) return s;
   return std::vector<std::string>{path};

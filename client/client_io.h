@@ -33,7 +33,6 @@ v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed);
 //                         N > 1 videos → stem_0_f000.png … (the CLI's names);
 //   .mp4                  one video per batch entry: `path`, or stem_<b>.mp4.
 // Returns the files written.
-absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path,
-                                                     const rpc::OutputAssembler& output);
+absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path, const rpc::OutputAssembler& output);
 
 }  // namespace vaedecode::client

@@ -158,23 +158,11 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest() {
 }
 
 std::string StatusLine(const grpc::Status& s) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
+  static const char* const kNames[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   const int code = static_cast<int>(s.error_code());
   return absl::StrCat(code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN", ": ", s.error_message());
 }
@@ -182,10 +170,10 @@ std::string StatusLine(const grpc::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(absl::StrCat(
-      "vaedecode_client --server=HOST:PORT [--model=NAME] [--latent=FILE | --latent_shape=B,C,H,W "
-      "--seed=S] --out=FILE.{safetensors,npy,png,jpg,mp4} [request options]\nrequest options:\n",
-      vaedecode::rpc::OptionUsage(vaedecode::rpc::kClient)));
+  absl::SetProgramUsageMessage(
+      absl::StrCat("vaedecode_client --server=HOST:PORT [--model=NAME] [--latent=FILE | --latent_shape=B,C,H,W "
+                   "--seed=S] --out=FILE.{safetensors,npy,png,jpg,mp4} [request options]\nrequest options:\n",
+                   vaedecode::rpc::OptionUsage(vaedecode::rpc::kClient)));
   absl::ParseCommandLine(argc, argv);
 
   grpc::ChannelArguments args;
@@ -198,9 +186,8 @@ int main(int argc, char** argv) {
   }
   auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server), *credentials, args);
   std::unique_ptr<v1::VaeDecoder::Stub> stub = v1::VaeDecoder::NewStub(channel);
-  const auto deadline =
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_deadline_s) * 1000));
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_deadline_s) * 1000));
 
   if (absl::GetFlag(FLAGS_list_models)) {
     grpc::ClientContext ctx;
@@ -212,10 +199,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (const v1::ModelInfo& m : models.models()) {
-      std::cout << m.name() << " family=" << m.family()
-                << " latent_channels=" << m.latent_channels()
-                << " spatial_factor=" << m.spatial_factor()
-                << " video=" << (m.is_video() ? "yes" : "no")
+      std::cout << m.name() << " family=" << m.family() << " latent_channels=" << m.latent_channels()
+                << " spatial_factor=" << m.spatial_factor() << " video=" << (m.is_video() ? "yes" : "no")
                 << (m.timestep_conditioning() ? " timestep_conditioning=yes" : "") << "\n";
     }
     return 0;
@@ -262,9 +247,8 @@ int main(int argc, char** argv) {
   const v1::Header& h = output.header();
   const v1::Timings& t = output.trailer().timings();
   std::cout << "request_id=" << h.request_id() << " shape=[" << absl::StrJoin(h.shape(), ",")
-            << "] mode=" << v1::Mode_Name(h.mode()) << " degree=" << h.degree()
-            << " chunks=" << output.chunks() << " queue_ms=" << t.queue_ms()
-            << " decode_ms=" << t.decode_ms() << " gather_ms=" << t.gather_ms()
+            << "] mode=" << v1::Mode_Name(h.mode()) << " degree=" << h.degree() << " chunks=" << output.chunks()
+            << " queue_ms=" << t.queue_ms() << " decode_ms=" << t.decode_ms() << " gather_ms=" << t.gather_ms()
             << " total_ms=" << t.total_ms() << " wrote=" << absl::StrJoin(*written, ",");
   if (h.has_noise_seed()) std::cout << " noise_seed=" << h.noise_seed();
   std::cout << "\n";

@@ -31,8 +31,8 @@ absl::Status PrepareComputeDevice(const c10::Device& device) {
     return absl::InvalidArgumentError(absl::StrCat("device ", device.str(), " is not supported (cpu or cuda)"));
   }
   if (!at::hasCUDA()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "device ", device.str(), ": this build has no CUDA backend (build with --config=gpu)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("device ", device.str(), ": this build has no CUDA backend (build with --config=gpu)"));
   }
   try {
     c10::impl::VirtualGuardImpl guard(c10::kCUDA);

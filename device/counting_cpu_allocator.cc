@@ -33,8 +33,8 @@ CountingCpuAllocator& CountingCpuAllocator::Install() {
 c10::DataPtr CountingCpuAllocator::allocate(size_t nbytes) {
   const int64_t limit = limit_.load(std::memory_order_relaxed);
   if (limit > 0 && current_.load(std::memory_order_relaxed) + static_cast<int64_t>(nbytes) > limit) {
-    TORCH_CHECK(false, "CPU out of memory: allocating ", nbytes, " bytes would exceed the ", limit,
-                " byte budget (", current_.load(std::memory_order_relaxed), " in use)");
+    TORCH_CHECK(false, "CPU out of memory: allocating ", nbytes, " bytes would exceed the ", limit, " byte budget (",
+                current_.load(std::memory_order_relaxed), " in use)");
   }
   auto* base = static_cast<uint8_t*>(c10::alloc_cpu(nbytes + kHeader));
   *reinterpret_cast<size_t*>(base) = nbytes;

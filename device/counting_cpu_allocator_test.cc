@@ -49,4 +49,4 @@ TEST(CountingCpuAllocator, TensorsStillWork) {
 }
 
 }  // namespace
-}  // namespace vaedecode::worker
+}  // namespace vaedecode::device

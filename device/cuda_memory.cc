@@ -117,7 +117,7 @@ absl::StatusOr<std::unique_ptr<DeviceMemory>> NewCudaDeviceMemory(int index) {
         absl::StrCat("cuda:", index, ": cudaGetDeviceProperties: ", cudaGetErrorString(e)));
   }
   auto memory = std::make_unique<CudaDeviceMemory>(index, absl::StrCat("cuda/", properties.name),
-                                                  static_cast<int64_t>(properties.totalGlobalMem));
+                                                   static_cast<int64_t>(properties.totalGlobalMem));
   memory->MeasureMemoryOutsideTensors();  // the context, at least; the worker measures again later
   return std::unique_ptr<DeviceMemory>(std::move(memory));
 }

@@ -56,8 +56,7 @@ TEST(DeviceMemoryTest, CpuCountsLiveAndPeakBytesAndEnforcesTheBudget) {
   EXPECT_EQ(memory.free_bytes(), -1);
 
   // One device per process: a different kind is refused.
-  EXPECT_EQ(InstallDeviceMemory(c10::Device(c10::kCUDA, 0)).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(InstallDeviceMemory(c10::Device(c10::kCUDA, 0)).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

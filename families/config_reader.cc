@@ -60,9 +60,7 @@ int64_t ConfigReader::Int(const char* key, int64_t fallback) {
   return fallback;
 }
 
-double ConfigReader::Double(const char* key, double fallback) {
-  return OptionalDouble(key).value_or(fallback);
-}
+double ConfigReader::Double(const char* key, double fallback) { return OptionalDouble(key).value_or(fallback); }
 
 std::optional<double> ConfigReader::OptionalDouble(const char* key) {
   const nlohmann::json* v = Find(key);
@@ -128,8 +126,7 @@ std::optional<std::vector<double>> ConfigReader::OptionalDoubleList(const char* 
   return out;
 }
 
-std::vector<std::string> ConfigReader::StringList(const char* key,
-                                                  const std::vector<std::string>& fallback) {
+std::vector<std::string> ConfigReader::StringList(const char* key, const std::vector<std::string>& fallback) {
   const nlohmann::json* v = Find(key);
   if (v == nullptr) return fallback;
   std::vector<std::string> out;
@@ -161,8 +158,7 @@ std::vector<bool> ConfigReader::BoolList(const char* key, const std::vector<bool
 
 absl::Status ConfigReader::status() const {
   if (errors_.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(source_, ": ", absl::StrJoin(errors_, "; ")));
+  return absl::InvalidArgumentError(absl::StrCat(source_, ": ", absl::StrJoin(errors_, "; ")));
 }
 
 }  // namespace vaedecode::families

@@ -8,8 +8,8 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 

@@ -51,7 +51,7 @@ TEST(ConfigReader, NonObjectConfigIsAnError) {
 }
 
 TEST(ConfigReader, ListsTheKeysNoGetterReadAndNobodyKnows) {
-  const nlohmann::json j = {{"a", 1}, {"b", nullptr}, {"c", "x"}, {"encoder_only", 2}, {"_class_name", "X"},
+  const nlohmann::json j = {{"a", 1},   {"b", nullptr}, {"c", "x"}, {"encoder_only", 2}, {"_class_name", "X"},
                             {"typo", 3}};
   ConfigReader r(j, "c.json");
   r.Int("a", 0);

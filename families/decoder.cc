@@ -31,8 +31,8 @@ at::ScalarType DecodeDtype(const ModelInfo& info, at::ScalarType requested) {
 
 std::string DecodeDtypeReason(const ModelInfo& info, at::ScalarType requested) {
   if (DecodeDtype(info, requested) == requested) return "";
-  return absl::StrCat("decoded in float32, not float16: the VAE's config sets force_upcast (",
-                      info.diffusers_class, " overflows in float16; diffusers' pipelines upcast it too)");
+  return absl::StrCat("decoded in float32, not float16: the VAE's config sets force_upcast (", info.diffusers_class,
+                      " overflows in float16; diffusers' pipelines upcast it too)");
 }
 
 void ApplyDecodeDtype(Decoder& decoder, at::ScalarType requested) {
@@ -45,19 +45,18 @@ absl::Status Decoder::ValidateLatent(const at::Tensor& latent) const {
   const int64_t want_dims = m.is_video ? 5 : 4;
   const char* layout = m.is_video ? "[B, C, T, H, W]" : "[B, C, H, W]";
   if (latent.dim() != want_dims) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "latent must be ", want_dims, "-D ", layout, " for ", m.diffusers_class, ", got shape [",
-        absl::StrJoin(latent.sizes(), ", "), "]"));
+    return absl::InvalidArgumentError(absl::StrCat("latent must be ", want_dims, "-D ", layout, " for ",
+                                                   m.diffusers_class, ", got shape [",
+                                                   absl::StrJoin(latent.sizes(), ", "), "]"));
   }
   if (latent.size(1) != m.latent_channels) {
-    return absl::InvalidArgumentError(absl::StrCat("latent has ", latent.size(1),
-                                                   " channels; ", m.diffusers_class, " expects ",
-                                                   m.latent_channels));
+    return absl::InvalidArgumentError(
+        absl::StrCat("latent has ", latent.size(1), " channels; ", m.diffusers_class, " expects ", m.latent_channels));
   }
   for (int64_t d = 0; d < latent.dim(); ++d) {
     if (latent.size(d) < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "latent has an empty dimension: shape [", absl::StrJoin(latent.sizes(), ", "), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("latent has an empty dimension: shape [", absl::StrJoin(latent.sizes(), ", "), "]"));
     }
   }
   if (!latent.is_floating_point()) {
@@ -67,8 +66,7 @@ absl::Status Decoder::ValidateLatent(const at::Tensor& latent) const {
 }
 
 absl::Status Decoder::CheckExactSharding(const std::vector<int64_t>&, int) const {
-  return absl::UnimplementedError(
-      absl::StrCat(info().diffusers_class, " cannot be decoded exactly sharded"));
+  return absl::UnimplementedError(absl::StrCat(info().diffusers_class, " cannot be decoded exactly sharded"));
 }
 
 std::vector<int64_t> Decoder::OutputShape(const std::vector<int64_t>& latent_shape) const {

@@ -53,7 +53,7 @@ struct ModelInfo {
   // for every video family but MiniMax-H3); OutputShape and the frontend's
   // output-size prediction both read it.
   rpc::OutputFrameTable output_frames;
-  bool is_video = false;        // latents are NCTHW when true, NCHW otherwise
+  bool is_video = false;  // latents are NCTHW when true, NCHW otherwise
   // Latent frames a decode holds at once, for its memory (tiling/
   // memory_model.h): 1 for images and frame-by-frame decoders (Wan's causal
   // cache), a temporal window, or 0 for the whole clip.
@@ -145,8 +145,7 @@ class Decoder {
   // OK when a latent of this shape can be decoded exactly sharded over
   // `world_size` row bands; otherwise the reason it cannot (the caller falls
   // back to dense and logs it). The family knows each layer's halo.
-  virtual absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape,
-                                          int world_size) const;
+  virtual absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const;
 
   // Output shape for a latent shape (NCHW or NCTHW), from info()'s geometry.
   virtual std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const;

@@ -25,15 +25,14 @@ std::string PadModeName(PaddingMode mode) {
   return "constant";
 }
 
-at::Tensor ConvNoPadding(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                         int64_t pad_t, int64_t pad_h, int64_t pad_w, int64_t dilation) {
+at::Tensor ConvNoPadding(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, int64_t pad_t,
+                         int64_t pad_h, int64_t pad_w, int64_t dilation) {
   if (weight.dim() == 4) {
     return at::conv2d(x, weight, bias, /*stride=*/{1, 1}, /*padding=*/{pad_h, pad_w},
                       /*dilation=*/{dilation, dilation});
   }
   TORCH_CHECK(weight.dim() == 5, "conv weight must be 4-D or 5-D, got ", weight.dim(), "-D");
-  return at::conv3d(x, weight, bias, {1, 1, 1}, {pad_t, pad_h, pad_w},
-                    {dilation, dilation, dilation});
+  return at::conv3d(x, weight, bias, {1, 1, 1}, {pad_t, pad_h, pad_w}, {dilation, dilation, dilation});
 }
 
 }  // namespace
@@ -68,9 +67,8 @@ at::Tensor ConvWithRowPadding(const at::Tensor& x, const at::Tensor& weight, con
   return ConvNoPadding(PadForConv(x, top, bottom, g, temporal), weight, bias, 0, 0, 0, g.dilation);
 }
 
-at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                          const ConvGeometry& g, int64_t pad_top, int64_t pad_bottom,
-                          const std::function<void()>& between) {
+at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const ConvGeometry& g,
+                          int64_t pad_top, int64_t pad_bottom, const std::function<void()>& between) {
   const int64_t h_dim = x.dim() - 2;
   const int64_t height = x.size(h_dim);
   const int64_t reach = g.dilation * (weight.size(-2) - 1);  // input rows one output row spans
@@ -115,8 +113,8 @@ at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const a
   return out;
 }
 
-at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight,
-                                const at::Tensor& bias, const ConvGeometry& g) {
+at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight, const at::Tensor& bias,
+                                const ConvGeometry& g) {
   return ConvWithRowPadding(x_with_rows, weight, bias, g, 0, 0);
 }
 
@@ -167,8 +165,8 @@ at::Tensor CancellableDenseOps::Attention(const at::Tensor& q, const at::Tensor&
   std::vector<at::Tensor> out;
   for (int64_t t = 0; t < q.size(2); ++t) {
     if (t > 0) CheckCancelled();
-    out.push_back(ChunkedAttention(q.select(2, t), k.narrow(2, 0, t + 1).flatten(2, 3),
-                                   v.narrow(2, 0, t + 1).flatten(2, 3)));
+    out.push_back(
+        ChunkedAttention(q.select(2, t), k.narrow(2, 0, t + 1).flatten(2, 3), v.narrow(2, 0, t + 1).flatten(2, 3)));
   }
   return at::stack(out, 2);
 }
@@ -192,8 +190,7 @@ at::Tensor CancellableDenseOps::ChunkedAttention(const at::Tensor& q, const at::
   return at::cat(parts, -2);
 }
 
-at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
-                                                const at::Tensor& v) {
+at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   TORCH_CHECK(q.dim() == 5 && k.dim() == 5 && v.dim() == 5 && q.size(2) == k.size(2),
               "frame-causal attention takes [B, heads, T, N, D] tensors with the same frames");
   std::vector<at::Tensor> out;
@@ -204,8 +201,7 @@ at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::T
   return at::stack(out, 2);  // [B, heads, T, Nq, D]
 }
 
-at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
-                                     const at::Tensor& v) {
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   // LibTorch picks the kernel (flash or memory-efficient where the shapes
   // allow, else the math path); calibration measures what it allocates.
   return at::scaled_dot_product_attention(q, k, v);

@@ -81,13 +81,12 @@ class LayerOps {
 
   // x: [B, C, H, W] with a 4-D weight, or [B, C, T, H, W] with a 5-D weight.
   // Height is the sharded axis.
-  virtual at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight,
-                          const at::Tensor& bias, const ConvGeometry& geometry) = 0;
+  virtual at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                          const ConvGeometry& geometry) = 0;
 
   // x: [B, C, ...]; statistics over each group's channels and all of `...`.
-  virtual at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups,
-                               const at::Tensor& weight, const at::Tensor& bias,
-                               double eps) = 0;
+  virtual at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
+                               const at::Tensor& bias, double eps) = 0;
 
   // softmax(q·kᵀ/√D)·v for the local queries against every key of the
   // (global) sequence, its tokens laid out as `layout` says (TokenLayout).
@@ -146,8 +145,8 @@ class DenseOps final : public LayerOps {
  public:
   at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                   const ConvGeometry& geometry) override;
-  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
-                       const at::Tensor& bias, double eps) override;
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
+                       double eps) override;
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const TokenLayout& layout) override;
 };
@@ -168,8 +167,8 @@ class CancellableDenseOps final : public LayerOps {
   explicit CancellableDenseOps(const std::atomic<bool>* cancelled) : cancelled_(cancelled) {}
   at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                   const ConvGeometry& geometry) override;
-  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
-                       const at::Tensor& bias, double eps) override;
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
+                       double eps) override;
   // Frame-causal attention goes frame by frame (the same per-frame calls as
   // FrameCausalScaledDotProductAttention), each chunked and checked.
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -187,8 +186,8 @@ class CancellableDenseOps final : public LayerOps {
 
 // Pads only W (and T) with the geometry's mode, then convolves with zero
 // H padding: the caller has already provided the rows above and below.
-at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight,
-                                const at::Tensor& bias, const ConvGeometry& geometry);
+at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight, const at::Tensor& bias,
+                                const ConvGeometry& geometry);
 
 // A convolution of `x` whose rows get `top` and `bottom` rows of
 // `geometry.mode` padding (0 where the caller provided neighbour rows) and
@@ -200,23 +199,20 @@ at::Tensor ConvWithRowPadding(const at::Tensor& x, const at::Tensor& weight, con
 // `x` ([B, C, H, W] or [B, C, T, H, W]) padded in one copy with the
 // geometry's mode: H by `top` and `bottom`, W by geometry.padding_w, and T
 // by geometry.padding_t when `temporal`.
-at::Tensor PadForConv(const at::Tensor& x, int64_t top, int64_t bottom, const ConvGeometry& geometry,
-                      bool temporal);
+at::Tensor PadForConv(const at::Tensor& x, int64_t top, int64_t bottom, const ConvGeometry& geometry, bool temporal);
 
 at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                           const ConvGeometry& geometry, int64_t pad_top, int64_t pad_bottom,
                           const std::function<void()>& between = nullptr);
 
 // softmax(q·kᵀ/√d)·v, diffusers' F.scaled_dot_product_attention (no mask).
-at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
-                                     const at::Tensor& v);
+at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 // Frame-causal attention of q [B, heads, T, Nq, D] against every frame's keys
 // k, v [B, heads, T, Nk, D]: query frame t against the (t+1)·Nk keys of
 // frames 0..t, each through ScaledDotProductAttention. Equal to diffusers'
 // softmax(q·kᵀ·scale + mask)·v over all T·Nk keys up to rounding: masked keys
 // contribute exp(-inf) = 0 there.
-at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k,
-                                                const at::Tensor& v);
+at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
 }  // namespace vaedecode::families

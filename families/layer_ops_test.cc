@@ -137,8 +137,9 @@ TEST(CancellableDenseOps, ALargeConvGoesInSamplesAndRowBandsThatComputeTheSame) 
   ConvGeometry g3;
   g3.padding_t = g3.padding_h = g3.padding_w = 1;
   g3.mode = PaddingMode::kReplicate;
-  EXPECT_LE((ops.Conv(v, w3, b.narrow(0, 0, 6), g3) - dense.Conv(v, w3, b.narrow(0, 0, 6), g3)).abs().max().item<double>(),
-            1e-4);
+  EXPECT_LE(
+      (ops.Conv(v, w3, b.narrow(0, 0, 6), g3) - dense.Conv(v, w3, b.narrow(0, 0, 6), g3)).abs().max().item<double>(),
+      1e-4);
   cancelled = true;
   EXPECT_THROW(ops.Conv(x, w, b, ConvGeometry{}), StatusError);
 }
@@ -187,8 +188,8 @@ TEST(DenseOps, ReplicatePaddedConvMakesOnePaddedCopy) {
   const at::Tensor got = ops.Conv(x, w, b, g);
   const int64_t with_padding = memory.peak_bytes() - base;
   EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
-  EXPECT_LE(with_padding, conv_only + padded.nbytes()) << "conv alone " << conv_only << ", padded copy "
-                                                       << padded.nbytes();
+  EXPECT_LE(with_padding, conv_only + padded.nbytes())
+      << "conv alone " << conv_only << ", padded copy " << padded.nbytes();
 }
 
 }  // namespace

@@ -33,8 +33,8 @@ absl::StatusOr<fs::path> ResolveVaeDir(const std::string& path) {
   }
   if (IsFile(root / "config.json")) return root;
   if (IsFile(root / "vae" / "config.json")) return root / "vae";
-  return absl::NotFoundError(absl::StrCat("no config.json in ", path, " or ", (root / "vae").string(),
-                                          ": expected a diffusers vae/ folder"));
+  return absl::NotFoundError(
+      absl::StrCat("no config.json in ", path, " or ", (root / "vae").string(), ": expected a diffusers vae/ folder"));
 }
 
 absl::StatusOr<std::vector<std::string>> FindWeightFiles(const fs::path& dir) {
@@ -45,8 +45,8 @@ absl::StatusOr<std::vector<std::string>> FindWeightFiles(const fs::path& dir) {
     if (IsFile(dir / single)) return std::vector<std::string>{(dir / single).string()};
   }
   if (IsFile(dir / "diffusion_pytorch_model.bin")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir.string(), " has only a pickled diffusion_pytorch_model.bin; convert it to safetensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir.string(), " has only a pickled diffusion_pytorch_model.bin; convert it to safetensors"));
   }
   return absl::NotFoundError(absl::StrCat("no ", kWeights, " or ", kIndex, " in ", dir.string()));
 }
@@ -79,8 +79,7 @@ absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& 
   files->config_ = std::make_unique<nlohmann::json>(
       nlohmann::json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false));
   if (files->config_->is_discarded() || !files->config_->is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(files->config_path_, ": not a JSON object"));
+    return absl::InvalidArgumentError(absl::StrCat(files->config_path_, ": not a JSON object"));
   }
 
   if (needed == Weights::kIgnored) return files;
@@ -90,8 +89,7 @@ absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& 
 
   std::vector<std::string> duplicates;
   for (const std::string& weight_file : files->weight_files_) {
-    absl::StatusOr<std::unique_ptr<formats::SafetensorsFile>> shard =
-        formats::SafetensorsFile::Open(weight_file);
+    absl::StatusOr<std::unique_ptr<formats::SafetensorsFile>> shard = formats::SafetensorsFile::Open(weight_file);
     if (!shard.ok()) return shard.status();
     for (const formats::TensorView& view : (*shard)->tensors()) {
       if (!files->tensors_.emplace(view.name, &view).second) duplicates.push_back(view.name);
@@ -99,8 +97,7 @@ absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& 
     files->shards_.push_back(*std::move(shard));
   }
   if (!duplicates.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensors stored in more than one shard of ",
-                                                   files->vae_dir_, ": ",
+    return absl::InvalidArgumentError(absl::StrCat("tensors stored in more than one shard of ", files->vae_dir_, ": ",
                                                    absl::StrJoin(duplicates, ", ")));
   }
   return files;

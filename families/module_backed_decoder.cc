@@ -29,8 +29,7 @@ void ModuleBackedDecoder::ToDevice(const c10::Device& device) {
   device_ = device;
 }
 
-absl::Status ModuleBackedDecoder::CheckExactSharding(const std::vector<int64_t>& latent_shape,
-                                                     int world_size) const {
+absl::Status ModuleBackedDecoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
   return CheckRowBands(latent_shape, world_size, info_.is_video ? 5 : 4, latent_halo_rows_);
 }
 

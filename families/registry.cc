@@ -29,9 +29,7 @@ std::vector<std::string> Registry::ClassesWithKeysLike(
   return out;
 }
 
-void Registry::Register(FamilyRegistration registration) {
-  families_.push_back(std::move(registration));
-}
+void Registry::Register(FamilyRegistration registration) { families_.push_back(std::move(registration)); }
 
 const FamilyRegistration* Registry::FindByClass(const std::string& diffusers_class) const {
   for (const FamilyRegistration& f : families_) {
@@ -50,12 +48,11 @@ std::vector<std::string> Registry::SupportedClasses() const {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
-                                                        const LoadOptions& options) const {
+absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path, const LoadOptions& options) const {
   absl::Status dtype_ok = CheckDtypeSupported(options.dtype);
   if (!dtype_ok.ok()) return dtype_ok;
-  absl::StatusOr<std::unique_ptr<ModelFiles>> files = ModelFiles::Open(
-      path, options.seeded_weights ? ModelFiles::Weights::kIgnored : ModelFiles::Weights::kRequired);
+  absl::StatusOr<std::unique_ptr<ModelFiles>> files =
+      ModelFiles::Open(path, options.seeded_weights ? ModelFiles::Weights::kIgnored : ModelFiles::Weights::kRequired);
   if (!files.ok()) return files.status();
   const std::string class_name = (*files)->class_name();
   if (class_name.empty()) {
@@ -64,9 +61,9 @@ absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
   }
   const FamilyRegistration* family = FindByClass(class_name);
   if (family == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        (*files)->config_path(), ": model class ", class_name, " is not supported (supported: ",
-        absl::StrJoin(SupportedClasses(), ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat((*files)->config_path(), ": model class ", class_name,
+                     " is not supported (supported: ", absl::StrJoin(SupportedClasses(), ", "), ")"));
   }
   absl::StatusOr<std::unique_ptr<Decoder>> decoder = family->factory(**files, options);
   if (decoder.ok()) {
@@ -80,9 +77,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
   }
   // The likely cause first: the strict-loading list that follows can be long.
   return absl::InvalidArgumentError(absl::StrCat(
-      "these weights look like a checkpoint of ", absl::StrJoin(look_like, " or "), ", but ",
-      (*files)->config_path(), " says ", class_name, ": the config and the weights come from different models. ",
-      decoder.status().message()));
+      "these weights look like a checkpoint of ", absl::StrJoin(look_like, " or "), ", but ", (*files)->config_path(),
+      " says ", class_name, ": the config and the weights come from different models. ", decoder.status().message()));
 }
 
 absl::Status FillWeights(torch::nn::Module& module, const ModelFiles& files, const IgnoreRules& ignore,

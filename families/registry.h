@@ -6,8 +6,8 @@
 // initialisers, so linking order can never drop one. A Registry is filled at
 // start-up and read-only afterwards; reads are thread-safe then.
 
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,8 +33,8 @@ struct LoadOptions {
 
 // Builds a family's decoder in float32 from `files`, its parameters filled
 // by FillWeights; Registry::Load converts it to the requested dtype.
-using DecoderFactory = std::function<absl::StatusOr<std::unique_ptr<Decoder>>(
-    const ModelFiles& files, const LoadOptions& options)>;
+using DecoderFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Decoder>>(const ModelFiles& files, const LoadOptions& options)>;
 
 // A factory's weights: strictly from the checkpoint (LoadStrict, with the
 // family's ignore rules), or seeded when options.seeded_weights is set.
@@ -45,14 +45,14 @@ absl::Status FillWeights(torch::nn::Module& module, const ModelFiles& files, con
 // A checkpoint matches a signature when it has every `present` key (with the
 // given rank, when not 0) and none of the `absent` ones.
 struct KeySignature {
-  std::vector<std::string> classes;  // the diffusers classes such checkpoints come from
+  std::vector<std::string> classes;                     // the diffusers classes such checkpoints come from
   std::vector<std::pair<std::string, size_t>> present;  // key, rank (0: any)
   std::vector<std::string> absent;
 };
 
 struct FamilyRegistration {
-  std::string family;                           // e.g. "autoencoder_kl"
-  std::vector<std::string> diffusers_classes;   // config "_class_name" values it accepts
+  std::string family;                          // e.g. "autoencoder_kl"
+  std::vector<std::string> diffusers_classes;  // config "_class_name" values it accepts
   DecoderFactory factory;
   // How its checkpoints are recognised (ClassesWithKeysLike).
   std::vector<KeySignature> signatures;
@@ -68,8 +68,7 @@ class Registry {
 
   // Opens a model folder and builds its decoder: NOT_FOUND for a missing
   // folder, INVALID_ARGUMENT for an unsupported class or malformed files.
-  absl::StatusOr<std::unique_ptr<Decoder>> Load(const std::string& path,
-                                                const LoadOptions& options) const;
+  absl::StatusOr<std::unique_ptr<Decoder>> Load(const std::string& path, const LoadOptions& options) const;
 
   // The diffusers classes whose checkpoints have tensor names like
   // `tensors` (decoder-side keys only each lineage has, e.g. FLUX.2's

@@ -24,9 +24,9 @@ namespace fs = std::filesystem;
 
 TEST(ClassesWithKeysLike, RecognisesEveryFixtureCheckpoint) {
   std::set<std::string> seen;
-  for (const testing::FixtureCase& c : testing::FixtureCases({"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
-                                                              "AutoencoderKLQwenImage", "AutoencoderKLHunyuanVideo",
-                                                              "AutoencoderKLLTX2Video"})) {
+  for (const testing::FixtureCase& c :
+       testing::FixtureCases({"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan", "AutoencoderKLQwenImage",
+                              "AutoencoderKLHunyuanVideo", "AutoencoderKLLTX2Video"})) {
     if (!seen.insert(c.fixture).second) continue;
     absl::StatusOr<std::unique_ptr<ModelFiles>> files = ModelFiles::Open(testing::FixturePath(c.fixture));
     ASSERT_TRUE(files.ok()) << files.status();
@@ -35,9 +35,7 @@ TEST(ClassesWithKeysLike, RecognisesEveryFixtureCheckpoint) {
   EXPECT_EQ(seen.size(), 9u);  // every fixture folder of these classes (ltx2_full is LTX-2 with its encoder)
 }
 
-TEST(ClassesWithKeysLike, UnknownKeysGuessNothing) {
-  EXPECT_TRUE(BuiltinFamilies().ClassesWithKeysLike({}).empty());
-}
+TEST(ClassesWithKeysLike, UnknownKeysGuessNothing) { EXPECT_TRUE(BuiltinFamilies().ClassesWithKeysLike({}).empty()); }
 
 // A model folder whose config.json says `class_name` next to `fixture`'s weights.
 std::string MismatchedFolder(const std::string& fixture, const std::string& class_name) {
@@ -85,8 +83,9 @@ TEST(WrongFamily, AStrictLoadingErrorStillListsTheOffendingKeys) {
   absl::StatusOr<std::unique_ptr<Decoder>> d =
       BuiltinFamilies().Load(MismatchedFolder("flux2_kl", "AutoencoderKL"), {});
   ASSERT_FALSE(d.ok());
-  EXPECT_THAT(std::string(d.status().message()),
-              AllOf(HasSubstr("does not match the model"), HasSubstr("unexpected: bn.num_batches_tracked, bn.running_mean")));
+  EXPECT_THAT(
+      std::string(d.status().message()),
+      AllOf(HasSubstr("does not match the model"), HasSubstr("unexpected: bn.num_batches_tracked, bn.running_mean")));
 }
 
 TEST(WrongFamily, RightFamilyLoadsWithoutAGuess) {

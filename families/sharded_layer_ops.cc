@@ -36,13 +36,13 @@ parallel::ShardSpec ShardedLayerOps::SpecForRows(int64_t local_rows, int axis) c
 }
 
 at::Tensor ShardedLayerOps::Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                            const ConvGeometry& g) {
+                                 const ConvGeometry& g) {
   const int h_axis = static_cast<int>(x.dim()) - 2;
   const int64_t kernel_h = weight.size(weight.dim() - 2);
   const int64_t halo = (kernel_h - 1) / 2 * g.dilation;
   TORCH_CHECK(kernel_h % 2 == 1 && g.padding_h == halo,
-              "exact sharding needs a centred odd kernel with 'same' row padding (kernel ", kernel_h,
-              ", padding ", g.padding_h, ")");
+              "exact sharding needs a centred odd kernel with 'same' row padding (kernel ", kernel_h, ", padding ",
+              g.padding_h, ")");
   TORCH_CHECK(g.mode != PaddingMode::kCircular, "circular padding cannot be sharded by rows");
   const parallel::ShardSpec spec = SpecForRows(x.size(h_axis), h_axis);
   const bool zeros = g.mode == PaddingMode::kZeros;
@@ -83,8 +83,7 @@ at::Tensor ShardedLayerOps::Conv(const at::Tensor& x, const at::Tensor& weight, 
     }
     at::Tensor top, bottom;
     if (neighbours->above.defined()) {
-      top = ConvWithRowsProvided(at::cat({neighbours->above, x.narrow(h_axis, 0, 2 * halo)}, h_axis), weight,
-                                 bias, g);
+      top = ConvWithRowsProvided(at::cat({neighbours->above, x.narrow(h_axis, 0, 2 * halo)}, h_axis), weight, bias, g);
     }
     if (neighbours->below.defined()) {
       bottom = ConvWithRowsProvided(at::cat({x.narrow(h_axis, rows - 2 * halo, 2 * halo), neighbours->below}, h_axis),
@@ -104,8 +103,8 @@ at::Tensor ShardedLayerOps::Conv(const at::Tensor& x, const at::Tensor& weight, 
   }
   std::optional<int64_t> signal = halo > 0 ? HaloSignal() : std::nullopt;
   at::Tensor signals_in;
-  at::Tensor with_rows = ValueOrThrow(parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros,
-                                                             signal ? &*signal : nullptr, &signals_in));
+  at::Tensor with_rows = ValueOrThrow(
+      parallel::ExchangeHalo(comm_, x, spec, halo, /*zero_edges=*/zeros, signal ? &*signal : nullptr, &signals_in));
   if (halo > 0) AfterHaloExchange(signal, signals_in);
   // The layer's own padding only at the global edges; interior edges have
   // real neighbour rows (replicate/reflect included).
@@ -129,8 +128,7 @@ std::optional<int64_t> ShardedLayerOps::HaloSignal() {
     // next one, so the word moves one rank per exchange from i on: W - 1
     // reaches it at i + W - 1.
     const int world = comm_.world_size();
-    stop_at_exchange_ =
-        halo_exchanges_ + (comm_.device().is_cuda() ? std::max(0, world - 1) : std::max(0, world - 2));
+    stop_at_exchange_ = halo_exchanges_ + (comm_.device().is_cuda() ? std::max(0, world - 1) : std::max(0, world - 2));
   }
   return stop_at_exchange_;
 }
@@ -170,7 +168,7 @@ void ShardedLayerOps::TakeSignal(const parallel::LeaderSignal& signal) {
 }
 
 at::Tensor ShardedLayerOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
-                                 const at::Tensor& bias, double eps) {
+                                      const at::Tensor& bias, double eps) {
   const int h_axis = static_cast<int>(x.dim()) - 2;
   parallel::LeaderSignal signal = OutgoingSignal();
   at::Tensor y = ValueOrThrow(parallel::ShardedGroupNorm(comm_, x, SpecForRows(x.size(h_axis), h_axis), num_groups,
@@ -180,10 +178,9 @@ at::Tensor ShardedLayerOps::GroupNorm(const at::Tensor& x, int64_t num_groups, c
 }
 
 std::pair<at::Tensor, at::Tensor> ShardedLayerOps::GatherBandKV(const at::Tensor& k, const at::Tensor& v,
-                                                           int64_t tokens_per_row) {
+                                                                int64_t tokens_per_row) {
   const int64_t local_tokens = k.size(-2);
-  TORCH_CHECK(tokens_per_row > 0 && local_tokens % tokens_per_row == 0,
-              "attention tokens are not whole rows");
+  TORCH_CHECK(tokens_per_row > 0 && local_tokens % tokens_per_row == 0, "attention tokens are not whole rows");
   const parallel::ShardSpec spec = SpecForRows(local_tokens / tokens_per_row, /*axis=*/0);
   std::vector<int64_t> token_sizes = spec.sizes();
   for (int64_t& s : token_sizes) s *= tokens_per_row;
@@ -194,13 +191,13 @@ std::pair<at::Tensor, at::Tensor> ShardedLayerOps::GatherBandKV(const at::Tensor
 }
 
 at::Tensor ShardedLayerOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const TokenLayout& layout) {
+                                      const TokenLayout& layout) {
   if (layout.kind == TokenLayout::Kind::kFrameCausal) return FrameCausalAttention(q, k, v, layout.tokens_per_row);
   return FullAttention(q, k, v, layout);
 }
 
 at::Tensor ShardedLayerOps::FullAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                     const TokenLayout& layout) {
+                                          const TokenLayout& layout) {
   const int64_t shared = layout.shared_tokens;
   if (shared == 0) {
     auto [k_all, v_all] = GatherBandKV(k, v, layout.tokens_per_row);
@@ -209,8 +206,8 @@ at::Tensor ShardedLayerOps::FullAttention(const at::Tensor& q, const at::Tensor&
   }
   const int64_t band = k.size(-2) - shared;
   TORCH_CHECK(shared > 0 && band >= 0, "more shared tokens than tokens");
-  auto [k_all, v_all] = GatherBandKV(k.narrow(-2, 0, band).contiguous(), v.narrow(-2, 0, band).contiguous(),
-                                     layout.tokens_per_row);
+  auto [k_all, v_all] =
+      GatherBandKV(k.narrow(-2, 0, band).contiguous(), v.narrow(-2, 0, band).contiguous(), layout.tokens_per_row);
   return ScaledDotProductAttention(q, at::cat({k_all, k.narrow(-2, band, shared)}, -2),
                                    at::cat({v_all, v.narrow(-2, band, shared)}, -2));
 }
@@ -221,7 +218,7 @@ RowWindow ShardedLayerOps::GlobalRows(int64_t local_rows) {
 }
 
 at::Tensor ShardedLayerOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                            int64_t tokens_per_row) {
+                                                 int64_t tokens_per_row) {
   // [B, heads, T, N_band, D]: fold frames into the heads dim so that one
   // uneven all-gather along the token dim collects every frame's band.
   const int64_t b = k.size(0), heads = k.size(1), frames = k.size(2), local_tokens = k.size(3), d = k.size(4);
@@ -230,9 +227,9 @@ at::Tensor ShardedLayerOps::FrameCausalAttention(const at::Tensor& q, const at::
   std::vector<int64_t> token_sizes = spec.sizes();
   for (int64_t& s : token_sizes) s *= tokens_per_row;
   parallel::LeaderSignal signal = OutgoingSignal();
-  auto [k_all, v_all] = ValueOrThrow(parallel::AllGatherKV(comm_, k.reshape({b, heads * frames, local_tokens, d}),
-                                                           v.reshape({b, heads * frames, local_tokens, d}),
-                                                           token_sizes, &signal));
+  auto [k_all, v_all] =
+      ValueOrThrow(parallel::AllGatherKV(comm_, k.reshape({b, heads * frames, local_tokens, d}),
+                                         v.reshape({b, heads * frames, local_tokens, d}), token_sizes, &signal));
   TakeSignal(signal);
   const int64_t tokens = k_all.size(2);
   return FrameCausalScaledDotProductAttention(q, k_all.reshape({b, heads, frames, tokens, d}),

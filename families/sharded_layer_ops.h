@@ -34,8 +34,8 @@ class ShardedLayerOps final : public LayerOps {
 
   at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                   const ConvGeometry& geometry) override;
-  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
-                       const at::Tensor& bias, double eps) override;
+  at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
+                       double eps) override;
   // Local queries against every rank's band of K/V, gathered in one
   // all-gather (every frame's band at once for a frame-causal layout); a
   // full layout's shared tokens' K/V come from this rank's copy (identical
@@ -97,8 +97,8 @@ class ShardedLayerOps final : public LayerOps {
   bool cancel_with_halo_ = false;
   int64_t halo_exchanges_ = 0;  // in this decode, on every rank alike
   int64_t stop_at_exchange_ = std::numeric_limits<int64_t>::max();
-  parallel::GroupNormWeights norm_weights_;          // per band layout, on the device
-  std::optional<device::HostCopy> pending_signal_;  // a GPU collective's word, not read yet
+  parallel::GroupNormWeights norm_weights_;             // per band layout, on the device
+  std::optional<device::HostCopy> pending_signal_;      // a GPU collective's word, not read yet
   std::optional<device::HostCopy> pending_halo_words_;  // a GPU halo exchange's words, not read yet
 };
 

@@ -48,7 +48,8 @@ struct Case {
 };
 
 absl::Status RunCase(const Case& c, int rank, int world, int port) {
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, world, port, absl::Seconds(20), "sharded-layer-ops");
+  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm =
+      Join(rank, world, port, absl::Seconds(20), "sharded-layer-ops");
   if (!comm.ok()) return comm.status();
 
   at::manual_seed(c.kernel * 100 + c.dilation);
@@ -126,63 +127,69 @@ TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
   // the band is convolved in row bands (its peak scales with one), with
   // halo rows at interior edges and the mode's padding at global ones.
   for (int world : {2, 3}) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(30));
-      if (!comm.ok()) return comm.status();
-      at::manual_seed(13);
-      const int64_t scale = 200, rows = kLatentRows * scale;
-      const at::Tensor x = at::randn({1, 6, rows, 1400});
-      const at::Tensor weight = at::randn({16, 6, 3, 3}), bias = at::randn({16});
-      const parallel::ShardSpec latent_spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-      const parallel::Band band = latent_spec.Scaled(scale).local_band();
-      if (16 * band.size() * 1400 <= kConvOutputsPerBand) return absl::InternalError("the band fits one call");
-      ShardedLayerOps sharded(**comm, latent_spec);
-      for (PaddingMode mode : {PaddingMode::kZeros, PaddingMode::kReplicate, PaddingMode::kReflect}) {
-        ConvGeometry g;
-        g.padding_h = g.padding_w = 1;
-        g.mode = mode;
-        const at::Tensor want = DenseOps().Conv(x, weight, bias, g).narrow(2, band.begin, band.size());
-        for (bool overlap : {true, false}) {
-          sharded.set_overlap_halo(overlap);
-          try {
-            absl::Status st = ExpectTensorClose(
-                sharded.Conv(x.narrow(2, band.begin, band.size()).contiguous(), weight, bias, g), want, 1e-4, 0,
-                absl::StrCat("banded conv, mode ", static_cast<int>(mode), overlap ? ", overlapped" : ", waiting"));
-            if (!st.ok()) return st;
-          } catch (const StatusError& e) {
-            return e.status();
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(30));
+          if (!comm.ok()) return comm.status();
+          at::manual_seed(13);
+          const int64_t scale = 200, rows = kLatentRows * scale;
+          const at::Tensor x = at::randn({1, 6, rows, 1400});
+          const at::Tensor weight = at::randn({16, 6, 3, 3}), bias = at::randn({16});
+          const parallel::ShardSpec latent_spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+          const parallel::Band band = latent_spec.Scaled(scale).local_band();
+          if (16 * band.size() * 1400 <= kConvOutputsPerBand) return absl::InternalError("the band fits one call");
+          ShardedLayerOps sharded(**comm, latent_spec);
+          for (PaddingMode mode : {PaddingMode::kZeros, PaddingMode::kReplicate, PaddingMode::kReflect}) {
+            ConvGeometry g;
+            g.padding_h = g.padding_w = 1;
+            g.mode = mode;
+            const at::Tensor want = DenseOps().Conv(x, weight, bias, g).narrow(2, band.begin, band.size());
+            for (bool overlap : {true, false}) {
+              sharded.set_overlap_halo(overlap);
+              try {
+                absl::Status st = ExpectTensorClose(
+                    sharded.Conv(x.narrow(2, band.begin, band.size()).contiguous(), weight, bias, g), want, 1e-4, 0,
+                    absl::StrCat("banded conv, mode ", static_cast<int>(mode), overlap ? ", overlapped" : ", waiting"));
+                if (!st.ok()) return st;
+              } catch (const StatusError& e) {
+                return e.status();
+              }
+            }
           }
-        }
-      }
-      return absl::OkStatus();
-    }, absl::Seconds(120));
+          return absl::OkStatus();
+        },
+        absl::Seconds(120));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
 
 TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
   for (int world = 1; world <= 4; ++world) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-      if (!comm.ok()) return comm.status();
-      at::manual_seed(9);
-      const int64_t width = 5;
-      at::Tensor q = at::randn({2, 1, kLatentRows * width, 8});
-      at::Tensor k = at::randn({2, 1, kLatentRows * width, 8});
-      at::Tensor v = at::randn({2, 1, kLatentRows * width, 8});
-      parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-      const parallel::Band b = spec.local_band();
-      auto band = [&](const at::Tensor& t) { return t.narrow(2, b.begin * width, b.size() * width).contiguous(); };
-      ShardedLayerOps sharded(**comm, spec);
-      DenseOps dense;
-      at::Tensor want = band(dense.Attention(q, k, v, TokenLayout::Full(width)));
-      try {
-        return ExpectTensorClose(sharded.Attention(band(q), band(k), band(v), TokenLayout::Full(width)), want, 1e-5, 0,
-                                 "attention");
-      } catch (const StatusError& e) {
-        return e.status();
-      }
-    }, absl::Seconds(60));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
+          if (!comm.ok()) return comm.status();
+          at::manual_seed(9);
+          const int64_t width = 5;
+          at::Tensor q = at::randn({2, 1, kLatentRows * width, 8});
+          at::Tensor k = at::randn({2, 1, kLatentRows * width, 8});
+          at::Tensor v = at::randn({2, 1, kLatentRows * width, 8});
+          parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+          const parallel::Band b = spec.local_band();
+          auto band = [&](const at::Tensor& t) { return t.narrow(2, b.begin * width, b.size() * width).contiguous(); };
+          ShardedLayerOps sharded(**comm, spec);
+          DenseOps dense;
+          at::Tensor want = band(dense.Attention(q, k, v, TokenLayout::Full(width)));
+          try {
+            return ExpectTensorClose(sharded.Attention(band(q), band(k), band(v), TokenLayout::Full(width)), want, 1e-5,
+                                     0, "attention");
+          } catch (const StatusError& e) {
+            return e.status();
+          }
+        },
+        absl::Seconds(60));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
@@ -191,34 +198,37 @@ TEST(ShardedAttention, SharedTokensEnterTheKeysOnceAndEveryRankAgreesOnThem) {
   // A ViT's layout: every rank's band of tokens, then 3 tokens every rank
   // holds alike. The dense reference sees each token once.
   for (int world = 1; world <= 4; ++world) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-      if (!comm.ok()) return comm.status();
-      at::manual_seed(19);
-      const int64_t width = 4, shared = 3;
-      const int64_t tokens = kLatentRows * width;
-      at::Tensor q = at::randn({2, 2, tokens + shared, 8});
-      at::Tensor k = at::randn({2, 2, tokens + shared, 8});
-      at::Tensor v = at::randn({2, 2, tokens + shared, 8});
-      parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-      const parallel::Band b = spec.local_band();
-      auto local = [&](const at::Tensor& t) {
-        return at::cat({t.narrow(2, b.begin * width, b.size() * width), t.narrow(2, tokens, shared)}, 2);
-      };
-      ShardedLayerOps sharded(**comm, spec);
-      DenseOps dense;
-      const at::Tensor want = local(dense.Attention(q, k, v, TokenLayout::Full(width, shared)));
-      try {
-        const RowWindow window = sharded.GlobalRows(2 * b.size());  // an activation at twice the latent's rows
-        if (window.first != 2 * b.begin || window.total != 2 * kLatentRows) {
-          return absl::InternalError(absl::StrCat("rows window ", window.first, "/", window.total));
-        }
-        return ExpectTensorClose(sharded.Attention(local(q), local(k), local(v), TokenLayout::Full(width, shared)),
-                                 want, 1e-5, 0, "attention with shared tokens");
-      } catch (const StatusError& e) {
-        return e.status();
-      }
-    }, absl::Seconds(60));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
+          if (!comm.ok()) return comm.status();
+          at::manual_seed(19);
+          const int64_t width = 4, shared = 3;
+          const int64_t tokens = kLatentRows * width;
+          at::Tensor q = at::randn({2, 2, tokens + shared, 8});
+          at::Tensor k = at::randn({2, 2, tokens + shared, 8});
+          at::Tensor v = at::randn({2, 2, tokens + shared, 8});
+          parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+          const parallel::Band b = spec.local_band();
+          auto local = [&](const at::Tensor& t) {
+            return at::cat({t.narrow(2, b.begin * width, b.size() * width), t.narrow(2, tokens, shared)}, 2);
+          };
+          ShardedLayerOps sharded(**comm, spec);
+          DenseOps dense;
+          const at::Tensor want = local(dense.Attention(q, k, v, TokenLayout::Full(width, shared)));
+          try {
+            const RowWindow window = sharded.GlobalRows(2 * b.size());  // an activation at twice the latent's rows
+            if (window.first != 2 * b.begin || window.total != 2 * kLatentRows) {
+              return absl::InternalError(absl::StrCat("rows window ", window.first, "/", window.total));
+            }
+            return ExpectTensorClose(sharded.Attention(local(q), local(k), local(v), TokenLayout::Full(width, shared)),
+                                     want, 1e-5, 0, "attention with shared tokens");
+          } catch (const StatusError& e) {
+            return e.status();
+          }
+        },
+        absl::Seconds(60));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
@@ -238,81 +248,90 @@ at::Tensor MaskedFrameCausalReference(const at::Tensor& q, const at::Tensor& k, 
 
 TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
   for (int world = 1; world <= 4; ++world) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-      if (!comm.ok()) return comm.status();
-      at::manual_seed(11);
-      const int64_t width = 5, frames = 3;
-      at::Tensor q = at::randn({2, 1, frames, kLatentRows * width, 8});
-      at::Tensor k = at::randn({2, 1, frames, kLatentRows * width, 8});
-      at::Tensor v = at::randn({2, 1, frames, kLatentRows * width, 8});
-      // The tokens of a row band, in every frame.
-      parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-      const parallel::Band b = spec.local_band();
-      auto band = [&](const at::Tensor& t) { return t.narrow(3, b.begin * width, b.size() * width).contiguous(); };
-      DenseOps dense;
-      const at::Tensor want = dense.Attention(q, k, v, TokenLayout::FrameCausal(width));
-      if (absl::Status st = ExpectTensorClose(want, MaskedFrameCausalReference(q, k, v), 1e-5, 0, "dense vs mask");
-          !st.ok()) {
-        return st;
-      }
-      parallel::CountingCommunicator counting(**comm);
-      ShardedLayerOps sharded(counting, spec);
-      try {
-        absl::Status st =
-            ExpectTensorClose(sharded.Attention(band(q), band(k), band(v), TokenLayout::FrameCausal(width)),
-                              band(want), 1e-5, 0, "sharded frame-causal attention");
-        if (!st.ok()) return st;
-        if (counting.stats().collectives() != (w > 1 ? 1 : 0)) {
-          return absl::InternalError(absl::StrCat("one gather expected: ", counting.ToString()));
-        }
-      } catch (const StatusError& e) {
-        return e.status();
-      }
-      return absl::OkStatus();
-    }, absl::Seconds(60));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
+          if (!comm.ok()) return comm.status();
+          at::manual_seed(11);
+          const int64_t width = 5, frames = 3;
+          at::Tensor q = at::randn({2, 1, frames, kLatentRows * width, 8});
+          at::Tensor k = at::randn({2, 1, frames, kLatentRows * width, 8});
+          at::Tensor v = at::randn({2, 1, frames, kLatentRows * width, 8});
+          // The tokens of a row band, in every frame.
+          parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+          const parallel::Band b = spec.local_band();
+          auto band = [&](const at::Tensor& t) { return t.narrow(3, b.begin * width, b.size() * width).contiguous(); };
+          DenseOps dense;
+          const at::Tensor want = dense.Attention(q, k, v, TokenLayout::FrameCausal(width));
+          if (absl::Status st = ExpectTensorClose(want, MaskedFrameCausalReference(q, k, v), 1e-5, 0, "dense vs mask");
+              !st.ok()) {
+            return st;
+          }
+          parallel::CountingCommunicator counting(**comm);
+          ShardedLayerOps sharded(counting, spec);
+          try {
+            absl::Status st =
+                ExpectTensorClose(sharded.Attention(band(q), band(k), band(v), TokenLayout::FrameCausal(width)),
+                                  band(want), 1e-5, 0, "sharded frame-causal attention");
+            if (!st.ok()) return st;
+            if (counting.stats().collectives() != (w > 1 ? 1 : 0)) {
+              return absl::InternalError(absl::StrCat("one gather expected: ", counting.ToString()));
+            }
+          } catch (const StatusError& e) {
+            return e.status();
+          }
+          return absl::OkStatus();
+        },
+        absl::Seconds(60));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
 
 TEST(ShardedAttention, TheLeadersCancelFlagStopsEveryRankAtTheSameOp) {
-  absl::Status s = parallel::testing::RunRanks(3, [](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-    if (!comm.ok()) return comm.status();
-    parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-    ShardedLayerOps sharded(**comm, spec);
-    std::atomic<bool> cancelled{true};
-    if (rank == 0) sharded.set_cancel_flag(&cancelled);
-    const int64_t tokens = spec.local_rows() * 4;
-    at::Tensor q = at::randn({1, 1, tokens, 8});
-    try {
-      sharded.Attention(q, q, q, TokenLayout::Full(4));
-    } catch (const StatusError& e) {
-      if (e.status().code() == absl::StatusCode::kCancelled) return absl::OkStatus();
-      return e.status();
-    }
-    return absl::InternalError("attention ran to completion despite the leader's cancel flag");
-  }, absl::Seconds(30));
+  absl::Status s = parallel::testing::RunRanks(
+      3,
+      [](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
+        if (!comm.ok()) return comm.status();
+        parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+        ShardedLayerOps sharded(**comm, spec);
+        std::atomic<bool> cancelled{true};
+        if (rank == 0) sharded.set_cancel_flag(&cancelled);
+        const int64_t tokens = spec.local_rows() * 4;
+        at::Tensor q = at::randn({1, 1, tokens, 8});
+        try {
+          sharded.Attention(q, q, q, TokenLayout::Full(4));
+        } catch (const StatusError& e) {
+          if (e.status().code() == absl::StatusCode::kCancelled) return absl::OkStatus();
+          return e.status();
+        }
+        return absl::InternalError("attention ran to completion despite the leader's cancel flag");
+      },
+      absl::Seconds(30));
   EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(ShardedAttention, TheCancelFlagAlsoStopsFrameCausalAttention) {
-  absl::Status s = parallel::testing::RunRanks(3, [](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-    if (!comm.ok()) return comm.status();
-    parallel::ShardSpec spec = parallel::ShardSpec::ForRows(3, kLatentRows, rank, w);
-    ShardedLayerOps sharded(**comm, spec);
-    std::atomic<bool> cancelled{true};
-    if (rank == 0) sharded.set_cancel_flag(&cancelled);
-    at::Tensor q = at::randn({1, 1, 2, spec.local_rows() * 4, 8});
-    try {
-      sharded.Attention(q, q, q, TokenLayout::FrameCausal(4));
-    } catch (const StatusError& e) {
-      if (e.status().code() == absl::StatusCode::kCancelled) return absl::OkStatus();
-      return e.status();
-    }
-    return absl::InternalError("frame-causal attention ran to completion despite the leader's cancel flag");
-  }, absl::Seconds(30));
+  absl::Status s = parallel::testing::RunRanks(
+      3,
+      [](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
+        if (!comm.ok()) return comm.status();
+        parallel::ShardSpec spec = parallel::ShardSpec::ForRows(3, kLatentRows, rank, w);
+        ShardedLayerOps sharded(**comm, spec);
+        std::atomic<bool> cancelled{true};
+        if (rank == 0) sharded.set_cancel_flag(&cancelled);
+        at::Tensor q = at::randn({1, 1, 2, spec.local_rows() * 4, 8});
+        try {
+          sharded.Attention(q, q, q, TokenLayout::FrameCausal(4));
+        } catch (const StatusError& e) {
+          if (e.status().code() == absl::StatusCode::kCancelled) return absl::OkStatus();
+          return e.status();
+        }
+        return absl::InternalError("frame-causal attention ran to completion despite the leader's cancel flag");
+      },
+      absl::Seconds(30));
   EXPECT_TRUE(s.ok()) << s;
 }
 
@@ -324,48 +343,52 @@ TEST(ShardedAttention, TheCancelFlagAlsoStopsFrameCausalAttention) {
 TEST(ShardedConv, WithHaloCancellationEveryRankStopsAfterTheSameExchange) {
   for (int world = 1; world <= 4; ++world) {
     for (bool overlap : {true, false}) {
-      absl::Status s = parallel::testing::RunRanks(world, [overlap](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-        if (!comm.ok()) return comm.status();
-        const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-        at::manual_seed(5);
-        const at::Tensor x = at::randn({1, 2, kLatentRows, 5});
-        const at::Tensor w3 = at::randn({2, 2, 3, 3}) * 0.3, w1 = at::randn({2, 2, 1, 1}), b = at::zeros({2});
-        ConvGeometry g3;
-        g3.padding_h = g3.padding_w = 1;
-        g3.mode = PaddingMode::kReplicate;
-        const ConvGeometry g1;
-        at::Tensor local = x.narrow(2, spec.local_band().begin, spec.local_band().size()).contiguous();
-        DenseOps dense;
-        const at::Tensor want = dense.Conv(x, w3, b, g3).narrow(2, spec.local_band().begin, spec.local_band().size());
-        ShardedLayerOps sharded(**comm, spec);
-        sharded.set_overlap_halo(overlap);
-        sharded.set_cancel_with_halo(true);
-        std::atomic<bool> cancelled{false};
-        if (rank == 0) sharded.set_cancel_flag(&cancelled);
-        // Convs 0, 2, 4, ... are 3x3 (exchanges 0, 1, 2, ...); the flag goes
-        // up before exchange 1.
-        const int64_t stop_exchange = 1 + std::max(0, w - 2);
-        for (int conv = 0; conv < 20; ++conv) {
-          if (conv == 2) cancelled = true;
-          try {
-            at::Tensor y = conv % 2 == 0 ? sharded.Conv(local, w3, b, g3) : sharded.Conv(local, w1, b, g1);
-            if (conv == 0) {
-              // The word travels beside the rows, not in them.
-              if (absl::Status c = ExpectTensorClose(y, want, 1e-5, 0, "first conv"); !c.ok()) return c;
+      absl::Status s = parallel::testing::RunRanks(
+          world,
+          [overlap](int rank, int w, int port) -> absl::Status {
+            absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
+            if (!comm.ok()) return comm.status();
+            const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+            at::manual_seed(5);
+            const at::Tensor x = at::randn({1, 2, kLatentRows, 5});
+            const at::Tensor w3 = at::randn({2, 2, 3, 3}) * 0.3, w1 = at::randn({2, 2, 1, 1}), b = at::zeros({2});
+            ConvGeometry g3;
+            g3.padding_h = g3.padding_w = 1;
+            g3.mode = PaddingMode::kReplicate;
+            const ConvGeometry g1;
+            at::Tensor local = x.narrow(2, spec.local_band().begin, spec.local_band().size()).contiguous();
+            DenseOps dense;
+            const at::Tensor want =
+                dense.Conv(x, w3, b, g3).narrow(2, spec.local_band().begin, spec.local_band().size());
+            ShardedLayerOps sharded(**comm, spec);
+            sharded.set_overlap_halo(overlap);
+            sharded.set_cancel_with_halo(true);
+            std::atomic<bool> cancelled{false};
+            if (rank == 0) sharded.set_cancel_flag(&cancelled);
+            // Convs 0, 2, 4, ... are 3x3 (exchanges 0, 1, 2, ...); the flag goes
+            // up before exchange 1.
+            const int64_t stop_exchange = 1 + std::max(0, w - 2);
+            for (int conv = 0; conv < 20; ++conv) {
+              if (conv == 2) cancelled = true;
+              try {
+                at::Tensor y = conv % 2 == 0 ? sharded.Conv(local, w3, b, g3) : sharded.Conv(local, w1, b, g1);
+                if (conv == 0) {
+                  // The word travels beside the rows, not in them.
+                  if (absl::Status c = ExpectTensorClose(y, want, 1e-5, 0, "first conv"); !c.ok()) return c;
+                }
+                local = y;
+              } catch (const StatusError& e) {
+                if (e.status().code() != absl::StatusCode::kCancelled) return e.status();
+                if (conv != 2 * stop_exchange) {
+                  return absl::InternalError(
+                      absl::StrCat("rank ", rank, " stopped at conv ", conv, ", want ", 2 * stop_exchange));
+                }
+                return absl::OkStatus();
+              }
             }
-            local = y;
-          } catch (const StatusError& e) {
-            if (e.status().code() != absl::StatusCode::kCancelled) return e.status();
-            if (conv != 2 * stop_exchange) {
-              return absl::InternalError(absl::StrCat("rank ", rank, " stopped at conv ", conv, ", want ",
-                                                      2 * stop_exchange));
-            }
-            return absl::OkStatus();
-          }
-        }
-        return absl::InternalError(absl::StrCat("rank ", rank, " ran every conv despite the leader's cancel flag"));
-      }, absl::Seconds(60));
+            return absl::InternalError(absl::StrCat("rank ", rank, " ran every conv despite the leader's cancel flag"));
+          },
+          absl::Seconds(60));
       EXPECT_TRUE(s.ok()) << "world size " << world << (overlap ? " overlapped" : " waiting") << ": " << s;
     }
   }
@@ -375,45 +398,51 @@ TEST(ShardedConv, WithHaloCancellationEveryRankStopsAfterTheSameExchange) {
 // GroupNorm and attention collectives carry it, and the halo messages stay
 // as they were.
 TEST(ShardedConv, WithoutHaloCancellationConvsIgnoreTheFlag) {
-  absl::Status s = parallel::testing::RunRanks(2, [](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-    if (!comm.ok()) return comm.status();
-    const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-    parallel::CountingCommunicator counting(**comm);
-    ShardedLayerOps sharded(counting, spec);
-    std::atomic<bool> cancelled{true};
-    if (rank == 0) sharded.set_cancel_flag(&cancelled);
-    ConvGeometry g;
-    g.padding_h = g.padding_w = 1;
-    at::Tensor local = at::randn({1, 2, spec.local_rows(), 5});
-    try {
-      for (int conv = 0; conv < 3; ++conv) local = sharded.Conv(local, at::randn({2, 2, 3, 3}), at::zeros({2}), g);
-    } catch (const StatusError& e) {
-      return e.status();
-    }
-    const parallel::OpCounters halo = counting.stats().ForKind(parallel::CallKind::kHalo);
-    if (halo.calls != 3 || halo.sends != 3) return absl::InternalError(counting.ToString());
-    return absl::OkStatus();
-  }, absl::Seconds(60));
+  absl::Status s = parallel::testing::RunRanks(
+      2,
+      [](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
+        if (!comm.ok()) return comm.status();
+        const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
+        parallel::CountingCommunicator counting(**comm);
+        ShardedLayerOps sharded(counting, spec);
+        std::atomic<bool> cancelled{true};
+        if (rank == 0) sharded.set_cancel_flag(&cancelled);
+        ConvGeometry g;
+        g.padding_h = g.padding_w = 1;
+        at::Tensor local = at::randn({1, 2, spec.local_rows(), 5});
+        try {
+          for (int conv = 0; conv < 3; ++conv) local = sharded.Conv(local, at::randn({2, 2, 3, 3}), at::zeros({2}), g);
+        } catch (const StatusError& e) {
+          return e.status();
+        }
+        const parallel::OpCounters halo = counting.stats().ForKind(parallel::CallKind::kHalo);
+        if (halo.calls != 3 || halo.sends != 3) return absl::InternalError(counting.ToString());
+        return absl::OkStatus();
+      },
+      absl::Seconds(60));
   EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(ShardedConvRefusal, CircularPaddingIsRefused) {
-  absl::Status s = parallel::testing::RunRanks(1, [](int rank, int w, int port) -> absl::Status {
-    parallel::GlooOptions o;
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
-    if (!comm.ok()) return comm.status();
-    ShardedLayerOps sharded(**comm, parallel::ShardSpec::ForRows(2, 4, 0, 1));
-    ConvGeometry g;
-    g.padding_h = g.padding_w = 1;
-    g.mode = PaddingMode::kCircular;
-    try {
-      sharded.Conv(at::zeros({1, 1, 4, 4}), at::zeros({1, 1, 3, 3}), at::zeros({1}), g);
-    } catch (const c10::Error& e) {
-      return absl::OkStatus();
-    }
-    return absl::InternalError("circular padding was not refused");
-  }, absl::Seconds(30));
+  absl::Status s = parallel::testing::RunRanks(
+      1,
+      [](int rank, int w, int port) -> absl::Status {
+        parallel::GlooOptions o;
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
+        if (!comm.ok()) return comm.status();
+        ShardedLayerOps sharded(**comm, parallel::ShardSpec::ForRows(2, 4, 0, 1));
+        ConvGeometry g;
+        g.padding_h = g.padding_w = 1;
+        g.mode = PaddingMode::kCircular;
+        try {
+          sharded.Conv(at::zeros({1, 1, 4, 4}), at::zeros({1, 1, 3, 3}), at::zeros({1}), g);
+        } catch (const c10::Error& e) {
+          return absl::OkStatus();
+        }
+        return absl::InternalError("circular padding was not refused");
+      },
+      absl::Seconds(30));
   EXPECT_TRUE(s.ok()) << s;
 }
 

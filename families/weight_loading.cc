@@ -15,9 +15,7 @@ namespace {
 
 constexpr size_t kMaxListed = 40;
 
-std::string ShapeString(c10::IntArrayRef shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
+std::string ShapeString(c10::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 std::string ListSome(const std::vector<std::string>& items) {
   if (items.size() <= kMaxListed) return absl::StrJoin(items, ", ");
@@ -97,17 +95,17 @@ absl::StatusOr<at::Tensor> FloatTensorFromView(const formats::TensorView& view) 
       type = at::kDouble;
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", view.name, " has dtype ", std::string(formats::DTypeName(view.dtype)),
-          "; a floating-point tensor is required"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", view.name, " has dtype ",
+                                                     std::string(formats::DTypeName(view.dtype)),
+                                                     "; a floating-point tensor is required"));
   }
   at::Tensor out = at::empty(view.shape, at::TensorOptions().dtype(type));
   if (view.nbytes > 0) std::memcpy(out.data_ptr(), view.data, view.nbytes);  // data may be unaligned
   return out;
 }
 
-absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
-                        const IgnoreRules& ignore, const std::string& source) {
+absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors, const IgnoreRules& ignore,
+                        const std::string& source) {
   std::vector<std::string> missing, mismatched, bad_dtype;
   std::map<std::string, bool> used;
 
@@ -120,8 +118,8 @@ absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
     used[name] = true;
     const formats::TensorView& view = *it->second;
     if (c10::IntArrayRef(view.shape) != target.sizes()) {
-      mismatched.push_back(absl::StrCat(name, " (checkpoint ", ShapeString(view.shape),
-                                        ", model ", ShapeString(target.sizes()), ")"));
+      mismatched.push_back(
+          absl::StrCat(name, " (checkpoint ", ShapeString(view.shape), ", model ", ShapeString(target.sizes()), ")"));
       return;
     }
     absl::StatusOr<at::Tensor> value = FloatTensorFromView(view);
@@ -155,8 +153,7 @@ absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
     problems.push_back(absl::StrCat(bad_dtype.size(), " not floating-point: ", ListSome(bad_dtype)));
   }
   if (problems.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(source, " does not match the model: ", absl::StrJoin(problems, "; ")));
+  return absl::InvalidArgumentError(absl::StrCat(source, " does not match the model: ", absl::StrJoin(problems, "; ")));
 }
 
 int64_t CountParameters(const torch::nn::Module& module) {

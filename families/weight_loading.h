@@ -35,8 +35,8 @@ struct IgnoreRules {
 
 // Copies `tensors` into `module`'s parameters and buffers (converting to their
 // dtype). `source` names the checkpoint in errors.
-absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors,
-                        const IgnoreRules& ignore, const std::string& source);
+absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors, const IgnoreRules& ignore,
+                        const std::string& source);
 
 // Fills every parameter of `module` from `seed`, the same on every machine
 // (SplitMix64, not LibTorch's RNG, whose streams differ between versions and

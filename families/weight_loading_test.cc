@@ -71,9 +71,8 @@ TEST(LoadStrict, ListsEveryMissingTensor) {
   ckpt.Add("conv_in.weight", at::zeros({2, 3}));
   absl::Status s = LoadStrict(m, ckpt.map, {}, "tiny.safetensors");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.message()),
-              AllOf(HasSubstr("tiny.safetensors"), HasSubstr("2 missing"), HasSubstr("conv_in.bias"),
-                    HasSubstr("running_mean")));
+  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("tiny.safetensors"), HasSubstr("2 missing"),
+                                              HasSubstr("conv_in.bias"), HasSubstr("running_mean")));
 }
 
 TEST(LoadStrict, ListsUnexpectedTensorsUnlessIgnored) {

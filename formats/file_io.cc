@@ -22,16 +22,13 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    const std::string message =
-        Cat(QuoteForError(path), ": cannot open: ", ErrnoText(err));
-    return err == ENOENT ? absl::NotFoundError(message)
-                         : absl::InvalidArgumentError(message);
+    const std::string message = Cat(QuoteForError(path), ": cannot open: ", ErrnoText(err));
+    return err == ENOENT ? absl::NotFoundError(message) : absl::InvalidArgumentError(message);
   }
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return absl::InvalidArgumentError(
-        Cat(QuoteForError(path), ": not a regular file"));
+    return absl::InvalidArgumentError(Cat(QuoteForError(path), ": not a regular file"));
   }
   std::string bytes;
   bytes.resize(static_cast<size_t>(st.st_size));
@@ -42,9 +39,8 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
     if (n <= 0) {
       const int err = errno;
       ::close(fd);
-      return absl::DataLossError(
-          Cat(QuoteForError(path), ": read failed after ", done, " of ",
-              bytes.size(), " bytes", n < 0 ? ": " + ErrnoText(err) : ""));
+      return absl::DataLossError(Cat(QuoteForError(path), ": read failed after ", done, " of ", bytes.size(), " bytes",
+                                     n < 0 ? ": " + ErrnoText(err) : ""));
     }
     done += static_cast<size_t>(n);
   }
@@ -52,13 +48,11 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return bytes;
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::vector<ByteChunk>& chunks) {
+absl::Status WriteFileAtomically(const std::string& path, const std::vector<ByteChunk>& chunks) {
   const std::string tmp = path + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) {
-    return absl::InvalidArgumentError(
-        Cat(QuoteForError(tmp), ": cannot create: ", ErrnoText(errno)));
+    return absl::InvalidArgumentError(Cat(QuoteForError(tmp), ": cannot create: ", ErrnoText(errno)));
   }
   bool ok = true;
   int err = 0;
@@ -76,20 +70,16 @@ absl::Status WriteFileAtomically(const std::string& path,
   }
   if (!ok) {
     std::remove(tmp.c_str());
-    return absl::InternalError(
-        Cat(QuoteForError(tmp), ": write failed: ", ErrnoText(err)));
+    return absl::InternalError(Cat(QuoteForError(tmp), ": write failed: ", ErrnoText(err)));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     err = errno;
     std::remove(tmp.c_str());
-    return absl::InternalError(Cat(
-        QuoteForError(path), ": cannot rename from .tmp: ", ErrnoText(err)));
+    return absl::InternalError(Cat(QuoteForError(path), ": cannot rename from .tmp: ", ErrnoText(err)));
   }
   return absl::OkStatus();
 }
 
-std::string QuoteForError(std::string_view text) {
-  return absl::CHexEscape(AsAbsl(text));
-}
+std::string QuoteForError(std::string_view text) { return absl::CHexEscape(AsAbsl(text)); }
 
 }  // namespace vaedecode::formats

@@ -27,8 +27,7 @@ struct ByteChunk {
 // Writes the concatenation of `chunks` to `path` + ".tmp", then renames it over
 // `path`, so readers never see a half-written file. On failure the temporary
 // file is removed and `path` is left as it was.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::vector<ByteChunk>& chunks);
+absl::Status WriteFileAtomically(const std::string& path, const std::vector<ByteChunk>& chunks);
 
 // `text` quoted for a one-line error message: non-printable bytes, quotes and
 // backslashes are escaped, so names read from files cannot break the line.
@@ -37,9 +36,7 @@ std::string QuoteForError(std::string_view text);
 // Debian's Abseil has its own absl::string_view class rather than an alias of
 // std::string_view, and no conversion between the two: this bridges the
 // std::string_view used in this package's API to absl::StrCat and friends.
-inline absl::string_view AsAbsl(std::string_view s) {
-  return absl::string_view(s.data(), s.size());
-}
+inline absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 namespace internal {
 template <typename T>

@@ -17,20 +17,15 @@ TEST(FileIoTest, WriteThenRead) {
   const std::string path = TempPath("file_io_roundtrip.bin");
   const std::string a = "hello ";
   const std::string b = "world";
-  ASSERT_TRUE(
-      WriteFileAtomically(
-          path, {{a.data(), a.size()}, {nullptr, 0}, {b.data(), b.size()}})
-          .ok());
+  ASSERT_TRUE(WriteFileAtomically(path, {{a.data(), a.size()}, {nullptr, 0}, {b.data(), b.size()}}).ok());
   absl::StatusOr<std::string> read = ReadFileToString(path);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, "hello world");
-  EXPECT_FALSE(ReadFileToString(path + ".tmp").ok())
-      << "temporary file left behind";
+  EXPECT_FALSE(ReadFileToString(path + ".tmp").ok()) << "temporary file left behind";
 }
 
 TEST(FileIoTest, MissingFileIsNotFound) {
-  absl::StatusOr<std::string> read =
-      ReadFileToString(TempPath("does_not_exist"));
+  absl::StatusOr<std::string> read = ReadFileToString(TempPath("does_not_exist"));
   EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(read.status().message().find("does_not_exist"), std::string::npos);
 }

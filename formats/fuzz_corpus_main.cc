@@ -19,8 +19,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::error_code ec;
     if (std::filesystem::is_directory(argv[i], ec)) {
-      for (const auto& entry :
-           std::filesystem::recursive_directory_iterator(argv[i], ec)) {
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(argv[i], ec)) {
         if (entry.is_regular_file(ec)) files.push_back(entry.path());
       }
     } else {
@@ -41,12 +40,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s: cannot open\n", path.c_str());
       return 1;
     }
-    const std::string bytes((std::istreambuf_iterator<char>(in)),
-                            std::istreambuf_iterator<char>());
-    std::fprintf(stderr, "running %s (%zu bytes)\n", path.c_str(),
-                 bytes.size());
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()),
-                           bytes.size());
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::fprintf(stderr, "running %s (%zu bytes)\n", path.c_str(), bytes.size());
+    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }
   std::fprintf(stderr, "ran %zu corpus files\n", files.size());
   return 0;

@@ -37,8 +37,8 @@ void InitErrors(JpegErrorState* state) {
 }
 
 // On success *out/*size hold a malloc'd buffer the caller frees.
-bool CompressRows(int width, int height, int channels, const uint8_t* pixels, int quality,
-                  unsigned char** out, unsigned long* size, JpegErrorState* state) {
+bool CompressRows(int width, int height, int channels, const uint8_t* pixels, int quality, unsigned char** out,
+                  unsigned long* size, JpegErrorState* state) {
   jpeg_compress_struct info;
   info.err = &state->manager;
   if (setjmp(state->jump)) {
@@ -78,8 +78,7 @@ bool DecompressRows(const std::string& bytes, DecodedRows* result, JpegErrorStat
     return false;
   }
   jpeg_create_decompress(&info);
-  jpeg_mem_src(&info, reinterpret_cast<const unsigned char*>(bytes.data()),
-               static_cast<unsigned long>(bytes.size()));
+  jpeg_mem_src(&info, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&info, TRUE);
   info.out_color_space = info.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&info);
@@ -103,12 +102,10 @@ bool DecompressRows(const std::string& bytes, DecodedRows* result, JpegErrorStat
 
 }  // namespace
 
-absl::StatusOr<std::string> EncodeJpeg(int width, int height, int channels, const uint8_t* pixels,
-                                       int quality) {
+absl::StatusOr<std::string> EncodeJpeg(int width, int height, int channels, const uint8_t* pixels, int quality) {
   // JPEG's frame header holds 16-bit sizes.
   if (width <= 0 || height <= 0 || width > 65535 || height > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("JPEG sizes are 1..65535; the image is ", width, "x", height));
+    return absl::InvalidArgumentError(absl::StrCat("JPEG sizes are 1..65535; the image is ", width, "x", height));
   }
   if (channels != 1 && channels != 3) {
     return absl::InvalidArgumentError(absl::StrCat("JPEG needs 1 or 3 channels, got ", channels));
@@ -145,7 +142,8 @@ absl::StatusOr<JpegImage> DecodeJpeg(const std::string& bytes) {
     image.pixels.assign(rows.pixels, rows.pixels + static_cast<size_t>(rows.width) * rows.height * rows.channels);
   }
   std::free(rows.pixels);
-  if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad JPEG: ", state.message[0] ? state.message : "out of memory"));
+  if (!ok)
+    return absl::InvalidArgumentError(absl::StrCat("bad JPEG: ", state.message[0] ? state.message : "out of memory"));
   return image;
 }
 

@@ -26,8 +26,7 @@ struct JpegImage {
 
 // Encodes gray (channels 1) or RGB (3) HWC pixels at `quality` (1..100),
 // 4:2:0 chroma subsampling for RGB (PIL's default).
-absl::StatusOr<std::string> EncodeJpeg(int width, int height, int channels, const uint8_t* pixels,
-                                       int quality);
+absl::StatusOr<std::string> EncodeJpeg(int width, int height, int channels, const uint8_t* pixels, int quality);
 
 // Decodes JPEG bytes to gray or RGB pixels.
 absl::StatusOr<JpegImage> DecodeJpeg(const std::string& bytes);

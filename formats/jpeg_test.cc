@@ -14,7 +14,8 @@ std::vector<uint8_t> Gradient(int width, int height, int channels) {
   for (int y = 0; y < height; ++y) {
     for (int x = 0; x < width; ++x) {
       for (int c = 0; c < channels; ++c) {
-        p[(static_cast<size_t>(y) * width + x) * channels + c] = static_cast<uint8_t>((x * 3 + y * 2 + c * 40) % 256 / 2 + 40);
+        p[(static_cast<size_t>(y) * width + x) * channels + c] =
+            static_cast<uint8_t>((x * 3 + y * 2 + c * 40) % 256 / 2 + 40);
       }
     }
   }

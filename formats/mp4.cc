@@ -25,50 +25,50 @@ namespace {
 // binaries (and the GPU bundle, the images) do not carry its dozens of codec
 // libraries, and a machine without them still serves everything but MP4.
 // The sonames are the headers' own major versions (Debian 12: libavcodec59).
-#define VAEDECODE_FFMPEG_FUNCTIONS(X) \
-  X(avutil, av_log_set_level) \
-  X(avutil, av_strerror) \
-  X(avutil, av_malloc) \
-  X(avutil, av_free) \
-  X(avutil, av_freep) \
-  X(avutil, av_frame_alloc) \
-  X(avutil, av_frame_free) \
-  X(avutil, av_frame_get_buffer) \
-  X(avutil, av_frame_make_writable) \
-  X(avutil, av_opt_set) \
-  X(avutil, av_opt_set_int) \
-  X(avcodec, avcodec_find_encoder_by_name) \
-  X(avcodec, avcodec_find_decoder) \
-  X(avcodec, avcodec_alloc_context3) \
-  X(avcodec, avcodec_free_context) \
-  X(avcodec, avcodec_open2) \
+#define VAEDECODE_FFMPEG_FUNCTIONS(X)         \
+  X(avutil, av_log_set_level)                 \
+  X(avutil, av_strerror)                      \
+  X(avutil, av_malloc)                        \
+  X(avutil, av_free)                          \
+  X(avutil, av_freep)                         \
+  X(avutil, av_frame_alloc)                   \
+  X(avutil, av_frame_free)                    \
+  X(avutil, av_frame_get_buffer)              \
+  X(avutil, av_frame_make_writable)           \
+  X(avutil, av_opt_set)                       \
+  X(avutil, av_opt_set_int)                   \
+  X(avcodec, avcodec_find_encoder_by_name)    \
+  X(avcodec, avcodec_find_decoder)            \
+  X(avcodec, avcodec_alloc_context3)          \
+  X(avcodec, avcodec_free_context)            \
+  X(avcodec, avcodec_open2)                   \
   X(avcodec, avcodec_parameters_from_context) \
-  X(avcodec, avcodec_parameters_to_context) \
-  X(avcodec, avcodec_send_frame) \
-  X(avcodec, avcodec_receive_packet) \
-  X(avcodec, avcodec_send_packet) \
-  X(avcodec, avcodec_receive_frame) \
-  X(avcodec, av_packet_alloc) \
-  X(avcodec, av_packet_free) \
-  X(avcodec, av_packet_unref) \
-  X(avcodec, av_packet_rescale_ts) \
+  X(avcodec, avcodec_parameters_to_context)   \
+  X(avcodec, avcodec_send_frame)              \
+  X(avcodec, avcodec_receive_packet)          \
+  X(avcodec, avcodec_send_packet)             \
+  X(avcodec, avcodec_receive_frame)           \
+  X(avcodec, av_packet_alloc)                 \
+  X(avcodec, av_packet_free)                  \
+  X(avcodec, av_packet_unref)                 \
+  X(avcodec, av_packet_rescale_ts)            \
   X(avformat, avformat_alloc_output_context2) \
-  X(avformat, avformat_free_context) \
-  X(avformat, avio_alloc_context) \
-  X(avformat, avio_context_free) \
-  X(avformat, avformat_new_stream) \
-  X(avformat, avformat_write_header) \
-  X(avformat, av_interleaved_write_frame) \
-  X(avformat, av_write_trailer) \
-  X(avformat, avio_flush) \
-  X(avformat, avformat_alloc_context) \
-  X(avformat, avformat_open_input) \
-  X(avformat, avformat_close_input) \
-  X(avformat, avformat_find_stream_info) \
-  X(avformat, av_find_best_stream) \
-  X(avformat, av_read_frame) \
-  X(swscale, sws_getContext) \
-  X(swscale, sws_freeContext) \
+  X(avformat, avformat_free_context)          \
+  X(avformat, avio_alloc_context)             \
+  X(avformat, avio_context_free)              \
+  X(avformat, avformat_new_stream)            \
+  X(avformat, avformat_write_header)          \
+  X(avformat, av_interleaved_write_frame)     \
+  X(avformat, av_write_trailer)               \
+  X(avformat, avio_flush)                     \
+  X(avformat, avformat_alloc_context)         \
+  X(avformat, avformat_open_input)            \
+  X(avformat, avformat_close_input)           \
+  X(avformat, avformat_find_stream_info)      \
+  X(avformat, av_find_best_stream)            \
+  X(avformat, av_read_frame)                  \
+  X(swscale, sws_getContext)                  \
+  X(swscale, sws_freeContext)                 \
   X(swscale, sws_scale)
 
 struct Ffmpeg {
@@ -93,8 +93,7 @@ const absl::StatusOr<Ffmpeg>& LoadFfmpeg() {
       if (handles[i] == nullptr) {
         return new absl::StatusOr<Ffmpeg>(absl::UnavailableError(absl::StrCat(
             "MP4 output needs FFmpeg's ", kSonames[i],
-            " on the worker's machine (Debian: apt-get install libavcodec59 libavformat59 libswscale6): ",
-            dlerror())));
+            " on the worker's machine (Debian: apt-get install libavcodec59 libavformat59 libswscale6): ", dlerror())));
       }
     }
     const auto handle = [&handles](absl::string_view lib) {
@@ -102,7 +101,7 @@ const absl::StatusOr<Ffmpeg>& LoadFfmpeg() {
     };
     Ffmpeg ff;
     std::string missing;
-#define VAEDECODE_LOAD(lib, name)                                                  \
+#define VAEDECODE_LOAD(lib, name)                                            \
   ff.name = reinterpret_cast<decltype(&::name)>(dlsym(handle(#lib), #name)); \
   if (ff.name == nullptr) missing += " " #name;
     VAEDECODE_FFMPEG_FUNCTIONS(VAEDECODE_LOAD)
@@ -192,8 +191,9 @@ Io MakeIo(MemoryFile* file, bool writable) {
   constexpr int kBuffer = 1 << 16;
   auto* buffer = static_cast<unsigned char*>(Ff().av_malloc(kBuffer));
   if (buffer == nullptr) return nullptr;
-  AVIOContext* io = Ff().avio_alloc_context(buffer, kBuffer, writable ? 1 : 0, file, writable ? nullptr : MemoryFile::Read,
-                                       writable ? MemoryFile::Write : nullptr, MemoryFile::Seek);
+  AVIOContext* io =
+      Ff().avio_alloc_context(buffer, kBuffer, writable ? 1 : 0, file, writable ? nullptr : MemoryFile::Read,
+                              writable ? MemoryFile::Write : nullptr, MemoryFile::Seek);
   if (io == nullptr) Ff().av_free(buffer);
   return Io(io);
 }
@@ -256,8 +256,8 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
 
   // Bit-exact: swscale otherwise picks SIMD paths by the buffers' alignment,
   // which round differently, and the same frames made different files.
-  Sws sws(Ff().sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, kSwsFlags,
-                              nullptr, nullptr, nullptr));
+  Sws sws(Ff().sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P, kSwsFlags, nullptr,
+                              nullptr, nullptr));
   Frame frame(Ff().av_frame_alloc());
   Packet packet(Ff().av_packet_alloc());
   if (!sws || !frame || !packet) return absl::ResourceExhaustedError("MP4: no memory for the frames");
@@ -333,8 +333,8 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
   video.width = codec->width;
   video.height = codec->height;
   video.fps = av_q2d(stream->avg_frame_rate);
-  Sws sws(Ff().sws_getContext(codec->width, codec->height, codec->pix_fmt, codec->width, codec->height, AV_PIX_FMT_RGB24,
-                         kSwsFlags, nullptr, nullptr, nullptr));
+  Sws sws(Ff().sws_getContext(codec->width, codec->height, codec->pix_fmt, codec->width, codec->height,
+                              AV_PIX_FMT_RGB24, kSwsFlags, nullptr, nullptr, nullptr));
   Frame frame(Ff().av_frame_alloc());
   Packet packet(Ff().av_packet_alloc());
   if (!sws || !frame || !packet) return absl::ResourceExhaustedError("MP4: no memory for the frames");

@@ -25,8 +25,7 @@ struct Mp4Options {
 
 // Encodes `frames` RGB images of width x height (even sizes: 4:2:0 chroma),
 // HWC row-major one after another, as an MP4 with one H.264 stream.
-absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const uint8_t* rgb,
-                                      const Mp4Options& options);
+absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const uint8_t* rgb, const Mp4Options& options);
 
 struct DecodedVideo {
   int width = 0;

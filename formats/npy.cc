@@ -14,8 +14,7 @@
 namespace vaedecode::formats {
 namespace {
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "'=' descr is read as little-endian");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "'=' descr is read as little-endian");
 
 constexpr std::string_view kMagic = "\x93NUMPY";
 constexpr size_t kDataAlignment = 64;
@@ -50,8 +49,7 @@ bool ShapeProductFits(const std::vector<int64_t>& shape) {
   int64_t product = 1;
   for (int64_t d : shape) {
     if (d < 0) return false;
-    if (__builtin_mul_overflow(product, std::max<int64_t>(d, 1), &product))
-      return false;
+    if (__builtin_mul_overflow(product, std::max<int64_t>(d, 1), &product)) return false;
   }
   return true;
 }
@@ -72,8 +70,7 @@ class HeaderParser {
   explicit HeaderParser(std::string_view text) : text_(text) {}
 
   // On success the three fields are set; on failure returns the problem.
-  std::optional<std::string> Parse(std::string* descr, bool* fortran_order,
-                                   std::vector<int64_t>* shape) {
+  std::optional<std::string> Parse(std::string* descr, bool* fortran_order, std::vector<int64_t>* shape) {
     bool have_descr = false, have_order = false, have_shape = false;
     SkipSpace();
     if (!Consume('{')) return Problem("does not start with '{'");
@@ -89,8 +86,7 @@ class HeaderParser {
         if (have_descr) return Problem("has 'descr' twice");
         have_descr = true;
         if (!ParseString(descr)) {
-          return Problem(
-              "'descr' is not a simple type string (structured dtype?)");
+          return Problem("'descr' is not a simple type string (structured dtype?)");
         }
       } else if (key == "fortran_order") {
         if (have_order) return Problem("has 'fortran_order' twice");
@@ -128,14 +124,11 @@ class HeaderParser {
   }
 
  private:
-  std::string Problem(std::string_view what) const {
-    return Cat("header ", what, " (at offset ", pos_, ")");
-  }
+  std::string Problem(std::string_view what) const { return Cat("header ", what, " (at offset ", pos_, ")"); }
 
   void SkipSpace() {
     while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' ||
-            text_[pos_] == '\r')) {
+           (text_[pos_] == ' ' || text_[pos_] == '\t' || text_[pos_] == '\n' || text_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -148,9 +141,7 @@ class HeaderParser {
   bool ConsumeWord(std::string_view word) {
     if (text_.substr(pos_, word.size()) != word) return false;
     const size_t after = pos_ + word.size();
-    if (after < text_.size() &&
-        (std::isalnum(static_cast<unsigned char>(text_[after])) ||
-         text_[after] == '_')) {
+    if (after < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[after])) || text_[after] == '_')) {
       return false;
     }
     pos_ = after;
@@ -158,14 +149,12 @@ class HeaderParser {
   }
   // A '...' or "..." string without escapes.
   bool ParseString(std::string* out) {
-    if (pos_ >= text_.size() || (text_[pos_] != '\'' && text_[pos_] != '"'))
-      return false;
+    if (pos_ >= text_.size() || (text_[pos_] != '\'' && text_[pos_] != '"')) return false;
     const char quote = text_[pos_];
     const size_t end = text_.find(quote, pos_ + 1);
     if (end == std::string_view::npos) return false;
     const std::string_view body = text_.substr(pos_ + 1, end - pos_ - 1);
-    if (body.find('\\') != std::string_view::npos ||
-        body.find('\n') != std::string_view::npos) {
+    if (body.find('\\') != std::string_view::npos || body.find('\n') != std::string_view::npos) {
       return false;
     }
     *out = std::string(body);
@@ -179,16 +168,12 @@ class HeaderParser {
     SkipSpace();
     bool trailing_comma = false;
     while (!Peek(')')) {
-      if (pos_ >= text_.size() ||
-          !std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
-        return Problem(
-            "'shape' has an entry that is not a non-negative integer");
+      if (pos_ >= text_.size() || !std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+        return Problem("'shape' has an entry that is not a non-negative integer");
       }
       int64_t value = 0;
-      while (pos_ < text_.size() &&
-             std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
-        if (__builtin_mul_overflow(value, 10, &value) ||
-            __builtin_add_overflow(value, text_[pos_] - '0', &value)) {
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) {
+        if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, text_[pos_] - '0', &value)) {
           return Problem("'shape' has an integer that is too large");
         }
         ++pos_;
@@ -198,13 +183,11 @@ class HeaderParser {
       SkipSpace();
       trailing_comma = Consume(',');
       SkipSpace();
-      if (!trailing_comma && !Peek(')'))
-        return Problem("'shape' expected ',' or ')'");
+      if (!trailing_comma && !Peek(')')) return Problem("'shape' expected ',' or ')'");
     }
     Consume(')');
     // In Python "(5)" is the int 5, not a tuple.
-    if (shape->size() == 1 && !trailing_comma)
-      return Problem("'shape' is not a tuple");
+    if (shape->size() == 1 && !trailing_comma) return Problem("'shape' is not a tuple");
     return std::nullopt;
   }
 
@@ -218,8 +201,7 @@ std::optional<std::pair<DType, bool>> ParseDescr(std::string_view descr) {
   const char order = descr[0];
   const char kind = descr[1];
   const std::string_view size_text = descr.substr(2);
-  if (size_text.size() != 1 ||
-      !std::isdigit(static_cast<unsigned char>(size_text[0]))) {
+  if (size_text.size() != 1 || !std::isdigit(static_cast<unsigned char>(size_text[0]))) {
     return std::nullopt;
   }
   const size_t size = static_cast<size_t>(size_text[0] - '0');
@@ -280,8 +262,7 @@ void ByteSwapElements(std::string* data, size_t element_size) {
 }
 
 // Reorders Fortran-order (column-major) elements into C order.
-std::string FortranToC(const std::string& src,
-                       const std::vector<int64_t>& shape, size_t element_size) {
+std::string FortranToC(const std::string& src, const std::vector<int64_t>& shape, size_t element_size) {
   const size_t ndim = shape.size();
   if (ndim < 2) return src;
   const int64_t numel = Numel(shape);
@@ -297,8 +278,7 @@ std::string FortranToC(const std::string& src,
   std::vector<int64_t> index(ndim, 0);
   int64_t src_elem = 0;
   for (int64_t i = 0; i < numel; ++i) {
-    std::memcpy(&dst[static_cast<size_t>(i) * element_size],
-                &src[static_cast<size_t>(src_elem) * element_size],
+    std::memcpy(&dst[static_cast<size_t>(i) * element_size], &src[static_cast<size_t>(src_elem) * element_size],
                 element_size);
     // Advance the C-order odometer (last axis fastest), tracking the source.
     for (size_t d = ndim; d-- > 0;) {
@@ -321,14 +301,10 @@ uint32_t LoadLittleEndian(const unsigned char* p, int bytes) {
 
 }  // namespace
 
-absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes,
-                                  std::string_view label_in) {
+absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, std::string_view label_in) {
   const std::string label = QuoteForError(label_in);
-  auto error = [&label](auto&&... parts) {
-    return absl::InvalidArgumentError(Cat(label, ": ", parts...));
-  };
-  if (bytes.size() < kMagic.size() + 2 ||
-      bytes.substr(0, kMagic.size()) != kMagic) {
+  auto error = [&label](auto&&... parts) { return absl::InvalidArgumentError(Cat(label, ": ", parts...)); };
+  if (bytes.size() < kMagic.size() + 2 || bytes.substr(0, kMagic.size()) != kMagic) {
     return error("not a .npy file (bad magic)");
   }
   const auto* u = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -340,19 +316,16 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes,
   const size_t length_bytes = major == 1 ? 2 : 4;
   const size_t prefix = kMagic.size() + 2 + length_bytes;
   if (bytes.size() < prefix) return error("truncated header length field");
-  const uint64_t header_len =
-      LoadLittleEndian(u + 8, static_cast<int>(length_bytes));
+  const uint64_t header_len = LoadLittleEndian(u + 8, static_cast<int>(length_bytes));
   if (header_len > bytes.size() - prefix) {
-    return error("truncated header: needs ", header_len, " bytes, file has ",
-                 bytes.size() - prefix);
+    return error("truncated header: needs ", header_len, " bytes, file has ", bytes.size() - prefix);
   }
   const std::string_view header = bytes.substr(prefix, header_len);
 
   std::string descr;
   bool fortran_order = false;
   NpyArray array;
-  if (std::optional<std::string> problem =
-          HeaderParser(header).Parse(&descr, &fortran_order, &array.shape)) {
+  if (std::optional<std::string> problem = HeaderParser(header).Parse(&descr, &fortran_order, &array.shape)) {
     return error(*problem);
   }
   const std::optional<std::pair<DType, bool>> type = ParseDescr(descr);
@@ -364,22 +337,19 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes,
   const size_t element_size = DTypeSize(array.dtype);
   uint64_t expected = 0;
   const uint64_t available = bytes.size() - prefix - header_len;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(Numel(array.shape)),
-                             static_cast<uint64_t>(element_size), &expected) ||
+  if (__builtin_mul_overflow(static_cast<uint64_t>(Numel(array.shape)), static_cast<uint64_t>(element_size),
+                             &expected) ||
       expected > available) {
-    return error("data is ", available, " bytes but shape ",
-                 ShapeString(array.shape), " of '", descr, "' needs ",
+    return error("data is ", available, " bytes but shape ", ShapeString(array.shape), " of '", descr, "' needs ",
                  Numel(array.shape), " x ", element_size);
   }
   if (expected < available) {
-    return error(available - expected, " trailing bytes after the ", expected,
-                 "-byte data for shape ", ShapeString(array.shape), " of '",
-                 descr, "'");
+    return error(available - expected, " trailing bytes after the ", expected, "-byte data for shape ",
+                 ShapeString(array.shape), " of '", descr, "'");
   }
   array.data = std::string(bytes.substr(prefix + header_len));
   if (type->second) ByteSwapElements(&array.data, element_size);
-  if (fortran_order)
-    array.data = FortranToC(array.data, array.shape, element_size);
+  if (fortran_order) array.data = FortranToC(array.data, array.shape, element_size);
   return array;
 }
 
@@ -389,30 +359,21 @@ absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
   return ParseNpy(*bytes, path);
 }
 
-absl::Status WriteNpy(const std::string& path, DType dtype,
-                      const std::vector<int64_t>& shape, const void* data,
+absl::Status WriteNpy(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data,
                       size_t nbytes) {
   const std::string label = QuoteForError(path);
-  auto error = [&label](auto&&... parts) {
-    return absl::InvalidArgumentError(Cat(label, ": ", parts...));
-  };
+  auto error = [&label](auto&&... parts) { return absl::InvalidArgumentError(Cat(label, ": ", parts...)); };
   const std::string_view descr = LittleEndianDescr(dtype);
   if (descr.empty()) return error(DTypeName(dtype), " has no NumPy dtype");
-  if (!ShapeProductFits(shape))
-    return error("invalid shape ", ShapeString(shape));
+  if (!ShapeProductFits(shape)) return error("invalid shape ", ShapeString(shape));
   uint64_t expected = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(Numel(shape)),
-                             static_cast<uint64_t>(DTypeSize(dtype)),
-                             &expected) ||
+  if (__builtin_mul_overflow(static_cast<uint64_t>(Numel(shape)), static_cast<uint64_t>(DTypeSize(dtype)), &expected) ||
       expected != nbytes) {
-    return error("nbytes ", nbytes, " does not match shape ",
-                 ShapeString(shape), " of '", descr, "'");
+    return error("nbytes ", nbytes, " does not match shape ", ShapeString(shape), " of '", descr, "'");
   }
   if (data == nullptr && nbytes > 0) return error("data is null");
 
-  std::string header =
-      Cat("{'descr': '", descr,
-          "', 'fortran_order': False, 'shape': ", ShapeString(shape), ", }");
+  std::string header = Cat("{'descr': '", descr, "', 'fortran_order': False, 'shape': ", ShapeString(shape), ", }");
   int major = 1;
   size_t prefix = kMagic.size() + 2 + 2;
   if (header.size() + 1 + kDataAlignment > 0xffff) {
@@ -420,8 +381,7 @@ absl::Status WriteNpy(const std::string& path, DType dtype,
     prefix = kMagic.size() + 2 + 4;
   }
   const size_t unpadded = prefix + header.size() + 1;  // + '\n'
-  const size_t padded =
-      (unpadded + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
+  const size_t padded = (unpadded + kDataAlignment - 1) / kDataAlignment * kDataAlignment;
   header.append(padded - unpadded, ' ');
   header.push_back('\n');
 
@@ -433,8 +393,7 @@ absl::Status WriteNpy(const std::string& path, DType dtype,
     head.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
   }
   head += header;
-  return WriteFileAtomically(path,
-                             {{head.data(), head.size()}, {data, nbytes}});
+  return WriteFileAtomically(path, {{head.data(), head.size()}, {data, nbytes}});
 }
 
 }  // namespace vaedecode::formats

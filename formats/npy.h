@@ -33,16 +33,14 @@ struct NpyArray {
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
 
 // Same as ReadNpy on the bytes of a file; `label` names it in errors.
-absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes,
-                                  std::string_view label);
+absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, std::string_view label);
 
 // Writes a version 1.0 file (2.0 if the header would exceed 65535 bytes), C
 // order, little-endian descr, header padded so the data starts at a multiple
 // of 64 bytes. `data` holds nbytes == numel * DTypeSize(dtype) bytes in C
 // order. BF16 has no NumPy dtype and is an error. Atomic: path + ".tmp", then
 // rename.
-absl::Status WriteNpy(const std::string& path, DType dtype,
-                      const std::vector<int64_t>& shape, const void* data,
+absl::Status WriteNpy(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data,
                       size_t nbytes);
 
 }  // namespace vaedecode::formats

@@ -10,17 +10,14 @@
 #include "formats/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto array = vaedecode::formats::ParseNpy(
-      std::string_view(reinterpret_cast<const char*>(data), size),
-      "fuzz-input");
+  auto array = vaedecode::formats::ParseNpy(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz-input");
   if (!array.ok()) {
     if (array.status().message().find('\n') != std::string::npos) std::abort();
     return 0;
   }
   int64_t numel = 1;
   for (int64_t d : array->shape) numel *= d;
-  if (array->data.size() != static_cast<size_t>(numel) *
-                                vaedecode::formats::DTypeSize(array->dtype)) {
+  if (array->data.size() != static_cast<size_t>(numel) * vaedecode::formats::DTypeSize(array->dtype)) {
     std::abort();
   }
   return 0;

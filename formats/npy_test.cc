@@ -21,14 +21,11 @@ std::string TempPath(const std::string& name) {
 }
 
 // Files written by NumPy 1.24 (np.save / numpy.lib.format.write_array).
-std::string TestData(const std::string& name) {
-  return "formats/testdata/npy/" + name;
-}
+std::string TestData(const std::string& name) { return "formats/testdata/npy/" + name; }
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in),
-                     std::istreambuf_iterator<char>());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 template <typename T>
@@ -39,8 +36,7 @@ std::vector<T> Values(const NpyArray& a) {
 }
 
 // A .npy file built by hand, header unpadded.
-std::string MakeNpy(int major, const std::string& header,
-                    const std::string& data, int minor = 0) {
+std::string MakeNpy(int major, const std::string& header, const std::string& data, int minor = 0) {
   std::string out = "\x93NUMPY";
   out.push_back(static_cast<char>(major));
   out.push_back(static_cast<char>(minor));
@@ -51,16 +47,12 @@ std::string MakeNpy(int major, const std::string& header,
   return out + header + data;
 }
 
-std::string Header(const std::string& descr, const std::string& shape,
-                   bool fortran = false) {
-  return "{'descr': '" + descr +
-         "', 'fortran_order': " + (fortran ? "True" : "False") +
-         ", 'shape': " + shape + ", }\n";
+std::string Header(const std::string& descr, const std::string& shape, bool fortran = false) {
+  return "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") + ", 'shape': " + shape +
+         ", }\n";
 }
 
-std::string Bytes(const void* p, size_t n) {
-  return std::string(static_cast<const char*>(p), n);
-}
+std::string Bytes(const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); }
 
 void ExpectRejected(const std::string& bytes, const std::string& problem) {
   absl::StatusOr<NpyArray> a = ParseNpy(bytes, "test.npy");
@@ -108,8 +100,7 @@ TEST(NpyTest, ReadsNumpyFiles) {
   ASSERT_TRUE(v2.ok()) << v2.status();
   EXPECT_EQ(v2->dtype, DType::kF16);
   EXPECT_EQ(v2->shape, (std::vector<int64_t>{4, 1}));
-  EXPECT_EQ(Values<uint16_t>(*v2),
-            (std::vector<uint16_t>{0x0000, 0x3c00, 0x4000, 0x4200}));
+  EXPECT_EQ(Values<uint16_t>(*v2), (std::vector<uint16_t>{0x0000, 0x3c00, 0x4000, 0x4200}));
 
   absl::StatusOr<NpyArray> v3 = ReadNpy(TestData("v3_u1.npy"));
   ASSERT_TRUE(v3.ok()) << v3.status();
@@ -129,14 +120,12 @@ TEST(NpyTest, WriteThenReadRoundTrip) {
   const std::string bytes = ReadAll(path);
   ASSERT_GE(bytes.size(), 10u);
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
-  const size_t header_len =
-      static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8);
+  const size_t header_len = static_cast<uint8_t>(bytes[8]) | (static_cast<uint8_t>(bytes[9]) << 8);
   EXPECT_EQ((10 + header_len) % 64, 0u);
   EXPECT_EQ(bytes.size(), 10 + header_len + 24);
   const std::string header = bytes.substr(10, header_len);
   EXPECT_EQ(header, Header("<f4", "(2, 3)").substr(0, header.find('}') + 1) +
-                        std::string(header_len - header.find('}') - 2, ' ') +
-                        "\n");
+                        std::string(header_len - header.find('}') - 2, ' ') + "\n");
   // Same bytes as NumPy writes for the same array (c_f4.npy holds other
   // values).
   EXPECT_EQ(header, ReadAll(TestData("c_f4.npy")).substr(10, header_len));
@@ -149,15 +138,12 @@ TEST(NpyTest, WriteThenReadRoundTrip) {
 }
 
 TEST(NpyTest, RoundTripEveryDType) {
-  const uint8_t raw[16] = {1, 0, 1, 1, 0, 0, 1, 0,
-                           1, 1, 0, 1, 1, 1, 0, 1};  // Valid bools too.
-  for (DType dtype : {DType::kF64, DType::kF32, DType::kF16, DType::kI64,
-                      DType::kI32, DType::kI16, DType::kI8, DType::kU64,
-                      DType::kU32, DType::kU16, DType::kU8, DType::kBool}) {
+  const uint8_t raw[16] = {1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 1, 1, 1, 0, 1};  // Valid bools too.
+  for (DType dtype : {DType::kF64, DType::kF32, DType::kF16, DType::kI64, DType::kI32, DType::kI16, DType::kI8,
+                      DType::kU64, DType::kU32, DType::kU16, DType::kU8, DType::kBool}) {
     const size_t n = 16 / DTypeSize(dtype);
     const std::string path = TempPath("dtype.npy");
-    ASSERT_TRUE(WriteNpy(path, dtype, {static_cast<int64_t>(n)}, raw, 16).ok())
-        << DTypeName(dtype);
+    ASSERT_TRUE(WriteNpy(path, dtype, {static_cast<int64_t>(n)}, raw, 16).ok()) << DTypeName(dtype);
     absl::StatusOr<NpyArray> a = ReadNpy(path);
     ASSERT_TRUE(a.ok()) << a.status();
     EXPECT_EQ(a->dtype, dtype);
@@ -193,43 +179,30 @@ TEST(NpyTest, WriterRejectsBadInput) {
   const float x[4] = {};
   absl::Status bf16 = WriteNpy(TempPath("bf16.npy"), DType::kBF16, {2}, x, 4);
   EXPECT_EQ(bf16.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(bf16.message()),
-              HasSubstr("BF16 has no NumPy dtype"));
-  EXPECT_THAT(
-      std::string(
-          WriteNpy(TempPath("x.npy"), DType::kF32, {3}, x, 16).message()),
-      HasSubstr("does not match shape (3,)"));
-  EXPECT_THAT(
-      std::string(
-          WriteNpy(TempPath("x.npy"), DType::kF32, {-1}, x, 16).message()),
-      HasSubstr("invalid shape"));
-  EXPECT_THAT(
-      std::string(
-          WriteNpy(TempPath("x.npy"), DType::kF32, {4}, nullptr, 16).message()),
-      HasSubstr("null"));
+  EXPECT_THAT(std::string(bf16.message()), HasSubstr("BF16 has no NumPy dtype"));
+  EXPECT_THAT(std::string(WriteNpy(TempPath("x.npy"), DType::kF32, {3}, x, 16).message()),
+              HasSubstr("does not match shape (3,)"));
+  EXPECT_THAT(std::string(WriteNpy(TempPath("x.npy"), DType::kF32, {-1}, x, 16).message()), HasSubstr("invalid shape"));
+  EXPECT_THAT(std::string(WriteNpy(TempPath("x.npy"), DType::kF32, {4}, nullptr, 16).message()), HasSubstr("null"));
 }
 
 TEST(NpyTest, BigEndianIsSwapped) {
   const std::string be_i8("\0\0\0\0\0\0\1\2", 8);
-  absl::StatusOr<NpyArray> a =
-      ParseNpy(MakeNpy(1, Header(">i8", "(1,)"), be_i8), "x.npy");
+  absl::StatusOr<NpyArray> a = ParseNpy(MakeNpy(1, Header(">i8", "(1,)"), be_i8), "x.npy");
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(Values<int64_t>(*a), std::vector<int64_t>{0x0102});
-  absl::StatusOr<NpyArray> u =
-      ParseNpy(MakeNpy(1, Header(">u2", "(2,)"), "\x12\x34\xab\xcd"), "x");
+  absl::StatusOr<NpyArray> u = ParseNpy(MakeNpy(1, Header(">u2", "(2,)"), "\x12\x34\xab\xcd"), "x");
   ASSERT_TRUE(u.ok()) << u.status();
   EXPECT_EQ(Values<uint16_t>(*u), (std::vector<uint16_t>{0x1234, 0xabcd}));
   // One-byte types have no byte order.
-  absl::StatusOr<NpyArray> b =
-      ParseNpy(MakeNpy(1, Header(">u1", "(2,)"), "\x01\x02"), "x");
+  absl::StatusOr<NpyArray> b = ParseNpy(MakeNpy(1, Header(">u1", "(2,)"), "\x01\x02"), "x");
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(b->data, "\x01\x02");
 }
 
 TEST(NpyTest, NativeAndNotApplicableByteOrder) {
   const float one = 1.0f;
-  absl::StatusOr<NpyArray> a =
-      ParseNpy(MakeNpy(1, Header("=f4", "()"), Bytes(&one, 4)), "x");
+  absl::StatusOr<NpyArray> a = ParseNpy(MakeNpy(1, Header("=f4", "()"), Bytes(&one, 4)), "x");
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(Values<float>(*a), std::vector<float>{1.0f});
   EXPECT_TRUE(ParseNpy(MakeNpy(1, Header("|i1", "(1,)"), "\xff"), "x").ok());
@@ -239,19 +212,15 @@ TEST(NpyTest, NativeAndNotApplicableByteOrder) {
 TEST(NpyTest, FortranOrderIsTransposed) {
   // a = [[1, 2, 3], [4, 5, 6]] stored column-major: 1 4 2 5 3 6.
   const int32_t column_major[6] = {1, 4, 2, 5, 3, 6};
-  absl::StatusOr<NpyArray> a = ParseNpy(
-      MakeNpy(1, Header("<i4", "(2, 3)", true), Bytes(column_major, 24)), "x");
+  absl::StatusOr<NpyArray> a = ParseNpy(MakeNpy(1, Header("<i4", "(2, 3)", true), Bytes(column_major, 24)), "x");
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(Values<int32_t>(*a), (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
   // Big-endian and Fortran order together; 1-d is unaffected.
   absl::StatusOr<NpyArray> b =
-      ParseNpy(MakeNpy(1, Header(">i2", "(2, 2)", true),
-                       std::string("\0\1\0\3\0\2\0\4", 8)),
-               "x");
+      ParseNpy(MakeNpy(1, Header(">i2", "(2, 2)", true), std::string("\0\1\0\3\0\2\0\4", 8)), "x");
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(Values<int16_t>(*b), (std::vector<int16_t>{1, 2, 3, 4}));
-  absl::StatusOr<NpyArray> c =
-      ParseNpy(MakeNpy(1, Header("|u1", "(3,)", true), "\1\2\3"), "x");
+  absl::StatusOr<NpyArray> c = ParseNpy(MakeNpy(1, Header("|u1", "(3,)", true), "\1\2\3"), "x");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->data, "\1\2\3");
 }
@@ -262,18 +231,9 @@ TEST(NpyTest, HeaderVariantsAreAccepted) {
   // comma, other key order, Python 2 long ints, no padding.
   EXPECT_TRUE(ParseNpy(MakeNpy(2, Header("<f4", "(2,)"), data), "x").ok());
   EXPECT_TRUE(ParseNpy(MakeNpy(3, Header("<f4", "(2,)"), data), "x").ok());
-  EXPECT_TRUE(
-      ParseNpy(
-          MakeNpy(1,
-                  R"({"shape": (2,), "fortran_order": False, "descr": "<f4"})",
-                  data),
-          "x")
-          .ok());
-  absl::StatusOr<NpyArray> l = ParseNpy(
-      MakeNpy(1,
-              "{'descr': '<f4', 'fortran_order': False, 'shape': (1L, 2L), }",
-              data),
-      "x");
+  EXPECT_TRUE(ParseNpy(MakeNpy(1, R"({"shape": (2,), "fortran_order": False, "descr": "<f4"})", data), "x").ok());
+  absl::StatusOr<NpyArray> l =
+      ParseNpy(MakeNpy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1L, 2L), }", data), "x");
   ASSERT_TRUE(l.ok()) << l.status();
   EXPECT_EQ(l->shape, (std::vector<int64_t>{1, 2}));
 }
@@ -285,99 +245,66 @@ TEST(NpyMalformedTest, BadMagic) {
 }
 
 TEST(NpyMalformedTest, UnsupportedVersion) {
-  ExpectRejected(MakeNpy(4, Header("<f4", "()"), "xxxx"),
-                 "unsupported .npy format version 4.0");
+  ExpectRejected(MakeNpy(4, Header("<f4", "()"), "xxxx"), "unsupported .npy format version 4.0");
   ExpectRejected(MakeNpy(1, Header("<f4", "()"), "xxxx", 1), "version 1.1");
 }
 
 TEST(NpyMalformedTest, TruncatedHeader) {
-  ExpectRejected(std::string("\x93NUMPY\x01\x00\x05", 9),
-                 "truncated header length");
-  ExpectRejected(std::string("\x93NUMPY\x02\x00\x05\x00\x00", 11),
-                 "truncated header length");
-  ExpectRejected(MakeNpy(1, Header("<f4", "()"), "").substr(0, 30),
-                 "truncated header");
+  ExpectRejected(std::string("\x93NUMPY\x01\x00\x05", 9), "truncated header length");
+  ExpectRejected(std::string("\x93NUMPY\x02\x00\x05\x00\x00", 11), "truncated header length");
+  ExpectRejected(MakeNpy(1, Header("<f4", "()"), "").substr(0, 30), "truncated header");
 }
 
 TEST(NpyMalformedTest, BadHeaderDict) {
   ExpectRejected(MakeNpy(1, "descr: <f4", ""), "does not start with '{'");
   ExpectRejected(MakeNpy(1, "{'descr': '<f4', 'shape': ()}", "xxxx"),
                  "must have the keys 'descr', 'fortran_order' and 'shape'");
-  ExpectRejected(
-      MakeNpy(1,
-              "{'descr': '<f4', 'fortran_order': False, 'shape': (), 'x': 1}",
-              ""),
-      "unexpected key 'x'");
+  ExpectRejected(MakeNpy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), 'x': 1}", ""), "unexpected key 'x'");
   ExpectRejected(MakeNpy(1,
                          "{'descr': '<f4', 'descr': '<f4', 'fortran_order': "
                          "False, 'shape': ()}",
                          ""),
                  "'descr' twice");
-  ExpectRejected(
-      MakeNpy(1, "{'descr': '<f4', 'fortran_order': 0, 'shape': ()}", ""),
-      "'fortran_order' is not True or False");
-  ExpectRejected(
-      MakeNpy(1, "{'descr': '<f4', 'fortran_order': Falsey, 'shape': ()}", ""),
-      "'fortran_order' is not True or False");
-  ExpectRejected(
-      MakeNpy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)", ""),
-      "ends before the closing '}'");
-  ExpectRejected(MakeNpy(1, "{'descr': '<f4', 'fortran_order': False, ", ""),
+  ExpectRejected(MakeNpy(1, "{'descr': '<f4', 'fortran_order': 0, 'shape': ()}", ""),
+                 "'fortran_order' is not True or False");
+  ExpectRejected(MakeNpy(1, "{'descr': '<f4', 'fortran_order': Falsey, 'shape': ()}", ""),
+                 "'fortran_order' is not True or False");
+  ExpectRejected(MakeNpy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)", ""),
                  "ends before the closing '}'");
-  ExpectRejected(MakeNpy(1, "{'descr': '<f4', 3: False, 'shape': ()}", ""),
-                 "expected a quoted key");
-  ExpectRejected(MakeNpy(1, Header("<f4", "()") + "junk", "xxxx"),
-                 "text after the closing");
-  ExpectRejected(
-      MakeNpy(1, "{'descr': '<f4' 'fortran_order': False, 'shape': ()}", ""),
-      "expected ',' or '}'");
+  ExpectRejected(MakeNpy(1, "{'descr': '<f4', 'fortran_order': False, ", ""), "ends before the closing '}'");
+  ExpectRejected(MakeNpy(1, "{'descr': '<f4', 3: False, 'shape': ()}", ""), "expected a quoted key");
+  ExpectRejected(MakeNpy(1, Header("<f4", "()") + "junk", "xxxx"), "text after the closing");
+  ExpectRejected(MakeNpy(1, "{'descr': '<f4' 'fortran_order': False, 'shape': ()}", ""), "expected ',' or '}'");
 }
 
 TEST(NpyMalformedTest, BadShape) {
-  ExpectRejected(MakeNpy(1, Header("<f4", "(5)"), std::string(20, '\0')),
-                 "'shape' is not a tuple");
-  ExpectRejected(MakeNpy(1, Header("<f4", "[5]"), std::string(20, '\0')),
-                 "'shape' is not a tuple");
-  ExpectRejected(MakeNpy(1, Header("<f4", "(-1,)"), ""),
-                 "not a non-negative integer");
-  ExpectRejected(MakeNpy(1, Header("<f4", "(1.5,)"), ""),
-                 "expected ',' or ')'");
-  ExpectRejected(MakeNpy(1, Header("<f4", "(99999999999999999999,)"), ""),
-                 "too large");
-  ExpectRejected(MakeNpy(1, Header("<f4", "(4294967296, 4294967296)"), ""),
-                 "overflows");
-  ExpectRejected(MakeNpy(1, Header("<f8", "(4611686018427387904,)"), ""),
-                 "needs");
+  ExpectRejected(MakeNpy(1, Header("<f4", "(5)"), std::string(20, '\0')), "'shape' is not a tuple");
+  ExpectRejected(MakeNpy(1, Header("<f4", "[5]"), std::string(20, '\0')), "'shape' is not a tuple");
+  ExpectRejected(MakeNpy(1, Header("<f4", "(-1,)"), ""), "not a non-negative integer");
+  ExpectRejected(MakeNpy(1, Header("<f4", "(1.5,)"), ""), "expected ',' or ')'");
+  ExpectRejected(MakeNpy(1, Header("<f4", "(99999999999999999999,)"), ""), "too large");
+  ExpectRejected(MakeNpy(1, Header("<f4", "(4294967296, 4294967296)"), ""), "overflows");
+  ExpectRejected(MakeNpy(1, Header("<f8", "(4611686018427387904,)"), ""), "needs");
 }
 
 TEST(NpyMalformedTest, UnsupportedDescr) {
-  ExpectRejected(MakeNpy(1, Header("<c8", "()"), std::string(8, '\0')),
-                 "unsupported descr '<c8'");
-  ExpectRejected(MakeNpy(1, Header("|f4", "()"), std::string(4, '\0')),
-                 "unsupported descr '|f4'");
-  ExpectRejected(MakeNpy(1, Header("<f16", "()"), std::string(16, '\0')),
-                 "unsupported descr");
-  ExpectRejected(MakeNpy(1, Header("O", "()"), std::string(8, '\0')),
-                 "unsupported descr 'O'");
-  ExpectRejected(MakeNpy(1, Header("<U3", "()"), std::string(12, '\0')),
-                 "unsupported descr");
-  ExpectRejected(
-      MakeNpy(1,
-              "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': ()}",
-              "xxxx"),
-      "structured dtype");
+  ExpectRejected(MakeNpy(1, Header("<c8", "()"), std::string(8, '\0')), "unsupported descr '<c8'");
+  ExpectRejected(MakeNpy(1, Header("|f4", "()"), std::string(4, '\0')), "unsupported descr '|f4'");
+  ExpectRejected(MakeNpy(1, Header("<f16", "()"), std::string(16, '\0')), "unsupported descr");
+  ExpectRejected(MakeNpy(1, Header("O", "()"), std::string(8, '\0')), "unsupported descr 'O'");
+  ExpectRejected(MakeNpy(1, Header("<U3", "()"), std::string(12, '\0')), "unsupported descr");
+  ExpectRejected(MakeNpy(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': ()}", "xxxx"),
+                 "structured dtype");
 }
 
 TEST(NpyMalformedTest, DataSizeMismatch) {
   ExpectRejected(MakeNpy(1, Header("<f4", "(2, 3)"), std::string(20, '\0')),
                  "data is 20 bytes but shape (2, 3) of '<f4' needs 6 x 4");
-  ExpectRejected(MakeNpy(1, Header("<f4", "(2,)"), std::string(12, '\0')),
-                 "4 trailing bytes");
+  ExpectRejected(MakeNpy(1, Header("<f4", "(2,)"), std::string(12, '\0')), "4 trailing bytes");
 }
 
 TEST(NpyMalformedTest, MissingFileIsNotFound) {
-  EXPECT_EQ(ReadNpy(TempPath("missing.npy")).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadNpy(TempPath("missing.npy")).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

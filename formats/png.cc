@@ -34,27 +34,23 @@ void OnWarning(png_structp, png_const_charp) {}
 
 // Appends libpng's output to the std::string behind the io pointer.
 void AppendToString(png_structp png, png_bytep data, png_size_t length) {
-  static_cast<std::string*>(png_get_io_ptr(png))
-      ->append(reinterpret_cast<const char*>(data), length);
+  static_cast<std::string*>(png_get_io_ptr(png))->append(reinterpret_cast<const char*>(data), length);
 }
 
 void NoFlush(png_structp) {}
 
 // Returns false with state->message set on failure.
-bool WriteRows(std::string* out, int width, int height, int channels,
-               const uint8_t* pixels, int compression, PngErrorState* state) {
-  png_structp png =
-      png_create_write_struct(PNG_LIBPNG_VER_STRING, state, OnError, OnWarning);
+bool WriteRows(std::string* out, int width, int height, int channels, const uint8_t* pixels, int compression,
+               PngErrorState* state) {
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, state, OnError, OnWarning);
   if (png == nullptr) {
-    std::snprintf(state->message, sizeof(state->message),
-                  "png_create_write_struct failed");
+    std::snprintf(state->message, sizeof(state->message), "png_create_write_struct failed");
     return false;
   }
   png_infop info = png_create_info_struct(png);
   if (info == nullptr) {
     png_destroy_write_struct(&png, nullptr);
-    std::snprintf(state->message, sizeof(state->message),
-                  "png_create_info_struct failed");
+    std::snprintf(state->message, sizeof(state->message), "png_create_info_struct failed");
     return false;
   }
   // `png` and `info` are not modified after setjmp, so they need no volatile.
@@ -67,13 +63,10 @@ bool WriteRows(std::string* out, int width, int height, int channels,
                                          : PNG_COLOR_TYPE_RGB_ALPHA;
   png_set_write_fn(png, out, AppendToString, NoFlush);
   png_set_compression_level(png, compression);
-  png_set_IHDR(png, info, static_cast<png_uint_32>(width),
-               static_cast<png_uint_32>(height), 8, color_type,
-               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-               PNG_FILTER_TYPE_DEFAULT);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8, color_type,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_write_info(png, info);
-  const size_t stride =
-      static_cast<size_t>(width) * static_cast<size_t>(channels);
+  const size_t stride = static_cast<size_t>(width) * static_cast<size_t>(channels);
   for (int y = 0; y < height; ++y) {
     png_write_row(png, pixels + static_cast<size_t>(y) * stride);
   }
@@ -93,18 +86,15 @@ struct ReadResult {
 };
 
 bool ReadRows(std::FILE* file, ReadResult* result, PngErrorState* state) {
-  png_structp png =
-      png_create_read_struct(PNG_LIBPNG_VER_STRING, state, OnError, OnWarning);
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, state, OnError, OnWarning);
   if (png == nullptr) {
-    std::snprintf(state->message, sizeof(state->message),
-                  "png_create_read_struct failed");
+    std::snprintf(state->message, sizeof(state->message), "png_create_read_struct failed");
     return false;
   }
   png_infop info = png_create_info_struct(png);
   if (info == nullptr) {
     png_destroy_read_struct(&png, nullptr, nullptr);
-    std::snprintf(state->message, sizeof(state->message),
-                  "png_create_info_struct failed");
+    std::snprintf(state->message, sizeof(state->message), "png_create_info_struct failed");
     return false;
   }
   // Written after setjmp and read after a longjmp: must be volatile.
@@ -146,37 +136,30 @@ bool ReadRows(std::FILE* file, ReadResult* result, PngErrorState* state) {
 
 }  // namespace
 
-absl::StatusOr<std::string> EncodePng(int width, int height, int channels,
-                                      const uint8_t* pixels, int compression) {
+absl::StatusOr<std::string> EncodePng(int width, int height, int channels, const uint8_t* pixels, int compression) {
   if (width <= 0 || height <= 0 || width > 0x7fffffff / 4) {
-    return absl::InvalidArgumentError(
-        Cat("invalid PNG size ", width, "x", height));
+    return absl::InvalidArgumentError(Cat("invalid PNG size ", width, "x", height));
   }
   if (channels != 1 && channels != 3 && channels != 4) {
-    return absl::InvalidArgumentError(
-        Cat("PNG needs 1, 3 or 4 channels, got ", channels));
+    return absl::InvalidArgumentError(Cat("PNG needs 1, 3 or 4 channels, got ", channels));
   }
   if (pixels == nullptr) return absl::InvalidArgumentError("pixels is null");
   if (compression < 0 || compression > 9) {
-    return absl::InvalidArgumentError(
-        Cat("PNG compression must be 0..9, got ", compression));
+    return absl::InvalidArgumentError(Cat("PNG compression must be 0..9, got ", compression));
   }
   std::string out;
   PngErrorState state;
   state.message[0] = '\0';
   if (!WriteRows(&out, width, height, channels, pixels, compression, &state)) {
-    return absl::InternalError(
-        Cat("encoding PNG failed: ", QuoteForError(state.message)));
+    return absl::InternalError(Cat("encoding PNG failed: ", QuoteForError(state.message)));
   }
   return out;
 }
 
-absl::Status WritePng(const std::string& path, int width, int height,
-                      int channels, const uint8_t* pixels) {
+absl::Status WritePng(const std::string& path, int width, int height, int channels, const uint8_t* pixels) {
   absl::StatusOr<std::string> bytes = EncodePng(width, height, channels, pixels);
   if (!bytes.ok()) {
-    return absl::Status(bytes.status().code(),
-                        Cat(QuoteForError(path), ": ", bytes.status().message()));
+    return absl::Status(bytes.status().code(), Cat(QuoteForError(path), ": ", bytes.status().message()));
   }
   return WriteFileAtomically(path, {{bytes->data(), bytes->size()}});
 }
@@ -197,15 +180,13 @@ absl::StatusOr<PngImage> ReadPngFrom(std::FILE* file, const std::string& label) 
   const bool ok = ReadRows(file, &result, &state);
   std::fclose(file);
   if (!ok) {
-    return absl::InvalidArgumentError(
-        Cat(label, ": bad PNG: ", QuoteForError(state.message)));
+    return absl::InvalidArgumentError(Cat(label, ": bad PNG: ", QuoteForError(state.message)));
   }
   PngImage image;
   image.width = result.width;
   image.height = result.height;
   image.channels = result.channels;
-  const size_t size =
-      static_cast<size_t>(result.width) * result.height * result.channels;
+  const size_t size = static_cast<size_t>(result.width) * result.height * result.channels;
   image.pixels.assign(result.pixels, result.pixels + size);
   std::free(result.pixels);
   return image;
@@ -225,10 +206,8 @@ absl::StatusOr<PngImage> ReadPng(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
     const int err = errno;
-    const std::string message =
-        Cat(label, ": cannot open: ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(message)
-                         : absl::InvalidArgumentError(message);
+    const std::string message = Cat(label, ": cannot open: ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(message) : absl::InvalidArgumentError(message);
   }
   return ReadPngFrom(file, label);
 }

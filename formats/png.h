@@ -25,8 +25,7 @@ inline constexpr int kDefaultPngCompression = 6;
 
 // Encodes an 8-bit gray (channels 1), RGB (3) or RGBA (4) PNG in memory,
 // deflated at `compression` 0 (stored) .. 9.
-absl::StatusOr<std::string> EncodePng(int width, int height, int channels,
-                                      const uint8_t* pixels,
+absl::StatusOr<std::string> EncodePng(int width, int height, int channels, const uint8_t* pixels,
                                       int compression = kDefaultPngCompression);
 
 // Decodes PNG bytes like ReadPng.
@@ -35,8 +34,7 @@ absl::StatusOr<PngImage> DecodePng(const std::string& bytes);
 // Writes an 8-bit gray (channels 1), RGB (3) or RGBA (4) PNG from HWC
 // row-major `pixels` (height * width * channels bytes). Atomic: the file is
 // written to path + ".tmp" and renamed.
-absl::Status WritePng(const std::string& path, int width, int height,
-                      int channels, const uint8_t* pixels);
+absl::Status WritePng(const std::string& path, int width, int height, int channels, const uint8_t* pixels);
 
 // Reads any PNG, expanded to 8 bits per channel (palette -> RGB, tRNS ->
 // alpha, 16-bit -> 8-bit).

@@ -21,8 +21,7 @@ std::string TempPath(const std::string& name) {
 
 std::vector<uint8_t> Pattern(int width, int height, int channels) {
   std::vector<uint8_t> pixels(static_cast<size_t>(width) * height * channels);
-  for (size_t i = 0; i < pixels.size(); ++i)
-    pixels[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
   return pixels;
 }
 
@@ -54,14 +53,10 @@ TEST(PngTest, OnePixel) {
 TEST(PngTest, WriteRejectsBadArguments) {
   const uint8_t pixels[16] = {};
   const std::string path = TempPath("bad.png");
-  EXPECT_THAT(std::string(WritePng(path, 2, 2, 2, pixels).message()),
-              HasSubstr("1, 3 or 4 channels"));
-  EXPECT_THAT(std::string(WritePng(path, 0, 2, 3, pixels).message()),
-              HasSubstr("invalid PNG size"));
-  EXPECT_THAT(std::string(WritePng(path, 2, -1, 3, pixels).message()),
-              HasSubstr("invalid PNG size"));
-  EXPECT_THAT(std::string(WritePng(path, 2, 2, 3, nullptr).message()),
-              HasSubstr("null"));
+  EXPECT_THAT(std::string(WritePng(path, 2, 2, 2, pixels).message()), HasSubstr("1, 3 or 4 channels"));
+  EXPECT_THAT(std::string(WritePng(path, 0, 2, 3, pixels).message()), HasSubstr("invalid PNG size"));
+  EXPECT_THAT(std::string(WritePng(path, 2, -1, 3, pixels).message()), HasSubstr("invalid PNG size"));
+  EXPECT_THAT(std::string(WritePng(path, 2, 2, 3, nullptr).message()), HasSubstr("null"));
   EXPECT_FALSE(WritePng(TempPath("no/such/dir/x.png"), 2, 2, 1, pixels).ok());
 }
 
@@ -75,25 +70,20 @@ TEST(PngTest, LibpngErrorsBecomeStatus) {
 }
 
 TEST(PngTest, ReadRejectsBadFiles) {
-  EXPECT_EQ(ReadPng(TempPath("missing.png")).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadPng(TempPath("missing.png")).status().code(), absl::StatusCode::kNotFound);
   const std::string not_png = TempPath("not.png");
   std::ofstream(not_png) << "hello, this is not a png";
-  EXPECT_THAT(std::string(ReadPng(not_png).status().message()),
-              HasSubstr("not a PNG file"));
+  EXPECT_THAT(std::string(ReadPng(not_png).status().message()), HasSubstr("not a PNG file"));
 
   // A valid PNG cut short: libpng's error path must free and report.
   const std::vector<uint8_t> pixels = Pattern(64, 64, 3);
   const std::string good = TempPath("good.png");
   ASSERT_TRUE(WritePng(good, 64, 64, 3, pixels.data()).ok());
   std::ifstream in(good, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)),
-                          std::istreambuf_iterator<char>());
-  for (size_t cut : {size_t{8}, size_t{20}, size_t{40}, bytes.size() / 2,
-                     bytes.size() - 13}) {
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t cut : {size_t{8}, size_t{20}, size_t{40}, bytes.size() / 2, bytes.size() - 13}) {
     const std::string truncated = TempPath("truncated.png");
-    std::ofstream(truncated, std::ios::binary)
-        .write(bytes.data(), static_cast<std::streamsize>(cut));
+    std::ofstream(truncated, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(cut));
     absl::StatusOr<PngImage> image = ReadPng(truncated);
     EXPECT_FALSE(image.ok()) << "cut at " << cut;
     EXPECT_THAT(std::string(image.status().message()), HasSubstr(truncated));

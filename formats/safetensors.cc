@@ -68,9 +68,7 @@ void StoreLittleEndian64(uint64_t v, char* p) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return Cat("[", absl::StrJoin(shape, ", "), "]");
-}
+std::string ShapeString(const std::vector<int64_t>& shape) { return Cat("[", absl::StrJoin(shape, ", "), "]"); }
 
 // Checks that the element count of `shape` is representable: the product of
 // the dimensions, with zeros counted as one (so that a zero-size tensor cannot
@@ -79,8 +77,7 @@ bool ShapeProductFits(const std::vector<int64_t>& shape) {
   int64_t product = 1;
   for (int64_t d : shape) {
     if (d < 0) return false;
-    if (__builtin_mul_overflow(product, std::max<int64_t>(d, 1), &product))
-      return false;
+    if (__builtin_mul_overflow(product, std::max<int64_t>(d, 1), &product)) return false;
   }
   return true;
 }
@@ -116,8 +113,7 @@ bool IsValidUtf8(std::string_view s) {
       if ((cc & 0xc0) != 0x80) return false;
       cp = (cp << 6) | (cc & 0x3f);
     }
-    if ((extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) ||
-        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+    if ((extra == 2 && cp < 0x800) || (extra == 3 && cp < 0x10000) || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
       return false;
     }
     i += extra + 1;
@@ -167,8 +163,7 @@ class HeaderScanner : public nlohmann::json_sax<Json> {
     --depth_;
     return true;
   }
-  bool parse_error(std::size_t, const std::string&,
-                   const nlohmann::detail::exception& ex) override {
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& ex) override {
     error_ = ex.what();
     return false;
   }
@@ -205,8 +200,7 @@ enum class IntCheck { kOk, kNotInteger, kNegative, kTooLarge };
 IntCheck GetNonNegativeInt(const Json& j, int64_t* out) {
   if (j.is_number_unsigned()) {
     const uint64_t v = j.get<uint64_t>();
-    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      return IntCheck::kTooLarge;
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return IntCheck::kTooLarge;
     *out = static_cast<int64_t>(v);
     return IntCheck::kOk;
   }
@@ -234,8 +228,7 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
   for (const DTypeInfo& info : kDTypes) {
     if (info.name == name) return info.dtype;
   }
-  return absl::InvalidArgumentError(
-      Cat("unknown dtype '", QuoteForError(name), "'"));
+  return absl::InvalidArgumentError(Cat("unknown dtype '", QuoteForError(name), "'"));
 }
 
 std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
@@ -251,16 +244,13 @@ int64_t TensorView::numel() const {
 // ---------------------------------------------------------------------------
 // Reading.
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
-    const std::string& path) {
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   const std::string label = QuoteForError(path);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    const std::string message =
-        Cat(label, ": cannot open: ", std::strerror(err));
-    return err == ENOENT ? absl::NotFoundError(message)
-                         : absl::InvalidArgumentError(message);
+    const std::string message = Cat(label, ": cannot open: ", std::strerror(err));
+    return err == ENOENT ? absl::NotFoundError(message) : absl::InvalidArgumentError(message);
   }
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -271,13 +261,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
   file->path_ = path;
   // mmap of length 0 fails; an empty file is rejected by Parse() instead.
   if (st.st_size > 0) {
-    void* mapping = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ,
-                           MAP_PRIVATE, fd, 0);
+    void* mapping = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
     if (mapping == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      return absl::InternalError(
-          Cat(label, ": mmap failed: ", std::strerror(err)));
+      return absl::InternalError(Cat(label, ": mmap failed: ", std::strerror(err)));
     }
     file->mapping_ = mapping;
     file->mapping_size_ = static_cast<size_t>(st.st_size);
@@ -289,8 +277,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
   return file;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBuffer(
-    std::string bytes, std::string label) {
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBuffer(std::string bytes, std::string label) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = std::move(label);
   // The views point into owned_bytes_, which never moves again: the object
@@ -313,24 +300,19 @@ const TensorView* SafetensorsFile::Find(std::string_view name) const {
 
 absl::Status SafetensorsFile::Parse() {
   const std::string label = QuoteForError(path_);
-  auto error = [&label](auto&&... parts) {
-    return absl::InvalidArgumentError(Cat(label, ": ", parts...));
-  };
+  auto error = [&label](auto&&... parts) { return absl::InvalidArgumentError(Cat(label, ": ", parts...)); };
 
   if (size_ == 0) return error("file is empty");
   if (size_ < 8) {
-    return error("file is ", size_,
-                 " bytes, shorter than the 8-byte header length field");
+    return error("file is ", size_, " bytes, shorter than the 8-byte header length field");
   }
   const uint64_t header_len = LoadLittleEndian64(base_);
   if (header_len == 0) return error("header length is 0");
   if (header_len > kMaxHeaderBytes) {
-    return error("header length ", header_len, " exceeds the limit of ",
-                 kMaxHeaderBytes, " bytes");
+    return error("header length ", header_len, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
   }
   if (header_len > size_ - 8) {
-    return error("header length ", header_len, " runs past the end of the ",
-                 size_, "-byte file");
+    return error("header length ", header_len, " runs past the end of the ", size_, "-byte file");
   }
   const char* header_begin = reinterpret_cast<const char*>(base_ + 8);
   const char* header_end = header_begin + header_len;
@@ -346,15 +328,12 @@ absl::Status SafetensorsFile::Parse() {
   }
   if (scanner.found()) {
     if (scanner.nested()) {
-      const std::string where =
-          scanner.inside() == kMetadataKey
-              ? std::string("\"__metadata__\"")
-              : Cat("tensor '", QuoteForError(scanner.inside()), "'");
-      return error(where, ": duplicate key '",
-                   QuoteForError(scanner.duplicate()), "'");
+      const std::string where = scanner.inside() == kMetadataKey
+                                    ? std::string("\"__metadata__\"")
+                                    : Cat("tensor '", QuoteForError(scanner.inside()), "'");
+      return error(where, ": duplicate key '", QuoteForError(scanner.duplicate()), "'");
     }
-    return error("header has duplicate key '",
-                 QuoteForError(scanner.duplicate()), "'");
+    return error("header has duplicate key '", QuoteForError(scanner.duplicate()), "'");
   }
   const Json header = Json::parse(header_begin, header_end, nullptr,
                                   /*allow_exceptions=*/false);
@@ -375,13 +354,12 @@ absl::Status SafetensorsFile::Parse() {
     const Json& value = it.value();
     if (key == kMetadataKey) {
       if (!value.is_object()) {
-        return error("\"__metadata__\" is a JSON ", TypeName(value),
-                     ", not an object of strings");
+        return error("\"__metadata__\" is a JSON ", TypeName(value), ", not an object of strings");
       }
       for (auto m = value.begin(); m != value.end(); ++m) {
         if (!m.value().is_string()) {
-          return error("\"__metadata__\" value for '", QuoteForError(m.key()),
-                       "' is a JSON ", TypeName(m.value()), ", not a string");
+          return error("\"__metadata__\" value for '", QuoteForError(m.key()), "' is a JSON ", TypeName(m.value()),
+                       ", not a string");
         }
         metadata_.emplace(m.key(), m.value().get<std::string>());
       }
@@ -389,8 +367,7 @@ absl::Status SafetensorsFile::Parse() {
     }
     const std::string tensor = Cat("tensor '", QuoteForError(key), "': ");
     if (!value.is_object()) {
-      return error(tensor, "entry is a JSON ", TypeName(value),
-                   ", not an object");
+      return error(tensor, "entry is a JSON ", TypeName(value), ", not an object");
     }
 
     Entry entry;
@@ -399,8 +376,7 @@ absl::Status SafetensorsFile::Parse() {
     const auto dtype_it = value.find("dtype");
     if (dtype_it == value.end()) return error(tensor, "missing \"dtype\"");
     if (!dtype_it->is_string()) {
-      return error(tensor, "\"dtype\" is a JSON ", TypeName(*dtype_it),
-                   ", not a string");
+      return error(tensor, "\"dtype\" is a JSON ", TypeName(*dtype_it), ", not a string");
     }
     const std::string& dtype_name = dtype_it->get_ref<const std::string&>();
     absl::StatusOr<DType> dtype = ParseDType(dtype_name);
@@ -410,8 +386,7 @@ absl::Status SafetensorsFile::Parse() {
     const auto shape_it = value.find("shape");
     if (shape_it == value.end()) return error(tensor, "missing \"shape\"");
     if (!shape_it->is_array()) {
-      return error(tensor, "\"shape\" is a JSON ", TypeName(*shape_it),
-                   ", not an array");
+      return error(tensor, "\"shape\" is a JSON ", TypeName(*shape_it), ", not an array");
     }
     for (size_t i = 0; i < shape_it->size(); ++i) {
       const Json& dim = (*shape_it)[i];
@@ -420,52 +395,42 @@ absl::Status SafetensorsFile::Parse() {
         case IntCheck::kOk:
           break;
         case IntCheck::kNotInteger:
-          return error(tensor, "shape dimension ", i, " is a JSON ",
-                       TypeName(dim), ", not an integer");
+          return error(tensor, "shape dimension ", i, " is a JSON ", TypeName(dim), ", not an integer");
         case IntCheck::kNegative:
-          return error(tensor, "shape dimension ", i, " is negative (",
-                       dim.get<int64_t>(), ")");
+          return error(tensor, "shape dimension ", i, " is negative (", dim.get<int64_t>(), ")");
         case IntCheck::kTooLarge:
-          return error(tensor, "shape dimension ", i, " is too large (",
-                       dim.get<uint64_t>(), ")");
+          return error(tensor, "shape dimension ", i, " is too large (", dim.get<uint64_t>(), ")");
       }
       entry.view.shape.push_back(d);
     }
     if (!ShapeProductFits(entry.view.shape)) {
-      return error(tensor, "shape ", ShapeString(entry.view.shape),
-                   " overflows 64-bit size");
+      return error(tensor, "shape ", ShapeString(entry.view.shape), " overflows 64-bit size");
     }
 
     const auto offsets_it = value.find("data_offsets");
-    if (offsets_it == value.end())
-      return error(tensor, "missing \"data_offsets\"");
+    if (offsets_it == value.end()) return error(tensor, "missing \"data_offsets\"");
     int64_t begin = 0;
     int64_t end = 0;
     if (!offsets_it->is_array() || offsets_it->size() != 2 ||
         GetNonNegativeInt((*offsets_it)[0], &begin) != IntCheck::kOk ||
         GetNonNegativeInt((*offsets_it)[1], &end) != IntCheck::kOk) {
-      return error(tensor,
-                   "\"data_offsets\" must be two non-negative integers, got ",
+      return error(tensor, "\"data_offsets\" must be two non-negative integers, got ",
                    Abbreviate(offsets_it->dump(-1, ' ', true)));
     }
     if (begin > end) {
-      return error(tensor, "data_offsets [", begin, ", ", end,
-                   "] begin after end");
+      return error(tensor, "data_offsets [", begin, ", ", end, "] begin after end");
     }
     if (static_cast<uint64_t>(end) > data_size) {
-      return error(tensor, "data_offsets [", begin, ", ", end,
-                   "] run past the end of the ", data_size,
+      return error(tensor, "data_offsets [", begin, ", ", end, "] run past the end of the ", data_size,
                    "-byte data section");
     }
     const uint64_t nbytes = static_cast<uint64_t>(end - begin);
     uint64_t expected = 0;
-    if (__builtin_mul_overflow(
-            static_cast<uint64_t>(entry.view.numel()),
-            static_cast<uint64_t>(DTypeSize(entry.view.dtype)), &expected) ||
+    if (__builtin_mul_overflow(static_cast<uint64_t>(entry.view.numel()),
+                               static_cast<uint64_t>(DTypeSize(entry.view.dtype)), &expected) ||
         expected != nbytes) {
-      return error(tensor, "data_offsets [", begin, ", ", end, "] hold ",
-                   nbytes, " bytes but shape ", ShapeString(entry.view.shape),
-                   " of ", dtype_name, " needs ", entry.view.numel(), " x ",
+      return error(tensor, "data_offsets [", begin, ", ", end, "] hold ", nbytes, " bytes but shape ",
+                   ShapeString(entry.view.shape), " of ", dtype_name, " needs ", entry.view.numel(), " x ",
                    DTypeSize(entry.view.dtype));
     }
     entry.begin = static_cast<uint64_t>(begin);
@@ -476,8 +441,7 @@ absl::Status SafetensorsFile::Parse() {
   }
 
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return std::tie(a.begin, a.end, a.view.name) <
-           std::tie(b.begin, b.end, b.view.name);
+    return std::tie(a.begin, a.end, a.view.name) < std::tie(b.begin, b.end, b.view.name);
   });
   // Zero-size tensors occupy no bytes and cannot overlap anything. Gaps
   // between tensors are allowed (the spec asks for none, but readers such as
@@ -486,10 +450,8 @@ absl::Status SafetensorsFile::Parse() {
   for (const Entry& entry : entries) {
     if (entry.begin == entry.end) continue;
     if (previous != nullptr && entry.begin < previous->end) {
-      return error("tensors '", QuoteForError(previous->view.name), "' [",
-                   previous->begin, ", ", previous->end, "] and '",
-                   QuoteForError(entry.view.name), "' [", entry.begin, ", ",
-                   entry.end, "] overlap");
+      return error("tensors '", QuoteForError(previous->view.name), "' [", previous->begin, ", ", previous->end,
+                   "] and '", QuoteForError(entry.view.name), "' [", entry.begin, ", ", entry.end, "] overlap");
     }
     if (previous == nullptr || entry.end > previous->end) previous = &entry;
   }
@@ -509,19 +471,15 @@ namespace {
 
 // The 8-byte length plus the padded JSON header for `tensors` laid out back
 // to back in order.
-absl::StatusOr<std::string> BuildHeader(
-    const std::vector<TensorView>& tensors,
-    const std::map<std::string, std::string>& metadata) {
-  auto error = [](auto&&... parts) {
-    return absl::InvalidArgumentError(Cat("safetensors writer: ", parts...));
-  };
+absl::StatusOr<std::string> BuildHeader(const std::vector<TensorView>& tensors,
+                                        const std::map<std::string, std::string>& metadata) {
+  auto error = [](auto&&... parts) { return absl::InvalidArgumentError(Cat("safetensors writer: ", parts...)); };
   Json header = Json::object();
   if (!metadata.empty()) {
     Json meta = Json::object();
     for (const auto& [key, value] : metadata) {
       if (!IsValidUtf8(key) || !IsValidUtf8(value)) {
-        return error("metadata entry '", QuoteForError(key),
-                     "' is not valid UTF-8");
+        return error("metadata entry '", QuoteForError(key), "' is not valid UTF-8");
       }
       meta[key] = value;
     }
@@ -537,12 +495,11 @@ absl::StatusOr<std::string> BuildHeader(
       return error(tensor, "invalid shape ", ShapeString(t.shape));
     }
     uint64_t expected = 0;
-    if (__builtin_mul_overflow(static_cast<uint64_t>(t.numel()),
-                               static_cast<uint64_t>(DTypeSize(t.dtype)),
+    if (__builtin_mul_overflow(static_cast<uint64_t>(t.numel()), static_cast<uint64_t>(DTypeSize(t.dtype)),
                                &expected) ||
         expected != t.nbytes) {
-      return error(tensor, "nbytes ", t.nbytes, " does not match shape ",
-                   ShapeString(t.shape), " of ", DTypeName(t.dtype));
+      return error(tensor, "nbytes ", t.nbytes, " does not match shape ", ShapeString(t.shape), " of ",
+                   DTypeName(t.dtype));
     }
     if (t.data == nullptr && t.nbytes > 0) return error(tensor, "data is null");
     Json shape = Json::array();
@@ -568,9 +525,8 @@ absl::StatusOr<std::string> BuildHeader(
 
 }  // namespace
 
-absl::StatusOr<std::string> SerializeSafetensors(
-    const std::vector<TensorView>& tensors,
-    const std::map<std::string, std::string>& metadata) {
+absl::StatusOr<std::string> SerializeSafetensors(const std::vector<TensorView>& tensors,
+                                                 const std::map<std::string, std::string>& metadata) {
   absl::StatusOr<std::string> out = BuildHeader(tensors, metadata);
   if (!out.ok()) return out.status();
   for (const TensorView& t : tensors) {
@@ -579,13 +535,11 @@ absl::StatusOr<std::string> SerializeSafetensors(
   return out;
 }
 
-absl::Status WriteSafetensors(
-    const std::string& path, const std::vector<TensorView>& tensors,
-    const std::map<std::string, std::string>& metadata) {
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
   absl::StatusOr<std::string> header = BuildHeader(tensors, metadata);
   if (!header.ok()) {
-    return absl::InvalidArgumentError(
-        Cat(QuoteForError(path), ": ", header.status().message()));
+    return absl::InvalidArgumentError(Cat(QuoteForError(path), ": ", header.status().message()));
   }
   std::vector<ByteChunk> chunks;
   chunks.reserve(tensors.size() + 1);
@@ -597,52 +551,41 @@ absl::Status WriteSafetensors(
 // ---------------------------------------------------------------------------
 // Sharded checkpoints.
 
-absl::StatusOr<std::vector<std::string>> ReadShardIndex(
-    const std::string& index_json_path) {
+absl::StatusOr<std::vector<std::string>> ReadShardIndex(const std::string& index_json_path) {
   const std::string label = QuoteForError(index_json_path);
-  auto error = [&label](auto&&... parts) {
-    return absl::InvalidArgumentError(Cat(label, ": ", parts...));
-  };
+  auto error = [&label](auto&&... parts) { return absl::InvalidArgumentError(Cat(label, ": ", parts...)); };
   absl::StatusOr<std::string> text = ReadFileToString(index_json_path);
   if (!text.ok()) return text.status();
   const Json index = Json::parse(text->begin(), text->end(), nullptr,
                                  /*allow_exceptions=*/false);
   if (index.is_discarded()) return error("not valid JSON");
-  if (!index.is_object())
-    return error("top level is a JSON ", TypeName(index), ", not an object");
+  if (!index.is_object()) return error("top level is a JSON ", TypeName(index), ", not an object");
   const auto map_it = index.find("weight_map");
   if (map_it == index.end()) return error("missing \"weight_map\"");
   if (!map_it->is_object()) {
-    return error("\"weight_map\" is a JSON ", TypeName(*map_it),
-                 ", not an object");
+    return error("\"weight_map\" is a JSON ", TypeName(*map_it), ", not an object");
   }
   if (map_it->empty()) return error("\"weight_map\" is empty");
   std::set<std::string> shards;
   for (auto it = map_it->begin(); it != map_it->end(); ++it) {
     const std::string tensor = Cat("tensor '", QuoteForError(it.key()), "': ");
     if (!it.value().is_string()) {
-      return error(tensor, "shard is a JSON ", TypeName(it.value()),
-                   ", not a string");
+      return error(tensor, "shard is a JSON ", TypeName(it.value()), ", not a string");
     }
     const std::string& shard = it.value().get_ref<const std::string&>();
-    if (shard.empty() || shard.find('/') != std::string::npos ||
-        shard.find('\\') != std::string::npos ||
-        shard.find("..") != std::string::npos ||
-        shard.find('\0') != std::string::npos) {
-      return error(tensor, "shard name '", QuoteForError(shard),
-                   "' is not a plain file name in the index's folder");
+    if (shard.empty() || shard.find('/') != std::string::npos || shard.find('\\') != std::string::npos ||
+        shard.find("..") != std::string::npos || shard.find('\0') != std::string::npos) {
+      return error(tensor, "shard name '", QuoteForError(shard), "' is not a plain file name in the index's folder");
     }
     shards.insert(shard);
   }
   std::error_code ec;
-  const std::filesystem::path absolute =
-      std::filesystem::absolute(index_json_path, ec);
+  const std::filesystem::path absolute = std::filesystem::absolute(index_json_path, ec);
   if (ec) return error("cannot make the path absolute: ", ec.message());
   const std::filesystem::path folder = absolute.parent_path();
   std::vector<std::string> paths;
   paths.reserve(shards.size());
-  for (const std::string& shard : shards)
-    paths.push_back((folder / shard).string());
+  for (const std::string& shard : shards) paths.push_back((folder / shard).string());
   return paths;
 }
 

@@ -23,21 +23,7 @@ namespace vaedecode::formats {
 
 // Element types shared by the safetensors and .npy code. The names are the
 // safetensors spellings ("F32", "BF16", "BOOL", ...).
-enum class DType {
-  kF64,
-  kF32,
-  kF16,
-  kBF16,
-  kI64,
-  kI32,
-  kI16,
-  kI8,
-  kU64,
-  kU32,
-  kU16,
-  kU8,
-  kBool
-};
+enum class DType { kF64, kF32, kF16, kBF16, kI64, kI32, kI16, kI8, kU64, kU32, kU16, kU8, kBool };
 
 // "F32" -> kF32, ... Case-sensitive, as in the spec. Unknown names (including
 // the F8 types, which this project does not use) are InvalidArgument.
@@ -81,12 +67,10 @@ class SafetensorsFile {
   // Maps `path` read-only (mmap; unmapped in the destructor). Truncating the
   // file on disk while it is mapped makes later reads of the data fault:
   // callers must not rewrite files in place (WriteSafetensors renames).
-  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(
-      const std::string& path);
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
 
   // Parses a copy of `bytes`; `label` stands in for the path in errors.
-  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromBuffer(
-      std::string bytes, std::string label);
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromBuffer(std::string bytes, std::string label);
 
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -100,9 +84,7 @@ class SafetensorsFile {
   const TensorView* Find(std::string_view name) const;
 
   // The "__metadata__" map; empty when the header has none.
-  const std::map<std::string, std::string>& metadata() const {
-    return metadata_;
-  }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // The path given to Open, or the label given to FromBuffer.
   const std::string& path() const { return path_; }
@@ -130,22 +112,19 @@ class SafetensorsFile {
 // the tensors' bytes back to back in the given order. Errors: duplicate or
 // reserved ("__metadata__") names, names or metadata that are not UTF-8,
 // nbytes != numel * dtype size, negative dims, null data with nbytes > 0.
-absl::StatusOr<std::string> SerializeSafetensors(
-    const std::vector<TensorView>& tensors,
-    const std::map<std::string, std::string>& metadata = {});
+absl::StatusOr<std::string> SerializeSafetensors(const std::vector<TensorView>& tensors,
+                                                 const std::map<std::string, std::string>& metadata = {});
 
 // Writes the same bytes as SerializeSafetensors to `path` + ".tmp" (streaming
 // the tensor data, not copying it) and renames it over `path`.
-absl::Status WriteSafetensors(
-    const std::string& path, const std::vector<TensorView>& tensors,
-    const std::map<std::string, std::string>& metadata = {});
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
 
 // Reads a sharded checkpoint's `*.safetensors.index.json`
 // ({"metadata": {...}, "weight_map": {"tensor": "shard.safetensors", ...}})
 // and returns the distinct shard files, as absolute paths in the index's
 // folder, sorted by file name. Shard names must be plain file names: "/", "\"
 // or ".." anywhere in one is an error (no path traversal).
-absl::StatusOr<std::vector<std::string>> ReadShardIndex(
-    const std::string& index_json_path);
+absl::StatusOr<std::vector<std::string>> ReadShardIndex(const std::string& index_json_path);
 
 }  // namespace vaedecode::formats

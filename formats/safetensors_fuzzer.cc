@@ -26,8 +26,7 @@ void Require(bool condition) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  auto file = SafetensorsFile::FromBuffer(
-      std::string(reinterpret_cast<const char*>(data), size), "fuzz-input");
+  auto file = SafetensorsFile::FromBuffer(std::string(reinterpret_cast<const char*>(data), size), "fuzz-input");
   if (!file.ok()) {
     Require(!file.status().message().empty());
     Require(file.status().message().find('\n') == std::string::npos);
@@ -35,8 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   uint64_t checksum = 0;
   for (const TensorView& t : (*file)->tensors()) {
-    Require(t.nbytes == static_cast<size_t>(t.numel()) *
-                            vaedecode::formats::DTypeSize(t.dtype));
+    Require(t.nbytes == static_cast<size_t>(t.numel()) * vaedecode::formats::DTypeSize(t.dtype));
     for (size_t i = 0; i < t.nbytes; ++i) checksum += t.data[i];
     Require((*file)->Find(t.name) == &t);
   }
@@ -44,8 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   volatile uint64_t sink = checksum;
   (void)sink;
 
-  auto bytes = vaedecode::formats::SerializeSafetensors((*file)->tensors(),
-                                                        (*file)->metadata());
+  auto bytes = vaedecode::formats::SerializeSafetensors((*file)->tensors(), (*file)->metadata());
   Require(bytes.ok());
   auto again = SafetensorsFile::FromBuffer(std::move(*bytes), "fuzz-roundtrip");
   Require(again.ok());
@@ -53,8 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Require((*again)->metadata() == (*file)->metadata());
   for (const TensorView& t : (*file)->tensors()) {
     const TensorView* u = (*again)->Find(t.name);
-    Require(u != nullptr && u->dtype == t.dtype && u->shape == t.shape &&
-            u->nbytes == t.nbytes &&
+    Require(u != nullptr && u->dtype == t.dtype && u->shape == t.shape && u->nbytes == t.nbytes &&
             (t.nbytes == 0 || std::memcmp(u->data, t.data, t.nbytes) == 0));
   }
   return 0;

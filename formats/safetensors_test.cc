@@ -42,8 +42,7 @@ std::string Build(const std::string& header, const std::string& data = "") {
   return LittleEndian64(header.size()) + header + data;
 }
 
-absl::StatusOr<std::unique_ptr<SafetensorsFile>> Parse(
-    const std::string& bytes) {
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> Parse(const std::string& bytes) {
   return SafetensorsFile::FromBuffer(bytes, "test.safetensors");
 }
 
@@ -61,17 +60,15 @@ void ExpectRejected(const std::string& bytes, const std::string& problem) {
 
 // A valid single F32 [2] tensor entry with the given offsets.
 std::string F32Entry(const std::string& name, int begin, int end) {
-  return absl::StrCat("\"", name, "\":{\"dtype\":\"F32\",\"shape\":[",
-                      (end - begin) / 4, "],\"data_offsets\":[", begin, ",",
-                      end, "]}");
+  return absl::StrCat("\"", name, "\":{\"dtype\":\"F32\",\"shape\":[", (end - begin) / 4, "],\"data_offsets\":[", begin,
+                      ",", end, "]}");
 }
 
 TEST(DTypeTest, NamesSizesRoundTrip) {
   const std::vector<std::pair<DType, size_t>> all = {
-      {DType::kF64, 8}, {DType::kF32, 4}, {DType::kF16, 2}, {DType::kBF16, 2},
-      {DType::kI64, 8}, {DType::kI32, 4}, {DType::kI16, 2}, {DType::kI8, 1},
-      {DType::kU64, 8}, {DType::kU32, 4}, {DType::kU16, 2}, {DType::kU8, 1},
-      {DType::kBool, 1}};
+      {DType::kF64, 8}, {DType::kF32, 4}, {DType::kF16, 2}, {DType::kBF16, 2}, {DType::kI64, 8},
+      {DType::kI32, 4}, {DType::kI16, 2}, {DType::kI8, 1},  {DType::kU64, 8},  {DType::kU32, 4},
+      {DType::kU16, 2}, {DType::kU8, 1},  {DType::kBool, 1}};
   for (const auto& [dtype, size] : all) {
     EXPECT_EQ(DTypeSize(dtype), size) << DTypeName(dtype);
     absl::StatusOr<DType> parsed = ParseDType(DTypeName(dtype));
@@ -91,24 +88,13 @@ TEST(SafetensorsTest, WriteThenOpenRoundTrip) {
   const std::vector<uint8_t> bytes = {1, 2, 3, 4, 5};
   const std::vector<uint16_t> bf16 = {0x3f80, 0xbf80};
   std::vector<TensorView> tensors(5);
-  tensors[0] = {"w",
-                DType::kF32,
-                {2, 3},
-                reinterpret_cast<const uint8_t*>(weights.data()),
-                24};
-  tensors[1] = {
-      "step", DType::kI64, {}, reinterpret_cast<const uint8_t*>(&step), 8};
+  tensors[0] = {"w", DType::kF32, {2, 3}, reinterpret_cast<const uint8_t*>(weights.data()), 24};
+  tensors[1] = {"step", DType::kI64, {}, reinterpret_cast<const uint8_t*>(&step), 8};
   tensors[2] = {"empty", DType::kF16, {0, 4}, nullptr, 0};
   tensors[3] = {"bytes", DType::kU8, {5}, bytes.data(), 5};
-  tensors[4] = {"half",
-                DType::kBF16,
-                {1, 2},
-                reinterpret_cast<const uint8_t*>(bf16.data()),
-                4};
+  tensors[4] = {"half", DType::kBF16, {1, 2}, reinterpret_cast<const uint8_t*>(bf16.data()), 4};
   const std::string path = TempPath("roundtrip.safetensors");
-  ASSERT_TRUE(
-      WriteSafetensors(path, tensors, {{"format", "pt"}, {"note", "ünïcode"}})
-          .ok());
+  ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}, {"note", "ünïcode"}}).ok());
 
   auto file = SafetensorsFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
@@ -162,13 +148,11 @@ TEST(SafetensorsTest, WriteThenOpenRoundTrip) {
 TEST(SafetensorsTest, WriterLayoutIsStandard) {
   const std::vector<float> a = {1, 2, 3};
   const std::vector<double> b = {4};
-  auto bytes = SerializeSafetensors(
-      {{"a", DType::kF32, {3}, reinterpret_cast<const uint8_t*>(a.data()), 12},
-       {"b", DType::kF64, {1}, reinterpret_cast<const uint8_t*>(b.data()), 8}});
+  auto bytes = SerializeSafetensors({{"a", DType::kF32, {3}, reinterpret_cast<const uint8_t*>(a.data()), 12},
+                                     {"b", DType::kF64, {1}, reinterpret_cast<const uint8_t*>(b.data()), 8}});
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i)
-    header_len = (header_len << 8) | static_cast<uint8_t>((*bytes)[i]);
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<uint8_t>((*bytes)[i]);
   EXPECT_EQ(header_len % 8, 0u);
   EXPECT_EQ(bytes->size(), 8 + header_len + 20);
   const std::string header = bytes->substr(8, header_len);
@@ -196,26 +180,18 @@ TEST(SafetensorsTest, WriteReplacesAtomically) {
 TEST(SafetensorsTest, WriterRejectsBadInput) {
   const float f[2] = {1, 2};
   const auto* p = reinterpret_cast<const uint8_t*>(f);
-  auto serialize_error =
-      [](const std::vector<TensorView>& tensors,
-         const std::map<std::string, std::string>& metadata = {}) {
-        auto bytes = SerializeSafetensors(tensors, metadata);
-        return bytes.ok() ? std::string("ok")
-                          : std::string(bytes.status().message());
-      };
-  EXPECT_THAT(serialize_error({{"a", DType::kF32, {2}, p, 8},
-                               {"a", DType::kF32, {2}, p, 8}}),
+  auto serialize_error = [](const std::vector<TensorView>& tensors,
+                            const std::map<std::string, std::string>& metadata = {}) {
+    auto bytes = SerializeSafetensors(tensors, metadata);
+    return bytes.ok() ? std::string("ok") : std::string(bytes.status().message());
+  };
+  EXPECT_THAT(serialize_error({{"a", DType::kF32, {2}, p, 8}, {"a", DType::kF32, {2}, p, 8}}),
               HasSubstr("duplicate name"));
-  EXPECT_THAT(serialize_error({{"__metadata__", DType::kF32, {2}, p, 8}}),
-              HasSubstr("reserved"));
-  EXPECT_THAT(serialize_error({{"a", DType::kF32, {3}, p, 8}}),
-              HasSubstr("does not match shape"));
-  EXPECT_THAT(serialize_error({{"a", DType::kF32, {-2}, p, 8}}),
-              HasSubstr("invalid shape"));
-  EXPECT_THAT(serialize_error({{"a", DType::kF32, {2}, nullptr, 8}}),
-              HasSubstr("null"));
-  EXPECT_THAT(serialize_error({{"bad\xff", DType::kF32, {2}, p, 8}}),
-              HasSubstr("UTF-8"));
+  EXPECT_THAT(serialize_error({{"__metadata__", DType::kF32, {2}, p, 8}}), HasSubstr("reserved"));
+  EXPECT_THAT(serialize_error({{"a", DType::kF32, {3}, p, 8}}), HasSubstr("does not match shape"));
+  EXPECT_THAT(serialize_error({{"a", DType::kF32, {-2}, p, 8}}), HasSubstr("invalid shape"));
+  EXPECT_THAT(serialize_error({{"a", DType::kF32, {2}, nullptr, 8}}), HasSubstr("null"));
+  EXPECT_THAT(serialize_error({{"bad\xff", DType::kF32, {2}, p, 8}}), HasSubstr("UTF-8"));
   EXPECT_THAT(serialize_error({}, {{"k", "\xc0\x80"}}), HasSubstr("UTF-8"));
   const std::string path = TempPath("writer_error.safetensors");
   absl::Status s = WriteSafetensors(path, {{"a", DType::kF32, {3}, p, 8}});
@@ -226,8 +202,7 @@ TEST(SafetensorsTest, WriterRejectsBadInput) {
 
 TEST(SafetensorsTest, ZeroDimI64Parses) {
   auto file =
-      Parse(Build(R"({"n":{"dtype":"I64","shape":[],"data_offsets":[0,8]}})",
-                  std::string("\x07\0\0\0\0\0\0\0", 8)));
+      Parse(Build(R"({"n":{"dtype":"I64","shape":[],"data_offsets":[0,8]}})", std::string("\x07\0\0\0\0\0\0\0", 8)));
   ASSERT_TRUE(file.ok()) << file.status();
   ASSERT_EQ((*file)->tensors().size(), 1u);
   const TensorView& n = (*file)->tensors()[0];
@@ -247,10 +222,8 @@ TEST(SafetensorsTest, EmptyHeaderObjectHasNoTensors) {
 TEST(SafetensorsTest, UnalignedDataIsReadable) {
   // Header length 41 (not a multiple of 8): data is not 4-byte aligned.
   const float v = 2.5f;
-  const std::string header =
-      R"({"x":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})";
-  auto file =
-      Parse(Build(header, std::string(reinterpret_cast<const char*>(&v), 4)));
+  const std::string header = R"({"x":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})";
+  auto file = Parse(Build(header, std::string(reinterpret_cast<const char*>(&v), 4)));
   ASSERT_TRUE(file.ok()) << file.status();
   float read = 0;
   std::memcpy(&read, (*file)->tensors()[0].data, 4);
@@ -258,19 +231,16 @@ TEST(SafetensorsTest, UnalignedDataIsReadable) {
 }
 
 TEST(SafetensorsTest, GapsAreAllowed) {
-  auto file =
-      Parse(Build("{" + F32Entry("a", 0, 8) + "," + F32Entry("b", 16, 24) + "}",
-                  std::string(32, '\0')));
+  auto file = Parse(Build("{" + F32Entry("a", 0, 8) + "," + F32Entry("b", 16, 24) + "}", std::string(32, '\0')));
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ((*file)->tensors().size(), 2u);
 }
 
 TEST(SafetensorsTest, ZeroSizeTensorsOverlapNothing) {
-  auto file = Parse(
-      Build("{" + F32Entry("a", 0, 8) +
-                R"(,"e1":{"dtype":"F32","shape":[0],"data_offsets":[4,4]})"
-                R"(,"e2":{"dtype":"F32","shape":[3,0],"data_offsets":[4,4]}})",
-            std::string(8, '\0')));
+  auto file = Parse(Build("{" + F32Entry("a", 0, 8) +
+                              R"(,"e1":{"dtype":"F32","shape":[0],"data_offsets":[4,4]})"
+                              R"(,"e2":{"dtype":"F32","shape":[3,0],"data_offsets":[4,4]}})",
+                          std::string(8, '\0')));
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ((*file)->tensors().size(), 3u);
 }
@@ -292,8 +262,7 @@ TEST(SafetensorsTest, OpenMissingFileIsNotFound) {
 TEST(SafetensorsTest, OpenDirectoryIsAnError) {
   auto file = SafetensorsFile::Open(TempPath(""));
   ASSERT_FALSE(file.ok());
-  EXPECT_THAT(std::string(file.status().message()),
-              HasSubstr("not a regular file"));
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr("not a regular file"));
 }
 
 TEST(SafetensorsTest, OpenValidatesLikeFromBuffer) {
@@ -301,8 +270,7 @@ TEST(SafetensorsTest, OpenValidatesLikeFromBuffer) {
   WriteBytes(path, Build("not json"));
   auto file = SafetensorsFile::Open(path);
   ASSERT_FALSE(file.ok());
-  EXPECT_THAT(std::string(file.status().message()),
-              HasSubstr("not valid JSON"));
+  EXPECT_THAT(std::string(file.status().message()), HasSubstr("not valid JSON"));
 }
 
 // One test per kind of malformation.
@@ -312,9 +280,7 @@ TEST(SafetensorsMalformedTest, ShorterThanEightBytes) {
   ExpectRejected("\x02\0\0", "shorter than the 8-byte header length");
 }
 
-TEST(SafetensorsMalformedTest, HeaderLengthZero) {
-  ExpectRejected(LittleEndian64(0) + "{}", "header length is 0");
-}
+TEST(SafetensorsMalformedTest, HeaderLengthZero) { ExpectRejected(LittleEndian64(0) + "{}", "header length is 0"); }
 
 TEST(SafetensorsMalformedTest, HeaderLengthPastEndOfFile) {
   ExpectRejected(LittleEndian64(100) + "{}", "runs past the end");
@@ -322,8 +288,7 @@ TEST(SafetensorsMalformedTest, HeaderLengthPastEndOfFile) {
 }
 
 TEST(SafetensorsMalformedTest, HeaderLengthAbsurd) {
-  ExpectRejected(LittleEndian64(100'000'001) + std::string(64, ' '),
-                 "exceeds the limit");
+  ExpectRejected(LittleEndian64(100'000'001) + std::string(64, ' '), "exceeds the limit");
 }
 
 TEST(SafetensorsMalformedTest, HeaderNotJson) {
@@ -333,14 +298,10 @@ TEST(SafetensorsMalformedTest, HeaderNotJson) {
 }
 
 TEST(SafetensorsMalformedTest, HeaderTooDeep) {
-  ExpectRejected(Build(std::string(65, '[') + std::string(65, ']')),
-                 "nests deeper than 64 levels");
-  ExpectRejected(
-      Build(R"({"a":)" + std::string(70, '[') + std::string(70, ']') + "}"),
-      "nests deeper");
+  ExpectRejected(Build(std::string(65, '[') + std::string(65, ']')), "nests deeper than 64 levels");
+  ExpectRejected(Build(R"({"a":)" + std::string(70, '[') + std::string(70, ']') + "}"), "nests deeper");
   // Deep but within the limit: a JSON error of the ordinary kind.
-  ExpectRejected(Build(std::string(64, '[') + std::string(64, ']')),
-                 "not an object");
+  ExpectRejected(Build(std::string(64, '[') + std::string(64, ']')), "not an object");
   // A 10 MB header of brackets is rejected quickly, without building a DOM.
   ExpectRejected(Build(std::string(10'000'000, '[')), "nests deeper");
 }
@@ -352,102 +313,58 @@ TEST(SafetensorsMalformedTest, HeaderNotObject) {
 }
 
 TEST(SafetensorsMalformedTest, EntryNotObject) {
-  ExpectRejected(Build(R"({"a": [1, 2]})"),
-                 "tensor 'a': entry is a JSON array");
+  ExpectRejected(Build(R"({"a": [1, 2]})"), "tensor 'a': entry is a JSON array");
 }
 
 TEST(SafetensorsMalformedTest, MissingFields) {
-  ExpectRejected(Build(R"({"a":{"shape":[],"data_offsets":[0,4]}})", "xxxx"),
-                 "missing \"dtype\"");
-  ExpectRejected(Build(R"({"a":{"dtype":"F32","data_offsets":[0,4]}})", "xxxx"),
-                 "missing \"shape\"");
-  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":[]}})", "xxxx"),
-                 "missing \"data_offsets\"");
+  ExpectRejected(Build(R"({"a":{"shape":[],"data_offsets":[0,4]}})", "xxxx"), "missing \"dtype\"");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","data_offsets":[0,4]}})", "xxxx"), "missing \"shape\"");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":[]}})", "xxxx"), "missing \"data_offsets\"");
 }
 
 TEST(SafetensorsMalformedTest, WrongJsonTypes) {
-  ExpectRejected(
-      Build(R"({"a":{"dtype":4,"shape":[],"data_offsets":[0,4]}})", "xxxx"),
-      "\"dtype\" is a JSON number");
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"F32","shape":4,"data_offsets":[0,4]}})", "xxxx"),
-      "\"shape\" is a JSON number");
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}})",
-            "xxxx"),
-      "shape dimension 0 is a JSON number, not an integer");
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"F32","shape":["1"],"data_offsets":[0,4]}})",
-            "xxxx"),
-      "shape dimension 0 is a JSON string");
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})",
-            "xxxx"),
-      "shape dimension 0 is a JSON array");
+  ExpectRejected(Build(R"({"a":{"dtype":4,"shape":[],"data_offsets":[0,4]}})", "xxxx"), "\"dtype\" is a JSON number");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":4,"data_offsets":[0,4]}})", "xxxx"),
+                 "\"shape\" is a JSON number");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}})", "xxxx"),
+                 "shape dimension 0 is a JSON number, not an integer");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":["1"],"data_offsets":[0,4]}})", "xxxx"),
+                 "shape dimension 0 is a JSON string");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", "xxxx"),
+                 "shape dimension 0 is a JSON array");
 }
 
 TEST(SafetensorsMalformedTest, UnknownDType) {
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})",
-            "xxxx"),
-      "tensor 'a': unknown dtype 'F8_E4M3'");
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})",
-            "xxxx"),
-      "unknown dtype 'f32'");
+  ExpectRejected(Build(R"({"a":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", "xxxx"),
+                 "tensor 'a': unknown dtype 'F8_E4M3'");
+  ExpectRejected(Build(R"({"a":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})", "xxxx"), "unknown dtype 'f32'");
 }
 
 TEST(SafetensorsMalformedTest, NegativeDimension) {
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"F32","shape":[2,-1],"data_offsets":[0,0]}})"),
-      "shape dimension 1 is negative (-1)");
-  ExpectRejected(
-      Build(
-          R"({"a":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,0]}})"),
-      "shape dimension 0 is too large");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":[2,-1],"data_offsets":[0,0]}})"),
+                 "shape dimension 1 is negative (-1)");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,0]}})"),
+                 "shape dimension 0 is too large");
 }
 
 TEST(SafetensorsMalformedTest, ShapeProductOverflow) {
-  ExpectRejected(
-      Build(
-          R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})"),
-      "overflows");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})"), "overflows");
   // Zeros do not hide an overflow in the other dimensions.
-  ExpectRejected(
-      Build(
-          R"({"a":{"dtype":"F32","shape":[4294967296,0,4294967296],"data_offsets":[0,0]}})"),
-      "overflows");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":[4294967296,0,4294967296],"data_offsets":[0,0]}})"), "overflows");
   // numel fits in int64 but numel * 8 bytes does not fit in 64 bits.
-  ExpectRejected(
-      Build(
-          R"({"a":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})"),
-      "hold 0 bytes");
+  ExpectRejected(Build(R"({"a":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})"), "hold 0 bytes");
 }
 
 TEST(SafetensorsMalformedTest, BadDataOffsets) {
   const std::string want = "\"data_offsets\" must be two non-negative integers";
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0]}})", "x"),
-      want);
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}})", "xx"),
-      want);
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[-1,0]}})", "x"),
-      want);
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":["0","1"]}})",
-            "x"),
-      want);
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":{"0":1}}})", "x"),
-      want);
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1.5]}})", "x"),
-      want);
+  ExpectRejected(Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0]}})", "x"), want);
+  ExpectRejected(Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}})", "xx"), want);
+  ExpectRejected(Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[-1,0]}})", "x"), want);
+  ExpectRejected(Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":["0","1"]}})", "x"), want);
+  ExpectRejected(Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":{"0":1}}})", "x"), want);
+  ExpectRejected(Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1.5]}})", "x"), want);
   // The offending value is quoted (escaped) and cut short.
-  auto file = Parse(Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":")" +
-                          std::string(1000, 'z') + "\"}}"));
+  auto file = Parse(Build(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":")" + std::string(1000, 'z') + "\"}}"));
   ASSERT_FALSE(file.ok());
   const std::string message(file.status().message());
   EXPECT_THAT(message, HasSubstr("got \\\"zzzz"));
@@ -456,75 +373,50 @@ TEST(SafetensorsMalformedTest, BadDataOffsets) {
 }
 
 TEST(SafetensorsMalformedTest, BeginAfterEnd) {
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[2,1]}})", "xx"),
-      "begin after end");
+  ExpectRejected(Build(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[2,1]}})", "xx"), "begin after end");
 }
 
 TEST(SafetensorsMalformedTest, EndPastDataSection) {
+  ExpectRejected(Build(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", "xxx"),
+                 "run past the end of the 3-byte data section");
   ExpectRejected(
-      Build(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})", "xxx"),
-      "run past the end of the 3-byte data section");
-  ExpectRejected(
-      Build(
-          R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[9223372036854775807,9223372036854775807]}})",
-          "xxx"),
+      Build(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[9223372036854775807,9223372036854775807]}})", "xxx"),
       "run past the end");
 }
 
 TEST(SafetensorsMalformedTest, ByteLengthMismatch) {
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})",
-            "xxxxxxxx"),
-      "hold 4 bytes but shape [2] of F32 needs 2 x 4");
-  ExpectRejected(
-      Build(R"({"a":{"dtype":"F16","shape":[],"data_offsets":[0,4]}})", "xxxx"),
-      "hold 4 bytes but shape [] of F16");
+  ExpectRejected(Build(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "xxxxxxxx"),
+                 "hold 4 bytes but shape [2] of F32 needs 2 x 4");
+  ExpectRejected(Build(R"({"a":{"dtype":"F16","shape":[],"data_offsets":[0,4]}})", "xxxx"),
+                 "hold 4 bytes but shape [] of F16");
 }
 
 TEST(SafetensorsMalformedTest, OverlappingTensors) {
-  ExpectRejected(
-      Build("{" + F32Entry("a", 0, 8) + "," + F32Entry("b", 4, 12) + "}",
-            std::string(12, '\0')),
-      "tensors 'a' [0, 8] and 'b' [4, 12] overlap");
+  ExpectRejected(Build("{" + F32Entry("a", 0, 8) + "," + F32Entry("b", 4, 12) + "}", std::string(12, '\0')),
+                 "tensors 'a' [0, 8] and 'b' [4, 12] overlap");
   // Identical ranges overlap too.
-  ExpectRejected(
-      Build("{" + F32Entry("a", 0, 8) + "," + F32Entry("b", 0, 8) + "}",
-            std::string(8, '\0')),
-      "overlap");
+  ExpectRejected(Build("{" + F32Entry("a", 0, 8) + "," + F32Entry("b", 0, 8) + "}", std::string(8, '\0')), "overlap");
   // b lies inside a; c after b is still inside a.
-  ExpectRejected(
-      Build("{" + F32Entry("a", 0, 32) + "," + F32Entry("b", 4, 8) + "}",
-            std::string(32, '\0')),
-      "overlap");
+  ExpectRejected(Build("{" + F32Entry("a", 0, 32) + "," + F32Entry("b", 4, 8) + "}", std::string(32, '\0')), "overlap");
 }
 
 TEST(SafetensorsMalformedTest, MetadataNotObjectOfStrings) {
-  ExpectRejected(Build(R"({"__metadata__": ["pt"]})"),
-                 "\"__metadata__\" is a JSON array");
-  ExpectRejected(Build(R"({"__metadata__": null})"),
-                 "\"__metadata__\" is a JSON null");
-  ExpectRejected(Build(R"({"__metadata__": {"format": 1}})"),
-                 "\"__metadata__\" value for 'format' is a JSON number");
+  ExpectRejected(Build(R"({"__metadata__": ["pt"]})"), "\"__metadata__\" is a JSON array");
+  ExpectRejected(Build(R"({"__metadata__": null})"), "\"__metadata__\" is a JSON null");
+  ExpectRejected(Build(R"({"__metadata__": {"format": 1}})"), "\"__metadata__\" value for 'format' is a JSON number");
 }
 
 TEST(SafetensorsMalformedTest, DuplicateNames) {
   // JSON parsers differ on duplicate keys (nlohmann keeps the last); a
   // silently dropped tensor would be worse than an error.
-  ExpectRejected(
-      Build("{" + F32Entry("a", 0, 8) + "," + F32Entry("a", 8, 16) + "}",
-            std::string(16, '\0')),
-      "duplicate key 'a'");
+  ExpectRejected(Build("{" + F32Entry("a", 0, 8) + "," + F32Entry("a", 8, 16) + "}", std::string(16, '\0')),
+                 "duplicate key 'a'");
   // Duplicate keys deeper down are only rejected where they matter.
-  ExpectRejected(
-      Build(
-          R"({"a":{"dtype":"U8","dtype":"U8","shape":[0],"data_offsets":[0,0]}})"),
-      "tensor 'a': duplicate key 'dtype'");
+  ExpectRejected(Build(R"({"a":{"dtype":"U8","dtype":"U8","shape":[0],"data_offsets":[0,0]}})"),
+                 "tensor 'a': duplicate key 'dtype'");
 }
 
-TEST(SafetensorsMalformedTest, NamesAreEscapedInErrors) {
-  ExpectRejected(Build(R"({"a\nb": 1})"), "tensor 'a\\nb'");
-}
+TEST(SafetensorsMalformedTest, NamesAreEscapedInErrors) { ExpectRejected(Build(R"({"a\nb": 1})"), "tensor 'a\\nb'"); }
 
 // The fuzz seed corpus doubles as a table of cases: hand-made valid_* seeds
 // must parse, bad_* seeds must be rejected; crash-* inputs found by the
@@ -532,12 +424,10 @@ TEST(SafetensorsMalformedTest, NamesAreEscapedInErrors) {
 TEST(SafetensorsCorpusTest, SeedsHaveTheirExpectedOutcome) {
   int valid = 0;
   int bad = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(
-           "formats/testdata/safetensors_corpus")) {
+  for (const auto& entry : std::filesystem::directory_iterator("formats/testdata/safetensors_corpus")) {
     const std::string name = entry.path().filename().string();
     std::ifstream in(entry.path(), std::ios::binary);
-    const std::string bytes((std::istreambuf_iterator<char>(in)),
-                            std::istreambuf_iterator<char>());
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     auto file = SafetensorsFile::FromBuffer(bytes, name);
     if (name.rfind("valid_", 0) == 0) {
       EXPECT_TRUE(file.ok()) << name << ": " << file.status();
@@ -562,9 +452,8 @@ TEST(ShardIndexTest, ReadsDistinctShardsInOrder) {
                    "c": "model-00002-of-00002.safetensors"}})");
   auto shards = ReadShardIndex(index);
   ASSERT_TRUE(shards.ok()) << shards.status();
-  EXPECT_EQ(*shards, (std::vector<std::string>{
-                         dir + "/model-00001-of-00002.safetensors",
-                         dir + "/model-00002-of-00002.safetensors"}));
+  EXPECT_EQ(*shards, (std::vector<std::string>{dir + "/model-00001-of-00002.safetensors",
+                                               dir + "/model-00002-of-00002.safetensors"}));
 }
 
 TEST(ShardIndexTest, RelativeIndexPathIsResolved) {
@@ -593,24 +482,16 @@ TEST(ShardIndexTest, Errors) {
   };
   EXPECT_THAT(error_for("{\"weight_map\": "), HasSubstr("not valid JSON"));
   EXPECT_THAT(error_for("[]"), HasSubstr("not an object"));
-  EXPECT_THAT(error_for(R"({"metadata": {}})"),
-              HasSubstr("missing \"weight_map\""));
+  EXPECT_THAT(error_for(R"({"metadata": {}})"), HasSubstr("missing \"weight_map\""));
   EXPECT_THAT(error_for(R"({"weight_map": []})"), HasSubstr("not an object"));
   EXPECT_THAT(error_for(R"({"weight_map": {}})"), HasSubstr("empty"));
-  EXPECT_THAT(error_for(R"({"weight_map": {"a": 3}})"),
-              HasSubstr("not a string"));
-  EXPECT_THAT(error_for(R"({"weight_map": {"a": "../x.safetensors"}})"),
-              HasSubstr("not a plain file name"));
-  EXPECT_THAT(error_for(R"({"weight_map": {"a": "sub/x.safetensors"}})"),
-              HasSubstr("not a plain file name"));
-  EXPECT_THAT(error_for(R"({"weight_map": {"a": "/etc/passwd"}})"),
-              HasSubstr("not a plain file name"));
-  EXPECT_THAT(error_for(R"({"weight_map": {"a": ".."}})"),
-              HasSubstr("not a plain file name"));
-  EXPECT_THAT(error_for(R"({"weight_map": {"a": ""}})"),
-              HasSubstr("not a plain file name"));
-  EXPECT_EQ(ReadShardIndex(TempPath("no_index.json")).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_THAT(error_for(R"({"weight_map": {"a": 3}})"), HasSubstr("not a string"));
+  EXPECT_THAT(error_for(R"({"weight_map": {"a": "../x.safetensors"}})"), HasSubstr("not a plain file name"));
+  EXPECT_THAT(error_for(R"({"weight_map": {"a": "sub/x.safetensors"}})"), HasSubstr("not a plain file name"));
+  EXPECT_THAT(error_for(R"({"weight_map": {"a": "/etc/passwd"}})"), HasSubstr("not a plain file name"));
+  EXPECT_THAT(error_for(R"({"weight_map": {"a": ".."}})"), HasSubstr("not a plain file name"));
+  EXPECT_THAT(error_for(R"({"weight_map": {"a": ""}})"), HasSubstr("not a plain file name"));
+  EXPECT_EQ(ReadShardIndex(TempPath("no_index.json")).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -26,8 +26,7 @@ constexpr std::string_view kNpyExt = ".npy";
 constexpr size_t kMaxListedNames = 16;
 
 bool IsFloating(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 ||
-         dtype == DType::kBF16 || dtype == DType::kF64;
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF64;
 }
 
 // The first line of a LibTorch exception, without its backtrace.
@@ -40,20 +39,16 @@ std::string ExceptionText(const std::exception& e) {
 }
 
 // Copies raw little-endian element bytes into a new CPU tensor.
-absl::StatusOr<at::Tensor> MakeTensor(const std::string& label,
-                                      std::string_view tensor_name, DType dtype,
-                                      const std::vector<int64_t>& shape,
-                                      const void* data, size_t nbytes) {
+absl::StatusOr<at::Tensor> MakeTensor(const std::string& label, std::string_view tensor_name, DType dtype,
+                                      const std::vector<int64_t>& shape, const void* data, size_t nbytes) {
   if (!IsFloating(dtype)) {
     return absl::InvalidArgumentError(
-        Cat(label, ": ", tensor_name, "latent must be a floating tensor, got ",
-            DTypeName(dtype)));
+        Cat(label, ": ", tensor_name, "latent must be a floating tensor, got ", DTypeName(dtype)));
   }
   absl::StatusOr<at::ScalarType> type = ToScalarType(dtype);
   if (!type.ok()) return type.status();
   try {
-    at::Tensor t =
-        at::empty(shape, at::TensorOptions().dtype(*type).device(at::kCPU));
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*type).device(at::kCPU));
     if (nbytes != static_cast<size_t>(t.numel()) * t.element_size()) {
       return absl::InternalError(Cat(label, ": tensor size mismatch"));
     }
@@ -65,9 +60,7 @@ absl::StatusOr<at::Tensor> MakeTensor(const std::string& label,
 }
 
 std::string PngStem(const std::string& path) {
-  if (path.size() >= 4 &&
-      absl::EqualsIgnoreCase(absl::string_view(path).substr(path.size() - 4),
-                             ".png")) {
+  if (path.size() >= 4 && absl::EqualsIgnoreCase(absl::string_view(path).substr(path.size() - 4), ".png")) {
     return path.substr(0, path.size() - 4);
   }
   return path;
@@ -104,8 +97,7 @@ absl::StatusOr<at::ScalarType> ToScalarType(DType dtype) {
     case DType::kU16:
       return at::kUInt16;
   }
-  return absl::InvalidArgumentError(
-      Cat("dtype ", DTypeName(dtype), " has no LibTorch scalar type"));
+  return absl::InvalidArgumentError(Cat("dtype ", DTypeName(dtype), " has no LibTorch scalar type"));
 }
 
 absl::StatusOr<DType> FromScalarType(at::ScalarType type) {
@@ -139,16 +131,13 @@ absl::StatusOr<DType> FromScalarType(at::ScalarType type) {
     default:
       break;
   }
-  return absl::InvalidArgumentError(
-      Cat("scalar type ", c10::toString(type), " has no safetensors dtype"));
+  return absl::InvalidArgumentError(Cat("scalar type ", c10::toString(type), " has no safetensors dtype"));
 }
 
-absl::StatusOr<at::Tensor> ReadTensorFile(const std::string& path,
-                                          std::string_view preferred_name) {
+absl::StatusOr<at::Tensor> ReadTensorFile(const std::string& path, std::string_view preferred_name) {
   const std::string label = QuoteForError(path);
   if (absl::EndsWith(path, AsAbsl(kSafetensorsExt))) {
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
-        SafetensorsFile::Open(path);
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
     if (!file.ok()) return file.status();
     const std::vector<TensorView>& tensors = (*file)->tensors();
     const TensorView* view = nullptr;
@@ -158,47 +147,37 @@ absl::StatusOr<at::Tensor> ReadTensorFile(const std::string& path,
       view = (*file)->Find(preferred_name);
     }
     if (view == nullptr) {
-      if (tensors.empty())
-        return absl::InvalidArgumentError(Cat(label, ": no tensors"));
+      if (tensors.empty()) return absl::InvalidArgumentError(Cat(label, ": no tensors"));
       std::vector<std::string> names;
       for (size_t i = 0; i < tensors.size() && i < kMaxListedNames; ++i) {
         names.push_back(Cat("'", QuoteForError(tensors[i].name), "'"));
       }
       if (tensors.size() > kMaxListedNames) {
-        names.push_back(
-            Cat("... (", tensors.size() - kMaxListedNames, " more)"));
+        names.push_back(Cat("... (", tensors.size() - kMaxListedNames, " more)"));
       }
-      return absl::InvalidArgumentError(Cat(
-          label, ": ", tensors.size(), " tensors and none is named '",
-          QuoteForError(preferred_name), "': ", absl::StrJoin(names, ", ")));
+      return absl::InvalidArgumentError(Cat(label, ": ", tensors.size(), " tensors and none is named '",
+                                            QuoteForError(preferred_name), "': ", absl::StrJoin(names, ", ")));
     }
-    return MakeTensor(label, Cat("tensor '", QuoteForError(view->name), "': "),
-                      view->dtype, view->shape, view->data, view->nbytes);
+    return MakeTensor(label, Cat("tensor '", QuoteForError(view->name), "': "), view->dtype, view->shape, view->data,
+                      view->nbytes);
   }
   if (absl::EndsWith(path, AsAbsl(kNpyExt))) {
     absl::StatusOr<NpyArray> array = ReadNpy(path);
     if (!array.ok()) return array.status();
-    return MakeTensor(label, "", array->dtype, array->shape, array->data.data(),
-                      array->data.size());
+    return MakeTensor(label, "", array->dtype, array->shape, array->data.data(), array->data.size());
   }
-  return absl::InvalidArgumentError(Cat(
-      label, ": unknown tensor file extension (want .safetensors or .npy)"));
+  return absl::InvalidArgumentError(Cat(label, ": unknown tensor file extension (want .safetensors or .npy)"));
 }
 
-absl::Status WriteTensorFile(const std::string& path, std::string_view name,
-                             const at::Tensor& t) {
+absl::Status WriteTensorFile(const std::string& path, std::string_view name, const at::Tensor& t) {
   const std::string label = QuoteForError(path);
   const bool safetensors = absl::EndsWith(path, AsAbsl(kSafetensorsExt));
   if (!safetensors && !absl::EndsWith(path, AsAbsl(kNpyExt))) {
-    return absl::InvalidArgumentError(Cat(
-        label, ": unknown tensor file extension (want .safetensors or .npy)"));
+    return absl::InvalidArgumentError(Cat(label, ": unknown tensor file extension (want .safetensors or .npy)"));
   }
-  if (!t.defined())
-    return absl::InvalidArgumentError(Cat(label, ": undefined tensor"));
+  if (!t.defined()) return absl::InvalidArgumentError(Cat(label, ": undefined tensor"));
   absl::StatusOr<DType> dtype = FromScalarType(t.scalar_type());
-  if (!dtype.ok())
-    return absl::InvalidArgumentError(
-        Cat(label, ": ", dtype.status().message()));
+  if (!dtype.ok()) return absl::InvalidArgumentError(Cat(label, ": ", dtype.status().message()));
   at::Tensor cpu;
   try {
     cpu = t.detach().to(at::kCPU).contiguous();
@@ -227,13 +206,7 @@ absl::StatusOr<at::Tensor> ToImagePixels(const at::Tensor& sample) {
     // diffusers' denormalize runs in the sample's dtype; pt_to_numpy then
     // converts to float32 before * 255 and round. Clamping commutes with the
     // conversion (0 and 1 are exact), so clamp after it.
-    x = x.div(2)
-            .add(0.5)
-            .to(at::kFloat)
-            .nan_to_num(0.0)
-            .clamp(0.0, 1.0)
-            .mul(255.0)
-            .round();
+    x = x.div(2).add(0.5).to(at::kFloat).nan_to_num(0.0).clamp(0.0, 1.0).mul(255.0).round();
     x = x.to(at::kByte);
     if (!video) x = x.unsqueeze(2);
     return x.permute({0, 2, 3, 4, 1}).contiguous();
@@ -242,20 +215,16 @@ absl::StatusOr<at::Tensor> ToImagePixels(const at::Tensor& sample) {
   }
 }
 
-absl::StatusOr<std::vector<std::string>> WritePngImages(
-    const std::string& path, const at::Tensor& sample) {
+absl::StatusOr<std::vector<std::string>> WritePngImages(const std::string& path, const at::Tensor& sample) {
   const std::string label = QuoteForError(path);
-  auto error = [&label](auto&&... parts) {
-    return absl::InvalidArgumentError(Cat(label, ": ", parts...));
-  };
+  auto error = [&label](auto&&... parts) { return absl::InvalidArgumentError(Cat(label, ": ", parts...)); };
   if (!sample.defined()) return error("undefined sample tensor");
   const int64_t ndim = sample.dim();
   if (ndim != 4 && ndim != 5) {
     return error("sample must be NCHW or NCTHW, got ", ndim, " dimensions");
   }
   if (!c10::isFloatingType(sample.scalar_type())) {
-    return error("sample must be a floating tensor, got ",
-                 c10::toString(sample.scalar_type()));
+    return error("sample must be a floating tensor, got ", c10::toString(sample.scalar_type()));
   }
   const bool video = ndim == 5;
   const int64_t batch = sample.size(0);
@@ -266,8 +235,7 @@ absl::StatusOr<std::vector<std::string>> WritePngImages(
   if (channels != 1 && channels != 3 && channels != 4) {
     return error("sample must have 1, 3 or 4 channels, got ", channels);
   }
-  if (batch <= 0 || frames <= 0 || height <= 0 || width <= 0 ||
-      height > 0x7fffffff || width > 0x7fffffff) {
+  if (batch <= 0 || frames <= 0 || height <= 0 || width <= 0 || height > 0x7fffffff || width > 0x7fffffff) {
     return error("sample has an empty or oversized shape");
   }
 
@@ -276,9 +244,7 @@ absl::StatusOr<std::vector<std::string>> WritePngImages(
   const at::Tensor pixels = *converted;  // [N, T, H, W, C] uint8
 
   const std::string stem = PngStem(path);
-  const size_t frame_bytes = static_cast<size_t>(height) *
-                             static_cast<size_t>(width) *
-                             static_cast<size_t>(channels);
+  const size_t frame_bytes = static_cast<size_t>(height) * static_cast<size_t>(width) * static_cast<size_t>(channels);
   const uint8_t* base = pixels.data_ptr<uint8_t>();
   std::vector<std::string> written;
   for (int64_t n = 0; n < batch; ++n) {
@@ -291,11 +257,9 @@ absl::StatusOr<std::vector<std::string>> WritePngImages(
       } else {
         name = absl::StrFormat("%s_%d_f%03d.png", stem, n, f);
       }
-      const uint8_t* frame =
-          base + static_cast<size_t>(n * frames + f) * frame_bytes;
+      const uint8_t* frame = base + static_cast<size_t>(n * frames + f) * frame_bytes;
       if (absl::Status s =
-              WritePng(name, static_cast<int>(width), static_cast<int>(height),
-                       static_cast<int>(channels), frame);
+              WritePng(name, static_cast<int>(width), static_cast<int>(height), static_cast<int>(channels), frame);
           !s.ok()) {
         return s;
       }

@@ -30,15 +30,13 @@ absl::StatusOr<DType> FromScalarType(at::ScalarType type);
 // Returns an owning, contiguous CPU tensor of the file's dtype, which must be
 // F32, F16, BF16 or F64 (otherwise "latent must be a floating tensor, got
 // I64"). Extensions are matched case-sensitively.
-absl::StatusOr<at::Tensor> ReadTensorFile(
-    const std::string& path, std::string_view preferred_name = "latent");
+absl::StatusOr<at::Tensor> ReadTensorFile(const std::string& path, std::string_view preferred_name = "latent");
 
 // Writes `t` (any device, any layout; copied to contiguous CPU memory first)
 // in its own dtype: `.safetensors` as one tensor called `name`, or `.npy`
 // (`name` unused; BF16 is an error there). Callers that want float32 convert
 // first. Unknown extension: InvalidArgument.
-absl::Status WriteTensorFile(const std::string& path, std::string_view name,
-                             const at::Tensor& t);
+absl::Status WriteTensorFile(const std::string& path, std::string_view name, const at::Tensor& t);
 
 // 8-bit pixels of a float NCHW / NCTHW sample as diffusers' image processor
 // makes them: round(clamp(x/2 + 0.5, 0, 1) * 255), as [N, T, H, W, C] uint8
@@ -57,7 +55,6 @@ absl::StatusOr<at::Tensor> ToImagePixels(const at::Tensor& sample);
 //   video, N > 1               stem_0_f000.png, ..., stem_1_f000.png, ...
 // Returns the paths written, in that order. On error, files already written
 // stay.
-absl::StatusOr<std::vector<std::string>> WritePngImages(
-    const std::string& path, const at::Tensor& sample);
+absl::StatusOr<std::vector<std::string>> WritePngImages(const std::string& path, const at::Tensor& sample);
 
 }  // namespace vaedecode::formats

@@ -35,10 +35,8 @@ at::Tensor Ramp(std::vector<int64_t> shape, at::ScalarType type = at::kFloat) {
 std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
 TEST(ScalarTypeTest, ConversionsRoundTrip) {
-  for (DType dtype :
-       {DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kI64,
-        DType::kI32, DType::kI16, DType::kI8, DType::kU64, DType::kU32, DType::kU16, DType::kU8,
-        DType::kBool}) {
+  for (DType dtype : {DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kI64, DType::kI32, DType::kI16,
+                      DType::kI8, DType::kU64, DType::kU32, DType::kU16, DType::kU8, DType::kBool}) {
     absl::StatusOr<at::ScalarType> type = ToScalarType(dtype);
     ASSERT_TRUE(type.ok()) << type.status();
     EXPECT_EQ(c10::elementSize(*type), DTypeSize(dtype));
@@ -51,13 +49,11 @@ TEST(ScalarTypeTest, ConversionsRoundTrip) {
 
 TEST(TensorFileTest, RoundTripBothFormats) {
   for (const char* ext : {".safetensors", ".npy"}) {
-    for (at::ScalarType type :
-         {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+    for (at::ScalarType type : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
       if (type == at::kBFloat16 && std::string(ext) == ".npy") continue;
       const at::Tensor t = Ramp({1, 4, 3, 5}, type);
       const std::string path = TempPath(std::string("rt") + ext);
-      ASSERT_TRUE(WriteTensorFile(path, "latent", t).ok())
-          << ext << " " << type;
+      ASSERT_TRUE(WriteTensorFile(path, "latent", t).ok()) << ext << " " << type;
       absl::StatusOr<at::Tensor> read = ReadTensorFile(path);
       ASSERT_TRUE(read.ok()) << read.status();
       EXPECT_EQ(read->scalar_type(), type);
@@ -108,18 +104,10 @@ TEST(TensorFileTest, NamedTensorSelection) {
   const at::Tensor latent = Ramp({1, 4, 2, 2});
   const at::Tensor other = Ramp({3}).neg();
   const std::string path = TempPath("two.safetensors");
-  ASSERT_TRUE(
-      WriteSafetensors(path, {{"other",
-                               DType::kF32,
-                               {3},
-                               static_cast<const uint8_t*>(other.data_ptr()),
-                               12},
-                              {"latent",
-                               DType::kF32,
-                               {1, 4, 2, 2},
-                               static_cast<const uint8_t*>(latent.data_ptr()),
-                               64}})
-          .ok());
+  ASSERT_TRUE(WriteSafetensors(
+                  path, {{"other", DType::kF32, {3}, static_cast<const uint8_t*>(other.data_ptr()), 12},
+                         {"latent", DType::kF32, {1, 4, 2, 2}, static_cast<const uint8_t*>(latent.data_ptr()), 64}})
+                  .ok());
   absl::StatusOr<at::Tensor> read = ReadTensorFile(path);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_TRUE(at::equal(*read, latent));
@@ -131,8 +119,7 @@ TEST(TensorFileTest, NamedTensorSelection) {
   ASSERT_FALSE(read.ok());
   EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(read.status()), HasSubstr(path));
-  EXPECT_THAT(Message(read.status()),
-              HasSubstr("none is named 'sample': 'other', 'latent'"));
+  EXPECT_THAT(Message(read.status()), HasSubstr("none is named 'sample': 'other', 'latent'"));
 
   // A single tensor is taken whatever its name.
   const std::string single = TempPath("single.safetensors");
@@ -147,16 +134,14 @@ TEST(TensorFileTest, NonFloatingTensorsAreRejected) {
   ASSERT_TRUE(WriteTensorFile(st, "latent", at::arange(4, at::kLong)).ok());
   absl::StatusOr<at::Tensor> read = ReadTensorFile(st);
   ASSERT_FALSE(read.ok());
-  EXPECT_THAT(Message(read.status()),
-              HasSubstr("latent must be a floating tensor, got I64"));
+  EXPECT_THAT(Message(read.status()), HasSubstr("latent must be a floating tensor, got I64"));
   EXPECT_THAT(Message(read.status()), HasSubstr(st));
 
   const std::string npy = TempPath("int.npy");
   ASSERT_TRUE(WriteTensorFile(npy, "latent", at::arange(4, at::kByte)).ok());
   read = ReadTensorFile(npy);
   ASSERT_FALSE(read.ok());
-  EXPECT_THAT(Message(read.status()),
-              HasSubstr("latent must be a floating tensor, got U8"));
+  EXPECT_THAT(Message(read.status()), HasSubstr("latent must be a floating tensor, got U8"));
 }
 
 TEST(TensorFileTest, ExtensionErrors) {
@@ -164,36 +149,24 @@ TEST(TensorFileTest, ExtensionErrors) {
   absl::Status s = WriteTensorFile(TempPath("x.pt"), "latent", t);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(Message(s), HasSubstr("unknown tensor file extension"));
-  EXPECT_EQ(ReadTensorFile(TempPath("x.pt")).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReadTensorFile(TempPath("missing.safetensors")).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_EQ(ReadTensorFile(TempPath("missing.npy")).status().code(),
-            absl::StatusCode::kNotFound);
-  EXPECT_THAT(Message(WriteTensorFile(TempPath("bf16.npy"), "latent",
-                                      Ramp({2}, at::kBFloat16))),
+  EXPECT_EQ(ReadTensorFile(TempPath("x.pt")).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadTensorFile(TempPath("missing.safetensors")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ReadTensorFile(TempPath("missing.npy")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Message(WriteTensorFile(TempPath("bf16.npy"), "latent", Ramp({2}, at::kBFloat16))),
               HasSubstr("BF16 has no NumPy dtype"));
-  EXPECT_FALSE(
-      WriteTensorFile(TempPath("undefined.npy"), "latent", at::Tensor()).ok());
-  EXPECT_FALSE(WriteTensorFile(TempPath("c.npy"), "latent",
-                               at::zeros({2}, at::kComplexFloat))
-                   .ok());
+  EXPECT_FALSE(WriteTensorFile(TempPath("undefined.npy"), "latent", at::Tensor()).ok());
+  EXPECT_FALSE(WriteTensorFile(TempPath("c.npy"), "latent", at::zeros({2}, at::kComplexFloat)).ok());
 }
 
 // Expected values from diffusers' formula run in NumPy/torch 1.13 on the
 // float32 values of kInputs: (torch.tensor(x, dtype=dt) / 2 +
 // 0.5).float().clamp(0, 1).numpy() * 255 -> round -> uint8.
-const std::vector<double> kInputs = {
-    -1.,  0.,      1.,     0.3,  -2., 2.,    std::nan(""), -0.99,
-    -0.5, -0.0039, 0.0039, 0.25, 0.7, 0.999, 1. / 255 - 1, 3. / 255 - 1};
-const std::vector<uint8_t> kFloatPixels = {0,  128, 255, 166, 0,   255, 0, 1,
-                                           64, 127, 128, 159, 217, 255, 0, 1};
+const std::vector<double> kInputs = {-1.,  0.,      1.,     0.3,  -2., 2.,    std::nan(""), -0.99,
+                                     -0.5, -0.0039, 0.0039, 0.25, 0.7, 0.999, 1. / 255 - 1, 3. / 255 - 1};
+const std::vector<uint8_t> kFloatPixels = {0, 128, 255, 166, 0, 255, 0, 1, 64, 127, 128, 159, 217, 255, 0, 1};
 
 std::vector<uint8_t> GrayRow(at::ScalarType type) {
-  at::Tensor x = at::tensor(kInputs, at::kDouble)
-                     .to(at::kFloat)
-                     .to(type)
-                     .reshape({1, 1, 1, 16});
+  at::Tensor x = at::tensor(kInputs, at::kDouble).to(at::kFloat).to(type).reshape({1, 1, 1, 16});
   const std::string path = TempPath("gray.png");
   absl::StatusOr<std::vector<std::string>> written = WritePngImages(path, x);
   EXPECT_TRUE(written.ok()) << written.status();
@@ -244,8 +217,7 @@ TEST(WritePngImagesTest, SingleImageIsWrittenToPathAsRgbHwc) {
 }
 
 TEST(WritePngImagesTest, BatchNaming) {
-  at::Tensor x =
-      at::stack({at::full({4, 3, 5}, -1.0), at::full({4, 3, 5}, 1.0)});  // RGBA
+  at::Tensor x = at::stack({at::full({4, 3, 5}, -1.0), at::full({4, 3, 5}, 1.0)});  // RGBA
   const std::string path = TempPath("batch.png");
   absl::StatusOr<std::vector<std::string>> written = WritePngImages(path, x);
   ASSERT_TRUE(written.ok()) << written.status();
@@ -263,16 +235,12 @@ TEST(WritePngImagesTest, BatchNaming) {
 
 TEST(WritePngImagesTest, VideoNaming) {
   // [1, 3, T=3, 2, 2], frame t filled with t - 1.
-  at::Tensor frames = (at::arange(3, at::kFloat) - 1)
-                          .reshape({1, 1, 3, 1, 1})
-                          .expand({1, 3, 3, 2, 2});
+  at::Tensor frames = (at::arange(3, at::kFloat) - 1).reshape({1, 1, 3, 1, 1}).expand({1, 3, 3, 2, 2});
   const std::string path = TempPath("video.png");
-  absl::StatusOr<std::vector<std::string>> written =
-      WritePngImages(path, frames);
+  absl::StatusOr<std::vector<std::string>> written = WritePngImages(path, frames);
   ASSERT_TRUE(written.ok()) << written.status();
   const std::string stem = TempPath("video");
-  EXPECT_THAT(*written, ElementsAre(stem + "_f000.png", stem + "_f001.png",
-                                    stem + "_f002.png"));
+  EXPECT_THAT(*written, ElementsAre(stem + "_f000.png", stem + "_f001.png", stem + "_f002.png"));
   const uint8_t expected[3] = {0, 128, 255};
   for (int t = 0; t < 3; ++t) {
     absl::StatusOr<PngImage> image = ReadPng((*written)[t]);
@@ -285,26 +253,18 @@ TEST(WritePngImagesTest, VideoNaming) {
   const std::string out = TempPath("clip");
   written = WritePngImages(out, batch);
   ASSERT_TRUE(written.ok()) << written.status();
-  EXPECT_THAT(*written, ElementsAre(out + "_0_f000.png", out + "_0_f001.png",
-                                    out + "_1_f000.png", out + "_1_f001.png"));
+  EXPECT_THAT(*written,
+              ElementsAre(out + "_0_f000.png", out + "_0_f001.png", out + "_1_f000.png", out + "_1_f001.png"));
 }
 
 TEST(WritePngImagesTest, RejectsBadSamples) {
   const std::string path = TempPath("bad.png");
-  EXPECT_THAT(Message(WritePngImages(path, at::zeros({3, 4, 4})).status()),
-              HasSubstr("NCHW or NCTHW"));
-  EXPECT_THAT(Message(WritePngImages(path, at::zeros({1, 2, 4, 4})).status()),
-              HasSubstr("1, 3 or 4 channels, got 2"));
-  EXPECT_THAT(
-      Message(
-          WritePngImages(path, at::zeros({1, 3, 4, 4}, at::kByte)).status()),
-      HasSubstr("floating"));
-  EXPECT_THAT(Message(WritePngImages(path, at::zeros({0, 3, 4, 4})).status()),
-              HasSubstr("empty"));
+  EXPECT_THAT(Message(WritePngImages(path, at::zeros({3, 4, 4})).status()), HasSubstr("NCHW or NCTHW"));
+  EXPECT_THAT(Message(WritePngImages(path, at::zeros({1, 2, 4, 4})).status()), HasSubstr("1, 3 or 4 channels, got 2"));
+  EXPECT_THAT(Message(WritePngImages(path, at::zeros({1, 3, 4, 4}, at::kByte)).status()), HasSubstr("floating"));
+  EXPECT_THAT(Message(WritePngImages(path, at::zeros({0, 3, 4, 4})).status()), HasSubstr("empty"));
   EXPECT_FALSE(WritePngImages(path, at::Tensor()).ok());
-  EXPECT_FALSE(
-      WritePngImages(TempPath("no/such/dir/x.png"), at::zeros({1, 3, 4, 4}))
-          .ok());
+  EXPECT_FALSE(WritePngImages(TempPath("no/such/dir/x.png"), at::zeros({1, 3, 4, 4})).ok());
 }
 
 }  // namespace

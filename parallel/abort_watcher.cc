@@ -7,12 +7,8 @@
 
 namespace vaedecode::parallel {
 
-AbortWatcher::AbortWatcher(GroupStore* group, absl::Duration interval,
-                           std::function<void(const std::string&)> on_abort)
-    : group_(group),
-      interval_(interval),
-      on_abort_(std::move(on_abort)),
-      thread_([this] { Run(); }) {}
+AbortWatcher::AbortWatcher(GroupStore* group, absl::Duration interval, std::function<void(const std::string&)> on_abort)
+    : group_(group), interval_(interval), on_abort_(std::move(on_abort)), thread_([this] { Run(); }) {}
 
 AbortWatcher::~AbortWatcher() {
   {

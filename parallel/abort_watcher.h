@@ -23,8 +23,7 @@ namespace vaedecode::parallel {
 class AbortWatcher {
  public:
   // `group` must outlive this object. `on_abort` gets the published message.
-  AbortWatcher(GroupStore* group, absl::Duration interval,
-               std::function<void(const std::string&)> on_abort);
+  AbortWatcher(GroupStore* group, absl::Duration interval, std::function<void(const std::string&)> on_abort);
   // Stops and joins the thread; after it returns `on_abort` is never called.
   ~AbortWatcher();
 

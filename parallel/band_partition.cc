@@ -24,8 +24,7 @@ std::vector<Band> PartitionRows(int64_t rows, int world_size) {
 }
 
 ShardSpec ShardSpec::ForRows(int axis, int64_t rows, int rank, int world_size) {
-  ABSL_RAW_CHECK(rank >= 0 && rank < world_size,
-                 "ShardSpec::ForRows: rank out of range");
+  ABSL_RAW_CHECK(rank >= 0 && rank < world_size, "ShardSpec::ForRows: rank out of range");
   ShardSpec spec;
   spec.axis = axis;
   spec.rank = rank;
@@ -69,18 +68,16 @@ bool ShardSpec::IsValid() const {
 }
 
 std::string ShardSpec::DebugString() const {
-  return absl::StrCat(
-      "ShardSpec{axis=", axis, " rank=", rank, "/", world_size, " bands=[",
-      absl::StrJoin(bands, " ",
-                    [](std::string* out, const Band& band) {
-                      absl::StrAppend(out, "[", band.begin, ",", band.end, ")");
-                    }),
-      "]}");
+  return absl::StrCat("ShardSpec{axis=", axis, " rank=", rank, "/", world_size, " bands=[",
+                      absl::StrJoin(bands, " ",
+                                    [](std::string* out, const Band& band) {
+                                      absl::StrAppend(out, "[", band.begin, ",", band.end, ")");
+                                    }),
+                      "]}");
 }
 
 bool operator==(const ShardSpec& a, const ShardSpec& b) {
-  return a.axis == b.axis && a.rank == b.rank && a.world_size == b.world_size &&
-         a.bands == b.bands;
+  return a.axis == b.axis && a.rank == b.rank && a.world_size == b.world_size && a.bands == b.bands;
 }
 
 }  // namespace vaedecode::parallel

@@ -17,9 +17,7 @@ struct Band {
 
   int64_t size() const { return end - begin; }
   bool empty() const { return end == begin; }
-  bool operator==(const Band& other) const {
-    return begin == other.begin && end == other.end;
-  }
+  bool operator==(const Band& other) const { return begin == other.begin && end == other.end; }
   bool operator!=(const Band& other) const { return !(*this == other); }
 };
 
@@ -70,8 +68,6 @@ struct ShardSpec {
 };
 
 bool operator==(const ShardSpec& a, const ShardSpec& b);
-inline bool operator!=(const ShardSpec& a, const ShardSpec& b) {
-  return !(a == b);
-}
+inline bool operator!=(const ShardSpec& a, const ShardSpec& b) { return !(a == b); }
 
 }  // namespace vaedecode::parallel

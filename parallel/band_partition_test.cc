@@ -9,14 +9,12 @@ namespace vaedecode::parallel {
 namespace {
 
 TEST(PartitionRowsTest, EvenSplit) {
-  EXPECT_EQ(PartitionRows(8, 4),
-            (std::vector<Band>{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  EXPECT_EQ(PartitionRows(8, 4), (std::vector<Band>{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
 }
 
 TEST(PartitionRowsTest, FirstRanksGetTheExtraRows) {
   EXPECT_EQ(PartitionRows(7, 3), (std::vector<Band>{{0, 3}, {3, 5}, {5, 7}}));
-  EXPECT_EQ(PartitionRows(10, 4),
-            (std::vector<Band>{{0, 3}, {3, 6}, {6, 8}, {8, 10}}));
+  EXPECT_EQ(PartitionRows(10, 4), (std::vector<Band>{{0, 3}, {3, 6}, {6, 8}, {8, 10}}));
 }
 
 TEST(PartitionRowsTest, WorldSizeOneTakesEverything) {
@@ -109,8 +107,7 @@ TEST(ShardSpecTest, IsValidRejectsInconsistentSpecs) {
 }
 
 TEST(ShardSpecTest, DebugString) {
-  EXPECT_EQ(ShardSpec::ForRows(2, 5, 1, 2).DebugString(),
-            "ShardSpec{axis=2 rank=1/2 bands=[[0,3) [3,5)]}");
+  EXPECT_EQ(ShardSpec::ForRows(2, 5, 1, 2).DebugString(), "ShardSpec{axis=2 rank=1/2 bands=[[0,3) [3,5)]}");
 }
 
 }  // namespace

@@ -11,48 +11,39 @@
 
 namespace vaedecode::parallel {
 
-absl::Status CheckTensor(const at::Tensor& tensor, c10::Device device,
-                         std::string_view what) {
+absl::Status CheckTensor(const at::Tensor& tensor, c10::Device device, std::string_view what) {
   if (!tensor.defined()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(AsAbsl(what), ": undefined tensor"));
+    return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), ": undefined tensor"));
   }
   if (tensor.device() != device) {
     return absl::InvalidArgumentError(
-        absl::StrCat(AsAbsl(what), ": tensor on ", tensor.device().str(),
-                     ", communicator on ", device.str()));
+        absl::StrCat(AsAbsl(what), ": tensor on ", tensor.device().str(), ", communicator on ", device.str()));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckP2POps(absl::Span<const P2POp> ops, int rank, int world_size,
-                         c10::Device device) {
+absl::Status CheckP2POps(absl::Span<const P2POp> ops, int rank, int world_size, c10::Device device) {
   for (size_t i = 0; i < ops.size(); ++i) {
     const P2POp& op = ops[i];
-    const std::string what = absl::StrCat(
-        "SendRecv op ", i, op.kind == P2POp::kSend ? " (send)" : " (recv)");
+    const std::string what = absl::StrCat("SendRecv op ", i, op.kind == P2POp::kSend ? " (send)" : " (recv)");
     if (op.peer < 0 || op.peer >= world_size || op.peer == rank) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": peer ", op.peer,
-                                                     " invalid for rank ", rank,
-                                                     " of ", world_size));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": peer ", op.peer, " invalid for rank ", rank, " of ", world_size));
     }
     if (absl::Status s = CheckTensor(op.tensor, device, what); !s.ok()) {
       return s;
     }
     if (op.kind == P2POp::kRecv && !op.tensor.is_contiguous()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(AsAbsl(what), ": receive tensor must be contiguous"));
+      return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), ": receive tensor must be contiguous"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckGatherArgs(const at::Tensor& local,
-                             absl::Span<const int64_t> sizes, int rank,
-                             int world_size, c10::Device device) {
+absl::Status CheckGatherArgs(const at::Tensor& local, absl::Span<const int64_t> sizes, int rank, int world_size,
+                             c10::Device device) {
   if (static_cast<int>(sizes.size()) != world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gather: ", sizes.size(), " sizes for world size ", world_size));
+    return absl::InvalidArgumentError(absl::StrCat("gather: ", sizes.size(), " sizes for world size ", world_size));
   }
   for (int64_t size : sizes) {
     if (size < 0) {
@@ -61,34 +52,29 @@ absl::Status CheckGatherArgs(const at::Tensor& local,
   }
   if (absl::Status s = CheckTensor(local, device, "gather"); !s.ok()) return s;
   if (local.dim() < 1) {
-    return absl::InvalidArgumentError(
-        "gather: local tensor must be at least 1-D");
+    return absl::InvalidArgumentError("gather: local tensor must be at least 1-D");
   }
   if (local.size(0) != sizes[rank]) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gather: rank ", rank, " has ", local.size(0),
-                     " rows, the partition says ", sizes[rank]));
+        absl::StrCat("gather: rank ", rank, " has ", local.size(0), " rows, the partition says ", sizes[rank]));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckRoot(int root, int world_size) {
   if (root < 0 || root >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "root ", root, " out of range for world size ", world_size));
+    return absl::InvalidArgumentError(absl::StrCat("root ", root, " out of range for world size ", world_size));
   }
   return absl::OkStatus();
 }
 
 std::vector<int64_t> RowOffsets(absl::Span<const int64_t> sizes) {
   std::vector<int64_t> offsets(sizes.size() + 1, 0);
-  for (size_t r = 0; r < sizes.size(); ++r)
-    offsets[r + 1] = offsets[r] + sizes[r];
+  for (size_t r = 0; r < sizes.size(); ++r) offsets[r + 1] = offsets[r] + sizes[r];
   return offsets;
 }
 
-at::Tensor EmptyGatherOutput(const at::Tensor& local,
-                             absl::Span<const int64_t> sizes) {
+at::Tensor EmptyGatherOutput(const at::Tensor& local, absl::Span<const int64_t> sizes) {
   std::vector<int64_t> shape = local.sizes().vec();
   shape[0] = RowOffsets(sizes).back();
   return at::empty(shape, local.options());
@@ -100,8 +86,7 @@ int64_t RowBytes(const at::Tensor& local) {
   return elements * static_cast<int64_t>(local.element_size());
 }
 
-absl::Status StatusFromException(std::exception_ptr error,
-                                 std::string_view what, absl::Time deadline) {
+absl::Status StatusFromException(std::exception_ptr error, std::string_view what, absl::Time deadline) {
   std::string message;
   try {
     std::rethrow_exception(error);
@@ -119,8 +104,7 @@ absl::Status StatusFromException(std::exception_ptr error,
   // Transport timeouts are set to the time left before `deadline`, so they
   // fire a hair before it.
   if (absl::Now() + absl::Milliseconds(20) >= deadline) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(AsAbsl(what), ": ", message));
+    return absl::DeadlineExceededError(absl::StrCat(AsAbsl(what), ": ", message));
   }
   return absl::UnavailableError(absl::StrCat(AsAbsl(what), ": ", message));
 }

@@ -25,24 +25,19 @@ namespace vaedecode::parallel {
 
 // Debian's Abseil has its own absl::string_view (not std::string_view), so
 // std::string_view values cross into StrCat / Status through this.
-inline absl::string_view AsAbsl(std::string_view s) {
-  return absl::string_view(s.data(), s.size());
-}
+inline absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // Checks a SendRecv batch: defined tensors on `device`, peers in range and
 // not `rank`, receive tensors contiguous.
-absl::Status CheckP2POps(absl::Span<const P2POp> ops, int rank, int world_size,
-                         c10::Device device);
+absl::Status CheckP2POps(absl::Span<const P2POp> ops, int rank, int world_size, c10::Device device);
 
 // Checks an uneven gather: sizes.size() == world_size, sizes >= 0, `local`
 // defined, on `device`, at least 1-D with local.size(0) == sizes[rank].
-absl::Status CheckGatherArgs(const at::Tensor& local,
-                             absl::Span<const int64_t> sizes, int rank,
-                             int world_size, c10::Device device);
+absl::Status CheckGatherArgs(const at::Tensor& local, absl::Span<const int64_t> sizes, int rank, int world_size,
+                             c10::Device device);
 
 // Checks a defined tensor on `device` (AllReduceSum, Broadcast).
-absl::Status CheckTensor(const at::Tensor& tensor, c10::Device device,
-                         std::string_view what);
+absl::Status CheckTensor(const at::Tensor& tensor, c10::Device device, std::string_view what);
 
 absl::Status CheckRoot(int root, int world_size);
 
@@ -90,8 +85,7 @@ std::vector<PointToPoint> PlanGatherToRoot(const at::Tensor& source, absl::Span<
 
 // The gather result: [sum(sizes), local.sizes()[1:]...], local's dtype and
 // device, uninitialised.
-at::Tensor EmptyGatherOutput(const at::Tensor& local,
-                             absl::Span<const int64_t> sizes);
+at::Tensor EmptyGatherOutput(const at::Tensor& local, absl::Span<const int64_t> sizes);
 
 // Bytes of one dim-0 row of `local` (product of the other dims * itemsize).
 int64_t RowBytes(const at::Tensor& local);
@@ -100,8 +94,7 @@ int64_t RowBytes(const at::Tensor& local);
 // without C++ backtrace (c10::Error::what_without_backtrace), prefixed with
 // `what`. DEADLINE_EXCEEDED if `deadline` has passed (the peer was too slow),
 // else UNAVAILABLE (peer failure, closed connection, transport error).
-absl::Status StatusFromException(std::exception_ptr error,
-                                 std::string_view what, absl::Time deadline);
+absl::Status StatusFromException(std::exception_ptr error, std::string_view what, absl::Time deadline);
 
 // max(1 ms, deadline - now): c10d treats a zero timeout as "no timeout".
 std::chrono::milliseconds RemainingMillis(absl::Time deadline);

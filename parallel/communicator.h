@@ -111,25 +111,21 @@ class Communicator {
   // match on every rank. Returns the concatenation in rank order, contiguous,
   // with sum(sizes) rows and no transport padding. At world size 1 the result
   // may share storage with `local`.
-  virtual absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local,
-                                               absl::Span<const int64_t> sizes,
+  virtual absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local, absl::Span<const int64_t> sizes,
                                                CallKind kind) = 0;
 
   // Element-wise sum over ranks, written into `tensor`'s storage in place.
-  virtual absl::Status AllReduceSum(const at::Tensor& tensor,
-                                    CallKind kind) = 0;
+  virtual absl::Status AllReduceSum(const at::Tensor& tensor, CallKind kind) = 0;
 
   // Copies `root`'s tensor into every rank's `tensor` in place; shape and
   // dtype are known to all ranks beforehand.
-  virtual absl::Status Broadcast(const at::Tensor& tensor, int root,
-                                 CallKind kind) = 0;
+  virtual absl::Status Broadcast(const at::Tensor& tensor, int root, CallKind kind) = 0;
 
   // Like AllGather, but only `root` receives the concatenation; other ranks
   // get an undefined tensor. At world size 1 the result may share storage
   // with `local`.
-  virtual absl::StatusOr<at::Tensor> GatherToRoot(
-      const at::Tensor& local, absl::Span<const int64_t> sizes, int root,
-      CallKind kind) = 0;
+  virtual absl::StatusOr<at::Tensor> GatherToRoot(const at::Tensor& local, absl::Span<const int64_t> sizes, int root,
+                                                  CallKind kind) = 0;
 
   virtual absl::Status Barrier() = 0;
 

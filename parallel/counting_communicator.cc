@@ -12,9 +12,7 @@ namespace vaedecode::parallel {
 namespace {
 
 int64_t Bytes(const at::Tensor& tensor) {
-  return tensor.defined() ? static_cast<int64_t>(tensor.numel()) *
-                                static_cast<int64_t>(tensor.element_size())
-                          : 0;
+  return tensor.defined() ? static_cast<int64_t>(tensor.numel()) * static_cast<int64_t>(tensor.element_size()) : 0;
 }
 
 int64_t OneRowBytes(const at::Tensor& local) {
@@ -25,8 +23,7 @@ int64_t OneRowBytes(const at::Tensor& local) {
 }
 
 // Rows of every rank except `rank` (bytes), for the gather accounting.
-int64_t OtherRowsBytes(const at::Tensor& local, absl::Span<const int64_t> sizes,
-                       int rank) {
+int64_t OtherRowsBytes(const at::Tensor& local, absl::Span<const int64_t> sizes, int rank) {
   int64_t rows = 0;
   for (size_t r = 0; r < sizes.size(); ++r) {
     if (static_cast<int>(r) != rank) rows += sizes[r];
@@ -103,10 +100,8 @@ OpCounters& OpCounters::operator+=(const OpCounters& other) {
 }
 
 bool OpCounters::operator==(const OpCounters& other) const {
-  return calls == other.calls && local_calls == other.local_calls &&
-         sends == other.sends && recvs == other.recvs &&
-         bytes_sent == other.bytes_sent &&
-         bytes_received == other.bytes_received && failures == other.failures;
+  return calls == other.calls && local_calls == other.local_calls && sends == other.sends && recvs == other.recvs &&
+         bytes_sent == other.bytes_sent && bytes_received == other.bytes_received && failures == other.failures;
 }
 
 std::string OpCounters::DebugString() const {
@@ -148,17 +143,15 @@ double CommStats::total_blocked_ms() const {
 
 std::string CommStats::ToString() const {
   const OpCounters total = Total();
-  std::string out = absl::StrCat(
-      "calls=", total.calls, " local_calls=", total.local_calls,
-      " bytes=", HumanBytes(total.bytes()), " (sent=", total.bytes_sent,
-      " received=", total.bytes_received, ") failures=", total.failures);
+  std::string out =
+      absl::StrCat("calls=", total.calls, " local_calls=", total.local_calls, " bytes=", HumanBytes(total.bytes()),
+                   " (sent=", total.bytes_sent, " received=", total.bytes_received, ") failures=", total.failures);
   for (int k = 0; k < kNumCallKinds; ++k) {
     for (int o = 0; o < kNumOpTypes; ++o) {
       const OpCounters& c = by_kind[k][o];
       if (c == OpCounters{}) continue;
-      absl::StrAppend(
-          &out, "; ", AsAbsl(CallKindName(static_cast<CallKind>(k))), "/",
-          AsAbsl(OpTypeName(static_cast<OpType>(o))), ": ", c.DebugString());
+      absl::StrAppend(&out, "; ", AsAbsl(CallKindName(static_cast<CallKind>(k))), "/",
+                      AsAbsl(OpTypeName(static_cast<OpType>(o))), ": ", c.DebugString());
     }
   }
   std::string blocked;
@@ -171,8 +164,7 @@ std::string CommStats::ToString() const {
   return out;
 }
 
-CountingCommunicator::CountingCommunicator(Communicator& inner)
-    : inner_(&inner) {}
+CountingCommunicator::CountingCommunicator(Communicator& inner) : inner_(&inner) {}
 
 CountingCommunicator::CountingCommunicator(std::unique_ptr<Communicator> inner)
     : owned_(std::move(inner)), inner_(owned_.get()) {}
@@ -187,8 +179,7 @@ void CountingCommunicator::Reset() {
   stats_ = CommStats{};
 }
 
-void CountingCommunicator::Record(CallKind kind, OpType op, bool meets_peers,
-                                  const OpCounters& delta, bool failed) {
+void CountingCommunicator::Record(CallKind kind, OpType op, bool meets_peers, const OpCounters& delta, bool failed) {
   absl::MutexLock lock(&mu_);
   OpCounters& c = stats_.at(kind, op);
   if (meets_peers) {
@@ -207,8 +198,7 @@ void CountingCommunicator::AddBlocked(CallKind kind, double ms) {
   stats_.blocked_ms[static_cast<int>(kind)] += ms;
 }
 
-absl::Status CountingCommunicator::SendRecv(absl::Span<const P2POp> ops,
-                                            CallKind kind) {
+absl::Status CountingCommunicator::SendRecv(absl::Span<const P2POp> ops, CallKind kind) {
   const OpCounters delta = SendRecvDelta(ops);
   const Stopwatch watch;
   absl::Status status = inner_->SendRecv(ops, kind);
@@ -253,8 +243,8 @@ std::unique_ptr<PendingSendRecv> CountingCommunicator::StartSendRecv(absl::Span<
                                           std::move(inner));
 }
 
-absl::StatusOr<at::Tensor> CountingCommunicator::AllGather(
-    const at::Tensor& local, absl::Span<const int64_t> sizes, CallKind kind) {
+absl::StatusOr<at::Tensor> CountingCommunicator::AllGather(const at::Tensor& local, absl::Span<const int64_t> sizes,
+                                                           CallKind kind) {
   OpCounters delta;
   delta.bytes_sent = Bytes(local);
   delta.bytes_received = OtherRowsBytes(local, sizes, rank());
@@ -265,8 +255,7 @@ absl::StatusOr<at::Tensor> CountingCommunicator::AllGather(
   return result;
 }
 
-absl::Status CountingCommunicator::AllReduceSum(const at::Tensor& tensor,
-                                                CallKind kind) {
+absl::Status CountingCommunicator::AllReduceSum(const at::Tensor& tensor, CallKind kind) {
   OpCounters delta;
   delta.bytes_sent = Bytes(tensor);
   delta.bytes_received = Bytes(tensor);
@@ -277,8 +266,7 @@ absl::Status CountingCommunicator::AllReduceSum(const at::Tensor& tensor,
   return status;
 }
 
-absl::Status CountingCommunicator::Broadcast(const at::Tensor& tensor, int root,
-                                             CallKind kind) {
+absl::Status CountingCommunicator::Broadcast(const at::Tensor& tensor, int root, CallKind kind) {
   OpCounters delta;
   if (rank() == root) {
     delta.bytes_sent = Bytes(tensor);
@@ -292,9 +280,8 @@ absl::Status CountingCommunicator::Broadcast(const at::Tensor& tensor, int root,
   return status;
 }
 
-absl::StatusOr<at::Tensor> CountingCommunicator::GatherToRoot(
-    const at::Tensor& local, absl::Span<const int64_t> sizes, int root,
-    CallKind kind) {
+absl::StatusOr<at::Tensor> CountingCommunicator::GatherToRoot(const at::Tensor& local, absl::Span<const int64_t> sizes,
+                                                              int root, CallKind kind) {
   OpCounters delta;
   if (rank() == root) {
     delta.bytes_received = OtherRowsBytes(local, sizes, rank());
@@ -302,8 +289,7 @@ absl::StatusOr<at::Tensor> CountingCommunicator::GatherToRoot(
     delta.bytes_sent = Bytes(local);
   }
   const Stopwatch watch;
-  absl::StatusOr<at::Tensor> result =
-      inner_->GatherToRoot(local, sizes, root, kind);
+  absl::StatusOr<at::Tensor> result = inner_->GatherToRoot(local, sizes, root, kind);
   AddBlocked(kind, watch.ms());
   Record(kind, OpType::kGather, world_size() > 1, delta, !result.ok());
   return result;
@@ -313,8 +299,7 @@ absl::Status CountingCommunicator::Barrier() {
   const Stopwatch watch;
   absl::Status status = inner_->Barrier();
   AddBlocked(CallKind::kOther, watch.ms());
-  Record(CallKind::kOther, OpType::kBarrier, world_size() > 1, OpCounters{},
-         !status.ok());
+  Record(CallKind::kOther, OpType::kBarrier, world_size() > 1, OpCounters{}, !status.ok());
   return status;
 }
 

@@ -81,12 +81,8 @@ struct CommStats {
   // by_kind[CallKind][OpType]
   std::array<std::array<OpCounters, kNumOpTypes>, kNumCallKinds> by_kind{};
 
-  const OpCounters& at(CallKind kind, OpType op) const {
-    return by_kind[static_cast<int>(kind)][static_cast<int>(op)];
-  }
-  OpCounters& at(CallKind kind, OpType op) {
-    return by_kind[static_cast<int>(kind)][static_cast<int>(op)];
-  }
+  const OpCounters& at(CallKind kind, OpType op) const { return by_kind[static_cast<int>(kind)][static_cast<int>(op)]; }
+  OpCounters& at(CallKind kind, OpType op) { return by_kind[static_cast<int>(kind)][static_cast<int>(op)]; }
   OpCounters ForKind(CallKind kind) const;  // summed over operations
   OpCounters ForOp(OpType op) const;        // summed over kinds
   OpCounters Total() const;
@@ -121,15 +117,12 @@ class CountingCommunicator final : public Communicator {
 
   absl::Status SendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
   std::unique_ptr<PendingSendRecv> StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
-  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local,
-                                       absl::Span<const int64_t> sizes,
+  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local, absl::Span<const int64_t> sizes,
                                        CallKind kind) override;
   absl::Status AllReduceSum(const at::Tensor& tensor, CallKind kind) override;
-  absl::Status Broadcast(const at::Tensor& tensor, int root,
-                         CallKind kind) override;
-  absl::StatusOr<at::Tensor> GatherToRoot(const at::Tensor& local,
-                                          absl::Span<const int64_t> sizes,
-                                          int root, CallKind kind) override;
+  absl::Status Broadcast(const at::Tensor& tensor, int root, CallKind kind) override;
+  absl::StatusOr<at::Tensor> GatherToRoot(const at::Tensor& local, absl::Span<const int64_t> sizes, int root,
+                                          CallKind kind) override;
   absl::Status Barrier() override;
   void Abort(std::string_view reason) override { inner_->Abort(reason); }
   // Forwarded; the time blocked in Synchronize counts as kOther.
@@ -142,8 +135,7 @@ class CountingCommunicator final : public Communicator {
 
  private:
   class CountedPending;
-  void Record(CallKind kind, OpType op, bool meets_peers,
-              const OpCounters& delta, bool failed);
+  void Record(CallKind kind, OpType op, bool meets_peers, const OpCounters& delta, bool failed);
   void AddBlocked(CallKind kind, double ms);
 
   std::unique_ptr<Communicator> owned_;

@@ -23,16 +23,13 @@ using ::vaedecode::parallel::testing::RunRanks;
     if (!status_.ok()) return status_; \
   } while (0)
 
-absl::Status ExpectCounters(const OpCounters& actual,
-                            const OpCounters& expected, std::string_view what) {
+absl::Status ExpectCounters(const OpCounters& actual, const OpCounters& expected, std::string_view what) {
   if (actual == expected) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(std::string(what), ": got {",
-                                          actual.DebugString(), "}, expected {",
-                                          expected.DebugString(), "}"));
+  return absl::InternalError(
+      absl::StrCat(std::string(what), ": got {", actual.DebugString(), "}, expected {", expected.DebugString(), "}"));
 }
 
-OpCounters Counters(int64_t calls, int64_t sends, int64_t recvs, int64_t sent,
-                    int64_t received) {
+OpCounters Counters(int64_t calls, int64_t sends, int64_t recvs, int64_t sent, int64_t received) {
   OpCounters c;
   c.calls = calls;
   c.sends = sends;
@@ -85,60 +82,41 @@ TEST(CountingCommunicatorTest, ExactCountsAndBytesOnThreeRanks) {
         RETURN_IF_ERROR(started->Wait());
         RETURN_IF_ERROR(comm.SendRecv({}, CallKind::kHalo));  // meets nobody
         // GroupNorm stats: one all-reduce of [3] doubles.
-        RETURN_IF_ERROR(comm.AllReduceSum(at::zeros({3}, at::kDouble),
-                                          CallKind::kGroupNormStats));
+        RETURN_IF_ERROR(comm.AllReduceSum(at::zeros({3}, at::kDouble), CallKind::kGroupNormStats));
         // Attention K/V: one uneven all-gather.
-        RETURN_IF_ERROR(comm.AllGather(at::ones({sizes[rank], 4}), sizes,
-                                       CallKind::kAttentionKV)
-                            .status());
+        RETURN_IF_ERROR(comm.AllGather(at::ones({sizes[rank], 4}), sizes, CallKind::kAttentionKV).status());
         // Job from the leader: 5 int64.
-        RETURN_IF_ERROR(comm.Broadcast(at::zeros({5}, at::kLong), 0,
-                                       CallKind::kBroadcastJob));
+        RETURN_IF_ERROR(comm.Broadcast(at::zeros({5}, at::kLong), 0, CallKind::kBroadcastJob));
         // Output rows to the leader.
-        RETURN_IF_ERROR(comm.GatherToRoot(at::ones({sizes[rank], 4}), sizes, 0,
-                                          CallKind::kGatherOutput)
-                            .status());
+        RETURN_IF_ERROR(comm.GatherToRoot(at::ones({sizes[rank], 4}), sizes, 0, CallKind::kGatherOutput).status());
         RETURN_IF_ERROR(comm.Barrier());
 
         const CommStats stats = comm.stats();
         const int neighbours = static_cast<int>(halo.size() / 2);
         OpCounters halo_expected =
-            Counters(2, 2 * neighbours, 2 * neighbours, 2 * neighbours * row,
-                     2 * neighbours * row);
+            Counters(2, 2 * neighbours, 2 * neighbours, 2 * neighbours * row, 2 * neighbours * row);
         halo_expected.local_calls = 1;
-        RETURN_IF_ERROR(
-            ExpectCounters(stats.at(CallKind::kHalo, OpType::kSendRecv),
-                           halo_expected, "halo"));
-        RETURN_IF_ERROR(ExpectCounters(
-            stats.at(CallKind::kGroupNormStats, OpType::kAllReduce),
-            Counters(1, 0, 0, 24, 24), "group norm"));
+        RETURN_IF_ERROR(ExpectCounters(stats.at(CallKind::kHalo, OpType::kSendRecv), halo_expected, "halo"));
+        RETURN_IF_ERROR(ExpectCounters(stats.at(CallKind::kGroupNormStats, OpType::kAllReduce),
+                                       Counters(1, 0, 0, 24, 24), "group norm"));
         const int64_t others_rows = 7 - sizes[rank];
+        RETURN_IF_ERROR(ExpectCounters(stats.at(CallKind::kAttentionKV, OpType::kAllGather),
+                                       Counters(1, 0, 0, sizes[rank] * row, others_rows * row), "kv"));
+        RETURN_IF_ERROR(ExpectCounters(stats.at(CallKind::kBroadcastJob, OpType::kBroadcast),
+                                       rank == 0 ? Counters(1, 0, 0, 40, 0) : Counters(1, 0, 0, 0, 40), "job"));
         RETURN_IF_ERROR(ExpectCounters(
-            stats.at(CallKind::kAttentionKV, OpType::kAllGather),
-            Counters(1, 0, 0, sizes[rank] * row, others_rows * row), "kv"));
-        RETURN_IF_ERROR(ExpectCounters(
-            stats.at(CallKind::kBroadcastJob, OpType::kBroadcast),
-            rank == 0 ? Counters(1, 0, 0, 40, 0) : Counters(1, 0, 0, 0, 40),
-            "job"));
+            stats.at(CallKind::kGatherOutput, OpType::kGather),
+            rank == 0 ? Counters(1, 0, 0, 0, 4 * row) : Counters(1, 0, 0, sizes[rank] * row, 0), "output"));
         RETURN_IF_ERROR(
-            ExpectCounters(stats.at(CallKind::kGatherOutput, OpType::kGather),
-                           rank == 0 ? Counters(1, 0, 0, 0, 4 * row)
-                                     : Counters(1, 0, 0, sizes[rank] * row, 0),
-                           "output"));
-        RETURN_IF_ERROR(
-            ExpectCounters(stats.at(CallKind::kOther, OpType::kBarrier),
-                           Counters(1, 0, 0, 0, 0), "barrier"));
+            ExpectCounters(stats.at(CallKind::kOther, OpType::kBarrier), Counters(1, 0, 0, 0, 0), "barrier"));
         if (stats.collectives() != 7) {
-          return absl::InternalError(absl::StrCat(
-              "collectives ", stats.collectives(), ": ", stats.ToString()));
+          return absl::InternalError(absl::StrCat("collectives ", stats.collectives(), ": ", stats.ToString()));
         }
-        if (stats.ForOp(OpType::kSendRecv).calls != 2 ||
-            stats.ForKind(CallKind::kHalo).local_calls != 1) {
+        if (stats.ForOp(OpType::kSendRecv).calls != 2 || stats.ForKind(CallKind::kHalo).local_calls != 1) {
           return absl::InternalError(stats.ToString());
         }
         const std::string text = comm.ToString();
-        if (!absl::StrContains(text, "calls=7 local_calls=1") ||
-            !absl::StrContains(text, "halo/send_recv: calls=2") ||
+        if (!absl::StrContains(text, "calls=7 local_calls=1") || !absl::StrContains(text, "halo/send_recv: calls=2") ||
             !absl::StrContains(text, "attention_kv/all_gather: calls=1")) {
           return absl::InternalError(absl::StrCat("ToString: ", text));
         }
@@ -172,11 +150,9 @@ TEST(CountingCommunicatorTest, WorldSizeOneCountsNoExchangeAndNoBytes) {
         const at::Tensor rows = at::ones({4, 4});
         RETURN_IF_ERROR(comm.SendRecv({}, CallKind::kHalo));
         RETURN_IF_ERROR(comm.AllReduceSum(rows, CallKind::kGroupNormStats));
-        RETURN_IF_ERROR(
-            comm.AllGather(rows, {4}, CallKind::kAttentionKV).status());
+        RETURN_IF_ERROR(comm.AllGather(rows, {4}, CallKind::kAttentionKV).status());
         RETURN_IF_ERROR(comm.Broadcast(rows, 0, CallKind::kBroadcastJob));
-        RETURN_IF_ERROR(
-            comm.GatherToRoot(rows, {4}, 0, CallKind::kGatherOutput).status());
+        RETURN_IF_ERROR(comm.GatherToRoot(rows, {4}, 0, CallKind::kGatherOutput).status());
         RETURN_IF_ERROR(comm.Barrier());
         const OpCounters total = comm.stats().Total();
         OpCounters expected;
@@ -202,8 +178,7 @@ TEST(CountingCommunicatorTest, FailuresAreCountedAndAbortForwarded) {
         OpCounters expected;
         expected.local_calls = 1;
         expected.failures = 1;
-        return ExpectCounters(comm.stats().ForOp(OpType::kBarrier), expected,
-                              "failed barrier");
+        return ExpectCounters(comm.stats().ForOp(OpType::kBarrier), expected, "failed barrier");
       },
       absl::Seconds(20));
   EXPECT_TRUE(status.ok()) << status;

@@ -73,20 +73,16 @@ void IgnoreSigpipeIfDefault() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
-    const GlooOptions& options) {
-  if (options.world_size < 1 || options.rank < 0 ||
-      options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("Gloo: rank ", options.rank,
-                                                   " invalid for world size ",
-                                                   options.world_size));
+absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(const GlooOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gloo: rank ", options.rank, " invalid for world size ", options.world_size));
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("Gloo: timeout must be positive");
   }
   std::unique_ptr<GlooCommunicator> comm(new GlooCommunicator(options));
-  if (options.world_size == 1)
-    return std::unique_ptr<Communicator>(std::move(comm));
+  if (options.world_size == 1) return std::unique_ptr<Communicator>(std::move(comm));
 
   const absl::Time deadline = absl::Now() + options.timeout;
   if (options.ignore_sigpipe) IgnoreSigpipeIfDefault();
@@ -97,13 +93,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
     store_options.port = options.store_port;
     store_options.is_master = options.rank == 0;
     store_options.timeout = options.timeout;
-    absl::StatusOr<c10::intrusive_ptr<c10d::Store>> tcp =
-        ConnectTcpStore(store_options);
+    absl::StatusOr<c10::intrusive_ptr<c10d::Store>> tcp = ConnectTcpStore(store_options);
     if (!tcp.ok()) return tcp.status();
     store = *std::move(tcp);
   }
-  absl::StatusOr<std::unique_ptr<GroupStore>> group = GroupStore::Create(
-      store, options.group_name, options.rank, options.world_size);
+  absl::StatusOr<std::unique_ptr<GroupStore>> group =
+      GroupStore::Create(store, options.group_name, options.rank, options.world_size);
   if (!group.ok()) return group.status();
   comm->group_ = *std::move(group);
   if (absl::Status joined = comm->group_->Join(deadline); !joined.ok()) {
@@ -111,26 +106,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
   }
 
   try {
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(
-        std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout)));
-    gloo_options->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname(options.bind_host));
-    comm->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        comm->group_->store(), options.rank, options.world_size, gloo_options);
+    auto gloo_options =
+        c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout)));
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.bind_host));
+    comm->pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(comm->group_->store(), options.rank, options.world_size,
+                                                            gloo_options);
   } catch (...) {
-    return StatusFromException(
-        std::current_exception(),
-        absl::StrCat("group '", options.group_name, "' rank ", options.rank,
-                     ": Gloo connect"),
-        deadline);
+    return StatusFromException(std::current_exception(),
+                               absl::StrCat("group '", options.group_name, "' rank ", options.rank, ": Gloo connect"),
+                               deadline);
   }
 
   GlooCommunicator* raw = comm.get();
   comm->watcher_ = std::make_unique<AbortWatcher>(
       comm->group_.get(), options.abort_poll_interval,
-      [raw](const std::string& message) {
-        raw->AbortInternal(message, /*publish=*/false);
-      });
+      [raw](const std::string& message) { raw->AbortInternal(message, /*publish=*/false); });
   return std::unique_ptr<Communicator>(std::move(comm));
 }
 
@@ -155,8 +145,7 @@ GlooCommunicator::~GlooCommunicator() {
 absl::Status GlooCommunicator::CheckNotAborted() const {
   absl::MutexLock lock(&shared_->mu);
   if (!shared_->aborted) return absl::OkStatus();
-  return absl::UnavailableError(
-      absl::StrCat("group '", group_name_, "' aborted: ", shared_->reason));
+  return absl::UnavailableError(absl::StrCat("group '", group_name_, "' aborted: ", shared_->reason));
 }
 
 absl::Status GlooCommunicator::Fail(absl::Status status) {
@@ -165,9 +154,7 @@ absl::Status GlooCommunicator::Fail(absl::Status status) {
   return std::move(failure.status);
 }
 
-void GlooCommunicator::Abort(std::string_view reason) {
-  AbortInternal(reason, /*publish=*/true);
-}
+void GlooCommunicator::Abort(std::string_view reason) { AbortInternal(reason, /*publish=*/true); }
 
 void GlooCommunicator::AbortInternal(std::string_view reason, bool publish) {
   std::vector<c10::intrusive_ptr<c10d::Work>> to_interrupt;
@@ -187,13 +174,11 @@ void GlooCommunicator::AbortInternal(std::string_view reason, bool publish) {
     }
   }
   if (publish && group_ != nullptr) group_->PublishAbort(reason);
-  spdlog::warn("vaedecode parallel: group '{}' rank {}/{} aborted{}: {}",
-               group_name_, rank_, world_size_, publish ? "" : " by a peer",
-               reason);
+  spdlog::warn("vaedecode parallel: group '{}' rank {}/{} aborted{}: {}", group_name_, rank_, world_size_,
+               publish ? "" : " by a peer", reason);
 }
 
-GlooCommunicator::Posted GlooCommunicator::Post(std::vector<Message> messages, std::string what,
-                                                absl::Time deadline) {
+GlooCommunicator::Posted GlooCommunicator::Post(std::vector<Message> messages, std::string what, absl::Time deadline) {
   Posted posted;
   posted.what = std::move(what);
   posted.deadline = deadline;
@@ -201,26 +186,22 @@ GlooCommunicator::Posted GlooCommunicator::Post(std::vector<Message> messages, s
   try {
     for (Message& m : messages) {
       // Both ends count every message, sent or skipped, so tags stay aligned.
-      const uint32_t seq =
-          m.send ? next_send_seq_[m.peer]++ : next_recv_seq_[m.peer]++;
+      const uint32_t seq = m.send ? next_send_seq_[m.peer]++ : next_recv_seq_[m.peer]++;
       if (m.tensor.numel() == 0) continue;
       const int tag = static_cast<int>(seq & 0x3fffffffu);
       std::vector<at::Tensor> tensors{m.tensor};
-      posted.works.push_back(m.send ? pg_->send(tensors, m.peer, tag)
-                                    : pg_->recv(tensors, m.peer, tag));
+      posted.works.push_back(m.send ? pg_->send(tensors, m.peer, tag) : pg_->recv(tensors, m.peer, tag));
     }
   } catch (...) {
     posted.status =
-        StatusFromException(std::current_exception(),
-                            absl::StrCat(AsAbsl(posted.what), ": post"), deadline);
+        StatusFromException(std::current_exception(), absl::StrCat(AsAbsl(posted.what), ": post"), deadline);
   }
 
   bool aborted_before_wait = false;
   {
     absl::MutexLock lock(&shared_->mu);
     aborted_before_wait = shared_->aborted;
-    shared_->in_flight.insert(shared_->in_flight.end(), posted.works.begin(),
-                              posted.works.end());
+    shared_->in_flight.insert(shared_->in_flight.end(), posted.works.begin(), posted.works.end());
   }
   if (aborted_before_wait) {
     for (const auto& work : posted.works) {
@@ -241,9 +222,7 @@ absl::Status GlooCommunicator::Finish(Posted& posted) {
     try {
       if (!work->wait(RemainingMillis(posted.deadline))) {
         status = CheckNotAborted();
-        if (status.ok())
-          status = absl::UnavailableError(
-              absl::StrCat(AsAbsl(posted.what), ": interrupted"));
+        if (status.ok()) status = absl::UnavailableError(absl::StrCat(AsAbsl(posted.what), ": interrupted"));
       }
     } catch (...) {
       status = StatusFromException(std::current_exception(), posted.what, posted.deadline);
@@ -272,16 +251,13 @@ absl::Status GlooCommunicator::Finish(Posted& posted) {
   return status;
 }
 
-absl::Status GlooCommunicator::Exchange(std::vector<Message> messages,
-                                        std::string_view what,
-                                        absl::Time deadline) {
+absl::Status GlooCommunicator::Exchange(std::vector<Message> messages, std::string_view what, absl::Time deadline) {
   Posted posted = Post(std::move(messages), std::string(what), deadline);
   return Finish(posted);
 }
 
-absl::Status GlooCommunicator::WaitCollective(
-    const c10::intrusive_ptr<c10d::Work>& work, std::string_view what,
-    absl::Time deadline) {
+absl::Status GlooCommunicator::WaitCollective(const c10::intrusive_ptr<c10d::Work>& work, std::string_view what,
+                                              absl::Time deadline) {
   InFlight in_flight(watcher_.get());
   auto done = std::make_shared<bool>(false);
   std::shared_ptr<Shared> shared = shared_;
@@ -304,12 +280,10 @@ absl::Status GlooCommunicator::WaitCollective(
       abandoned_.push_back(work);
       if (shared->aborted) {
         return absl::UnavailableError(
-            absl::StrCat(AsAbsl(what), ": group '", group_name_,
-                         "' aborted: ", shared->reason));
+            absl::StrCat(AsAbsl(what), ": group '", group_name_, "' aborted: ", shared->reason));
       }
       return absl::DeadlineExceededError(
-          absl::StrCat(AsAbsl(what), ": no completion within ",
-                       absl::FormatDuration(timeout_)));
+          absl::StrCat(AsAbsl(what), ": no completion within ", absl::FormatDuration(timeout_)));
     }
   }
   try {
@@ -326,11 +300,9 @@ std::string SendRecvName(CallKind kind) { return absl::StrCat("SendRecv[", AsAbs
 
 }  // namespace
 
-absl::Status GlooCommunicator::SendRecv(absl::Span<const P2POp> ops,
-                                        CallKind kind) {
+absl::Status GlooCommunicator::SendRecv(absl::Span<const P2POp> ops, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
-  if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device());
-      !s.ok()) {
+  if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
   if (ops.empty()) return absl::OkStatus();
@@ -353,12 +325,10 @@ std::unique_ptr<PendingSendRecv> GlooCommunicator::StartSendRecv(absl::Span<cons
       what, [this, posted] { return Finish(*posted); }, [this](absl::Status status) { return Fail(status); });
 }
 
-absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(
-    const at::Tensor& local, absl::Span<const int64_t> sizes, CallKind kind) {
+absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(const at::Tensor& local, absl::Span<const int64_t> sizes,
+                                                       CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
-  if (absl::Status s =
-          CheckGatherArgs(local, sizes, rank_, world_size_, device());
-      !s.ok()) {
+  if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
   const at::Tensor source = local.contiguous();
@@ -377,8 +347,7 @@ absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(
   return out;
 }
 
-absl::StatusOr<at::Tensor> GlooCommunicator::NativeAllGather(const at::Tensor& source,
-                                                             absl::Span<const int64_t> sizes,
+absl::StatusOr<at::Tensor> GlooCommunicator::NativeAllGather(const at::Tensor& source, absl::Span<const int64_t> sizes,
                                                              const std::string& what, absl::Time deadline) {
   // Gloo gathers equal shapes: every rank pads its rows to the largest band.
   const int64_t widest = *std::max_element(sizes.begin(), sizes.end());
@@ -407,14 +376,11 @@ absl::StatusOr<at::Tensor> GlooCommunicator::NativeAllGather(const at::Tensor& s
   return at::cat(rows, 0);
 }
 
-absl::StatusOr<at::Tensor> GlooCommunicator::GatherToRoot(
-    const at::Tensor& local, absl::Span<const int64_t> sizes, int root,
-    CallKind kind) {
+absl::StatusOr<at::Tensor> GlooCommunicator::GatherToRoot(const at::Tensor& local, absl::Span<const int64_t> sizes,
+                                                          int root, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
-  if (absl::Status s =
-          CheckGatherArgs(local, sizes, rank_, world_size_, device());
-      !s.ok()) {
+  if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
   const at::Tensor source = local.contiguous();
@@ -422,15 +388,13 @@ absl::StatusOr<at::Tensor> GlooCommunicator::GatherToRoot(
   const absl::Time deadline = absl::Now() + timeout_;
   at::Tensor out;
   std::vector<Message> messages = PlanGatherToRoot(source, sizes, rank_, world_size_, root, &out);
-  absl::Status status = Exchange(
-      std::move(messages),
-      absl::StrCat("GatherToRoot[", AsAbsl(CallKindName(kind)), "]"), deadline);
+  absl::Status status =
+      Exchange(std::move(messages), absl::StrCat("GatherToRoot[", AsAbsl(CallKindName(kind)), "]"), deadline);
   if (!status.ok()) return Fail(status);
   return out;
 }
 
-absl::Status GlooCommunicator::Broadcast(const at::Tensor& tensor, int root,
-                                         CallKind kind) {
+absl::Status GlooCommunicator::Broadcast(const at::Tensor& tensor, int root, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
   if (absl::Status s = CheckTensor(tensor, device(), "Broadcast"); !s.ok()) {
@@ -449,16 +413,14 @@ absl::Status GlooCommunicator::Broadcast(const at::Tensor& tensor, int root,
   } else {
     messages.push_back(Message{false, root, buffer});
   }
-  absl::Status status = Exchange(
-      std::move(messages),
-      absl::StrCat("Broadcast[", AsAbsl(CallKindName(kind)), "]"), deadline);
+  absl::Status status =
+      Exchange(std::move(messages), absl::StrCat("Broadcast[", AsAbsl(CallKindName(kind)), "]"), deadline);
   if (!status.ok()) return Fail(status);
   if (rank_ != root && !buffer.is_same(tensor)) tensor.copy_(buffer);
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::AllReduceSum(const at::Tensor& tensor,
-                                            CallKind kind) {
+absl::Status GlooCommunicator::AllReduceSum(const at::Tensor& tensor, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (absl::Status s = CheckTensor(tensor, device(), "AllReduceSum"); !s.ok()) {
     return Fail(s);
@@ -466,17 +428,14 @@ absl::Status GlooCommunicator::AllReduceSum(const at::Tensor& tensor,
   const at::ScalarType type = tensor.scalar_type();
   if (!GlooReducesNatively(type) && type != at::kBFloat16) {
     return Fail(absl::InvalidArgumentError(
-        absl::StrCat("AllReduceSum: dtype ", c10::toString(type),
-                     " not supported by Gloo")));
+        absl::StrCat("AllReduceSum: dtype ", c10::toString(type), " not supported by Gloo")));
   }
   if (world_size_ == 1 || tensor.numel() == 0) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + timeout_;
   // bf16 is summed in fp32: the more accurate order, and the same on every
   // Gloo build.
-  at::Tensor buffer = type == at::kBFloat16 ? tensor.to(at::kFloat).contiguous()
-                                            : tensor.contiguous();
-  const std::string what =
-      absl::StrCat("AllReduceSum[", AsAbsl(CallKindName(kind)), "]");
+  at::Tensor buffer = type == at::kBFloat16 ? tensor.to(at::kFloat).contiguous() : tensor.contiguous();
+  const std::string what = absl::StrCat("AllReduceSum[", AsAbsl(CallKindName(kind)), "]");
   c10::intrusive_ptr<c10d::Work> work;
   try {
     std::vector<at::Tensor> tensors{buffer};
@@ -501,8 +460,7 @@ absl::Status GlooCommunicator::Barrier() {
   try {
     work = pg_->barrier(c10d::BarrierOptions());
   } catch (...) {
-    return Fail(
-        StatusFromException(std::current_exception(), "Barrier", deadline));
+    return Fail(StatusFromException(std::current_exception(), "Barrier", deadline));
   }
   if (absl::Status s = WaitCollective(work, "Barrier", deadline); !s.ok()) {
     return Fail(s);

@@ -74,8 +74,7 @@ class GlooCommunicator final : public Communicator {
   // connected, or an error within about `timeout` (DEADLINE_EXCEEDED naming
   // the ranks that never joined, UNAVAILABLE for transport/store failures,
   // INVALID_ARGUMENT for bad options). At world size 1 nothing is contacted.
-  static absl::StatusOr<std::unique_ptr<Communicator>> Create(
-      const GlooOptions& options);
+  static absl::StatusOr<std::unique_ptr<Communicator>> Create(const GlooOptions& options);
 
   // May block up to the timeout if a collective was abandoned mid-flight
   // (Gloo finishes or times out its worker threads before they join).
@@ -87,15 +86,12 @@ class GlooCommunicator final : public Communicator {
 
   absl::Status SendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
   std::unique_ptr<PendingSendRecv> StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
-  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local,
-                                       absl::Span<const int64_t> sizes,
+  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local, absl::Span<const int64_t> sizes,
                                        CallKind kind) override;
   absl::Status AllReduceSum(const at::Tensor& tensor, CallKind kind) override;
-  absl::Status Broadcast(const at::Tensor& tensor, int root,
-                         CallKind kind) override;
-  absl::StatusOr<at::Tensor> GatherToRoot(const at::Tensor& local,
-                                          absl::Span<const int64_t> sizes,
-                                          int root, CallKind kind) override;
+  absl::Status Broadcast(const at::Tensor& tensor, int root, CallKind kind) override;
+  absl::StatusOr<at::Tensor> GatherToRoot(const at::Tensor& local, absl::Span<const int64_t> sizes, int root,
+                                          CallKind kind) override;
   absl::Status Barrier() override;
   void Abort(std::string_view reason) override;
 
@@ -125,14 +121,12 @@ class GlooCommunicator final : public Communicator {
   // Waits for all of a posted exchange's messages until its deadline.
   absl::Status Finish(Posted& posted);
   // Post, then Finish.
-  absl::Status Exchange(std::vector<Message> messages, std::string_view what,
-                        absl::Time deadline);
+  absl::Status Exchange(std::vector<Message> messages, std::string_view what, absl::Time deadline);
   // AllGather through Gloo's collective (GlooAllGather::kNative).
   absl::StatusOr<at::Tensor> NativeAllGather(const at::Tensor& source, absl::Span<const int64_t> sizes,
                                              const std::string& what, absl::Time deadline);
   // Waits for a Gloo collective's completion, an abort, or the deadline.
-  absl::Status WaitCollective(const c10::intrusive_ptr<c10d::Work>& work,
-                              std::string_view what, absl::Time deadline);
+  absl::Status WaitCollective(const c10::intrusive_ptr<c10d::Work>& work, std::string_view what, absl::Time deadline);
 
   const int rank_;
   const int world_size_;

@@ -39,13 +39,12 @@ using ::vaedecode::parallel::testing::RunRanks;
   } while (0)
 
 absl::Status Expect(bool condition, std::string_view message) {
-  return condition ? absl::OkStatus()
-                   : absl::InternalError(std::string(message));
+  return condition ? absl::OkStatus() : absl::InternalError(std::string(message));
 }
 
-absl::StatusOr<std::unique_ptr<Communicator>> Connect(
-    int rank, int world, int port, absl::Duration timeout = absl::Seconds(10),
-    const std::string& group = "test") {
+absl::StatusOr<std::unique_ptr<Communicator>> Connect(int rank, int world, int port,
+                                                      absl::Duration timeout = absl::Seconds(10),
+                                                      const std::string& group = "test") {
   GlooOptions options;
   options.rank = rank;
   options.world_size = world;
@@ -57,13 +56,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> Connect(
 
 // The rows rank `rank` contributes: distinct values per rank and row.
 at::Tensor Piece(int rank, int64_t rows, at::ScalarType type = at::kFloat) {
-  return (at::arange(rows * 6, at::kDouble).reshape({rows, 2, 3}) +
-          1000.0 * (rank + 1))
-      .to(type);
+  return (at::arange(rows * 6, at::kDouble).reshape({rows, 2, 3}) + 1000.0 * (rank + 1)).to(type);
 }
 
-at::Tensor ExpectedGather(absl::Span<const int64_t> sizes,
-                          at::ScalarType type = at::kFloat) {
+at::Tensor ExpectedGather(absl::Span<const int64_t> sizes, at::ScalarType type = at::kFloat) {
   std::vector<at::Tensor> pieces;
   for (size_t r = 0; r < sizes.size(); ++r) {
     pieces.push_back(Piece(static_cast<int>(r), sizes[r], type));
@@ -71,9 +67,7 @@ at::Tensor ExpectedGather(absl::Span<const int64_t> sizes,
   return at::cat(pieces, 0);
 }
 
-std::string What(const std::string& op, int rank, int world) {
-  return absl::StrCat(op, " rank ", rank, "/", world);
-}
+std::string What(const std::string& op, int rank, int world) { return absl::StrCat(op, " rank ", rank, "/", world); }
 
 TEST(GlooCommunicatorTest, SendRecvRingBothDirectionsInOneBatch) {
   for (int world = 2; world <= 4; ++world) {
@@ -96,16 +90,13 @@ TEST(GlooCommunicatorTest, SendRecvRingBothDirectionsInOneBatch) {
               {P2POp::kRecv, next, from_next},
           };
           RETURN_IF_ERROR((*comm)->SendRecv(ops, CallKind::kHalo));
-          RETURN_IF_ERROR(ExpectTensorEqual(
-              from_prev, at::full({2, 3}, prev * 10.0 + 1), "from prev"));
-          RETURN_IF_ERROR(ExpectTensorEqual(
-              from_next, at::full({2, 3}, next * 10.0 + 2), "from next"));
+          RETURN_IF_ERROR(ExpectTensorEqual(from_prev, at::full({2, 3}, prev * 10.0 + 1), "from prev"));
+          RETURN_IF_ERROR(ExpectTensorEqual(from_next, at::full({2, 3}, next * 10.0 + 2), "from next"));
           // An empty batch (a rank with nothing to exchange) is fine, and
           // the per-pair message order survives it.
           RETURN_IF_ERROR((*comm)->SendRecv({}, CallKind::kHalo));
           RETURN_IF_ERROR((*comm)->SendRecv(ops, CallKind::kHalo));
-          return ExpectTensorEqual(from_next, at::full({2, 3}, next * 10.0 + 2),
-                                   "again from next");
+          return ExpectTensorEqual(from_next, at::full({2, 3}, next * 10.0 + 2), "again from next");
         },
         absl::Seconds(30));
     EXPECT_TRUE(status.ok()) << "world " << world << ": " << status;
@@ -123,22 +114,17 @@ TEST(GlooCommunicatorTest, OnlyNeighboursExchangeWhileOthersWait) {
         if (rank < 2) {
           at::Tensor in = at::empty({4});
           RETURN_IF_ERROR((*comm)->SendRecv(
-              {{P2POp::kSend, 1 - rank, at::full({4}, 7.0 + rank)},
-               {P2POp::kRecv, 1 - rank, in}},
-              CallKind::kHalo));
-          RETURN_IF_ERROR(
-              ExpectTensorEqual(in, at::full({4}, 7.0 + (1 - rank)), "pair"));
+              {{P2POp::kSend, 1 - rank, at::full({4}, 7.0 + rank)}, {P2POp::kRecv, 1 - rank, in}}, CallKind::kHalo));
+          RETURN_IF_ERROR(ExpectTensorEqual(in, at::full({4}, 7.0 + (1 - rank)), "pair"));
         }
         // Rank 2 receives from both; both send to it.
         if (rank == 2) {
           at::Tensor a = at::empty({2}), b = at::empty({2});
-          RETURN_IF_ERROR((*comm)->SendRecv(
-              {{P2POp::kRecv, 0, a}, {P2POp::kRecv, 1, b}}, CallKind::kHalo));
+          RETURN_IF_ERROR((*comm)->SendRecv({{P2POp::kRecv, 0, a}, {P2POp::kRecv, 1, b}}, CallKind::kHalo));
           RETURN_IF_ERROR(ExpectTensorEqual(a, at::full({2}, 100.0), "from 0"));
           return ExpectTensorEqual(b, at::full({2}, 101.0), "from 1");
         }
-        return (*comm)->SendRecv(
-            {{P2POp::kSend, 2, at::full({2}, 100.0 + rank)}}, CallKind::kHalo);
+        return (*comm)->SendRecv({{P2POp::kSend, 2, at::full({2}, 100.0 + rank)}}, CallKind::kHalo);
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
@@ -185,9 +171,8 @@ TEST(GlooCommunicatorTest, StartedSendRecvReturnsBeforeThePeerPostsAndWaitDelive
           RETURN_IF_ERROR(ExpectTensorEqual(from_prev, at::full({64, 3}, prev + 1.0), "from prev"));
           // The per-pair order carries on into plain calls.
           at::Tensor again = at::empty({2});
-          RETURN_IF_ERROR((*comm)->SendRecv({{P2POp::kSend, next, at::full({2}, 9.0 + rank)},
-                                             {P2POp::kRecv, prev, again}},
-                                            CallKind::kHalo));
+          RETURN_IF_ERROR((*comm)->SendRecv(
+              {{P2POp::kSend, next, at::full({2}, 9.0 + rank)}, {P2POp::kRecv, prev, again}}, CallKind::kHalo));
           return ExpectTensorEqual(again, at::full({2}, 9.0 + prev), "again");
         },
         absl::Seconds(30));
@@ -241,23 +226,19 @@ TEST_P(GlooAllGatherTest, UnevenAllGatherEqualsConcatenation) {
           // 7 rows: {7}, {4,3}, {3,2,2}, {2,2,2,1}; then 2 rows, which
           // leaves empty bands at world 3 and 4; then a bf16 gather.
           for (int64_t rows : {7, 2}) {
-            const std::vector<int64_t> sizes =
-                ShardSpec::ForRows(0, rows, rank, world).sizes();
-            absl::StatusOr<at::Tensor> gathered = (*comm)->AllGather(
-                Piece(rank, sizes[rank]), sizes, CallKind::kAttentionKV);
+            const std::vector<int64_t> sizes = ShardSpec::ForRows(0, rows, rank, world).sizes();
+            absl::StatusOr<at::Tensor> gathered =
+                (*comm)->AllGather(Piece(rank, sizes[rank]), sizes, CallKind::kAttentionKV);
             RETURN_IF_ERROR(gathered.status());
-            RETURN_IF_ERROR(
-                Expect(gathered->is_contiguous(), "not contiguous"));
-            RETURN_IF_ERROR(ExpectTensorEqual(*gathered, ExpectedGather(sizes),
-                                              What("AllGather", rank, world)));
+            RETURN_IF_ERROR(Expect(gathered->is_contiguous(), "not contiguous"));
+            RETURN_IF_ERROR(ExpectTensorEqual(*gathered, ExpectedGather(sizes), What("AllGather", rank, world)));
           }
           const std::vector<int64_t> sizes = {3, 2, 2, 1};
           const absl::Span<const int64_t> used(sizes.data(), world);
-          absl::StatusOr<at::Tensor> bf16 = (*comm)->AllGather(
-              Piece(rank, used[rank], at::kBFloat16), used, CallKind::kOther);
+          absl::StatusOr<at::Tensor> bf16 =
+              (*comm)->AllGather(Piece(rank, used[rank], at::kBFloat16), used, CallKind::kOther);
           RETURN_IF_ERROR(bf16.status());
-          return ExpectTensorEqual(*bf16, ExpectedGather(used, at::kBFloat16),
-                                   What("AllGather bf16", rank, world));
+          return ExpectTensorEqual(*bf16, ExpectedGather(used, at::kBFloat16), What("AllGather bf16", rank, world));
         },
         absl::Seconds(30));
     EXPECT_TRUE(status.ok()) << "world " << world << ": " << status;
@@ -277,8 +258,7 @@ TEST(GlooCommunicatorTest, AllReduceSumInPlace) {
           const double factor = world * (world + 1) / 2.0;  // sum of rank + 1
           const at::Tensor base = at::arange(15, at::kFloat).reshape({5, 3});
           at::Tensor values = base * (rank + 1);
-          RETURN_IF_ERROR(
-              (*comm)->AllReduceSum(values, CallKind::kGroupNormStats));
+          RETURN_IF_ERROR((*comm)->AllReduceSum(values, CallKind::kGroupNormStats));
           RETURN_IF_ERROR(ExpectTensorEqual(values, base * factor, "float"));
           // A non-contiguous view is reduced into its own storage.
           at::Tensor storage = (base * (rank + 1)).clone();
@@ -286,13 +266,10 @@ TEST(GlooCommunicatorTest, AllReduceSumInPlace) {
           RETURN_IF_ERROR(ExpectTensorEqual(storage, base * factor, "view"));
           at::Tensor bf16 = (base * (rank + 1)).to(at::kBFloat16);
           RETURN_IF_ERROR((*comm)->AllReduceSum(bf16, CallKind::kOther));
-          RETURN_IF_ERROR(ExpectTensorEqual(
-              bf16, (base * factor).to(at::kBFloat16), "bf16"));
+          RETURN_IF_ERROR(ExpectTensorEqual(bf16, (base * factor).to(at::kBFloat16), "bf16"));
           at::Tensor ints = at::full({4}, int64_t{rank + 1}, at::kLong);
           RETURN_IF_ERROR((*comm)->AllReduceSum(ints, CallKind::kOther));
-          return ExpectTensorEqual(
-              ints, at::full({4}, static_cast<int64_t>(factor), at::kLong),
-              "int64");
+          return ExpectTensorEqual(ints, at::full({4}, static_cast<int64_t>(factor), at::kLong), "int64");
         },
         absl::Seconds(30));
     EXPECT_TRUE(status.ok()) << "world " << world << ": " << status;
@@ -306,21 +283,15 @@ TEST(GlooCommunicatorTest, BroadcastFromAnyRoot) {
         auto comm = Connect(rank, world, port);
         RETURN_IF_ERROR(comm.status());
         for (int root = 0; root < world; ++root) {
-          const at::Tensor expected =
-              at::arange(12, at::kLong).reshape({3, 4}) * (root + 1);
-          at::Tensor job =
-              rank == root ? expected.clone() : at::zeros({3, 4}, at::kLong);
-          RETURN_IF_ERROR(
-              (*comm)->Broadcast(job, root, CallKind::kBroadcastJob));
+          const at::Tensor expected = at::arange(12, at::kLong).reshape({3, 4}) * (root + 1);
+          at::Tensor job = rank == root ? expected.clone() : at::zeros({3, 4}, at::kLong);
+          RETURN_IF_ERROR((*comm)->Broadcast(job, root, CallKind::kBroadcastJob));
           RETURN_IF_ERROR(ExpectTensorEqual(job, expected, "broadcast"));
         }
         // In place into a non-contiguous view.
-        at::Tensor storage = rank == 1
-                                 ? at::arange(6, at::kFloat).reshape({2, 3})
-                                 : at::zeros({2, 3});
+        at::Tensor storage = rank == 1 ? at::arange(6, at::kFloat).reshape({2, 3}) : at::zeros({2, 3});
         RETURN_IF_ERROR((*comm)->Broadcast(storage.t(), 1, CallKind::kOther));
-        return ExpectTensorEqual(
-            storage, at::arange(6, at::kFloat).reshape({2, 3}), "view");
+        return ExpectTensorEqual(storage, at::arange(6, at::kFloat).reshape({2, 3}), "view");
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
@@ -333,19 +304,16 @@ TEST(GlooCommunicatorTest, GatherToRootOnlyRootGetsRows) {
         [](int rank, int world, int port) -> absl::Status {
           auto comm = Connect(rank, world, port);
           RETURN_IF_ERROR(comm.status());
-          const std::vector<int64_t> sizes =
-              ShardSpec::ForRows(0, 7, rank, world).sizes();
+          const std::vector<int64_t> sizes = ShardSpec::ForRows(0, 7, rank, world).sizes();
           for (int root : {0, world - 1}) {
-            absl::StatusOr<at::Tensor> rows = (*comm)->GatherToRoot(
-                Piece(rank, sizes[rank]), sizes, root, CallKind::kGatherOutput);
+            absl::StatusOr<at::Tensor> rows =
+                (*comm)->GatherToRoot(Piece(rank, sizes[rank]), sizes, root, CallKind::kGatherOutput);
             RETURN_IF_ERROR(rows.status());
             if (rank != root) {
               RETURN_IF_ERROR(Expect(!rows->defined(), "peer got rows"));
               continue;
             }
-            RETURN_IF_ERROR(
-                ExpectTensorEqual(*rows, ExpectedGather(sizes),
-                                  What("GatherToRoot", rank, world)));
+            RETURN_IF_ERROR(ExpectTensorEqual(*rows, ExpectedGather(sizes), What("GatherToRoot", rank, world)));
           }
           return absl::OkStatus();
         },
@@ -366,8 +334,7 @@ TEST(GlooCommunicatorTest, BarrierWaitsForTheSlowestRank) {
         RETURN_IF_ERROR((*comm)->Barrier());
         const absl::Duration waited = absl::Now() - start;
         return Expect(waited >= absl::Milliseconds(280),
-                      absl::StrCat("rank ", rank, " left the barrier after ",
-                                   absl::FormatDuration(waited)));
+                      absl::StrCat("rank ", rank, " left the barrier after ", absl::FormatDuration(waited)));
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
@@ -386,16 +353,14 @@ TEST(GlooCommunicatorTest, WorldSizeOneNeedsNoStoreOrPeer) {
         auto comm = GlooCommunicator::Create(options);
         RETURN_IF_ERROR(comm.status());
         const at::Tensor local = Piece(0, 4);
-        absl::StatusOr<at::Tensor> all =
-            (*comm)->AllGather(local, {4}, CallKind::kAttentionKV);
+        absl::StatusOr<at::Tensor> all = (*comm)->AllGather(local, {4}, CallKind::kAttentionKV);
         RETURN_IF_ERROR(all.status());
         RETURN_IF_ERROR(ExpectTensorEqual(*all, local, "gather"));
         at::Tensor sum = local.clone();
         RETURN_IF_ERROR((*comm)->AllReduceSum(sum, CallKind::kGroupNormStats));
         RETURN_IF_ERROR(ExpectTensorEqual(sum, local, "all-reduce"));
         RETURN_IF_ERROR((*comm)->Broadcast(sum, 0, CallKind::kBroadcastJob));
-        absl::StatusOr<at::Tensor> rows =
-            (*comm)->GatherToRoot(local, {4}, 0, CallKind::kGatherOutput);
+        absl::StatusOr<at::Tensor> rows = (*comm)->GatherToRoot(local, {4}, 0, CallKind::kGatherOutput);
         RETURN_IF_ERROR(rows.status());
         RETURN_IF_ERROR(ExpectTensorEqual(*rows, local, "gather to root"));
         RETURN_IF_ERROR((*comm)->SendRecv({}, CallKind::kHalo));
@@ -412,15 +377,11 @@ TEST(GlooCommunicatorTest, InvalidArgumentsFailAndAbort) {
       [](int, int, int) -> absl::Status {
         auto comm = GlooCommunicator::Create(GlooOptions{});
         RETURN_IF_ERROR(comm.status());
-        absl::StatusOr<at::Tensor> wrong =
-            (*comm)->AllGather(Piece(0, 3), {4}, CallKind::kOther);
-        RETURN_IF_ERROR(
-            Expect(wrong.status().code() == absl::StatusCode::kInvalidArgument,
-                   wrong.status().ToString()));
+        absl::StatusOr<at::Tensor> wrong = (*comm)->AllGather(Piece(0, 3), {4}, CallKind::kOther);
+        RETURN_IF_ERROR(Expect(wrong.status().code() == absl::StatusCode::kInvalidArgument, wrong.status().ToString()));
         // Fail-stop: the communicator is aborted from now on.
         absl::Status after = (*comm)->Barrier();
-        return Expect(after.code() == absl::StatusCode::kUnavailable &&
-                          absl::StrContains(after.message(), "aborted"),
+        return Expect(after.code() == absl::StatusCode::kUnavailable && absl::StrContains(after.message(), "aborted"),
                       after.ToString());
       },
       absl::Seconds(20));
@@ -429,12 +390,10 @@ TEST(GlooCommunicatorTest, InvalidArgumentsFailAndAbort) {
   GlooOptions bad;
   bad.rank = 2;
   bad.world_size = 2;
-  EXPECT_EQ(GlooCommunicator::Create(bad).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GlooCommunicator::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
   bad.rank = 1;
   bad.store_port = 0;  // world size 2 needs a real port
-  EXPECT_EQ(GlooCommunicator::Create(bad).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GlooCommunicator::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GlooCommunicatorTest, PeerThatNeverJoinsIsNamedWithinTheTimeout) {
@@ -446,18 +405,14 @@ TEST(GlooCommunicatorTest, PeerThatNeverJoinsIsNamedWithinTheTimeout) {
         auto comm = Connect(rank, world, port, absl::Seconds(2));
         const absl::Duration took = absl::Now() - start;
         RETURN_IF_ERROR(Expect(!comm.ok(), "joined without rank 2"));
-        RETURN_IF_ERROR(
-            Expect(took < absl::Seconds(4),
-                   absl::StrCat("took ", absl::FormatDuration(took))));
-        RETURN_IF_ERROR(Expect(
-            comm.status().code() == absl::StatusCode::kDeadlineExceeded ||
-                comm.status().code() == absl::StatusCode::kUnavailable,
-            comm.status().ToString()));
+        RETURN_IF_ERROR(Expect(took < absl::Seconds(4), absl::StrCat("took ", absl::FormatDuration(took))));
+        RETURN_IF_ERROR(Expect(comm.status().code() == absl::StatusCode::kDeadlineExceeded ||
+                                   comm.status().code() == absl::StatusCode::kUnavailable,
+                               comm.status().ToString()));
         // Rank 0 hosts the store, so it can always name the missing rank.
         if (rank == 0) {
-          RETURN_IF_ERROR(Expect(
-              absl::StrContains(comm.status().message(), "rank(s) 2 of 3"),
-              comm.status().ToString()));
+          RETURN_IF_ERROR(
+              Expect(absl::StrContains(comm.status().message(), "rank(s) 2 of 3"), comm.status().ToString()));
         }
         return absl::OkStatus();
       },
@@ -482,23 +437,17 @@ TEST(GlooCommunicatorTest, PeerThatExitsMakesOthersFailFast) {
         std::this_thread::sleep_for(std::chrono::milliseconds(400));
         const std::vector<int64_t> sizes = {2, 2, 2};
         const absl::Time start = absl::Now();
-        absl::StatusOr<at::Tensor> all =
-            (*comm)->AllGather(Piece(rank, 2), sizes, CallKind::kAttentionKV);
+        absl::StatusOr<at::Tensor> all = (*comm)->AllGather(Piece(rank, 2), sizes, CallKind::kAttentionKV);
         const absl::Duration took = absl::Now() - start;
         RETURN_IF_ERROR(Expect(!all.ok(), "gathered from a dead rank"));
-        RETURN_IF_ERROR(Expect(
-            all.status().code() == absl::StatusCode::kUnavailable ||
-                all.status().code() == absl::StatusCode::kDeadlineExceeded,
-            all.status().ToString()));
-        RETURN_IF_ERROR(
-            Expect(took < timeout + absl::Seconds(1),
-                   absl::StrCat("took ", absl::FormatDuration(took))));
+        RETURN_IF_ERROR(Expect(all.status().code() == absl::StatusCode::kUnavailable ||
+                                   all.status().code() == absl::StatusCode::kDeadlineExceeded,
+                               all.status().ToString()));
+        RETURN_IF_ERROR(Expect(took < timeout + absl::Seconds(1), absl::StrCat("took ", absl::FormatDuration(took))));
         // Later calls fail at once.
         const absl::Time again = absl::Now();
         absl::Status next = (*comm)->Barrier();
-        return Expect(
-            !next.ok() && absl::Now() - again < absl::Milliseconds(100),
-            next.ToString());
+        return Expect(!next.ok() && absl::Now() - again < absl::Milliseconds(100), next.ToString());
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
@@ -515,24 +464,20 @@ TEST(GlooCommunicatorTest, PeerGoneDuringALargeSendDoesNotKillTheSender) {
         RETURN_IF_ERROR(comm.status());
         const int64_t elements = int64_t{64} << 20;  // 256 MiB of float
         // Buffers first, so the transfer starts right after the barrier.
-        const at::Tensor big =
-            rank == 0 ? at::ones({elements}) : at::empty({elements});
+        const at::Tensor big = rank == 0 ? at::ones({elements}) : at::empty({elements});
         RETURN_IF_ERROR((*comm)->Barrier());
         if (rank == 1) {
-          std::thread receiver([&comm, &big] {
-            (void)(*comm)->SendRecv({{P2POp::kRecv, 0, big}}, CallKind::kOther);
-          });
+          std::thread receiver([&comm, &big] { (void)(*comm)->SendRecv({{P2POp::kRecv, 0, big}}, CallKind::kOther); });
           receiver.detach();
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
           ::_exit(0);  // mid-transfer, unread data in the socket
         }
         // Gloo does not always fail a send whose receiver died after posting
         // its receive; the call deadline bounds it then.
-        absl::Status sent =
-            (*comm)->SendRecv({{P2POp::kSend, 1, big}}, CallKind::kOther);
-        return Expect(sent.code() == absl::StatusCode::kUnavailable ||
-                          sent.code() == absl::StatusCode::kDeadlineExceeded,
-                      sent.ToString());
+        absl::Status sent = (*comm)->SendRecv({{P2POp::kSend, 1, big}}, CallKind::kOther);
+        return Expect(
+            sent.code() == absl::StatusCode::kUnavailable || sent.code() == absl::StatusCode::kDeadlineExceeded,
+            sent.ToString());
       },
       absl::Seconds(30));
   // Rank 1 reports nothing (it _exit()s): only rank 0's fate matters.
@@ -550,8 +495,7 @@ TEST(GlooCommunicatorTest, AbortOnOneRankReachesBlockedAndLaterCalls) {
         // Ranks 0 and 1 stay alive until rank 2 is done, so that rank 2 learns
         // of the abort from the store, not from closed connections.
         auto linger = [joined] {
-          std::this_thread::sleep_until(
-              absl::ToChronoTime(joined + absl::Milliseconds(2000)));
+          std::this_thread::sleep_until(absl::ToChronoTime(joined + absl::Milliseconds(2000)));
         };
         const std::vector<int64_t> sizes = {1, 1, 1};
         if (rank == 1) {
@@ -559,26 +503,21 @@ TEST(GlooCommunicatorTest, AbortOnOneRankReachesBlockedAndLaterCalls) {
           (*comm)->Abort("decoder failed on rank 1");
           absl::Status after = (*comm)->Barrier();
           linger();
-          return Expect(after.code() == absl::StatusCode::kUnavailable,
-                        after.ToString());
+          return Expect(after.code() == absl::StatusCode::kUnavailable, after.ToString());
         }
         if (rank == 2) {
           // Arrives after the abort; must not wait for the 10 s timeout.
           std::this_thread::sleep_for(std::chrono::milliseconds(1000));
         }
         const absl::Time start = absl::Now();
-        absl::StatusOr<at::Tensor> all =
-            (*comm)->AllGather(Piece(rank, 1), sizes, CallKind::kAttentionKV);
+        absl::StatusOr<at::Tensor> all = (*comm)->AllGather(Piece(rank, 1), sizes, CallKind::kAttentionKV);
         const absl::Duration took = absl::Now() - start;
         if (rank == 0) linger();
-        RETURN_IF_ERROR(
-            Expect(all.status().code() == absl::StatusCode::kUnavailable &&
-                       absl::StrContains(all.status().message(),
-                                         "rank 1: decoder failed on rank 1"),
-                   all.status().ToString()));
-        return Expect(
-            took < absl::Milliseconds(800),
-            absl::StrCat("rank ", rank, " took ", absl::FormatDuration(took)));
+        RETURN_IF_ERROR(Expect(all.status().code() == absl::StatusCode::kUnavailable &&
+                                   absl::StrContains(all.status().message(), "rank 1: decoder failed on rank 1"),
+                               all.status().ToString()));
+        return Expect(took < absl::Milliseconds(800),
+                      absl::StrCat("rank ", rank, " took ", absl::FormatDuration(took)));
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
@@ -595,27 +534,20 @@ TEST(GlooCommunicatorTest, HungPeerGivesDeadlineExceeded) {
         if (rank == 1) {
           // Joined but stuck; by the time it calls, rank 0 has given up.
           std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-          absl::Status late = (*comm)->SendRecv(
-              {{P2POp::kSend, 0, at::ones({4})}}, CallKind::kHalo);
+          absl::Status late = (*comm)->SendRecv({{P2POp::kSend, 0, at::ones({4})}}, CallKind::kHalo);
           return Expect(!late.ok(), "late send succeeded");
         }
         const absl::Time start = absl::Now();
         at::Tensor stats = at::ones({8});
-        absl::Status reduced =
-            (*comm)->AllReduceSum(stats, CallKind::kGroupNormStats);
+        absl::Status reduced = (*comm)->AllReduceSum(stats, CallKind::kGroupNormStats);
         const absl::Duration took = absl::Now() - start;
-        RETURN_IF_ERROR(
-            Expect(reduced.code() == absl::StatusCode::kDeadlineExceeded,
-                   reduced.ToString()));
-        RETURN_IF_ERROR(
-            Expect(took >= absl::Milliseconds(900) && took < absl::Seconds(2),
-                   absl::StrCat("took ", absl::FormatDuration(took))));
+        RETURN_IF_ERROR(Expect(reduced.code() == absl::StatusCode::kDeadlineExceeded, reduced.ToString()));
+        RETURN_IF_ERROR(Expect(took >= absl::Milliseconds(900) && took < absl::Seconds(2),
+                               absl::StrCat("took ", absl::FormatDuration(took))));
         // Fail-stop: the next call fails at once.
         const absl::Time again = absl::Now();
-        absl::Status next = (*comm)->SendRecv(
-            {{P2POp::kRecv, 1, at::empty({4})}}, CallKind::kHalo);
-        return Expect(next.code() == absl::StatusCode::kUnavailable &&
-                          absl::Now() - again < absl::Milliseconds(100),
+        absl::Status next = (*comm)->SendRecv({{P2POp::kRecv, 1, at::empty({4})}}, CallKind::kHalo);
+        return Expect(next.code() == absl::StatusCode::kUnavailable && absl::Now() - again < absl::Milliseconds(100),
                       next.ToString());
       },
       absl::Seconds(30));
@@ -630,8 +562,7 @@ TEST(GlooCommunicatorTest, GroupsSharingAStoreDoNotInterfere) {
         store_options.port = port;
         store_options.is_master = process == 0;
         store_options.timeout = absl::Seconds(10);
-        absl::StatusOr<c10::intrusive_ptr<c10d::Store>> store =
-            ConnectTcpStore(store_options);
+        absl::StatusOr<c10::intrusive_ptr<c10d::Store>> store = ConnectTcpStore(store_options);
         RETURN_IF_ERROR(store.status());
         // Same processes, two groups, ranks in opposite orders.
         GlooOptions alpha_options;
@@ -652,31 +583,24 @@ TEST(GlooCommunicatorTest, GroupsSharingAStoreDoNotInterfere) {
         for (int round = 0; round < 2; ++round) {
           const int a = (*alpha)->rank();
           const int b = (*beta)->rank();
-          absl::StatusOr<at::Tensor> ga =
-              (*alpha)->AllGather(Piece(a, sizes[a]), sizes, CallKind::kOther);
+          absl::StatusOr<at::Tensor> ga = (*alpha)->AllGather(Piece(a, sizes[a]), sizes, CallKind::kOther);
           RETURN_IF_ERROR(ga.status());
-          absl::StatusOr<at::Tensor> gb = (*beta)->AllGather(
-              Piece(b, sizes[b]) * -1, sizes, CallKind::kOther);
+          absl::StatusOr<at::Tensor> gb = (*beta)->AllGather(Piece(b, sizes[b]) * -1, sizes, CallKind::kOther);
           RETURN_IF_ERROR(gb.status());
-          RETURN_IF_ERROR(
-              ExpectTensorEqual(*ga, ExpectedGather(sizes), "alpha"));
-          RETURN_IF_ERROR(
-              ExpectTensorEqual(*gb, ExpectedGather(sizes) * -1, "beta"));
+          RETURN_IF_ERROR(ExpectTensorEqual(*ga, ExpectedGather(sizes), "alpha"));
+          RETURN_IF_ERROR(ExpectTensorEqual(*gb, ExpectedGather(sizes) * -1, "beta"));
           at::Tensor sa = at::full({2}, a + 1.0);
           at::Tensor sb = at::full({2}, 10.0 * (b + 1));
           RETURN_IF_ERROR((*beta)->AllReduceSum(sb, CallKind::kOther));
           RETURN_IF_ERROR((*alpha)->AllReduceSum(sa, CallKind::kOther));
-          RETURN_IF_ERROR(
-              ExpectTensorEqual(sa, at::full({2}, 6.0), "alpha sum"));
-          RETURN_IF_ERROR(
-              ExpectTensorEqual(sb, at::full({2}, 60.0), "beta sum"));
+          RETURN_IF_ERROR(ExpectTensorEqual(sa, at::full({2}, 6.0), "alpha sum"));
+          RETURN_IF_ERROR(ExpectTensorEqual(sb, at::full({2}, 60.0), "beta sum"));
         }
         // Aborting one group leaves the other working.
         if (process == 0) (*alpha)->Abort("alpha only");
         RETURN_IF_ERROR((*beta)->Barrier());
         absl::Status alpha_after = (*alpha)->Barrier();
-        return Expect(alpha_after.code() == absl::StatusCode::kUnavailable,
-                      alpha_after.ToString());
+        return Expect(alpha_after.code() == absl::StatusCode::kUnavailable, alpha_after.ToString());
       },
       absl::Seconds(30));
   EXPECT_TRUE(status.ok()) << status;
@@ -689,8 +613,7 @@ TEST(StoreTest, PickFreePortAndPortValidation) {
   EXPECT_LE(*port, 65535);
   TcpStoreOptions options;
   options.port = 0;
-  EXPECT_EQ(ConnectTcpStore(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ConnectTcpStore(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // The local addresses (hex, as /proc/net/tcp writes them: 0100007F is
@@ -735,8 +658,7 @@ TEST(StoreTest, TheMasterListensOnItsHostOnly) {
 
   options.host = "localhost";  // a name cannot be bound exactly
   options.is_master = true;
-  EXPECT_EQ(ConnectTcpStore(options).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ConnectTcpStore(options).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

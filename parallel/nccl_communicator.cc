@@ -27,10 +27,8 @@ namespace vaedecode::parallel {
 
 bool NcclCommunicator::CompiledIn() { return false; }
 
-absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
-    const NcclOptions& options) {
-  return absl::UnimplementedError(
-      "NCCL communicator: built without CUDA (build with --config=cuda)");
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(const NcclOptions& options) {
+  return absl::UnimplementedError("NCCL communicator: built without CUDA (build with --config=cuda)");
 }
 
 #else  // VAEDECODE_WITH_NCCL
@@ -48,19 +46,16 @@ constexpr std::string_view kUniqueIdKey = "nccl_unique_id";
 
 absl::Status CudaStatus(cudaError_t error, std::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(AsAbsl(what), ": ",
-                                             cudaGetErrorName(error), ": ",
-                                             cudaGetErrorString(error)));
+  return absl::UnavailableError(
+      absl::StrCat(AsAbsl(what), ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
 }
 
-absl::Status NcclStatus(ncclResult_t result, ncclComm_t comm,
-                        std::string_view what) {
+absl::Status NcclStatus(ncclResult_t result, ncclComm_t comm, std::string_view what) {
   if (result == ncclSuccess || result == ncclInProgress) {
     return absl::OkStatus();
   }
   const char* detail = ncclGetLastError(comm);
-  std::string message =
-      absl::StrCat(AsAbsl(what), ": ", ncclGetErrorString(result));
+  std::string message = absl::StrCat(AsAbsl(what), ": ", ncclGetErrorString(result));
   if (detail != nullptr && detail[0] != '\0') {
     absl::StrAppend(&message, " (", detail, ")");
   }
@@ -140,14 +135,11 @@ bool NcclDataType(at::ScalarType type, ncclDataType_t* out) {
   }
 }
 
-size_t Bytes(const at::Tensor& t) {
-  return static_cast<size_t>(t.numel()) * t.element_size();
-}
+size_t Bytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
 // Waits until NCCL leaves ncclInProgress on `comm` (non-blocking mode) or
 // the deadline passes.
-absl::Status WaitNotInProgress(ncclComm_t comm, std::string_view what,
-                               absl::Time deadline) {
+absl::Status WaitNotInProgress(ncclComm_t comm, std::string_view what, absl::Time deadline) {
   Backoff backoff;
   while (true) {
     ncclResult_t state = ncclSuccess;
@@ -155,8 +147,7 @@ absl::Status WaitNotInProgress(ncclComm_t comm, std::string_view what,
     if (r != ncclSuccess) return NcclStatus(r, comm, what);
     if (state != ncclInProgress) return NcclStatus(state, comm, what);
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(AsAbsl(what), ": still in progress at the deadline"));
+      return absl::DeadlineExceededError(absl::StrCat(AsAbsl(what), ": still in progress at the deadline"));
     }
     backoff.Wait();
   }
@@ -174,13 +165,10 @@ struct NcclCommunicator::Work {
 
 bool NcclCommunicator::CompiledIn() { return true; }
 
-absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
-    const NcclOptions& options) {
-  if (options.world_size < 1 || options.rank < 0 ||
-      options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("NCCL: rank ", options.rank,
-                                                   " invalid for world size ",
-                                                   options.world_size));
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(const NcclOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("NCCL: rank ", options.rank, " invalid for world size ", options.world_size));
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("NCCL: timeout must be positive");
@@ -195,15 +183,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
   const absl::Time deadline = absl::Now() + options.timeout;
 
   int device_count = 0;
-  if (absl::Status s = CudaStatus(cudaGetDeviceCount(&device_count),
-                                  "NCCL: cudaGetDeviceCount");
-      !s.ok()) {
+  if (absl::Status s = CudaStatus(cudaGetDeviceCount(&device_count), "NCCL: cudaGetDeviceCount"); !s.ok()) {
     return s;
   }
   if (options.device >= device_count) {
-    return absl::UnavailableError(absl::StrCat("NCCL: device ", options.device,
-                                               " requested, ", device_count,
-                                               " visible"));
+    return absl::UnavailableError(
+        absl::StrCat("NCCL: device ", options.device, " requested, ", device_count, " visible"));
   }
 
   c10::intrusive_ptr<c10d::Store> store = options.store;
@@ -213,33 +198,27 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
     store_options.port = options.store_port;
     store_options.is_master = options.rank == 0;
     store_options.timeout = options.timeout;
-    absl::StatusOr<c10::intrusive_ptr<c10d::Store>> tcp =
-        ConnectTcpStore(store_options);
+    absl::StatusOr<c10::intrusive_ptr<c10d::Store>> tcp = ConnectTcpStore(store_options);
     if (!tcp.ok()) return tcp.status();
     store = *std::move(tcp);
   }
-  absl::StatusOr<std::unique_ptr<GroupStore>> group = GroupStore::Create(
-      store, options.group_name, options.rank, options.world_size);
+  absl::StatusOr<std::unique_ptr<GroupStore>> group =
+      GroupStore::Create(store, options.group_name, options.rank, options.world_size);
   if (!group.ok()) return group.status();
   comm->group_ = *std::move(group);
 
   ncclUniqueId id;
   if (options.rank == 0) {
-    if (absl::Status s =
-            NcclStatus(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId");
-        !s.ok()) {
+    if (absl::Status s = NcclStatus(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId"); !s.ok()) {
       return s;
     }
-    if (absl::Status s = comm->group_->Set(
-            kUniqueIdKey, std::string_view(id.internal, sizeof(id.internal)));
-        !s.ok()) {
+    if (absl::Status s = comm->group_->Set(kUniqueIdKey, std::string_view(id.internal, sizeof(id.internal))); !s.ok()) {
       return s;
     }
   }
   if (absl::Status s = comm->group_->Join(deadline); !s.ok()) return s;
   if (options.rank != 0) {
-    absl::StatusOr<std::string> bytes =
-        comm->group_->WaitAndGet(kUniqueIdKey, deadline);
+    absl::StatusOr<std::string> bytes = comm->group_->WaitAndGet(kUniqueIdKey, deadline);
     if (!bytes.ok()) return bytes.status();
     if (bytes->size() != sizeof(id.internal)) {
       return absl::InternalError("NCCL: malformed unique id in the store");
@@ -250,29 +229,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
   DeviceScope scope(options.device);
   if (!scope.status().ok()) return scope.status();
   auto dev = std::make_unique<Device>();
-  absl::Status setup =
-      CudaStatus(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking),
-                 "cudaStreamCreate");
+  absl::Status setup = CudaStatus(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   if (setup.ok()) {
-    setup = CudaStatus(
-        cudaEventCreateWithFlags(&dev->ready, cudaEventDisableTiming),
-        "cudaEventCreate");
+    setup = CudaStatus(cudaEventCreateWithFlags(&dev->ready, cudaEventDisableTiming), "cudaEventCreate");
   }
   if (setup.ok()) {
-    setup = CudaStatus(
-        cudaMalloc(reinterpret_cast<void**>(&dev->barrier_word), sizeof(int)),
-        "cudaMalloc");
+    setup = CudaStatus(cudaMalloc(reinterpret_cast<void**>(&dev->barrier_word), sizeof(int)), "cudaMalloc");
   }
   if (setup.ok()) {
-    setup =
-        CudaStatus(cudaMemset(dev->barrier_word, 0, sizeof(int)), "cudaMemset");
+    setup = CudaStatus(cudaMemset(dev->barrier_word, 0, sizeof(int)), "cudaMemset");
   }
   if (setup.ok()) {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // creation must be abortable at the deadline
-    setup = NcclStatus(ncclCommInitRankConfig(&dev->comm, options.world_size,
-                                              id, options.rank, &config),
-                       dev->comm, "ncclCommInitRankConfig");
+    setup = NcclStatus(ncclCommInitRankConfig(&dev->comm, options.world_size, id, options.rank, &config), dev->comm,
+                       "ncclCommInitRankConfig");
     if (setup.ok()) {
       setup = WaitNotInProgress(dev->comm, "ncclCommInitRankConfig", deadline);
     }
@@ -284,16 +255,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(
   comm->dev_ = std::move(dev);  // the destructor releases what was created
   if (!setup.ok()) {
     return absl::Status(setup.code(),
-                        absl::StrCat("group '", options.group_name, "' rank ",
-                                     options.rank, ": ", setup.message()));
+                        absl::StrCat("group '", options.group_name, "' rank ", options.rank, ": ", setup.message()));
   }
 
   NcclCommunicator* raw = comm.get();
   comm->watcher_ = std::make_unique<AbortWatcher>(
       comm->group_.get(), options.abort_poll_interval,
-      [raw](const std::string& message) {
-        raw->AbortInternal(message, /*publish=*/false);
-      });
+      [raw](const std::string& message) { raw->AbortInternal(message, /*publish=*/false); });
   comm->watchdog_ = std::thread([raw] { raw->WatchdogLoop(); });
   if (options.warm_up) {
     if (absl::Status warm = comm->WarmUp(); !warm.ok()) {
@@ -371,7 +339,7 @@ NcclCommunicator::~NcclCommunicator() {
         "after abort; leaking its buffers",
         group_name_, rank_);
     (void)new std::vector<at::Tensor>(std::move(abandoned_));  // leaked
-    (void)dev_.release();  // leaked with its stream and buffers
+    (void)dev_.release();                                      // leaked with its stream and buffers
     return;
   }
   if (dev_->barrier_word != nullptr) cudaFree(dev_->barrier_word);
@@ -394,9 +362,7 @@ absl::Status NcclCommunicator::Fail(absl::Status status) {
   return std::move(failure.status);
 }
 
-void NcclCommunicator::Abort(std::string_view reason) {
-  AbortInternal(reason, /*publish=*/true);
-}
+void NcclCommunicator::Abort(std::string_view reason) { AbortInternal(reason, /*publish=*/true); }
 
 void NcclCommunicator::AbortInternal(std::string_view reason, bool publish, absl::Status failure) {
   ncclComm_t to_abort = nullptr;
@@ -406,8 +372,9 @@ void NcclCommunicator::AbortInternal(std::string_view reason, bool publish, absl
     if (aborted_) return;
     aborted_ = true;
     abort_reason_ = std::string(reason);
-    failure_ = !failure.ok() ? failure
-                             : absl::UnavailableError(absl::StrCat("group '", group_name_, "' aborted: ", AsAbsl(reason)));
+    failure_ = !failure.ok()
+                   ? failure
+                   : absl::UnavailableError(absl::StrCat("group '", group_name_, "' aborted: ", AsAbsl(reason)));
     // Outside a call nobody else can be using the communicator: abort it
     // now. Inside one, the calling thread sees the flag and aborts it.
     if (!in_call_ && dev_ != nullptr) std::swap(to_abort, dev_->comm);
@@ -430,9 +397,8 @@ void NcclCommunicator::AbortInternal(std::string_view reason, bool publish, absl
     for (size_t i = 0; i < calls_ended; ++i) watcher_->CallFinished();
   }
   if (publish && group_ != nullptr) group_->PublishAbort(reason);
-  spdlog::warn("vaedecode parallel: NCCL group '{}' rank {}/{} aborted{}: {}",
-               group_name_, rank_, world_size_, publish ? "" : " by a peer",
-               reason);
+  spdlog::warn("vaedecode parallel: NCCL group '{}' rank {}/{} aborted{}: {}", group_name_, rank_, world_size_,
+               publish ? "" : " by a peer", reason);
 }
 
 void* NcclCommunicator::ProducerStream() const {
@@ -448,8 +414,7 @@ void* NcclCommunicator::ProducerStream() const {
   }
 }
 
-absl::Status NcclCommunicator::Enqueue(std::string_view what,
-                                       const std::function<absl::Status(const Device&)>& enqueue,
+absl::Status NcclCommunicator::Enqueue(std::string_view what, const std::function<absl::Status(const Device&)>& enqueue,
                                        std::vector<at::Tensor> keep_alive, bool join,
                                        std::function<absl::Status()>* joined) {
   {
@@ -524,9 +489,7 @@ void NcclCommunicator::WatchdogLoop() {
     absl::Status failure;
     {
       absl::MutexLock lock(&mu_);
-      const auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        return stop_watchdog_ || !in_flight_.empty();
-      };
+      const auto has_work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stop_watchdog_ || !in_flight_.empty(); };
       if (in_flight_.empty()) {
         mu_.Await(absl::Condition(&has_work));
         backoff = Backoff();
@@ -581,8 +544,8 @@ absl::Status NcclCommunicator::Synchronize() {
   // margin, it is the watchdog that is stuck.
   const auto drained = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return aborted_ || in_flight_.empty(); };
   if (!mu_.AwaitWithTimeout(absl::Condition(&drained), timeout_ + absl::Seconds(5))) {
-    return absl::DeadlineExceededError(absl::StrCat("group '", group_name_, "': calls in flight for longer than ",
-                                                    absl::FormatDuration(timeout_)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("group '", group_name_, "': calls in flight for longer than ", absl::FormatDuration(timeout_)));
   }
   return aborted_ ? failure_ : absl::OkStatus();
 }
@@ -599,18 +562,14 @@ std::function<absl::Status(const NcclCommunicator::Device&)> NcclCommunicator::E
   return [&transfers](const Device& dev) -> absl::Status {
     ncclComm_t comm = dev.comm;
     cudaStream_t stream = dev.stream;
-    absl::Status status =
-        NcclStatus(ncclGroupStart(), comm, "ncclGroupStart");
+    absl::Status status = NcclStatus(ncclGroupStart(), comm, "ncclGroupStart");
     for (const Transfer& t : transfers) {
       if (!status.ok()) break;
       const size_t bytes = Bytes(t.tensor);
       if (bytes == 0) continue;  // skipped on both ends
-      status =
-          NcclStatus(t.send ? ncclSend(t.tensor.data_ptr(), bytes,
-                                       ncclUint8, t.peer, comm, stream)
-                            : ncclRecv(t.tensor.data_ptr(), bytes,
-                                       ncclUint8, t.peer, comm, stream),
-                     comm, t.send ? "ncclSend" : "ncclRecv");
+      status = NcclStatus(t.send ? ncclSend(t.tensor.data_ptr(), bytes, ncclUint8, t.peer, comm, stream)
+                                 : ncclRecv(t.tensor.data_ptr(), bytes, ncclUint8, t.peer, comm, stream),
+                          comm, t.send ? "ncclSend" : "ncclRecv");
     }
     // Always close the group, even after a failed member.
     absl::Status end = NcclStatus(ncclGroupEnd(), comm, "ncclGroupEnd");
@@ -643,17 +602,15 @@ absl::Status NcclCommunicator::WarmUp() {
   return Barrier();
 }
 
-absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops,
-                                        CallKind kind) {
+absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
-  if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device());
-      !s.ok()) {
+  if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
   if (ops.empty()) return absl::OkStatus();
   std::vector<Transfer> transfers = PointToPointOf(ops);
-  absl::Status status = Enqueue(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"),
-                                EnqueueTransfers(transfers), TensorsOf(transfers));
+  absl::Status status = Enqueue(absl::StrCat("SendRecv[", AsAbsl(CallKindName(kind)), "]"), EnqueueTransfers(transfers),
+                                TensorsOf(transfers));
   return status.ok() ? status : Fail(status);
 }
 
@@ -673,12 +630,10 @@ std::unique_ptr<PendingSendRecv> NcclCommunicator::StartSendRecv(absl::Span<cons
       [this](absl::Status status) { return Fail(status); });
 }
 
-absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(
-    const at::Tensor& local, absl::Span<const int64_t> sizes, CallKind kind) {
+absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(const at::Tensor& local, absl::Span<const int64_t> sizes,
+                                                       CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
-  if (absl::Status s =
-          CheckGatherArgs(local, sizes, rank_, world_size_, device());
-      !s.ok()) {
+  if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
   const at::Tensor source = local.contiguous();
@@ -693,14 +648,11 @@ absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(
   return out;
 }
 
-absl::StatusOr<at::Tensor> NcclCommunicator::GatherToRoot(
-    const at::Tensor& local, absl::Span<const int64_t> sizes, int root,
-    CallKind kind) {
+absl::StatusOr<at::Tensor> NcclCommunicator::GatherToRoot(const at::Tensor& local, absl::Span<const int64_t> sizes,
+                                                          int root, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
-  if (absl::Status s =
-          CheckGatherArgs(local, sizes, rank_, world_size_, device());
-      !s.ok()) {
+  if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
   const at::Tensor source = local.contiguous();
@@ -713,8 +665,7 @@ absl::StatusOr<at::Tensor> NcclCommunicator::GatherToRoot(
   return out;
 }
 
-absl::Status NcclCommunicator::Broadcast(const at::Tensor& tensor, int root,
-                                         CallKind kind) {
+absl::Status NcclCommunicator::Broadcast(const at::Tensor& tensor, int root, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
   if (absl::Status s = CheckTensor(tensor, device(), "Broadcast"); !s.ok()) {
@@ -722,41 +673,36 @@ absl::Status NcclCommunicator::Broadcast(const at::Tensor& tensor, int root,
   }
   if (world_size_ == 1 || tensor.numel() == 0) return absl::OkStatus();
   at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  absl::Status status = Enqueue(
-      absl::StrCat("Broadcast[", AsAbsl(CallKindName(kind)), "]"),
-      [&](const Device& dev) -> absl::Status {
-        return NcclStatus(
-            ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), Bytes(buffer),
-                          ncclUint8, root, dev.comm, dev.stream),
-            dev.comm, "ncclBroadcast");
-      },
-      {buffer});
+  absl::Status status = Enqueue(absl::StrCat("Broadcast[", AsAbsl(CallKindName(kind)), "]"),
+                                [&](const Device& dev) -> absl::Status {
+                                  return NcclStatus(ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), Bytes(buffer),
+                                                                  ncclUint8, root, dev.comm, dev.stream),
+                                                    dev.comm, "ncclBroadcast");
+                                },
+                                {buffer});
   if (!status.ok()) return Fail(status);
   // Queued on the producer stream after it waits for the broadcast.
   if (!buffer.is_same(tensor)) tensor.copy_(buffer);
   return absl::OkStatus();
 }
 
-absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor,
-                                            CallKind kind) {
+absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor, CallKind kind) {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (absl::Status s = CheckTensor(tensor, device(), "AllReduceSum"); !s.ok()) {
     return Fail(s);
   }
   ncclDataType_t type;
   if (!NcclDataType(tensor.scalar_type(), &type)) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "AllReduceSum: dtype ", c10::toString(tensor.scalar_type()),
-        " not supported by NCCL")));
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("AllReduceSum: dtype ", c10::toString(tensor.scalar_type()), " not supported by NCCL")));
   }
   if (world_size_ == 1 || tensor.numel() == 0) return absl::OkStatus();
   at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
   absl::Status status = Enqueue(
       absl::StrCat("AllReduceSum[", AsAbsl(CallKindName(kind)), "]"),
       [&](const Device& dev) -> absl::Status {
-        return NcclStatus(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(),
-                                        static_cast<size_t>(buffer.numel()),
-                                        type, ncclSum, dev.comm, dev.stream),
+        return NcclStatus(ncclAllReduce(buffer.data_ptr(), buffer.data_ptr(), static_cast<size_t>(buffer.numel()), type,
+                                        ncclSum, dev.comm, dev.stream),
                           dev.comm, "ncclAllReduce");
       },
       {buffer});
@@ -768,15 +714,13 @@ absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor,
 absl::Status NcclCommunicator::Barrier() {
   if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
   if (world_size_ == 1) return absl::OkStatus();
-  absl::Status status = Enqueue(
-      "Barrier",
-      [&](const Device& dev) -> absl::Status {
-        return NcclStatus(
-            ncclAllReduce(dev.barrier_word, dev.barrier_word, 1, ncclInt32,
-                          ncclSum, dev.comm, dev.stream),
-            dev.comm, "ncclAllReduce (barrier)");
-      },
-      {});
+  absl::Status status = Enqueue("Barrier",
+                                [&](const Device& dev) -> absl::Status {
+                                  return NcclStatus(ncclAllReduce(dev.barrier_word, dev.barrier_word, 1, ncclInt32,
+                                                                  ncclSum, dev.comm, dev.stream),
+                                                    dev.comm, "ncclAllReduce (barrier)");
+                                },
+                                {});
   if (!status.ok()) return Fail(status);
   // A barrier is met on the host: every call before it is complete.
   return Synchronize();

@@ -79,28 +79,22 @@ class NcclCommunicator final : public Communicator {
   // world size 1 no CUDA or NCCL call is made. UNIMPLEMENTED ("built without
   // CUDA") in builds without --config=cuda; UNAVAILABLE if the device is
   // missing or CUDA cannot start.
-  static absl::StatusOr<std::unique_ptr<Communicator>> Create(
-      const NcclOptions& options);
+  static absl::StatusOr<std::unique_ptr<Communicator>> Create(const NcclOptions& options);
 
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
-  c10::Device device() const override {
-    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_));
-  }
+  c10::Device device() const override { return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_)); }
 
   absl::Status SendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
   std::unique_ptr<PendingSendRecv> StartSendRecv(absl::Span<const P2POp> ops, CallKind kind) override;
-  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local,
-                                       absl::Span<const int64_t> sizes,
+  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& local, absl::Span<const int64_t> sizes,
                                        CallKind kind) override;
   absl::Status AllReduceSum(const at::Tensor& tensor, CallKind kind) override;
-  absl::Status Broadcast(const at::Tensor& tensor, int root,
-                         CallKind kind) override;
-  absl::StatusOr<at::Tensor> GatherToRoot(const at::Tensor& local,
-                                          absl::Span<const int64_t> sizes,
-                                          int root, CallKind kind) override;
+  absl::Status Broadcast(const at::Tensor& tensor, int root, CallKind kind) override;
+  absl::StatusOr<at::Tensor> GatherToRoot(const at::Tensor& local, absl::Span<const int64_t> sizes, int root,
+                                          CallKind kind) override;
   absl::Status Barrier() override;
   void Abort(std::string_view reason) override;
   // Waits until every call made so far has completed on the device (or the

@@ -15,15 +15,14 @@ at::Tensor RowsFirst(const at::Tensor& x, int64_t axis) { return x.movedim(axis,
 
 }  // namespace
 
-absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x,
-                                                       const ShardSpec& spec, int64_t halo,
-                                                       std::optional<int64_t> signal) {
+absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
+                                                       int64_t halo, std::optional<int64_t> signal) {
   HaloRows rows;
   rows.min_signal = signal;
   if (halo == 0 || spec.world_size == 1) return HaloRowsInFlight(rows, nullptr);
   if (spec.min_band_rows() < halo) {
-    return absl::FailedPreconditionError(absl::StrCat("halo of ", halo, " rows exceeds the thinnest band (",
-                                                      spec.min_band_rows(), " rows)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("halo of ", halo, " rows exceeds the thinnest band (", spec.min_band_rows(), " rows)"));
   }
   const int64_t axis = spec.axis;
   const int64_t local_rows = x.size(axis);
@@ -64,15 +63,15 @@ absl::StatusOr<HaloRows> HaloRowsInFlight::Wait() {
   return std::move(rows_);
 }
 
-absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
-                                          int64_t halo, std::optional<int64_t> signal) {
+absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec, int64_t halo,
+                                          std::optional<int64_t> signal) {
   absl::StatusOr<HaloRowsInFlight> started = StartHaloRowsExchange(comm, x, spec, halo, signal);
   if (!started.ok()) return started.status();
   return started->Wait();
 }
 
-absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
-                                        int64_t halo, bool zero_edges, int64_t* signal, at::Tensor* signals_in) {
+absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x, const ShardSpec& spec, int64_t halo,
+                                        bool zero_edges, int64_t* signal, at::Tensor* signals_in) {
   if (halo == 0) return x;
   std::optional<int64_t> word;
   if (signal != nullptr) word = *signal;
@@ -128,15 +127,14 @@ std::pair<at::Tensor, at::Tensor> GroupMoments(const at::Tensor& x, int64_t num_
 // word), merged with each rank's share of the rows. Float64 out.
 absl::StatusOr<std::pair<at::Tensor, at::Tensor>> MergeMoments(Communicator& comm, const ShardSpec& spec,
                                                                const at::Tensor& mean_local,
-                                                               const at::Tensor& var_local,
-                                                               LeaderSignal* leader_signal,
+                                                               const at::Tensor& var_local, LeaderSignal* leader_signal,
                                                                GroupNormWeights* weights) {
   const int64_t batch = mean_local.size(0), num_groups = mean_local.size(1);
   const int64_t bg = batch * num_groups;
-  const at::Tensor stats = at::cat({mean_local.flatten().to(at::kDouble), var_local.flatten().to(at::kDouble),
-                                    at::full({1}, leader_signal ? leader_signal->value : 0.0,
-                                             mean_local.options().dtype(at::kDouble))})
-                               .unsqueeze(0);
+  const at::Tensor stats =
+      at::cat({mean_local.flatten().to(at::kDouble), var_local.flatten().to(at::kDouble),
+               at::full({1}, leader_signal ? leader_signal->value : 0.0, mean_local.options().dtype(at::kDouble))})
+          .unsqueeze(0);
   std::vector<int64_t> ones(spec.world_size, 1);
   absl::StatusOr<at::Tensor> gathered = comm.AllGather(stats, ones, CallKind::kGroupNormStats);
   if (!gathered.ok()) return gathered.status();
@@ -158,11 +156,9 @@ at::Tensor PerChannel(const at::Tensor& per_group, int64_t channels, at::ScalarT
 
 }  // namespace
 
-absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x_in,
-                                            const ShardSpec& spec, int64_t num_groups,
-                                            const at::Tensor& weight, const at::Tensor& bias,
-                                            double eps, LeaderSignal* leader_signal,
-                                            GroupNormWeights* weights) {
+absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x_in, const ShardSpec& spec,
+                                            int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
+                                            double eps, LeaderSignal* leader_signal, GroupNormWeights* weights) {
   const at::Tensor x = x_in.contiguous();
   const int64_t batch = x.size(0), channels = x.size(1);
   const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -227,8 +223,7 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
   return y.view(x.sizes());
 }
 
-absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm,
-                                                              const at::Tensor& k,
+absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm, const at::Tensor& k,
                                                               const at::Tensor& v,
                                                               absl::Span<const int64_t> token_sizes,
                                                               LeaderSignal* leader_signal) {
@@ -252,14 +247,14 @@ absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm
   if (leader_signal != nullptr) {
     // A copy: a view would keep the whole gathered K/V alive until read.
     leader_signal->received = rows[token_sizes[0]].view({-1}).narrow(0, 0, 1).clone();
-    rows = at::cat({rows.narrow(0, 0, token_sizes[0]), rows.narrow(0, token_sizes[0] + 1, rows.size(0) - token_sizes[0] - 1)});
+    rows = at::cat(
+        {rows.narrow(0, 0, token_sizes[0]), rows.narrow(0, token_sizes[0] + 1, rows.size(0) - token_sizes[0] - 1)});
   }
   const at::Tensor back = rows.movedim(0, token_dim + 1);  // [2, B, heads, N_total, D]
   return std::make_pair(back.select(0, 0), back.select(0, 1));
 }
 
-absl::StatusOr<at::Tensor> GatherRowsToRoot(Communicator& comm, const at::Tensor& x,
-                                            const ShardSpec& spec, int root) {
+absl::StatusOr<at::Tensor> GatherRowsToRoot(Communicator& comm, const at::Tensor& x, const ShardSpec& spec, int root) {
   if (spec.world_size == 1) return x;
   absl::StatusOr<at::Tensor> all =
       comm.GatherToRoot(RowsFirst(x, spec.axis), spec.sizes(), root, CallKind::kGatherOutput);

@@ -36,8 +36,8 @@ struct HaloRows {
   std::optional<int64_t> min_signal;  // CPU, with a signal
   at::Tensor signals_in;              // GPU, with a signal: the neighbours' words, int64 [n]
 };
-absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
-                                          int64_t halo, std::optional<int64_t> signal = std::nullopt);
+absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec, int64_t halo,
+                                          std::optional<int64_t> signal = std::nullopt);
 
 // The same exchange in flight (Communicator::StartSendRecv): `x` may be
 // read meanwhile, and the rows are there once Wait() returns OK.
@@ -55,9 +55,8 @@ class HaloRowsInFlight {
   std::unique_ptr<PendingSendRecv> pending_;  // null when nothing travels
   std::vector<at::Tensor> signals_in_;
 };
-absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x,
-                                                       const ShardSpec& spec, int64_t halo,
-                                                       std::optional<int64_t> signal = std::nullopt);
+absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
+                                                       int64_t halo, std::optional<int64_t> signal = std::nullopt);
 
 // Returns x with `halo` real rows of the rank above prepended and `halo` rows
 // of the rank below appended along spec.axis. At the global top/bottom edges
@@ -66,8 +65,7 @@ absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const
 // `signal`, when given, as in ExchangeHaloRows: in, this rank's word; out,
 // the smallest of its and its neighbours' (CPU), or unchanged with the
 // neighbours' words left unread in *signals_in (GPU).
-absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
-                                        const ShardSpec& spec, int64_t halo,
+absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x, const ShardSpec& spec, int64_t halo,
                                         bool zero_edges = false, int64_t* signal = nullptr,
                                         at::Tensor* signals_in = nullptr);
 
@@ -109,9 +107,8 @@ class GroupNormWeights {
 // in place (measured: var_mean plus an out-of-place apply was 3x slower on
 // one thread). `weight`/`bias` may be undefined (no affine). `weights`
 // caches the merge weights (a temporary when null).
-absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x,
-                                            const ShardSpec& spec, int64_t num_groups,
-                                            const at::Tensor& weight, const at::Tensor& bias,
+absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
+                                            int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
                                             double eps, LeaderSignal* leader_signal = nullptr,
                                             GroupNormWeights* weights = nullptr);
 
@@ -119,15 +116,13 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
 // dim (-2 of [B, heads, N, D]); `token_sizes[r]` tokens come from rank r.
 // Returns (K_global, V_global) with no transport padding.
 // `leader_signal` rides in one extra row from the leader.
-absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm,
-                                                              const at::Tensor& k,
+absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm, const at::Tensor& k,
                                                               const at::Tensor& v,
                                                               absl::Span<const int64_t> token_sizes,
                                                               LeaderSignal* leader_signal = nullptr);
 
 // The decoded rows of every rank concatenated along spec.axis on `root`;
 // an undefined tensor on the other ranks.
-absl::StatusOr<at::Tensor> GatherRowsToRoot(Communicator& comm, const at::Tensor& x,
-                                            const ShardSpec& spec, int root);
+absl::StatusOr<at::Tensor> GatherRowsToRoot(Communicator& comm, const at::Tensor& x, const ShardSpec& spec, int root);
 
 }  // namespace vaedecode::parallel

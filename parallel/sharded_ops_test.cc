@@ -31,11 +31,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> Join(int rank, int world, int port
 // Runs `body(comm, rank, world)` on every rank for each world size 1..4.
 void ForWorldSizes(const std::function<absl::Status(Communicator&, int, int)>& body) {
   for (int world = 1; world <= 4; ++world) {
-    absl::Status s = testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<Communicator>> comm = Join(rank, w, port);
-      if (!comm.ok()) return comm.status();
-      return body(**comm, rank, w);
-    }, absl::Seconds(60));
+    absl::Status s = testing::RunRanks(
+        world,
+        [&](int rank, int w, int port) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<Communicator>> comm = Join(rank, w, port);
+          if (!comm.ok()) return comm.status();
+          return body(**comm, rank, w);
+        },
+        absl::Seconds(60));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
@@ -80,22 +83,24 @@ TEST(ExchangeHalo, ASignalWordReachesTheNeighboursInTheSameCall) {
 }
 
 TEST(ExchangeHalo, RefusesAHaloWiderThanABand) {
-  absl::Status s = testing::RunRanks(3, [](int rank, int world, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<Communicator>> comm = Join(rank, world, port);
-    if (!comm.ok()) return comm.status();
-    ShardSpec spec = ShardSpec::ForRows(2, 5, rank, world);  // bands 2, 2, 1
-    at::Tensor x = at::zeros({1, 1, spec.local_rows(), 3});
-    absl::StatusOr<at::Tensor> got = ExchangeHalo(**comm, x, spec, 2);
-    if (got.ok() || got.status().code() != absl::StatusCode::kFailedPrecondition) {
-      return absl::InternalError("a 2-row halo over a 1-row band was not refused");
-    }
-    return absl::OkStatus();
-  }, absl::Seconds(30));
+  absl::Status s = testing::RunRanks(
+      3,
+      [](int rank, int world, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<Communicator>> comm = Join(rank, world, port);
+        if (!comm.ok()) return comm.status();
+        ShardSpec spec = ShardSpec::ForRows(2, 5, rank, world);  // bands 2, 2, 1
+        at::Tensor x = at::zeros({1, 1, spec.local_rows(), 3});
+        absl::StatusOr<at::Tensor> got = ExchangeHalo(**comm, x, spec, 2);
+        if (got.ok() || got.status().code() != absl::StatusCode::kFailedPrecondition) {
+          return absl::InternalError("a 2-row halo over a 1-row band was not refused");
+        }
+        return absl::OkStatus();
+      },
+      absl::Seconds(30));
   EXPECT_TRUE(s.ok()) << s;
 }
 
-absl::Status CheckGroupNorm(Communicator& comm, int rank, int world, at::ScalarType dtype, double offset,
-                            double atol) {
+absl::Status CheckGroupNorm(Communicator& comm, int rank, int world, at::ScalarType dtype, double offset, double atol) {
   at::manual_seed(11);
   const int64_t rows = 13;
   at::Tensor full = (at::randn({2, 8, rows, 5}, at::kDouble) + offset).to(dtype);
@@ -112,18 +117,16 @@ absl::Status CheckGroupNorm(Communicator& comm, int rank, int world, at::ScalarT
   if (calls != (world > 1 ? 1 : 0)) return absl::InternalError(absl::StrCat("GroupNorm made ", calls, " collectives"));
   // Judged against the float64 truth of the same input: the sharded op must
   // be as accurate as the dense op (a naive E[x²]-E[x]² is not, at an offset).
-  const at::Tensor truth =
-      at::group_norm(full.to(at::kDouble), 4, weight.to(at::kDouble), bias.to(at::kDouble), 1e-6)
-          .narrow(2, b.begin, b.size());
+  const at::Tensor truth = at::group_norm(full.to(at::kDouble), 4, weight.to(at::kDouble), bias.to(at::kDouble), 1e-6)
+                               .narrow(2, b.begin, b.size());
   const double dense_error = (want.narrow(2, b.begin, b.size()).to(at::kDouble) - truth).abs().max().item<double>();
   return ExpectTensorClose(got->to(at::kDouble), truth, std::max(atol, 2 * dense_error), 0, "group norm band");
 }
 
 TEST(ShardedGroupNorm, MatchesGroupNormInFp32WithALargeMeanOffset) {
   // Central moments: E[x²]-E[x]² in fp32 would lose everything at offset 1e4.
-  ForWorldSizes([](Communicator& comm, int rank, int world) {
-    return CheckGroupNorm(comm, rank, world, at::kFloat, 1e4, 1e-5);
-  });
+  ForWorldSizes(
+      [](Communicator& comm, int rank, int world) { return CheckGroupNorm(comm, rank, world, at::kFloat, 1e4, 1e-5); });
 }
 
 TEST(ShardedGroupNorm, MatchesGroupNormInFp64) {
@@ -133,9 +136,8 @@ TEST(ShardedGroupNorm, MatchesGroupNormInFp64) {
 }
 
 TEST(ShardedGroupNorm, MatchesGroupNormInFp32) {
-  ForWorldSizes([](Communicator& comm, int rank, int world) {
-    return CheckGroupNorm(comm, rank, world, at::kFloat, 0.5, 1e-5);
-  });
+  ForWorldSizes(
+      [](Communicator& comm, int rank, int world) { return CheckGroupNorm(comm, rank, world, at::kFloat, 0.5, 1e-5); });
 }
 
 TEST(AllGatherKV, GivesEveryRankTheGlobalKeysAndValuesInOneCollective) {
@@ -149,11 +151,12 @@ TEST(AllGatherKV, GivesEveryRankTheGlobalKeysAndValuesInOneCollective) {
     for (int64_t& t : tokens) t *= width;
     const Band b = spec.local_band();
     CountingCommunicator counting(comm);
-    absl::StatusOr<std::pair<at::Tensor, at::Tensor>> kv = AllGatherKV(
-        counting, k.narrow(2, b.begin * width, b.size() * width), v.narrow(2, b.begin * width, b.size() * width),
-        tokens);
+    absl::StatusOr<std::pair<at::Tensor, at::Tensor>> kv =
+        AllGatherKV(counting, k.narrow(2, b.begin * width, b.size() * width),
+                    v.narrow(2, b.begin * width, b.size() * width), tokens);
     if (!kv.ok()) return kv.status();
-    if (counting.stats().collectives() != (world > 1 ? 1 : 0)) return absl::InternalError("K and V took more than one collective");
+    if (counting.stats().collectives() != (world > 1 ? 1 : 0))
+      return absl::InternalError("K and V took more than one collective");
     if (absl::Status s = ExpectTensorEqual(kv->first.contiguous(), k, "K"); !s.ok()) return s;
     return ExpectTensorEqual(kv->second.contiguous(), v, "V");
   });

@@ -36,17 +36,15 @@ struct TcpStoreOptions {
   absl::Duration timeout = absl::Seconds(60);
 };
 
-absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectTcpStore(
-    const TcpStoreOptions& options);
+absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectTcpStore(const TcpStoreOptions& options);
 
 // One rank's view of one group's keys. Thread-safe (c10d stores serialise
 // their operations).
 class GroupStore {
  public:
   // `store` is shared; this object keeps a reference.
-  static absl::StatusOr<std::unique_ptr<GroupStore>> Create(
-      c10::intrusive_ptr<c10d::Store> store, std::string_view group_name,
-      int rank, int world_size);
+  static absl::StatusOr<std::unique_ptr<GroupStore>> Create(c10::intrusive_ptr<c10d::Store> store,
+                                                            std::string_view group_name, int rank, int world_size);
 
   const std::string& group_name() const { return group_name_; }
   int rank() const { return rank_; }
@@ -71,12 +69,10 @@ class GroupStore {
   // Sets `key` (in this group's namespace).
   absl::Status Set(std::string_view key, std::string_view value);
   // Waits until `key` is set (or the deadline), then returns its value.
-  absl::StatusOr<std::string> WaitAndGet(std::string_view key,
-                                         absl::Time deadline);
+  absl::StatusOr<std::string> WaitAndGet(std::string_view key, absl::Time deadline);
 
  private:
-  GroupStore(c10::intrusive_ptr<c10d::Store> prefixed, std::string group_name,
-             int rank, int world_size);
+  GroupStore(c10::intrusive_ptr<c10d::Store> prefixed, std::string group_name, int rank, int world_size);
 
   c10::intrusive_ptr<c10d::Store> prefixed_;
   std::string group_name_;

@@ -29,8 +29,7 @@ struct SpawnOptions {
 class ChildProcess {
  public:
   // argv[0] is the executable path (not searched in PATH).
-  static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv,
-                                            const SpawnOptions& options = {});
+  static absl::StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv, const SpawnOptions& options = {});
 
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&& other) noexcept;

@@ -37,11 +37,11 @@ absl::Status CheckLatentDtype(const v1::Tensor& latent) {
     case v1::DTYPE_UNSPECIFIED:
       return absl::InvalidArgumentError("latent.dtype: unspecified; use FLOAT32, FLOAT16 or BFLOAT16");
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("latent.dtype: ",
-                       v1::DType_IsValid(latent.dtype()) ? v1::DType_Name(latent.dtype())
-                                                         : absl::StrCat("unknown value ", static_cast<int>(latent.dtype())),
-                       " is not a floating type; use FLOAT32, FLOAT16 or BFLOAT16"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "latent.dtype: ",
+          v1::DType_IsValid(latent.dtype()) ? v1::DType_Name(latent.dtype())
+                                            : absl::StrCat("unknown value ", static_cast<int>(latent.dtype())),
+          " is not a floating type; use FLOAT32, FLOAT16 or BFLOAT16"));
   }
 }
 
@@ -52,8 +52,8 @@ absl::StatusOr<int64_t> CountElements(absl::Span<const int64_t> shape, absl::str
   for (size_t i = 0; i < shape.size(); ++i) {
     const int64_t d = shape[i];
     if (d < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": dimension ", i, " is ", d, " in ", text(),
-                                                     "; every dimension must be at least 1"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": dimension ", i, " is ", d, " in ", text(), "; every dimension must be at least 1"));
     }
     if (d > kMaxElements / numel) {
       return absl::InvalidArgumentError(absl::StrCat(field, ": ", text(), " has more than 2^40 elements"));
@@ -71,8 +71,8 @@ absl::Status CheckLatentBytes(const v1::Tensor& latent, int64_t numel) {
   const int64_t want_bytes = numel * DTypeSize(latent.dtype()).value();
   if (static_cast<int64_t>(latent.data().size()) != want_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("latent.data: ", latent.data().size(), " bytes, but shape ",
-                                                   ShapeString(latent.shape()), " of ",
-                                                   v1::DType_Name(latent.dtype()), " needs ", want_bytes));
+                                                   ShapeString(latent.shape()), " of ", v1::DType_Name(latent.dtype()),
+                                                   " needs ", want_bytes));
   }
   return absl::OkStatus();
 }

@@ -10,8 +10,8 @@ namespace vaedecode::rpc {
 namespace {
 
 bool IsTokenChar(char c) {
-  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' ||
-         c == '/' || c == '@' || c == '+' || c == '-' || c == ',' || c == '[' || c == ']';
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '/' ||
+         c == '@' || c == '+' || c == '-' || c == ',' || c == '[' || c == ']';
 }
 
 }  // namespace

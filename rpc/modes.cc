@@ -28,9 +28,8 @@ absl::StatusOr<v1::Mode> ParseMode(absl::string_view text) {
   v1::Mode mode;
   if (v1::Mode_Parse(absl::StrCat("MODE_", absl::AsciiStrToUpper(text)), &mode)) return mode;
   const std::vector<std::string>& names = ModeNames();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "\"", text, "\"; use ",
-      absl::StrJoin(names.begin(), names.end() - 1, ", "), " or ", names.back()));
+  return absl::InvalidArgumentError(
+      absl::StrCat("\"", text, "\"; use ", absl::StrJoin(names.begin(), names.end() - 1, ", "), " or ", names.back()));
 }
 
 }  // namespace vaedecode::rpc

@@ -73,11 +73,12 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
 absl::Status OutputAssembler::AddChunk(const v1::Chunk& c) {
   ++chunks_;
   if (c.batch_index() < 0 || c.batch_index() >= batch_ || c.frame() < 0 || c.frame() >= frames_) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk: batch ", c.batch_index(), " frame ",
-                                                   c.frame(), " outside the header's shape"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk: batch ", c.batch_index(), " frame ", c.frame(), " outside the header's shape"));
   }
   if (video_file_ && c.frame() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk: an MP4 piece of frame ", c.frame(), " (videos are frame 0)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk: an MP4 piece of frame ", c.frame(), " (videos are frame 0)"));
   }
   const int64_t image = video_file_ ? c.batch_index() : c.batch_index() * frames_ + c.frame();
   if (encoded_) {
@@ -92,15 +93,14 @@ absl::Status OutputAssembler::AddChunk(const v1::Chunk& c) {
   }
   const int64_t r0 = c.row_begin(), r1 = c.row_end();
   if (r0 < 0 || r1 <= r0 || r1 > height_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk: rows [", r0, ", ", r1, ") outside [0, ", height_, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("chunk: rows [", r0, ", ", r1, ") outside [0, ", height_, ")"));
   }
   const int64_t rows = r1 - r0;
   const int64_t row_bytes = width_ * elem_ * (channels_last_ ? channels_ : 1);
   const int64_t want = rows * row_bytes * (channels_last_ ? 1 : channels_);
   if (static_cast<int64_t>(c.data().size()) != want) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk: ", c.data().size(), " bytes for rows [",
-                                                   r0, ", ", r1, "), expected ", want));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk: ", c.data().size(), " bytes for rows [", r0, ", ", r1, "), expected ", want));
   }
   const char* src = c.data().data();
   if (channels_last_) {
@@ -128,8 +128,7 @@ absl::Status OutputAssembler::Finish() const {
   } else {
     for (size_t i = 0; i < rows_seen_.size(); ++i) {
       if (rows_seen_[i] != height_) {
-        return absl::DataLossError(
-            absl::StrCat("stream: image ", i, " got ", rows_seen_[i], " of ", height_, " rows"));
+        return absl::DataLossError(absl::StrCat("stream: image ", i, " got ", rows_seen_[i], " of ", height_, " rows"));
       }
     }
   }

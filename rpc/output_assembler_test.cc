@@ -32,9 +32,7 @@ v1::DecodeResponse Trailer() {
 }
 
 // A uint8 "image" [B, C, H, W] in NCHW whose value names its coordinates.
-uint8_t Value(int b, int c, int y, int x) {
-  return static_cast<uint8_t>(b * 64 + c * 16 + y * 4 + x);
-}
+uint8_t Value(int b, int c, int y, int x) { return static_cast<uint8_t>(b * 64 + c * 16 + y * 4 + x); }
 
 TEST(OutputAssemblerTest, ChannelFirstRowBandsLandInPlace) {
   // FLOAT16 elements (2 bytes) of [B=2, C=2, H=4, W=3]; encode Value in the low byte.
@@ -58,16 +56,14 @@ TEST(OutputAssemblerTest, ChannelFirstRowBandsLandInPlace) {
     for (int c = 0; c < 2; ++c)
       for (int y = 0; y < 4; ++y)
         for (int x = 0; x < 3; ++x)
-          EXPECT_EQ(static_cast<uint8_t>(out[(((b * 2 + c) * 4 + y) * 3 + x) * 2]),
-                    Value(b, c, y, x));
+          EXPECT_EQ(static_cast<uint8_t>(out[(((b * 2 + c) * 4 + y) * 3 + x) * 2]), Value(b, c, y, x));
 }
 
 TEST(OutputAssemblerTest, VideoChannelsLastFrames) {
   // UINT8 [B=1, T=2, H=2, W=2, C=3].
   OutputAssembler a;
   ASSERT_TRUE(a.Add(Header({1, 2, 2, 2, 3}, v1::OUTPUT_UINT8)).ok());
-  for (int t = 0; t < 2; ++t)
-    ASSERT_TRUE(a.Add(Chunk(0, t, 0, 2, std::string(12, static_cast<char>(t + 1)))).ok());
+  for (int t = 0; t < 2; ++t) ASSERT_TRUE(a.Add(Chunk(0, t, 0, 2, std::string(12, static_cast<char>(t + 1)))).ok());
   ASSERT_TRUE(a.Add(Trailer()).ok());
   ASSERT_TRUE(a.Finish().ok());
   EXPECT_EQ(a.tensor_bytes(), std::string(12, 1) + std::string(12, 2));

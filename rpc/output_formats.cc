@@ -12,18 +12,84 @@ namespace {
 
 std::vector<OutputFormatInfo> MakeTable() {
   return {
-      {v1::OUTPUT_FLOAT32, "float32", {}, v1::FLOAT32, false, false, {}, false, Chunking::kRowBands,
-       "application/octet-stream", {}, "FP32", "the decoder's output, [B, C, (T,) H, W] float32 in [-1, 1]"},
-      {v1::OUTPUT_FLOAT16, "float16", {}, v1::FLOAT16, false, false, {}, false, Chunking::kRowBands,
-       "application/octet-stream", {}, "FP16", "the same as float16"},
-      {v1::OUTPUT_UINT8, "uint8", {}, v1::UINT8, false, true, {1, 3, 4}, false, Chunking::kRowBands,
-       "application/octet-stream", {}, "UINT8", "pixels, [B, (T,) H, W, C] uint8 (clamp(x/2+0.5, 0, 1)*255 rounded)"},
-      {v1::OUTPUT_PNG, "png", {}, v1::UINT8, true, true, {1, 3, 4}, false, Chunking::kFilePerImage, "image/png",
-       {".png"}, "BYTES", "one PNG per image and frame"},
-      {v1::OUTPUT_JPEG, "jpeg", {"jpg"}, v1::UINT8, true, true, {1, 3}, false, Chunking::kFilePerImage,
-       "image/jpeg", {".jpg", ".jpeg"}, "BYTES", "one baseline JPEG per image and frame"},
-      {v1::OUTPUT_MP4, "mp4", {}, v1::UINT8, true, true, {3}, true, Chunking::kFilePerVideo, "video/mp4", {".mp4"},
-       "BYTES", "video models: one H.264 yuv420p MP4 per batch entry"},
+      {v1::OUTPUT_FLOAT32,
+       "float32",
+       {},
+       v1::FLOAT32,
+       false,
+       false,
+       {},
+       false,
+       Chunking::kRowBands,
+       "application/octet-stream",
+       {},
+       "FP32",
+       "the decoder's output, [B, C, (T,) H, W] float32 in [-1, 1]"},
+      {v1::OUTPUT_FLOAT16,
+       "float16",
+       {},
+       v1::FLOAT16,
+       false,
+       false,
+       {},
+       false,
+       Chunking::kRowBands,
+       "application/octet-stream",
+       {},
+       "FP16",
+       "the same as float16"},
+      {v1::OUTPUT_UINT8,
+       "uint8",
+       {},
+       v1::UINT8,
+       false,
+       true,
+       {1, 3, 4},
+       false,
+       Chunking::kRowBands,
+       "application/octet-stream",
+       {},
+       "UINT8",
+       "pixels, [B, (T,) H, W, C] uint8 (clamp(x/2+0.5, 0, 1)*255 rounded)"},
+      {v1::OUTPUT_PNG,
+       "png",
+       {},
+       v1::UINT8,
+       true,
+       true,
+       {1, 3, 4},
+       false,
+       Chunking::kFilePerImage,
+       "image/png",
+       {".png"},
+       "BYTES",
+       "one PNG per image and frame"},
+      {v1::OUTPUT_JPEG,
+       "jpeg",
+       {"jpg"},
+       v1::UINT8,
+       true,
+       true,
+       {1, 3},
+       false,
+       Chunking::kFilePerImage,
+       "image/jpeg",
+       {".jpg", ".jpeg"},
+       "BYTES",
+       "one baseline JPEG per image and frame"},
+      {v1::OUTPUT_MP4,
+       "mp4",
+       {},
+       v1::UINT8,
+       true,
+       true,
+       {3},
+       true,
+       Chunking::kFilePerVideo,
+       "video/mp4",
+       {".mp4"},
+       "BYTES",
+       "video models: one H.264 yuv420p MP4 per batch entry"},
   };
 }
 
@@ -67,8 +133,7 @@ absl::StatusOr<v1::OutputFormat> FormatForExtension(absl::string_view path) {
     }
   }
   if (absl::EndsWith(lower, ".safetensors") || absl::EndsWith(lower, ".npy")) return v1::OUTPUT_FLOAT32;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--out ", path, ": extension must be ", absl::StrJoin(known, ", ")));
+  return absl::InvalidArgumentError(absl::StrCat("--out ", path, ": extension must be ", absl::StrJoin(known, ", ")));
 }
 
 int64_t ElementSize(v1::DType dtype) {
@@ -98,8 +163,7 @@ absl::Status CheckOutputFits(v1::OutputFormat format, int64_t channels, bool vid
       f->channels.size() == 1
           ? absl::StrCat(f->channels[0])
           : absl::StrCat(absl::StrJoin(f->channels.begin(), f->channels.end() - 1, ", "), " or ", f->channels.back()),
-      " output channels; ", subject, " ",
-      f->video_only && !video ? "decodes images" : absl::StrCat("has ", channels),
+      " output channels; ", subject, " ", f->video_only && !video ? "decodes images" : absl::StrCat("has ", channels),
       f->video_only || f->format == v1::OUTPUT_JPEG ? " (use png)" : ""));
 }
 

@@ -38,9 +38,9 @@ struct OutputFormatInfo {
   std::vector<int64_t> channels;     // the output channels it can hold; empty: any
   bool video_only;
   Chunking chunking;
-  std::string mime_type;             // of one file, or of the raw tensor
+  std::string mime_type;                // of one file, or of the raw tensor
   std::vector<std::string> extensions;  // of the client's and CLI's --out files; empty: .safetensors / .npy
-  std::string oip_datatype;          // the OIP output's datatype
+  std::string oip_datatype;             // the OIP output's datatype
   std::string help;
 };
 

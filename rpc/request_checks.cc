@@ -17,7 +17,8 @@ constexpr size_t kMaxRequestIdLength = 128;
 absl::Status ValidateLatentScaling(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
   if (!request.has_scaling_factor()) {
     if (request.has_shift_factor()) {
-      return absl::InvalidArgumentError("shift_factor: set without scaling_factor; send both (scaling 1 for a shift alone)");
+      return absl::InvalidArgumentError(
+          "shift_factor: set without scaling_factor; send both (scaling 1 for a shift alone)");
     }
     return absl::OkStatus();
   }
@@ -33,9 +34,9 @@ absl::Status ValidateLatentScaling(const v1::DecodeRequest& request, const v1::M
         "scaling_factor: applies to raw latents; send latent_space RAW (a VAE-space latent is decoded as it is)");
   }
   if (model.raw_patch() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "scaling_factor: model \"", model.name(), "\" takes packed raw latents (", model.raw_to_vae_formula(),
-        "); send latent_space RAW without scaling_factor/shift_factor"));
+    return absl::InvalidArgumentError(absl::StrCat("scaling_factor: model \"", model.name(),
+                                                   "\" takes packed raw latents (", model.raw_to_vae_formula(),
+                                                   "); send latent_space RAW without scaling_factor/shift_factor"));
   }
   return absl::OkStatus();
 }
@@ -45,17 +46,17 @@ absl::Status ValidateDecodeNoise(const v1::DecodeRequest& request, const v1::Mod
     return absl::OkStatus();
   }
   if (!model.timestep_conditioning()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "decode_timestep / decode_noise_scale / noise_seed: model \"", model.name(),
-        "\" is not timestep-conditioned (its config's timestep_conditioning is false)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode_timestep / decode_noise_scale / noise_seed: model \"", model.name(),
+                     "\" is not timestep-conditioned (its config's timestep_conditioning is false)"));
   }
   return absl::OkStatus();  // the values' ranges are CheckOptionRanges'
 }
 
 absl::Status ValidateDecodeOptions(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
   if (request.request_id().size() > kMaxRequestIdLength) {
-    return absl::InvalidArgumentError(absl::StrCat("request_id: ", request.request_id().size(),
-                                                   " characters; at most ", kMaxRequestIdLength));
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id: ", request.request_id().size(), " characters; at most ", kMaxRequestIdLength));
   }
   RETURN_IF_ERROR(CheckOptionRanges(request));
   RETURN_IF_ERROR(ValidateLatentScaling(request, model));

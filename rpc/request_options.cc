@@ -46,27 +46,67 @@ std::vector<std::pair<int, std::vector<std::string>>> FormatChoices() {
 std::vector<OptionInfo> MakeTable() {
   std::vector<OptionInfo> t;
   const auto add = [&t](OptionInfo o) { t.push_back(std::move(o)); };
-  add({"latent_space", OptionKind::kChoice, kHttp | kOip | kCli | kClient,
-       {{v1::LATENT_SPACE_VAE, {"vae"}}, {v1::LATENT_SPACE_RAW, {"raw"}}}, 0, 0, "",
+  add({"latent_space",
+       OptionKind::kChoice,
+       kHttp | kOip | kCli | kClient,
+       {{v1::LATENT_SPACE_VAE, {"vae"}}, {v1::LATENT_SPACE_RAW, {"raw"}}},
+       0,
+       0,
+       "",
        "vae: the tensor vae.decode takes; raw: the denoiser's output, de-normalised as the model's pipeline does"});
   add({"mode", OptionKind::kChoice, kHttp | kOip | kClient, ModeChoices(), 0, 0, "",
        "how the group decodes: auto (chosen from free memory), dense, exact (row bands over the group) or tiled"});
   add({"output_format", OptionKind::kChoice, kOip | kClient, FormatChoices(), 0, 0, "",
        "what comes back: float32, float16, uint8 tensors, or png / jpeg / mp4 files"});
-  add({"jpeg_quality", OptionKind::kInteger, kHttp | kOip | kCli | kClient, {}, 1, 100, "75",
-       "JPEG quality"});
-  add({"png_compression", OptionKind::kInteger, kHttp | kOip | kCli | kClient, {}, 0, 9, "6",
+  add({"jpeg_quality", OptionKind::kInteger, kHttp | kOip | kCli | kClient, {}, 1, 100, "75", "JPEG quality"});
+  add({"png_compression",
+       OptionKind::kInteger,
+       kHttp | kOip | kCli | kClient,
+       {},
+       0,
+       9,
+       "6",
        "PNG zlib level: 0 encodes fastest (largest files), 9 smallest"});
   add({"fps", OptionKind::kInteger, kHttp | kOip | kCli | kClient, {}, 1, 240, "16", "MP4 frame rate"});
-  add({"scaling_factor", OptionKind::kNumber, kHttp | kOip | kCli | kClient, {}, -kInf, kInf, "the model's own",
+  add({"scaling_factor",
+       OptionKind::kNumber,
+       kHttp | kOip | kCli | kClient,
+       {},
+       -kInf,
+       kInf,
+       "the model's own",
        "raw latents: z / scaling_factor + shift_factor instead of the model's formula"});
-  add({"shift_factor", OptionKind::kNumber, kHttp | kOip | kCli | kClient, {}, -kInf, kInf, "0",
+  add({"shift_factor",
+       OptionKind::kNumber,
+       kHttp | kOip | kCli | kClient,
+       {},
+       -kInf,
+       kInf,
+       "0",
        "raw latents: see scaling_factor"});
-  add({"decode_timestep", OptionKind::kNumber, kHttp | kOip | kCli | kClient, {}, 0, kInf, "0",
+  add({"decode_timestep",
+       OptionKind::kNumber,
+       kHttp | kOip | kCli | kClient,
+       {},
+       0,
+       kInf,
+       "0",
        "timestep-conditioned decoders (LTX): the decode timestep"});
-  add({"decode_noise_scale", OptionKind::kNumber, kHttp | kOip | kCli | kClient, {}, 0, kInf,
-       "the decode timestep", "LTX: the scale of the noise mixed into the latent"});
-  add({"noise_seed", OptionKind::kUnsigned, kHttp | kOip | kCli | kClient, {}, 0, 0, "drawn (and returned)",
+  add({"decode_noise_scale",
+       OptionKind::kNumber,
+       kHttp | kOip | kCli | kClient,
+       {},
+       0,
+       kInf,
+       "the decode timestep",
+       "LTX: the scale of the noise mixed into the latent"});
+  add({"noise_seed",
+       OptionKind::kUnsigned,
+       kHttp | kOip | kCli | kClient,
+       {},
+       0,
+       0,
+       "drawn (and returned)",
        "LTX: the decode noise's seed"});
   return t;
 }

@@ -19,9 +19,9 @@
 #define VAEDECODE_STATUS_CONCAT_INNER(a, b) a##b
 #define VAEDECODE_STATUS_CONCAT(a, b) VAEDECODE_STATUS_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                             \
-  do {                                                    \
-    const ::absl::Status vaedecode_status_ = (expr);      \
+#define RETURN_IF_ERROR(expr)                              \
+  do {                                                     \
+    const ::absl::Status vaedecode_status_ = (expr);       \
     if (!vaedecode_status_.ok()) return vaedecode_status_; \
   } while (false)
 

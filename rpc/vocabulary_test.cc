@@ -131,7 +131,8 @@ TEST(RequestOptionsTest, RangesAreCheckedOnEveryRequest) {
   v1::DecodeRequest r;
   EXPECT_TRUE(ValidateDecodeOptions(r, model).ok());  // unset int32s are the defaults
   r.set_jpeg_quality(101);
-  EXPECT_THAT(Message(ValidateDecodeOptions(r, model)), HasSubstr("jpeg_quality: 101; use an integer 1..100 (0: the default, 75)"));
+  EXPECT_THAT(Message(ValidateDecodeOptions(r, model)),
+              HasSubstr("jpeg_quality: 101; use an integer 1..100 (0: the default, 75)"));
   r.set_jpeg_quality(0);
   // A field with presence: 0 is a level, not "unset".
   r.set_png_compression(0);

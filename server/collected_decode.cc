@@ -19,9 +19,9 @@ namespace {
 // not known).
 absl::Status OutputTooLarge(int64_t max_output_bytes, int64_t bytes) {
   const auto mib = [](int64_t b) { return absl::StrFormat("%.1f MiB", static_cast<double>(b) / (1 << 20)); };
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the output is ", bytes >= 0 ? mib(bytes) : std::string("more than that"), ", more than the ",
-      mib(max_output_bytes), " one unary reply may hold; decode it with vaedecode.v1.Decode (streaming)"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the output is ", bytes >= 0 ? mib(bytes) : std::string("more than that"), ", more than the ",
+                   mib(max_output_bytes), " one unary reply may hold; decode it with vaedecode.v1.Decode (streaming)"));
 }
 
 // The Job's client stream, completed at once: each message goes straight
@@ -80,9 +80,8 @@ class CollectingStream final : public JobStream {
 
 }  // namespace
 
-std::shared_ptr<Job> DecodeService::StartCollected(v1::DecodeRequest request, absl::Time deadline,
-                                                   std::string protocol, int64_t max_output_bytes,
-                                                   absl::Status refusal,
+std::shared_ptr<Job> DecodeService::StartCollected(v1::DecodeRequest request, absl::Time deadline, std::string protocol,
+                                                   int64_t max_output_bytes, absl::Status refusal,
                                                    std::function<void(CollectedOutput)> done) {
   active_.fetch_add(1);
   Admission admission = Admit(std::move(request), absl::Now(), deadline, std::move(protocol));
@@ -95,19 +94,18 @@ std::shared_ptr<Job> DecodeService::StartCollected(v1::DecodeRequest request, ab
       admission.status = OutputTooLarge(max_output_bytes, predicted);
     }
   }
-  auto stream = std::make_shared<CollectingStream>(
-      admission.job.get(), max_output_bytes, [this, done = std::move(done)](CollectedOutput out) {
-        done(std::move(out));
-        active_.fetch_sub(1);
-      });
+  auto stream = std::make_shared<CollectingStream>(admission.job.get(), max_output_bytes,
+                                                   [this, done = std::move(done)](CollectedOutput out) {
+                                                     done(std::move(out));
+                                                     active_.fetch_sub(1);
+                                                   });
   // The Job keeps the stream alive until it is destroyed itself.
   Start(admission, stream.get(), stream);
   return admission.job;
 }
 
-CollectedOutput DecodeService::DecodeCollected(v1::DecodeRequest request, absl::Time deadline,
-                                               std::string protocol, int64_t max_output_bytes,
-                                               absl::Status refusal) {
+CollectedOutput DecodeService::DecodeCollected(v1::DecodeRequest request, absl::Time deadline, std::string protocol,
+                                               int64_t max_output_bytes, absl::Status refusal) {
   // Shared: Notify may still be returning when the wait below ends.
   auto finished = std::make_shared<absl::Notification>();
   auto out = std::make_shared<CollectedOutput>();

@@ -11,9 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rpc/log_field.h"
+#include "rpc/status.h"
 #include "server/mode_selection.h"
 #include "server/request_validation.h"
-#include "rpc/status.h"
 
 namespace vaedecode::server {
 namespace {
@@ -25,15 +25,13 @@ std::string NewRequestId() {
   return absl::StrFormat("%016x", gen());
 }
 
-std::string Shape(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
+std::string Shape(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ","), "]"); }
 
 // "[12.3,4.5]": one figure per rank, to a tenth of a millisecond.
 std::string Milliseconds(const std::vector<double>& ms) {
-  return absl::StrCat("[", absl::StrJoin(ms, ",", [](std::string* out, double v) {
-    absl::StrAppend(out, absl::StrFormat("%.1f", v));
-  }), "]");
+  return absl::StrCat(
+      "[", absl::StrJoin(ms, ",", [](std::string* out, double v) { absl::StrAppend(out, absl::StrFormat("%.1f", v)); }),
+      "]");
 }
 
 // One reactor per Decode call; the Job holds the call's state.
@@ -63,8 +61,8 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
     // before the server's copy of the deadline (which starts when the call
     // arrives): a cancellation that close to the deadline is the deadline.
     if (job_->DeadlinePassed()) {
-      job_->Cancel(absl::DeadlineExceededError(absl::StrCat(
-          "deadline exceeded after ", absl::FormatDuration(absl::Now() - job_->received()))));
+      job_->Cancel(absl::DeadlineExceededError(
+          absl::StrCat("deadline exceeded after ", absl::FormatDuration(absl::Now() - job_->received()))));
     } else if (!accepting_.load()) {
       job_->Cancel(absl::UnavailableError("the server is draining and its drain timeout cut the call"));
     } else {
@@ -86,8 +84,8 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
 
 }  // namespace
 
-DecodeService::DecodeService(DecodeServiceOptions options, Scheduler& scheduler,
-                             ModelCatalog& catalog, ServerMetrics& metrics)
+DecodeService::DecodeService(DecodeServiceOptions options, Scheduler& scheduler, ModelCatalog& catalog,
+                             ServerMetrics& metrics)
     : options_(std::move(options)),
       scheduler_(scheduler),
       catalog_(catalog),
@@ -147,8 +145,8 @@ void DecodeService::StallWatchLoop() {
 
 void DecodeService::StopAccepting() { accepting_.store(false); }
 
-grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
-    grpc::CallbackServerContext* context, const v1::DecodeRequest* request) {
+grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(grpc::CallbackServerContext* context,
+                                                                    const v1::DecodeRequest* request) {
   Admission admission = Admit(*request, absl::Now(), rpc::CallDeadline(*context), "grpc");
   auto* reactor = new DecodeReactor(context, admission.job, active_, accepting_);
   Start(admission, reactor);
@@ -166,9 +164,9 @@ DecodeService::Admission DecodeService::Admit(v1::DecodeRequest request, absl::T
     status = absl::UnavailableError("the server is draining; retry on another replica");
   } else if (request_bytes > options_.max_request_bytes) {
     metrics_.RecordRejected("message_too_large");
-    status = absl::ResourceExhaustedError(absl::StrCat(
-        "the request is ", request_bytes, " bytes, more than this server's --max_message_bytes=",
-        options_.max_request_bytes, "; send a smaller batch or clip"));
+    status = absl::ResourceExhaustedError(absl::StrCat("the request is ", request_bytes,
+                                                       " bytes, more than this server's --max_message_bytes=",
+                                                       options_.max_request_bytes, "; send a smaller batch or clip"));
   } else if (request.model().empty()) {
     status = absl::InvalidArgumentError(
         absl::StrCat("model: empty; available models: ", absl::StrJoin(catalog_.Names(), ", ")));
@@ -229,19 +227,15 @@ void DecodeService::Report(const Job& job, const absl::Status& status, const std
       "request id={} protocol={} model={} latent={} latent_dtype={} output={} format={} mode={} degree={} "
       "group={} queue_ms={:.1f} decode_ms={:.1f} gather_ms={:.1f} stream_ms={:.1f} "
       "total_ms={:.1f} collectives={} collective_wait_ms={} peak_bytes={} status={} message={}",
-      rpc::LogValue(req.request_id()), protocol, req.model().empty() ? "-" : rpc::LogValue(req.model()),
-      Shape(latent),
-      v1::DType_IsValid(req.latent().dtype()) ? v1::DType_Name(req.latent().dtype()) : "?",
-      Shape(r.output_shape),
-      v1::OutputFormat_IsValid(req.output_format()) ? v1::OutputFormat_Name(req.output_format())
-                                                    : "?",
-      r.mode, r.degree, r.group.empty() ? "-" : r.group, r.timings.queue_ms(),
-      r.timings.decode_ms(), r.timings.gather_ms(), r.timings.stream_ms(), total_ms, r.collectives,
-      Milliseconds(r.collective_wait_ms_per_rank), Shape(r.peak_bytes_per_rank), rpc::StatusCodeName(status.code()), rpc::LogValue(status.message()));
+      rpc::LogValue(req.request_id()), protocol, req.model().empty() ? "-" : rpc::LogValue(req.model()), Shape(latent),
+      v1::DType_IsValid(req.latent().dtype()) ? v1::DType_Name(req.latent().dtype()) : "?", Shape(r.output_shape),
+      v1::OutputFormat_IsValid(req.output_format()) ? v1::OutputFormat_Name(req.output_format()) : "?", r.mode,
+      r.degree, r.group.empty() ? "-" : r.group, r.timings.queue_ms(), r.timings.decode_ms(), r.timings.gather_ms(),
+      r.timings.stream_ms(), total_ms, r.collectives, Milliseconds(r.collective_wait_ms_per_rank),
+      Shape(r.peak_bytes_per_rank), rpc::StatusCodeName(status.code()), rpc::LogValue(status.message()));
 }
 
-grpc::ServerUnaryReactor* DecodeService::ListModels(grpc::CallbackServerContext* context,
-                                                    const v1::ListModelsRequest*,
+grpc::ServerUnaryReactor* DecodeService::ListModels(grpc::CallbackServerContext* context, const v1::ListModelsRequest*,
                                                     v1::ListModelsResponse* response) {
   for (v1::ModelInfo& m : catalog_.List()) *response->add_models() = std::move(m);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -250,8 +244,7 @@ grpc::ServerUnaryReactor* DecodeService::ListModels(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* DecodeService::GetModel(grpc::CallbackServerContext* context,
-                                                  const v1::GetModelRequest* request,
-                                                  v1::ModelInfo* response) {
+                                                  const v1::GetModelRequest* request, v1::ModelInfo* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<v1::ModelInfo> found = catalog_.Lookup(request->name());
   if (found.ok()) *response = *std::move(found);

@@ -61,17 +61,14 @@ struct DecodeServiceOptions {
 
 class DecodeService final : public v1::VaeDecoder::CallbackService {
  public:
-  DecodeService(DecodeServiceOptions options, Scheduler& scheduler, ModelCatalog& catalog,
-                ServerMetrics& metrics);
+  DecodeService(DecodeServiceOptions options, Scheduler& scheduler, ModelCatalog& catalog, ServerMetrics& metrics);
   ~DecodeService() override;  // stops the stall watch
 
   grpc::ServerWriteReactor<v1::DecodeResponse>* Decode(grpc::CallbackServerContext* context,
                                                        const v1::DecodeRequest* request) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
-                                       const v1::ListModelsRequest* request,
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context, const v1::ListModelsRequest* request,
                                        v1::ListModelsResponse* response) override;
-  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
-                                     const v1::GetModelRequest* request,
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context, const v1::GetModelRequest* request,
                                      v1::ModelInfo* response) override;
 
   // One decode from any protocol (the gRPC Decode, the HTTP endpoint, the

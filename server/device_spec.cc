@@ -49,16 +49,13 @@ absl::StatusOr<std::vector<std::string>> ParseDevices(const std::string& spec) {
   return bad(absl::StrCat("unknown device kind \"", kind, "\""));
 }
 
-absl::StatusOr<std::vector<GroupSpec>> CarveGroups(const std::vector<std::string>& devices,
-                                                   int group_size) {
+absl::StatusOr<std::vector<GroupSpec>> CarveGroups(const std::vector<std::string>& devices, int group_size) {
   if (group_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--group_size=", group_size, ": must be at least 1"));
+    return absl::InvalidArgumentError(absl::StrCat("--group_size=", group_size, ": must be at least 1"));
   }
   if (devices.empty() || devices.size() % group_size != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--devices lists ", devices.size(),
-                     " device(s), not a multiple of --group_size=", group_size));
+        absl::StrCat("--devices lists ", devices.size(), " device(s), not a multiple of --group_size=", group_size));
   }
   std::vector<GroupSpec> groups;
   for (size_t begin = 0; begin < devices.size(); begin += group_size) {

@@ -28,7 +28,6 @@ struct GroupSpec {
   std::vector<std::string> devices;  // rank r runs on devices[r]
 };
 
-absl::StatusOr<std::vector<GroupSpec>> CarveGroups(const std::vector<std::string>& devices,
-                                                   int group_size);
+absl::StatusOr<std::vector<GroupSpec>> CarveGroups(const std::vector<std::string>& devices, int group_size);
 
 }  // namespace vaedecode::server

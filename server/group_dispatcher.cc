@@ -32,9 +32,7 @@ constexpr absl::Duration kIdleWait = absl::Seconds(30);
 }  // namespace
 
 void GroupDispatcher::Run() {
-  const auto can_run = [this](const Job& job) {
-    return g_.catalog.GroupServes(g_.options.name, job.model().name());
-  };
+  const auto can_run = [this](const Job& job) { return g_.catalog.GroupServes(g_.options.name, job.model().name()); };
   while (true) {
     std::shared_ptr<LeaderConnection> leader;
     {
@@ -68,7 +66,7 @@ void GroupDispatcher::Run() {
 }
 
 std::string GroupDispatcher::ReportFailure(const std::shared_ptr<LeaderConnection>& leader,
-                                       const std::string& message) {
+                                           const std::string& message) {
   absl::MutexLock lock(&g_.mu);
   if (leader->reported_failure.empty()) leader->reported_failure = message;
   const auto settled = [this, &leader]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_.mu) {
@@ -140,7 +138,7 @@ void GroupDispatcher::RunJob(const std::shared_ptr<LeaderConnection>& leader, co
 }
 
 std::optional<ModeChoice> GroupDispatcher::ChooseMode(const std::shared_ptr<LeaderConnection>& leader,
-                                                  const std::shared_ptr<Job>& job) {
+                                                      const std::shared_ptr<Job>& job) {
   // The group's resources, for the mode choice; asked again while nothing
   // fits the group's free memory, until the request's deadline.
   bool waiting_for_memory = false;
@@ -156,8 +154,7 @@ std::optional<ModeChoice> GroupDispatcher::ChooseMode(const std::shared_ptr<Lead
     internal::StatusResponse status;
     const grpc::Status s = leader->stub->Status(&ctx, internal::StatusRequest(), &status);
     if (s.ok()) {
-      resources.free_bytes_per_rank.assign(status.free_bytes_per_rank().begin(),
-                                           status.free_bytes_per_rank().end());
+      resources.free_bytes_per_rank.assign(status.free_bytes_per_rank().begin(), status.free_bytes_per_rank().end());
       resources.capacity_bytes_per_rank.assign(status.capacity_bytes_per_rank().begin(),
                                                status.capacity_bytes_per_rank().end());
     } else if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
@@ -170,9 +167,8 @@ std::optional<ModeChoice> GroupDispatcher::ChooseMode(const std::shared_ptr<Lead
                      rpc::LogValue(job->request_id()), rpc::LogValue(reason));
         stop_waiting();
         if (!g_.scheduler.Requeue(job)) {
-          job->Finish(
-              absl::UnavailableError(absl::StrCat("worker group ", g_.options.name, " failed (",
-                                                  reason, ") and the server is stopping")));
+          job->Finish(absl::UnavailableError(
+              absl::StrCat("worker group ", g_.options.name, " failed (", reason, ") and the server is stopping")));
         }
         return std::nullopt;
       }
@@ -191,8 +187,8 @@ std::optional<ModeChoice> GroupDispatcher::ChooseMode(const std::shared_ptr<Lead
     waiting_for_memory = true;
     if (absl::Now() + kMemoryPoll >= job->deadline()) {
       stop_waiting();
-      job->Finish(absl::DeadlineExceededError(
-          absl::StrCat("deadline exceeded while waiting for memory: ", choice->reason)));
+      job->Finish(
+          absl::DeadlineExceededError(absl::StrCat("deadline exceeded while waiting for memory: ", choice->reason)));
       return std::nullopt;
     }
     // The wait holds the group: it ends with the caller (cancelled: the job
@@ -211,8 +207,8 @@ std::optional<ModeChoice> GroupDispatcher::ChooseMode(const std::shared_ptr<Lead
 }
 
 GroupDispatcher::LeaderStream GroupDispatcher::ForwardStream(const std::shared_ptr<LeaderConnection>& leader,
-                                                     grpc::ClientContext& ctx, const std::shared_ptr<Job>& job,
-                                                     v1::Mode mode, double queue_ms) {
+                                                             grpc::ClientContext& ctx, const std::shared_ptr<Job>& job,
+                                                             v1::Mode mode, double queue_ms) {
   LeaderStream stream;
   absl::Time first_message = absl::InfiniteFuture();
   std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader;
@@ -252,8 +248,7 @@ GroupDispatcher::LeaderStream GroupDispatcher::ForwardStream(const std::shared_p
         r.timings = trailer.timings();
         r.collectives = trailer.collectives();
         r.tile_retries = trailer.tile_retries();
-        r.peak_bytes_per_rank.assign(trailer.peak_bytes_per_rank().begin(),
-                                     trailer.peak_bytes_per_rank().end());
+        r.peak_bytes_per_rank.assign(trailer.peak_bytes_per_rank().begin(), trailer.peak_bytes_per_rank().end());
         r.collective_wait_ms_per_rank.assign(trailer.collective_wait_ms_per_rank().begin(),
                                              trailer.collective_wait_ms_per_rank().end());
         r.decoded = true;
@@ -295,16 +290,15 @@ void GroupDispatcher::AwaitLeaderIdle(const std::shared_ptr<LeaderConnection>& l
 }
 
 void GroupDispatcher::Conclude(const std::shared_ptr<LeaderConnection>& leader, const std::shared_ptr<Job>& job,
-                           const LeaderStream& stream) {
+                               const LeaderStream& stream) {
   std::string broken;
   {
     absl::MutexLock lock(&g_.mu);
     broken = leader->broken_reason;
   }
   if (!broken.empty()) {
-    job->Finish(absl::UnavailableError(absl::StrCat("worker group ", g_.options.name,
-                                                    " failed during the decode: ", broken,
-                                                    "; the group is being rebuilt, retry")));
+    job->Finish(absl::UnavailableError(absl::StrCat("worker group ", g_.options.name, " failed during the decode: ",
+                                                    broken, "; the group is being rebuilt, retry")));
     return;
   }
   if (!stream.finished.ok()) {
@@ -312,26 +306,25 @@ void GroupDispatcher::Conclude(const std::shared_ptr<LeaderConnection>& leader, 
     if (absl::IsUnavailable(s)) {
       // The leader died, or reported that its communicator failed.
       const std::string reason = ReportFailure(leader, std::string(s.message()));
-      job->Finish(absl::UnavailableError(absl::StrCat("worker group ", g_.options.name,
-                                                      " failed during the decode: ", reason,
-                                                      "; the group is being rebuilt, retry")));
+      job->Finish(absl::UnavailableError(absl::StrCat("worker group ", g_.options.name, " failed during the decode: ",
+                                                      reason, "; the group is being rebuilt, retry")));
       return;
     }
     job->Finish(s);
     return;
   }
   if (!stream.got_header || !stream.got_trailer) {
-    job->Finish(absl::InternalError(absl::StrCat("worker group ", g_.options.name,
-                                                 ": the leader's stream ended without a ",
-                                                 stream.got_header ? "trailer" : "header")));
+    job->Finish(
+        absl::InternalError(absl::StrCat("worker group ", g_.options.name, ": the leader's stream ended without a ",
+                                         stream.got_header ? "trailer" : "header")));
     return;
   }
   const JobReport report = job->report();
   double most_waited_ms = 0;  // the rank that waited longest in collectives
   for (double ms : report.collective_wait_ms_per_rank) most_waited_ms = std::max(most_waited_ms, ms);
   g_.metrics.RecordDecode(job->model().name(), job->model().family(), report.mode, report.degree,
-                        report.timings.decode_ms() / 1000, report.timings.gather_ms() / 1000,
-                        report.collectives, most_waited_ms / 1000);
+                          report.timings.decode_ms() / 1000, report.timings.gather_ms() / 1000, report.collectives,
+                          most_waited_ms / 1000);
   g_.metrics.RecordStreamTime(report.timings.stream_ms() / 1000);
   if (report.tile_retries > 0) g_.metrics.RecordTileRetries(job->model().name(), report.tile_retries);
   job->Finish(absl::OkStatus());

@@ -56,18 +56,16 @@ void GroupSupervisor::Run() {
     std::vector<rpc::ChildProcess> children;
     std::vector<v1::ModelInfo> models;
     const absl::Time t0 = absl::Now();
-    absl::StatusOr<RankHeartbeats> heartbeats =
-        RankHeartbeats::Create(static_cast<int>(g_.options.devices.size()));
+    absl::StatusOr<RankHeartbeats> heartbeats = RankHeartbeats::Create(static_cast<int>(g_.options.devices.size()));
     absl::StatusOr<std::shared_ptr<LeaderConnection>> leader =
         heartbeats.ok() ? Launch(generation, children, *heartbeats, models)
                         : absl::StatusOr<std::shared_ptr<LeaderConnection>>(heartbeats.status());
     if (!leader.ok()) {
       for (auto& c : children) c.Kill();
       if (absl::IsCancelled(leader.status())) break;  // stopping
-      spdlog::error(
-          "group={} event=start_failed generation={} status={} message={} retry_in_s={}",
-          g_.options.name, generation, rpc::StatusCodeName(leader.status().code()),
-          rpc::LogValue(leader.status().message()), absl::ToDoubleSeconds(backoff));
+      spdlog::error("group={} event=start_failed generation={} status={} message={} retry_in_s={}", g_.options.name,
+                    generation, rpc::StatusCodeName(leader.status().code()), rpc::LogValue(leader.status().message()),
+                    absl::ToDoubleSeconds(backoff));
       if (!g_.SleepUnlessStopping(backoff)) break;
       backoff = std::min(backoff * 2, g_.options.max_restart_backoff);
       continue;
@@ -85,9 +83,9 @@ void GroupSupervisor::Run() {
     g_.catalog.GroupReady(g_.options.name, models);
     g_.metrics.SetGroupReady(g_.options.name, true);
     for (const v1::ModelInfo& m : models) g_.metrics.InitModel(m.name());
-    spdlog::info("group={} event=ready incarnation={} devices={} models={} start_ms={:.0f}",
-                 g_.options.name, (*leader)->incarnation, absl::StrJoin(g_.options.devices, ","),
-                 absl::StrJoin(names, ","), Ms(absl::Now() - t0));
+    spdlog::info("group={} event=ready incarnation={} devices={} models={} start_ms={:.0f}", g_.options.name,
+                 (*leader)->incarnation, absl::StrJoin(g_.options.devices, ","), absl::StrJoin(names, ","),
+                 Ms(absl::Now() - t0));
 
     const std::string reason = Monitor(*leader, children, *heartbeats);
     // Health first, so a client that sees its call fail already sees the
@@ -121,9 +119,10 @@ void GroupSupervisor::Run() {
   g_.leader.reset();
 }
 
-absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(
-    int generation, std::vector<rpc::ChildProcess>& children, RankHeartbeats& heartbeats,
-    std::vector<v1::ModelInfo>& models) {
+absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(int generation,
+                                                                          std::vector<rpc::ChildProcess>& children,
+                                                                          RankHeartbeats& heartbeats,
+                                                                          std::vector<v1::ModelInfo>& models) {
   const int world = static_cast<int>(g_.options.devices.size());
   const std::string incarnation = absl::StrCat(g_.options.name, "-inc", generation);
   absl::StatusOr<int> port = rpc::PickFreePort();
@@ -154,8 +153,8 @@ absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(
     }
     absl::StatusOr<rpc::ChildProcess> child = rpc::ChildProcess::Spawn(argv, spawn);
     if (!child.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot start rank ", r, " (", g_.options.worker_binary, "): ", child.status().message()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot start rank ", r, " (", g_.options.worker_binary, "): ", child.status().message()));
     }
     children.push_back(*std::move(child));
   }
@@ -170,8 +169,8 @@ absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  leader->channel = grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path),
-                                              grpc::InsecureChannelCredentials(), args);
+  leader->channel =
+      grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path), grpc::InsecureChannelCredentials(), args);
   leader->stub = internal::GroupLeader::NewStub(leader->channel);
 
   const absl::Time give_up = absl::Now() + g_.options.start_timeout;
@@ -195,9 +194,8 @@ absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(
       }
     }
     if (absl::Now() >= give_up) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(incarnation, ": the leader did not answer Models within ",
-                       absl::FormatDuration(g_.options.start_timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(incarnation, ": the leader did not answer Models within ",
+                                                      absl::FormatDuration(g_.options.start_timeout)));
     }
     if (!g_.SleepUnlessStopping(absl::Milliseconds(100))) {
       return absl::CancelledError("the server is stopping");
@@ -217,9 +215,10 @@ void GroupSupervisor::StopGracefully(std::vector<rpc::ChildProcess>& children) {
     if (c.pid() < 0) continue;
     absl::StatusOr<int> code = c.Wait(give_up);
     if (!code.ok()) {
-      spdlog::warn("group={} event=stop_timeout rank={} pid={} message=\"a rank did not exit within {} s of the "
-                   "group's shutdown; killed\"",
-                   g_.options.name, r, c.pid(), absl::ToDoubleSeconds(kGracefulStop));
+      spdlog::warn(
+          "group={} event=stop_timeout rank={} pid={} message=\"a rank did not exit within {} s of the "
+          "group's shutdown; killed\"",
+          g_.options.name, r, c.pid(), absl::ToDoubleSeconds(kGracefulStop));
     }
   }
   for (auto& c : children) c.Kill();
@@ -231,27 +230,24 @@ std::string GroupSupervisor::FindExited(std::vector<rpc::ChildProcess>& children
     if (pid < 0) continue;
     absl::StatusOr<int> code = children[r].Wait(absl::InfinitePast());
     if (code.ok()) {
-      return absl::StrCat("rank ", r, " (pid ", pid, ", ", g_.options.devices[r], ") ",
-                          DescribeExit(*code));
+      return absl::StrCat("rank ", r, " (pid ", pid, ", ", g_.options.devices[r], ") ", DescribeExit(*code));
     }
   }
   return "";
 }
 
-std::string GroupSupervisor::FindHung(std::vector<rpc::ChildProcess>& children,
-                                  RankHeartbeats& heartbeats) {
+std::string GroupSupervisor::FindHung(std::vector<rpc::ChildProcess>& children, RankHeartbeats& heartbeats) {
   if (g_.options.heartbeat_timeout <= absl::ZeroDuration()) return "";
   absl::Duration silent;
   const int r = heartbeats.FindSilent(g_.options.heartbeat_timeout, &silent);
   if (r < 0) return "";
   return absl::StrCat("rank ", r, " (pid ", children[r].pid(), ", ", g_.options.devices[r],
-                      ") stopped answering: no heartbeat for ",
-                      absl::StrFormat("%.1f", absl::ToDoubleSeconds(silent)), " s (hung or stopped)");
+                      ") stopped answering: no heartbeat for ", absl::StrFormat("%.1f", absl::ToDoubleSeconds(silent)),
+                      " s (hung or stopped)");
 }
 
 std::string GroupSupervisor::Monitor(const std::shared_ptr<LeaderConnection>& leader,
-                                 std::vector<rpc::ChildProcess>& children,
-                                 RankHeartbeats& heartbeats) {
+                                     std::vector<rpc::ChildProcess>& children, RankHeartbeats& heartbeats) {
   heartbeats.HeardAllNow();
   while (true) {
     const std::string exited = FindExited(children);

@@ -50,8 +50,8 @@ absl::StatusOr<std::string> ModelFor(const httplib::Request& req, const HttpEndp
   if (!options.default_model.empty()) return options.default_model;
   const std::vector<std::string> names = catalog.Names();
   if (names.size() == 1) return names[0];
-  return absl::InvalidArgumentError(absl::StrCat("this server has several models; POST to /models/NAME with one of: ",
-                                                 absl::StrJoin(names, ", ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("this server has several models; POST to /models/NAME with one of: ", absl::StrJoin(names, ", ")));
 }
 
 // The body as raw bytes, whatever its Content-Type: read through the
@@ -87,8 +87,8 @@ Body ReadBody(const httplib::Request& req, const httplib::ContentReader& reader,
                                                               "; send a smaller batch or clip"));
       body.http_status = 413;
     } else {
-      body.status = absl::InvalidArgumentError(absl::StrCat(
-          "the request body could not be read (", body.bytes.size(), " of ", length, " bytes arrived)"));
+      body.status = absl::InvalidArgumentError(
+          absl::StrCat("the request body could not be read (", body.bytes.size(), " of ", length, " bytes arrived)"));
     }
   }
   return body;
@@ -127,9 +127,8 @@ struct Route {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions options,
-                                                                  DecodeService& service, ModelCatalog& catalog,
-                                                                  const OipAnswers& oip,
+absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions options, DecodeService& service,
+                                                                  ModelCatalog& catalog, const OipAnswers& oip,
                                                                   std::function<bool()> serving) {
   const size_t colon = options.listen.rfind(':');
   int port = -1;
@@ -158,11 +157,12 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
     if (code == 404) {
       status = absl::NotFoundError(absl::StrCat(req.method, " ", req.path, ": no such endpoint; ", kServed));
     } else if (code == 414) {
-      status = absl::ResourceExhaustedError(absl::StrCat(
-          "the request line is longer than ", CPPHTTPLIB_REQUEST_URI_MAX_LENGTH,
-          " bytes, this HTTP server's limit; send fewer or shorter query parameters"));
+      status = absl::ResourceExhaustedError(
+          absl::StrCat("the request line is longer than ", CPPHTTPLIB_REQUEST_URI_MAX_LENGTH,
+                       " bytes, this HTTP server's limit; send fewer or shorter query parameters"));
     } else if (code == 413) {
-      status = absl::ResourceExhaustedError("the request body is larger than this server accepts (--max_message_bytes)");
+      status =
+          absl::ResourceExhaustedError("the request body is larger than this server accepts (--max_message_bytes)");
     } else if (code == 400) {
       status = absl::InvalidArgumentError(
           "a malformed HTTP request (its request line or headers could not be parsed, or the method is unknown)");
@@ -207,7 +207,7 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
   get(R"(/health/([^/]+))", health);
 
   const auto decode = [&service, &catalog, options](const httplib::Request& req, httplib::Response& res,
-                                                   std::string body) {
+                                                    std::string body) {
     const absl::Time received = absl::Now();
     v1::DecodeRequest request;
     absl::Status refusal;
@@ -230,8 +230,8 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
       // An unknown model is refused by the admission itself, with the list.
     }
     request.set_request_id(req.get_header_value("X-Request-Id"));
-    CollectedOutput out = DecodeForClient(service, req, std::move(request), received + options.request_timeout,
-                                          "http", options.max_output_bytes, refusal);
+    CollectedOutput out = DecodeForClient(service, req, std::move(request), received + options.request_timeout, "http",
+                                          options.max_output_bytes, refusal);
     Send(BuildRemoteDecodeReply(kind, std::move(out)), res);
   };
   post("/", decode);
@@ -284,42 +284,42 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
     if (!ready_only.ok()) return SendError(ready_only.status(), res);
     send_json(res, RepositoryIndexJson(oip.RepositoryIndex(*ready_only)));
   });
-  post(model_path + "/infer", [&service, &oip, options, version](const httplib::Request& req, httplib::Response& res,
-                                                                std::string body) {
-    const absl::Time received = absl::Now();
-    const std::string name = req.matches[1];
-    int64_t header_length = -1;
-    absl::Status refusal;
-    if (req.has_header("Inference-Header-Content-Length") &&
-        !absl::SimpleAtoi(req.get_header_value("Inference-Header-Content-Length"), &header_length)) {
-      refusal = absl::InvalidArgumentError("Inference-Header-Content-Length: not a byte count");
-    }
-    OipInferCall call;
-    call.decode.set_model(name);
-    bool binary_output = false;
-    if (refusal.ok()) {
-      absl::StatusOr<RestInferRequest> parsed = ParseRestInferRequest(body, header_length, name, version(req));
-      body.clear();
-      if (parsed.ok()) {
-        binary_output = parsed->binary_output;
-        call = oip.PrepareInfer(parsed->request);
-      } else {
-        refusal = parsed.status();
-      }
-    }
-    if (!call.refusal.ok()) refusal = call.refusal;
-    CollectedOutput out = DecodeForClient(service, req, std::move(call.decode), received + options.request_timeout,
-                                          "oip_http", options.max_output_bytes, refusal);
-    inference::ModelInferResponse response;
-    response.set_model_name(name);
-    response.set_model_version("1");
-    if (absl::Status filled = FillModelInferResponse(std::move(out), &response); !filled.ok()) {
-      return SendError(filled, res);
-    }
-    absl::StatusOr<HttpReply> reply = BuildRestInferReply(response, binary_output);
-    if (!reply.ok()) return SendError(reply.status(), res);
-    Send(*reply, res);
-  });
+  post(model_path + "/infer",
+       [&service, &oip, options, version](const httplib::Request& req, httplib::Response& res, std::string body) {
+         const absl::Time received = absl::Now();
+         const std::string name = req.matches[1];
+         int64_t header_length = -1;
+         absl::Status refusal;
+         if (req.has_header("Inference-Header-Content-Length") &&
+             !absl::SimpleAtoi(req.get_header_value("Inference-Header-Content-Length"), &header_length)) {
+           refusal = absl::InvalidArgumentError("Inference-Header-Content-Length: not a byte count");
+         }
+         OipInferCall call;
+         call.decode.set_model(name);
+         bool binary_output = false;
+         if (refusal.ok()) {
+           absl::StatusOr<RestInferRequest> parsed = ParseRestInferRequest(body, header_length, name, version(req));
+           body.clear();
+           if (parsed.ok()) {
+             binary_output = parsed->binary_output;
+             call = oip.PrepareInfer(parsed->request);
+           } else {
+             refusal = parsed.status();
+           }
+         }
+         if (!call.refusal.ok()) refusal = call.refusal;
+         CollectedOutput out = DecodeForClient(service, req, std::move(call.decode), received + options.request_timeout,
+                                               "oip_http", options.max_output_bytes, refusal);
+         inference::ModelInferResponse response;
+         response.set_model_name(name);
+         response.set_model_version("1");
+         if (absl::Status filled = FillModelInferResponse(std::move(out), &response); !filled.ok()) {
+           return SendError(filled, res);
+         }
+         absl::StatusOr<HttpReply> reply = BuildRestInferReply(response, binary_output);
+         if (!reply.ok()) return SendError(reply.status(), res);
+         Send(*reply, res);
+       });
 
   // Any other method on a served path: 405 naming the ones it takes (the
   // body, if any, is read and dropped so the connection stays usable).
@@ -327,8 +327,8 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
     const std::string allow = absl::StrJoin(route.methods, ", ");
     const auto refuse = [allow](const httplib::Request& req, httplib::Response& res) {
       res.set_header("Allow", allow);
-      SendError(absl::InvalidArgumentError(absl::StrCat(req.method, " ", req.path, ": this endpoint takes ", allow,
-                                                        "; ", kServed)),
+      SendError(absl::InvalidArgumentError(
+                    absl::StrCat(req.method, " ", req.path, ": this endpoint takes ", allow, "; ", kServed)),
                 res, 405);
     };
     const auto refuse_with_body = [refuse](const httplib::Request& req, httplib::Response& res,
@@ -358,16 +358,16 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
   // served, and said so (after the 405s, so a served path with another
   // method stays 405).
   const auto unserved = [](const httplib::Request& req, httplib::Response& res) {
-    SendError(absl::UnimplementedError(absl::StrCat("vaedecode does not serve ", req.method, " ", req.path,
-                                                    "; it serves ", kServed)),
+    SendError(absl::UnimplementedError(
+                  absl::StrCat("vaedecode does not serve ", req.method, " ", req.path, "; it serves ", kServed)),
               res);
   };
   http.Get(R"(/v2/.*)", unserved);
-  http.Post(R"(/v2/.*)", [unserved](const httplib::Request& req, httplib::Response& res,
-                                    const httplib::ContentReader& reader) {
-    ReadBody(req, reader, 0);  // read and dropped: the connection stays usable
-    unserved(req, res);
-  });
+  http.Post(R"(/v2/.*)",
+            [unserved](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+              ReadBody(req, reader, 0);  // read and dropped: the connection stays usable
+              unserved(req, res);
+            });
 
   if (port == 0) {
     e->port_ = http.bind_to_any_port(host);

@@ -10,9 +10,8 @@ bool OutputBudget::Acquire(int64_t bytes, const std::function<bool()>& give_up) 
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      const auto room = [this, bytes]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return used_ == 0 || used_ + bytes <= limit_;
-      };
+      const auto room = [this, bytes]()
+                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return used_ == 0 || used_ + bytes <= limit_; };
       if (mu_.AwaitWithTimeout(absl::Condition(&room), kPoll)) {
         used_ += bytes;
         return true;
@@ -146,8 +145,8 @@ void Job::OnWriteDone(bool ok) {
       DropBufferLocked();
       if (!finish_requested_ || final_status_.ok()) {
         final_status_ = DeadlinePassed()
-                            ? absl::DeadlineExceededError(absl::StrCat(
-                                  "deadline exceeded after ", absl::FormatDuration(absl::Now() - received_)))
+                            ? absl::DeadlineExceededError(absl::StrCat("deadline exceeded after ",
+                                                                       absl::FormatDuration(absl::Now() - received_)))
                             : absl::CancelledError("the client stream closed");
       }
       if (cancel_hook_) {
@@ -189,7 +188,7 @@ void Job::AbortStalled(absl::Status reason) {
   {
     absl::MutexLock lock(&mu_);
     if (finish_called_) return;  // the stream may be gone already
-    aborting_ = true;  // keeps it alive: Finish waits until Abort returns
+    aborting_ = true;            // keeps it alive: Finish waits until Abort returns
   }
   // Outside the lock: the cancellation may complete the write (OnWriteDone) at once.
   stream_->Abort();

@@ -103,8 +103,7 @@ class Job {
   // `model` is the description the request was validated against; `deadline`
   // is the call's (absl::InfiniteFuture() when none); `buffering` bounds the
   // output waiting for the client stream.
-  Job(v1::DecodeRequest request, v1::ModelInfo model, absl::Time received, absl::Time deadline,
-      JobBuffering buffering);
+  Job(v1::DecodeRequest request, v1::ModelInfo model, absl::Time received, absl::Time deadline, JobBuffering buffering);
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;

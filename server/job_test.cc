@@ -58,13 +58,13 @@ v1::DecodeResponse Chunk(int64_t row) {
 const int64_t kChunkBytes = static_cast<int64_t>(Chunk(0).ByteSizeLong());
 
 // A job whose buffer holds `buffer` chunks behind the write in flight.
-std::shared_ptr<Job> MakeJob(FakeStream& stream, int* done_calls, absl::Status* done_status,
-                             int64_t buffer = 2, OutputBudget* budget = nullptr) {
+std::shared_ptr<Job> MakeJob(FakeStream& stream, int* done_calls, absl::Status* done_status, int64_t buffer = 2,
+                             OutputBudget* budget = nullptr) {
   JobBuffering buffering;
   buffering.max_call_bytes = buffer * kChunkBytes;
   buffering.budget = budget;
-  auto job = std::make_shared<Job>(v1::DecodeRequest(), v1::ModelInfo(), absl::Now(),
-                                   absl::InfiniteFuture(), buffering);
+  auto job =
+      std::make_shared<Job>(v1::DecodeRequest(), v1::ModelInfo(), absl::Now(), absl::InfiniteFuture(), buffering);
   job->Attach(&stream, [done_calls, done_status](const Job&, const absl::Status& s) {
     ++*done_calls;
     *done_status = s;

@@ -31,16 +31,14 @@ ABSL_FLAG(std::string, devices, "cpu:1", "Worker devices: cpu:N or cuda:0,1,..."
 ABSL_FLAG(int, group_size, 1, "Ranks per worker group (groups are carved from --devices at start)");
 ABSL_FLAG(int64_t, max_queue, 64, "Requests that may wait for a group; beyond: RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "Largest request (latent) and response message");
-ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090",
-          "Prometheus /metrics address HOST:PORT; empty: none");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "Prometheus /metrics address HOST:PORT; empty: none");
 ABSL_FLAG(int, drain_timeout_s, 30, "On SIGTERM, how long calls in flight may take to finish");
 ABSL_FLAG(int, max_connection_age_s, 300,
           "Close client connections after this long (GOAWAY, so clients reconnect and L4 load balancers "
           "spread them over replicas); 0 = never");
 ABSL_FLAG(int, max_connection_age_grace_s, 600,
           "How long calls on a connection past its age may still take before it is closed; 0 = no limit");
-ABSL_FLAG(std::string, worker_binary, "",
-          "Path of vaedecode_worker; empty: the one beside this binary");
+ABSL_FLAG(std::string, worker_binary, "", "Path of vaedecode_worker; empty: the one beside this binary");
 ABSL_FLAG(std::string, dtype, "float32", "Worker compute dtype: float32, bfloat16 or float16");
 ABSL_FLAG(int, threads, 1, "Intra-op threads per worker process");
 ABSL_FLAG(int, collective_timeout_s, 300, "Worker collective timeout");
@@ -50,8 +48,7 @@ ABSL_FLAG(double, heartbeat_timeout_s, 5,
 ABSL_FLAG(int64_t, memory_budget_mib, 0,
           "Memory each worker rank may use on its device (its free memory for the exact/tiled/queue "
           "choice; allocations above it fail with an out-of-memory). 0 = CPU: unbounded, GPU: the whole GPU");
-ABSL_FLAG(int, worker_start_timeout_s, 300,
-          "How long a group may take to form and load its models");
+ABSL_FLAG(int, worker_start_timeout_s, 300, "How long a group may take to form and load its models");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "Largest Chunk.data in a Decode stream");
 ABSL_FLAG(std::string, max_output_pixels, "0",
           "Largest output one request may ask for, in pixels (batch x frames x height x width): N for every "
@@ -67,11 +64,9 @@ ABSL_FLAG(int, stream_stall_timeout_s, 30,
 ABSL_FLAG(std::string, http_listen, "",
           "HTTP address HOST:PORT for diffusers' remote_decode() (POST /, /models/NAME; GET /health); "
           "empty: off");
-ABSL_FLAG(std::string, http_default_model, "",
-          "The model of POST / on --http_listen; empty: the only model served");
+ABSL_FLAG(std::string, http_default_model, "", "The model of POST / on --http_listen; empty: the only model served");
 ABSL_FLAG(int, http_request_timeout_s, 600, "Deadline of each HTTP request, from its arrival");
-ABSL_FLAG(std::string, socket_dir, "",
-          "Folder for the leaders' Unix sockets; empty: a fresh /tmp folder");
+ABSL_FLAG(std::string, socket_dir, "", "Folder for the leaders' Unix sockets; empty: a fresh /tmp folder");
 ABSL_FLAG(std::string, ready_file, "",
           "Once listening, write \"grpc_port=P\\nmetrics_port=M\\nhttp_port=H\\n\" here (for scripts and tests)");
 ABSL_FLAG(std::string, log_level, "info", "spdlog level: trace, debug, info, warn, error");
@@ -165,8 +160,7 @@ int main(int argc, char** argv) {
   options.http_default_model = absl::GetFlag(FLAGS_http_default_model);
   options.http_request_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_request_timeout_s));
 
-  absl::StatusOr<std::unique_ptr<vaedecode::server::Server>> server =
-      vaedecode::server::Server::Create(options);
+  absl::StatusOr<std::unique_ptr<vaedecode::server::Server>> server = vaedecode::server::Server::Create(options);
   if (!server.ok()) {
     spdlog::error("event=start_failed message={}", vaedecode::rpc::LogValue(server.status().message()));
     return 1;

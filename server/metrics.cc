@@ -16,9 +16,7 @@ Histogram::BucketBoundaries LatencyBuckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 300};
 }
 
-Histogram::BucketBoundaries CountBuckets() {
-  return {0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};
-}
+Histogram::BucketBoundaries CountBuckets() { return {0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000}; }
 
 }  // namespace
 
@@ -191,10 +189,9 @@ void ServerMetrics::AddPending(const std::string& model, int64_t delta) {
 void ServerMetrics::RecordDecode(const std::string& model, const std::string& family, const std::string& mode,
                                  int degree, double decode_s, double gather_s, int64_t collectives,
                                  double collective_wait_s) {
-  const prometheus::Labels labels = {
-      {"family", family}, {"mode", mode}, {"degree", absl::StrCat(degree)}};
-  decode_.Add({{"model", model}, {"family", family}, {"mode", mode}, {"degree", absl::StrCat(degree)}},
-              LatencyBuckets())
+  const prometheus::Labels labels = {{"family", family}, {"mode", mode}, {"degree", absl::StrCat(degree)}};
+  decode_
+      .Add({{"model", model}, {"family", family}, {"mode", mode}, {"degree", absl::StrCat(degree)}}, LatencyBuckets())
       .Observe(decode_s);
   gather_.Add(labels, LatencyBuckets()).Observe(gather_s);
   collectives_.Add(labels, CountBuckets()).Observe(static_cast<double>(collectives));
@@ -206,19 +203,15 @@ void ServerMetrics::RecordStreamTime(double seconds) { stream_.Observe(seconds);
 void ServerMetrics::SetQueueDepth(int64_t depth) { queue_depth_.Set(static_cast<double>(depth)); }
 void ServerMetrics::AddInFlight(int64_t delta) { in_flight_.Increment(static_cast<double>(delta)); }
 
-void ServerMetrics::SetDeviceFreeBytes(const std::string& group, const std::string& device,
-                                       int64_t bytes) {
+void ServerMetrics::SetDeviceFreeBytes(const std::string& group, const std::string& device, int64_t bytes) {
   device_free_.Add({{"device", device}, {"group", group}}).Set(static_cast<double>(bytes));
 }
 
-void ServerMetrics::SetDevicePeakBytes(const std::string& group, const std::string& device,
-                                       int64_t bytes) {
+void ServerMetrics::SetDevicePeakBytes(const std::string& group, const std::string& device, int64_t bytes) {
   device_peak_.Add({{"device", device}, {"group", group}}).Set(static_cast<double>(bytes));
 }
 
-void ServerMetrics::RecordWorkerRestart(const std::string& group) {
-  restarts_.Add({{"group", group}}).Increment();
-}
+void ServerMetrics::RecordWorkerRestart(const std::string& group) { restarts_.Add({{"group", group}}).Increment(); }
 
 void ServerMetrics::InitGroup(const std::string& group) { restarts_.Add({{"group", group}}); }
 

@@ -30,21 +30,19 @@ std::string SupportedList(const v1::ModelInfo& model) {
 
 }  // namespace
 
-
 PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInfo& model, int degree) {
   const auto& shape = request.latent().shape();
   PeakEstimates e;
   if (shape.size() < 4) return e;
   // The decoder sees VAE-space latents: a packed raw latent unpacks first.
-  const int64_t patch =
-      request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1 ? model.raw_patch() : 1;
+  const int64_t patch = request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1 ? model.raw_patch() : 1;
   const tiling::LatentExtent latent{shape[0], shape.size() == 5 ? shape[2] : 1, patch * shape[shape.size() - 2],
                                     patch * shape[shape.size() - 1]};
-  const tiling::MemoryModel memory{{model.fixed_peak_bytes(), model.peak_bytes_per_latent(),
-                                    model.attention_fixed_bytes(), model.attention_bytes_per_latent(),
-                                    model.attention_bytes_per_latent_pair()},
-                                   model.temporal_factor(),
-                                   model.peak_latent_frames()};
+  const tiling::MemoryModel memory{
+      {model.fixed_peak_bytes(), model.peak_bytes_per_latent(), model.attention_fixed_bytes(),
+       model.attention_bytes_per_latent(), model.attention_bytes_per_latent_pair()},
+      model.temporal_factor(),
+      model.peak_latent_frames()};
   // The leader also holds the gathered (or blended) float32 output.
   const int64_t output = PredictOutputSize(request, model).pixels() * model.out_channels() * 4;
   e.dense = tiling::DensePeakBytes(memory, latent);
@@ -88,80 +86,80 @@ absl::StatusOr<ModeChoice> SelectMode(const v1::DecodeRequest& request, const v1
   switch (request.mode()) {
     case v1::MODE_DENSE:
       if (free && need.dense > leader_free) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "mode: DENSE needs about ", MiB(need.dense), " but the leader has ", MiB(leader_free),
-            " free (use AUTO or TILED)"));
+        return absl::FailedPreconditionError(absl::StrCat("mode: DENSE needs about ", MiB(need.dense),
+                                                          " but the leader has ", MiB(leader_free),
+                                                          " free (use AUTO or TILED)"));
       }
       return ModeChoice{v1::MODE_DENSE, "requested"};
     case v1::MODE_TILED:
       if (!Supports(model, v1::MODE_TILED)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mode: model \"", model.name(), "\" (", model.family(),
-                         ") cannot be decoded in TILED mode; it supports ", SupportedList(model)));
+        return absl::InvalidArgumentError(absl::StrCat("mode: model \"", model.name(), "\" (", model.family(),
+                                                       ") cannot be decoded in TILED mode; it supports ",
+                                                       SupportedList(model)));
       }
       return ModeChoice{v1::MODE_TILED, "requested"};
     case v1::MODE_EXACT:
       if (group.degree < 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mode: EXACT needs a worker group of at least 2 ranks; this server's groups have ",
-            group.degree, " (use AUTO or DENSE)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("mode: EXACT needs a worker group of at least 2 ranks; this server's groups have ",
+                         group.degree, " (use AUTO or DENSE)"));
       }
       if (!Supports(model, v1::MODE_EXACT)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mode: model \"", model.name(), "\" (", model.family(),
-                         ") cannot be decoded in EXACT mode; it supports ", SupportedList(model)));
+        return absl::InvalidArgumentError(absl::StrCat("mode: model \"", model.name(), "\" (", model.family(),
+                                                       ") cannot be decoded in EXACT mode; it supports ",
+                                                       SupportedList(model)));
       }
       if (free && need.exact_rank > min_free) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "mode: EXACT needs about ", MiB(need.exact_rank), " on each of ", group.degree,
-            " ranks but the tightest rank has ", MiB(min_free), " free (use AUTO or TILED)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("mode: EXACT needs about ", MiB(need.exact_rank), " on each of ", group.degree,
+                         " ranks but the tightest rank has ", MiB(min_free), " free (use AUTO or TILED)"));
       }
       return ModeChoice{v1::MODE_EXACT, "requested"};
     case v1::MODE_AUTO:
       if (!free) {
-        if (exact_possible) return ModeChoice{v1::MODE_EXACT, absl::StrCat("auto: exact over ", group.degree, " ranks")};
+        if (exact_possible)
+          return ModeChoice{v1::MODE_EXACT, absl::StrCat("auto: exact over ", group.degree, " ranks")};
         if (group.degree < 2) return ModeChoice{v1::MODE_DENSE, "group has one rank"};
         return ModeChoice{v1::MODE_DENSE, absl::StrCat("model family ", model.family(), " cannot shard exactly")};
       }
       if (exact_possible && need.exact_rank <= min_free) {
         return ModeChoice{v1::MODE_EXACT, absl::StrCat("auto: exact over ", group.degree, " ranks (needs ",
-                                                       MiB(need.exact_rank), " per rank, ", MiB(min_free),
-                                                       " free)")};
+                                                       MiB(need.exact_rank), " per rank, ", MiB(min_free), " free)")};
       }
       if (!exact_possible && need.dense <= leader_free) {
-        return ModeChoice{v1::MODE_DENSE, absl::StrCat("auto: dense fits (", MiB(need.dense), " of ",
-                                                       MiB(leader_free), " free)")};
+        return ModeChoice{v1::MODE_DENSE,
+                          absl::StrCat("auto: dense fits (", MiB(need.dense), " of ", MiB(leader_free), " free)")};
       }
       // Every rank decodes tiles: the tightest rank decides.
       if (Supports(model, v1::MODE_TILED) && need.floor_tile <= min_free) {
-        return ModeChoice{v1::MODE_TILED, absl::StrCat("auto: tiled; ", exact_possible ? "exact needs " : "dense needs ",
-                                                       MiB(exact_possible ? need.exact_rank : need.dense),
-                                                       " per rank, ", MiB(exact_possible ? min_free : leader_free),
-                                                       " free")};
+        return ModeChoice{v1::MODE_TILED,
+                          absl::StrCat("auto: tiled; ", exact_possible ? "exact needs " : "dense needs ",
+                                       MiB(exact_possible ? need.exact_rank : need.dense), " per rank, ",
+                                       MiB(exact_possible ? min_free : leader_free), " free")};
       }
       {
         // The smallest plan: floor tiles, or for a model never tiled
         // (MiniMax-H3) exact bands, or the whole decode.
         const bool tiles = Supports(model, v1::MODE_TILED);
         const int64_t smallest = tiles ? need.floor_tile : exact_possible ? need.exact_rank : need.dense;
-        const std::string plan = tiles ? absl::StrCat(tiling::kFloorTile, "x", tiling::kFloorTile, "-latent floor tiles")
+        const std::string plan = tiles
+                                     ? absl::StrCat(tiling::kFloorTile, "x", tiling::kFloorTile, "-latent floor tiles")
                                  : exact_possible ? absl::StrCat("exact bands over ", group.degree, " ranks")
                                                   : "the whole decode (the model is never tiled)";
         if (const std::optional<int64_t> capacity = MinCapacity(group); capacity && smallest > *capacity) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "this latent can never be decoded on this server: its smallest plan (", plan,
-              ", with the output the leader holds) needs about ", MiB(smallest),
-              " per rank, and the tightest rank can give a decode at most ", MiB(*capacity),
-              " (its memory budget less the loaded models); send a smaller latent or batch"));
+          return absl::ResourceExhaustedError(
+              absl::StrCat("this latent can never be decoded on this server: its smallest plan (", plan,
+                           ", with the output the leader holds) needs about ", MiB(smallest),
+                           " per rank, and the tightest rank can give a decode at most ", MiB(*capacity),
+                           " (its memory budget less the loaded models); send a smaller latent or batch"));
         }
         return ModeChoice{v1::MODE_DENSE,
-                          absl::StrCat("waiting for memory: even ", plan, " needs ", MiB(smallest), ", ",
-                                       MiB(min_free), " free on the tightest rank"),
+                          absl::StrCat("waiting for memory: even ", plan, " needs ", MiB(smallest), ", ", MiB(min_free),
+                                       " free on the tightest rank"),
                           /*wait_for_memory=*/true};
       }
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("mode: unknown value ", static_cast<int>(request.mode())));
+      return absl::InvalidArgumentError(absl::StrCat("mode: unknown value ", static_cast<int>(request.mode())));
   }
 }
 

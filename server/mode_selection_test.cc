@@ -36,8 +36,7 @@ GroupResources Group(int degree) {
 TEST(ModeSelectionTest, AutoIsExactOnlyWithRanksAndSupport) {
   EXPECT_EQ(SelectMode(Request(v1::MODE_AUTO), Model(true), Group(2))->mode, v1::MODE_EXACT);
   EXPECT_EQ(SelectMode(Request(v1::MODE_AUTO), Model(true), Group(1))->mode, v1::MODE_DENSE);
-  absl::StatusOr<ModeChoice> no_support =
-      SelectMode(Request(v1::MODE_AUTO), Model(false), Group(4));
+  absl::StatusOr<ModeChoice> no_support = SelectMode(Request(v1::MODE_AUTO), Model(false), Group(4));
   EXPECT_EQ(no_support->mode, v1::MODE_DENSE);
   EXPECT_THAT(no_support->reason, HasSubstr("autoencoder_kl"));
 }

@@ -13,8 +13,7 @@ absl::StatusOr<std::vector<std::string>> ListRepositoryModels(const std::string&
   if (dir.empty()) return std::vector<std::string>{"default"};
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--model_repository=", dir, ": not a directory"));
+    return absl::InvalidArgumentError(absl::StrCat("--model_repository=", dir, ": not a directory"));
   }
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -26,8 +25,8 @@ absl::StatusOr<std::vector<std::string>> ListRepositoryModels(const std::string&
     return absl::InvalidArgumentError(absl::StrCat("--model_repository=", dir, ": ", ec.message()));
   }
   if (names.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--model_repository=", dir, ": no model folders (each subfolder is one diffusers VAE)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model_repository=", dir, ": no model folders (each subfolder is one diffusers VAE)"));
   }
   std::sort(names.begin(), names.end());
   return names;

@@ -23,11 +23,9 @@ TEST(ModelCatalogTest, ListsRepositoryFolders) {
   std::filesystem::create_directories(dir + "/flux");
   std::filesystem::create_directories(dir + "/.cache");
   EXPECT_THAT(ListRepositoryModels(dir).value(), ElementsAre("flux", "sdxl"));
-  EXPECT_EQ(ListRepositoryModels(dir + "/missing").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ListRepositoryModels(dir + "/missing").status().code(), absl::StatusCode::kInvalidArgument);
   std::filesystem::create_directories(dir + "/empty");
-  EXPECT_EQ(ListRepositoryModels(dir + "/empty").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ListRepositoryModels(dir + "/empty").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelCatalogTest, ReadinessFollowsGroups) {

@@ -40,8 +40,7 @@ class OipAnswers {
   inference::ServerMetadataResponse ServerMetadata() const;
   absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(const std::string& name,
                                                                  const std::string& version) const;
-  absl::StatusOr<inference::ModelConfigResponse> ModelConfig(const std::string& name,
-                                                             const std::string& version) const;
+  absl::StatusOr<inference::ModelConfigResponse> ModelConfig(const std::string& name, const std::string& version) const;
   // One model, or every model when `name` is empty.
   absl::StatusOr<inference::ModelStatisticsResponse> ModelStatistics(const std::string& name,
                                                                      const std::string& version) const;

@@ -124,8 +124,9 @@ absl::StatusOr<RestInferRequest> ParseRestInferRequest(const std::string& body, 
   const Json header = Json::parse(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(json_length), nullptr,
                                   /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object()) {
-    return Bad("the request", "its JSON header is not a JSON object (with binary tensors, "
-                              "Inference-Header-Content-Length gives the JSON's length)");
+    return Bad("the request",
+               "its JSON header is not a JSON object (with binary tensors, "
+               "Inference-Header-Content-Length gives the JSON's length)");
   }
   RestInferRequest out;
   inference::ModelInferRequest& r = out.request;
@@ -222,12 +223,12 @@ absl::StatusOr<RestInferRequest> ParseRestInferRequest(const std::string& body, 
   out.binary_output = binary;
   if (!binary) {
     // Only tensors of numbers have a JSON form: refused now, not after the decode.
-    if (auto p = r.parameters().find("output_format"); p != r.parameters().end() &&
-                                                      p->second.parameter_choice_case() ==
-                                                          inference::InferParameter::kStringParam) {
+    if (auto p = r.parameters().find("output_format");
+        p != r.parameters().end() && p->second.parameter_choice_case() == inference::InferParameter::kStringParam) {
       const std::string& f = p->second.string_param();
       if (f != "float32" && f != "uint8") {
-        return Bad("outputs", absl::StrCat("output_format ", f, " has no JSON form; ask for the output as binary "
+        return Bad("outputs", absl::StrCat("output_format ", f,
+                                           " has no JSON form; ask for the output as binary "
                                            "data (binary_data: true)"));
       }
     }
@@ -289,7 +290,8 @@ std::string ServerMetadataJson(const inference::ServerMetadataResponse& m) {
 std::string ModelMetadataJson(const inference::ModelMetadataResponse& m) {
   const auto tensors = [](const auto& list) {
     Json out = Json::array();
-    for (const auto& t : list) out.push_back({{"name", t.name()}, {"datatype", t.datatype()}, {"shape", List(t.shape())}});
+    for (const auto& t : list)
+      out.push_back({{"name", t.name()}, {"datatype", t.datatype()}, {"shape", List(t.shape())}});
     return out;
   };
   return Dump({{"name", m.name()},

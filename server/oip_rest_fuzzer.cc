@@ -39,8 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint32_t length = 0;
   std::memcpy(&length, data + 1, 4);
   const std::string body(reinterpret_cast<const char*>(data + 5), size - 5);
-  absl::StatusOr<server::RestInferRequest> parsed = server::ParseRestInferRequest(
-      body, length == 0xffffffffu ? -1 : static_cast<int64_t>(length), model.name(), "");
+  absl::StatusOr<server::RestInferRequest> parsed =
+      server::ParseRestInferRequest(body, length == 0xffffffffu ? -1 : static_cast<int64_t>(length), model.name(), "");
   if (!parsed.ok()) {
     Require(!parsed.status().message().empty());
     return 0;

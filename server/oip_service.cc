@@ -116,11 +116,11 @@ grpc::ServerUnaryReactor* OipService::ModelInfer(grpc::CallbackServerContext* co
   auto* reactor = new InferReactor();
   response->set_model_name(request->model_name());
   response->set_model_version("1");
-  std::shared_ptr<Job> job = decode_.StartCollected(
-      std::move(call.decode), rpc::CallDeadline(*context), "oip", max_output_bytes_, call.refusal,
-      [reactor, response](CollectedOutput out) {
-        reactor->Finish(rpc::ToGrpcStatus(FillModelInferResponse(std::move(out), response)));
-      });
+  std::shared_ptr<Job> job =
+      decode_.StartCollected(std::move(call.decode), rpc::CallDeadline(*context), "oip", max_output_bytes_,
+                             call.refusal, [reactor, response](CollectedOutput out) {
+                               reactor->Finish(rpc::ToGrpcStatus(FillModelInferResponse(std::move(out), response)));
+                             });
   reactor->SetJob(job);
   return reactor;
 }

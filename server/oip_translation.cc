@@ -19,8 +19,8 @@ constexpr char kInput[] = "latent";
 constexpr char kOutput[] = "sample";
 // Triton's request parameters that clients may send: not ours to refuse.
 const std::set<std::string>& TritonParameters() {
-  static const auto* names = new std::set<std::string>{
-      "sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output", "headers"};
+  static const auto* names = new std::set<std::string>{"sequence_id", "sequence_start",     "sequence_end", "priority",
+                                                       "timeout",     "binary_data_output", "headers"};
   return *names;
 }
 
@@ -97,22 +97,22 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
   if (request.inputs_size() != 1 || request.inputs(0).name() != kInput) {
     std::vector<std::string> names;
     for (const auto& in : request.inputs()) names.push_back(absl::StrCat("\"", in.name(), "\""));
-    return absl::InvalidArgumentError(absl::StrCat("inputs: expected one input \"latent\", got [",
-                                                   absl::StrJoin(names, ", "), "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs: expected one input \"latent\", got [", absl::StrJoin(names, ", "), "]"));
   }
   for (const auto& out : request.outputs()) {
     if (out.name() != kOutput) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("outputs: \"", out.name(), "\" is not an output of model \"", model.name(), "\"; it has \"sample\""));
+      return absl::InvalidArgumentError(absl::StrCat("outputs: \"", out.name(), "\" is not an output of model \"",
+                                                     model.name(), "\"; it has \"sample\""));
     }
     for (const auto& [name, value] : out.parameters()) {
       // binary_data is the HTTP binding's choice of encoding, decided there.
       if (name == "binary_data") continue;
-      return absl::InvalidArgumentError(absl::StrCat(
-          "output \"sample\": parameter \"", name, "\" is not supported",
-          name == "classification" ? " (a decoded image has no classes)" : "",
-          name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served)" : "",
-          "; the output's form is the request parameter output_format"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("output \"sample\": parameter \"", name, "\" is not supported",
+                       name == "classification" ? " (a decoded image has no classes)" : "",
+                       name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served)" : "",
+                       "; the output's form is the request parameter output_format"));
     }
   }
   const auto& input = request.inputs(0);
@@ -142,8 +142,8 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
   }
   if (request.raw_input_contents_size() > 0) {
     if (request.raw_input_contents_size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(),
-                                                     " entries for one input"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(), " entries for one input"));
     }
     latent->set_data(request.raw_input_contents(0));
   } else if (input.datatype() == "FP32" && input.contents().fp32_contents_size() > 0) {
@@ -151,8 +151,7 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
     latent->mutable_data()->resize(static_cast<size_t>(values.size()) * 4);
     std::memcpy(latent->mutable_data()->data(), values.data(), static_cast<size_t>(values.size()) * 4);
   } else {
-    return absl::InvalidArgumentError(
-        "input \"latent\": no data (send raw_input_contents, or fp32_contents for FP32)");
+    return absl::InvalidArgumentError("input \"latent\": no data (send raw_input_contents, or fp32_contents for FP32)");
   }
   for (const auto& [name, value] : request.parameters()) {
     if (absl::Status s = ApplyParameter(name, value, r); !s.ok()) return s;

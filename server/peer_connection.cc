@@ -42,8 +42,7 @@ bool SameHost(const std::string& found, const std::string& given) {
 
 }  // namespace
 
-std::optional<PeerConnection> PeerConnection::Find(int local_port, const std::string& remote_addr,
-                                                   int remote_port) {
+std::optional<PeerConnection> PeerConnection::Find(int local_port, const std::string& remote_addr, int remote_port) {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return std::nullopt;
   std::optional<PeerConnection> found;
@@ -78,9 +77,9 @@ bool PeerConnection::Closed() const {
   if ((p.revents & POLLIN) != 0) {
     char byte;
     const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;  // end of stream
+    if (n == 0) return true;                                                              // end of stream
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;  // reset
-    return false;  // a request sent ahead
+    return false;                                                                         // a request sent ahead
   }
   return (p.revents & POLLRDHUP) != 0;
 }

@@ -40,8 +40,8 @@ class Answerer {
         SendFile(pool->FindFileByName(request.file_by_filename()), request.file_by_filename(), response);
         break;
       case Request::kFileContainingSymbol:
-        SendFile(pool->FindFileContainingSymbol(request.file_containing_symbol()),
-                 request.file_containing_symbol(), response);
+        SendFile(pool->FindFileContainingSymbol(request.file_containing_symbol()), request.file_containing_symbol(),
+                 response);
         break;
       case Request::kFileContainingExtension: {
         const auto* type = pool->FindMessageTypeByName(request.file_containing_extension().containing_type());
@@ -129,16 +129,15 @@ PublicSurface::PublicSurface(std::vector<std::string> services) : services_(std:
 grpc::Status ReflectionV1::ServerReflectionInfo(
     grpc::ServerContext*, grpc::ServerReaderWriter<grpc::reflection::v1::ServerReflectionResponse,
                                                    grpc::reflection::v1::ServerReflectionRequest>* stream) {
-  return Serve<grpc::reflection::v1::ServerReflectionRequest, grpc::reflection::v1::ServerReflectionResponse>(
-      surface_, stream);
+  return Serve<grpc::reflection::v1::ServerReflectionRequest, grpc::reflection::v1::ServerReflectionResponse>(surface_,
+                                                                                                              stream);
 }
 
 grpc::Status ReflectionV1Alpha::ServerReflectionInfo(
-    grpc::ServerContext*,
-    grpc::ServerReaderWriter<grpc::reflection::v1alpha::ServerReflectionResponse,
-                             grpc::reflection::v1alpha::ServerReflectionRequest>* stream) {
-  return Serve<grpc::reflection::v1alpha::ServerReflectionRequest,
-               grpc::reflection::v1alpha::ServerReflectionResponse>(surface_, stream);
+    grpc::ServerContext*, grpc::ServerReaderWriter<grpc::reflection::v1alpha::ServerReflectionResponse,
+                                                   grpc::reflection::v1alpha::ServerReflectionRequest>* stream) {
+  return Serve<grpc::reflection::v1alpha::ServerReflectionRequest, grpc::reflection::v1alpha::ServerReflectionResponse>(
+      surface_, stream);
 }
 
 }  // namespace vaedecode::server

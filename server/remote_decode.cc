@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -46,9 +45,7 @@ absl::StatusOr<int64_t> ParsePositive(const std::string& name, const std::string
   return n;
 }
 
-std::string JsonShape(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
+std::string JsonShape(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 HttpReply TensorReply(std::string body, const std::vector<int64_t>& shape, const std::string& dtype) {
   HttpReply reply;
@@ -61,8 +58,8 @@ HttpReply TensorReply(std::string body, const std::vector<int64_t>& shape, const
 }  // namespace
 
 absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_t element_size,
-                                               const std::vector<int64_t>& packed_shape, int64_t height,
-                                               int64_t width, int64_t token_pixels, Packing packing,
+                                               const std::vector<int64_t>& packed_shape, int64_t height, int64_t width,
+                                               int64_t token_pixels, Packing packing,
                                                std::vector<int64_t>* unpacked_shape) {
   if (packed_shape.size() != 3) {
     return Bad("shape", absl::StrCat("a packed latent is [B, tokens, channels]; got ", JsonShape(packed_shape)));
@@ -73,8 +70,8 @@ absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_
   const int64_t batch = packed_shape[0], tokens = packed_shape[1], packed_channels = packed_shape[2];
   const int64_t rows = height / token_pixels, cols = width / token_pixels;  // tokens per column and row
   if (rows < 1 || cols < 1) {
-    return Bad("height/width", absl::StrCat(height, "x", width, " is smaller than one token of ", token_pixels,
-                                            "x", token_pixels, " pixels"));
+    return Bad("height/width", absl::StrCat(height, "x", width, " is smaller than one token of ", token_pixels, "x",
+                                            token_pixels, " pixels"));
   }
   if (rows > tokens / cols || rows * cols != tokens) {
     return Bad("shape", absl::StrCat("a ", height, "x", width, " image packs into ",
@@ -88,8 +85,8 @@ absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_
   }
   const int64_t want = *numel * element_size;
   if (static_cast<int64_t>(packed.size()) != want) {
-    return absl::InvalidArgumentError(absl::StrCat("body: ", packed.size(), " bytes, but shape ",
-                                                   JsonShape(packed_shape), " needs ", want));
+    return absl::InvalidArgumentError(
+        absl::StrCat("body: ", packed.size(), " bytes, but shape ", JsonShape(packed_shape), " needs ", want));
   }
   std::string out(packed.size(), '\0');
   if (packing == Packing::kFlatten) {
@@ -116,8 +113,7 @@ absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_
           for (int64_t di = 0; di < 2; ++di) {
             for (int64_t dj = 0; dj < 2; ++dj) {
               const int64_t dst = ((b * channels + c) * h + 2 * i + di) * w + 2 * j + dj;
-              std::memcpy(out.data() + dst * element_size, patch + (4 * c + 2 * di + dj) * element_size,
-                          element_size);
+              std::memcpy(out.data() + dst * element_size, patch + (4 * c + 2 * di + dj) * element_size, element_size);
             }
           }
         }
@@ -129,7 +125,7 @@ absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_
 }
 
 absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params, std::string body,
-                                                      const v1::ModelInfo& model) {
+                                                       const v1::ModelInfo& model) {
   RemoteDecodeCall call;
   v1::DecodeRequest& r = call.request;
   r.set_model(model.name());
@@ -209,8 +205,7 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     }
     std::vector<int64_t> unpacked;
     absl::StatusOr<std::string> z = UnpackPackedLatent(body, element_size, shape, *h, *w, token_pixels,
-                                                       flattened ? Packing::kFlatten : Packing::kPatches2x2,
-                                                       &unpacked);
+                                                       flattened ? Packing::kFlatten : Packing::kPatches2x2, &unpacked);
     if (!z.ok()) return z.status();
     body = *std::move(z);
     shape = unpacked;
@@ -274,8 +269,8 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     }
   } else if (type == "mp4") {
     if (!model.is_video()) {
-      return Bad("output_type", absl::StrCat("mp4 is for video models; model \"", model.name(),
-                                             "\" decodes images (use pil or pt)"));
+      return Bad("output_type",
+                 absl::StrCat("mp4 is for video models; model \"", model.name(), "\" decodes images (use pil or pt)"));
     }
     if (shape[0] != 1) {
       return Bad("output_type", absl::StrCat("mp4 returns one video; this latent has a batch of ", shape[0],
@@ -299,14 +294,16 @@ HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
   switch (kind) {
     case RemoteReply::kImageFile:
       if (output.images.size() != 1) {
-        return ErrorReply(absl::InternalError(absl::StrCat("expected one image, the decode made ", output.images.size())));
+        return ErrorReply(
+            absl::InternalError(absl::StrCat("expected one image, the decode made ", output.images.size())));
       }
       reply.content_type = format->mime_type;
       reply.body = std::move(output.images[0]);
       break;
     case RemoteReply::kVideoFile:
       if (output.images.size() != 1) {
-        return ErrorReply(absl::InternalError(absl::StrCat("expected one video, the decode made ", output.images.size())));
+        return ErrorReply(
+            absl::InternalError(absl::StrCat("expected one video, the decode made ", output.images.size())));
       }
       reply.content_type = format->mime_type;
       reply.body = std::move(output.images[0]);

@@ -60,7 +60,7 @@ struct RemoteDecodeCall {
 // INVALID_ARGUMENT naming the parameter when one is missing or malformed;
 // size and content checks are left to ValidateDecodeRequest.
 absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params, std::string body,
-                                                      const v1::ModelInfo& model);
+                                                       const v1::ModelInfo& model);
 
 // How a packed latent [B, tokens, channels] lays out the latent it packs.
 enum class Packing {
@@ -82,12 +82,11 @@ enum class Packing {
 // checked before anything is read (no product overflows): INVALID_ARGUMENT
 // naming the parameter when they do not agree.
 absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_t element_size,
-                                               const std::vector<int64_t>& packed_shape, int64_t height,
-                                               int64_t width, int64_t token_pixels, Packing packing,
+                                               const std::vector<int64_t>& packed_shape, int64_t height, int64_t width,
+                                               int64_t token_pixels, Packing packing,
                                                std::vector<int64_t>* unpacked_shape);
 
 // The reply for a finished decode (an error reply when it failed).
 HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output);
-
 
 }  // namespace vaedecode::server

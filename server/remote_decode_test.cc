@@ -36,7 +36,8 @@ std::string Floats(int64_t n) {
 TEST(RemoteDecodeTest, UnpacksLikeDiffusers) {
   // [1, 2 patches, 8] = 2 channels of 2x2 patches of a 16x32 image (h=2, w=4).
   std::vector<int64_t> shape;
-  absl::StatusOr<std::string> z = UnpackPackedLatent(Floats(16), 4, {1, 2, 8}, 16, 32, 16, Packing::kPatches2x2, &shape);
+  absl::StatusOr<std::string> z =
+      UnpackPackedLatent(Floats(16), 4, {1, 2, 8}, 16, 32, 16, Packing::kPatches2x2, &shape);
   ASSERT_TRUE(z.ok()) << z.status();
   EXPECT_EQ(shape, (std::vector<int64_t>{1, 2, 2, 4}));
   float out[16];
@@ -45,10 +46,14 @@ TEST(RemoteDecodeTest, UnpacksLikeDiffusers) {
   // patch 0's (0, 1) then patch 1's (8, 9); row 1 is (2, 3), (10, 11).
   EXPECT_EQ(std::vector<float>(out, out + 8), (std::vector<float>{0, 1, 8, 9, 2, 3, 10, 11}));
   EXPECT_EQ(std::vector<float>(out + 8, out + 16), (std::vector<float>{4, 5, 12, 13, 6, 7, 14, 15}));
-  EXPECT_THAT(std::string(UnpackPackedLatent(Floats(24), 4, {1, 3, 8}, 16, 32, 16, Packing::kPatches2x2, &shape).status().message()),
-              HasSubstr("packs into 2 tokens (16x16 pixels each); the latent [1, 3, 8] has 3"));
-  EXPECT_THAT(std::string(UnpackPackedLatent(Floats(12), 4, {1, 2, 6}, 16, 32, 16, Packing::kPatches2x2, &shape).status().message()),
-              HasSubstr("4 x channels"));
+  EXPECT_THAT(
+      std::string(
+          UnpackPackedLatent(Floats(24), 4, {1, 3, 8}, 16, 32, 16, Packing::kPatches2x2, &shape).status().message()),
+      HasSubstr("packs into 2 tokens (16x16 pixels each); the latent [1, 3, 8] has 3"));
+  EXPECT_THAT(
+      std::string(
+          UnpackPackedLatent(Floats(12), 4, {1, 2, 6}, 16, 32, 16, Packing::kPatches2x2, &shape).status().message()),
+      HasSubstr("4 x channels"));
 }
 
 TEST(RemoteDecodeTest, UnpacksFlux2ByTransposing) {
@@ -71,26 +76,35 @@ TEST(RemoteDecodeTest, PackedSizesThatOverflowAreRefusedBeforeAnyRead) {
   EXPECT_EQ(huge.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(huge.message()), HasSubstr("more than 2^40 elements"));
   // Tokens that no height and width can give, with a product that would wrap.
-  const absl::Status wide = UnpackPackedLatent("", 4, {1, 4, 4}, int64_t{1} << 62, int64_t{1} << 62, 1,
-                                               Packing::kPatches2x2, &shape)
-                                .status();
+  const absl::Status wide =
+      UnpackPackedLatent("", 4, {1, 4, 4}, int64_t{1} << 62, int64_t{1} << 62, 1, Packing::kPatches2x2, &shape)
+          .status();
   EXPECT_THAT(std::string(wide.message()), HasSubstr("packs into more tokens"));
   // Through the query as curl sends it, with an empty body.
-  const absl::Status query =
-      TranslateRemoteDecode(Params({{"shape", "4611686018427387904"}, {"shape", "1"}, {"shape", "4"},
-                                    {"dtype", "float32"}, {"height", "16"}, {"width", "16"}}),
-                            "", Flux())
-          .status();
+  const absl::Status query = TranslateRemoteDecode(Params({{"shape", "4611686018427387904"},
+                                                           {"shape", "1"},
+                                                           {"shape", "4"},
+                                                           {"dtype", "float32"},
+                                                           {"height", "16"},
+                                                           {"width", "16"}}),
+                                                   "", Flux())
+                                 .status();
   EXPECT_EQ(query.code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RemoteDecodeTest, TranslatesWhatRemoteDecodeSends) {
   // remote_decode(..., scaling_factor=0.3611, shift_factor=0.1159, output_type="pt")
-  absl::StatusOr<RemoteDecodeCall> call = TranslateRemoteDecode(
-      Params({{"shape", "1"}, {"shape", "16"}, {"shape", "2"}, {"shape", "2"}, {"dtype", "float32"},
-              {"output_type", "pt"}, {"partial_postprocess", "False"}, {"image_format", "jpg"},
-              {"scaling_factor", "0.3611"}, {"shift_factor", "0.1159"}}),
-      Floats(64), Flux());
+  absl::StatusOr<RemoteDecodeCall> call = TranslateRemoteDecode(Params({{"shape", "1"},
+                                                                        {"shape", "16"},
+                                                                        {"shape", "2"},
+                                                                        {"shape", "2"},
+                                                                        {"dtype", "float32"},
+                                                                        {"output_type", "pt"},
+                                                                        {"partial_postprocess", "False"},
+                                                                        {"image_format", "jpg"},
+                                                                        {"scaling_factor", "0.3611"},
+                                                                        {"shift_factor", "0.1159"}}),
+                                                                Floats(64), Flux());
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_EQ(call->reply, RemoteReply::kTensor);
   EXPECT_EQ(call->request.output_format(), v1::OUTPUT_FLOAT32);
@@ -100,8 +114,12 @@ TEST(RemoteDecodeTest, TranslatesWhatRemoteDecodeSends) {
   EXPECT_EQ(call->request.latent().data().size(), 256u);
 
   // The default call: do_scaling=True, pil, jpg.
-  call = TranslateRemoteDecode(Params({{"shape", "1"}, {"shape", "16"}, {"shape", "2"}, {"shape", "2"},
-                                       {"dtype", "float16"}, {"do_scaling", "True"}}),
+  call = TranslateRemoteDecode(Params({{"shape", "1"},
+                                       {"shape", "16"},
+                                       {"shape", "2"},
+                                       {"shape", "2"},
+                                       {"dtype", "float16"},
+                                       {"do_scaling", "True"}}),
                                std::string(128, '\0'), Flux());
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_EQ(call->reply, RemoteReply::kImageFile);
@@ -110,8 +128,13 @@ TEST(RemoteDecodeTest, TranslatesWhatRemoteDecodeSends) {
   EXPECT_FALSE(call->request.has_scaling_factor());
 
   // A shift alone takes the model's scale.
-  call = TranslateRemoteDecode(Params({{"shape", "1"}, {"shape", "16"}, {"shape", "2"}, {"shape", "2"},
-                                       {"dtype", "float32"}, {"shift_factor", "0.5"}, {"output_type", "pt"},
+  call = TranslateRemoteDecode(Params({{"shape", "1"},
+                                       {"shape", "16"},
+                                       {"shape", "2"},
+                                       {"shape", "2"},
+                                       {"dtype", "float32"},
+                                       {"shift_factor", "0.5"},
+                                       {"output_type", "pt"},
                                        {"partial_postprocess", "true"}}),
                                Floats(64), Flux());
   ASSERT_TRUE(call.ok()) << call.status();
@@ -119,8 +142,13 @@ TEST(RemoteDecodeTest, TranslatesWhatRemoteDecodeSends) {
   EXPECT_DOUBLE_EQ(call->request.scaling_factor(), 0.3611);
 
   // A table option reaches the request by its name as a query parameter.
-  call = TranslateRemoteDecode(Params({{"shape", "1"}, {"shape", "16"}, {"shape", "2"}, {"shape", "2"},
-                                       {"dtype", "float32"}, {"image_format", "png"}, {"png_compression", "0"}}),
+  call = TranslateRemoteDecode(Params({{"shape", "1"},
+                                       {"shape", "16"},
+                                       {"shape", "2"},
+                                       {"shape", "2"},
+                                       {"dtype", "float32"},
+                                       {"image_format", "png"},
+                                       {"png_compression", "0"}}),
                                Floats(64), Flux());
   ASSERT_TRUE(call.ok()) << call.status();
   EXPECT_EQ(call->request.output_format(), v1::OUTPUT_PNG);
@@ -143,10 +171,12 @@ TEST(RemoteDecodeTest, NamesTheBadParameter) {
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"mode", "fast"}}), "use auto, dense, exact or tiled"},
       {Params({{"dtype", "float32"}, {"shape", "2"}, {"shape", "16"}, {"shape", "2"}, {"shape", "2"}}),
        "pil returns one image"},
-      {Params({{"dtype", "float32"}, {"shape", "1"}, {"scaling_factor", "x"}}), "scaling_factor: \"x\"; use a finite number"},
+      {Params({{"dtype", "float32"}, {"shape", "1"}, {"scaling_factor", "x"}}),
+       "scaling_factor: \"x\"; use a finite number"},
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"output_type", "mp4"}}), "mp4 is for video models"},
       {Params({{"dtype", "float32"}, {"shape", "1"}, {"fps", "0"}}), "fps"},
-      {Params({{"dtype", "float32"}, {"shape", "1"}, {"png_compression", "10"}}), "png_compression: \"10\"; use an integer 0..9"},
+      {Params({{"dtype", "float32"}, {"shape", "1"}, {"png_compression", "10"}}),
+       "png_compression: \"10\"; use an integer 0..9"},
   };
   for (const auto& [params, message] : cases) {
     absl::StatusOr<RemoteDecodeCall> call = TranslateRemoteDecode(params, "", Flux());

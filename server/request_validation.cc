@@ -6,13 +6,13 @@
 #include <limits>
 #include <tuple>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "rpc/output_frames.h"
 #include "rpc/latent_tensor.h"
 #include "rpc/output_formats.h"
+#include "rpc/output_frames.h"
 #include "rpc/request_checks.h"
 #include "rpc/status_macros.h"
 
@@ -33,9 +33,8 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
   const int want_rank = model.is_video() ? 5 : 4;
   if (latent.shape_size() != want_rank) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "latent.shape: model \"", model.name(), "\" takes ",
-        model.is_video() ? "[B, C, T, H, W]" : "[B, C, H, W]", " latents (rank ", want_rank,
-        "), got rank ", latent.shape_size(), " ", ShapeString(latent.shape())));
+        "latent.shape: model \"", model.name(), "\" takes ", model.is_video() ? "[B, C, T, H, W]" : "[B, C, H, W]",
+        " latents (rank ", want_rank, "), got rank ", latent.shape_size(), " ", ShapeString(latent.shape())));
   }
   ASSIGN_OR_RETURN(const int64_t numel, rpc::CountLatentElements(latent));
   const bool raw = request.latent_space() == v1::LATENT_SPACE_RAW;
@@ -43,10 +42,9 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
       raw && model.raw_latent_channels() > 0 ? model.raw_latent_channels() : model.latent_channels();
   if (channels > 0 && latent.shape(1) != channels) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "latent.shape: model \"", model.name(), "\" takes ", channels, raw ? " raw" : "",
-        " latent channels, got ", latent.shape(1), " in ", ShapeString(latent.shape()),
-        !raw && latent.shape(1) == model.raw_latent_channels() ? " (a packed raw latent: send latent_space RAW)"
-                                                                : ""));
+        "latent.shape: model \"", model.name(), "\" takes ", channels, raw ? " raw" : "", " latent channels, got ",
+        latent.shape(1), " in ", ShapeString(latent.shape()),
+        !raw && latent.shape(1) == model.raw_latent_channels() ? " (a packed raw latent: send latent_space RAW)" : ""));
   }
   RETURN_IF_ERROR(rpc::CheckLatentBytes(latent, numel));
   return rpc::ValidateOutputFormat(request, model);
@@ -56,8 +54,7 @@ OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelIn
   OutputSize out;
   const auto& shape = request.latent().shape();
   if (shape.size() < 4) return out;
-  const int64_t patch =
-      request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1 ? model.raw_patch() : 1;
+  const int64_t patch = request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1 ? model.raw_patch() : 1;
   const int64_t f = std::max<int64_t>(1, model.spatial_factor());
   out.batch = shape[0];
   if (shape.size() == 5) {
@@ -167,27 +164,27 @@ ValueScan ScanLatent(const v1::Tensor& latent) {
 absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInfo& model,
                             const AdmissionLimits& limits) {
   int64_t max_pixels = limits.max_output_pixels;
-  if (auto it = limits.max_output_pixels_per_model.find(model.name());
-      it != limits.max_output_pixels_per_model.end()) {
+  if (auto it = limits.max_output_pixels_per_model.find(model.name()); it != limits.max_output_pixels_per_model.end()) {
     max_pixels = it->second;
   }
   const OutputSize out = PredictOutputSize(request, model);
   if (max_pixels > 0 && out.pixels() > max_pixels) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "latent.shape: ", ShapeString(request.latent().shape()), " decodes to ", out.pixels(),
-        " output pixels (batch ", out.batch, " x ", out.frames, " frame(s) x ", out.height, " x ", out.width,
-        "), more than this server's limit of ", max_pixels, " for model \"", model.name(),
-        "\" (--max_output_pixels); split the batch or the clip"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("latent.shape: ", ShapeString(request.latent().shape()), " decodes to ", out.pixels(),
+                     " output pixels (batch ", out.batch, " x ", out.frames, " frame(s) x ", out.height, " x ",
+                     out.width, "), more than this server's limit of ", max_pixels, " for model \"", model.name(),
+                     "\" (--max_output_pixels); split the batch or the clip"));
   }
   if (limits.allow_non_finite) return absl::OkStatus();
   const ValueScan scan = ScanLatent(request.latent());
-  const int64_t numel = static_cast<int64_t>(request.latent().data().size()) /
-                        rpc::DTypeSize(request.latent().dtype()).value_or(1);
+  const int64_t numel =
+      static_cast<int64_t>(request.latent().data().size()) / rpc::DTypeSize(request.latent().dtype()).value_or(1);
   if (scan.non_finite > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "latent.data: ", scan.non_finite, " of ", numel, " values are not finite (NaN or Inf; the first is element ",
-        scan.first_non_finite, "); the generator diverged, or the server allows them with "
-        "--allow_non_finite_latents"));
+    return absl::InvalidArgumentError(absl::StrCat("latent.data: ", scan.non_finite, " of ", numel,
+                                                   " values are not finite (NaN or Inf; the first is element ",
+                                                   scan.first_non_finite,
+                                                   "); the generator diverged, or the server allows them with "
+                                                   "--allow_non_finite_latents"));
   }
   if (model.dtype() == "float16" && scan.overflow > 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -54,16 +54,13 @@ TEST(RequestValidationTest, NamesTheProblem) {
   const std::vector<Case> cases = {
       {[](auto& r) { r.clear_latent(); }, false, "latent: missing"},
       {[](auto& r) { r.mutable_latent()->set_dtype(v1::UINT8); }, false, "UINT8 is not a floating"},
-      {[](auto& r) { r.mutable_latent()->set_dtype(static_cast<v1::DType>(99)); }, false,
-       "unknown value 99"},
+      {[](auto& r) { r.mutable_latent()->set_dtype(static_cast<v1::DType>(99)); }, false, "unknown value 99"},
       {[](auto& r) {}, true, "[B, C, T, H, W] latents (rank 5), got rank 4"},
       {[](auto& r) { r.mutable_latent()->set_shape(0, 0); }, false, "dimension 0 is 0"},
-      {[](auto& r) { r.mutable_latent()->set_shape(1, 4); }, false,
-       "takes 16 latent channels, got 4"},
+      {[](auto& r) { r.mutable_latent()->set_shape(1, 4); }, false, "takes 16 latent channels, got 4"},
       {[](auto& r) { r.mutable_latent()->mutable_data()->push_back('x'); }, false, "needs 2240"},
       {[](auto& r) { r.set_latent_space(static_cast<v1::LatentSpace>(3)); }, false, "latent_space"},
-      {[](auto& r) { r.set_output_format(static_cast<v1::OutputFormat>(7)); }, false,
-       "output_format"},
+      {[](auto& r) { r.set_output_format(static_cast<v1::OutputFormat>(7)); }, false, "output_format"},
       {[](auto& r) { r.set_mode(static_cast<v1::Mode>(7)); }, false, "mode: unknown value 7"},
       {[](auto& r) { r.set_request_id(std::string(129, 'a')); }, false, "request_id"},
       {[](auto& r) { r.set_jpeg_quality(101); }, false, "jpeg_quality: 101"},
@@ -92,8 +89,7 @@ TEST(RequestValidationTest, NamesTheProblem) {
   two.set_out_channels(2);
   v1::DecodeRequest u8 = Request({1, 16, 5, 7});
   u8.set_output_format(v1::OUTPUT_UINT8);
-  EXPECT_THAT(std::string(ValidateDecodeRequest(u8, two).message()),
-              HasSubstr("1, 3 or 4 output channels"));
+  EXPECT_THAT(std::string(ValidateDecodeRequest(u8, two).message()), HasSubstr("1, 3 or 4 output channels"));
   v1::ModelInfo rgba = Model(false);
   rgba.set_out_channels(4);
   v1::DecodeRequest jpeg = Request({1, 16, 5, 7});

@@ -50,8 +50,7 @@ absl::Status Scheduler::Enqueue(std::shared_ptr<Job> job) {
   return refused;
 }
 
-std::shared_ptr<Job> Scheduler::Next(const std::function<bool(const Job&)>& can_run,
-                                     absl::Duration timeout) {
+std::shared_ptr<Job> Scheduler::Next(const std::function<bool(const Job&)>& can_run, absl::Duration timeout) {
   // Queued deadlines are also enforced by gRPC cancelling the call (which
   // removes the job); the poll only bounds how late a missed one is noticed.
   constexpr absl::Duration kPoll = absl::Milliseconds(50);
@@ -80,8 +79,7 @@ std::shared_ptr<Job> Scheduler::Next(const std::function<bool(const Job&)>& can_
   }
   for (const auto& job : expired) {
     job->ClearCancelHook();
-    job->Finish(absl::DeadlineExceededError(
-        "deadline exceeded while waiting in the queue for a worker group"));
+    job->Finish(absl::DeadlineExceededError("deadline exceeded while waiting in the queue for a worker group"));
   }
   if (picked) picked->ClearCancelHook();
   return picked;

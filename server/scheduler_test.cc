@@ -29,8 +29,7 @@ struct TestJob {
   std::shared_ptr<Job> job;
 };
 
-std::unique_ptr<TestJob> Make(const std::string& model,
-                              absl::Time deadline = absl::InfiniteFuture()) {
+std::unique_ptr<TestJob> Make(const std::string& model, absl::Time deadline = absl::InfiniteFuture()) {
   auto t = std::make_unique<TestJob>();
   v1::ModelInfo m;
   m.set_name(model);
@@ -109,8 +108,7 @@ TEST(SchedulerTest, NextWakesOnEnqueueAndCloseRefusesNewJobs) {
 // While another thread holds `job`'s lock (so no hook can be armed on it),
 // runs `put` (Enqueue or Requeue) and reports whether a dispatcher's Next
 // could take the job meanwhile.
-bool VisibleBeforeItsHookIsArmed(Scheduler& s, const std::shared_ptr<Job>& job,
-                                 const std::function<void()>& put) {
+bool VisibleBeforeItsHookIsArmed(Scheduler& s, const std::shared_ptr<Job>& job, const std::function<void()>& put) {
   absl::Notification held, release;
   std::thread holder([&] {
     job->UpdateReport([&](JobReport&) {  // runs under the job's lock
@@ -122,9 +120,8 @@ bool VisibleBeforeItsHookIsArmed(Scheduler& s, const std::shared_ptr<Job>& job,
   std::thread putter(put);
   absl::SleepFor(absl::Milliseconds(50));  // put has run as far as it can
   bool seen = false;
-  std::thread dispatcher([&] {
-    s.Next([&](const Job& j) { return seen = seen || &j == job.get(); }, absl::ZeroDuration());
-  });
+  std::thread dispatcher(
+      [&] { s.Next([&](const Job& j) { return seen = seen || &j == job.get(); }, absl::ZeroDuration()); });
   absl::SleepFor(absl::Milliseconds(50));  // Next has looked at the queue
   release.Notify();
   holder.join();

@@ -8,14 +8,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <limits>
+#include <sstream>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/device_spec.h"
 #include "rpc/child_process.h"
+#include "server/device_spec.h"
 
 namespace vaedecode::server {
 namespace {
@@ -69,21 +69,17 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
 
 bool IsExecutable(const std::string& path) {
   std::error_code ec;
-  return !path.empty() && std::filesystem::is_regular_file(path, ec) &&
-         access(path.c_str(), X_OK) == 0;
+  return !path.empty() && std::filesystem::is_regular_file(path, ec) && access(path.c_str(), X_OK) == 0;
 }
 
 }  // namespace
 
-std::string ModelHealthName(const std::string& model) {
-  return absl::StrCat(kServiceName, "/", model);
-}
+std::string ModelHealthName(const std::string& model) { return absl::StrCat(kServiceName, "/", model); }
 
 absl::StatusOr<std::string> FindWorkerBinary(const std::string& flag) {
   if (!flag.empty()) {
     if (IsExecutable(flag)) return std::filesystem::absolute(flag).string();
-    return absl::InvalidArgumentError(
-        absl::StrCat("--worker_binary=", flag, ": not an executable file"));
+    return absl::InvalidArgumentError(absl::StrCat("--worker_binary=", flag, ": not an executable file"));
   }
   const std::filesystem::path self = rpc::SelfExecutable();
   std::vector<std::string> candidates = {
@@ -115,15 +111,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (!worker_binary.ok()) return worker_binary.status();
   if (options.max_queue < 1) {
     // Every request waits in the queue, if only for a moment.
-    return absl::InvalidArgumentError(
-        absl::StrCat("--max_queue=", options.max_queue, ": must be at least 1"));
+    return absl::InvalidArgumentError(absl::StrCat("--max_queue=", options.max_queue, ": must be at least 1"));
   }
   if (options.max_message_bytes < (1 << 20) || options.max_message_bytes > (int64_t{1} << 31) - 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_message_bytes=", options.max_message_bytes, ": must be in [1 MiB, 2 GiB)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_message_bytes=", options.max_message_bytes, ": must be in [1 MiB, 2 GiB)"));
   }
-  if (options.chunk_bytes < 1024 ||
-      options.chunk_bytes > options.max_message_bytes - kMessageOverhead) {
+  if (options.chunk_bytes < 1024 || options.chunk_bytes > options.max_message_bytes - kMessageOverhead) {
     return absl::InvalidArgumentError(absl::StrCat("--chunk_bytes=", options.chunk_bytes,
                                                    ": must be at least 1024 and leave 64 KiB "
                                                    "below --max_message_bytes=",
@@ -136,10 +130,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   if (options.max_call_output_bytes < options.chunk_bytes ||
       options.max_output_buffer_bytes < options.max_call_output_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_call_output_mib (", options.max_call_output_bytes >> 20,
-        " MiB) must hold a chunk and be at most --max_output_buffer_mib (",
-        options.max_output_buffer_bytes >> 20, " MiB)"));
+    return absl::InvalidArgumentError(absl::StrCat("--max_call_output_mib (", options.max_call_output_bytes >> 20,
+                                                   " MiB) must hold a chunk and be at most --max_output_buffer_mib (",
+                                                   options.max_output_buffer_bytes >> 20, " MiB)"));
   }
   if (options.stream_stall_timeout < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--stream_stall_timeout_s must be at least 1");
@@ -155,8 +148,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   s->metrics_ = std::make_unique<ServerMetrics>(*s->registry_);
   s->catalog_ = std::make_unique<ModelCatalog>(*names);
   ServerMetrics* metrics = s->metrics_.get();
-  s->scheduler_ = std::make_unique<Scheduler>(
-      options.max_queue, [metrics](int64_t depth) { metrics->SetQueueDepth(depth); });
+  s->scheduler_ =
+      std::make_unique<Scheduler>(options.max_queue, [metrics](int64_t depth) { metrics->SetQueueDepth(depth); });
   DecodeServiceOptions service_options;
   service_options.group_size = options.group_size;
   service_options.max_request_bytes = options.max_message_bytes;
@@ -164,15 +157,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   service_options.max_call_output_bytes = options.max_call_output_bytes;
   service_options.max_output_buffer_bytes = options.max_output_buffer_bytes;
   service_options.stream_stall_timeout = options.stream_stall_timeout;
-  s->service_ =
-      std::make_unique<DecodeService>(service_options, *s->scheduler_, *s->catalog_, *s->metrics_);
+  s->service_ = std::make_unique<DecodeService>(service_options, *s->scheduler_, *s->catalog_, *s->metrics_);
 
   if (!options.metrics_listen.empty()) {
     try {
       s->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_listen);
     } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("--metrics_listen=", options.metrics_listen, ": ", e.what()));
+      return absl::UnavailableError(absl::StrCat("--metrics_listen=", options.metrics_listen, ": ", e.what()));
     }
     s->exposer_->RegisterCollectable(s->registry_);
     const std::vector<int> ports = s->exposer_->GetListeningPorts();
@@ -186,9 +177,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // OIP replies are one message: what fits under the send limit.
   s->oip_answers_ = std::make_unique<OipAnswers>(*s->catalog_, *s->metrics_, [raw] { return raw->Serving(); });
   s->oip_ = std::make_unique<OipService>(*s->service_, *s->oip_answers_, options.max_message_bytes - kMessageOverhead);
-  s->surface_ = std::make_unique<PublicSurface>(std::vector<std::string>{
-      kServiceName, "inference.GRPCInferenceService", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
-      "grpc.reflection.v1alpha.ServerReflection"});
+  s->surface_ = std::make_unique<PublicSurface>(
+      std::vector<std::string>{kServiceName, "inference.GRPCInferenceService", "grpc.health.v1.Health",
+                               "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"});
   s->reflection_v1_ = std::make_unique<ReflectionV1>(*s->surface_);
   s->reflection_v1alpha_ = std::make_unique<ReflectionV1Alpha>(*s->surface_);
   s->unserved_ = std::make_unique<UnservedMethods>(*s->surface_);
@@ -256,9 +247,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     g.name = spec.name;
     g.devices = spec.devices;
     g.worker_binary = s->options_.worker_binary;
-    g.model_repository = options.model_repository.empty()
-                             ? ""
-                             : std::filesystem::absolute(options.model_repository).string();
+    g.model_repository =
+        options.model_repository.empty() ? "" : std::filesystem::absolute(options.model_repository).string();
     g.dtype = options.dtype;
     g.threads = options.threads;
     g.collective_timeout_s = options.collective_timeout_s;
@@ -267,15 +257,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     g.socket_dir = s->socket_dir_;
     g.start_timeout = options.worker_start_timeout;
     g.max_chunk_bytes = options.chunk_bytes;
-    s->groups_.push_back(
-        std::make_unique<WorkerGroup>(g, *s->scheduler_, *s->catalog_, *s->metrics_));
+    s->groups_.push_back(std::make_unique<WorkerGroup>(g, *s->scheduler_, *s->catalog_, *s->metrics_));
   }
   for (auto& g : s->groups_) g->Start();
   spdlog::info(
       "event=listening address={} port={} tls={} metrics_port={} http_port={} groups={} group_size={} "
       "worker={}",
       options.listen, s->port_,
-      options.tls_cert_file.empty() ? "off" : options.tls_client_ca_file.empty() ? "server" : "mutual",
+      options.tls_cert_file.empty()        ? "off"
+      : options.tls_client_ca_file.empty() ? "server"
+                                           : "mutual",
       s->metrics_port_, s->http_port(), s->groups_.size(), options.group_size, s->options_.worker_binary);
   return s;
 }
@@ -330,9 +321,9 @@ absl::Status Server::Drain(absl::Duration timeout) {
   if (cut > 0) {
     // Ended with the server's reason first; gRPC's shutdown below would say
     // only "Cancelling all calls".
-    service_->CancelAll(absl::UnavailableError(absl::StrCat(
-        "the server is shutting down and its drain timeout (", absl::FormatDuration(timeout),
-        ") cut this call; retry on another replica")));
+    service_->CancelAll(absl::UnavailableError(absl::StrCat("the server is shutting down and its drain timeout (",
+                                                            absl::FormatDuration(timeout),
+                                                            ") cut this call; retry on another replica")));
     const absl::Time grace = absl::Now() + absl::Seconds(1);
     while (service_->active_calls() > 0 && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(10));
   }
@@ -343,8 +334,7 @@ absl::Status Server::Drain(absl::Duration timeout) {
   grpc_server_->Wait();
   spdlog::debug("event=drain_grpc_down ms={:.0f}", absl::ToDoubleMilliseconds(absl::Now() - start));
   for (auto& g : groups_) g->Stop();
-  spdlog::debug("event=drain_workers_stopped ms={:.0f}",
-                absl::ToDoubleMilliseconds(absl::Now() - start));
+  spdlog::debug("event=drain_workers_stopped ms={:.0f}", absl::ToDoubleMilliseconds(absl::Now() - start));
   exposer_.reset();
   if (own_socket_dir_) {
     std::error_code ec;
@@ -353,8 +343,8 @@ absl::Status Server::Drain(absl::Duration timeout) {
   spdlog::info("event=drain_done cancelled_calls={} drain_ms={:.0f}", cut,
                absl::ToDoubleMilliseconds(absl::Now() - start));
   if (cut > 0) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        cut, " call(s) were still running after the drain timeout and were cancelled"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(cut, " call(s) were still running after the drain timeout and were cancelled"));
   }
   return absl::OkStatus();
 }

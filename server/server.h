@@ -31,9 +31,9 @@
 #include "absl/time/time.h"
 #include "server/decode_service.h"
 #include "server/http_endpoint.h"
-#include "server/oip_service.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
+#include "server/oip_service.h"
 #include "server/public_reflection.h"
 #include "server/request_validation.h"
 #include "server/scheduler.h"
@@ -74,7 +74,7 @@ struct ServerOptions {
   int64_t max_call_output_bytes = int64_t{512} << 20;
   int64_t max_output_buffer_bytes = int64_t{2} << 30;
   absl::Duration stream_stall_timeout = absl::Seconds(30);
-  std::string socket_dir;         // "" = a fresh /tmp/vaedecode-XXXXXX
+  std::string socket_dir;  // "" = a fresh /tmp/vaedecode-XXXXXX
   // diffusers' remote_decode over HTTP (server/http_endpoint.h): HOST:PORT,
   // "" = off; the model of POST /; each request's deadline.
   std::string http_listen;

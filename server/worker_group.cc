@@ -27,12 +27,10 @@ void GroupState::RefreshMemory(const LeaderConnection& leader) {
   // Ranks report what they can measure; missing figures leave the gauges as they are.
   for (size_t r = 0; r < options.devices.size(); ++r) {
     if (r < static_cast<size_t>(status.free_bytes_per_rank_size())) {
-      metrics.SetDeviceFreeBytes(options.name, options.devices[r],
-                                  status.free_bytes_per_rank(r));
+      metrics.SetDeviceFreeBytes(options.name, options.devices[r], status.free_bytes_per_rank(r));
     }
     if (r < static_cast<size_t>(status.peak_bytes_per_rank_size())) {
-      metrics.SetDevicePeakBytes(options.name, options.devices[r],
-                                  status.peak_bytes_per_rank(r));
+      metrics.SetDevicePeakBytes(options.name, options.devices[r], status.peak_bytes_per_rank(r));
     }
   }
 }

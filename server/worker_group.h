@@ -35,8 +35,7 @@ namespace vaedecode::server {
 
 class WorkerGroup {
  public:
-  WorkerGroup(WorkerGroupOptions options, Scheduler& scheduler, ModelCatalog& catalog,
-              ServerMetrics& metrics);
+  WorkerGroup(WorkerGroupOptions options, Scheduler& scheduler, ModelCatalog& catalog, ServerMetrics& metrics);
   ~WorkerGroup();  // Stop()
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;

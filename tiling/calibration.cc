@@ -2,17 +2,17 @@
 
 #include <algorithm>
 #include <cctype>
-#include <tuple>
-#include <utility>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include <ATen/ATen.h>
-#include <nlohmann/json.hpp>
 #include <torch/headeronly/version.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -128,7 +128,8 @@ std::string ProfileKey(const families::Decoder& decoder, const std::string& back
 
 absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProbe& probe,
                                       const std::vector<int64_t>& sides, const std::string& backend) {
-  if (sides.size() < 2 || std::adjacent_find(sides.begin(), sides.end(), std::greater_equal<int64_t>()) != sides.end()) {
+  if (sides.size() < 2 ||
+      std::adjacent_find(sides.begin(), sides.end(), std::greater_equal<int64_t>()) != sides.end()) {
     return absl::InvalidArgumentError("calibration needs at least two strictly ascending tile sides");
   }
   PeakProfile profile;
@@ -137,8 +138,7 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
   // A video probe has the fewest frames the decoder takes, or as many as its
   // peak saturates at (a windowed decoder's full window); its peaks are
   // stored per frame-factor unit, as the memory model scales them.
-  const int64_t frames =
-      info.is_video ? std::max<int64_t>({1, info.min_latent_frames, info.peak_latent_frames}) : 1;
+  const int64_t frames = info.is_video ? std::max<int64_t>({1, info.min_latent_frames, info.peak_latent_frames}) : 1;
   const double frame_factor = FrameFactor(MemoryModelOf(info, profile), frames);
   for (int64_t side : sides) {
     std::vector<int64_t> shape = {1, info.latent_channels, side, side};
@@ -156,8 +156,8 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
         attention_transient = static_cast<double>(ops.largest_transient()) / frame_factor;
       }
     } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("calibration decode at side ", side, " failed: ",
-                                              std::string(e.what()).substr(0, 200)));
+      return absl::InternalError(
+          absl::StrCat("calibration decode at side ", side, " failed: ", std::string(e.what()).substr(0, 200)));
     }
     profile.sides.push_back(side);
     profile.peaks.push_back(peak);
@@ -201,8 +201,8 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
           j["bytes_per_latent"].is_number() && j.contains("fixed_bytes") && j["fixed_bytes"].is_number() &&
           j.contains("attention_bytes_per_latent_pair") && j["attention_bytes_per_latent_pair"].is_number() &&
           j.contains("attention_bytes_per_latent") && j["attention_bytes_per_latent"].is_number() &&
-          j.contains("attention_fixed_bytes") && j["attention_fixed_bytes"].is_number() &&
-          j.contains("sides") && j["sides"] == nlohmann::json(sides)) {
+          j.contains("attention_fixed_bytes") && j["attention_fixed_bytes"].is_number() && j.contains("sides") &&
+          j["sides"] == nlohmann::json(sides)) {
         PeakProfile p;
         p.key = key;
         p.bytes_per_latent = j["bytes_per_latent"].get<double>();

@@ -41,14 +41,14 @@ struct PeakProbe {
 // large tiles and exact bands (a band's queries against every key). Kernels
 // that never hold the scores (fused attention) measure a zero pair term.
 struct PeakProfile {
-  std::string key;                 // model config hash, dtype, backend
+  std::string key;  // model config hash, dtype, backend
   double bytes_per_latent = 0;
   double fixed_bytes = 0;
   double attention_fixed_bytes = 0;
   double attention_bytes_per_latent = 0;
   double attention_bytes_per_latent_pair = 0;
-  std::vector<int64_t> sides;      // square tile sides measured (latents)
-  std::vector<double> peaks;       // decode peak (bytes above live) at each side
+  std::vector<int64_t> sides;               // square tile sides measured (latents)
+  std::vector<double> peaks;                // decode peak (bytes above live) at each side
   std::vector<double> attention_live;       // live bytes when attention starts, at each side
   std::vector<double> attention_transient;  // largest attention call's own peak, at each side
 

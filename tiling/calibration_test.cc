@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "families/autoencoder_kl/embedded_default.h"
 #include "device/counting_cpu_allocator.h"
+#include "families/autoencoder_kl/embedded_default.h"
 
 namespace vaedecode::tiling {
 namespace {
@@ -52,8 +52,7 @@ TEST(Calibrate, AttentionScoresCountQuadraticallyAtSizesCalibrationNeverSaw) {
   auto decoder = SmallDecoder();
   const PeakProbe probe = CpuProbe();
   // The sides a CPU worker calibrates with.
-  absl::StatusOr<PeakProfile> profile =
-      Calibrate(*decoder, probe, CalibrationSides(c10::Device(c10::kCPU)), "cpu");
+  absl::StatusOr<PeakProfile> profile = Calibrate(*decoder, probe, CalibrationSides(c10::Device(c10::kCPU)), "cpu");
   ASSERT_TRUE(profile.ok()) << profile.status();
   ASSERT_EQ(profile->attention_transient.size(), 2u);
   at::manual_seed(2);
@@ -75,7 +74,10 @@ TEST(LoadOrCalibrate, CachesTheProfileAndRecalibratesWhenMissing) {
   std::filesystem::remove_all(dir);
   int decodes = 0;
   PeakProbe counting = probe;
-  counting.reset_peak = [&] { ++decodes; probe.reset_peak(); };
+  counting.reset_peak = [&] {
+    ++decodes;
+    probe.reset_peak();
+  };
   // A calibration resets the peak once per decode and once per attention call.
   absl::StatusOr<PeakProfile> first = LoadOrCalibrate(*decoder, counting, {8, 16}, "cpu", dir);
   ASSERT_TRUE(first.ok()) << first.status();

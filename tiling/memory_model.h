@@ -20,8 +20,8 @@
 
 namespace vaedecode::tiling {
 
-inline constexpr int64_t kFloorTile = 32;   // the smallest tile side, in latents
-inline constexpr double kHeadroom = 1.25;   // on measured peaks
+inline constexpr int64_t kFloorTile = 32;  // the smallest tile side, in latents
+inline constexpr double kHeadroom = 1.25;  // on measured peaks
 
 // Measured costs of one batch entry and one latent frame (calibration.h).
 struct PeakCosts {

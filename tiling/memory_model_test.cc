@@ -41,7 +41,7 @@ TEST(FrameFactor, FollowsHowTheDecoderHoldsFrames) {
   frame_by_frame.peak_latent_frames = 1;
   EXPECT_EQ(FrameFactor(frame_by_frame, 1), 1.0);
   EXPECT_EQ(FrameFactor(frame_by_frame, 21), 4.0);  // a later chunk decodes to 4 frames
-  MemoryModel whole = frame_by_frame;  // LTX-2: the whole clip at once
+  MemoryModel whole = frame_by_frame;               // LTX-2: the whole clip at once
   whole.peak_latent_frames = 0;
   EXPECT_EQ(FrameFactor(whole, 1), 1.0);
   EXPECT_EQ(FrameFactor(whole, 5), 17.0);
@@ -66,8 +66,8 @@ TEST(ExactRankPeakBytes, TheThickestBandWithHalosAgainstEveryKey) {
 
 TEST(FloorTilePeakBytes, AFloorTileOrTheWholeShorterSide) {
   const MemoryModel m = Linear(0, 1);
-  EXPECT_EQ(FloorTilePeakBytes(m, {1, 1, 100, 100}), RegionPeakBytes(m, {1, 1, 100, 100}, kFloorTile, kFloorTile,
-                                                                     kFloorTile * kFloorTile, kHeadroom));
+  EXPECT_EQ(FloorTilePeakBytes(m, {1, 1, 100, 100}),
+            RegionPeakBytes(m, {1, 1, 100, 100}, kFloorTile, kFloorTile, kFloorTile * kFloorTile, kHeadroom));
   EXPECT_EQ(FloorTilePeakBytes(m, {1, 1, 100, 8}),
             RegionPeakBytes(m, {1, 1, 100, 8}, kFloorTile, 8, kFloorTile * 8, kHeadroom));
 }

@@ -29,13 +29,13 @@
 namespace vaedecode::tiling {
 
 inline constexpr int64_t kMinOverlap = 16;
-inline constexpr int64_t kBlendDead = 4;   // latents of zero weight at a shared edge
-inline constexpr int64_t kBlendRamp = 8;   // latents over which weight rises to 1
+inline constexpr int64_t kBlendDead = 4;  // latents of zero weight at a shared edge
+inline constexpr int64_t kBlendRamp = 8;  // latents over which weight rises to 1
 
 struct FamilyGeometry {
-  int64_t spatial_factor = 8;   // pixels per latent
-  int64_t stock_tile = 64;      // diffusers' tile_latent_min_size
-  int64_t stock_stride = 48;    // tile_latent_min_size * (1 - tile_overlap_factor)
+  int64_t spatial_factor = 8;  // pixels per latent
+  int64_t stock_tile = 64;     // diffusers' tile_latent_min_size
+  int64_t stock_stride = 48;   // tile_latent_min_size * (1 - tile_overlap_factor)
   // A tile's peak (tiling/memory_model.h), for the latent being planned:
   // its batch and frames scale every tile alike.
   MemoryModel memory = {{0, 0.17 * 1048576}};
@@ -44,9 +44,9 @@ struct FamilyGeometry {
 
 // One axis: tile starts and the common tile length.
 struct AxisLayout {
-  int64_t length = 0;              // latents along the axis
-  int64_t tile = 0;                // tile length (== length when untiled)
-  std::vector<int64_t> starts;     // ascending; starts.back() + tile == length
+  int64_t length = 0;           // latents along the axis
+  int64_t tile = 0;             // tile length (== length when untiled)
+  std::vector<int64_t> starts;  // ascending; starts.back() + tile == length
   int64_t decoded() const { return tile * static_cast<int64_t>(starts.size()); }
 };
 

@@ -183,7 +183,8 @@ TEST(PlanTiles, PrefersFewerCallsThenWiderTiles) {
   for (int64_t th = 32; th <= 200; ++th) {
     for (int64_t tw = 32; tw <= 200; ++tw) {
       if (EstimatePeakBytes(g, th, tw) > budget) continue;
-      const int64_t calls = static_cast<int64_t>(SpreadTiles(200, th).starts.size() * SpreadTiles(200, tw).starts.size());
+      const int64_t calls =
+          static_cast<int64_t>(SpreadTiles(200, th).starts.size() * SpreadTiles(200, tw).starts.size());
       EXPECT_GE(calls, 3);
       if (calls == 3) {
         EXPECT_LE(th * tw, p.rows.tile * p.cols.tile);

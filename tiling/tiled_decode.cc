@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-
 namespace vaedecode::tiling {
 
 at::Tensor TileLatent(const at::Tensor& z, const TilePlan& plan, size_t i, size_t j) {
@@ -30,8 +29,10 @@ void TileBlender::Add(size_t i, size_t j, const at::Tensor& tile_in) {
     // Once per plan: on a GPU each would be a host-to-device copy per tile.
     row_w_on_device_.clear();
     col_w_on_device_.clear();
-    for (const std::vector<float>& w : row_w_) row_w_on_device_.push_back(at::tensor(w).to(tile.device()).view({-1, 1}));
-    for (const std::vector<float>& w : col_w_) col_w_on_device_.push_back(at::tensor(w).to(tile.device()).view({1, -1}));
+    for (const std::vector<float>& w : row_w_)
+      row_w_on_device_.push_back(at::tensor(w).to(tile.device()).view({-1, 1}));
+    for (const std::vector<float>& w : col_w_)
+      col_w_on_device_.push_back(at::tensor(w).to(tile.device()).view({1, -1}));
   }
   const at::Tensor& wy = row_w_on_device_[i];
   const at::Tensor& wx = col_w_on_device_[j];
@@ -42,8 +43,7 @@ void TileBlender::Add(size_t i, size_t j, const at::Tensor& tile_in) {
 
 at::Tensor TileBlender::Finish(at::ScalarType dtype) const { return out_.to(dtype); }
 
-at::Tensor DecodeTiles(families::Decoder& decoder, const at::Tensor& z, const TilePlan& plan,
-                       families::LayerOps& ops) {
+at::Tensor DecodeTiles(families::Decoder& decoder, const at::Tensor& z, const TilePlan& plan, families::LayerOps& ops) {
   if (plan.kind == PlanKind::kUntiled) return decoder.Decode(z, ops);
   TileBlender blender(plan, decoder.info().spatial_factor);
   for (size_t i = 0; i < plan.rows.starts.size(); ++i) {

@@ -45,8 +45,7 @@ class TileBlender {
 };
 
 // `z` is in VAE space and the decoder's dtype.
-at::Tensor DecodeTiles(families::Decoder& decoder, const at::Tensor& z, const TilePlan& plan,
-                       families::LayerOps& ops);
+at::Tensor DecodeTiles(families::Decoder& decoder, const at::Tensor& z, const TilePlan& plan, families::LayerOps& ops);
 
 // The plans of the out-of-memory ladder: `plan`, then floor tiles, then the
 // stock layout, keeping only rungs whose tiles are smaller than every rung

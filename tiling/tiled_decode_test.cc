@@ -14,9 +14,7 @@
 namespace vaedecode::tiling {
 namespace {
 
-std::unique_ptr<families::Decoder> SmallDecoder() {
-  return families::autoencoder_kl::MakeSmallSeededAutoencoderKL();
-}
+std::unique_ptr<families::Decoder> SmallDecoder() { return families::autoencoder_kl::MakeSmallSeededAutoencoderKL(); }
 
 FamilyGeometry SmallGeometry(const families::Decoder& d) {
   FamilyGeometry g;
@@ -64,11 +62,10 @@ TEST(DecodeTiles, LargeLatentTiledIsCloseToDenseWithoutSeams) {
   // the mean absolute jump between adjacent rows is no larger than between
   // the rows around it (within noise).
   const int64_t f = g.spatial_factor;
-  auto row_jump = [&](int64_t r) {
-    return (tiled.select(2, r + 1) - tiled.select(2, r)).abs().mean().item<double>();
-  };
+  auto row_jump = [&](int64_t r) { return (tiled.select(2, r + 1) - tiled.select(2, r)).abs().mean().item<double>(); };
   for (size_t k = 1; k < plan.rows.starts.size(); ++k) {
-    for (int64_t boundary : {(plan.rows.starts[k] + kBlendDead) * f, (plan.rows.starts[k - 1] + plan.rows.tile - kBlendDead) * f}) {
+    for (int64_t boundary :
+         {(plan.rows.starts[k] + kBlendDead) * f, (plan.rows.starts[k - 1] + plan.rows.tile - kBlendDead) * f}) {
       double around = 0;
       for (int64_t d : {-3, -2, 2, 3}) around = std::max(around, row_jump(boundary + d));
       EXPECT_LE(row_jump(boundary - 1), 1.5 * around) << "seam at pixel row " << boundary;

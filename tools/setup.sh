@@ -16,7 +16,7 @@ PACKAGES=(
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev patchelf
   python3-grpcio python3-protobuf python3-numpy python3-pip
   prometheus yamllint python3-yaml openssl curl
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
   podman runc debootstrap
 )
 

@@ -31,6 +31,13 @@ export VAEDECODE_STEPS
 link="bazel-$(basename "$PWD")"
 if [ -L "$link" ]; then rm -f "$link"; fi
 status=0
+# The C++ sources in .clang-format's style (tools/format.sh fixes them).
+if tools/format.sh --check; then
+  printf 'style/clang_format\tpassed\t0\t\n' >>"$VAEDECODE_STEPS"
+else
+  printf 'style/clang_format\tfailed\t0\t\n' >>"$VAEDECODE_STEPS"
+  status=1
+fi
 bazel test //... "$@" || status=$?
 # The CPU image from the binaries just built, before the --config=gpu build
 # below replaces them in bazel-bin (both configurations share one folder).

@@ -90,8 +90,7 @@ absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::
   return sample;
 }
 
-absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job,
-                                     families::LayerOps& ops) {
+absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job, families::LayerOps& ops) {
   absl::StatusOr<PreparedLatent> prepared = PrepareLatent(decoder, job);
   if (!prepared.ok()) return prepared.status();
   return DecodePrepared(decoder, prepared->z, job.conditioning, ops);

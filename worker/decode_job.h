@@ -50,8 +50,7 @@ absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::
                                           const families::DecodeConditioning& conditioning, families::LayerOps& ops);
 
 // PrepareLatent, then DecodePrepared: one dense decode of a job.
-absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job,
-                                     families::LayerOps& ops);
+absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job, families::LayerOps& ops);
 
 // Calls `fn`, mapping any exception to a Status with `what` as context.
 absl::Status CatchExceptions(const char* what, const std::function<void()>& fn);

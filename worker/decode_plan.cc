@@ -77,8 +77,8 @@ absl::StatusOr<DecodePlan> PlanDecode(const families::Decoder& decoder, const De
   switch (context.requested) {
     case DecodeMode::kTiled:
       if (!decoder.info().spatial_tiling) {
-        return absl::InvalidArgumentError(absl::StrCat(decoder.info().diffusers_class,
-                                                       " is not decoded in spatial tiles (use dense or exact)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(decoder.info().diffusers_class, " is not decoded in spatial tiles (use dense or exact)"));
       }
       plan.mode = DecodeMode::kTiled;
       if (absl::Status s = PlanTiles(decoder, context, plan); !s.ok()) return s;

@@ -46,14 +46,14 @@ struct TileShape {
 
 struct DecodePlan {
   DecodeMode mode = DecodeMode::kDense;
-  std::string reason;     // why this mode and size: the header's mode_reason (leader only)
-  at::Tensor latent;      // PreparedLatent::z: VAE space, the decoder's dtype, its device
+  std::string reason;  // why this mode and size: the header's mode_reason (leader only)
+  at::Tensor latent;   // PreparedLatent::z: VAE space, the decoder's dtype, its device
   families::DecodeConditioning conditioning;
   std::optional<uint64_t> noise_seed;  // the decode noise's seed, when mixed in (leader only)
-  TileShape tile_shape;   // kTiled
-  tiling::TilePlan tiles;  // kTiled: the leader's plan with its estimate (peers: rebuilt from tile_shape)
-  int64_t budget_bytes = -1;      // kTiled: what one tile may use (leader; -1: unbounded)
-  int64_t floor_tile_bytes = 0;   // kTiled: a floor tile's estimated peak (leader)
+  TileShape tile_shape;                // kTiled
+  tiling::TilePlan tiles;              // kTiled: the leader's plan with its estimate (peers: rebuilt from tile_shape)
+  int64_t budget_bytes = -1;           // kTiled: what one tile may use (leader; -1: unbounded)
+  int64_t floor_tile_bytes = 0;        // kTiled: a floor tile's estimated peak (leader)
   // kExact: convolutions compute what needs no halo while it travels
   // (ShardedLayerOps::set_overlap_halo); off only to measure the overlap.
   bool overlap_halo = true;

@@ -98,8 +98,8 @@ absl::StatusOr<ExactRows> DecodeExactBands(families::Decoder& decoder, parallel:
   // others' arrive.
   if (comm.rank() == kLeader && progress.rows_ready) progress.rows_ready(*rows, rows->size(out_h_axis));
   const auto gather_start = Clock::now();
-  absl::StatusOr<at::Tensor> gathered = parallel::GatherRowsToRoot(
-      comm, *rows, sharded.SpecForRows(rows->size(out_h_axis), out_h_axis), kLeader);
+  absl::StatusOr<at::Tensor> gathered =
+      parallel::GatherRowsToRoot(comm, *rows, sharded.SpecForRows(rows->size(out_h_axis), out_h_axis), kLeader);
   if (!gathered.ok()) return AbortWith(comm, gathered.status());
   out.gather_ms = MsSince(gather_start);
   out.sample = *gathered;

@@ -26,8 +26,8 @@
 namespace vaedecode::worker {
 
 struct ExactRows {
-  at::Tensor sample;       // the whole output on the leader; undefined on peers
-  double gather_ms = 0;    // gathering the rows to the leader
+  at::Tensor sample;     // the whole output on the leader; undefined on peers
+  double gather_ms = 0;  // gathering the rows to the leader
 };
 
 // `cancelled`, `progress`: the leader's (nullptr / empty on peers).

@@ -61,8 +61,8 @@ absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, par
                          : absl::StrFormat("%s; the budget is %.1f MiB and a %d-latent floor tile needs about %.1f MiB",
                                            plan.reason, plan.budget_bytes / 1048576.0, tiling::kFloorTile,
                                            plan.floor_tile_bytes / 1048576.0);
-      absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(decoder, comm, plan.latent, plan.conditioning,
-                                                                    tiles, options.progress.rows_ready, options.cancelled);
+      absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(
+          decoder, comm, plan.latent, plan.conditioning, tiles, options.progress.rows_ready, options.cancelled);
       if (!tiled.ok()) return tiled.status();
       result.sample = tiled->sample;
       result.tile_retries = tiled->retries;
@@ -104,15 +104,14 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder, pa
   return ExecutePlan(decoder, comm, *plan, {options.cancelled, {}});
 }
 
-absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm,
-                                                       const GroupDecodeResult& mine) {
+absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm, const GroupDecodeResult& mine) {
   const device::DeviceMemory* memory = device::ProcessDeviceMemory();
   const double free = memory == nullptr ? -1 : static_cast<double>(memory->free_bytes());
   const double capacity = memory == nullptr ? -1 : static_cast<double>(memory->capacity_bytes());
-  at::Tensor local = at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes), free, capacity, mine.comm_ms},
-                                at::kDouble)
-                         .view({1, 5})
-                         .to(comm.device());
+  at::Tensor local =
+      at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes), free, capacity, mine.comm_ms}, at::kDouble)
+          .view({1, 5})
+          .to(comm.device());
   std::vector<int64_t> ones(comm.world_size(), 1);
   absl::StatusOr<at::Tensor> all = comm.world_size() == 1
                                        ? absl::StatusOr<at::Tensor>(local)

@@ -28,16 +28,16 @@
 namespace vaedecode::worker {
 
 struct GroupDecodeResult {
-  at::Tensor sample;    // the whole output on the leader; undefined on peers
+  at::Tensor sample;  // the whole output on the leader; undefined on peers
   DecodeMode mode = DecodeMode::kDense;
-  std::string reason;   // the plan's (leader), e.g. why dense when exact was asked for
-  double decode_ms = 0;         // this rank: its decode plus the row gather
-  double gather_ms = 0;         // of which gathering rows to the leader
-  int tile_retries = 0;         // tiled: out-of-memory retries taken
-  tiling::TilePlan tiles;       // tiled: the plan that succeeded
-  std::string tile_plan;        // tiled: DescribePlan of it
-  int64_t peak_bytes = 0;       // this rank's allocator peak during the decode (0 if not counted)
-  double comm_ms = 0;           // of decode_ms, blocked in communicator calls (set by the runtime)
+  std::string reason;      // the plan's (leader), e.g. why dense when exact was asked for
+  double decode_ms = 0;    // this rank: its decode plus the row gather
+  double gather_ms = 0;    // of which gathering rows to the leader
+  int tile_retries = 0;    // tiled: out-of-memory retries taken
+  tiling::TilePlan tiles;  // tiled: the plan that succeeded
+  std::string tile_plan;   // tiled: DescribePlan of it
+  int64_t peak_bytes = 0;  // this rank's allocator peak during the decode (0 if not counted)
+  double comm_ms = 0;      // of decode_ms, blocked in communicator calls (set by the runtime)
 };
 
 // One rank's figures for a decode, as the leader reports them.
@@ -75,7 +75,6 @@ absl::StatusOr<GroupDecodeResult> DecodeWithGroup(families::Decoder& decoder, pa
 
 // Every rank's figures on the leader (empty on peers): one small gather,
 // made after the decode so it never counts as one of its collectives.
-absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm,
-                                                       const GroupDecodeResult& mine);
+absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& comm, const GroupDecodeResult& mine);
 
 }  // namespace vaedecode::worker

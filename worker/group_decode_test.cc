@@ -19,9 +19,7 @@
 namespace vaedecode::worker {
 namespace {
 
-std::unique_ptr<families::Decoder> SmallDecoder() {
-  return families::autoencoder_kl::MakeSmallSeededAutoencoderKL();
-}
+std::unique_ptr<families::Decoder> SmallDecoder() { return families::autoencoder_kl::MakeSmallSeededAutoencoderKL(); }
 
 at::Tensor Latent(int64_t rows, int64_t cols) {
   at::manual_seed(7);

@@ -55,8 +55,8 @@ std::string CommunicatorName(const std::string& group_name, int generation) {
   return generation == 0 ? group_name : absl::StrCat(group_name, ".r", generation);
 }
 
-GroupRecovery::GroupRecovery(c10::intrusive_ptr<c10d::Store> store, std::string group_name, int rank,
-                             int world_size, absl::Duration timeout, Connect connect)
+GroupRecovery::GroupRecovery(c10::intrusive_ptr<c10d::Store> store, std::string group_name, int rank, int world_size,
+                             absl::Duration timeout, Connect connect)
     : store_(std::move(store)),
       group_name_(std::move(group_name)),
       rank_(rank),
@@ -101,8 +101,8 @@ absl::StatusOr<Recovered> GroupRecovery::Recover(const absl::Status& failure,
   }
   // Every rank merely saw a peer abort: nobody knows why.
   if (out_of_memory.empty()) return absl::UnavailableError("no rank of the failed job knows why it failed");
-  const std::string who = absl::StrCat(out_of_memory.size() == 1 ? "rank " : "ranks ",
-                                       absl::StrJoin(out_of_memory, ", "));
+  const std::string who =
+      absl::StrCat(out_of_memory.size() == 1 ? "rank " : "ranks ", absl::StrJoin(out_of_memory, ", "));
 
   // The failed job's memory sits in the caching allocator's cache, where a
   // new communicator's buffers (allocated outside it) cannot reach it.
@@ -114,8 +114,8 @@ absl::StatusOr<Recovered> GroupRecovery::Recover(const absl::Status& failure,
   ++generation_;
   *comm = *std::move(next);  // the aborted one is destroyed here
   if (memory != nullptr) memory->MeasureMemoryOutsideTensors();
-  spdlog::info("worker group {} rank {}: re-formed in place after {} ran out of memory (generation {})",
-               group_name_, rank_, who, generation_);
+  spdlog::info("worker group {} rank {}: re-formed in place after {} ran out of memory (generation {})", group_name_,
+               rank_, who, generation_);
   return Recovered{absl::ResourceExhaustedError(
       absl::StrCat(who, " ran out of memory (", first_message, "); the group recovered in place"))};
 }

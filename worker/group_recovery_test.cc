@@ -57,8 +57,8 @@ std::vector<RankOutcome> FailThenRecover(int world, int failing, absl::Status fa
   parallel::testing::RunRanksOptions options;
   options.world_size = world;
   options.timeout = absl::Seconds(60);
-  absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
-      options, [&](int rank, int w, int port) -> absl::Status {
+  absl::StatusOr<std::vector<RankOutcome>> outcomes =
+      RunRanksCollect(options, [&](int rank, int w, int port) -> absl::Status {
         absl::StatusOr<std::unique_ptr<GroupRecovery>> recovery = MakeRecovery(rank, w, port);
         if (!recovery.ok()) return recovery.status();
         absl::StatusOr<std::unique_ptr<Communicator>> comm = (*recovery)->ConnectFirst();
@@ -90,8 +90,9 @@ TEST(GroupRecoveryTest, AnOutOfMemoryOnOneRankReformsTheGroupAndEveryRankSaysWho
   for (const RankOutcome& o : outcomes) {
     // Every rank re-formed, all-gathered on the new communicator, and answers the same.
     EXPECT_EQ(o.status.code(), absl::StatusCode::kAborted) << "rank " << o.rank << ": " << o.status;
-    EXPECT_TRUE(absl::StrContains(o.status.message(), "answer: RESOURCE_EXHAUSTED: rank 1 ran out of memory "
-                                                      "(decode: out of memory: 4096 bytes); the group recovered"))
+    EXPECT_TRUE(absl::StrContains(o.status.message(),
+                                  "answer: RESOURCE_EXHAUSTED: rank 1 ran out of memory "
+                                  "(decode: out of memory: 4096 bytes); the group recovered"))
         << o.status;
   }
 }

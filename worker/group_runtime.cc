@@ -124,7 +124,7 @@ std::vector<int64_t> GroupRuntime::capacity_bytes_per_rank() const {
 }
 
 absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::atomic<bool>* cancelled,
-                                                 const OutputProgress& progress) {
+                                                const OutputProgress& progress) {
   absl::MutexLock job_lock(&job_mu_);
   absl::MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
@@ -143,7 +143,7 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::
 }
 
 absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
-                                                     const OutputProgress& progress) {
+                                                    const OutputProgress& progress) {
   if (job.model_index < 0 || job.model_index >= static_cast<int64_t>(models_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no model with index ", job.model_index));
   }

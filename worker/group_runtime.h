@@ -38,17 +38,17 @@
 namespace vaedecode::worker {
 
 struct DecodeOutcome {
-  GroupDecodeResult result;        // the whole sample (leader)
-  std::vector<RankStats> ranks;    // every rank's time and peak memory
-  parallel::CommStats comm;        // the leader's calls during the decode
+  GroupDecodeResult result;      // the whole sample (leader)
+  std::vector<RankStats> ranks;  // every rank's time and peak memory
+  parallel::CommStats comm;      // the leader's calls during the decode
 };
 
 class GroupRuntime {
  public:
   // `recovery` (every rank alike, or none) re-forms the communicator after
   // a failure every rank survived; without it such a failure breaks the group.
-  GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models,
-               absl::Duration heartbeat, std::unique_ptr<GroupRecovery> recovery = nullptr);
+  GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models, absl::Duration heartbeat,
+               std::unique_ptr<GroupRecovery> recovery = nullptr);
   ~GroupRuntime();  // leader: stops the heartbeat thread (call Shutdown first to release peers)
 
   // Leader only. Thread-safe; blocks until the job (its plan made by

@@ -116,7 +116,8 @@ bool LeaderResponse::over() const {
 bool LeaderResponse::StreamsRows(const DecodePlan& plan) const {
   const rpc::OutputFormatInfo* f = rpc::FindOutputFormat(request_.output_format());
   return (plan.mode == DecodeMode::kTiled || plan.mode == DecodeMode::kExact) && f != nullptr &&
-         f->chunking == rpc::Chunking::kRowBands && out_shape_[0] == 1 && (out_shape_.size() == 4 || out_shape_[2] == 1);
+         f->chunking == rpc::Chunking::kRowBands && out_shape_[0] == 1 &&
+         (out_shape_.size() == 4 || out_shape_[2] == 1);
 }
 
 bool LeaderResponse::StreamsFrames(const DecodePlan& plan) const {
@@ -142,8 +143,8 @@ OutputProgress LeaderResponse::Progress(const DecodePlan& plan) {
   return progress;
 }
 
-bool LeaderResponse::QueueHeader(DecodeMode mode, const std::string& reason, const std::string& tile_plan,
-                                 int degree, const DecodePlan& plan) {
+bool LeaderResponse::QueueHeader(DecodeMode mode, const std::string& reason, const std::string& tile_plan, int degree,
+                                 const DecodePlan& plan) {
   v1::DecodeResponse message;
   v1::Header* header = message.mutable_header();
   header->set_request_id(request_.request_id());
@@ -235,8 +236,7 @@ void LeaderResponse::FramesDuringDecode(const DecodePlan& plan, const at::Tensor
 absl::Status LeaderResponse::Finish(const DecodePlan& plan, const DecodeOutcome& outcome, int world_size) {
   const GroupDecodeResult& result = outcome.result;
   if (!header_queued_) {
-    QueueHeader(result.mode, result.reason, result.tile_plan, result.mode == DecodeMode::kDense ? 1 : world_size,
-                plan);
+    QueueHeader(result.mode, result.reason, result.tile_plan, result.mode == DecodeMode::kDense ? 1 : world_size, plan);
   }
   if (streamed_frames_ > 0) {
     StreamFrames(result.sample, 0);

@@ -119,7 +119,7 @@ TEST(LeaderResponse, ExactDecodesStreamFinalRowsFirstThenTheRest) {
   ASSERT_TRUE(response.StreamsRows(plan));
   const at::Tensor sample = Sample();
   response.RowsDuringDecode(plan, sample, 3);  // the leader's own band is final
-  ASSERT_TRUE(sink.WaitFor(2));  // streamed before the decode ends
+  ASSERT_TRUE(sink.WaitFor(2));                // streamed before the decode ends
   ASSERT_EQ(sink.messages.size(), 2u);
   EXPECT_EQ(sink.messages[0].header().degree(), 2);
   EXPECT_EQ(sink.messages[1].chunk().row_begin(), 0);

@@ -49,8 +49,7 @@ class LeaderService::RunCall final : public grpc::ServerWriteReactor<v1::DecodeR
           // No exception may end the process: whatever escapes the decode's
           // own handling (an allocation while streaming, say) is a status.
           grpc::Status status;
-          const absl::Status caught =
-              CatchExceptions("leader call", [&] { status = service.Decode(*run, *this); });
+          const absl::Status caught = CatchExceptions("leader call", [&] { status = service.Decode(*run, *this); });
           Finish(caught.ok() ? status : rpc::ToGrpcStatus(caught));
         }) {}
 
@@ -99,7 +98,7 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* LeaderService::Run(grpc::CallbackS
 
 grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& call) {
   const v1::DecodeRequest& request = run.request();
-  const GroupRuntime::Call busy(runtime_);  // for the server's wait-for-idle after a cancel
+  const GroupRuntime::Call busy(runtime_);      // for the server's wait-for-idle after a cancel
   device::UseComputeDevice(runtime_.device());  // a thread of its own: make the worker's GPU current
   const int model = runtime_.FindModel(request.model());
   if (model < 0) {
@@ -126,8 +125,7 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
   if (!plan.ok()) return rpc::ToGrpcStatus(plan.status());
   job.plan = *std::move(plan);
 
-  LeaderResponse response(call, request,
-                          run.max_chunk_bytes() > 0 ? run.max_chunk_bytes() : rpc::kDefaultMaxChunkBytes,
+  LeaderResponse response(call, request, run.max_chunk_bytes() > 0 ? run.max_chunk_bytes() : rpc::kDefaultMaxChunkBytes,
                           decoder.OutputShape(job.plan.latent.sizes().vec()),
                           families::DecodeDtypeReason(decoder.info(), requested_dtype_));
   absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, call.cancel_flag(), response.Progress(job.plan));

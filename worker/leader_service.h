@@ -16,8 +16,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "vaedecode/internal/worker.grpc.pb.h"
 #include "tiling/calibration.h"
+#include "vaedecode/internal/worker.grpc.pb.h"
 #include "worker/group_runtime.h"
 
 namespace vaedecode::worker {
@@ -31,7 +31,7 @@ class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run
   LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype, std::vector<tiling::PeakProfile> profiles);
 
   grpc::ServerWriteReactor<v1::DecodeResponse>* Run(grpc::CallbackServerContext* context,
-                                                   const internal::RunRequest* run) override;
+                                                    const internal::RunRequest* run) override;
   grpc::Status Models(grpc::ServerContext* context, const v1::ListModelsRequest* request,
                       v1::ListModelsResponse* response) override;
   grpc::Status Status(grpc::ServerContext* context, const internal::StatusRequest* request,

@@ -72,7 +72,8 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
   header->set_width(g->width);
   // What each format holds and which outputs it fits: rpc/output_formats.h.
   const rpc::OutputFormatInfo* info = rpc::FindOutputFormat(format);
-  if (info == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
+  if (info == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
   header->set_dtype(info->dtype);
   if (!info->channels_last) {
     for (int64_t s : shape) header->add_shape(s);
@@ -104,7 +105,8 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
   const absl::Status cancelled = absl::CancelledError("the output stream was closed");
 
   const rpc::OutputFormatInfo* info = rpc::FindOutputFormat(format);
-  if (info == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
+  if (info == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
   if (!info->encoded && !info->channels_last) {  // the sample itself, in the format's dtype
     const at::Tensor values = sample.to(TensorType(info->dtype));
     const int64_t row_bytes = g->channels * g->width * values.element_size();

@@ -35,7 +35,7 @@ struct OutputEncoding {
   v1::OutputFormat format = v1::OUTPUT_FLOAT32;
   int jpeg_quality = 75;    // OUTPUT_JPEG only
   int png_compression = 6;  // OUTPUT_PNG only
-  int fps = 16;           // OUTPUT_MP4 only
+  int fps = 16;             // OUTPUT_MP4 only
 };
 
 // The encoding a request names (its JPEG quality defaulted).

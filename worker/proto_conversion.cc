@@ -53,8 +53,8 @@ absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent) {
   const at::ScalarType type = latent.dtype() == v1::FLOAT16    ? at::kHalf
                               : latent.dtype() == v1::BFLOAT16 ? at::kBFloat16
                                                                : at::kFloat;
-  at::Tensor t = at::empty(std::vector<int64_t>(latent.shape().begin(), latent.shape().end()),
-                           at::TensorOptions().dtype(type));
+  at::Tensor t =
+      at::empty(std::vector<int64_t>(latent.shape().begin(), latent.shape().end()), at::TensorOptions().dtype(type));
   std::memcpy(t.data_ptr(), latent.data().data(), latent.data().size());
   return t;
 }

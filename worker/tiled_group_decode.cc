@@ -63,7 +63,7 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
         });
       }
       // Every rank learns every outcome of the round before anything else.
-      const double code = status.ok()                                              ? kOk
+      const double code = status.ok()                                             ? kOk
                           : status.code() == absl::StatusCode::kResourceExhausted ? kOutOfMemory
                           : status.code() == absl::StatusCode::kCancelled         ? kCancelled
                                                                                   : kFailed;
@@ -74,7 +74,8 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
       const at::Tensor outcomes = codes->cpu();
       if (absl::Status s = comm.Synchronize(); !s.ok()) return s;  // the outcomes came from a finished gather
       for (int r = 0; r < world; ++r) {
-        if (outcomes[r][0].item<double>() == kCancelled) return InStep(absl::CancelledError("the request was cancelled"));
+        if (outcomes[r][0].item<double>() == kCancelled)
+          return InStep(absl::CancelledError("the request was cancelled"));
       }
       for (int r = 0; r < world; ++r) {
         const double c = outcomes[r][0].item<double>();
@@ -86,7 +87,8 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
       if (out_of_memory) break;
       std::vector<int64_t> sizes(world, 0);
       for (int r = 0; r < world; ++r) sizes[r] = round * world + r < tiles ? 1 : 0;
-      const at::Tensor local = mine < tiles ? tile.reshape({1, tile_numel}) : at::empty({0, tile_numel}, on_comm.dtype(at::kFloat));
+      const at::Tensor local =
+          mine < tiles ? tile.reshape({1, tile_numel}) : at::empty({0, tile_numel}, on_comm.dtype(at::kFloat));
       absl::StatusOr<at::Tensor> gathered = comm.GatherToRoot(local, sizes, kLeader, parallel::CallKind::kGatherOutput);
       if (!gathered.ok()) return gathered.status();
       if (rank != kLeader) continue;

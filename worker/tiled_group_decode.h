@@ -33,7 +33,7 @@
 namespace vaedecode::worker {
 
 struct TiledGroupResult {
-  at::Tensor sample;     // the whole output on the leader; undefined on peers
+  at::Tensor sample;      // the whole output on the leader; undefined on peers
   tiling::TilePlan plan;  // the plan that succeeded
   int retries = 0;        // out-of-memory retries taken
 };

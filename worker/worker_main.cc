@@ -54,7 +54,8 @@ ABSL_FLAG(int, heartbeat_fd, -1,
 ABSL_FLAG(int64_t, memory_budget_mib, 0,
           "bytes this rank may allocate on its device (the scheduler's free memory; above it allocations fail "
           "with an out-of-memory); 0 = CPU: unbounded, GPU: the whole device");
-ABSL_FLAG(std::string, profile_dir, "", "where measured decode-peak profiles are cached (default ~/.cache/vaedecode/profiles)");
+ABSL_FLAG(std::string, profile_dir, "",
+          "where measured decode-peak profiles are cached (default ~/.cache/vaedecode/profiles)");
 
 namespace {
 
@@ -118,8 +119,8 @@ absl::StatusOr<JoinedGroup> JoinGroup(const c10::Device& device) {
     if (!tcp.ok()) return tcp.status();
     store = *std::move(tcp);
   }
-  auto connect = [device, rank, world, timeout,
-                  store](const std::string& name) -> absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> {
+  auto connect = [device, rank, world, timeout, store](
+                     const std::string& name) -> absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> {
     if (device.is_cuda()) {
       vaedecode::parallel::NcclOptions options;
       options.rank = rank;
@@ -203,8 +204,7 @@ int main(int argc, char** argv) {
   meter.MeasureMemoryOutsideTensors();
 
   vaedecode::worker::GroupRuntime runtime(std::move(group->comm), std::move(repo->models),
-                                          absl::Seconds(absl::GetFlag(FLAGS_heartbeat_s)),
-                                          std::move(group->recovery));
+                                          absl::Seconds(absl::GetFlag(FLAGS_heartbeat_s)), std::move(group->recovery));
   if (rank != vaedecode::worker::kLeader) {
     absl::Status served = runtime.ServeAsPeer();
     if (!served.ok()) return Fail(served);
@@ -220,9 +220,9 @@ int main(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server) return Fail(absl::UnavailableError(absl::StrCat("cannot serve on unix:", socket)));
-  spdlog::info("worker group {} leader ready: {} rank(s) on {}, {} model(s), socket {}, {}",
-               absl::GetFlag(FLAGS_group), absl::GetFlag(FLAGS_world), meter.backend(), runtime.models().size(),
-               socket, vaedecode::worker::LibTorchSummary());
+  spdlog::info("worker group {} leader ready: {} rank(s) on {}, {} model(s), socket {}, {}", absl::GetFlag(FLAGS_group),
+               absl::GetFlag(FLAGS_world), meter.backend(), runtime.models().size(), socket,
+               vaedecode::worker::LibTorchSummary());
 
   while (!g_stop && !runtime.broken()) absl::SleepFor(absl::Milliseconds(50));
   const bool broken = runtime.broken();

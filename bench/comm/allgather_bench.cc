@@ -36,8 +36,8 @@ using vaedecode::parallel::GlooAllGather;
 
 struct Payload {
   std::string name;
-  int64_t rows;         // gathered rows in all (uneven over the ranks), or one per rank
-  int64_t row_elements; // float32 elements per row
+  int64_t rows;          // gathered rows in all (uneven over the ranks), or one per rank
+  int64_t row_elements;  // float32 elements per row
   bool one_row_per_rank;
 };
 

@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
   const grpc::Status status = stub->Check(&context, request, &response);
 
   if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-    std::printf("%s service=\"%s\": NOT_FOUND (unknown service name)\n", addr.c_str(),
-                service.c_str());
+    std::printf("%s service=\"%s\": NOT_FOUND (unknown service name)\n", addr.c_str(), service.c_str());
     return 1;
   }
   if (!status.ok()) {
@@ -56,8 +55,7 @@ int main(int argc, char** argv) {
                 static_cast<int>(status.error_code()), status.error_message().c_str());
     return 2;
   }
-  const std::string name =
-      grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
+  const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
   std::printf("%s service=\"%s\": %s\n", addr.c_str(), service.c_str(), name.c_str());
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
 }

@@ -4,8 +4,7 @@
 
 namespace vaedecode::families::autoencoder_kl {
 
-ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t groups,
-                                     double eps) {
+ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t groups, double eps) {
   norm1 = register_module("norm1", nn::MakeGroupNorm(groups, in_channels, eps));
   conv1 = register_module("conv1", nn::MakeConv2d(in_channels, out_channels, 3));
   norm2 = register_module("norm2", nn::MakeGroupNorm(groups, out_channels, eps));
@@ -45,16 +44,14 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, LayerOps& ops) {
   at::Tensor q = split_heads(to_q->forward(tokens));
   at::Tensor k = split_heads(to_k->forward(tokens));
   at::Tensor v = split_heads(to_v->forward(tokens));
-  at::Tensor out = ops.Attention(q, k, v, TokenLayout::Full(/*tokens_per_row=*/w))
-                       .transpose(1, 2)
-                       .reshape({b, -1, c});  // [B, N, C]
+  at::Tensor out =
+      ops.Attention(q, k, v, TokenLayout::Full(/*tokens_per_row=*/w)).transpose(1, 2).reshape({b, -1, c});  // [B, N, C]
   out = to_out[0]->as<torch::nn::Linear>()->forward(out);
   out = out.transpose(-1, -2).reshape({b, c, h, w});
   return out + x;
 }
 
-UNetMidBlock2DImpl::UNetMidBlock2DImpl(int64_t channels, int64_t groups, double eps,
-                                       bool add_attention) {
+UNetMidBlock2DImpl::UNetMidBlock2DImpl(int64_t channels, int64_t groups, double eps, bool add_attention) {
   resnets = register_module("resnets", torch::nn::ModuleList());
   attentions = register_module("attentions", torch::nn::ModuleList());
   resnets->push_back(ResnetBlock2D(channels, channels, groups, eps));
@@ -76,9 +73,8 @@ at::Tensor Upsample2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
   return nn::RunConv2d(ops, conv, nn::UpsampleNearest(x, 1, 2));
 }
 
-UpDecoderBlock2DImpl::UpDecoderBlock2DImpl(int64_t in_channels, int64_t out_channels,
-                                           int64_t num_layers, int64_t groups, double eps,
-                                           bool add_upsample) {
+UpDecoderBlock2DImpl::UpDecoderBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t num_layers,
+                                           int64_t groups, double eps, bool add_upsample) {
   resnets = register_module("resnets", torch::nn::ModuleList());
   upsamplers = register_module("upsamplers", torch::nn::ModuleList());
   for (int64_t i = 0; i < num_layers; ++i) {

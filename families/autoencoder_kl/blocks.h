@@ -85,12 +85,11 @@ class Upsample2DImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Upsample2D);
 
-
 // diffusers UpDecoderBlock2D.
 class UpDecoderBlock2DImpl : public torch::nn::Module {
  public:
-  UpDecoderBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t num_layers,
-                       int64_t groups, double eps, bool add_upsample);
+  UpDecoderBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t num_layers, int64_t groups, double eps,
+                       bool add_upsample);
   at::Tensor forward(const at::Tensor& x, LayerOps& ops);
 
   torch::nn::ModuleList resnets{nullptr};

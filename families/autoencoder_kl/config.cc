@@ -47,9 +47,8 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
   c.latents_std = r.OptionalDoubleList("latents_std");
   c.force_upcast = r.Bool("force_upcast", c.force_upcast);
   c.sample_size = r.Int("sample_size", c.sample_size);
-  const std::vector<std::string> up_blocks = r.StringList(
-      "up_block_types",
-      std::vector<std::string>(c.block_out_channels.size(), "UpDecoderBlock2D"));
+  const std::vector<std::string> up_blocks =
+      r.StringList("up_block_types", std::vector<std::string>(c.block_out_channels.size(), "UpDecoderBlock2D"));
 
   if (c.block_out_channels.empty()) r.Fail("\"block_out_channels\" must not be empty");
   if (up_blocks.size() != c.block_out_channels.size()) {
@@ -57,7 +56,8 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
                         c.block_out_channels.size()));
   }
   for (const std::string& t : up_blocks) {
-    if (t != "UpDecoderBlock2D") r.Fail(absl::StrCat("up block type \"", t, "\" is not supported (only UpDecoderBlock2D)"));
+    if (t != "UpDecoderBlock2D")
+      r.Fail(absl::StrCat("up block type \"", t, "\" is not supported (only UpDecoderBlock2D)"));
   }
   r.RequireSilu(c.act_fn);
   if (c.latent_channels < 1 || c.out_channels < 1 || c.layers_per_block < 0 || c.norm_num_groups < 1) {
@@ -65,8 +65,7 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
   }
   for (int64_t width : c.block_out_channels) {
     if (width < 1 || width % c.norm_num_groups != 0) {
-      r.Fail(absl::StrCat("block width ", width, " is not a positive multiple of norm_num_groups ",
-                          c.norm_num_groups));
+      r.Fail(absl::StrCat("block width ", width, " is not a positive multiple of norm_num_groups ", c.norm_num_groups));
     }
   }
   if (c.scaling_factor == 0) r.Fail("\"scaling_factor\" must not be 0");
@@ -77,8 +76,8 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
   }
   if (c.latents_mean && (static_cast<int64_t>(c.latents_mean->size()) != c.latent_channels ||
                          static_cast<int64_t>(c.latents_std->size()) != c.latent_channels)) {
-    r.Fail(absl::StrCat("\"latents_mean\"/\"latents_std\" must have latent_channels (", c.latent_channels,
-                        ") entries"));
+    r.Fail(
+        absl::StrCat("\"latents_mean\"/\"latents_std\" must have latent_channels (", c.latent_channels, ") entries"));
   }
   absl::Status status = r.status();
   if (!status.ok()) return status;

@@ -42,8 +42,7 @@ struct AutoencoderKLConfig {
   std::string ToJson() const;
 
   // Parses and validates (`source` names the file in errors).
-  static absl::StatusOr<AutoencoderKLConfig> FromJson(const nlohmann::json& config,
-                                                      const std::string& source);
+  static absl::StatusOr<AutoencoderKLConfig> FromJson(const nlohmann::json& config, const std::string& source);
 };
 
 }  // namespace vaedecode::families::autoencoder_kl

@@ -24,14 +24,15 @@ TEST(AutoencoderKLConfig, EmptyConfigTakesDiffusersDefaults) {
 }
 
 TEST(AutoencoderKLConfig, Flux1StyleConfig) {
-  nlohmann::json j = {{"latent_channels", 16},
-                      {"block_out_channels", {128, 256, 512, 512}},
-                      {"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"}},
-                      {"layers_per_block", 2},
-                      {"use_post_quant_conv", false},
-                      {"use_quant_conv", false},
-                      {"scaling_factor", 0.3611},
-                      {"shift_factor", 0.1159}};
+  nlohmann::json j = {
+      {"latent_channels", 16},
+      {"block_out_channels", {128, 256, 512, 512}},
+      {"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"}},
+      {"layers_per_block", 2},
+      {"use_post_quant_conv", false},
+      {"use_quant_conv", false},
+      {"scaling_factor", 0.3611},
+      {"shift_factor", 0.1159}};
   absl::StatusOr<AutoencoderKLConfig> c = AutoencoderKLConfig::FromJson(j, "c");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->spatial_factor(), 8);
@@ -71,8 +72,7 @@ TEST(AutoencoderKLConfig, ToJsonRoundTrips) {
   c.block_out_channels = {32, 64, 64};
   c.shift_factor = 0.1159;
   c.use_post_quant_conv = false;
-  absl::StatusOr<AutoencoderKLConfig> back =
-      AutoencoderKLConfig::FromJson(nlohmann::json::parse(c.ToJson()), "c");
+  absl::StatusOr<AutoencoderKLConfig> back = AutoencoderKLConfig::FromJson(nlohmann::json::parse(c.ToJson()), "c");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->latent_channels, 16);
   EXPECT_EQ(back->block_out_channels, c.block_out_channels);

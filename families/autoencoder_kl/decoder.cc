@@ -18,8 +18,7 @@ VaeDecoderImpl::VaeDecoderImpl(const AutoencoderKLConfig& c) {
   const int64_t groups = c.norm_num_groups;
   conv_in = register_module(
       "conv_in", torch::nn::Conv2d(torch::nn::Conv2dOptions(c.latent_channels, widths.back(), 3).padding(1)));
-  mid_block = register_module(
-      "mid_block", UNetMidBlock2D(widths.back(), groups, kEps, c.mid_block_add_attention));
+  mid_block = register_module("mid_block", UNetMidBlock2D(widths.back(), groups, kEps, c.mid_block_add_attention));
   up_blocks = register_module("up_blocks", torch::nn::ModuleList());
   int64_t out_width = widths.back();
   const int64_t levels = static_cast<int64_t>(widths.size());
@@ -29,11 +28,10 @@ VaeDecoderImpl::VaeDecoderImpl(const AutoencoderKLConfig& c) {
     up_blocks->push_back(UpDecoderBlock2D(in_width, out_width, c.layers_per_block + 1, groups, kEps,
                                           /*add_upsample=*/i != levels - 1));
   }
-  conv_norm_out = register_module(
-      "conv_norm_out",
-      torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, widths.front()).eps(kEps)));
-  conv_out = register_module(
-      "conv_out", torch::nn::Conv2d(torch::nn::Conv2dOptions(widths.front(), c.out_channels, 3).padding(1)));
+  conv_norm_out = register_module("conv_norm_out",
+                                  torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, widths.front()).eps(kEps)));
+  conv_out = register_module("conv_out",
+                             torch::nn::Conv2d(torch::nn::Conv2dOptions(widths.front(), c.out_channels, 3).padding(1)));
 }
 
 at::Tensor VaeDecoderImpl::forward(const at::Tensor& z, LayerOps& ops) {
@@ -72,7 +70,7 @@ AutoencoderKLDecoder::AutoencoderKLDecoder(AutoencoderKLConfig config, std::stri
   // AutoencoderKL.tiled_decode: tile_sample_min_size = sample_size, overlap 0.25.
   info_.stock_tile = std::max<int64_t>(1, config_.sample_size / config_.spatial_factor());
   info_.stock_stride = std::max<int64_t>(1, info_.stock_tile * 3 / 4);
-  info_.raw_to_vae_formula = config_.latents_mean ? "z * latents_std / scaling_factor + latents_mean"
+  info_.raw_to_vae_formula = config_.latents_mean   ? "z * latents_std / scaling_factor + latents_mean"
                              : config_.shift_factor ? "z / scaling_factor + shift_factor"
                                                     : "z / scaling_factor";
 }
@@ -96,8 +94,7 @@ at::Tensor AutoencoderKLDecoder::Decode(const at::Tensor& z, LayerOps& ops) {
   return module_->forward(z.to(dtype()), ops);
 }
 
-absl::StatusOr<std::unique_ptr<Decoder>> LoadAutoencoderKL(const ModelFiles& files,
-                                                           const LoadOptions& options) {
+absl::StatusOr<std::unique_ptr<Decoder>> LoadAutoencoderKL(const ModelFiles& files, const LoadOptions& options) {
   // decode() never touches the encoder side; those keys are ignored by name.
   return LoadModuleDecoder<AutoencoderKLDecoder>(files, options, {{"encoder.", "quant_conv."}, {}});
 }

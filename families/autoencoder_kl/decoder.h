@@ -61,8 +61,7 @@ class AutoencoderKLDecoder final : public ModuleDecoder<AutoencoderKLModule> {
 };
 
 // Loads an AutoencoderKL from diffusers files (encoder keys ignored by name).
-absl::StatusOr<std::unique_ptr<Decoder>> LoadAutoencoderKL(const ModelFiles& files,
-                                                           const LoadOptions& options);
+absl::StatusOr<std::unique_ptr<Decoder>> LoadAutoencoderKL(const ModelFiles& files, const LoadOptions& options);
 
 void Register(Registry& registry);
 

@@ -7,8 +7,8 @@
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
-#include <nlohmann/json.hpp>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "families/autoencoder_kl/embedded_default.h"
@@ -131,8 +131,7 @@ TEST(AutoencoderKLDecoder, ValidatesLatentShapeAndChannels) {
   AutoencoderKLDecoder decoder(SmallConfig(), "{}");
   EXPECT_THAT(std::string(decoder.ValidateLatent(at::zeros({1, 3, 4, 4})).message()),
               HasSubstr("latent has 3 channels; AutoencoderKL expects 4"));
-  EXPECT_THAT(std::string(decoder.ValidateLatent(at::zeros({1, 4, 4})).message()),
-              HasSubstr("must be 4-D"));
+  EXPECT_THAT(std::string(decoder.ValidateLatent(at::zeros({1, 4, 4})).message()), HasSubstr("must be 4-D"));
   EXPECT_FALSE(decoder.ValidateLatent(at::zeros({1, 4, 0, 4})).ok());
   EXPECT_TRUE(decoder.ValidateLatent(at::zeros({1, 4, 4, 4})).ok());
 }
@@ -226,7 +225,8 @@ TEST(Registry, Float16DecodesInFloat32WhenTheConfigForcesUpcast) {
 
   // And the float16 decode runs (LibTorch 2.x has CPU float16 kernels), near
   // the float32 one.
-  absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(testing::FixturePath("sd_kl/latent.safetensors"), "latent");
+  absl::StatusOr<at::Tensor> latent =
+      formats::ReadTensorFile(testing::FixturePath("sd_kl/latent.safetensors"), "latent");
   ASSERT_TRUE(latent.ok());
   DenseOps ops;
   const at::Tensor fp16 = (*half)->Decode(latent->to(at::kHalf), ops).to(at::kFloat);
@@ -253,7 +253,8 @@ TEST(Registry, SeededWeightsNeedOnlyTheConfig) {
   options.seeded_weights = 8;
   absl::StatusOr<std::unique_ptr<Decoder>> c = BuiltinFamilies().Load(dir.string(), options);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok()) << a.status();
-  absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(testing::FixturePath("sd_kl/latent.safetensors"), "latent");
+  absl::StatusOr<at::Tensor> latent =
+      formats::ReadTensorFile(testing::FixturePath("sd_kl/latent.safetensors"), "latent");
   ASSERT_TRUE(latent.ok());
   DenseOps ops;
   const at::Tensor xa = (*a)->Decode(*latent, ops), xb = (*b)->Decode(*latent, ops), xc = (*c)->Decode(*latent, ops);

@@ -11,8 +11,8 @@ LatentBatchNormImpl::LatentBatchNormImpl(int64_t channels) {
 
 at::Tensor LatentBatchNormImpl::Denormalize(const at::Tensor& z, double eps) const {
   const int64_t c = running_mean.size(0);
-  TORCH_CHECK(z.dim() == 4 && z.size(1) == c, "the FLUX.2 latent BatchNorm expects [B, ", c,
-              ", h, w], got ", z.sizes());
+  TORCH_CHECK(z.dim() == 4 && z.size(1) == c, "the FLUX.2 latent BatchNorm expects [B, ", c, ", h, w], got ",
+              z.sizes());
   // The pipeline's op order, in z's dtype: std = sqrt(var + eps); z * std + mean.
   const at::Tensor mean = running_mean.view({1, c, 1, 1}).to(z.scalar_type());
   const at::Tensor std = at::sqrt(running_var.view({1, c, 1, 1}) + eps).to(z.scalar_type());
@@ -21,15 +21,14 @@ at::Tensor LatentBatchNormImpl::Denormalize(const at::Tensor& z, double eps) con
 
 at::Tensor UnpatchifyLatents(const at::Tensor& x, int64_t ph, int64_t pw) {
   const int64_t b = x.size(0), c = x.size(1) / (ph * pw), h = x.size(2), w = x.size(3);
-  TORCH_CHECK(x.size(1) == c * ph * pw, "cannot unpatchify ", x.size(1), " channels into ", ph, "x", pw,
-              " patches");
+  TORCH_CHECK(x.size(1) == c * ph * pw, "cannot unpatchify ", x.size(1), " channels into ", ph, "x", pw, " patches");
   return x.reshape({b, c, ph, pw, h, w}).permute({0, 1, 4, 2, 5, 3}).reshape({b, c, h * ph, w * pw});
 }
 
 at::Tensor PatchifyLatents(const at::Tensor& x, int64_t ph, int64_t pw) {
   const int64_t b = x.size(0), c = x.size(1), h = x.size(2) / ph, w = x.size(3) / pw;
-  TORCH_CHECK(x.size(2) == h * ph && x.size(3) == w * pw, "cannot patchify ", x.sizes(), " into ", ph, "x",
-              pw, " patches");
+  TORCH_CHECK(x.size(2) == h * ph && x.size(3) == w * pw, "cannot patchify ", x.sizes(), " into ", ph, "x", pw,
+              " patches");
   return x.reshape({b, c, h, ph, w, pw}).permute({0, 1, 3, 5, 2, 4}).reshape({b, c * ph * pw, h, w});
 }
 

@@ -55,28 +55,27 @@ absl::Status Flux2Decoder::ValidateLatent(const at::Tensor& latent) const {
   }
   absl::Status status = Decoder::ValidateLatent(latent);
   if (!status.ok() && latent.dim() == 4) {
-    return absl::InvalidArgumentError(absl::StrCat(status.message(), " (or ", config_.patched_channels(),
-                                                   " for a raw FLUX.2 pipeline latent)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(status.message(), " (or ", config_.patched_channels(), " for a raw FLUX.2 pipeline latent)"));
   }
   return status;
 }
 
 at::Tensor Flux2Decoder::ToVaeSpace(const at::Tensor& raw) const {
   if (raw.size(1) != config_.patched_channels()) {
-    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-        "a raw FLUX.2 latent has ", config_.patched_channels(), " channels (", config_.latent_channels(),
-        " latent channels in 2x2 patches); this one has ", raw.size(1),
-        ": decode it as a VAE-space latent (latent space vae)")));
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat("a raw FLUX.2 latent has ", config_.patched_channels(), " channels (", config_.latent_channels(),
+                     " latent channels in 2x2 patches); this one has ", raw.size(1),
+                     ": decode it as a VAE-space latent (latent space vae)")));
   }
-  return UnpatchifyLatents(module_->bn->Denormalize(raw, config_.batch_norm_eps), config_.patch_h,
-                           config_.patch_w);
+  return UnpatchifyLatents(module_->bn->Denormalize(raw, config_.batch_norm_eps), config_.patch_h, config_.patch_w);
 }
 
 at::Tensor Flux2Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
   if (z.size(1) != config_.latent_channels()) {
-    throw StatusError(absl::InvalidArgumentError(absl::StrCat(
-        "the FLUX.2 decoder takes ", config_.latent_channels(), "-channel latents; a ", z.size(1),
-        "-channel latent is the denoiser's 2x2-patched form: decode it with latent space raw")));
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat("the FLUX.2 decoder takes ", config_.latent_channels(), "-channel latents; a ", z.size(1),
+                     "-channel latent is the denoiser's 2x2-patched form: decode it with latent space raw")));
   }
   at::NoGradGuard no_grad;
   return module_->forward(z.to(dtype()), ops);

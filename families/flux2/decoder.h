@@ -18,9 +18,9 @@
 #include "absl/status/statusor.h"
 #include "families/autoencoder_kl/decoder.h"
 #include "families/decoder.h"
-#include "families/module_decoder.h"
 #include "families/flux2/blocks.h"
 #include "families/flux2/config.h"
+#include "families/module_decoder.h"
 #include "families/registry.h"
 
 namespace vaedecode::families::flux2 {

@@ -20,8 +20,7 @@ using ::testing::HasSubstr;
 
 Flux2Config SmallConfig() {
   absl::StatusOr<Flux2Config> c = Flux2Config::FromJson(
-      nlohmann::json{{"decoder_block_out_channels", {8, 16}}, {"norm_num_groups", 4}, {"latent_channels", 4}},
-      "small");
+      nlohmann::json{{"decoder_block_out_channels", {8, 16}}, {"norm_num_groups", 4}, {"latent_channels", 4}}, "small");
   EXPECT_TRUE(c.ok()) << c.status();
   return *c;
 }
@@ -83,7 +82,8 @@ TEST(Flux2Decoder, RawSpaceDenormalisesThenUnpatchifies) {
   const at::Tensor raw = at::ones({1, 16, 2, 3});
   const at::Tensor z = decoder.ToVaeSpace(raw);
   ASSERT_EQ(z.sizes(), (std::vector<int64_t>{1, 4, 4, 6}));
-  const at::Tensor want = UnpatchifyLatents(2.0f + at::arange(16, at::kFloat).view({1, 16, 1, 1}).expand({1, 16, 2, 3}), 2, 2);
+  const at::Tensor want =
+      UnpatchifyLatents(2.0f + at::arange(16, at::kFloat).view({1, 16, 1, 1}).expand({1, 16, 2, 3}), 2, 2);
   EXPECT_TRUE(at::allclose(z, want, 0, 1e-6));
 }
 

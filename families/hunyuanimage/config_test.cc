@@ -11,10 +11,13 @@ using ::testing::HasSubstr;
 
 // HunyuanImage-2.1's released config (its structure keys).
 nlohmann::json Released() {
-  return {{"latent_channels", 64},      {"out_channels", 3},
+  return {{"latent_channels", 64},
+          {"out_channels", 3},
           {"block_out_channels", {128, 256, 512, 512, 1024, 1024}},
-          {"layers_per_block", 2},      {"spatial_compression_ratio", 32},
-          {"sample_size", 384},         {"scaling_factor", 0.75289},
+          {"layers_per_block", 2},
+          {"spatial_compression_ratio", 32},
+          {"sample_size", 384},
+          {"scaling_factor", 0.75289},
           {"upsample_match_channel", true}};
 }
 

@@ -100,11 +100,13 @@ at::Tensor HunyuanVideoUpBlock3DImpl::forward(const at::Tensor& x, LayerOps& ops
 HunyuanVideoDecoder3DImpl::HunyuanVideoDecoder3DImpl(const HunyuanVideoConfig& c) {
   const int64_t widest = c.block_out_channels.back();
   conv_in = register_module("conv_in", nn::ReplicateCausalConv3d(c.latent_channels, widest, 3));
-  mid_block = register_module("mid_block",
-                              HunyuanVideoMidBlock3D(widest, c.norm_num_groups, kEps, c.mid_block_add_attention));
+  mid_block =
+      register_module("mid_block", HunyuanVideoMidBlock3D(widest, c.norm_num_groups, kEps, c.mid_block_add_attention));
   up_blocks = register_module("up_blocks", torch::nn::ModuleList());
-  for (const UpBlockSpec& spec : c.UpBlocks()) up_blocks->push_back(HunyuanVideoUpBlock3D(spec, c.norm_num_groups, kEps));
-  conv_norm_out = register_module("conv_norm_out", nn::MakeGroupNorm(c.norm_num_groups, c.block_out_channels.front(), kEps));
+  for (const UpBlockSpec& spec : c.UpBlocks())
+    up_blocks->push_back(HunyuanVideoUpBlock3D(spec, c.norm_num_groups, kEps));
+  conv_norm_out =
+      register_module("conv_norm_out", nn::MakeGroupNorm(c.norm_num_groups, c.block_out_channels.front(), kEps));
   conv_out = register_module("conv_out", nn::ReplicateCausalConv3d(c.block_out_channels.front(), c.out_channels, 3));
 }
 

@@ -50,8 +50,7 @@ int64_t HunyuanVideoConfig::temporal_factor() const {
   return f;
 }
 
-absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::json& json,
-                                                                const std::string& source) {
+absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::json& json, const std::string& source) {
   ConfigReader r(json, source);
   HunyuanVideoConfig c;
   c.latent_channels = r.Int("latent_channels", c.latent_channels);
@@ -64,8 +63,8 @@ absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::
   c.spatial_compression_ratio = r.Int("spatial_compression_ratio", c.spatial_compression_ratio);
   c.temporal_compression_ratio = r.Int("temporal_compression_ratio", c.temporal_compression_ratio);
   c.mid_block_add_attention = r.Bool("mid_block_add_attention", c.mid_block_add_attention);
-  const std::vector<std::string> up_blocks = r.StringList(
-      "up_block_types", std::vector<std::string>(c.block_out_channels.size(), "HunyuanVideoUpBlock3D"));
+  const std::vector<std::string> up_blocks =
+      r.StringList("up_block_types", std::vector<std::string>(c.block_out_channels.size(), "HunyuanVideoUpBlock3D"));
 
   if (c.block_out_channels.empty()) r.Fail("\"block_out_channels\" must not be empty");
   if (up_blocks.size() != c.block_out_channels.size()) {
@@ -82,8 +81,7 @@ absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::
     // HunyuanVideoDecoder3D raises for any other ratio.
     r.Fail(absl::StrCat("temporal_compression_ratio ", c.temporal_compression_ratio, " is not supported (only 4)"));
   }
-  if (c.spatial_compression_ratio < 1 ||
-      (c.spatial_compression_ratio & (c.spatial_compression_ratio - 1)) != 0) {
+  if (c.spatial_compression_ratio < 1 || (c.spatial_compression_ratio & (c.spatial_compression_ratio - 1)) != 0) {
     r.Fail(absl::StrCat("spatial_compression_ratio ", c.spatial_compression_ratio, " is not a power of 2"));
   }
   if (c.latent_channels < 1 || c.out_channels < 1 || c.layers_per_block < 0 || c.norm_num_groups < 1) {
@@ -91,8 +89,7 @@ absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::
   }
   for (int64_t width : c.block_out_channels) {
     if (width < 1 || width % c.norm_num_groups != 0) {
-      r.Fail(absl::StrCat("block width ", width, " is not a positive multiple of norm_num_groups ",
-                          c.norm_num_groups));
+      r.Fail(absl::StrCat("block width ", width, " is not a positive multiple of norm_num_groups ", c.norm_num_groups));
     }
   }
   if (c.scaling_factor == 0) r.Fail("\"scaling_factor\" must not be 0");

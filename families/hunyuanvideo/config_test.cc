@@ -44,9 +44,8 @@ TEST(HunyuanVideoConfig, RejectsWhatTheDecoderCannotBuild) {
   absl::StatusOr<HunyuanVideoConfig> c = HunyuanVideoConfig::FromJson({{"temporal_compression_ratio", 8}}, "cfg");
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("temporal_compression_ratio 8 is not supported"));
-  c = HunyuanVideoConfig::FromJson({{"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D",
-                                                         "UpDecoderBlock2D"}}},
-                                   "cfg");
+  c = HunyuanVideoConfig::FromJson(
+      {{"up_block_types", {"UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"}}}, "cfg");
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("only HunyuanVideoUpBlock3D"));
   c = HunyuanVideoConfig::FromJson({{"block_out_channels", {4, 6}}, {"norm_num_groups", 4}}, "cfg");

@@ -19,9 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "families/decoder.h"
-#include "families/module_decoder.h"
 #include "families/hunyuanvideo/blocks.h"
 #include "families/hunyuanvideo/config.h"
+#include "families/module_decoder.h"
 #include "families/registry.h"
 
 namespace vaedecode::families::hunyuanvideo {

@@ -55,8 +55,7 @@ at::Tensor AttnBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
 
 UpsampleImpl::UpsampleImpl(int64_t in_channels, int64_t out_channels, bool upsample_time)
     : upsample_time_(upsample_time), repeats_((upsample_time ? 8 : 4) * out_channels / in_channels) {
-  conv = register_module("conv",
-                         nn::ReplicateCausalConv3d(in_channels, out_channels * (upsample_time ? 8 : 4), 3));
+  conv = register_module("conv", nn::ReplicateCausalConv3d(in_channels, out_channels * (upsample_time ? 8 : 4), 3));
 }
 
 at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
@@ -69,13 +68,12 @@ at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
   // shortcut unpacks first and repeats after (the other order from above).
   const int64_t later = x.size(2) - 1;
   const at::Tensor h_first = nn::SubpixelMajorDepthToSpace(h.narrow(2, 0, 1), 1, 2, 2);
-  const at::Tensor h_up = at::cat({h_first.narrow(1, 0, h_first.size(1) / 2),
-                                   nn::SubpixelMajorDepthToSpace(h.narrow(2, 1, later), 2, 2, 2)},
-                                  2);
-  const at::Tensor shortcut = at::cat(
-      {nn::SubpixelMajorDepthToSpace(x.narrow(2, 0, 1), 1, 2, 2).repeat_interleave(repeats_ / 2, 1),
-       nn::SubpixelMajorDepthToSpace(x.narrow(2, 1, later), 2, 2, 2).repeat_interleave(repeats_, 1)},
-      2);
+  const at::Tensor h_up = at::cat(
+      {h_first.narrow(1, 0, h_first.size(1) / 2), nn::SubpixelMajorDepthToSpace(h.narrow(2, 1, later), 2, 2, 2)}, 2);
+  const at::Tensor shortcut =
+      at::cat({nn::SubpixelMajorDepthToSpace(x.narrow(2, 0, 1), 1, 2, 2).repeat_interleave(repeats_ / 2, 1),
+               nn::SubpixelMajorDepthToSpace(x.narrow(2, 1, later), 2, 2, 2).repeat_interleave(repeats_, 1)},
+              2);
   return h_up + shortcut;
 }
 

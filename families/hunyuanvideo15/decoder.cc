@@ -18,7 +18,7 @@ ModelInfo Describe(const HunyuanVideo15Config& c, std::string config_json) {
   info.spatial_factor = c.spatial_factor();
   info.temporal_factor = c.temporal_factor();
   info.is_video = true;
-  info.peak_latent_frames = 0;  // the whole clip at once, however long
+  info.peak_latent_frames = 0;   // the whole clip at once, however long
   info.cancel_with_halo = true;  // one attention (mid block), no GroupNorm
   info.scaling_factor = c.scaling_factor;
   info.raw_to_vae_formula = "z / scaling_factor";
@@ -48,14 +48,13 @@ at::Tensor HunyuanVideo15Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
 void Register(Registry& registry) {
   // Causal-conv wrappers (".conv.") like HunyuanVideo, but RMS norms with
   // `gamma` and "norm_out" where HunyuanVideo has GroupNorm "conv_norm_out".
-  registry.Register({"hunyuanvideo15",
-                     {"AutoencoderKLHunyuanVideo15"},
-                     [](const ModelFiles& files, const LoadOptions& options) {
-                       return LoadModuleDecoder<HunyuanVideo15Decoder>(files, options, {{"encoder."}, {}});
-                     },
-                     {{{"AutoencoderKLHunyuanVideo15"},
-                       {{"decoder.conv_in.conv.weight", 5}, {"decoder.norm_out.gamma", 4}},
-                       {}}}});
+  registry.Register(
+      {"hunyuanvideo15",
+       {"AutoencoderKLHunyuanVideo15"},
+       [](const ModelFiles& files, const LoadOptions& options) {
+         return LoadModuleDecoder<HunyuanVideo15Decoder>(files, options, {{"encoder."}, {}});
+       },
+       {{{"AutoencoderKLHunyuanVideo15"}, {{"decoder.conv_in.conv.weight", 5}, {"decoder.norm_out.gamma", 4}}, {}}}});
 }
 
 }  // namespace vaedecode::families::hunyuanvideo15

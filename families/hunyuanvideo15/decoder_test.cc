@@ -16,10 +16,12 @@ namespace vaedecode::families::hunyuanvideo15 {
 namespace {
 
 HunyuanVideo15Config SmallConfig() {
-  absl::StatusOr<HunyuanVideo15Config> c = HunyuanVideo15Config::FromJson(
-      {{"latent_channels", 4}, {"block_out_channels", {8, 16, 16}}, {"layers_per_block", 1},
-       {"spatial_compression_ratio", 4}, {"temporal_compression_ratio", 4}},
-      "small");
+  absl::StatusOr<HunyuanVideo15Config> c = HunyuanVideo15Config::FromJson({{"latent_channels", 4},
+                                                                           {"block_out_channels", {8, 16, 16}},
+                                                                           {"layers_per_block", 1},
+                                                                           {"spatial_compression_ratio", 4},
+                                                                           {"temporal_compression_ratio", 4}},
+                                                                          "small");
   EXPECT_TRUE(c.ok()) << c.status();
   return *c;
 }

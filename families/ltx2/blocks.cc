@@ -49,9 +49,8 @@ at::Tensor LTX2VideoCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops
     padded = at::cat({x.narrow(2, 0, 1).repeat({1, 1, kt - 1, 1, 1}), x}, 2);
   } else {
     const int64_t side = (kt - 1) / 2;
-    padded = at::cat({x.narrow(2, 0, 1).repeat({1, 1, side, 1, 1}), x,
-                      x.narrow(2, x.size(2) - 1, 1).repeat({1, 1, side, 1, 1})},
-                     2);
+    padded = at::cat(
+        {x.narrow(2, 0, 1).repeat({1, 1, side, 1, 1}), x, x.narrow(2, x.size(2) - 1, 1).repeat({1, 1, side, 1, 1})}, 2);
   }
   ConvGeometry g;
   g.padding_h = conv->weight.size(3) / 2;
@@ -71,10 +70,11 @@ at::Tensor TimestepEmbeddingImpl::forward(const at::Tensor& x) {
 
 at::Tensor SinusoidalTimestepEmbedding(const at::Tensor& timestep, int64_t dim) {
   const int64_t half = dim / 2;
-  at::Tensor exponent = at::arange(0, half, at::TensorOptions().dtype(at::kFloat).device(timestep.device())) * (-std::log(10000.0));
-  exponent = exponent / static_cast<double>(half);  // downscale_freq_shift 0
+  at::Tensor exponent =
+      at::arange(0, half, at::TensorOptions().dtype(at::kFloat).device(timestep.device())) * (-std::log(10000.0));
+  exponent = exponent / static_cast<double>(half);                                         // downscale_freq_shift 0
   at::Tensor emb = timestep.unsqueeze(1).to(at::kFloat) * at::exp(exponent).unsqueeze(0);  // [B, half]
-  emb = at::cat({at::cos(emb), at::sin(emb)}, -1);  // flip_sin_to_cos
+  emb = at::cat({at::cos(emb), at::sin(emb)}, -1);                                         // flip_sin_to_cos
   if (dim % 2 == 1) emb = at::constant_pad_nd(emb, {0, 1}, 0);
   return emb;
 }
@@ -169,8 +169,8 @@ LTX2VideoUpBlock3dImpl::LTX2VideoUpBlock3dImpl(const UpBlockSpec& spec, double e
   }
   if (spec.in_channels != spec.out_channels) {
     // Config validation refuses this with timestep conditioning.
-    conv_in = register_module(
-        "conv_in", LTX2VideoResnetBlock3d(spec.in_channels, spec.out_channels, eps, /*timestep_conditioning=*/false, mode));
+    conv_in = register_module("conv_in", LTX2VideoResnetBlock3d(spec.in_channels, spec.out_channels, eps,
+                                                                /*timestep_conditioning=*/false, mode));
   }
   if (spec.upsample) {
     upsamplers = register_module("upsamplers", torch::nn::ModuleList());
@@ -200,8 +200,8 @@ LTX2VideoDecoder3dImpl::LTX2VideoDecoder3dImpl(const LTX2Config& c)
     : causal_(c.decoder_causal), patch_size_(c.patch_size) {
   const int64_t mid = c.mid_channels();
   conv_in = register_module("conv_in", LTX2VideoCausalConv3d(c.latent_channels, mid, 3, c.spatial_padding));
-  mid_block = register_module(
-      "mid_block", LTX2VideoMidBlock3d(mid, c.mid_layers(), c.resnet_norm_eps, c.timestep_conditioning, c.spatial_padding));
+  mid_block = register_module("mid_block", LTX2VideoMidBlock3d(mid, c.mid_layers(), c.resnet_norm_eps,
+                                                               c.timestep_conditioning, c.spatial_padding));
   up_blocks = register_module("up_blocks", torch::nn::ModuleList());
   for (const UpBlockSpec& spec : c.UpBlocks()) {
     up_blocks->push_back(LTX2VideoUpBlock3d(spec, c.resnet_norm_eps, c.timestep_conditioning, c.spatial_padding));

@@ -150,8 +150,8 @@ class LTX2VideoUpBlock3dImpl : public torch::nn::Module {
   LTX2VideoUpBlock3dImpl(const UpBlockSpec& spec, double eps, bool timestep_conditioning, PaddingMode mode);
   at::Tensor forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& timestep, bool causal);
 
-  TimestepEmbedder time_embedder{nullptr};  // timestep conditioning only
-  LTX2VideoResnetBlock3d conv_in{nullptr};   // only when widths differ
+  TimestepEmbedder time_embedder{nullptr};    // timestep conditioning only
+  LTX2VideoResnetBlock3d conv_in{nullptr};    // only when widths differ
   torch::nn::ModuleList upsamplers{nullptr};  // absent without spatio-temporal scaling
   torch::nn::ModuleList resnets{nullptr};
 };

@@ -91,8 +91,8 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
   const size_t blocks = c.decoder_layers_per_block.size();
   const size_t ups = blocks == 0 ? 0 : blocks - 1;
   if (json.is_object()) {
-    c.decoder_spatio_temporal_scaling = BoolOrList(json, r, "decoder_spatio_temporal_scaling",
-                                                   std::vector<bool>(ups, true), ups);
+    c.decoder_spatio_temporal_scaling =
+        BoolOrList(json, r, "decoder_spatio_temporal_scaling", std::vector<bool>(ups, true), ups);
     c.decoder_inject_noise = BoolOrList(json, r, "decoder_inject_noise", std::vector<bool>(blocks, false), blocks);
     c.upsample_residual = BoolOrList(json, r, "upsample_residual", std::vector<bool>(ups, true), ups);
   }
@@ -168,11 +168,11 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
     // diffusers builds each block from its own arithmetic; the widths must
     // chain (conv_in, else the upsampler, else the resnets take the input).
     const int64_t takes = b.in_channels != b.out_channels ? b.in_channels
-                          : b.upsample                     ? b.out_channels * b.upscale_factor
-                                                           : b.out_channels;
+                          : b.upsample                    ? b.out_channels * b.upscale_factor
+                                                          : b.out_channels;
     if (channels != takes) {
-      r.Fail(absl::StrCat("decoder widths do not chain: an up block receives ", channels, " channels but takes ",
-                          takes));
+      r.Fail(
+          absl::StrCat("decoder widths do not chain: an up block receives ", channels, " channels but takes ", takes));
     }
     channels = b.out_channels;
     const int64_t cells = b.stride[0] * b.stride[1] * b.stride[2];
@@ -181,12 +181,13 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
                           " with upsample_factor ", b.upscale_factor));
     }
     if (b.upsample && b.upsample_residual && (b.out_channels * b.upscale_factor) % cells != 0) {
-      r.Fail(absl::StrCat("an up block of width ", b.out_channels * b.upscale_factor,
-                          " cannot fold its residual into ", absl::StrJoin(b.stride, "x"), " cells"));
+      r.Fail(absl::StrCat("an up block of width ", b.out_channels * b.upscale_factor, " cannot fold its residual into ",
+                          absl::StrJoin(b.stride, "x"), " cells"));
     }
     if (c.timestep_conditioning && b.in_channels != b.out_channels) {
-      r.Fail("timestep_conditioning with an up block that changes width is not supported (diffusers' conv_in "
-             "resnet of such a block receives the raw timestep)");
+      r.Fail(
+          "timestep_conditioning with an up block that changes width is not supported (diffusers' conv_in "
+          "resnet of such a block receives the raw timestep)");
     }
   }
   if (absl::Status s = r.status(); !s.ok()) return s;

@@ -21,8 +21,8 @@ struct UpBlockSpec {
   int64_t in_channels = 0;   // input_channel: a conv_in resnet when != out_channels
   int64_t out_channels = 0;  // width of its resnets
   int64_t num_layers = 0;
-  bool upsample = false;              // spatio_temporal_scale
-  std::vector<int64_t> stride;        // (t, h, w) of the depth-to-space upsampler
+  bool upsample = false;        // spatio_temporal_scale
+  std::vector<int64_t> stride;  // (t, h, w) of the depth-to-space upsampler
   bool upsample_residual = false;
   int64_t upscale_factor = 1;
 };

@@ -140,7 +140,8 @@ TEST(LTX2Config, TimestepConditioningWithAWideningUpBlockIsRefused) {
 
 TEST(LTX2Config, CompressionRatiosAreCheckedAgainstTheStructure) {
   // The released layout is 32x in space (8x + 4x4 unpatchify) and 8x in time.
-  absl::StatusOr<LTX2Config> c = LTX2Config::FromJson({{"spatial_compression_ratio", 32}, {"temporal_compression_ratio", 8}}, "c");
+  absl::StatusOr<LTX2Config> c =
+      LTX2Config::FromJson({{"spatial_compression_ratio", 32}, {"temporal_compression_ratio", 8}}, "c");
   ASSERT_TRUE(c.ok()) << c.status();
   c = LTX2Config::FromJson({{"spatial_compression_ratio", 16}}, "vae/config.json");
   ASSERT_FALSE(c.ok());

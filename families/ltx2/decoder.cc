@@ -32,8 +32,8 @@ LTX2Decoder::LTX2Decoder(LTX2Config config, std::string config_json)
   info_.spatial_factor = config_.spatial_factor();
   info_.temporal_factor = config_.temporal_factor();
   info_.is_video = true;
-  info_.peak_latent_frames = 0;  // the whole clip goes through every block at once
-  info_.cancel_with_halo = true;   // no GroupNorm, no attention
+  info_.peak_latent_frames = 0;   // the whole clip goes through every block at once
+  info_.cancel_with_halo = true;  // no GroupNorm, no attention
   info_.scaling_factor = config_.scaling_factor;
   // AutoencoderKLLTX2Video.tiled_decode: 512-pixel tiles every 448 pixels.
   info_.stock_tile = std::max<int64_t>(1, 512 / info_.spatial_factor);

@@ -20,9 +20,9 @@
 
 #include "absl/status/statusor.h"
 #include "families/decoder.h"
-#include "families/module_decoder.h"
 #include "families/ltx2/blocks.h"
 #include "families/ltx2/config.h"
+#include "families/module_decoder.h"
 #include "families/registry.h"
 
 namespace vaedecode::families::ltx2 {

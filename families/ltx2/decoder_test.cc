@@ -127,7 +127,8 @@ TEST(LTX2Blocks, UpsamplerIsDepthToSpaceDroppingTheFirstFrame) {
   // Identity-like conv (centre tap) from 8 input channels to 8·8/2 = 32: the
   // output of channel c·8 + i·4 + j·2 + k lands on frame 2t + i, row 2y + j,
   // column 2x + k of output channel c.
-  LTX2VideoUpsampler3d up(8, std::vector<int64_t>{2, 2, 2}, /*residual=*/false, /*upscale_factor=*/2, PaddingMode::kZeros);
+  LTX2VideoUpsampler3d up(8, std::vector<int64_t>{2, 2, 2}, /*residual=*/false, /*upscale_factor=*/2,
+                          PaddingMode::kZeros);
   {
     at::NoGradGuard no_grad;
     up->conv->conv->weight.zero_();

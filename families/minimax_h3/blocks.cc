@@ -37,21 +37,23 @@ Rotary RotaryEmbedding(int64_t frames, int64_t first_row, int64_t band_rows, int
                        int64_t extra_tokens, int64_t rope_dim, double theta, const c10::Device& device) {
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   // meshgrid(t, h, w, indexing="ij") flattened: tokens in (t, h, w) order.
-  const std::vector<at::Tensor> grid = at::meshgrid({AxisPositions(0, frames, frames, device),
-                                                     AxisPositions(first_row, band_rows, total_rows, device),
-                                                     AxisPositions(0, width, width, device)},
-                                                    "ij");
+  const std::vector<at::Tensor> grid =
+      at::meshgrid({AxisPositions(0, frames, frames, device), AxisPositions(first_row, band_rows, total_rows, device),
+                    AxisPositions(0, width, width, device)},
+                   "ij");
   at::Tensor positions = at::stack(grid, -1).reshape({-1, 3});
   positions = at::cat({positions, at::zeros({extra_tokens, 3}, f32)}, 0);  // [L, 3]
   // inv_freq = 1 / theta^arange(0, 1, 6/d); angles 2π·pos·inv_freq per axis,
   // (t, h, w) concatenated, then tiled twice.
   const at::Tensor inv_freq = 1.0 / at::pow(theta, at::arange(0.0, 1.0, 6.0 / static_cast<double>(rope_dim), f32));
   at::Tensor angles = (positions.unsqueeze(-1) * (2.0 * M_PI)) * inv_freq;  // [L, 3, d/6]
-  angles = angles.flatten(1, 2).repeat({1, 2});                            // [L, d]
+  angles = angles.flatten(1, 2).repeat({1, 2});                             // [L, d]
   return {angles.cos(), angles.sin()};
 }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) { weight = register_parameter("weight", at::ones({dim})); }
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return RmsNormalize(x, eps_, weight); }
 
@@ -129,7 +131,8 @@ ViTDecoderImpl::ViTDecoderImpl(const MiniMaxH3Config& c) : config_(c) {
                                                    c.ffn_inner_dim(), c.decoder_norm_eps));
   }
   norm_out = register_module(
-      "norm_out", torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(c.decoder_norm_eps).elementwise_affine(true)));
+      "norm_out",
+      torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(c.decoder_norm_eps).elementwise_affine(true)));
   const int64_t p = c.patch_size();
   proj_out = register_module("proj_out", torch::nn::Linear(dim, c.out_channels * c.patch_size_t() * p * p));
 }

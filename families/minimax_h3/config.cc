@@ -54,8 +54,8 @@ WindowPlan MiniMaxH3Config::Windows(int64_t latent_frames) const {
   for (int64_t i = 0; i < p.windows; ++i) {
     const int64_t clip_frames = SliceLength(padded, i * chunk, window_latent_frames()) * patch_size_t();
     for (int64_t j = 0; j <= (token_drop > 0 ? 1 : 0); ++j) {
-      const int64_t part = SliceLength(SliceLength(clip_frames, j * chunk_frames, chunk_frames), frame_pre_padding(),
-                                       chunk_frames);
+      const int64_t part =
+          SliceLength(SliceLength(clip_frames, j * chunk_frames, chunk_frames), frame_pre_padding(), chunk_frames);
       if (j == 0) {
         frames += part;  // a cross-fade keeps the count
       } else {
@@ -97,8 +97,9 @@ absl::StatusOr<MiniMaxH3Config> MiniMaxH3Config::FromJson(const nlohmann::json& 
 
   if (c.latent_channels < 1 || c.out_channels < 1 || c.decoder_num_layers < 0 || c.decoder_num_attention_heads < 1 ||
       c.decoder_attention_head_dim < 1 || c.decoder_num_register_tokens < 0 || c.clip_length < 1 || c.token_drop < 0) {
-    r.Fail("channels, heads, head_dim and clip_length must be positive; layers, register tokens and token_drop "
-           "non-negative");
+    r.Fail(
+        "channels, heads, head_dim and clip_length must be positive; layers, register tokens and token_drop "
+        "non-negative");
   }
   for (const auto* factors : {&c.spatial_downsample_factors, &c.temporal_downsample_factors}) {
     for (int64_t f : *factors) {
@@ -115,7 +116,8 @@ absl::StatusOr<MiniMaxH3Config> MiniMaxH3Config::FromJson(const nlohmann::json& 
   // axes of cos/sin pairs, and arange(0, 1, 6 / d) must give d / 6 frequencies.
   const int64_t d = c.rope_dim();
   if (d < 6 || d % 6 != 0 || d > c.decoder_attention_head_dim) {
-    r.Fail(absl::StrCat("decoder RoPE dim ", d, " (head_dim · rope_dim_ratio) must be a positive multiple of 6 "
+    r.Fail(absl::StrCat("decoder RoPE dim ", d,
+                        " (head_dim · rope_dim_ratio) must be a positive multiple of 6 "
                         "within the head"));
   } else if (static_cast<int64_t>(std::ceil(1.0 / (6.0 / static_cast<double>(d)))) != d / 6) {
     r.Fail(absl::StrCat("decoder RoPE dim ", d, " gives a frequency count diffusers cannot use"));

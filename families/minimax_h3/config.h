@@ -19,9 +19,9 @@ namespace vaedecode::families::minimax_h3 {
 // frame, decode `windows` overlapping windows, cross-fade them, cut the
 // frames that came from the pad copies.
 struct WindowPlan {
-  int64_t pad_frames = 0;    // latent frames appended (copies of the last)
-  int64_t windows = 0;       // decoder calls; 0: diffusers cannot decode T
-  int64_t trim_frames = 0;   // output frames cut at the end (from the pad copies)
+  int64_t pad_frames = 0;   // latent frames appended (copies of the last)
+  int64_t windows = 0;      // decoder calls; 0: diffusers cannot decode T
+  int64_t trim_frames = 0;  // output frames cut at the end (from the pad copies)
   int64_t output_frames = 0;
 };
 

@@ -94,9 +94,10 @@ MiniMaxH3Decoder::MiniMaxH3Decoder(MiniMaxH3Config config, std::string config_js
 absl::Status MiniMaxH3Decoder::ValidateLatent(const at::Tensor& latent) const {
   if (absl::Status s = Decoder::ValidateLatent(latent); !s.ok()) return s;
   if (latent.size(2) < info_.min_latent_frames) {
-    return absl::InvalidArgumentError(absl::StrCat("latent has ", latent.size(2), " frames; AutoencoderKLMiniMaxH3 "
-                                                   "decodes at least ", info_.min_latent_frames,
-                                                   " (fewer make no decode window)"));
+    return absl::InvalidArgumentError(absl::StrCat("latent has ", latent.size(2),
+                                                   " frames; AutoencoderKLMiniMaxH3 "
+                                                   "decodes at least ",
+                                                   info_.min_latent_frames, " (fewer make no decode window)"));
   }
   return absl::OkStatus();
 }
@@ -154,14 +155,13 @@ void MiniMaxH3Decoder::ConvertWeights(at::ScalarType dtype) {
 
 void Register(Registry& registry) {
   // A ViT decoder: transformer blocks and register tokens under decoder.*.
-  registry.Register({"minimax_h3",
-                     {"AutoencoderKLMiniMaxH3"},
-                     [](const ModelFiles& files, const LoadOptions& options) {
-                       return LoadModuleDecoder<MiniMaxH3Decoder>(files, options, {{"encoder.", "quant_conv."}, {}});
-                     },
-                     {{{"AutoencoderKLMiniMaxH3"},
-                       {{"decoder.register_tokens", 3}, {"decoder.proj_in.weight", 2}},
-                       {}}}});
+  registry.Register(
+      {"minimax_h3",
+       {"AutoencoderKLMiniMaxH3"},
+       [](const ModelFiles& files, const LoadOptions& options) {
+         return LoadModuleDecoder<MiniMaxH3Decoder>(files, options, {{"encoder.", "quant_conv."}, {}});
+       },
+       {{{"AutoencoderKLMiniMaxH3"}, {{"decoder.register_tokens", 3}, {"decoder.proj_in.weight", 2}}, {}}}});
 }
 
 }  // namespace vaedecode::families::minimax_h3

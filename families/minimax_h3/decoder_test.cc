@@ -82,11 +82,15 @@ TEST(MiniMaxH3Decoder, RotaryPositionsAreLengthNormalisedGlobalCoordinates) {
 }
 
 TEST(MiniMaxH3Decoder, DecodesWithoutRegisterTokens) {
-  absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson(
-      {{"latent_channels", 4}, {"decoder_num_layers", 1}, {"decoder_num_attention_heads", 2},
-       {"decoder_attention_head_dim", 8}, {"decoder_num_register_tokens", 0}, {"decoder_rope_dim_ratio", 0.75},
-       {"spatial_downsample_factors", {2}}, {"temporal_downsample_factors", {4}}},
-      "small");
+  absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson({{"latent_channels", 4},
+                                                                 {"decoder_num_layers", 1},
+                                                                 {"decoder_num_attention_heads", 2},
+                                                                 {"decoder_attention_head_dim", 8},
+                                                                 {"decoder_num_register_tokens", 0},
+                                                                 {"decoder_rope_dim_ratio", 0.75},
+                                                                 {"spatial_downsample_factors", {2}},
+                                                                 {"temporal_downsample_factors", {4}}},
+                                                                "small");
   ASSERT_TRUE(c.ok()) << c.status();
   MiniMaxH3Decoder decoder(*c, "{}");
   SeedParameters(*decoder.module(), 3);
@@ -103,10 +107,13 @@ TEST(MiniMaxH3Decoder, OutputFramesFromTheTableAreTheWindowPlansForAnyLength) {
   // the window plan (not a closed form of T) everywhere.
   const std::vector<std::pair<int64_t, int64_t>> geometries = {{17, 3}, {17, 0}, {16, 2}, {9, 1}, {13, 4}, {33, 7}};
   for (const auto& [clip_length, token_drop] : geometries) {
-    absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson(
-        {{"latent_channels", 4}, {"decoder_num_layers", 1}, {"decoder_num_attention_heads", 2},
-         {"decoder_attention_head_dim", 8}, {"clip_length", clip_length}, {"token_drop", token_drop}},
-        "geometry");
+    absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson({{"latent_channels", 4},
+                                                                   {"decoder_num_layers", 1},
+                                                                   {"decoder_num_attention_heads", 2},
+                                                                   {"decoder_attention_head_dim", 8},
+                                                                   {"clip_length", clip_length},
+                                                                   {"token_drop", token_drop}},
+                                                                  "geometry");
     ASSERT_TRUE(c.ok()) << c.status();
     const MiniMaxH3Decoder decoder(*c, "{}");
     ASSERT_GT(decoder.info().output_frames.period, 0);
@@ -120,10 +127,13 @@ TEST(MiniMaxH3Decoder, OutputFramesFromTheTableAreTheWindowPlansForAnyLength) {
 TEST(MiniMaxH3Decoder, MemorySaturatesAtTheFirstFullWindow) {
   // token_drop 6 >= tokens_chunk_size 5: the shortest decodable latent (1
   // frame) pads to a 5-frame window, 9 (5 + token_overlap 4) from 5 frames on.
-  absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson(
-      {{"latent_channels", 4}, {"decoder_num_layers", 1}, {"decoder_num_attention_heads", 2},
-       {"decoder_attention_head_dim", 8}, {"clip_length", 17}, {"token_drop", 6}},
-      "long drop");
+  absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson({{"latent_channels", 4},
+                                                                 {"decoder_num_layers", 1},
+                                                                 {"decoder_num_attention_heads", 2},
+                                                                 {"decoder_attention_head_dim", 8},
+                                                                 {"clip_length", 17},
+                                                                 {"token_drop", 6}},
+                                                                "long drop");
   ASSERT_TRUE(c.ok()) << c.status();
   const MiniMaxH3Decoder decoder(*c, "{}");
   ASSERT_EQ(c->window_latent_frames(), 9);

@@ -73,12 +73,12 @@ at::Tensor SubpixelMajorDepthToSpace(const at::Tensor& x, int64_t rt, int64_t rh
     TORCH_CHECK(rt == 1, "a 4-D depth-to-space has no time axis");
     const int64_t h = x.size(2), w = x.size(3);
     at::Tensor y = x.reshape({b, rh, rw, c, h, w});  // [B, dy, dx, C, H, W]
-    y = y.permute({0, 3, 4, 1, 5, 2});                // [B, C, H, dy, W, dx]
+    y = y.permute({0, 3, 4, 1, 5, 2});               // [B, C, H, dy, W, dx]
     return y.reshape({b, c, h * rh, w * rw});
   }
   const int64_t t = x.size(2), h = x.size(3), w = x.size(4);
   at::Tensor y = x.reshape({b, rt, rh, rw, c, t, h, w});  // [B, dt, dy, dx, C, T, H, W]
-  y = y.permute({0, 4, 5, 1, 6, 2, 7, 3});                 // [B, C, T, dt, H, dy, W, dx]
+  y = y.permute({0, 4, 5, 1, 6, 2, 7, 3});                // [B, C, T, dt, H, dy, W, dx]
   return y.reshape({b, c, t * rt, h * rh, w * rw});
 }
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include <ATen/core/Tensor.h>
-#include <torch/nn/modules/conv.h>
 #include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 

@@ -14,10 +14,8 @@ TEST(UpsampleNearest, Bfloat16GivesTheFloat32RoutesValuesWithoutAFloat32Copy) {
   const at::Tensor image = at::randn({2, 8, 64, 48}).to(at::kBFloat16);
   const at::Tensor video = at::randn({1, 8, 3, 32, 24}).to(at::kBFloat16);
   // diffusers' route: through float32 and back (nearest copies values).
-  const at::Tensor image_want =
-      at::upsample_nearest2d(image.to(at::kFloat), {128, 96}).to(at::kBFloat16);
-  const at::Tensor video_want =
-      at::upsample_nearest3d(video.to(at::kFloat), {6, 64, 48}).to(at::kBFloat16);
+  const at::Tensor image_want = at::upsample_nearest2d(image.to(at::kFloat), {128, 96}).to(at::kBFloat16);
+  const at::Tensor video_want = at::upsample_nearest3d(video.to(at::kFloat), {6, 64, 48}).to(at::kBFloat16);
 
   memory.ResetPeak();
   const int64_t base = memory.current_bytes();

@@ -24,8 +24,11 @@ TEST(QwenImageConfig, EmptyConfigTakesDiffusersDefaults) {
 
 TEST(QwenImageConfig, InputChannelsSetTheImageChannels) {
   // The qwenimage fixture (RGBA, as Qwen-Image-Layered uses it).
-  nlohmann::json j = {{"_class_name", "AutoencoderKLQwenImage"}, {"base_dim", 4}, {"input_channels", 4},
-                      {"attn_scales", nlohmann::json::array()}, {"dropout", 0.0}};
+  nlohmann::json j = {{"_class_name", "AutoencoderKLQwenImage"},
+                      {"base_dim", 4},
+                      {"input_channels", 4},
+                      {"attn_scales", nlohmann::json::array()},
+                      {"dropout", 0.0}};
   absl::StatusOr<wan::WanConfig> c = QwenImageConfigFromJson(j, "qwenimage/config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->out_channels, 4);

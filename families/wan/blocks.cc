@@ -14,8 +14,7 @@ namespace {
 // diffusers' CACHE_T: frames a causal conv keeps from the previous chunk.
 constexpr int64_t kCacheFrames = 2;
 
-WanCausalConv3d MakeCausalConv(int64_t in, int64_t out, std::array<int64_t, 3> kernel,
-                               std::array<int64_t, 3> padding) {
+WanCausalConv3d MakeCausalConv(int64_t in, int64_t out, std::array<int64_t, 3> kernel, std::array<int64_t, 3> padding) {
   return WanCausalConv3d(std::make_shared<WanCausalConv3dImpl>(in, out, kernel, padding));
 }
 
@@ -41,10 +40,9 @@ FeatureCache::Slot& FeatureCache::Next() {
   return slots_[next_++];
 }
 
-WanCausalConv3dImpl::WanCausalConv3dImpl(int64_t in_channels, int64_t out_channels,
-                                         std::array<int64_t, 3> kernel, std::array<int64_t, 3> padding)
-    : torch::nn::Conv3dImpl(
-          torch::nn::Conv3dOptions(in_channels, out_channels, {kernel[0], kernel[1], kernel[2]})),
+WanCausalConv3dImpl::WanCausalConv3dImpl(int64_t in_channels, int64_t out_channels, std::array<int64_t, 3> kernel,
+                                         std::array<int64_t, 3> padding)
+    : torch::nn::Conv3dImpl(torch::nn::Conv3dOptions(in_channels, out_channels, {kernel[0], kernel[1], kernel[2]})),
       causal_pad_t_(2 * padding[0]),
       pad_h_(padding[1]),
       pad_w_(padding[2]) {}
@@ -75,7 +73,6 @@ at::Tensor WanCausalConv3dImpl::ForwardCached(const at::Tensor& x, LayerOps& ops
   return out;
 }
 
-
 WanResidualBlockImpl::WanResidualBlockImpl(int64_t in_dim, int64_t out_dim) {
   norm1 = register_module("norm1", nn::ChannelRMSNorm(in_dim, /*images=*/false));
   conv1 = register_module("conv1", MakeConv3x3x3(in_dim, out_dim));
@@ -105,15 +102,15 @@ at::Tensor WanAttentionBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
   const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
   at::Tensor frames = x.permute({0, 2, 1, 3, 4}).reshape({b * t, c, h, w});  // [B·T, C, H, W]
   frames = norm->forward(frames);
-  at::Tensor qkv = nn::RunConv2d(ops, *to_qkv, frames);                                // [B·T, 3C, H, W]
+  at::Tensor qkv = nn::RunConv2d(ops, *to_qkv, frames);                            // [B·T, 3C, H, W]
   qkv = qkv.reshape({b * t, 1, 3 * c, h * w}).permute({0, 1, 3, 2}).contiguous();  // [B·T, 1, H·W, 3C]
   const std::vector<at::Tensor> q_k_v = qkv.chunk(3, -1);                          // 3 x [B·T, 1, H·W, C]
   // Tokens are a frame's pixels in row-major order: a row band is a contiguous run.
   // [B·T, 1, H·W, C]: per-frame attention, frames folded into the batch.
   at::Tensor out = ops.Attention(q_k_v[0], q_k_v[1], q_k_v[2], TokenLayout::Full(/*tokens_per_row=*/w));
   out = out.squeeze(1).permute({0, 2, 1}).reshape({b * t, c, h, w});
-  out = nn::RunConv2d(ops, *proj, out);                                 // [B·T, C, H, W]
-  out = out.view({b, t, c, h, w}).permute({0, 2, 1, 3, 4});        // [B, C, T, H, W]
+  out = nn::RunConv2d(ops, *proj, out);                      // [B·T, C, H, W]
+  out = out.view({b, t, c, h, w}).permute({0, 2, 1, 3, 4});  // [B, C, T, H, W]
   return out + x;
 }
 
@@ -171,7 +168,7 @@ at::Tensor WanResampleImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureC
   const int64_t b = in.size(0), c = in.size(1), t = in.size(2);
   at::Tensor frames = in.permute({0, 2, 1, 3, 4}).reshape({b * t, c, in.size(3), in.size(4)});  // [B·T', C, H, W]
   frames = resample[0]->as<WanUpsampleImpl>()->forward(frames);                                 // [B·T', C, 2H, 2W]
-  frames = nn::RunConv2d(ops, *resample[1]->as<torch::nn::Conv2dImpl>(), frames);                  // [B·T', C', 2H, 2W]
+  frames = nn::RunConv2d(ops, *resample[1]->as<torch::nn::Conv2dImpl>(), frames);               // [B·T', C', 2H, 2W]
   return frames.view({b, t, frames.size(1), frames.size(2), frames.size(3)}).permute({0, 2, 1, 3, 4});
 }
 
@@ -228,8 +225,7 @@ WanResidualUpBlockImpl::WanResidualUpBlockImpl(int64_t in_dim, int64_t out_dim, 
   }
 }
 
-at::Tensor WanResidualUpBlockImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache,
-                                           bool first_chunk) {
+at::Tensor WanResidualUpBlockImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache, bool first_chunk) {
   at::Tensor h = x;
   for (const auto& resnet : *resnets) h = resnet->as<WanResidualBlockImpl>()->forward(h, ops, cache);
   if (upsampler) h = upsampler->forward(h, ops, cache);
@@ -247,7 +243,7 @@ WanDecoder3dImpl::WanDecoder3dImpl(const WanConfig& c) {
   for (int64_t i = 0; i < levels; ++i) {
     // Wan 2.1's upsamplers halve the width; the next block widens it again.
     const int64_t in_dim = (i > 0 && !residual) ? dims[i] / 2 : dims[i];
-    const ResampleMode mode = i == levels - 1              ? ResampleMode::kNone
+    const ResampleMode mode = i == levels - 1                ? ResampleMode::kNone
                               : c.up_block_upsamples_time(i) ? ResampleMode::kUpsample3d
                                                              : ResampleMode::kUpsample2d;
     if (residual) {

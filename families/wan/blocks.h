@@ -94,7 +94,6 @@ class WanCausalConv3dImpl : public torch::nn::Conv3dImpl {
 };
 TORCH_MODULE(WanCausalConv3d);
 
-
 // diffusers WanResidualBlock (dropout inactive in eval).
 class WanResidualBlockImpl : public torch::nn::Module {
  public:
@@ -159,7 +158,7 @@ class WanResampleImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache);
 
   torch::nn::ModuleList resample{nullptr};  // [0] WanUpsample, [1] Conv2d 3x3
-  WanCausalConv3d time_conv{nullptr};  // upsample3d only
+  WanCausalConv3d time_conv{nullptr};       // upsample3d only
 
  private:
   at::Tensor UpsampleTime(const at::Tensor& x, LayerOps& ops, FeatureCache& cache);
@@ -201,8 +200,8 @@ class WanResidualUpBlockImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache, bool first_chunk);
 
   torch::nn::ModuleList resnets{nullptr};
-  WanResample upsampler{nullptr};     // absent for the last block
-  DupUp3D avg_shortcut{nullptr};      // absent for the last block
+  WanResample upsampler{nullptr};  // absent for the last block
+  DupUp3D avg_shortcut{nullptr};   // absent for the last block
 };
 TORCH_MODULE(WanResidualUpBlock);
 

@@ -49,22 +49,19 @@ int64_t WanConfig::temporal_factor() const {
   return factor;
 }
 
-int64_t WanConfig::spatial_factor() const {
-  return (levels() > 0 ? int64_t{1} << (levels() - 1) : 1) * patch();
-}
+int64_t WanConfig::spatial_factor() const { return (levels() > 0 ? int64_t{1} << (levels() - 1) : 1) * patch(); }
 
 void WanConfig::Check(ConfigReader& r) const {
   if (dim_mult.empty()) r.Fail("\"dim_mult\" must not be empty");
   for (int64_t m : dim_mult) {
     if (m < 1) r.Fail(absl::StrCat("\"dim_mult\" entries must be positive, got ", m));
   }
-  if (base_dim < 1 || decoder_dim() < 1 || z_dim < 1 || num_res_blocks < 0 || in_channels < 1 ||
-      out_channels < 1) {
+  if (base_dim < 1 || decoder_dim() < 1 || z_dim < 1 || num_res_blocks < 0 || in_channels < 1 || out_channels < 1) {
     r.Fail("base_dim, decoder_base_dim, z_dim and the channel counts must be positive, num_res_blocks non-negative");
   }
   if (static_cast<int64_t>(temperal_downsample.size()) != levels() - 1) {
-    r.Fail(absl::StrCat("\"temperal_downsample\" has ", temperal_downsample.size(),
-                        " entries; dim_mult's ", levels(), " levels need ", levels() - 1));
+    r.Fail(absl::StrCat("\"temperal_downsample\" has ", temperal_downsample.size(), " entries; dim_mult's ", levels(),
+                        " levels need ", levels() - 1));
   }
   if (patch_size && *patch_size < 1) r.Fail(absl::StrCat("\"patch_size\" must be positive, got ", *patch_size));
   if (out_channels % (patch() * patch()) != 0) {

@@ -57,9 +57,7 @@ struct WanConfig {
   static std::vector<double> DefaultLatentsMean();
   static std::vector<double> DefaultLatentsStd();
 
-  UpBlockType up_block_type() const {
-    return is_residual ? UpBlockType::kResidualUpBlock : UpBlockType::kUpBlock;
-  }
+  UpBlockType up_block_type() const { return is_residual ? UpBlockType::kResidualUpBlock : UpBlockType::kUpBlock; }
   int64_t decoder_dim() const { return decoder_base_dim.value_or(base_dim); }
   int64_t patch() const { return patch_size.value_or(1); }
   int64_t levels() const { return static_cast<int64_t>(dim_mult.size()); }

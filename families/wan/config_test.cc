@@ -107,9 +107,15 @@ TEST(WanConfig, UpBlockTypesHaveTheirDiffusersNames) {
 
 TEST(WanConfig, ScaleFactorsAreCheckedAgainstTheStructure) {
   // Wan 2.2's 2x2 unpatchify makes it 16x: a config saying 8x is refused.
-  nlohmann::json j = {{"base_dim", 4}, {"z_dim", 48}, {"is_residual", true}, {"in_channels", 12},
-                      {"out_channels", 12}, {"patch_size", 2}, {"scale_factor_spatial", 8},
-                      {"latents_mean", std::vector<double>(48, 0.1)}, {"latents_std", std::vector<double>(48, 0.5)}};
+  nlohmann::json j = {{"base_dim", 4},
+                      {"z_dim", 48},
+                      {"is_residual", true},
+                      {"in_channels", 12},
+                      {"out_channels", 12},
+                      {"patch_size", 2},
+                      {"scale_factor_spatial", 8},
+                      {"latents_mean", std::vector<double>(48, 0.1)},
+                      {"latents_std", std::vector<double>(48, 0.5)}};
   absl::StatusOr<WanConfig> c = WanConfig::FromJson(j, "wan22/config.json");
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(std::string(c.status().message()),

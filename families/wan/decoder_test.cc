@@ -104,9 +104,8 @@ TEST(WanDecoder, AFamilyRefusesUpBlocksItDoesNotName) {
   absl::StatusOr<std::unique_ptr<WanDecoder>> d = WanDecoder::Create(image_only, SmallResidualConfig(), "{}");
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(d.status().message()),
-              HasSubstr("AutoencoderKLTest config needs WanResidualUpBlock blocks; "
-                        "this family is built from WanUpBlock"));
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("AutoencoderKLTest config needs WanResidualUpBlock blocks; "
+                                                           "this family is built from WanUpBlock"));
 }
 
 TEST(WanDecoder, RawSpaceDividesByTheInverseStdAndAddsTheMean) {

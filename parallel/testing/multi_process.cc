@@ -40,8 +40,7 @@ bool DecodeStatus(const std::string& report, absl::Status* status) {
   if (!absl::SimpleAtoi(absl::string_view(report).substr(0, newline), &code)) {
     return false;
   }
-  *status = absl::Status(static_cast<absl::StatusCode>(code),
-                         absl::string_view(report).substr(newline + 1));
+  *status = absl::Status(static_cast<absl::StatusCode>(code), absl::string_view(report).substr(newline + 1));
   return true;
 }
 
@@ -57,8 +56,8 @@ void WriteAll(int fd, const std::string& data) {
   }
 }
 
-[[noreturn]] void RunChild(const RunRanksOptions& options, const RankBody& body,
-                           int rank, int port, int report_fd, pid_t parent) {
+[[noreturn]] void RunChild(const RunRanksOptions& options, const RankBody& body, int rank, int port, int report_fd,
+                           pid_t parent) {
   // Die with the parent; lead a process group so a kill reaches helpers too.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(3);
@@ -71,11 +70,9 @@ void WriteAll(int fd, const std::string& data) {
     }
     status = body(rank, options.world_size, port);
   } catch (const c10::Error& e) {
-    status = absl::InternalError(
-        absl::StrCat("uncaught c10::Error: ", e.what_without_backtrace()));
+    status = absl::InternalError(absl::StrCat("uncaught c10::Error: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    status =
-        absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
+    status = absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
   } catch (...) {
     status = absl::InternalError("uncaught non-standard exception");
   }
@@ -122,21 +119,18 @@ void DrainPipe(Child& child) {
 
 absl::Status OutcomeStatus(const Child& child, absl::Duration timeout) {
   if (child.killed_at_timeout) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "killed after the ", absl::FormatDuration(timeout), " timeout"));
+    return absl::DeadlineExceededError(absl::StrCat("killed after the ", absl::FormatDuration(timeout), " timeout"));
   }
   absl::Status reported;
   const bool has_report = DecodeStatus(child.report, &reported);
   if (WIFSIGNALED(child.wait_status)) {
     const int sig = WTERMSIG(child.wait_status);
-    return absl::InternalError(
-        absl::StrCat("killed by signal ", sig, " (", strsignal(sig), ")"));
+    return absl::InternalError(absl::StrCat("killed by signal ", sig, " (", strsignal(sig), ")"));
   }
   if (WIFEXITED(child.wait_status) && WEXITSTATUS(child.wait_status) != 0) {
-    return absl::InternalError(absl::StrCat(
-        "exited with code ", WEXITSTATUS(child.wait_status),
-        has_report ? absl::StrCat(" after reporting ", reported.ToString())
-                   : " without reporting"));
+    return absl::InternalError(
+        absl::StrCat("exited with code ", WEXITSTATUS(child.wait_status),
+                     has_report ? absl::StrCat(" after reporting ", reported.ToString()) : " without reporting"));
   }
   if (!has_report) {
     return absl::InternalError("exited without reporting a status");
@@ -146,8 +140,7 @@ absl::Status OutcomeStatus(const Child& child, absl::Duration timeout) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(
-    const RunRanksOptions& options, const RankBody& body) {
+absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(const RunRanksOptions& options, const RankBody& body) {
   if (options.world_size < 1) {
     return absl::InvalidArgumentError("RunRanks: world_size must be >= 1");
   }
@@ -170,8 +163,7 @@ absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(
         ::waitpid(children[r].pid, nullptr, 0);
         ::close(children[r].fd);
       }
-      return absl::InternalError(
-          absl::StrCat("RunRanks: pipe: ", std::strerror(err)));
+      return absl::InternalError(absl::StrCat("RunRanks: pipe: ", std::strerror(err)));
     }
     const pid_t pid = ::fork();
     if (pid == 0) {
@@ -188,8 +180,7 @@ absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(
         ::waitpid(children[r].pid, nullptr, 0);
         ::close(children[r].fd);
       }
-      return absl::InternalError(
-          absl::StrCat("RunRanks: fork: ", std::strerror(err)));
+      return absl::InternalError(absl::StrCat("RunRanks: fork: ", std::strerror(err)));
     }
     ::setpgid(pid, pid);  // also set by the child; whichever runs first wins
     ::close(fds[1]);
@@ -237,9 +228,8 @@ absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(
     for (const Child& child : children) {
       if (child.fd >= 0) fds.push_back(pollfd{child.fd, POLLIN, 0});
     }
-    const int wait_ms = static_cast<int>(std::min<int64_t>(
-        20, std::max<int64_t>(
-                1, absl::ToInt64Milliseconds(deadline - absl::Now()))));
+    const int wait_ms = static_cast<int>(
+        std::min<int64_t>(20, std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now()))));
     if (fds.empty()) {
       ::usleep(static_cast<useconds_t>(wait_ms) * 1000);
     } else {
@@ -261,9 +251,8 @@ absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(
       if (child.fd >= 0) ::close(child.fd);
       child.fd = -1;
     }
-    outcomes.push_back(RankOutcome{rank, OutcomeStatus(child, options.timeout),
-                                   child.ended - child.started,
-                                   child.killed_at_timeout});
+    outcomes.push_back(
+        RankOutcome{rank, OutcomeStatus(child, options.timeout), child.ended - child.started, child.killed_at_timeout});
   }
   return outcomes;
 }
@@ -274,17 +263,14 @@ std::string DescribeFailures(const std::vector<RankOutcome>& outcomes) {
   for (const RankOutcome& outcome : outcomes) {
     if (outcome.status.ok()) continue;
     ++failed;
-    absl::StrAppend(&details, failed > 1 ? "; " : "", "rank ", outcome.rank,
-                    ": ", outcome.status.ToString());
+    absl::StrAppend(&details, failed > 1 ? "; " : "", "rank ", outcome.rank, ": ", outcome.status.ToString());
   }
   if (failed == 0) return "";
-  return absl::StrCat(failed, " of ", outcomes.size(),
-                      " ranks failed: ", details);
+  return absl::StrCat(failed, " of ", outcomes.size(), " ranks failed: ", details);
 }
 
 absl::Status RunRanks(const RunRanksOptions& options, const RankBody& body) {
-  absl::StatusOr<std::vector<RankOutcome>> outcomes =
-      RunRanksCollect(options, body);
+  absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(options, body);
   if (!outcomes.ok()) return outcomes.status();
   absl::StatusCode code = absl::StatusCode::kOk;
   for (const RankOutcome& outcome : *outcomes) {
@@ -299,8 +285,7 @@ absl::Status RunRanks(const RunRanksOptions& options, const RankBody& body) {
   return absl::Status(code, DescribeFailures(*outcomes));
 }
 
-absl::Status RunRanks(int world_size, const RankBody& body,
-                      absl::Duration timeout) {
+absl::Status RunRanks(int world_size, const RankBody& body, absl::Duration timeout) {
   RunRanksOptions options;
   options.world_size = world_size;
   options.timeout = timeout;

@@ -33,8 +33,7 @@ namespace vaedecode::parallel::testing {
 
 // body(rank, world_size, store_port): store_port is a free loopback port
 // picked by the parent for the group's TCPStore (rank 0 hosts it).
-using RankBody =
-    std::function<absl::Status(int rank, int world_size, int store_port)>;
+using RankBody = std::function<absl::Status(int rank, int world_size, int store_port)>;
 
 struct RunRanksOptions {
   int world_size = 2;
@@ -58,16 +57,14 @@ struct RankOutcome {
 
 // Runs `body` once per rank and returns every rank's outcome, in rank order.
 // Fails only if the processes could not be started (then no child is left).
-absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(
-    const RunRanksOptions& options, const RankBody& body);
+absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(const RunRanksOptions& options, const RankBody& body);
 
 // OK if every rank's body returned OK; otherwise an error whose message names
 // every failed rank and why, e.g.
 //   "2 of 3 ranks failed: rank 1: UNAVAILABLE: ...; rank 2: killed after 10s"
 // The code is DEADLINE_EXCEEDED if any rank was killed at the timeout, else
 // the first failed rank's code.
-absl::Status RunRanks(int world_size, const RankBody& body,
-                      absl::Duration timeout);
+absl::Status RunRanks(int world_size, const RankBody& body, absl::Duration timeout);
 absl::Status RunRanks(const RunRanksOptions& options, const RankBody& body);
 
 // The message RunRanks builds from a set of outcomes (empty when all OK).

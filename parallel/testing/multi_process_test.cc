@@ -40,8 +40,8 @@ TEST(RunRanksTest, EveryRankRunsOnceWithItsRankAndThePort) {
 }
 
 TEST(RunRanksTest, ReportsEveryFailedRankWithItsStatus) {
-  absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
-      Options(3, absl::Seconds(10)), [](int rank, int, int) -> absl::Status {
+  absl::StatusOr<std::vector<RankOutcome>> outcomes =
+      RunRanksCollect(Options(3, absl::Seconds(10)), [](int rank, int, int) -> absl::Status {
         if (rank == 0) return absl::OkStatus();
         return absl::UnavailableError(absl::StrCat("rank ", rank, " says no"));
       });
@@ -59,19 +59,14 @@ TEST(RunRanksTest, ReportsEveryFailedRankWithItsStatus) {
       },
       absl::Seconds(10));
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(absl::StrContains(status.message(), "2 of 3 ranks failed"))
-      << status;
-  EXPECT_TRUE(absl::StrContains(status.message(),
-                                "rank 1: UNAVAILABLE: rank 1 says no"))
-      << status;
-  EXPECT_TRUE(absl::StrContains(status.message(),
-                                "rank 2: UNAVAILABLE: rank 2 says no"))
-      << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "2 of 3 ranks failed")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "rank 1: UNAVAILABLE: rank 1 says no")) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "rank 2: UNAVAILABLE: rank 2 says no")) << status;
 }
 
 TEST(RunRanksTest, CrashesAndExceptionsAreReported) {
-  absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
-      Options(4, absl::Seconds(10)), [](int rank, int, int) -> absl::Status {
+  absl::StatusOr<std::vector<RankOutcome>> outcomes =
+      RunRanksCollect(Options(4, absl::Seconds(10)), [](int rank, int, int) -> absl::Status {
         switch (rank) {
           case 0:
             throw std::runtime_error("boom");
@@ -84,15 +79,12 @@ TEST(RunRanksTest, CrashesAndExceptionsAreReported) {
         }
       });
   ASSERT_TRUE(outcomes.ok()) << outcomes.status();
-  EXPECT_EQ((*outcomes)[0].status,
-            absl::InternalError("uncaught exception: boom"));
+  EXPECT_EQ((*outcomes)[0].status, absl::InternalError("uncaught exception: boom"));
   EXPECT_EQ((*outcomes)[1].status.code(), absl::StatusCode::kInternal);
-  EXPECT_TRUE(absl::StrContains((*outcomes)[1].status.message(),
-                                absl::StrCat("signal ", SIGABRT)))
+  EXPECT_TRUE(absl::StrContains((*outcomes)[1].status.message(), absl::StrCat("signal ", SIGABRT)))
       << (*outcomes)[1].status;
   EXPECT_EQ((*outcomes)[2].status.code(), absl::StatusCode::kInternal);
-  EXPECT_TRUE(absl::StrContains((*outcomes)[2].status.message(),
-                                "exited with code 7 without reporting"))
+  EXPECT_TRUE(absl::StrContains((*outcomes)[2].status.message(), "exited with code 7 without reporting"))
       << (*outcomes)[2].status;
   EXPECT_TRUE((*outcomes)[3].status.ok());
 }
@@ -102,25 +94,22 @@ bool ProcessExists(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
 TEST(RunRanksTest, TimeoutKillsHungRanksAndTheirHelpersAndLeavesNoOrphans) {
   // Each hung rank forks a helper and reports both pids through a file, so
   // the test can check afterwards that nothing survived.
-  const std::string dir = std::getenv("TEST_TMPDIR") != nullptr
-                              ? std::getenv("TEST_TMPDIR")
-                              : "/tmp";
+  const std::string dir = std::getenv("TEST_TMPDIR") != nullptr ? std::getenv("TEST_TMPDIR") : "/tmp";
   const std::string pid_file = absl::StrCat(dir, "/hung_pids_", ::getpid());
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<RankOutcome>> outcomes =
-      RunRanksCollect(Options(3, absl::Seconds(1)),
-                      [&pid_file](int rank, int, int) -> absl::Status {
-                        if (rank == 0) return absl::OkStatus();
-                        const pid_t helper = ::fork();
-                        if (helper == 0) {
-                          while (true) ::pause();
-                        }
-                        {
-                          std::ofstream out(absl::StrCat(pid_file, "_", rank));
-                          out << ::getpid() << " " << helper << "\n";
-                        }
-                        while (true) ::pause();
-                      });
+      RunRanksCollect(Options(3, absl::Seconds(1)), [&pid_file](int rank, int, int) -> absl::Status {
+        if (rank == 0) return absl::OkStatus();
+        const pid_t helper = ::fork();
+        if (helper == 0) {
+          while (true) ::pause();
+        }
+        {
+          std::ofstream out(absl::StrCat(pid_file, "_", rank));
+          out << ::getpid() << " " << helper << "\n";
+        }
+        while (true) ::pause();
+      });
   const absl::Duration elapsed = absl::Now() - start;
   ASSERT_TRUE(outcomes.ok()) << outcomes.status();
   EXPECT_LT(elapsed, absl::Seconds(5));
@@ -128,8 +117,7 @@ TEST(RunRanksTest, TimeoutKillsHungRanksAndTheirHelpersAndLeavesNoOrphans) {
   EXPECT_FALSE((*outcomes)[0].timed_out);
   for (int rank = 1; rank < 3; ++rank) {
     EXPECT_TRUE((*outcomes)[rank].timed_out);
-    EXPECT_EQ((*outcomes)[rank].status.code(),
-              absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ((*outcomes)[rank].status.code(), absl::StatusCode::kDeadlineExceeded);
     std::ifstream in(absl::StrCat(pid_file, "_", rank));
     pid_t child = 0, helper = 0;
     ASSERT_TRUE(in >> child >> helper) << "rank " << rank << " wrote no pids";
@@ -138,8 +126,7 @@ TEST(RunRanksTest, TimeoutKillsHungRanksAndTheirHelpersAndLeavesNoOrphans) {
     bool helper_gone = false;
     for (int i = 0; i < 100 && !helper_gone; ++i) {
       helper_gone = !ProcessExists(helper);
-      if (!helper_gone)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!helper_gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (!helper_gone) {
       // A zombie is dead; only a running process is an orphan.
@@ -160,26 +147,23 @@ TEST(RunRanksTest, TimeoutKillsHungRanksAndTheirHelpersAndLeavesNoOrphans) {
       },
       absl::Milliseconds(500));
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
-  EXPECT_TRUE(absl::StrContains(status.message(), "rank 1: DEADLINE_EXCEEDED"))
-      << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "rank 1: DEADLINE_EXCEEDED")) << status;
 }
 
 TEST(RunRanksTest, LargeReportsDoNotBlock) {
   absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(
-      Options(2, absl::Seconds(10)), [](int rank, int, int) -> absl::Status {
-        return absl::InternalError(std::string(1 << 20, 'a' + rank));
-      });
+      Options(2, absl::Seconds(10)),
+      [](int rank, int, int) -> absl::Status { return absl::InternalError(std::string(1 << 20, 'a' + rank)); });
   ASSERT_TRUE(outcomes.ok()) << outcomes.status();
   EXPECT_EQ((*outcomes)[0].status.message().size(), size_t{1} << 20);
   EXPECT_EQ((*outcomes)[1].status.message()[0], 'b');
 }
 
 TEST(RunRanksTest, RejectsEmptyWorld) {
-  EXPECT_EQ(
-      RunRanks(
-          0, [](int, int, int) { return absl::OkStatus(); }, absl::Seconds(1))
-          .code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunRanks(
+                0, [](int, int, int) { return absl::OkStatus(); }, absl::Seconds(1))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -13,26 +13,19 @@ namespace {
 
 absl::string_view AsAbsl(std::string_view s) { return {s.data(), s.size()}; }
 
-std::string Shape(const at::Tensor& t) {
-  return absl::StrCat("[", absl::StrJoin(t.sizes().vec(), ", "), "]");
-}
+std::string Shape(const at::Tensor& t) { return absl::StrCat("[", absl::StrJoin(t.sizes().vec(), ", "), "]"); }
 
-absl::Status CheckLayout(const at::Tensor& actual, const at::Tensor& expected,
-                         std::string_view what) {
+absl::Status CheckLayout(const at::Tensor& actual, const at::Tensor& expected, std::string_view what) {
   if (!actual.defined() || !expected.defined()) {
-    return absl::InternalError(absl::StrCat(
-        AsAbsl(what), ": ", actual.defined() ? "expected" : "actual",
-        " tensor is undefined"));
+    return absl::InternalError(
+        absl::StrCat(AsAbsl(what), ": ", actual.defined() ? "expected" : "actual", " tensor is undefined"));
   }
   if (actual.sizes() != expected.sizes()) {
-    return absl::InternalError(absl::StrCat(AsAbsl(what), ": shape ",
-                                            Shape(actual), ", expected ",
-                                            Shape(expected)));
+    return absl::InternalError(absl::StrCat(AsAbsl(what), ": shape ", Shape(actual), ", expected ", Shape(expected)));
   }
   if (actual.scalar_type() != expected.scalar_type()) {
-    return absl::InternalError(absl::StrCat(
-        AsAbsl(what), ": dtype ", c10::toString(actual.scalar_type()),
-        ", expected ", c10::toString(expected.scalar_type())));
+    return absl::InternalError(absl::StrCat(AsAbsl(what), ": dtype ", c10::toString(actual.scalar_type()),
+                                            ", expected ", c10::toString(expected.scalar_type())));
   }
   return absl::OkStatus();
 }
@@ -48,31 +41,25 @@ std::string Index(int64_t flat, const at::Tensor& t) {
 
 }  // namespace
 
-absl::Status ExpectTensorEqual(const at::Tensor& actual,
-                               const at::Tensor& expected,
-                               std::string_view what) {
+absl::Status ExpectTensorEqual(const at::Tensor& actual, const at::Tensor& expected, std::string_view what) {
   if (absl::Status s = CheckLayout(actual, expected, what); !s.ok()) return s;
   if (actual.numel() == 0) return absl::OkStatus();
   const at::Tensor a = actual.cpu().contiguous();
   const at::Tensor e = expected.cpu().contiguous();
   at::Tensor same = a.eq(e);
-  if (a.is_floating_point())
-    same = same.logical_or(a.isnan().logical_and(e.isnan()));
+  if (a.is_floating_point()) same = same.logical_or(a.isnan().logical_and(e.isnan()));
   if (same.all().item<bool>()) return absl::OkStatus();
-  const int64_t first =
-      same.logical_not().reshape({-1}).nonzero()[0][0].item<int64_t>();
+  const int64_t first = same.logical_not().reshape({-1}).nonzero()[0][0].item<int64_t>();
   const at::Tensor af = a.reshape({-1}).to(at::kDouble);
   const at::Tensor ef = e.reshape({-1}).to(at::kDouble);
-  return absl::InternalError(absl::StrCat(
-      AsAbsl(what), ": differs at ", Index(first, a), ": ",
-      af[first].item<double>(), " vs expected ", ef[first].item<double>(), " (",
-      same.logical_not().sum().item<int64_t>(), " of ", a.numel(),
-      " elements differ)"));
+  return absl::InternalError(absl::StrCat(AsAbsl(what), ": differs at ", Index(first, a), ": ",
+                                          af[first].item<double>(), " vs expected ", ef[first].item<double>(), " (",
+                                          same.logical_not().sum().item<int64_t>(), " of ", a.numel(),
+                                          " elements differ)"));
 }
 
-absl::Status ExpectTensorClose(const at::Tensor& actual,
-                               const at::Tensor& expected, double atol,
-                               double rtol, std::string_view what) {
+absl::Status ExpectTensorClose(const at::Tensor& actual, const at::Tensor& expected, double atol, double rtol,
+                               std::string_view what) {
   if (absl::Status s = CheckLayout(actual, expected, what); !s.ok()) return s;
   if (actual.numel() == 0) return absl::OkStatus();
   const at::Tensor a = actual.cpu().to(at::kDouble).reshape({-1});
@@ -82,11 +69,10 @@ absl::Status ExpectTensorClose(const at::Tensor& actual,
   const at::Tensor bad = error.gt(allowed).logical_or(error.isnan());
   const int64_t worst = error.nan_to_num(INFINITY).argmax().item<int64_t>();
   if (!bad.any().item<bool>()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(
-      AsAbsl(what), ": ", bad.sum().item<int64_t>(), " of ", a.numel(),
-      " elements off; max abs error ", error[worst].item<double>(), " at ",
-      Index(worst, actual), " (", a[worst].item<double>(), " vs expected ",
-      e[worst].item<double>(), "; atol=", atol, " rtol=", rtol, ")"));
+  return absl::InternalError(absl::StrCat(AsAbsl(what), ": ", bad.sum().item<int64_t>(), " of ", a.numel(),
+                                          " elements off; max abs error ", error[worst].item<double>(), " at ",
+                                          Index(worst, actual), " (", a[worst].item<double>(), " vs expected ",
+                                          e[worst].item<double>(), "; atol=", atol, " rtol=", rtol, ")"));
 }
 
 double MaxAbsError(const at::Tensor& actual, const at::Tensor& expected) {

@@ -41,10 +41,10 @@ constexpr const char* kSkip = "SKIP: ";
 // on a machine with a GPU.
 constexpr const char* kNoGpu = "[gpu] ";
 
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    const absl::Status status_ = (expr);       \
-    if (!status_.ok()) return status_;         \
+#define RETURN_IF_ERROR(expr)            \
+  do {                                   \
+    const absl::Status status_ = (expr); \
+    if (!status_.ok()) return status_;   \
   } while (false)
 
 // Runs `body` on `world` forked ranks, rank r on cuda:r; skips the test
@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinNcclGroup(int rank, 
 }
 
 absl::StatusOr<std::unique_ptr<families::Decoder>> GpuDecoder(const std::string& fixture, int index,
-                                                               at::ScalarType dtype = at::kFloat) {
+                                                              at::ScalarType dtype = at::kFloat) {
   absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = testing::LoadFixtureDecoder(fixture, dtype);
   if (!decoder.ok()) return decoder.status();
   (*decoder)->ToDevice(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)));
@@ -148,7 +148,8 @@ TEST_P(GpuFixture, DecodesOnTheGpu) {
     }
     absl::StatusOr<GpuCase> run = DecodeCaseOnGpu(c, at::kFloat);
     RETURN_IF_ERROR(run.status());
-    RETURN_IF_ERROR(parallel::testing::ExpectTensorClose(run->sample, run->expected, 1e-4, 0, c.fixture + " on cuda:0"));
+    RETURN_IF_ERROR(
+        parallel::testing::ExpectTensorClose(run->sample, run->expected, 1e-4, 0, c.fixture + " on cuda:0"));
     if (!c.pipeline_latent_file.empty()) {
       absl::StatusOr<at::Tensor> raw = formats::ReadTensorFile(c.pipeline_latent_file, "latent");
       RETURN_IF_ERROR(raw.status());
@@ -166,7 +167,8 @@ TEST_P(GpuFixture, DecodesOnTheGpu) {
     testing::GroupCheckOptions check;
     check.expected_file = c.expected_file;
     check.what = c.fixture + "/" + c.name + " (group of 1 on cuda:0)";
-    absl::StatusOr<testing::GroupDecodeCheck> group = testing::DecodeWithGroupAndCheck(*run->decoder, **comm, *latent, check);
+    absl::StatusOr<testing::GroupDecodeCheck> group =
+        testing::DecodeWithGroupAndCheck(*run->decoder, **comm, *latent, check);
     RETURN_IF_ERROR(group.status());
     worker::GroupDecodeResult mine;
     absl::StatusOr<std::vector<worker::RankStats>> stats = worker::GatherRankStats(**comm, mine);

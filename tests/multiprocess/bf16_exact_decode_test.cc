@@ -47,36 +47,41 @@ TEST_P(Bf16ExactDecode, StaysWithinTheBf16GateAndNearDense) {
   absl::StatusOr<at::Tensor> probe = formats::ReadTensorFile(c.latent_file, "latent");
   ASSERT_TRUE(probe.ok()) << probe.status();
   const int world = probe->size(-2) >= 3 ? 3 : 2;
-  absl::Status s = parallel::testing::RunRanks(world, [&c](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = testing::LoadFixtureDecoder(c.fixture, at::kBFloat16);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = testing::JoinTestGroup(rank, w, port, kGroup);
-    if (!comm.ok()) return comm.status();
-    absl::StatusOr<at::Tensor> latent = testing::LeaderLatent(c.latent_file, rank);
-    if (!latent.ok()) return latent.status();
-    testing::GroupCheckOptions o;
-    o.what = absl::StrCat(c.fixture, "/", c.name, " in bf16");
-    o.exact_vs_dense = kMaxAbsVsDiffusers;  // the RMSE checks below are the real bounds
-    o.vs_diffusers = kMaxAbsVsDiffusers;
-    o.expected_file = c.expected_file;
-    absl::StatusOr<testing::GroupDecodeCheck> checked = testing::DecodeWithGroupAndCheck(**decoder, **comm, *latent, o);
-    if (!checked.ok()) return checked.status();
-    if (rank != worker::kLeader) return absl::OkStatus();
-    absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
-    if (!expected.ok()) return expected.status();
-    families::DenseOps dense;
-    absl::StatusOr<at::Tensor> dense_bf16 = worker::RunDecode(**decoder, worker::DecodeJob{*latent}, dense);
-    if (!dense_bf16.ok()) return dense_bf16.status();
-    const double vs_diffusers = Rmse(checked->sample, *expected), vs_dense = Rmse(checked->sample, *dense_bf16);
-    std::cout << o.what << " exact on " << w << " ranks: RMSE vs diffusers " << vs_diffusers << ", vs dense bf16 "
-              << vs_dense << "\n";
-    if (vs_diffusers > kRmseVsDiffusers || vs_dense > kRmseVsDense) {
-      return absl::InternalError(absl::StrCat(o.what, ": RMSE vs diffusers ", vs_diffusers, " (gate ",
-                                              kRmseVsDiffusers, "), vs dense bf16 ", vs_dense, " (bound ",
-                                              kRmseVsDense, ")"));
-    }
-    return absl::OkStatus();
-  }, absl::Seconds(240));
+  absl::Status s = parallel::testing::RunRanks(
+      world,
+      [&c](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
+            testing::LoadFixtureDecoder(c.fixture, at::kBFloat16);
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = testing::JoinTestGroup(rank, w, port, kGroup);
+        if (!comm.ok()) return comm.status();
+        absl::StatusOr<at::Tensor> latent = testing::LeaderLatent(c.latent_file, rank);
+        if (!latent.ok()) return latent.status();
+        testing::GroupCheckOptions o;
+        o.what = absl::StrCat(c.fixture, "/", c.name, " in bf16");
+        o.exact_vs_dense = kMaxAbsVsDiffusers;  // the RMSE checks below are the real bounds
+        o.vs_diffusers = kMaxAbsVsDiffusers;
+        o.expected_file = c.expected_file;
+        absl::StatusOr<testing::GroupDecodeCheck> checked =
+            testing::DecodeWithGroupAndCheck(**decoder, **comm, *latent, o);
+        if (!checked.ok()) return checked.status();
+        if (rank != worker::kLeader) return absl::OkStatus();
+        absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
+        if (!expected.ok()) return expected.status();
+        families::DenseOps dense;
+        absl::StatusOr<at::Tensor> dense_bf16 = worker::RunDecode(**decoder, worker::DecodeJob{*latent}, dense);
+        if (!dense_bf16.ok()) return dense_bf16.status();
+        const double vs_diffusers = Rmse(checked->sample, *expected), vs_dense = Rmse(checked->sample, *dense_bf16);
+        std::cout << o.what << " exact on " << w << " ranks: RMSE vs diffusers " << vs_diffusers << ", vs dense bf16 "
+                  << vs_dense << "\n";
+        if (vs_diffusers > kRmseVsDiffusers || vs_dense > kRmseVsDense) {
+          return absl::InternalError(absl::StrCat(o.what, ": RMSE vs diffusers ", vs_diffusers, " (gate ",
+                                                  kRmseVsDiffusers, "), vs dense bf16 ", vs_dense, " (bound ",
+                                                  kRmseVsDense, ")"));
+        }
+        return absl::OkStatus();
+      },
+      absl::Seconds(240));
   EXPECT_TRUE(s.ok()) << s;
 }
 

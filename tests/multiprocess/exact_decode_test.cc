@@ -12,8 +12,8 @@
 #include "families/builtin_families.h"
 #include "families/layer_ops.h"
 #include "families/sharded_layer_ops.h"
-#include "parallel/band_partition.h"
 #include "formats/tensor_file.h"
+#include "parallel/band_partition.h"
 #include "parallel/counting_communicator.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/testing/multi_process.h"
@@ -86,13 +86,16 @@ class ExactDecode : public ::testing::TestWithParam<testing::FixtureCaseAtWorld>
 
 TEST_P(ExactDecode, EqualsDenseAndDiffusers) {
   const auto& [c, world] = GetParam();
-  absl::Status s = parallel::testing::RunRanks(world, [&c = c](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-    if (!comm.ok()) return comm.status();
-    return DecodeAndCheck(c, **decoder, **comm).status();
-  }, absl::Seconds(120));
+  absl::Status s = parallel::testing::RunRanks(
+      world,
+      [&c = c](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+        if (!comm.ok()) return comm.status();
+        return DecodeAndCheck(c, **decoder, **comm).status();
+      },
+      absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
 }
 
@@ -115,21 +118,25 @@ TEST(ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
   // none at world size 1. DistVAE's GroupNorm alone takes 2 per norm.
   const testing::FixtureCase c = SdMain();
   for (int world : {1, 2, 4}) {
-    absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-      if (!decoder.ok()) return decoder.status();
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-      if (!comm.ok()) return comm.status();
-      for (int repeat = 0; repeat < 3; ++repeat) {
-        absl::StatusOr<int64_t> calls = DecodeAndCheck(c, **decoder, **comm);
-        if (!calls.ok()) return calls.status();
-        const int64_t want = w > 1 ? 42 : 0;
-        if (*calls != want) {
-          return absl::InternalError(absl::StrCat("decode ", repeat, " made ", *calls, " collectives, want ", want));
-        }
-      }
-      return absl::OkStatus();
-    }, absl::Seconds(120));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [&](int rank, int w, int port) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+          if (!decoder.ok()) return decoder.status();
+          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+          if (!comm.ok()) return comm.status();
+          for (int repeat = 0; repeat < 3; ++repeat) {
+            absl::StatusOr<int64_t> calls = DecodeAndCheck(c, **decoder, **comm);
+            if (!calls.ok()) return calls.status();
+            const int64_t want = w > 1 ? 42 : 0;
+            if (*calls != want) {
+              return absl::InternalError(
+                  absl::StrCat("decode ", repeat, " made ", *calls, " collectives, want ", want));
+            }
+          }
+          return absl::OkStatus();
+        },
+        absl::Seconds(120));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
@@ -183,53 +190,59 @@ TEST(ExactDecodeGroup, OneRankFailingMidDecodeFailsEveryRankWithoutHanging) {
 
 TEST(ExactDecodeGroup, CancellationStopsEveryRankAndKeepsTheGroupInStep) {
   const testing::FixtureCase c = SdMain();
-  absl::Status s = parallel::testing::RunRanks(3, [&](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-    if (!comm.ok()) return comm.status();
-    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
-    if (!latent.ok()) return latent.status();
-    // The leader's flag is up before the decode starts: every rank must stop
-    // at the first GroupNorm with CANCELLED.
-    std::atomic<bool> cancelled{true};
-    worker::GroupDecodeOptions options;
-    if (rank == worker::kLeader) options.cancelled = &cancelled;
-    absl::StatusOr<worker::GroupDecodeResult> stopped =
-        worker::DecodeWithGroup(**decoder, **comm, worker::DecodeJob{*latent}, options);
-    if (stopped.ok() || stopped.status().code() != absl::StatusCode::kCancelled) {
-      return absl::InternalError(absl::StrCat("rank ", rank, " was not cancelled: ", stopped.status().ToString()));
-    }
-    // The same communicator still works: the next decode is exact and right.
-    return DecodeAndCheck(c, **decoder, **comm).status();
-  }, absl::Seconds(120));
+  absl::Status s = parallel::testing::RunRanks(
+      3,
+      [&](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+        if (!comm.ok()) return comm.status();
+        absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+        if (!latent.ok()) return latent.status();
+        // The leader's flag is up before the decode starts: every rank must stop
+        // at the first GroupNorm with CANCELLED.
+        std::atomic<bool> cancelled{true};
+        worker::GroupDecodeOptions options;
+        if (rank == worker::kLeader) options.cancelled = &cancelled;
+        absl::StatusOr<worker::GroupDecodeResult> stopped =
+            worker::DecodeWithGroup(**decoder, **comm, worker::DecodeJob{*latent}, options);
+        if (stopped.ok() || stopped.status().code() != absl::StatusCode::kCancelled) {
+          return absl::InternalError(absl::StrCat("rank ", rank, " was not cancelled: ", stopped.status().ToString()));
+        }
+        // The same communicator still works: the next decode is exact and right.
+        return DecodeAndCheck(c, **decoder, **comm).status();
+      },
+      absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(ExactDecodeGroup, ThinLatentsFallBackToDenseOnTheLeader) {
   const testing::FixtureCase c = SdMain();
-  absl::Status s = parallel::testing::RunRanks(4, [&](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-    if (!comm.ok()) return comm.status();
-    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
-    if (!latent.ok()) return latent.status();
-    const at::Tensor thin = latent->narrow(2, 0, 3).contiguous();  // 3 rows over 4 ranks
-    absl::StatusOr<worker::GroupDecodeResult> result =
-        worker::DecodeWithGroup(**decoder, **comm, worker::DecodeJob{thin});
-    if (!result.ok()) return result.status();
-    if (result->mode != worker::DecodeMode::kDense ||
-        result->reason.find("thinner than the conv halo") == std::string::npos) {
-      return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " reason ", result->reason));
-    }
-    if (rank != worker::kLeader) return absl::OkStatus();
-    // The group's dense path: CancellableDenseOps (large convs in row bands).
-    families::CancellableDenseOps dense(nullptr);
-    absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, worker::DecodeJob{thin}, dense);
-    if (!want.ok()) return want.status();
-    return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");
-  }, absl::Seconds(120));
+  absl::Status s = parallel::testing::RunRanks(
+      4,
+      [&](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+        if (!comm.ok()) return comm.status();
+        absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
+        if (!latent.ok()) return latent.status();
+        const at::Tensor thin = latent->narrow(2, 0, 3).contiguous();  // 3 rows over 4 ranks
+        absl::StatusOr<worker::GroupDecodeResult> result =
+            worker::DecodeWithGroup(**decoder, **comm, worker::DecodeJob{thin});
+        if (!result.ok()) return result.status();
+        if (result->mode != worker::DecodeMode::kDense ||
+            result->reason.find("thinner than the conv halo") == std::string::npos) {
+          return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " reason ", result->reason));
+        }
+        if (rank != worker::kLeader) return absl::OkStatus();
+        // The group's dense path: CancellableDenseOps (large convs in row bands).
+        families::CancellableDenseOps dense(nullptr);
+        absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, worker::DecodeJob{thin}, dense);
+        if (!want.ok()) return want.status();
+        return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");
+      },
+      absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
 }
 

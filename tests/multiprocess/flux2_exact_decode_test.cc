@@ -72,13 +72,10 @@ TEST_P(Flux2ExactDecode, EqualsDenseAndDiffusers) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Flux2ExactDecode,
-                         ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Flux2ExactDecode, ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
                          testing::FixtureCaseAtWorldName);
 
-TEST(Flux2ExactDecodeCoverage, EveryFlux2FixtureIsTested) {
-  EXPECT_GE(testing::FixtureCases(kClasses).size(), 2u);
-}
+TEST(Flux2ExactDecodeCoverage, EveryFlux2FixtureIsTested) { EXPECT_GE(testing::FixtureCases(kClasses).size(), 2u); }
 
 // Collectives of one exact decode at world size > 1, from the layer
 // structure of the flux2_kl fixture (4 levels, layers_per_block 2, so 3
@@ -103,31 +100,35 @@ TEST(Flux2ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
   }
   ASSERT_FALSE(c.fixture.empty());
   for (int world : {1, 2, 4}) {
-    absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-      if (!decoder.ok()) return decoder.status();
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-      if (!comm.ok()) return comm.status();
-      for (int repeat = 0; repeat < 2; ++repeat) {
-        const bool raw = repeat == 1;
-        absl::StatusOr<at::Tensor> latent = LeaderLatent(raw ? c.pipeline_latent_file : c.latent_file, rank);
-        if (!latent.ok()) return latent.status();
-        absl::StatusOr<Checked> checked =
-            DecodeAndCheck(**decoder, **comm, *latent, raw ? families::LatentSpace::kRaw : families::LatentSpace::kVae,
-                           c.expected_file, c.fixture);
-        if (!checked.ok()) return checked.status();
-        const parallel::CommStats& st = checked->stats;
-        const bool sharded = w > 1;
-        const int64_t want = sharded ? kHalo + kGroupNorm + 1 + 1 : 0;
-        if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != (sharded ? kHalo : 0) ||
-            st.ForKind(parallel::CallKind::kGroupNormStats).calls != (sharded ? kGroupNorm : 0) ||
-            st.ForKind(parallel::CallKind::kAttentionKV).calls != (sharded ? 1 : 0)) {
-          return absl::InternalError(absl::StrCat(c.fixture, raw ? " raw" : " vae", " decode made ", st.collectives(),
-                                                  " collectives, want ", want, ": ", st.ToString()));
-        }
-      }
-      return absl::OkStatus();
-    }, absl::Seconds(120));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [&](int rank, int w, int port) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+          if (!decoder.ok()) return decoder.status();
+          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+          if (!comm.ok()) return comm.status();
+          for (int repeat = 0; repeat < 2; ++repeat) {
+            const bool raw = repeat == 1;
+            absl::StatusOr<at::Tensor> latent = LeaderLatent(raw ? c.pipeline_latent_file : c.latent_file, rank);
+            if (!latent.ok()) return latent.status();
+            absl::StatusOr<Checked> checked = DecodeAndCheck(
+                **decoder, **comm, *latent, raw ? families::LatentSpace::kRaw : families::LatentSpace::kVae,
+                c.expected_file, c.fixture);
+            if (!checked.ok()) return checked.status();
+            const parallel::CommStats& st = checked->stats;
+            const bool sharded = w > 1;
+            const int64_t want = sharded ? kHalo + kGroupNorm + 1 + 1 : 0;
+            if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != (sharded ? kHalo : 0) ||
+                st.ForKind(parallel::CallKind::kGroupNormStats).calls != (sharded ? kGroupNorm : 0) ||
+                st.ForKind(parallel::CallKind::kAttentionKV).calls != (sharded ? 1 : 0)) {
+              return absl::InternalError(absl::StrCat(c.fixture, raw ? " raw" : " vae", " decode made ",
+                                                      st.collectives(), " collectives, want ", want, ": ",
+                                                      st.ToString()));
+            }
+          }
+          return absl::OkStatus();
+        },
+        absl::Seconds(120));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
@@ -141,32 +142,35 @@ TEST(Flux2ExactDecodeGroup, RawBandsThinnerThanTheHaloFallBackToDense) {
     if (f.name == "main") c = f;
   }
   ASSERT_FALSE(c.fixture.empty());
-  absl::Status s = parallel::testing::RunRanks(6, [&](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-    if (!comm.ok()) return comm.status();
-    absl::StatusOr<at::Tensor> raw = LeaderLatent(c.pipeline_latent_file, rank);
-    if (!raw.ok()) return raw.status();
-    worker::DecodeJob input;
-    if (rank == worker::kLeader) input.latent = raw->narrow(2, 0, 2).contiguous();
-    input.latent_space = families::LatentSpace::kRaw;
-    absl::StatusOr<worker::GroupDecodeResult> result = testing::PlanAndExecute(**decoder, **comm, **comm, input);
-    if (!result.ok()) return result.status();
-    // Every rank learns the mode from the job header; the leader also has the reason.
-    if (result->mode != worker::DecodeMode::kDense ||
-        (rank == worker::kLeader && result->reason.find("thinner than the conv halo") == std::string::npos)) {
-      return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, ")"));
-    }
-    if (rank != worker::kLeader) return absl::OkStatus();
-    families::DenseOps dense;
-    absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, input, dense);
-    if (!want.ok()) return want.status();
-    if (result->sample.sizes() != at::IntArrayRef({1, 3, 32, 112})) {
-      return absl::InternalError(absl::StrCat("dense fallback shape ", c10::str(result->sample.sizes())));
-    }
-    return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");
-  }, absl::Seconds(120));
+  absl::Status s = parallel::testing::RunRanks(
+      6,
+      [&](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+        if (!comm.ok()) return comm.status();
+        absl::StatusOr<at::Tensor> raw = LeaderLatent(c.pipeline_latent_file, rank);
+        if (!raw.ok()) return raw.status();
+        worker::DecodeJob input;
+        if (rank == worker::kLeader) input.latent = raw->narrow(2, 0, 2).contiguous();
+        input.latent_space = families::LatentSpace::kRaw;
+        absl::StatusOr<worker::GroupDecodeResult> result = testing::PlanAndExecute(**decoder, **comm, **comm, input);
+        if (!result.ok()) return result.status();
+        // Every rank learns the mode from the job header; the leader also has the reason.
+        if (result->mode != worker::DecodeMode::kDense ||
+            (rank == worker::kLeader && result->reason.find("thinner than the conv halo") == std::string::npos)) {
+          return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, ")"));
+        }
+        if (rank != worker::kLeader) return absl::OkStatus();
+        families::DenseOps dense;
+        absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, input, dense);
+        if (!want.ok()) return want.status();
+        if (result->sample.sizes() != at::IntArrayRef({1, 3, 32, 112})) {
+          return absl::InternalError(absl::StrCat("dense fallback shape ", c10::str(result->sample.sizes())));
+        }
+        return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");
+      },
+      absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
 }
 

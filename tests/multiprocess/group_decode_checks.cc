@@ -70,7 +70,8 @@ absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& deco
       !options.want_mode.empty() ? options.want_mode : (comm.world_size() > 1 ? "exact" : "dense");
   const std::string mode = worker::ModeName(result->mode);
   if (mode != want_mode) {
-    return absl::InternalError(absl::StrCat(options.what, ": mode ", mode, " (", result->reason, "), want ", want_mode));
+    return absl::InternalError(
+        absl::StrCat(options.what, ": mode ", mode, " (", result->reason, "), want ", want_mode));
   }
   GroupDecodeCheck out{counting.stats(), mode, result->sample};
   if (comm.rank() != worker::kLeader) {
@@ -81,8 +82,8 @@ absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& deco
   absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, input, dense);
   if (!reference.ok()) return reference.status();
   const std::string where = absl::StrCat(options.what, " at world size ", comm.world_size(), " (", mode, ")");
-  if (absl::Status s =
-          parallel::testing::ExpectTensorClose(result->sample, *reference, options.exact_vs_dense, 0, where + " vs dense");
+  if (absl::Status s = parallel::testing::ExpectTensorClose(result->sample, *reference, options.exact_vs_dense, 0,
+                                                            where + " vs dense");
       !s.ok()) {
     return s;
   }
@@ -96,7 +97,8 @@ absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& deco
         !s.ok()) {
       return s;
     }
-    std::cout << ", vs diffusers " << parallel::testing::MaxAbsError(result->sample.to(expected->scalar_type()), *expected);
+    std::cout << ", vs diffusers "
+              << parallel::testing::MaxAbsError(result->sample.to(expected->scalar_type()), *expected);
   }
   std::cout << "\n";
   return out;
@@ -141,9 +143,12 @@ std::string FixtureCaseAtWorldName(const ::testing::TestParamInfo<FixtureCaseAtW
 absl::Status RunFixtureCaseOnGroup(const FixtureCaseAtWorld& param, const std::string& group,
                                    const GroupCheckOptions& options, absl::Duration timeout) {
   const auto& [c, world] = param;
-  return parallel::testing::RunRanks(world, [&c = c, &group, &options](int rank, int w, int port) {
-    return CheckFixtureCase(c, rank, w, port, group, options);
-  }, timeout);
+  return parallel::testing::RunRanks(
+      world,
+      [&c = c, &group, &options](int rank, int w, int port) {
+        return CheckFixtureCase(c, rank, w, port, group, options);
+      },
+      timeout);
 }
 
 std::string WantModeForRows(const FixtureCase& c, int world) {
@@ -188,8 +193,8 @@ absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector
 }
 
 absl::StatusOr<parallel::CommStats> DecodeCancelledFromTheStart(const std::string& fixture,
-                                                                const std::vector<int64_t>& shape, int rank,
-                                                                int world, int port, const std::string& group,
+                                                                const std::vector<int64_t>& shape, int rank, int world,
+                                                                int port, const std::string& group,
                                                                 GroupCheckOptions options) {
   absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixtureDecoder(fixture);
   if (!decoder.ok()) return decoder.status();

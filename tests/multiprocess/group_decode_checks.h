@@ -56,7 +56,7 @@ struct GroupCheckOptions {
 struct GroupDecodeCheck {
   parallel::CommStats stats;  // the decode's own collectives (not the job broadcast)
   std::string mode;
-  at::Tensor sample;          // the leader's whole output; undefined on peers
+  at::Tensor sample;  // the leader's whole output; undefined on peers
 };
 
 // Every rank calls it; `latent` matters on the leader only.
@@ -112,8 +112,8 @@ absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector
 // group then decodes the latent again, checked against dense, so a group
 // left out of step fails.
 absl::StatusOr<parallel::CommStats> DecodeCancelledFromTheStart(const std::string& fixture,
-                                                                const std::vector<int64_t>& shape, int rank,
-                                                                int world, int port, const std::string& group,
+                                                                const std::vector<int64_t>& shape, int rank, int world,
+                                                                int port, const std::string& group,
                                                                 GroupCheckOptions options);
 
 // "<fixture>_<case>_ws<world>": names of tests parameterised by case and world size.

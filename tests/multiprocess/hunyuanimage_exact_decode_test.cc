@@ -65,12 +65,15 @@ constexpr testing::ExpectedCollectives kPerDecode{/*halo=*/35, /*group_norm=*/30
 
 TEST(HunyuanImageExactDecodeGroup, BatchTwoOneRowBandsAndCollectiveCounts) {
   for (int world : {1, 2, 4}) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) {
-      // Heights 5 (bands 2,1,1,1 at 4 ranks: 1-row bands at both global
-      // edges and inside) and 6, batch 2, one after the other in one group.
-      return testing::CheckSyntheticDecodes("hunyuanimage21", {{2, 16, 5, 3}, {2, 16, 6, 4}}, kPerDecode, rank, w, port,
-                                            kGroup, Tolerances());
-    }, absl::Seconds(180));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) {
+          // Heights 5 (bands 2,1,1,1 at 4 ranks: 1-row bands at both global
+          // edges and inside) and 6, batch 2, one after the other in one group.
+          return testing::CheckSyntheticDecodes("hunyuanimage21", {{2, 16, 5, 3}, {2, 16, 6, 4}}, kPerDecode, rank, w,
+                                                port, kGroup, Tolerances());
+        },
+        absl::Seconds(180));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }

@@ -71,12 +71,15 @@ constexpr testing::ExpectedCollectives kPerDecode{/*halo=*/30, /*group_norm=*/0,
 
 TEST(HunyuanVideo15ExactDecodeGroup, BatchTwoSeveralFramesOneRowBandsAndCollectiveCounts) {
   for (int world : {1, 2, 4}) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) {
-      // Batch 2 with 3 frames on 5 rows (bands 2,1,1,1 at 4 ranks), then 6
-      // frames on 4 rows, batch 1, one after the other in one group.
-      return testing::CheckSyntheticDecodes("hunyuanvideo15", {{2, 8, 3, 5, 3}, {1, 8, 6, 4, 2}}, kPerDecode, rank,
-                                            w, port, kGroup, Tolerances());
-    }, absl::Seconds(240));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) {
+          // Batch 2 with 3 frames on 5 rows (bands 2,1,1,1 at 4 ranks), then 6
+          // frames on 4 rows, batch 1, one after the other in one group.
+          return testing::CheckSyntheticDecodes("hunyuanvideo15", {{2, 8, 3, 5, 3}, {1, 8, 6, 4, 2}}, kPerDecode, rank,
+                                                w, port, kGroup, Tolerances());
+        },
+        absl::Seconds(240));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
@@ -88,17 +91,20 @@ TEST(HunyuanVideo15ExactDecodeGroup, BatchTwoSeveralFramesOneRowBandsAndCollecti
 // to its end unless the flag was up by the attention. The next decode is
 // right.
 TEST(HunyuanVideo15ExactDecodeGroup, ACancelStopsEveryRankWithinWMinusOneConvolutions) {
-  absl::Status s = parallel::testing::RunRanks(3, [](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<parallel::CommStats> stopped =
-        testing::DecodeCancelledFromTheStart("hunyuanvideo15", {1, 8, 2, 5, 3}, rank, w, port, kGroup, Tolerances());
-    if (!stopped.ok()) return stopped.status();
-    if (stopped->ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
-        stopped->ForKind(parallel::CallKind::kAttentionKV).calls != 0 ||
-        stopped->ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
-      return absl::InternalError(absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped->ToString()));
-    }
-    return absl::OkStatus();
-  }, absl::Seconds(180));
+  absl::Status s = parallel::testing::RunRanks(
+      3,
+      [](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<parallel::CommStats> stopped = testing::DecodeCancelledFromTheStart(
+            "hunyuanvideo15", {1, 8, 2, 5, 3}, rank, w, port, kGroup, Tolerances());
+        if (!stopped.ok()) return stopped.status();
+        if (stopped->ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
+            stopped->ForKind(parallel::CallKind::kAttentionKV).calls != 0 ||
+            stopped->ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
+          return absl::InternalError(absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped->ToString()));
+        }
+        return absl::OkStatus();
+      },
+      absl::Seconds(180));
   EXPECT_TRUE(s.ok()) << s;
 }
 

@@ -80,33 +80,38 @@ class HunyuanVideoExactDecodeSynthetic : public ::testing::TestWithParam<Synthet
 
 TEST_P(HunyuanVideoExactDecodeSynthetic, EqualsDense) {
   const SyntheticCase sc = GetParam();
-  absl::Status s = parallel::testing::RunRanks(sc.world_size, [&sc](int rank, int w, int port) {
-    return testing::CheckSyntheticDecodes("hunyuanvideo", {{sc.latent_shape, PerDecode(sc.tiles)}}, rank, w, port,
-                                          kGroup, Tolerances());
-  }, absl::Seconds(240));
+  absl::Status s = parallel::testing::RunRanks(
+      sc.world_size,
+      [&sc](int rank, int w, int port) {
+        return testing::CheckSyntheticDecodes("hunyuanvideo", {{sc.latent_shape, PerDecode(sc.tiles)}}, rank, w, port,
+                                              kGroup, Tolerances());
+      },
+      absl::Seconds(240));
   EXPECT_TRUE(s.ok()) << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    BatchTwoSeveralFrames, HunyuanVideoExactDecodeSynthetic,
-    ::testing::Values(
-        // Bands 2,1,1,1: 1-row bands at both global edges and inside; batch 2.
-        SyntheticCase{"h5_ws4_b2", {2, 16, 2, 5, 3}, 4, 1},
-        // Bands 3,2,2; 6 latent frames: two temporal tiles ([0, 5) and [3, 6)), blended.
-        SyntheticCase{"h7_ws3_t6", {1, 16, 6, 7, 2}, 3, 2},
-        // Bands 2,1; a single frame (every upsampler keeps 1 frame).
-        SyntheticCase{"h3_ws2_t1", {2, 16, 1, 3, 4}, 2, 1}),
-    [](const ::testing::TestParamInfo<SyntheticCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(BatchTwoSeveralFrames, HunyuanVideoExactDecodeSynthetic,
+                         ::testing::Values(
+                             // Bands 2,1,1,1: 1-row bands at both global edges and inside; batch 2.
+                             SyntheticCase{"h5_ws4_b2", {2, 16, 2, 5, 3}, 4, 1},
+                             // Bands 3,2,2; 6 latent frames: two temporal tiles ([0, 5) and [3, 6)), blended.
+                             SyntheticCase{"h7_ws3_t6", {1, 16, 6, 7, 2}, 3, 2},
+                             // Bands 2,1; a single frame (every upsampler keeps 1 frame).
+                             SyntheticCase{"h3_ws2_t1", {2, 16, 1, 3, 4}, 2, 1}),
+                         [](const ::testing::TestParamInfo<SyntheticCase>& info) { return info.param.name; });
 
 TEST(HunyuanVideoExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
   for (int world : {1, 2, 4}) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) {
-      // 4 frames (1 tile), 6 (2 tiles), 4 again, one after another in one group.
-      return testing::CheckSyntheticDecodes(
-          "hunyuanvideo",
-          {{{1, 16, 4, 5, 3}, PerDecode(1)}, {{1, 16, 6, 5, 3}, PerDecode(2)}, {{1, 16, 4, 5, 3}, PerDecode(1)}}, rank,
-          w, port, kGroup, Tolerances());
-    }, absl::Seconds(240));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) {
+          // 4 frames (1 tile), 6 (2 tiles), 4 again, one after another in one group.
+          return testing::CheckSyntheticDecodes(
+              "hunyuanvideo",
+              {{{1, 16, 4, 5, 3}, PerDecode(1)}, {{1, 16, 6, 5, 3}, PerDecode(2)}, {{1, 16, 4, 5, 3}, PerDecode(1)}},
+              rank, w, port, kGroup, Tolerances());
+        },
+        absl::Seconds(240));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }

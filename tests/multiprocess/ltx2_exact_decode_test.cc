@@ -47,13 +47,10 @@ TEST_P(LTX2ExactDecode, EqualsDenseAndDiffusers) {
   EXPECT_TRUE(s.ok()) << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, LTX2ExactDecode,
-                         ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
+INSTANTIATE_TEST_SUITE_P(Fixtures, LTX2ExactDecode, ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
                          testing::FixtureCaseAtWorldName);
 
-TEST(LTX2ExactDecodeCoverage, EveryLTX2FixtureIsTested) {
-  EXPECT_GE(testing::FixtureCases(kClasses).size(), 1u);
-}
+TEST(LTX2ExactDecodeCoverage, EveryLTX2FixtureIsTested) { EXPECT_GE(testing::FixtureCases(kClasses).size(), 1u); }
 
 // Collectives of one exact decode at world size > 1, from the layer
 // structure of the ltx2 fixture (mid block: 1 resnet; 3 up blocks, each an
@@ -79,30 +76,36 @@ class LTX2ExactDecodeSynthetic : public ::testing::TestWithParam<SyntheticCase> 
 
 TEST_P(LTX2ExactDecodeSynthetic, EqualsDense) {
   const SyntheticCase sc = GetParam();
-  absl::Status s = parallel::testing::RunRanks(sc.world_size, [&sc](int rank, int w, int port) {
-    return testing::CheckSyntheticDecodes("ltx2", {sc.latent_shape}, kPerDecode, rank, w, port, kGroup, Tolerances());
-  }, absl::Seconds(240));
+  absl::Status s = parallel::testing::RunRanks(
+      sc.world_size,
+      [&sc](int rank, int w, int port) {
+        return testing::CheckSyntheticDecodes("ltx2", {sc.latent_shape}, kPerDecode, rank, w, port, kGroup,
+                                              Tolerances());
+      },
+      absl::Seconds(240));
   EXPECT_TRUE(s.ok()) << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    BatchTwoSeveralFrames, LTX2ExactDecodeSynthetic,
-    ::testing::Values(
-        // Bands 2,1,1,1: 1-row bands at both global edges and inside.
-        SyntheticCase{"h5_ws4", {2, 128, 2, 5, 3}, 4},
-        // Bands 3,2,2; 4 frames -> 25.
-        SyntheticCase{"h7_ws3", {1, 128, 4, 7, 2}, 3},
-        // Bands 2,1 and a single frame (every upsampler drops to 1 frame).
-        SyntheticCase{"h3_ws2_t1", {2, 128, 1, 3, 4}, 2}),
-    [](const ::testing::TestParamInfo<SyntheticCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(BatchTwoSeveralFrames, LTX2ExactDecodeSynthetic,
+                         ::testing::Values(
+                             // Bands 2,1,1,1: 1-row bands at both global edges and inside.
+                             SyntheticCase{"h5_ws4", {2, 128, 2, 5, 3}, 4},
+                             // Bands 3,2,2; 4 frames -> 25.
+                             SyntheticCase{"h7_ws3", {1, 128, 4, 7, 2}, 3},
+                             // Bands 2,1 and a single frame (every upsampler drops to 1 frame).
+                             SyntheticCase{"h3_ws2_t1", {2, 128, 1, 3, 4}, 2}),
+                         [](const ::testing::TestParamInfo<SyntheticCase>& info) { return info.param.name; });
 
 TEST(LTX2ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
   for (int world : {1, 2, 4}) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) {
-      // 2 then 3 frames: the same count at any number of frames.
-      return testing::CheckSyntheticDecodes("ltx2", {{1, 128, 2, 5, 3}, {1, 128, 3, 5, 3}}, kPerDecode, rank, w, port,
-                                            kGroup, Tolerances());
-    }, absl::Seconds(180));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) {
+          // 2 then 3 frames: the same count at any number of frames.
+          return testing::CheckSyntheticDecodes("ltx2", {{1, 128, 2, 5, 3}, {1, 128, 3, 5, 3}}, kPerDecode, rank, w,
+                                                port, kGroup, Tolerances());
+        },
+        absl::Seconds(180));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
@@ -114,16 +117,20 @@ TEST(LTX2ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
 // ran. The group stays in step: the next decode is right.
 TEST(LTX2ExactDecodeGroup, ACancelStopsEveryRankWithinWMinusOneConvolutions) {
   for (int world : {2, 3, 4}) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<parallel::CommStats> stopped =
-          testing::DecodeCancelledFromTheStart("ltx2", {1, 128, 2, 5, 3}, rank, w, port, kGroup, Tolerances());
-      if (!stopped.ok()) return stopped.status();
-      if (stopped->ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
-          stopped->ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
-        return absl::InternalError(absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped->ToString()));
-      }
-      return absl::OkStatus();
-    }, absl::Seconds(180));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) -> absl::Status {
+          absl::StatusOr<parallel::CommStats> stopped =
+              testing::DecodeCancelledFromTheStart("ltx2", {1, 128, 2, 5, 3}, rank, w, port, kGroup, Tolerances());
+          if (!stopped.ok()) return stopped.status();
+          if (stopped->ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
+              stopped->ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
+            return absl::InternalError(
+                absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped->ToString()));
+          }
+          return absl::OkStatus();
+        },
+        absl::Seconds(180));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }

@@ -67,12 +67,15 @@ testing::ExpectedCollectives PerDecode(int64_t windows) { return {0, 0, 2 * wind
 TEST(MiniMaxH3ExactDecodeGroup, BatchTwoOneRowBandsSeveralWindowsAndCollectiveCounts) {
   for (int world : {1, 2, 4}) {
     for (const auto& [shape, windows] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{
-             {{2, 24, 7, 5, 3}, 1},    // bands 2,1,1,1 at 4 ranks; batch 2
+             {{2, 24, 7, 5, 3}, 1},      // bands 2,1,1,1 at 4 ranks; batch 2
              {{1, 24, 12, 6, 2}, 2}}) {  // two windows, cross-faded
-      absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) {
-        return testing::CheckSyntheticDecodes("minimax_h3", {shape}, PerDecode(windows), rank, w, port, kGroup,
-                                              Tolerances());
-      }, absl::Seconds(180));
+      absl::Status s = parallel::testing::RunRanks(
+          world,
+          [&](int rank, int w, int port) {
+            return testing::CheckSyntheticDecodes("minimax_h3", {shape}, PerDecode(windows), rank, w, port, kGroup,
+                                                  Tolerances());
+          },
+          absl::Seconds(180));
       EXPECT_TRUE(s.ok()) << "world size " << world << ", latent [" << absl::StrJoin(shape, ", ") << "]: " << s;
     }
   }
@@ -80,42 +83,46 @@ TEST(MiniMaxH3ExactDecodeGroup, BatchTwoOneRowBandsSeveralWindowsAndCollectiveCo
 
 TEST(MiniMaxH3ExactDecodeGroup, ZeroRegisterTokensShareOnlyTheClsToken) {
   for (int world : {1, 3, 4}) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) -> absl::Status {
-      absl::StatusOr<std::unique_ptr<families::ModelFiles>> files =
-          families::ModelFiles::Open(testing::FixturePath("minimax_h3"));
-      if (!files.ok()) return files.status();
-      nlohmann::json config = (*files)->config();
-      config["decoder_num_register_tokens"] = 0;
-      absl::StatusOr<families::minimax_h3::MiniMaxH3Config> c =
-          families::minimax_h3::MiniMaxH3Config::FromJson(config, "zero registers");
-      if (!c.ok()) return c.status();
-      families::minimax_h3::MiniMaxH3Decoder decoder(*c, config.dump());
-      // The fixture's trained-shaped weights but for the register tokens
-      // (diffusers' zero init would make every block an identity).
-      absl::StatusOr<std::unique_ptr<families::Decoder>> fixture = testing::LoadFixtureDecoder("minimax_h3");
-      if (!fixture.ok()) return fixture.status();
-      auto* with_registers = dynamic_cast<families::minimax_h3::MiniMaxH3Decoder*>(fixture->get());
-      if (with_registers == nullptr) return absl::InternalError("the fixture is not a MiniMax-H3 decoder");
-      {
-        at::NoGradGuard no_grad;
-        const auto source = with_registers->module()->named_parameters();
-        for (auto& item : decoder.module()->named_parameters()) {
-          if (item.key() != "decoder.register_tokens") item.value().copy_(source[item.key()]);
-        }
-      }
-      absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = testing::JoinTestGroup(rank, w, port, kGroup);
-      if (!comm.ok()) return comm.status();
-      at::Tensor latent;
-      if (rank == worker::kLeader) {
-        at::manual_seed(5);
-        latent = at::randn({2, 24, 8, 4, 3});  // 4 rows: bands 2,1,1 / 1,1,1,1
-      }
-      testing::GroupCheckOptions o = Tolerances();
-      o.what = "minimax_h3 without register tokens";
-      absl::StatusOr<testing::GroupDecodeCheck> checked = testing::DecodeWithGroupAndCheck(decoder, **comm, latent, o);
-      if (!checked.ok()) return checked.status();
-      return testing::CheckCollectives(checked->stats, PerDecode(2), w, o.what);
-    }, absl::Seconds(180));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) -> absl::Status {
+          absl::StatusOr<std::unique_ptr<families::ModelFiles>> files =
+              families::ModelFiles::Open(testing::FixturePath("minimax_h3"));
+          if (!files.ok()) return files.status();
+          nlohmann::json config = (*files)->config();
+          config["decoder_num_register_tokens"] = 0;
+          absl::StatusOr<families::minimax_h3::MiniMaxH3Config> c =
+              families::minimax_h3::MiniMaxH3Config::FromJson(config, "zero registers");
+          if (!c.ok()) return c.status();
+          families::minimax_h3::MiniMaxH3Decoder decoder(*c, config.dump());
+          // The fixture's trained-shaped weights but for the register tokens
+          // (diffusers' zero init would make every block an identity).
+          absl::StatusOr<std::unique_ptr<families::Decoder>> fixture = testing::LoadFixtureDecoder("minimax_h3");
+          if (!fixture.ok()) return fixture.status();
+          auto* with_registers = dynamic_cast<families::minimax_h3::MiniMaxH3Decoder*>(fixture->get());
+          if (with_registers == nullptr) return absl::InternalError("the fixture is not a MiniMax-H3 decoder");
+          {
+            at::NoGradGuard no_grad;
+            const auto source = with_registers->module()->named_parameters();
+            for (auto& item : decoder.module()->named_parameters()) {
+              if (item.key() != "decoder.register_tokens") item.value().copy_(source[item.key()]);
+            }
+          }
+          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = testing::JoinTestGroup(rank, w, port, kGroup);
+          if (!comm.ok()) return comm.status();
+          at::Tensor latent;
+          if (rank == worker::kLeader) {
+            at::manual_seed(5);
+            latent = at::randn({2, 24, 8, 4, 3});  // 4 rows: bands 2,1,1 / 1,1,1,1
+          }
+          testing::GroupCheckOptions o = Tolerances();
+          o.what = "minimax_h3 without register tokens";
+          absl::StatusOr<testing::GroupDecodeCheck> checked =
+              testing::DecodeWithGroupAndCheck(decoder, **comm, latent, o);
+          if (!checked.ok()) return checked.status();
+          return testing::CheckCollectives(checked->stats, PerDecode(2), w, o.what);
+        },
+        absl::Seconds(180));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }

@@ -7,21 +7,19 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "device/counting_cpu_allocator.h"
 #include "families/autoencoder_kl/embedded_default.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "tiling/tiled_decode.h"
-#include "device/counting_cpu_allocator.h"
 #include "worker/decode_plan.h"
 #include "worker/tiled_group_decode.h"
 
 namespace vaedecode {
 namespace {
 
-std::unique_ptr<families::Decoder> SmallDecoder() {
-  return families::autoencoder_kl::MakeSmallSeededAutoencoderKL();
-}
+std::unique_ptr<families::Decoder> SmallDecoder() { return families::autoencoder_kl::MakeSmallSeededAutoencoderKL(); }
 
 at::Tensor Latent() {
   at::manual_seed(7);
@@ -58,17 +56,23 @@ absl::Status RunTiled(int rank, int world, int port, int64_t tile, int oom_rank,
 
 TEST(TiledGroupDecode, SpreadTilesEqualTheSingleRankTiledDecode) {
   for (int world : {1, 2, 3}) {
-    absl::Status s = parallel::testing::RunRanks(world, [](int rank, int w, int port) {
-      return RunTiled(rank, w, port, /*tile=*/40, /*oom_rank=*/-1, /*want_retries=*/0);
-    }, absl::Seconds(120));
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) {
+          return RunTiled(rank, w, port, /*tile=*/40, /*oom_rank=*/-1, /*want_retries=*/0);
+        },
+        absl::Seconds(120));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
 
 TEST(TiledGroupDecode, OneRanksOutOfMemoryMovesEveryRankToTheFloorTile) {
-  absl::Status s = parallel::testing::RunRanks(2, [](int rank, int w, int port) {
-    return RunTiled(rank, w, port, /*tile=*/56, /*oom_rank=*/1, /*want_retries=*/1);
-  }, absl::Seconds(120));
+  absl::Status s = parallel::testing::RunRanks(
+      2,
+      [](int rank, int w, int port) {
+        return RunTiled(rank, w, port, /*tile=*/56, /*oom_rank=*/1, /*want_retries=*/1);
+      },
+      absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
 }
 

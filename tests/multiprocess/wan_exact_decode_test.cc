@@ -71,20 +71,22 @@ class WanExactDecode : public ::testing::TestWithParam<testing::FixtureCaseAtWor
 
 TEST_P(WanExactDecode, EqualsDenseAndDiffusers) {
   const auto& [c, world] = GetParam();
-  absl::Status s = parallel::testing::RunRanks(world, [&c = c](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-    if (!comm.ok()) return comm.status();
-    absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
-    if (!latent.ok()) return latent.status();
-    return DecodeAndCheck(**decoder, **comm, *latent, c.expected_file, c.fixture + "/" + c.name).status();
-  }, absl::Seconds(120));
+  absl::Status s = parallel::testing::RunRanks(
+      world,
+      [&c = c](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+        if (!comm.ok()) return comm.status();
+        absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
+        if (!latent.ok()) return latent.status();
+        return DecodeAndCheck(**decoder, **comm, *latent, c.expected_file, c.fixture + "/" + c.name).status();
+      },
+      absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, WanExactDecode,
-                         ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
+INSTANTIATE_TEST_SUITE_P(Fixtures, WanExactDecode, ::testing::ValuesIn(testing::FixtureCasesAtWorldSizes(kClasses)),
                          testing::FixtureCaseAtWorldName);
 
 TEST(WanExactDecodeCoverage, EveryWanAndQwenImageFixtureIsTested) {
@@ -102,31 +104,33 @@ class WanExactDecodeSynthetic : public ::testing::TestWithParam<SyntheticCase> {
 
 TEST_P(WanExactDecodeSynthetic, EqualsDense) {
   const SyntheticCase sc = GetParam();
-  absl::Status s = parallel::testing::RunRanks(sc.world_size, [&](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(sc.fixture);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-    if (!comm.ok()) return comm.status();
-    at::Tensor latent;
-    if (rank == worker::kLeader) {
-      at::manual_seed(17);
-      latent = at::randn(sc.latent_shape);
-    }
-    return DecodeAndCheck(**decoder, **comm, latent, "", sc.fixture + " synthetic").status();
-  }, absl::Seconds(180));
+  absl::Status s = parallel::testing::RunRanks(
+      sc.world_size,
+      [&](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(sc.fixture);
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+        if (!comm.ok()) return comm.status();
+        at::Tensor latent;
+        if (rank == worker::kLeader) {
+          at::manual_seed(17);
+          latent = at::randn(sc.latent_shape);
+        }
+        return DecodeAndCheck(**decoder, **comm, latent, "", sc.fixture + " synthetic").status();
+      },
+      absl::Seconds(180));
   EXPECT_TRUE(s.ok()) << s;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    BatchTwoSeveralFrames, WanExactDecodeSynthetic,
-    ::testing::Values(
-        // Bands 2,1,1,1; T=3 -> 9 frames through two temporal upsamplers.
-        SyntheticCase{"wan21", {2, 16, 3, 5, 3}, 4},
-        // Residual up blocks, DupUp3D shortcuts and the unpatchify; bands 3,2,2.
-        SyntheticCase{"wan22", {2, 48, 3, 7, 4}, 3},
-        // Qwen-Image decoding a short video (its decoder is causal 3D too).
-        SyntheticCase{"qwenimage", {2, 16, 2, 6, 3}, 2}),
-    [](const ::testing::TestParamInfo<SyntheticCase>& info) { return info.param.fixture; });
+INSTANTIATE_TEST_SUITE_P(BatchTwoSeveralFrames, WanExactDecodeSynthetic,
+                         ::testing::Values(
+                             // Bands 2,1,1,1; T=3 -> 9 frames through two temporal upsamplers.
+                             SyntheticCase{"wan21", {2, 16, 3, 5, 3}, 4},
+                             // Residual up blocks, DupUp3D shortcuts and the unpatchify; bands 3,2,2.
+                             SyntheticCase{"wan22", {2, 48, 3, 7, 4}, 3},
+                             // Qwen-Image decoding a short video (its decoder is causal 3D too).
+                             SyntheticCase{"qwenimage", {2, 16, 2, 6, 3}, 2}),
+                         [](const ::testing::TestParamInfo<SyntheticCase>& info) { return info.param.fixture; });
 
 // Collectives of one exact decode at world size > 1, from the layer
 // structure. Per latent frame (diffusers decodes one at a time, and every
@@ -158,37 +162,40 @@ TEST(WanExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
     }
     ASSERT_FALSE(c.fixture.empty()) << k.fixture << "/" << k.name;
     for (int world : {1, 2, 4}) {
-      absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
-        absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
-        if (!latent.ok()) return latent.status();
-        at::Tensor first;
-        for (int repeat = 0; repeat < 3; ++repeat) {
-          absl::StatusOr<Checked> checked = DecodeAndCheck(**decoder, **comm, *latent, c.expected_file, c.fixture);
-          if (!checked.ok()) return checked.status();
-          const parallel::CommStats& st = checked->stats;
-          const bool sharded = w > 1;
-          const int64_t halo = sharded ? kHaloPerFrame * k.frames : 0;
-          const int64_t kv = sharded ? k.frames : 0;
-          const int64_t want = sharded ? halo + kv + k.frames : 0;
-          if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != halo ||
-              st.ForKind(parallel::CallKind::kAttentionKV).calls != kv) {
-            return absl::InternalError(absl::StrCat(c.fixture, " decode ", repeat, " made ", st.collectives(),
-                                                    " collectives, want ", want, ": ", st.ToString()));
-          }
-          if (rank != worker::kLeader) continue;
-          // The cache starts empty on every call: repeats are bit-identical.
-          if (repeat == 0) {
-            first = checked->sample;
-          } else if (!checked->sample.equal(first)) {
-            return absl::InternalError(absl::StrCat(c.fixture, " decode ", repeat, " differs from decode 0"));
-          }
-        }
-        return absl::OkStatus();
-      }, absl::Seconds(180));
+      absl::Status s = parallel::testing::RunRanks(
+          world,
+          [&](int rank, int w, int port) -> absl::Status {
+            absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+            if (!decoder.ok()) return decoder.status();
+            absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+            if (!comm.ok()) return comm.status();
+            absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
+            if (!latent.ok()) return latent.status();
+            at::Tensor first;
+            for (int repeat = 0; repeat < 3; ++repeat) {
+              absl::StatusOr<Checked> checked = DecodeAndCheck(**decoder, **comm, *latent, c.expected_file, c.fixture);
+              if (!checked.ok()) return checked.status();
+              const parallel::CommStats& st = checked->stats;
+              const bool sharded = w > 1;
+              const int64_t halo = sharded ? kHaloPerFrame * k.frames : 0;
+              const int64_t kv = sharded ? k.frames : 0;
+              const int64_t want = sharded ? halo + kv + k.frames : 0;
+              if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != halo ||
+                  st.ForKind(parallel::CallKind::kAttentionKV).calls != kv) {
+                return absl::InternalError(absl::StrCat(c.fixture, " decode ", repeat, " made ", st.collectives(),
+                                                        " collectives, want ", want, ": ", st.ToString()));
+              }
+              if (rank != worker::kLeader) continue;
+              // The cache starts empty on every call: repeats are bit-identical.
+              if (repeat == 0) {
+                first = checked->sample;
+              } else if (!checked->sample.equal(first)) {
+                return absl::InternalError(absl::StrCat(c.fixture, " decode ", repeat, " differs from decode 0"));
+              }
+            }
+            return absl::OkStatus();
+          },
+          absl::Seconds(180));
       EXPECT_TRUE(s.ok()) << k.fixture << " at world size " << world << ": " << s;
     }
   }
@@ -202,48 +209,51 @@ TEST(WanExactDecodeGroup, FramesReachTheLeaderChunkByChunk) {
   for (int world : {1, 2, 3}) {
     for (worker::DecodeMode requested : {worker::DecodeMode::kExact, worker::DecodeMode::kDense}) {
       if (world == 1 && requested == worker::DecodeMode::kExact) continue;
-      absl::Status s = parallel::testing::RunRanks(world, [&](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture("wan21");
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
-        at::manual_seed(23);
-        worker::DecodeJob job;
-        job.latent = at::randn({1, 16, 5, 6, 4});
-        worker::PlanningContext context;
-        context.requested = requested;
-        context.world_size = w;
-        absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(**decoder, job, context);
-        if (!plan.ok()) return plan.status();
-        std::vector<std::pair<int64_t, at::Tensor>> seen;
-        worker::ExecuteOptions options;
-        options.progress.frames_ready = [&](const at::Tensor& frames, int64_t first) {
-          seen.emplace_back(first, frames.clone());
-        };
-        absl::StatusOr<worker::GroupDecodeResult> result =
-            worker::ExecutePlan(**decoder, **comm, *plan, rank == worker::kLeader ? options : worker::ExecuteOptions{});
-        if (!result.ok()) return result.status();
-        if (rank != worker::kLeader) return absl::OkStatus();
-        const std::string what = absl::StrCat("world ", w, " mode ", static_cast<int>(result->mode));
-        const std::vector<int64_t> firsts = {0, 1, 5, 9, 13};
-        if (seen.size() != firsts.size()) {
-          return absl::InternalError(absl::StrCat(what, ": ", seen.size(), " chunks of frames, want 5"));
-        }
-        std::vector<at::Tensor> parts;
-        for (size_t i = 0; i < seen.size(); ++i) {
-          if (seen[i].first != firsts[i] || seen[i].second.size(2) != (i == 0 ? 1 : 4) ||
-              seen[i].second.size(3) != result->sample.size(3)) {
-            return absl::InternalError(absl::StrCat(what, ": chunk ", i, " starts at frame ", seen[i].first,
-                                                    " with ", seen[i].second.size(2), " frames of ",
-                                                    seen[i].second.size(3), " rows"));
-          }
-          parts.push_back(seen[i].second);
-        }
-        if (!at::cat(parts, 2).equal(result->sample)) {
-          return absl::InternalError(absl::StrCat(what, ": the chunks are not the output"));
-        }
-        return absl::OkStatus();
-      }, absl::Seconds(120));
+      absl::Status s = parallel::testing::RunRanks(
+          world,
+          [&](int rank, int w, int port) -> absl::Status {
+            absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture("wan21");
+            if (!decoder.ok()) return decoder.status();
+            absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+            if (!comm.ok()) return comm.status();
+            at::manual_seed(23);
+            worker::DecodeJob job;
+            job.latent = at::randn({1, 16, 5, 6, 4});
+            worker::PlanningContext context;
+            context.requested = requested;
+            context.world_size = w;
+            absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(**decoder, job, context);
+            if (!plan.ok()) return plan.status();
+            std::vector<std::pair<int64_t, at::Tensor>> seen;
+            worker::ExecuteOptions options;
+            options.progress.frames_ready = [&](const at::Tensor& frames, int64_t first) {
+              seen.emplace_back(first, frames.clone());
+            };
+            absl::StatusOr<worker::GroupDecodeResult> result = worker::ExecutePlan(
+                **decoder, **comm, *plan, rank == worker::kLeader ? options : worker::ExecuteOptions{});
+            if (!result.ok()) return result.status();
+            if (rank != worker::kLeader) return absl::OkStatus();
+            const std::string what = absl::StrCat("world ", w, " mode ", static_cast<int>(result->mode));
+            const std::vector<int64_t> firsts = {0, 1, 5, 9, 13};
+            if (seen.size() != firsts.size()) {
+              return absl::InternalError(absl::StrCat(what, ": ", seen.size(), " chunks of frames, want 5"));
+            }
+            std::vector<at::Tensor> parts;
+            for (size_t i = 0; i < seen.size(); ++i) {
+              if (seen[i].first != firsts[i] || seen[i].second.size(2) != (i == 0 ? 1 : 4) ||
+                  seen[i].second.size(3) != result->sample.size(3)) {
+                return absl::InternalError(absl::StrCat(what, ": chunk ", i, " starts at frame ", seen[i].first,
+                                                        " with ", seen[i].second.size(2), " frames of ",
+                                                        seen[i].second.size(3), " rows"));
+              }
+              parts.push_back(seen[i].second);
+            }
+            if (!at::cat(parts, 2).equal(result->sample)) {
+              return absl::InternalError(absl::StrCat(what, ": the chunks are not the output"));
+            }
+            return absl::OkStatus();
+          },
+          absl::Seconds(120));
       EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
     }
   }
@@ -256,26 +266,29 @@ TEST(WanExactDecodeGroup, BandsThinnerThanTheHaloFallBackToDense) {
     if (f.fixture == "wan21" && f.name == "t2") c = f;
   }
   ASSERT_FALSE(c.fixture.empty());
-  absl::Status s = parallel::testing::RunRanks(6, [&](int rank, int w, int port) -> absl::Status {
-    absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-    if (!decoder.ok()) return decoder.status();
-    absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-    if (!comm.ok()) return comm.status();
-    absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
-    if (!latent.ok()) return latent.status();
-    absl::StatusOr<worker::GroupDecodeResult> result =
-        testing::PlanAndExecute(**decoder, **comm, **comm, worker::DecodeJob{*latent});
-    if (!result.ok()) return result.status();
-    // Every rank learns the mode from the job header; the leader also has the reason.
-    if (result->mode != worker::DecodeMode::kDense ||
-        (rank == worker::kLeader && result->reason.find("thinner than the conv halo") == std::string::npos)) {
-      return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, ")"));
-    }
-    if (rank != worker::kLeader) return absl::OkStatus();
-    absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
-    if (!expected.ok()) return expected.status();
-    return ExpectTensorClose(result->sample, *expected, kVsDiffusers, 0, "dense fallback vs diffusers");
-  }, absl::Seconds(120));
+  absl::Status s = parallel::testing::RunRanks(
+      6,
+      [&](int rank, int w, int port) -> absl::Status {
+        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
+        if (!decoder.ok()) return decoder.status();
+        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
+        if (!comm.ok()) return comm.status();
+        absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
+        if (!latent.ok()) return latent.status();
+        absl::StatusOr<worker::GroupDecodeResult> result =
+            testing::PlanAndExecute(**decoder, **comm, **comm, worker::DecodeJob{*latent});
+        if (!result.ok()) return result.status();
+        // Every rank learns the mode from the job header; the leader also has the reason.
+        if (result->mode != worker::DecodeMode::kDense ||
+            (rank == worker::kLeader && result->reason.find("thinner than the conv halo") == std::string::npos)) {
+          return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, ")"));
+        }
+        if (rank != worker::kLeader) return absl::OkStatus();
+        absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
+        if (!expected.ok()) return expected.status();
+        return ExpectTensorClose(result->sample, *expected, kVsDiffusers, 0, "dense fallback vs diffusers");
+      },
+      absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
 }
 

@@ -79,12 +79,11 @@ class WellBehavedClient {
 
 TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
   const std::string repo = FixtureRepository({"sd_kl"});
-  auto server = StartServing(
-      RealWorkerFlags(repo, "cpu:2", 2,
-                      {"--memory_budget_mib=512", "--heartbeat_timeout_s=2", "--stream_stall_timeout_s=2",
-                       "--max_output_pixels=0,sd_kl=3000000", "--max_message_bytes=4194304",
-                       "--chunk_bytes=65536", "--max_queue=64"}),
-      {"sd_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:2", 2,
+                                             {"--memory_budget_mib=512", "--heartbeat_timeout_s=2",
+                                              "--stream_stall_timeout_s=2", "--max_output_pixels=0,sd_kl=3000000",
+                                              "--max_message_bytes=4194304", "--chunk_bytes=65536", "--max_queue=64"}),
+                             {"sd_kl"});
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(server->WaitWorkers(2, absl::Seconds(10)).ok());
   int sent = 0;  // calls this test makes, besides the well-behaved client's
@@ -146,11 +145,10 @@ TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
   {
     const std::unique_ptr<v1::VaeDecoder::Stub> slow = server->SlowReaderStub();
     ++sent;
-    const DecodeOutcome stalled =
-        Decode(*slow, SyntheticRequest("sd_kl", {64, 4, 16, 16}, "stalls"), absl::Seconds(60),
-               [](int n, grpc::ClientContext&) {
-                 if (n == 1) absl::SleepFor(absl::Seconds(5));
-               });
+    const DecodeOutcome stalled = Decode(*slow, SyntheticRequest("sd_kl", {64, 4, 16, 16}, "stalls"), absl::Seconds(60),
+                                         [](int n, grpc::ClientContext&) {
+                                           if (n == 1) absl::SleepFor(absl::Seconds(5));
+                                         });
     EXPECT_EQ(stalled.status.error_code(), grpc::StatusCode::CANCELLED) << stalled.status.error_message();
   }
 

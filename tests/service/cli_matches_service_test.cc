@@ -36,10 +36,9 @@ struct CliDecode {
 
 CliDecode RunCli(const std::string& fixture, const std::string& flags, const std::string& name) {
   const std::string out = absl::StrCat(TempDir("cli"), "/", fixture, "_", name, ".safetensors");
-  const CommandResult run = RunCommand(absl::StrCat(Runfile("cli/vaedecode"), " decode --model ",
-                                                    FixturePath(fixture), " --latent ",
-                                                    FixturePath(fixture + "/latent.safetensors"), " --out ", out, " ",
-                                                    flags));
+  const CommandResult run =
+      RunCommand(absl::StrCat(Runfile("cli/vaedecode"), " decode --model ", FixturePath(fixture), " --latent ",
+                              FixturePath(fixture + "/latent.safetensors"), " --out ", out, " ", flags));
   EXPECT_EQ(run.status, 0) << run.output;
   CliDecode decode{run.output, {}};
   if (run.status == 0) decode.sample = ReadFloat(out);
@@ -64,20 +63,22 @@ void ExpectCliMatchesService(ServerProcess& server, const std::string& fixture, 
     SCOPED_TRACE(c.cli_mode);
     if (c.mode == v1::MODE_TILED && !tiled) {
       // Refused by both, naming the problem.
-      const DecodeOutcome served = Decode(
-          server.stub(), FixtureRequest(fixture, FixturePath(fixture + "/latent.safetensors"), v1::OUTPUT_FLOAT32, c.mode));
+      const DecodeOutcome served =
+          Decode(server.stub(),
+                 FixtureRequest(fixture, FixturePath(fixture + "/latent.safetensors"), v1::OUTPUT_FLOAT32, c.mode));
       EXPECT_EQ(served.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
       EXPECT_THAT(served.status.error_message(), HasSubstr("cannot be decoded in TILED mode"));
-      const CommandResult run = RunCommand(absl::StrCat(Runfile("cli/vaedecode"), " decode --model ",
-                                                        FixturePath(fixture), " --latent ",
-                                                        FixturePath(fixture + "/latent.safetensors"), " --out ",
-                                                        TempDir("cli"), "/refused.safetensors --mode tiled"));
+      const CommandResult run =
+          RunCommand(absl::StrCat(Runfile("cli/vaedecode"), " decode --model ", FixturePath(fixture), " --latent ",
+                                  FixturePath(fixture + "/latent.safetensors"), " --out ", TempDir("cli"),
+                                  "/refused.safetensors --mode tiled"));
       EXPECT_NE(run.status, 0);
       EXPECT_THAT(run.output, HasSubstr("is not decoded in spatial tiles"));
       continue;
     }
-    const DecodeOutcome served = Decode(
-        server.stub(), FixtureRequest(fixture, FixturePath(fixture + "/latent.safetensors"), v1::OUTPUT_FLOAT32, c.mode));
+    const DecodeOutcome served =
+        Decode(server.stub(),
+               FixtureRequest(fixture, FixturePath(fixture + "/latent.safetensors"), v1::OUTPUT_FLOAT32, c.mode));
     ExpectOk(served);
     const CliDecode cli = RunCli(fixture, c.cli_flags, c.cli_mode);
     ASSERT_FALSE(cli.sample.data.empty()) << cli.line;
@@ -119,8 +120,7 @@ TEST(CliMatchesService, DenseExactAndTiledDecodesAreTheSame) {
   // MiniMax-H3's 9 latent frames make 30 frames of 48x80 (its windows; the
   // causal formula would say 33): the limit admits exactly that.
   std::unique_ptr<ServerProcess> server = StartServing(
-      RealWorkerFlags(FixtureRepository(fixtures), "cpu:2", 2, {"--max_output_pixels=0,minimax_h3=115200"}),
-      fixtures);
+      RealWorkerFlags(FixtureRepository(fixtures), "cpu:2", 2, {"--max_output_pixels=0,minimax_h3=115200"}), fixtures);
   ASSERT_NE(server, nullptr);
   for (const std::string& fixture : fixtures) ExpectCliMatchesService(*server, fixture, fixture != "minimax_h3");
 

@@ -25,8 +25,8 @@ using ::testing::HasSubstr;
 constexpr int64_t kBudgetMib = 189 + 330;
 
 TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndRefusesWhatCanNeverFit) {
-  std::unique_ptr<ServerProcess> server = StartServing(
-      RealWorkerFlags("", "cpu:2", 2, {absl::StrCat("--memory_budget_mib=", kBudgetMib)}), {"default"});
+  std::unique_ptr<ServerProcess> server =
+      StartServing(RealWorkerFlags("", "cpu:2", 2, {absl::StrCat("--memory_budget_mib=", kBudgetMib)}), {"default"});
   ASSERT_NE(server, nullptr);
 
   grpc::ClientContext info_ctx;
@@ -85,8 +85,8 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndRefusesWhatCanNeverFit
       squared += d * d;
     }
   }
-  const std::string plans = absl::StrCat("float32: ", tiled.output.header().tile_plan(),
-                                         "; png: ", png.output.header().tile_plan());
+  const std::string plans =
+      absl::StrCat("float32: ", tiled.output.header().tile_plan(), "; png: ", png.output.header().tile_plan());
   if (tiled.output.header().tile_plan() == png.output.header().tile_plan()) {
     EXPECT_EQ(off_by_more, 0) << plans;
   } else {

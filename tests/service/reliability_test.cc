@@ -23,11 +23,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "tests/fixtures/fixture_paths.h"
-#include "tests/service/service_checks.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "tests/service/service_checks.h"
 #include "tests/service/service_harness.h"
 
 namespace vaedecode::testing {
@@ -36,9 +36,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // A decode of several seconds on sd_kl (about 10 ms per [4, 16, 16] latent).
-v1::DecodeRequest Long(const std::string& id) {
-  return SyntheticRequest("sd_kl", {512, 4, 16, 16}, id);
-}
+v1::DecodeRequest Long(const std::string& id) { return SyntheticRequest("sd_kl", {512, 4, 16, 16}, id); }
 
 v1::DecodeRequest Small(const std::string& id = "") {
   v1::DecodeRequest r = FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"));
@@ -55,14 +53,12 @@ std::string ReadText(const std::string& path) {
   return s.str();
 }
 
-
 // Without heartbeats a SIGSTOPped rank is found only by the collective
 // timeout (300 s here): the request would run into its client's deadline.
 TEST(ReliabilityTest, AStoppedRankIsFoundWithinSecondsAndTheGroupIsRebuilt) {
   const std::string repo = FixtureRepository({"sd_kl"});
   auto server = StartServing(
-      RealWorkerFlags(repo, "cpu:2", 2, {"--heartbeat_timeout_s=2", "--collective_timeout_s=300"}),
-      {"sd_kl"});
+      RealWorkerFlags(repo, "cpu:2", 2, {"--heartbeat_timeout_s=2", "--collective_timeout_s=300"}), {"sd_kl"});
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(server->WaitWorkers(2, absl::Seconds(10)).ok());
 
@@ -82,30 +78,24 @@ TEST(ReliabilityTest, AStoppedRankIsFoundWithinSecondsAndTheGroupIsRebuilt) {
     // The heartbeat timeout plus the supervisor's poll; far below any collective timeout.
     EXPECT_LT(absl::Now() - stopped, absl::Seconds(10));
   }
-  ASSERT_TRUE(
-      server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
+  ASSERT_TRUE(server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
   ExpectReached(server->WaitMetric("vaedecode_worker_restarts_total", {"group=\"g0\""}, 1));
   ExpectOk(Decode(server->stub(), Small()));
 
   // An idle leader stops: health goes NOT_SERVING and the group is rebuilt
   // on its own; a request sent meanwhile is answered, not left hanging.
-  absl::StatusOr<std::vector<WorkerProcess>> rebuilt =
-      server->WaitWorkers(2, absl::Seconds(10), peer.group);
+  absl::StatusOr<std::vector<WorkerProcess>> rebuilt = server->WaitWorkers(2, absl::Seconds(10), peer.group);
   ASSERT_TRUE(rebuilt.ok()) << rebuilt.status();
   const WorkerProcess leader = Rank(*server, 0);
   ASSERT_GT(leader.pid, 0);
   ASSERT_EQ(kill(leader.pid, SIGSTOP), 0);
   const absl::Time stopped = absl::Now();
-  const DecodeOutcome during = Decode(server->stub(), Small("while-the-leader-is-stopped"),
-                                      absl::Seconds(120));
-  EXPECT_TRUE(during.status.ok() ||
-              during.status.error_code() == grpc::StatusCode::UNAVAILABLE)
+  const DecodeOutcome during = Decode(server->stub(), Small("while-the-leader-is-stopped"), absl::Seconds(120));
+  EXPECT_TRUE(during.status.ok() || during.status.error_code() == grpc::StatusCode::UNAVAILABLE)
       << during.status.error_message();
   EXPECT_LT(absl::Now() - stopped, absl::Seconds(30));
-  ExpectReached(server->WaitMetric("vaedecode_worker_restarts_total", {"group=\"g0\""}, 2,
-                                   absl::Seconds(30)));
-  ASSERT_TRUE(
-      server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
+  ExpectReached(server->WaitMetric("vaedecode_worker_restarts_total", {"group=\"g0\""}, 2, absl::Seconds(30)));
+  ASSERT_TRUE(server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
   ExpectOk(Decode(server->stub(), Small()));
   EXPECT_THAT(server->Log(), HasSubstr("stopped answering: no heartbeat for"));
 }
@@ -128,9 +118,10 @@ TEST(ReliabilityTest, ACancelledDenseDecodeOnAGroupLeavesItInStep) {
     EXPECT_EQ(cancelled.Join().status.error_code(), grpc::StatusCode::CANCELLED);
     // EXACT needs both ranks: answered at once, and right.
     const absl::Time t0 = absl::Now();
-    const DecodeOutcome next = Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"),
-                                                                     v1::OUTPUT_FLOAT32, v1::MODE_EXACT),
-                                      absl::Seconds(30));
+    const DecodeOutcome next =
+        Decode(server->stub(),
+               FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"), v1::OUTPUT_FLOAT32, v1::MODE_EXACT),
+               absl::Seconds(30));
     ExpectMatches(next, ReadFloat(FixturePath("sd_kl/expected.safetensors")), v1::OUTPUT_FLOAT32);
     EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
   }
@@ -234,9 +225,10 @@ TEST(ReliabilityTest, AnOutOfMemoryInAnExactDecodeOnAGroupIsAnsweredInPlace) {
     EXPECT_EQ(oom.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << oom.status.error_message();
     EXPECT_THAT(oom.status.error_message(), HasSubstr("out of memory"));
     EXPECT_THAT(oom.status.error_message(), HasSubstr("recovered in place"));
-    const DecodeOutcome next = Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"),
-                                                                     v1::OUTPUT_FLOAT32, v1::MODE_EXACT),
-                                      absl::Seconds(60));
+    const DecodeOutcome next =
+        Decode(server->stub(),
+               FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"), v1::OUTPUT_FLOAT32, v1::MODE_EXACT),
+               absl::Seconds(60));
     ExpectMatches(next, ReadFloat(FixturePath("sd_kl/expected.safetensors")), v1::OUTPUT_FLOAT32);
     EXPECT_EQ(next.output.header().mode(), v1::MODE_EXACT);
   }
@@ -278,9 +270,8 @@ TEST(ReliabilityTest, ClientStringsCannotForgeLogLinesOrFields) {
 // Before, the group waited on the client (8 messages of buffer).
 TEST(ReliabilityTest, ASlowReaderDoesNotHoldTheGroupAndAStalledOneIsCancelled) {
   const std::string repo = FixtureRepository({"sd_kl"});
-  auto server = StartServing(
-      RealWorkerFlags(repo, "cpu:1", 1, {"--stream_stall_timeout_s=2", "--chunk_bytes=65536"}),
-      {"sd_kl"});
+  auto server =
+      StartServing(RealWorkerFlags(repo, "cpu:1", 1, {"--stream_stall_timeout_s=2", "--chunk_bytes=65536"}), {"sd_kl"});
   ASSERT_NE(server, nullptr);
   const std::unique_ptr<v1::VaeDecoder::Stub> slow = server->SlowReaderStub();
   // 12.6 MB of float32 output in 64 KiB chunks; the client stops after the header.
@@ -310,10 +301,10 @@ TEST(ReliabilityTest, ASlowReaderDoesNotHoldTheGroupAndAStalledOneIsCancelled) {
 
 TEST(ReliabilityTest, AdmissionRefusesCostlyNonFiniteAndOversizedRequestsAndKeepsServing) {
   const std::string repo = FixtureRepository({"sd_kl"});
-  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1,
-                                             {"--max_output_pixels=0,sd_kl=100000",
-                                              "--max_message_bytes=1048576", "--chunk_bytes=65536"}),
-                             {"sd_kl"});
+  auto server = StartServing(
+      RealWorkerFlags(repo, "cpu:1", 1,
+                      {"--max_output_pixels=0,sd_kl=100000", "--max_message_bytes=1048576", "--chunk_bytes=65536"}),
+      {"sd_kl"});
   ASSERT_NE(server, nullptr);
   // 8 images of 128 x 128 = 131072 pixels.
   grpc::ClientContext ctx;
@@ -342,8 +333,8 @@ TEST(ReliabilityTest, AdmissionRefusesCostlyNonFiniteAndOversizedRequestsAndKeep
   const DecodeOutcome oversized = Decode(server->stub(), SyntheticRequest("sd_kl", {1, 4, 256, 256}));
   EXPECT_EQ(oversized.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(oversized.status.error_message(), HasSubstr("more than this server's --max_message_bytes=1048576"));
-  ExpectReached(server->WaitMetric("vaedecode_rejected_requests_total", {"reason=\"message_too_large\""}, 1,
-                                   absl::Seconds(5)));
+  ExpectReached(
+      server->WaitMetric("vaedecode_rejected_requests_total", {"reason=\"message_too_large\""}, 1, absl::Seconds(5)));
   ExpectMatches(Decode(server->stub(), Small()), ReadFloat(FixturePath("sd_kl/expected.safetensors")),
                 v1::OUTPUT_FLOAT32);
 }
@@ -387,31 +378,27 @@ void ExpectPublicReflectionOnly(const std::shared_ptr<grpc::Channel>& channel) {
   list.set_list_services("");
   absl::StatusOr<std::vector<std::string>> services = ask(list);
   ASSERT_TRUE(services.ok()) << services.status();
-  EXPECT_THAT(*services, ::testing::UnorderedElementsAre(
-                             "vaedecode.v1.VaeDecoder", "inference.GRPCInferenceService", "grpc.health.v1.Health",
-                             "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"));
+  EXPECT_THAT(*services, ::testing::UnorderedElementsAre("vaedecode.v1.VaeDecoder", "inference.GRPCInferenceService",
+                                                         "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                                                         "grpc.reflection.v1alpha.ServerReflection"));
   for (const char* symbol : {"vaedecode.v1.VaeDecoder", "vaedecode.v1.DecodeRequest", "grpc.health.v1.Health",
                              "inference.GRPCInferenceService", "inference.ModelInferRequest"}) {
     Request by_symbol;
     by_symbol.set_file_containing_symbol(symbol);
-    absl::StatusOr<std::vector<std::string>> files =
-        ask(by_symbol);
+    absl::StatusOr<std::vector<std::string>> files = ask(by_symbol);
     ASSERT_TRUE(files.ok()) << symbol << ": " << files.status();
     EXPECT_FALSE(files->empty()) << symbol;
   }
   Request file;
   file.set_file_by_filename("vaedecode/v1/vaedecode.proto");
-  EXPECT_THAT(ask(file).value_or(std::vector<std::string>{}),
-              ::testing::Contains("vaedecode/v1/vaedecode.proto"));
+  EXPECT_THAT(ask(file).value_or(std::vector<std::string>{}), ::testing::Contains("vaedecode/v1/vaedecode.proto"));
   // The server<->worker protocol is linked into the server, never described.
   Request internal_symbol;
   internal_symbol.set_file_containing_symbol("vaedecode.internal.GroupLeader");
-  EXPECT_EQ(ask(internal_symbol).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ask(internal_symbol).status().code(), absl::StatusCode::kNotFound);
   Request internal_file;
   internal_file.set_file_by_filename("vaedecode/internal/worker.proto");
-  EXPECT_EQ(ask(internal_file).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ask(internal_file).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(ReliabilityTest, ReflectionAnswersV1AndV1AlphaAboutThePublicApiOnly) {
@@ -424,7 +411,6 @@ TEST(ReliabilityTest, ReflectionAnswersV1AndV1AlphaAboutThePublicApiOnly) {
                              grpc::reflection::v1alpha::ServerReflectionRequest,
                              grpc::reflection::v1alpha::ServerReflectionResponse>(server->channel());
 }
-
 
 // A CA, a server certificate for 127.0.0.1 and a client certificate, made
 // with Debian's openssl in `dir`.
@@ -486,16 +472,15 @@ TEST(ReliabilityTest, MutualTlsOnTheGrpcPort) {
   // Without a client certificate, or in plaintext: no call gets through.
   auto anonymous = v1::VaeDecoder::NewStub(TlsChannel(address, certs, false));
   EXPECT_EQ(Decode(*anonymous, Small(), absl::Seconds(5)).status.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(Decode((*server)->stub(), Small(), absl::Seconds(5)).status.error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(Decode((*server)->stub(), Small(), absl::Seconds(5)).status.error_code(), grpc::StatusCode::UNAVAILABLE);
   // The server still serves the authenticated client, and the client binary
   // speaks mutual TLS too.
   ExpectOk(Decode(*stub, Small("after-refusals")));
   const std::string out = TempDir("tls-client") + "/sample.npy";
-  const CommandResult client = RunCommand(absl::StrCat(
-      Runfile("client/vaedecode_client"), " --server=", address, " --model=sd_kl", " --latent=",
-      FixturePath("sd_kl/latent.safetensors"), " --out=", out, " --tls_ca=", certs, "/ca.pem --tls_cert=", certs,
-      "/client.pem --tls_key=", certs, "/client.key"));
+  const CommandResult client = RunCommand(
+      absl::StrCat(Runfile("client/vaedecode_client"), " --server=", address, " --model=sd_kl",
+                   " --latent=", FixturePath("sd_kl/latent.safetensors"), " --out=", out, " --tls_ca=", certs,
+                   "/ca.pem --tls_cert=", certs, "/client.pem --tls_key=", certs, "/client.key"));
   EXPECT_EQ(client.status, 0) << client.output;
   EXPECT_TRUE(std::filesystem::exists(out)) << client.output;
 }
@@ -505,7 +490,8 @@ TEST(ReliabilityTest, TlsFlagsAreCheckedAtStart) {
   { std::ofstream(dir + "/not.pem") << "hello"; }
   for (const std::vector<std::string>& flags :
        {std::vector<std::string>{absl::StrCat("--tls_cert=", dir, "/not.pem")},
-        std::vector<std::string>{absl::StrCat("--tls_cert=", dir, "/not.pem"), absl::StrCat("--tls_key=", dir, "/not.pem")},
+        std::vector<std::string>{absl::StrCat("--tls_cert=", dir, "/not.pem"),
+                                 absl::StrCat("--tls_key=", dir, "/not.pem")},
         std::vector<std::string>{absl::StrCat("--tls_client_ca=", dir, "/not.pem")}}) {
     absl::StatusOr<std::unique_ptr<ServerProcess>> server = ServerProcess::Start(flags);
     ASSERT_FALSE(server.ok());

@@ -42,14 +42,13 @@ uint8_t ToPixel(float x) {
 std::string FixtureRepository(const std::vector<std::string>& fixtures) {
   const std::string dir = TempDir("repo");
   for (const std::string& f : fixtures) {
-    std::filesystem::create_directory_symlink(std::filesystem::absolute(FixturePath(f)),
-                                              dir + "/" + f);
+    std::filesystem::create_directory_symlink(std::filesystem::absolute(FixturePath(f)), dir + "/" + f);
   }
   return dir;
 }
 
-std::vector<std::string> RealWorkerFlags(const std::string& repository, const std::string& devices,
-                                         int group_size, std::vector<std::string> extra) {
+std::vector<std::string> RealWorkerFlags(const std::string& repository, const std::string& devices, int group_size,
+                                         std::vector<std::string> extra) {
   std::vector<std::string> f = {
       absl::StrCat("--worker_binary=", Runfile("worker/vaedecode_worker")),
       absl::StrCat("--model_repository=", repository),
@@ -87,8 +86,8 @@ FloatTensor ReadFloat(const std::string& path) {
   return t;
 }
 
-v1::DecodeRequest FixtureRequest(const std::string& model, const std::string& latent_file,
-                                 v1::OutputFormat format, v1::Mode mode) {
+v1::DecodeRequest FixtureRequest(const std::string& model, const std::string& latent_file, v1::OutputFormat format,
+                                 v1::Mode mode) {
   v1::DecodeRequest r;
   r.set_model(model);
   absl::StatusOr<v1::Tensor> latent = client::ReadLatent(latent_file);
@@ -200,14 +199,12 @@ WorkerProcess Rank(ServerProcess& server, int rank) {
   return {};
 }
 
-BackgroundDecode::BackgroundDecode(ServerProcess& server, v1::DecodeRequest request,
-                                   absl::Duration deadline)
+BackgroundDecode::BackgroundDecode(ServerProcess& server, v1::DecodeRequest request, absl::Duration deadline)
     : thread_([this, &server, request = std::move(request), deadline] {
-        DecodeOutcome out =
-            Decode(server.stub(), request, deadline, nullptr, [this](grpc::ClientContext& ctx) {
-              absl::MutexLock lock(&mu_);
-              context_ = &ctx;
-            });
+        DecodeOutcome out = Decode(server.stub(), request, deadline, nullptr, [this](grpc::ClientContext& ctx) {
+          absl::MutexLock lock(&mu_);
+          context_ = &ctx;
+        });
         absl::MutexLock lock(&mu_);
         context_ = nullptr;
         outcome_ = std::move(out);
@@ -235,37 +232,36 @@ std::vector<BadRequestCase> BadRequestCases(const std::string& available) {
        absl::StrCat("model: empty; available models: ", available)},
       {"unknown model", [](auto& r) { r.set_model("sd_xl"); }, grpc::StatusCode::NOT_FOUND,
        absl::StrCat("model \"sd_xl\" not found; available: ", available)},
-      {"no latent", [](auto& r) { r.clear_latent(); }, grpc::StatusCode::INVALID_ARGUMENT,
-       "latent: missing"},
+      {"no latent", [](auto& r) { r.clear_latent(); }, grpc::StatusCode::INVALID_ARGUMENT, "latent: missing"},
       {"no dtype", [](auto& r) { r.mutable_latent()->set_dtype(v1::DTYPE_UNSPECIFIED); },
        grpc::StatusCode::INVALID_ARGUMENT, "latent.dtype: unspecified"},
-      {"uint8 latent", [](auto& r) { r.mutable_latent()->set_dtype(v1::UINT8); },
-       grpc::StatusCode::INVALID_ARGUMENT, "UINT8 is not a floating type"},
-      {"rank 3", [](auto& r) { r.mutable_latent()->mutable_shape()->RemoveLast(); },
-       grpc::StatusCode::INVALID_ARGUMENT, "(rank 4), got rank 3"},
+      {"uint8 latent", [](auto& r) { r.mutable_latent()->set_dtype(v1::UINT8); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "UINT8 is not a floating type"},
+      {"rank 3", [](auto& r) { r.mutable_latent()->mutable_shape()->RemoveLast(); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "(rank 4), got rank 3"},
       {"video latent for an image model", [](auto& r) { r.mutable_latent()->add_shape(1); },
        grpc::StatusCode::INVALID_ARGUMENT, "got rank 5"},
-      {"zero dim", [](auto& r) { r.mutable_latent()->set_shape(2, 0); },
-       grpc::StatusCode::INVALID_ARGUMENT, "dimension 2 is 0"},
-      {"negative dim", [](auto& r) { r.mutable_latent()->set_shape(3, -4); },
-       grpc::StatusCode::INVALID_ARGUMENT, "dimension 3 is -4"},
-      {"channels", [](auto& r) { r.mutable_latent()->set_shape(1, 16); },
-       grpc::StatusCode::INVALID_ARGUMENT, "takes 4 latent channels, got 16"},
+      {"zero dim", [](auto& r) { r.mutable_latent()->set_shape(2, 0); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "dimension 2 is 0"},
+      {"negative dim", [](auto& r) { r.mutable_latent()->set_shape(3, -4); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "dimension 3 is -4"},
+      {"channels", [](auto& r) { r.mutable_latent()->set_shape(1, 16); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "takes 4 latent channels, got 16"},
       {"short data", [](auto& r) { r.mutable_latent()->mutable_data()->resize(100); },
        grpc::StatusCode::INVALID_ARGUMENT, "latent.data: 100 bytes"},
       {"fp16 byte count", [](auto& r) { r.mutable_latent()->set_dtype(v1::FLOAT16); },
        grpc::StatusCode::INVALID_ARGUMENT, "FLOAT16 needs"},
       {"huge shape", [](auto& r) { r.mutable_latent()->set_shape(0, int64_t{1} << 40); },
        grpc::StatusCode::INVALID_ARGUMENT, "more than 2^40 elements"},
-      {"mode enum", [](auto& r) { r.set_mode(static_cast<v1::Mode>(42)); },
-       grpc::StatusCode::INVALID_ARGUMENT, "mode: unknown value 42"},
+      {"mode enum", [](auto& r) { r.set_mode(static_cast<v1::Mode>(42)); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "mode: unknown value 42"},
       {"format enum", [](auto& r) { r.set_output_format(static_cast<v1::OutputFormat>(9)); },
        grpc::StatusCode::INVALID_ARGUMENT, "output_format: unknown value 9"},
       {"space enum", [](auto& r) { r.set_latent_space(static_cast<v1::LatentSpace>(5)); },
        grpc::StatusCode::INVALID_ARGUMENT, "latent_space: unknown value 5"},
-      {"long request id", [](auto& r) { r.set_request_id(std::string(300, 'x')); },
-       grpc::StatusCode::INVALID_ARGUMENT, "request_id: 300 characters"},
-    };
+      {"long request id", [](auto& r) { r.set_request_id(std::string(300, 'x')); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "request_id: 300 characters"},
+  };
 }
 
 }  // namespace vaedecode::testing

@@ -31,8 +31,8 @@ std::string FixtureRepository(const std::vector<std::string>& fixtures);
 // Server flags for `devices` in groups of `group_size` running the real
 // worker on `repository` ("" = the worker's embedded default model), then
 // `extra`.
-std::vector<std::string> RealWorkerFlags(const std::string& repository, const std::string& devices,
-                                         int group_size, std::vector<std::string> extra = {});
+std::vector<std::string> RealWorkerFlags(const std::string& repository, const std::string& devices, int group_size,
+                                         std::vector<std::string> extra = {});
 
 // Starts the server and waits until every model in `models` is SERVING;
 // nullptr (and a test failure saying why) otherwise.
@@ -49,8 +49,7 @@ FloatTensor ReadFloat(const std::string& path);
 
 // A request for `model` with the latent of the .safetensors file `latent_file`.
 v1::DecodeRequest FixtureRequest(const std::string& model, const std::string& latent_file,
-                                 v1::OutputFormat format = v1::OUTPUT_FLOAT32,
-                                 v1::Mode mode = v1::MODE_AUTO);
+                                 v1::OutputFormat format = v1::OUTPUT_FLOAT32, v1::Mode mode = v1::MODE_AUTO);
 
 // A request for `model` with a seeded FLOAT32 latent of `shape`.
 v1::DecodeRequest SyntheticRequest(const std::string& model, const std::vector<int64_t>& shape,
@@ -86,8 +85,7 @@ WorkerProcess Rank(ServerProcess& server, int rank);
 // Runs Decode on a thread; the call can be cancelled from the test thread.
 class BackgroundDecode {
  public:
-  BackgroundDecode(ServerProcess& server, v1::DecodeRequest request,
-                   absl::Duration deadline = absl::Seconds(120));
+  BackgroundDecode(ServerProcess& server, v1::DecodeRequest request, absl::Duration deadline = absl::Seconds(120));
   ~BackgroundDecode();
   // False when the call is not (or no longer) in progress.
   bool Cancel();

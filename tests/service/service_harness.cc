@@ -42,23 +42,22 @@ std::string Runfile(const std::string& path) {
 std::string TempDir(const std::string& name) {
   static int counter = 0;
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(tmp ? tmp : "/tmp", "/", name, "-", getpid(), "-", ++counter);
+  const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/", name, "-", getpid(), "-", ++counter);
   std::filesystem::create_directories(dir);
   return dir;
 }
 
-absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
-    const std::vector<std::string>& flags, absl::Duration timeout) {
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::vector<std::string>& flags,
+                                                                    absl::Duration timeout) {
   const std::string dir = TempDir("server");
   const std::string ready = dir + "/ready";
   const std::string log_file = dir + "/server.log";
   // Unix socket paths are limited to 108 bytes: $TEST_TMPDIR is too deep.
   char tmpl[] = "/tmp/vaedecode-test-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::UnavailableError("mkdtemp failed");
-  std::vector<std::string> argv = {
-      Runfile("server/vaedecode_server"), "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-      absl::StrCat("--ready_file=", ready), absl::StrCat("--socket_dir=", tmpl)};
+  std::vector<std::string> argv = {Runfile("server/vaedecode_server"), "--listen=127.0.0.1:0",
+                                   "--metrics_listen=127.0.0.1:0", absl::StrCat("--ready_file=", ready),
+                                   absl::StrCat("--socket_dir=", tmpl)};
   argv.insert(argv.end(), flags.begin(), flags.end());
   rpc::SpawnOptions spawn;
   spawn.output_file = log_file;
@@ -69,8 +68,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   while (!std::filesystem::exists(ready)) {
     absl::StatusOr<int> code = s->child_.Wait(absl::InfinitePast());
     if (code.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("server exited with code ", *code, "; its log:\n", ReadAll(log_file)));
+      return absl::UnavailableError(absl::StrCat("server exited with code ", *code, "; its log:\n", ReadAll(log_file)));
     }
     if (absl::Now() > give_up) return absl::DeadlineExceededError("server did not start");
     absl::SleepFor(absl::Milliseconds(20));
@@ -94,8 +92,7 @@ ServerProcess::~ServerProcess() {
   std::error_code ec;
   std::filesystem::remove_all(socket_dir_, ec);
   const std::string log = Log();
-  std::fprintf(stderr, "---- server log (%s) ----\n%s---- end of server log ----\n", log_file_.c_str(),
-               log.c_str());
+  std::fprintf(stderr, "---- server log (%s) ----\n%s---- end of server log ----\n", log_file_.c_str(), log.c_str());
 }
 
 std::string ServerProcess::Log() const { return ReadAll(log_file_); }
@@ -110,8 +107,7 @@ std::unique_ptr<v1::VaeDecoder::Stub> ServerProcess::SlowReaderStub() {
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
   // A channel of its own, not shared with stub(): the window is per channel.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return v1::VaeDecoder::NewStub(
-      grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args));
+  return v1::VaeDecoder::NewStub(grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args));
 }
 
 absl::StatusOr<bool> ServerProcess::Serving(const std::string& service) {
@@ -128,8 +124,7 @@ absl::StatusOr<bool> ServerProcess::Serving(const std::string& service) {
   return response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
 }
 
-absl::Status ServerProcess::WaitServing(const std::string& service, bool serving,
-                                        absl::Duration timeout) {
+absl::Status ServerProcess::WaitServing(const std::string& service, bool serving, absl::Duration timeout) {
   const absl::Time give_up = absl::Now() + timeout;
   absl::Status last;
   while (absl::Now() < give_up) {
@@ -178,8 +173,7 @@ std::vector<WorkerProcess> ServerProcess::Workers() const {
     if (fields[0] == "Z") continue;  // exited, not yet reaped
     WorkerProcess w;
     w.pid = pid;
-    for (absl::string_view arg :
-         absl::StrSplit(ReadAll(absl::StrCat("/proc/", pid, "/cmdline")), '\0')) {
+    for (absl::string_view arg : absl::StrSplit(ReadAll(absl::StrCat("/proc/", pid, "/cmdline")), '\0')) {
       if (absl::ConsumePrefix(&arg, "--rank=")) (void)absl::SimpleAtoi(arg, &w.rank);
       if (absl::ConsumePrefix(&arg, "--group=")) w.group = std::string(arg);
     }
@@ -188,8 +182,8 @@ std::vector<WorkerProcess> ServerProcess::Workers() const {
   return out;
 }
 
-absl::StatusOr<std::vector<WorkerProcess>> ServerProcess::WaitWorkers(
-    size_t count, absl::Duration timeout, const std::string& exclude_group) {
+absl::StatusOr<std::vector<WorkerProcess>> ServerProcess::WaitWorkers(size_t count, absl::Duration timeout,
+                                                                      const std::string& exclude_group) {
   const absl::Time give_up = absl::Now() + timeout;
   while (absl::Now() < give_up) {
     std::vector<WorkerProcess> w = Workers();
@@ -222,17 +216,14 @@ absl::StatusOr<std::string> ServerProcess::ScrapeMetrics() {
   while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, n);
   close(fd);
   const size_t body = response.find("\r\n\r\n");
-  if (!absl::StartsWith(response, "HTTP/1.") || body == std::string::npos ||
-      response.find(" 200 ") > body) {
+  if (!absl::StartsWith(response, "HTTP/1.") || body == std::string::npos || response.find(" 200 ") > body) {
     return absl::UnknownError(absl::StrCat("bad HTTP response: ", response.substr(0, 200)));
   }
   return response.substr(body + 4);
 }
 
-absl::Status ServerProcess::WaitMetric(const std::string& name,
-                                       const std::vector<std::string>& label_pieces,
-                                       const std::function<bool(double)>& want,
-                                       absl::Duration timeout) {
+absl::Status ServerProcess::WaitMetric(const std::string& name, const std::vector<std::string>& label_pieces,
+                                       const std::function<bool(double)>& want, absl::Duration timeout) {
   const absl::Time give_up = absl::Now() + timeout;
   std::string last = "no scrape";
   while (absl::Now() < give_up) {
@@ -251,9 +242,8 @@ absl::Status ServerProcess::WaitMetric(const std::string& name,
                                                   absl::FormatDuration(timeout), "; last: ", last));
 }
 
-absl::Status ServerProcess::WaitMetric(const std::string& name,
-                                       const std::vector<std::string>& label_pieces, double value,
-                                       absl::Duration timeout) {
+absl::Status ServerProcess::WaitMetric(const std::string& name, const std::vector<std::string>& label_pieces,
+                                       double value, absl::Duration timeout) {
   absl::Status s = WaitMetric(
       name, label_pieces, [value](double v) { return v == value; }, timeout);
   if (s.ok()) return s;
@@ -264,12 +254,9 @@ void ServerProcess::Signal(int sig) {
   if (child_.pid() > 0) kill(child_.pid(), sig);
 }
 
-absl::StatusOr<int> ServerProcess::WaitExit(absl::Duration timeout) {
-  return child_.Wait(absl::Now() + timeout);
-}
+absl::StatusOr<int> ServerProcess::WaitExit(absl::Duration timeout) { return child_.Wait(absl::Now() + timeout); }
 
-DecodeOutcome Decode(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& request,
-                     absl::Duration deadline,
+DecodeOutcome Decode(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& request, absl::Duration deadline,
                      const std::function<void(int, grpc::ClientContext&)>& on_message,
                      const std::function<void(grpc::ClientContext&)>& on_start) {
   DecodeOutcome out;
@@ -313,8 +300,8 @@ double MetricValue(const std::string& exposition, const std::string& name,
 absl::StatusOr<std::string> PromtoolCheck(const std::string& exposition) {
   constexpr char kPromtool[] = "/usr/bin/promtool";
   if (access(kPromtool, X_OK) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        kPromtool, " is missing: run tools/setup.sh (it installs Debian's prometheus package)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(kPromtool, " is missing: run tools/setup.sh (it installs Debian's prometheus package)"));
   }
   const std::string path = TempDir("promtool") + "/metrics.txt";
   {
@@ -330,10 +317,9 @@ absl::StatusOr<std::string> PromtoolCheck(const std::string& exposition) {
   // names (nv_inference_request_success, ..._duration_us, ..._count gauges)
   // break Prometheus' naming lint; the server keeps them on purpose so that
   // Triton dashboards work, and nothing else may be flagged.
-  static const char* const kTritonNames[] = {
-      "vaedecode_request_success",         "vaedecode_request_failure",
-      "vaedecode_request_duration_us",     "vaedecode_queue_duration_us",
-      "vaedecode_compute_infer_duration_us", "vaedecode_pending_request_count"};
+  static const char* const kTritonNames[] = {"vaedecode_request_success",           "vaedecode_request_failure",
+                                             "vaedecode_request_duration_us",       "vaedecode_queue_duration_us",
+                                             "vaedecode_compute_infer_duration_us", "vaedecode_pending_request_count"};
   bool only_triton_names = WIFEXITED(rc) && WEXITSTATUS(rc) == 3;
   for (absl::string_view line : absl::StrSplit(output, '\n', absl::SkipEmpty())) {
     const absl::string_view name = line.substr(0, line.find(' '));

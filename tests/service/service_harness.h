@@ -18,9 +18,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rpc/child_process.h"
 #include "rpc/output_assembler.h"
 #include "vaedecode/v1/vaedecode.grpc.pb.h"
-#include "rpc/child_process.h"
 
 namespace vaedecode::testing {
 
@@ -40,8 +40,8 @@ class ServerProcess {
   // Starts Runfile("server/vaedecode_server") with --listen=127.0.0.1:0,
   // --metrics_listen=127.0.0.1:0, --ready_file and `flags`; waits until it
   // listens (not until its groups are ready: see WaitServing).
-  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
-      const std::vector<std::string>& flags, absl::Duration timeout = absl::Seconds(60));
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(const std::vector<std::string>& flags,
+                                                              absl::Duration timeout = absl::Seconds(60));
 
   pid_t pid() const { return child_.pid(); }
   std::string address() const;
@@ -72,11 +72,10 @@ class ServerProcess {
   // Polls /metrics until the sample `name{label_pieces}` (see MetricValue)
   // satisfies `want`; DEADLINE_EXCEEDED naming the last value otherwise.
   absl::Status WaitMetric(const std::string& name, const std::vector<std::string>& label_pieces,
-                          const std::function<bool(double)>& want,
-                          absl::Duration timeout = absl::Seconds(30));
+                          const std::function<bool(double)>& want, absl::Duration timeout = absl::Seconds(30));
   // … until it equals `value`.
-  absl::Status WaitMetric(const std::string& name, const std::vector<std::string>& label_pieces,
-                          double value, absl::Duration timeout = absl::Seconds(30));
+  absl::Status WaitMetric(const std::string& name, const std::vector<std::string>& label_pieces, double value,
+                          absl::Duration timeout = absl::Seconds(30));
 
   // Everything the server and its workers printed so far (stdout and
   // stderr go to one file; the destructor copies it to the test's stderr).

@@ -27,9 +27,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // [batch, 4, 16, 16] on sd_kl: about 10 ms per latent on one CPU rank.
-v1::DecodeRequest Slow(int batch, const std::string& id) {
-  return SyntheticRequest("sd_kl", {batch, 4, 16, 16}, id);
-}
+v1::DecodeRequest Slow(int batch, const std::string& id) { return SyntheticRequest("sd_kl", {batch, 4, 16, 16}, id); }
 // The batch of the reference decode the timings below are measured against
 // (about a second); decodes to be cut short are four times as long.
 constexpr int kReference = 128;
@@ -42,8 +40,7 @@ v1::DecodeRequest Small(const std::string& id = "") {
   return r;
 }
 const FloatTensor& SmallExpected() {
-  static const FloatTensor* expected =
-      new FloatTensor(ReadFloat(FixturePath("sd_kl/expected.safetensors")));
+  static const FloatTensor* expected = new FloatTensor(ReadFloat(FixturePath("sd_kl/expected.safetensors")));
   return *expected;
 }
 
@@ -52,8 +49,7 @@ void ExpectReached(const absl::Status& s) { EXPECT_TRUE(s.ok()) << s; }
 
 TEST(ServiceSupervisionTest, QueueFullDeadlinesAndCancellationOnOneRank) {
   const std::string repo = FixtureRepository({"sd_kl"});
-  auto server = StartServing(
-      RealWorkerFlags(repo, "cpu:1", 1, {"--max_queue=1", "--chunk_bytes=65536"}), {"sd_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1, {"--max_queue=1", "--chunk_bytes=65536"}), {"sd_kl"});
   ASSERT_NE(server, nullptr);
 
   // Queue full: one running, one queued, the third refused at once.
@@ -82,8 +78,7 @@ TEST(ServiceSupervisionTest, QueueFullDeadlinesAndCancellationOnOneRank) {
   exact.set_mode(v1::MODE_EXACT);
   const DecodeOutcome no_exact = Decode(server->stub(), exact);
   EXPECT_EQ(no_exact.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(no_exact.status.error_message(),
-              HasSubstr("EXACT needs a worker group of at least 2 ranks"));
+  EXPECT_THAT(no_exact.status.error_message(), HasSubstr("EXACT needs a worker group of at least 2 ranks"));
 
   // Deadline exceeded while queued behind a slow decode: the call ends at
   // its deadline, not when the group gets to it, and leaves the queue.
@@ -97,8 +92,7 @@ TEST(ServiceSupervisionTest, QueueFullDeadlinesAndCancellationOnOneRank) {
     ExpectReached(server->WaitMetric("vaedecode_queue_depth", {}, 0));
     ExpectOk(running.Join());
   }
-  ExpectReached(
-      server->WaitMetric("vaedecode_requests_total", {"status=\"DEADLINE_EXCEEDED\""}, 1));
+  ExpectReached(server->WaitMetric("vaedecode_requests_total", {"status=\"DEADLINE_EXCEEDED\""}, 1));
 
   // Deadline exceeded during the decode (a quarter of the way through): the
   // leader stops, so the next request does not wait for the rest of it.
@@ -111,8 +105,7 @@ TEST(ServiceSupervisionTest, QueueFullDeadlinesAndCancellationOnOneRank) {
     // Without the stop: about 4 × reference after t0.
     EXPECT_LT(absl::Now() - t0, 3 * reference);
   }
-  ExpectReached(
-      server->WaitMetric("vaedecode_requests_total", {"status=\"DEADLINE_EXCEEDED\""}, 2));
+  ExpectReached(server->WaitMetric("vaedecode_requests_total", {"status=\"DEADLINE_EXCEEDED\""}, 2));
 
   // Cancellation during the decode stops the work on the group: the next
   // request does not wait for the rest of a long decode.
@@ -133,10 +126,10 @@ TEST(ServiceSupervisionTest, QueueFullDeadlinesAndCancellationOnOneRank) {
 
   // Cancellation mid-stream, while the server waits for the client to read.
   const std::unique_ptr<v1::VaeDecoder::Stub> slow_reader = server->SlowReaderStub();
-  const DecodeOutcome mid = Decode(*slow_reader, Slow(kReference / 2, "mid-stream"),
-                                   absl::Seconds(60), [](int n, grpc::ClientContext& ctx) {
-                                     if (n == 2) ctx.TryCancel();
-                                   });
+  const DecodeOutcome mid =
+      Decode(*slow_reader, Slow(kReference / 2, "mid-stream"), absl::Seconds(60), [](int n, grpc::ClientContext& ctx) {
+        if (n == 2) ctx.TryCancel();
+      });
   EXPECT_EQ(mid.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_GE(mid.messages, 2);
   ExpectReached(server->WaitMetric("vaedecode_requests_total", {"status=\"CANCELLED\""}, 2));
@@ -153,17 +146,15 @@ TEST(ServiceSupervisionTest, QueueFullDeadlinesAndCancellationOnOneRank) {
     // Slow(kReference / 2) decodes in about reference / 2.
     const absl::Duration deadline = 2 * reference + absl::Milliseconds(500);
     const absl::Time until = absl::Now() + deadline + absl::Milliseconds(300);
-    const DecodeOutcome cut = Decode(*stalled, Slow(kReference / 2, "deadline-mid-stream"),
-                                     deadline, [until](int n, grpc::ClientContext&) {
-                                       if (n == 2) absl::SleepFor(until - absl::Now());
-                                     });
-    EXPECT_EQ(cut.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
-        << cut.status.error_message();
+    const DecodeOutcome cut =
+        Decode(*stalled, Slow(kReference / 2, "deadline-mid-stream"), deadline, [until](int n, grpc::ClientContext&) {
+          if (n == 2) absl::SleepFor(until - absl::Now());
+        });
+    EXPECT_EQ(cut.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << cut.status.error_message();
     EXPECT_GE(cut.messages, 2);  // it was streaming
     ExpectReached(server->WaitMetric("vaedecode_in_flight", {}, 0));
     // Counted once, as a deadline: 2 deadlines and 2 cancellations before it.
-    ExpectReached(
-        server->WaitMetric("vaedecode_requests_total", {"status=\"DEADLINE_EXCEEDED\""}, 3));
+    ExpectReached(server->WaitMetric("vaedecode_requests_total", {"status=\"DEADLINE_EXCEEDED\""}, 3));
     absl::StatusOr<std::string> counts = server->ScrapeMetrics();
     ASSERT_TRUE(counts.ok()) << counts.status();
     EXPECT_EQ(MetricValue(*counts, "vaedecode_requests_total", {"status=\"CANCELLED\""}), 2);
@@ -200,9 +191,8 @@ TEST(ServiceSupervisionTest, CancellationStopsEveryRankAndLeavesTheGroupInStep) 
   EXPECT_EQ(cancelled.Join().status.error_code(), grpc::StatusCode::CANCELLED);
   // The next exact decode needs both ranks: it runs at once and is right,
   // so the peer stopped too and the ranks are in step.
-  const DecodeOutcome next =
-      Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"),
-                                            v1::OUTPUT_FLOAT32, v1::MODE_EXACT));
+  const DecodeOutcome next = Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"),
+                                                                   v1::OUTPUT_FLOAT32, v1::MODE_EXACT));
   ExpectMatches(next, SmallExpected(), v1::OUTPUT_FLOAT32);
   EXPECT_EQ(next.output.header().degree(), 2);
   // Without the stop: about 4 × reference - 0.3 s.
@@ -234,8 +224,7 @@ TEST(ServiceSupervisionTest, KilledPeerFailsOnlyItsRequestThenTheGroupIsRebuilt)
   EXPECT_THAT(out.status.error_message(), HasSubstr("signal 9"));
   // The model's health went NOT_SERVING and comes back once rebuilt.
   EXPECT_EQ(server->Serving(std::string(kModelHealth) + "sd_kl").value_or(true), false);
-  ASSERT_TRUE(
-      server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
+  ASSERT_TRUE(server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
   EXPECT_TRUE(server->WaitWorkers(2, absl::Seconds(10), peer.group).ok());
   ExpectMatches(Decode(server->stub(), Small()), SmallExpected(), v1::OUTPUT_FLOAT32);
   ExpectReached(server->WaitMetric("vaedecode_worker_restarts_total", {"group=\"g0\""}, 1));
@@ -267,8 +256,7 @@ TEST(ServiceSupervisionTest, LeaderCrashFailsItsRequestNamingRankZeroAndQueuedRe
   ExpectMatches(during, SmallExpected(), v1::OUTPUT_FLOAT32);
   ExpectMatches(queued.Join(), SmallExpected(), v1::OUTPUT_FLOAT32);
   // A new incarnation replaced the dead one.
-  absl::StatusOr<std::vector<WorkerProcess>> rebuilt =
-      server->WaitWorkers(1, absl::Seconds(10), leader.group);
+  absl::StatusOr<std::vector<WorkerProcess>> rebuilt = server->WaitWorkers(1, absl::Seconds(10), leader.group);
   EXPECT_TRUE(rebuilt.ok()) << rebuilt.status();
   ExpectReached(server->WaitMetric("vaedecode_worker_restarts_total", {"group=\"g0\""}, 1));
   ExpectReached(server->WaitMetric("vaedecode_requests_total", {"status=\"UNAVAILABLE\""}, 1));
@@ -282,15 +270,13 @@ TEST(ServiceSupervisionTest, FailedStartsKeepRetryingAndHealthSaysNotServing) {
   const std::string model_dir = repo + "/sd_kl";
   std::filesystem::create_directories(model_dir);
   std::filesystem::copy_file(FixturePath("sd_kl/config.json"), model_dir + "/config.json");
-  absl::StatusOr<std::unique_ptr<ServerProcess>> started =
-      ServerProcess::Start(RealWorkerFlags(repo, "cpu:1", 1));
+  absl::StatusOr<std::unique_ptr<ServerProcess>> started = ServerProcess::Start(RealWorkerFlags(repo, "cpu:1", 1));
   ASSERT_TRUE(started.ok()) << started.status();
   ServerProcess& server = **started;
 
   // Two failed starts retried (the third is on its way).
   ExpectReached(server.WaitMetric(
-      "vaedecode_worker_restarts_total", {"group=\"g0\""}, [](double v) { return v >= 2; },
-      absl::Seconds(60)));
+      "vaedecode_worker_restarts_total", {"group=\"g0\""}, [](double v) { return v >= 2; }, absl::Seconds(60)));
   EXPECT_EQ(server.Serving(std::string(kModelHealth) + "sd_kl").value_or(true), false);
   EXPECT_EQ(server.Serving("").value_or(true), false);
   absl::StatusOr<std::string> m = server.ScrapeMetrics();
@@ -307,8 +293,7 @@ TEST(ServiceSupervisionTest, FailedStartsKeepRetryingAndHealthSaysNotServing) {
   // The weights arrive: a later start succeeds and the model serves.
   std::filesystem::create_symlink(FixturePath("sd_kl/diffusion_pytorch_model.safetensors"),
                                   model_dir + "/diffusion_pytorch_model.safetensors");
-  ASSERT_TRUE(
-      server.WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(90)).ok());
+  ASSERT_TRUE(server.WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(90)).ok());
   EXPECT_EQ(server.Serving("").value_or(false), true);
   ExpectMatches(Decode(server.stub(), Small()), SmallExpected(), v1::OUTPUT_FLOAT32);
 }
@@ -318,8 +303,7 @@ TEST(ServiceSupervisionTest, ConnectionsAreClosedAtTheirMaximumAgeAndClientsReco
   // spreads them over new replicas.
   const std::string repo = FixtureRepository({"sd_kl"});
   auto server = StartServing(
-      RealWorkerFlags(repo, "cpu:1", 1, {"--max_connection_age_s=1", "--max_connection_age_grace_s=1"}),
-      {"sd_kl"});
+      RealWorkerFlags(repo, "cpu:1", 1, {"--max_connection_age_s=1", "--max_connection_age_grace_s=1"}), {"sd_kl"});
   ASSERT_NE(server, nullptr);
   std::shared_ptr<grpc::Channel> channel = server->channel();
   ExpectMatches(Decode(server->stub(), Small("before-the-age")), SmallExpected(), v1::OUTPUT_FLOAT32);
@@ -338,8 +322,7 @@ TEST(ServiceSupervisionTest, ConnectionsAreClosedAtTheirMaximumAgeAndClientsReco
 
 TEST(ServiceSupervisionTest, SigtermDrainsInFlightAndQueuedThenExitsZero) {
   const std::string repo = FixtureRepository({"sd_kl"});
-  auto server =
-      StartServing(RealWorkerFlags(repo, "cpu:1", 1, {"--drain_timeout_s=60"}), {"sd_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1, {"--drain_timeout_s=60"}), {"sd_kl"});
   ASSERT_NE(server, nullptr);
   BackgroundDecode running(*server, Slow(kReference, "draining"));
   ExpectReached(server->WaitMetric("vaedecode_in_flight", {}, 1));

@@ -38,11 +38,10 @@ const v1::ModelInfo* FindModel(const v1::ListModelsResponse& models, const std::
 TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
   const std::string repo = FixtureRepository({"sd_kl", "flux1_kl"});
   constexpr int64_t kChunkBytes = 4096;
-  auto server =
-      StartServing(RealWorkerFlags(repo, "cpu:2", 2,
-                                   {absl::StrCat("--chunk_bytes=", kChunkBytes),
-                                    "--max_message_bytes=8388608", "--memory_budget_mib=4096"}),
-                   {"sd_kl", "flux1_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:2", 2,
+                                             {absl::StrCat("--chunk_bytes=", kChunkBytes),
+                                              "--max_message_bytes=8388608", "--memory_budget_mib=4096"}),
+                             {"sd_kl", "flux1_kl"});
   ASSERT_NE(server, nullptr);
   // What the metrics must show at the end, counted as the calls return.
   std::map<std::string, int> ok;  // by model
@@ -86,8 +85,7 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
   };
   for (const auto& [model, latent, expected_file] : cases) {
     const FloatTensor expected = ReadFloat(FixturePath(expected_file));
-    for (v1::OutputFormat format :
-         {v1::OUTPUT_FLOAT32, v1::OUTPUT_FLOAT16, v1::OUTPUT_UINT8, v1::OUTPUT_PNG}) {
+    for (v1::OutputFormat format : {v1::OUTPUT_FLOAT32, v1::OUTPUT_FLOAT16, v1::OUTPUT_UINT8, v1::OUTPUT_PNG}) {
       const std::string id = absl::StrCat(latent, "-", v1::OutputFormat_Name(format));
       SCOPED_TRACE(id);
       v1::DecodeRequest request = FixtureRequest(model, FixturePath(latent), format);
@@ -130,9 +128,8 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
   ++exact_decodes;
   // TILED on request: the group's ranks share the tiles; this latent fits
   // one tile, so the output is the dense one.
-  const DecodeOutcome tiled =
-      Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"),
-                                            v1::OUTPUT_FLOAT32, v1::MODE_TILED));
+  const DecodeOutcome tiled = Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"),
+                                                                    v1::OUTPUT_FLOAT32, v1::MODE_TILED));
   ExpectMatches(tiled, sd_expected, v1::OUTPUT_FLOAT32);
   ++ok["sd_kl"];
   EXPECT_EQ(tiled.output.header().mode(), v1::MODE_TILED);
@@ -158,18 +155,14 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
     EXPECT_THAT(out.status.error_message(), HasSubstr(c.message)) << c.name;
     EXPECT_EQ(out.messages, 0) << c.name;
     const bool known = r.model() == "sd_kl";
-    ++refused[{known ? "sd_kl" : "_unknown",
-               c.code == grpc::StatusCode::NOT_FOUND ? "NOT_FOUND" : "INVALID_ARGUMENT"}];
+    ++refused[{known ? "sd_kl" : "_unknown", c.code == grpc::StatusCode::NOT_FOUND ? "NOT_FOUND" : "INVALID_ARGUMENT"}];
   }
   // More than twice --max_message_bytes (18 MB of latent): refused by gRPC itself
   // (between the two, the service refuses and counts it: reliability_test).
-  const DecodeOutcome too_big =
-      Decode(server->stub(), SyntheticRequest("sd_kl", {1, 4, 1024, 1100}));
-  EXPECT_EQ(too_big.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
-      << too_big.status.error_message();
-  ExpectMatches(
-      Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"))),
-      sd_expected, v1::OUTPUT_FLOAT32);
+  const DecodeOutcome too_big = Decode(server->stub(), SyntheticRequest("sd_kl", {1, 4, 1024, 1100}));
+  EXPECT_EQ(too_big.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << too_big.status.error_message();
+  ExpectMatches(Decode(server->stub(), FixtureRequest("sd_kl", FixturePath("sd_kl/latent.safetensors"))), sd_expected,
+                v1::OUTPUT_FLOAT32);
   ++ok["sd_kl"];
   ++exact_decodes;
 
@@ -179,8 +172,7 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
   EXPECT_EQ(server->Serving("vaedecode.v1.VaeDecoder").value_or(false), true);
   EXPECT_EQ(server->Serving(std::string(kModelHealth) + "sd_kl").value_or(false), true);
   EXPECT_EQ(server->Serving(std::string(kModelHealth) + "flux1_kl").value_or(false), true);
-  EXPECT_EQ(server->Serving(std::string(kModelHealth) + "nope").status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(server->Serving(std::string(kModelHealth) + "nope").status().code(), absl::StatusCode::kNotFound);
   absl::StatusOr<std::vector<std::string>> services = server->ReflectionServices();
   ASSERT_TRUE(services.ok()) << services.status();
   EXPECT_THAT(*services, Contains("vaedecode.v1.VaeDecoder"));
@@ -192,15 +184,13 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
   absl::StatusOr<std::string> check = PromtoolCheck(*m);
   EXPECT_TRUE(check.ok()) << check.status() << "\n" << *m;
   for (const auto& [model, count] : ok) {
-    EXPECT_EQ(MetricValue(*m, "vaedecode_requests_total",
-                          {absl::StrCat("model=\"", model, "\""), "status=\"OK\""}),
+    EXPECT_EQ(MetricValue(*m, "vaedecode_requests_total", {absl::StrCat("model=\"", model, "\""), "status=\"OK\""}),
               count)
         << model;
   }
   for (const auto& [key, count] : refused) {
     EXPECT_EQ(MetricValue(*m, "vaedecode_requests_total",
-                          {absl::StrCat("model=\"", key.first, "\""),
-                           absl::StrCat("status=\"", key.second, "\"")}),
+                          {absl::StrCat("model=\"", key.first, "\""), absl::StrCat("status=\"", key.second, "\"")}),
               count)
         << key.first << " " << key.second;
   }
@@ -228,8 +218,7 @@ TEST(ServiceTest, EveryOutputFormatEqualsDiffusersAndTheApiAnswersClearly) {
   EXPECT_EQ(MetricValue(*m, "vaedecode_decode_seconds_count",
                         {"family=\"autoencoder_kl\"", "mode=\"TILED\"", "degree=\"2\""}),
             1);
-  EXPECT_GT(MetricValue(*m, "vaedecode_collectives_per_decode_sum", {"mode=\"EXACT\""}),
-            exact_decodes);
+  EXPECT_GT(MetricValue(*m, "vaedecode_collectives_per_decode_sum", {"mode=\"EXACT\""}), exact_decodes);
   EXPECT_EQ(MetricValue(*m, "vaedecode_collective_wait_seconds_count", {"mode=\"EXACT\""}), exact_decodes);
   EXPECT_GT(MetricValue(*m, "vaedecode_collective_wait_seconds_sum", {"mode=\"EXACT\""}), 0);
   // Only the decodes waited in the queue; refused calls never got there.
@@ -256,8 +245,7 @@ TEST(ServiceTest, VideoModelStreamsFrames) {
   const FloatTensor expected = ReadFloat(FixturePath("wan21/expected.safetensors"));
   for (v1::OutputFormat format : {v1::OUTPUT_FLOAT32, v1::OUTPUT_PNG}) {
     SCOPED_TRACE(v1::OutputFormat_Name(format));
-    ExpectMatches(Decode(server->stub(),
-                         FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"), format)),
+    ExpectMatches(Decode(server->stub(), FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"), format)),
                   expected, format);
   }
 }
@@ -278,8 +266,8 @@ TEST(ServiceTest, PackedRawFlux2LatentsInEveryMode) {
     ExpectMatches(Decode(server->stub(), raw), expected, v1::OUTPUT_FLOAT32);
   }
   // The packed latent sent as VAE space is refused with a hint.
-  const DecodeOutcome unmarked = Decode(
-      server->stub(), FixtureRequest("flux2_kl", FixturePath("flux2_kl/pipeline_latent.safetensors")));
+  const DecodeOutcome unmarked =
+      Decode(server->stub(), FixtureRequest("flux2_kl", FixturePath("flux2_kl/pipeline_latent.safetensors")));
   EXPECT_EQ(unmarked.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(unmarked.status.error_message(), HasSubstr("latent_space RAW"));
 }
@@ -288,17 +276,14 @@ TEST(ServiceTest, ExactOnGroupsOfTwoAndThreeEqualsDense) {
   const std::string repo = FixtureRepository({"sd_kl", "flux1_kl"});
   for (int g : {2, 3}) {
     SCOPED_TRACE(absl::StrCat("group size ", g));
-    auto server =
-        StartServing(RealWorkerFlags(repo, absl::StrCat("cpu:", g), g), {"sd_kl", "flux1_kl"});
+    auto server = StartServing(RealWorkerFlags(repo, absl::StrCat("cpu:", g), g), {"sd_kl", "flux1_kl"});
     ASSERT_NE(server, nullptr);
     for (const auto& [model, latent] : std::vector<std::pair<std::string, std::string>>{
              {"sd_kl", "sd_kl/latent.safetensors"}, {"flux1_kl", "flux1_kl/latent.safetensors"}}) {
       const DecodeOutcome exact =
-          Decode(server->stub(),
-                 FixtureRequest(model, FixturePath(latent), v1::OUTPUT_FLOAT32, v1::MODE_EXACT));
+          Decode(server->stub(), FixtureRequest(model, FixturePath(latent), v1::OUTPUT_FLOAT32, v1::MODE_EXACT));
       const DecodeOutcome dense =
-          Decode(server->stub(),
-                 FixtureRequest(model, FixturePath(latent), v1::OUTPUT_FLOAT32, v1::MODE_DENSE));
+          Decode(server->stub(), FixtureRequest(model, FixturePath(latent), v1::OUTPUT_FLOAT32, v1::MODE_DENSE));
       ExpectOk(exact);
       ExpectOk(dense);
       EXPECT_EQ(exact.output.header().mode(), v1::MODE_EXACT);
@@ -317,8 +302,8 @@ TEST(ServiceTest, ConcurrentClientsOnTwoGroupsAndTheClientBinary) {
   ASSERT_NE(server, nullptr);
   // Both groups up (a model serves as soon as one group is).
   for (const std::string group : {"g0", "g1"}) {
-    absl::Status up = server->WaitMetric(
-        "vaedecode_group_ready", {absl::StrCat("group=\"", group, "\"")}, 1, absl::Seconds(120));
+    absl::Status up =
+        server->WaitMetric("vaedecode_group_ready", {absl::StrCat("group=\"", group, "\"")}, 1, absl::Seconds(120));
     ASSERT_TRUE(up.ok()) << up;
   }
   const std::vector<std::array<std::string, 3>> cases = {
@@ -352,16 +337,13 @@ TEST(ServiceTest, ConcurrentClientsOnTwoGroupsAndTheClientBinary) {
   absl::StatusOr<std::string> m = server->ScrapeMetrics();
   ASSERT_TRUE(m.ok()) << m.status();
   for (const auto& [model, count] : sent) {
-    EXPECT_EQ(MetricValue(*m, "vaedecode_requests_total",
-                          {absl::StrCat("model=\"", model, "\""), "status=\"OK\""}),
+    EXPECT_EQ(MetricValue(*m, "vaedecode_requests_total", {absl::StrCat("model=\"", model, "\""), "status=\"OK\""}),
               count)
         << model;
   }
   // Both groups decoded (a rank's peak is reported once it has decoded).
   for (const std::string group : {"g0", "g1"}) {
-    EXPECT_GT(
-        MetricValue(*m, "vaedecode_device_peak_bytes", {absl::StrCat("group=\"", group, "\"")}), 0)
-        << group;
+    EXPECT_GT(MetricValue(*m, "vaedecode_device_peak_bytes", {absl::StrCat("group=\"", group, "\"")}), 0) << group;
   }
 
   // The client binary, like the CLI: .npy and .png outputs.
@@ -369,9 +351,8 @@ TEST(ServiceTest, ConcurrentClientsOnTwoGroupsAndTheClientBinary) {
   for (const std::string& file : {std::string("sample.npy"), std::string("b2.png")}) {
     const bool png = file == "b2.png";
     const CommandResult client = RunCommand(absl::StrCat(
-        Runfile("client/vaedecode_client"), " --server=", server->address(), " --model=sd_kl",
-        " --latent=", FixturePath(png ? "sd_kl/latent_b2.safetensors" : "sd_kl/latent.safetensors"),
-        " --out=", out, "/", file));
+        Runfile("client/vaedecode_client"), " --server=", server->address(), " --model=sd_kl", " --latent=",
+        FixturePath(png ? "sd_kl/latent_b2.safetensors" : "sd_kl/latent.safetensors"), " --out=", out, "/", file));
     EXPECT_EQ(client.status, 0) << client.output;
     EXPECT_THAT(client.output, HasSubstr("mode=MODE_EXACT degree=2"));
   }
