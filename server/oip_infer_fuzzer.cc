@@ -21,14 +21,6 @@
 #include "server/oip_translation.h"
 #include "server/request_validation.h"
 
-namespace {
-
-void Require(bool condition) {
-  if (!condition) std::abort();
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vaedecode;
   if (size < 1) return 0;
@@ -39,19 +31,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<v1::DecodeRequest> decode = server::TranslateModelInfer(request, model);
   absl::Status status = decode.status();
   if (decode.ok()) {
-    Require(decode->request_id() == request.id());
+    server::FuzzRequire(decode->request_id() == request.id());
     status = server::ValidateDecodeRequest(*decode, model);
     if (status.ok()) {
       const absl::StatusOr<int64_t> numel = rpc::CountLatentElements(decode->latent());
-      Require(numel.ok());
-      Require(static_cast<int64_t>(decode->latent().data().size()) ==
-              *numel * rpc::DTypeSize(decode->latent().dtype()).value());
+      server::FuzzRequire(numel.ok());
+      server::FuzzRequire(static_cast<int64_t>(decode->latent().data().size()) ==
+                          *numel * rpc::DTypeSize(decode->latent().dtype()).value());
       server::AdmissionLimits limits;
       limits.max_output_pixels = int64_t{1} << 24;
       status = server::CheckAdmission(*decode, model, limits);
-      Require(server::PredictTensorOutputBytes(*decode, model) >= 0);
+      server::FuzzRequire(server::PredictTensorOutputBytes(*decode, model) >= 0);
     }
   }
-  if (!status.ok()) Require(!status.message().empty());
+  if (!status.ok()) server::FuzzRequire(!status.message().empty());
   return 0;
 }

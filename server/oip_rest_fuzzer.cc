@@ -24,14 +24,6 @@
 #include "server/oip_translation.h"
 #include "server/request_validation.h"
 
-namespace {
-
-void Require(bool condition) {
-  if (!condition) std::abort();
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vaedecode;
   if (size < 5) return 0;
@@ -42,10 +34,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<server::RestInferRequest> parsed =
       server::ParseRestInferRequest(body, length == 0xffffffffu ? -1 : static_cast<int64_t>(length), model.name(), "");
   if (!parsed.ok()) {
-    Require(!parsed.status().message().empty());
+    server::FuzzRequire(!parsed.status().message().empty());
     return 0;
   }
-  Require(parsed->request.raw_input_contents_size() == parsed->request.inputs_size());
+  server::FuzzRequire(parsed->request.raw_input_contents_size() == parsed->request.inputs_size());
   absl::StatusOr<v1::DecodeRequest> decode = server::TranslateModelInfer(parsed->request, model);
   absl::Status status = decode.status();
   if (decode.ok()) {
@@ -56,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       status = server::CheckAdmission(*decode, model, limits);
     }
   }
-  if (!status.ok()) Require(!status.message().empty());
+  if (!status.ok()) server::FuzzRequire(!status.message().empty());
 
   // The reply side, on an output shaped like the request's latent.
   inference::ModelInferResponse response;

@@ -22,14 +22,6 @@
 #include "server/remote_decode.h"
 #include "server/request_validation.h"
 
-namespace {
-
-void Require(bool condition) {
-  if (!condition) std::abort();
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace vaedecode;
   if (size < 1) return 0;
@@ -47,19 +39,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     status = server::ValidateDecodeRequest(request, model);
     if (status.ok()) {
       const absl::StatusOr<int64_t> numel = rpc::CountLatentElements(request.latent());
-      Require(numel.ok());
-      Require(static_cast<int64_t>(request.latent().data().size()) ==
-              *numel * rpc::DTypeSize(request.latent().dtype()).value());
+      server::FuzzRequire(numel.ok());
+      server::FuzzRequire(static_cast<int64_t>(request.latent().data().size()) ==
+                          *numel * rpc::DTypeSize(request.latent().dtype()).value());
       server::AdmissionLimits limits;
       limits.max_output_pixels = int64_t{1} << 24;
       status = server::CheckAdmission(request, model, limits);
-      Require(server::PredictTensorOutputBytes(request, model) >= 0);
+      server::FuzzRequire(server::PredictTensorOutputBytes(request, model) >= 0);
     }
   }
   if (!status.ok()) {
-    Require(!status.message().empty());
+    server::FuzzRequire(!status.message().empty());
     const server::HttpReply reply = server::ErrorReply(status);
-    Require(reply.status >= 400 && reply.body.size() > 2 && reply.body.front() == '{' && reply.body.back() == '}');
+    server::FuzzRequire(reply.status >= 400 && reply.body.size() > 2 && reply.body.front() == '{' &&
+                        reply.body.back() == '}');
   }
   return 0;
 }

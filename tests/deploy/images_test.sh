@@ -134,14 +134,15 @@ decode_http() {  # PORT OUT
 
 # ------------------------------------------------------------------- cpu
 
-cpu_build() {
-  local t0=$SECONDS
-  deploy/docker/build_image.sh cpu "$bin" "$image" >/dev/null
-  local size
+# image_build cpu|gpu BIN_DIR: $image from that build's binaries, with its
+# size and build time as figures.
+image_build() {
+  local kind=$1 t0=$SECONDS size
+  deploy/docker/build_image.sh "$kind" "$2" "$image" >/dev/null
   size=$("$podman" image inspect --format '{{.Size}}' "$image")
-  figure cpu_image "$image"
-  figure cpu_image_bytes "$size"
-  figure cpu_image_build_s $((SECONDS - t0))
+  figure "${kind}_image" "$image"
+  figure "${kind}_image_bytes" "$size"
+  figure "${kind}_image_build_s" $((SECONDS - t0))
   echo "$image: $((size / 1048576)) MiB, built in $((SECONDS - t0)) s"
 }
 
@@ -222,7 +223,7 @@ run_cpu() {
   name=vaedecode-images-test-cpu-$$
   containers+=("$name")
   make_latent
-  check cpu_image_build cpu_build
+  check cpu_image_build image_build cpu "$bin"
   check cpu_host_reference cpu_reference
   check cpu_start_to_serving cpu_start
   check cpu_non_root cpu_nonroot
@@ -234,17 +235,6 @@ run_cpu() {
 }
 
 # ------------------------------------------------------------------- gpu
-
-gpu_build() {
-  local t0=$SECONDS
-  deploy/docker/build_image.sh gpu "$gpu_bin" "$image" >/dev/null
-  local size
-  size=$("$podman" image inspect --format '{{.Size}}' "$image")
-  figure gpu_image "$image"
-  figure gpu_image_bytes "$size"
-  figure gpu_image_build_s $((SECONDS - t0))
-  echo "$image: $((size / 1048576)) MiB, built in $((SECONDS - t0)) s"
-}
 
 gpu_libs() {
   # Every binary, LibTorch's CUDA libraries and cuDNN's sub-libraries (which
@@ -342,7 +332,7 @@ run_gpu() {
   name=vaedecode-images-test-gpu-$$
   containers+=("$name")
   make_latent
-  check gpu_image_build gpu_build
+  check gpu_image_build image_build gpu "$gpu_bin"
   check gpu_image_libraries gpu_libs
   check gpu_image_versions gpu_versions
   check gpu_refuses_cuda_without_gpu gpu_refuses_cuda
