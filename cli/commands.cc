@@ -235,9 +235,8 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   request.set_output_format(format);
   RETURN_IF_ERROR(ParseRequestOptions(args, request));
   const std::string space_name = request.latent_space() == v1::LATENT_SPACE_RAW ? "raw" : "vae";
-  absl::StatusOr<at::ScalarType> dtype = families::ParseDtype(args.Get("dtype").value_or("float32"));
-  if (!dtype.ok()) return dtype.status();
-  if (absl::Status s = ApplyThreads(args); !s.ok()) return s;
+  ASSIGN_OR_RETURN(at::ScalarType dtype, families::ParseDtype(args.Get("dtype").value_or("float32")));
+  RETURN_IF_ERROR(ApplyThreads(args));
 
   const std::string mode_flag = args.Get("mode").value_or("dense");
   absl::StatusOr<v1::Mode> parsed_mode = rpc::ParseMode(mode_flag);
@@ -286,74 +285,67 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   if (mode == "exact" && (warmup > 0 || repeat > 1 || seeded_weights)) {
     return absl::InvalidArgumentError("--warmup, --repeat and --seeded-weights are for dense and tiled decodes");
   }
-  absl::StatusOr<c10::Device> device = device::ParseComputeDevice(args.Get("device").value_or("cpu"));
-  if (!device.ok()) return device.status();
-  if (mode == "exact" && (!device->is_cpu() || budget_mib > 0)) {
+  ASSIGN_OR_RETURN(c10::Device device, device::ParseComputeDevice(args.Get("device").value_or("cpu")));
+  if (mode == "exact" && (!device.is_cpu() || budget_mib > 0)) {
     return absl::InvalidArgumentError(
         "--mode exact runs local CPU ranks without a budget; GPU groups and budgets are vaedecode_server's");
   }
-  if (absl::Status s = device::PrepareComputeDevice(*device); !s.ok()) return s;
-  absl::StatusOr<device::DeviceMemory*> memory = device::InstallDeviceMemory(*device);
-  if (!memory.ok()) return memory.status();
+  RETURN_IF_ERROR(device::PrepareComputeDevice(device));
+  ASSIGN_OR_RETURN(device::DeviceMemory * memory, device::InstallDeviceMemory(device));
 
-  absl::StatusOr<worker::NamedModel> model = LoadModel(args.Get("model"), *dtype, seeded_weights);
-  if (!model.ok()) return model.status();
-  if (!device->is_cpu()) {
-    absl::Status moved = worker::CatchExceptions("moving the weights", [&] { model->decoder->ToDevice(*device); });
-    if (!moved.ok()) return moved;
+  ASSIGN_OR_RETURN(worker::NamedModel model, LoadModel(args.Get("model"), dtype, seeded_weights));
+  if (!device.is_cpu()) {
+    RETURN_IF_ERROR(worker::CatchExceptions("moving the weights", [&] { model.decoder->ToDevice(device); }));
   }
 
   at::Tensor latent;
   std::string latent_name;
   if (auto latent_path = args.Get("latent")) {
-    absl::StatusOr<at::Tensor> read = formats::ReadTensorFile(ResolveUserPath(*latent_path), "latent");
-    if (!read.ok()) return read.status();
-    latent = *read;
+    ASSIGN_OR_RETURN(at::Tensor read, formats::ReadTensorFile(ResolveUserPath(*latent_path), "latent"));
+    latent = read;
     latent_name = *latent_path;
   } else {
-    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(args.Get("latent-shape").value_or(kDemoLatentShape));
-    if (!shape.ok()) return shape.status();
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseShape(args.Get("latent-shape").value_or(kDemoLatentShape)));
     uint64_t seed = kDemoLatentSeed;
     if (auto s = args.Get("seed"); s && !absl::SimpleAtoi(*s, &seed)) {
       return absl::InvalidArgumentError(absl::StrCat("--seed must be an integer, got \"", *s, "\""));
     }
-    latent = DemoLatent(*shape, seed);
+    latent = DemoLatent(shape, seed);
     latent_name = absl::StrCat("demo(seed=", seed, ")");
   }
 
   const auto start = std::chrono::steady_clock::now();
-  families::Decoder& decoder = *model->decoder;
+  families::Decoder& decoder = *model.decoder;
   // Tiles are sized from the model's measured peaks, as a service worker's
   // are (calibrated once, before any budget applies).
   std::optional<tiling::PeakProfile> profile;
   if (mode == "tiled") {
-    absl::StatusOr<tiling::PeakProfile> loaded =
-        tiling::LoadOrCalibrate(decoder, tiling::ProbeOf(**memory), tiling::CalibrationSides(decoder.device()),
-                                (*memory)->backend(), tiling::DefaultProfileDir());
-    if (!loaded.ok()) return loaded.status();
-    profile = *loaded;
+    ASSIGN_OR_RETURN(
+        tiling::PeakProfile loaded,
+        tiling::LoadOrCalibrate(decoder, tiling::ProbeOf(*memory), tiling::CalibrationSides(decoder.device()),
+                                memory->backend(), tiling::DefaultProfileDir()));
+    profile = loaded;
   }
   // The request's options against the model, as the server checks them.
   v1::ModelInfo model_info;
-  worker::DescribeModel(*model, profile.value_or(tiling::PeakProfile{}), ranks, &model_info);
-  if (absl::Status s = rpc::ValidateDecodeOptions(request, model_info); !s.ok()) return s;
-  if (absl::Status s = rpc::ValidateOutputFormat(request, model_info); !s.ok()) return s;
+  worker::DescribeModel(model, profile.value_or(tiling::PeakProfile{}), ranks, &model_info);
+  RETURN_IF_ERROR(rpc::ValidateDecodeOptions(request, model_info));
+  RETURN_IF_ERROR(rpc::ValidateOutputFormat(request, model_info));
   const worker::DecodeJob job = worker::JobFromRequest(request, latent);
   // Budgets count beyond the loaded model (it is not the decode's), and
   // apply before the group reports its free memory.
   if (budget_mib > 0) {
-    if (absl::Status s = (*memory)->SetBudget((*memory)->current_bytes() + (budget_mib << 20)); !s.ok()) return s;
+    RETURN_IF_ERROR(memory->SetBudget(memory->current_bytes() + (budget_mib << 20)));
   }
   GroupLaunch launch;
   launch.ranks = ranks;
   launch.model_path = args.Get("model").value_or("");
-  launch.dtype_name = families::DtypeName(*dtype);
+  launch.dtype_name = families::DtypeName(dtype);
   launch.threads = at::get_num_threads();
   launch.timeout = absl::Seconds(timeout_s);
-  const std::string model_name = model->name;
-  absl::StatusOr<std::unique_ptr<LocalGroup>> group = LocalGroup::Start(launch, *std::move(model));
-  if (!group.ok()) return group.status();
-  worker::GroupRuntime& runtime = (*group)->runtime();
+  const std::string model_name = model.name;
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalGroup> group, LocalGroup::Start(launch, std::move(model)));
+  worker::GroupRuntime& runtime = group->runtime();
 
   // The service's path: plan once, run the plan on the group.
   worker::PlanningContext planning;
@@ -368,19 +360,18 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     // One rank: its free bytes now (the previous run's output released);
     // a group: as its ranks last reported them, as the service plans.
     planning.free_bytes_per_rank =
-        runtime.world_size() == 1 ? std::vector<int64_t>{(*memory)->free_bytes()} : runtime.free_bytes_per_rank();
-    absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(decoder, job, planning);
-    if (!plan.ok()) return plan.status();
-    group_job.plan = *std::move(plan);
+        runtime.world_size() == 1 ? std::vector<int64_t>{memory->free_bytes()} : runtime.free_bytes_per_rank();
+    ASSIGN_OR_RETURN(worker::DecodePlan plan, worker::PlanDecode(decoder, job, planning));
+    group_job.plan = std::move(plan);
     group_job.plan.overlap_halo = halo_overlap == "on";
-    run.before_bytes = (*memory)->current_bytes();
+    run.before_bytes = memory->current_bytes();
     run.budget_bytes = planning.free_bytes_per_rank.empty() ? -1 : planning.free_bytes_per_rank[0];
     outcome = runtime.Run(group_job);
     if (!outcome.ok()) return outcome.status();
     if (i >= warmup) run.decode_ms.push_back(outcome->result.decode_ms);
   }
-  (void)(*memory)->SetBudget(0);  // writing the output is not the decode's
-  if (absl::Status stopped = (*group)->Stop(); !stopped.ok()) return stopped;
+  (void)(memory)->SetBudget(0);  // writing the output is not the decode's
+  RETURN_IF_ERROR(group->Stop());
   std::string mode_used = worker::ModeName(outcome->result.mode);
   if (outcome->result.mode == worker::DecodeMode::kTiled || outcome->result.mode != planning.requested) {
     mode_used = absl::StrCat(mode_used, " (", outcome->result.reason, ")");
@@ -394,29 +385,27 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   AssemblingSink sink(assembled);
   worker::LeaderResponse response(sink, request, rpc::kDefaultMaxChunkBytes,
                                   decoder.OutputShape(group_job.plan.latent.sizes().vec()),
-                                  families::DecodeDtypeReason(decoder.info(), *dtype));
+                                  families::DecodeDtypeReason(decoder.info(), dtype));
   const absl::Status streamed = response.Finish(group_job.plan, *outcome, runtime.world_size());
   if (!sink.status().ok()) return sink.status();  // the assembler's error, not the stream's "caller gone"
   if (!streamed.ok()) return streamed;
-  absl::StatusOr<std::vector<std::string>> files = client::WriteOutput(out_file, assembled);
-  if (!files.ok()) return files.status();
-  const std::string written = absl::StrJoin(*files, ",");
+  ASSIGN_OR_RETURN(std::vector<std::string> files, client::WriteOutput(out_file, assembled));
+  const std::string written = absl::StrJoin(files, ",");
   const at::Tensor& result = outcome->result.sample;
   out << "decoded model=" << model_name << " family=" << decoder.info().family << " latent=" << latent_name
       << " latent_shape=" << ShapeText(latent.sizes()) << " space=" << space_name
       << " sample_shape=" << ShapeText(result.sizes()) << " dtype=" << families::DtypeName(decoder.dtype())
-      << (decoder.dtype() != *dtype ? " requested_dtype=" + families::DtypeName(*dtype) + " (force_upcast)" : "")
-      << " device=" << device->str() << " mode=" << mode_used << " ranks=" << ranks
+      << (decoder.dtype() != dtype ? " requested_dtype=" + families::DtypeName(dtype) + " (force_upcast)" : "")
+      << " device=" << device.str() << " mode=" << mode_used << " ranks=" << ranks
       << " threads=" << at::get_num_threads() << " time_ms=" << static_cast<int64_t>(ms) << figures
       << " max_rss_mib=" << MaxRssMib() << " out=" << written << "\n";
   return absl::OkStatus();
 }
 
 absl::Status RunInfo(const ParsedArgs& args, std::ostream& out) {
-  absl::StatusOr<worker::NamedModel> model = LoadModel(args.Get("model"), at::kFloat);
-  if (!model.ok()) return model.status();
-  const families::ModelInfo& m = model->decoder->info();
-  out << "model: " << model->name << "\n"
+  ASSIGN_OR_RETURN(worker::NamedModel model, LoadModel(args.Get("model"), at::kFloat));
+  const families::ModelInfo& m = model.decoder->info();
+  out << "model: " << model.name << "\n"
       << "family: " << m.family << " (diffusers " << m.diffusers_class << ")\n"
       << "parameters: " << m.parameter_count << "\n"
       << "latent channels: " << m.latent_channels << "\n"

@@ -11,6 +11,7 @@
 #include "device/device_memory.h"
 #include "parallel/gloo_communicator.h"
 #include "rpc/free_port.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::cli {
 namespace {
@@ -51,8 +52,7 @@ LocalGroup::~LocalGroup() {
 }
 
 absl::StatusOr<std::unique_ptr<LocalGroup>> LocalGroup::Start(const GroupLaunch& launch, worker::NamedModel model) {
-  absl::StatusOr<int> port = launch.ranks > 1 ? rpc::PickFreePort() : absl::StatusOr<int>(0);
-  if (!port.ok()) return port.status();
+  ASSIGN_OR_RETURN(int port, launch.ranks > 1 ? rpc::PickFreePort() : absl::StatusOr<int>(0));
   const std::string group = absl::StrCat("cli-", getpid());
   const std::string self = rpc::SelfExecutable();
 
@@ -62,23 +62,22 @@ absl::StatusOr<std::unique_ptr<LocalGroup>> LocalGroup::Start(const GroupLaunch&
                                      "rank",
                                      absl::StrCat("--rank=", r),
                                      absl::StrCat("--world=", launch.ranks),
-                                     absl::StrCat("--store-port=", *port),
+                                     absl::StrCat("--store-port=", port),
                                      absl::StrCat("--group=", group),
                                      absl::StrCat("--dtype=", launch.dtype_name),
                                      absl::StrCat("--threads=", launch.threads),
                                      absl::StrCat("--timeout-s=", absl::ToInt64Seconds(launch.timeout))};
     if (!launch.model_path.empty()) argv.push_back(absl::StrCat("--model=", launch.model_path));
-    absl::StatusOr<rpc::ChildProcess> child = rpc::ChildProcess::Spawn(argv);
-    if (!child.ok()) return child.status();
-    children.push_back(*std::move(child));
+    ASSIGN_OR_RETURN(rpc::ChildProcess child, rpc::ChildProcess::Spawn(argv));
+    children.push_back(std::move(child));
   }
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm =
-      JoinLocalGroup(0, launch.ranks, *port, group, launch.timeout);
-  if (!comm.ok()) return comm.status();  // children are killed by their handles
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<parallel::Communicator> comm,
+      JoinLocalGroup(0, launch.ranks, port, group, launch.timeout));  // children are killed by their handles
   std::vector<worker::NamedModel> models;
   models.push_back(std::move(model));
   auto runtime =
-      std::make_unique<worker::GroupRuntime>(*std::move(comm), std::move(models), HeartbeatPeriod(launch.timeout));
+      std::make_unique<worker::GroupRuntime>(std::move(comm), std::move(models), HeartbeatPeriod(launch.timeout));
   if (runtime->broken()) return absl::UnavailableError("the CLI's worker group failed to start");
   return std::unique_ptr<LocalGroup>(new LocalGroup(launch, std::move(children), std::move(runtime)));
 }
@@ -87,9 +86,8 @@ absl::Status LocalGroup::Stop() {
   runtime_->Shutdown();
   const absl::Time deadline = absl::Now() + launch_.timeout;
   for (size_t i = 0; i < children_.size(); ++i) {
-    absl::StatusOr<int> code = children_[i].Wait(deadline);
-    if (!code.ok()) return code.status();
-    if (*code != 0) return absl::UnavailableError(absl::StrCat("rank ", i + 1, " exited with code ", *code));
+    ASSIGN_OR_RETURN(int code, children_[i].Wait(deadline));
+    if (code != 0) return absl::UnavailableError(absl::StrCat("rank ", i + 1, " exited with code ", code));
   }
   return absl::OkStatus();
 }
@@ -108,17 +106,14 @@ absl::Status RunRank(const ParsedArgs& args) {
   if (absl::StatusOr<device::DeviceMemory*> m = device::InstallDeviceMemory(c10::Device(c10::kCPU)); !m.ok()) {
     return m.status();
   }
-  absl::StatusOr<at::ScalarType> dtype = families::ParseDtype(args.Get("dtype").value_or("float32"));
-  if (!dtype.ok()) return dtype.status();
-  absl::StatusOr<worker::NamedModel> model = LoadModel(args.Get("model"), *dtype);
-  if (!model.ok()) return model.status();
+  ASSIGN_OR_RETURN(at::ScalarType dtype, families::ParseDtype(args.Get("dtype").value_or("float32")));
+  ASSIGN_OR_RETURN(worker::NamedModel model, LoadModel(args.Get("model"), dtype));
   const absl::Duration timeout = absl::Seconds(*timeout_s);
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm =
-      JoinLocalGroup(*rank, *world, *port, args.Get("group").value_or("cli"), timeout);
-  if (!comm.ok()) return comm.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm,
+                   JoinLocalGroup(*rank, *world, *port, args.Get("group").value_or("cli"), timeout));
   std::vector<worker::NamedModel> models;
-  models.push_back(*std::move(model));
-  worker::GroupRuntime runtime(*std::move(comm), std::move(models), HeartbeatPeriod(timeout));
+  models.push_back(std::move(model));
+  worker::GroupRuntime runtime(std::move(comm), std::move(models), HeartbeatPeriod(timeout));
   return runtime.ServeAsPeer();
 }
 

@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "families/autoencoder_kl/embedded_default.h"
 #include "families/builtin_families.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::cli {
 
@@ -15,13 +16,12 @@ absl::StatusOr<worker::NamedModel> LoadModel(const std::optional<std::string>& p
   families::LoadOptions options;
   options.dtype = dtype;
   options.seeded_weights = seeded_weights;
-  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
-      families::BuiltinFamilies().Load(ResolveUserPath(*path), options);
-  if (!decoder.ok()) return decoder.status();
-  if (std::string w = worker::UnreadConfigKeysWarning((*decoder)->info()); !w.empty()) {
+  ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder,
+                   families::BuiltinFamilies().Load(ResolveUserPath(*path), options));
+  if (std::string w = worker::UnreadConfigKeysWarning(decoder->info()); !w.empty()) {
     std::cerr << "warning: " << *path << ": " << w << "\n";
   }
-  return worker::NamedModel{*path, *std::move(decoder)};
+  return worker::NamedModel{*path, std::move(decoder)};
 }
 
 }  // namespace vaedecode::cli

@@ -67,24 +67,22 @@ formats::DType FormatsDType(v1::DType dtype) {
 
 absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path) {
   if (absl::EndsWith(path, ".safetensors")) {
-    absl::StatusOr<std::unique_ptr<formats::SafetensorsFile>> file = formats::SafetensorsFile::Open(path);
-    if (!file.ok()) return file.status();
+    ASSIGN_OR_RETURN(std::unique_ptr<formats::SafetensorsFile> file, formats::SafetensorsFile::Open(path));
     const formats::TensorView* view = nullptr;
-    if ((*file)->tensors().size() == 1) {
-      view = &(*file)->tensors()[0];
+    if (file->tensors().size() == 1) {
+      view = &file->tensors()[0];
     } else {
-      view = (*file)->Find("latent");
+      view = file->Find("latent");
     }
     if (view == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
-          path, ": ", (*file)->tensors().size(), " tensors and none is called \"latent\"; which one is the latent?"));
+          path, ": ", file->tensors().size(), " tensors and none is called \"latent\"; which one is the latent?"));
     }
     return ToTensor(path, view->dtype, view->shape, view->data, view->nbytes);
   }
   if (absl::EndsWith(path, ".npy")) {
-    absl::StatusOr<formats::NpyArray> array = formats::ReadNpy(path);
-    if (!array.ok()) return array.status();
-    return ToTensor(path, array->dtype, array->shape, array->data.data(), array->data.size());
+    ASSIGN_OR_RETURN(formats::NpyArray array, formats::ReadNpy(path));
+    return ToTensor(path, array.dtype, array.shape, array.data.data(), array.data.size());
   }
   return absl::InvalidArgumentError(absl::StrCat(path, ": latent files must be .safetensors or .npy"));
 }

@@ -31,6 +31,7 @@
 #include "rpc/output_assembler.h"
 #include "rpc/output_formats.h"
 #include "rpc/request_options.h"
+#include "rpc/status_macros.h"
 #include "vaedecode/v1/vaedecode.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address HOST:PORT");
@@ -97,17 +98,14 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials() {
   if (ca.empty() && cert.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions ssl;
   if (!ca.empty()) {
-    absl::StatusOr<std::string> roots = ReadPem("--tls_ca", ca);
-    if (!roots.ok()) return roots.status();
-    ssl.pem_root_certs = *roots;
+    ASSIGN_OR_RETURN(std::string roots, ReadPem("--tls_ca", ca));
+    ssl.pem_root_certs = roots;
   }
   if (!cert.empty()) {
-    absl::StatusOr<std::string> chain = ReadPem("--tls_cert", cert);
-    if (!chain.ok()) return chain.status();
-    absl::StatusOr<std::string> private_key = ReadPem("--tls_key", key);
-    if (!private_key.ok()) return private_key.status();
-    ssl.pem_cert_chain = *chain;
-    ssl.pem_private_key = *private_key;
+    ASSIGN_OR_RETURN(std::string chain, ReadPem("--tls_cert", cert));
+    ASSIGN_OR_RETURN(std::string private_key, ReadPem("--tls_key", key));
+    ssl.pem_cert_chain = chain;
+    ssl.pem_private_key = private_key;
   }
   return grpc::SslCredentials(ssl);
 }
@@ -130,13 +128,11 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest() {
   request.set_request_id(absl::GetFlag(FLAGS_request_id));
   const std::string latent = ResolvePath(absl::GetFlag(FLAGS_latent));
   if (latent.empty()) {
-    absl::StatusOr<std::vector<int64_t>> shape = ParseShape(absl::GetFlag(FLAGS_latent_shape));
-    if (!shape.ok()) return shape.status();
-    *request.mutable_latent() = vaedecode::client::DemoLatent(*shape, absl::GetFlag(FLAGS_seed));
+    ASSIGN_OR_RETURN(std::vector<int64_t> shape, ParseShape(absl::GetFlag(FLAGS_latent_shape)));
+    *request.mutable_latent() = vaedecode::client::DemoLatent(shape, absl::GetFlag(FLAGS_seed));
   } else {
-    absl::StatusOr<v1::Tensor> t = vaedecode::client::ReadLatent(latent);
-    if (!t.ok()) return t.status();
-    *request.mutable_latent() = *std::move(t);
+    ASSIGN_OR_RETURN(v1::Tensor t, vaedecode::client::ReadLatent(latent));
+    *request.mutable_latent() = std::move(t);
   }
   // Every request option the client offers, by its flag of the same name.
   for (const vaedecode::rpc::OptionInfo& option : vaedecode::rpc::RequestOptions()) {
@@ -150,9 +146,8 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest() {
     }
   }
   if (absl::GetFlag(FLAGS_output_format).empty()) {
-    absl::StatusOr<v1::OutputFormat> f = vaedecode::rpc::FormatForExtension(absl::GetFlag(FLAGS_out));
-    if (!f.ok()) return f.status();
-    request.set_output_format(*f);
+    ASSIGN_OR_RETURN(v1::OutputFormat f, vaedecode::rpc::FormatForExtension(absl::GetFlag(FLAGS_out)));
+    request.set_output_format(f);
   }
   return request;
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "device/counting_cpu_allocator.h"
 #include "device/cuda_memory.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::device {
 namespace {
@@ -55,9 +56,8 @@ absl::StatusOr<DeviceMemory*> InstallDeviceMemory(const c10::Device& device) {
   if (device.is_cpu()) {
     memory = std::make_unique<CpuDeviceMemory>();
   } else if (device.is_cuda()) {
-    absl::StatusOr<std::unique_ptr<DeviceMemory>> cuda = NewCudaDeviceMemory(device.index());
-    if (!cuda.ok()) return cuda.status();
-    memory = *std::move(cuda);
+    ASSIGN_OR_RETURN(std::unique_ptr<DeviceMemory> cuda, NewCudaDeviceMemory(device.index()));
+    memory = std::move(cuda);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("no memory accounting for device ", device.str()));
   }

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families {
 namespace fs = std::filesystem;
@@ -62,12 +63,11 @@ std::string ModelFiles::class_name() const {
 }
 
 absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& path, Weights needed) {
-  absl::StatusOr<fs::path> dir = ResolveVaeDir(path);
-  if (!dir.ok()) return dir.status();
+  ASSIGN_OR_RETURN(fs::path dir, ResolveVaeDir(path));
 
   std::unique_ptr<ModelFiles> files(new ModelFiles());
-  files->vae_dir_ = dir->string();
-  files->config_path_ = (*dir / "config.json").string();
+  files->vae_dir_ = dir.string();
+  files->config_path_ = (dir / "config.json").string();
 
   std::ifstream in(files->config_path_, std::ios::binary);
   std::stringstream text;
@@ -83,18 +83,16 @@ absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& 
   }
 
   if (needed == Weights::kIgnored) return files;
-  absl::StatusOr<std::vector<std::string>> weights = FindWeightFiles(*dir);
-  if (!weights.ok()) return weights.status();
-  files->weight_files_ = *weights;
+  ASSIGN_OR_RETURN(std::vector<std::string> weights, FindWeightFiles(dir));
+  files->weight_files_ = weights;
 
   std::vector<std::string> duplicates;
   for (const std::string& weight_file : files->weight_files_) {
-    absl::StatusOr<std::unique_ptr<formats::SafetensorsFile>> shard = formats::SafetensorsFile::Open(weight_file);
-    if (!shard.ok()) return shard.status();
-    for (const formats::TensorView& view : (*shard)->tensors()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<formats::SafetensorsFile> shard, formats::SafetensorsFile::Open(weight_file));
+    for (const formats::TensorView& view : shard->tensors()) {
       if (!files->tensors_.emplace(view.name, &view).second) duplicates.push_back(view.name);
     }
-    files->shards_.push_back(*std::move(shard));
+    files->shards_.push_back(std::move(shard));
   }
   if (!duplicates.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("tensors stored in more than one shard of ", files->vae_dir_, ": ",

@@ -22,6 +22,7 @@
 #include "families/module_backed_decoder.h"
 #include "families/registry.h"
 #include "families/weight_loading.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families {
 
@@ -49,10 +50,9 @@ class ModuleDecoder : public ModuleBackedDecoder {
 template <typename DecoderT>
 absl::StatusOr<std::unique_ptr<Decoder>> LoadModuleDecoder(const ModelFiles& files, const LoadOptions& options,
                                                            const IgnoreRules& ignore) {
-  absl::StatusOr<typename DecoderT::Config> config = DecoderT::Config::FromJson(files.config(), files.config_path());
-  if (!config.ok()) return config.status();
-  auto decoder = std::make_unique<DecoderT>(*std::move(config), files.config().dump(2));
-  if (absl::Status loaded = FillWeights(*decoder->module(), files, ignore, options); !loaded.ok()) return loaded;
+  ASSIGN_OR_RETURN(typename DecoderT::Config config, DecoderT::Config::FromJson(files.config(), files.config_path()));
+  auto decoder = std::make_unique<DecoderT>(std::move(config), files.config().dump(2));
+  RETURN_IF_ERROR(FillWeights(*decoder->module(), files, ignore, options));
   return decoder;
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families {
 std::vector<std::string> Registry::ClassesWithKeysLike(
@@ -49,35 +50,34 @@ std::vector<std::string> Registry::SupportedClasses() const {
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path, const LoadOptions& options) const {
-  absl::Status dtype_ok = CheckDtypeSupported(options.dtype);
-  if (!dtype_ok.ok()) return dtype_ok;
-  absl::StatusOr<std::unique_ptr<ModelFiles>> files =
-      ModelFiles::Open(path, options.seeded_weights ? ModelFiles::Weights::kIgnored : ModelFiles::Weights::kRequired);
-  if (!files.ok()) return files.status();
-  const std::string class_name = (*files)->class_name();
+  RETURN_IF_ERROR(CheckDtypeSupported(options.dtype));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<ModelFiles> files,
+      ModelFiles::Open(path, options.seeded_weights ? ModelFiles::Weights::kIgnored : ModelFiles::Weights::kRequired));
+  const std::string class_name = files->class_name();
   if (class_name.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat((*files)->config_path(), " has no \"_class_name\": not a diffusers config"));
+        absl::StrCat(files->config_path(), " has no \"_class_name\": not a diffusers config"));
   }
   const FamilyRegistration* family = FindByClass(class_name);
   if (family == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat((*files)->config_path(), ": model class ", class_name,
+        absl::StrCat(files->config_path(), ": model class ", class_name,
                      " is not supported (supported: ", absl::StrJoin(SupportedClasses(), ", "), ")"));
   }
-  absl::StatusOr<std::unique_ptr<Decoder>> decoder = family->factory(**files, options);
+  absl::StatusOr<std::unique_ptr<Decoder>> decoder = family->factory(*files, options);
   if (decoder.ok()) {
     ApplyDecodeDtype(**decoder, options.dtype);
     return decoder;
   }
   if (decoder.status().code() != absl::StatusCode::kInvalidArgument) return decoder;
-  const std::vector<std::string> look_like = ClassesWithKeysLike((*files)->tensors());
+  const std::vector<std::string> look_like = ClassesWithKeysLike(files->tensors());
   if (look_like.empty() || std::find(look_like.begin(), look_like.end(), class_name) != look_like.end()) {
     return decoder;
   }
   // The likely cause first: the strict-loading list that follows can be long.
   return absl::InvalidArgumentError(absl::StrCat(
-      "these weights look like a checkpoint of ", absl::StrJoin(look_like, " or "), ", but ", (*files)->config_path(),
+      "these weights look like a checkpoint of ", absl::StrJoin(look_like, " or "), ", but ", files->config_path(),
       " says ", class_name, ": the config and the weights come from different models. ", decoder.status().message()));
 }
 

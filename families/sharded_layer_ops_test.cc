@@ -19,6 +19,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families {
 namespace {
@@ -48,9 +49,8 @@ struct Case {
 };
 
 absl::Status RunCase(const Case& c, int rank, int world, int port) {
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm =
-      Join(rank, world, port, absl::Seconds(20), "sharded-layer-ops");
-  if (!comm.ok()) return comm.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm,
+                   Join(rank, world, port, absl::Seconds(20), "sharded-layer-ops"));
 
   at::manual_seed(c.kernel * 100 + c.dilation);
   const int64_t rows = kLatentRows * c.scale;
@@ -71,7 +71,7 @@ absl::Status RunCase(const Case& c, int rank, int world, int port) {
   at::Tensor local = x.narrow(h, band.begin, band.size()).contiguous();
 
   DenseOps dense;
-  parallel::CountingCommunicator counting(**comm);
+  parallel::CountingCommunicator counting(*comm);
   ShardedLayerOps sharded(counting, latent_spec);
   const std::string what = absl::StrCat("conv k=", c.kernel, " d=", c.dilation, " mode=", static_cast<int>(c.mode),
                                         " scale=", c.scale, c.video ? " 3d" : " 2d");
@@ -82,9 +82,8 @@ absl::Status RunCase(const Case& c, int rank, int world, int port) {
     for (bool overlap : {true, false}) {
       sharded.set_overlap_halo(overlap);
       counting.Reset();
-      absl::Status s = ExpectTensorClose(sharded.Conv(local, w, b, g), want, 1e-5, 0,
-                                         absl::StrCat(what, overlap ? " overlapped" : " waiting"));
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(ExpectTensorClose(sharded.Conv(local, w, b, g), want, 1e-5, 0,
+                                        absl::StrCat(what, overlap ? " overlapped" : " waiting")));
       const int64_t halo_calls = (world > 1 && c.kernel > 1) ? 1 : 0;
       if (counting.stats().collectives() != halo_calls) {
         return absl::InternalError(absl::StrCat(what, ": ", counting.ToString()));
@@ -93,8 +92,7 @@ absl::Status RunCase(const Case& c, int rank, int world, int port) {
 
     at::Tensor gw = at::randn({3}), gb = at::randn({3});
     want = dense.GroupNorm(x, 3, gw, gb, 1e-6).narrow(h, band.begin, band.size());
-    absl::Status s = ExpectTensorClose(sharded.GroupNorm(local, 3, gw, gb, 1e-6), want, 1e-5, 0, what + " group norm");
-    if (!s.ok()) return s;
+    RETURN_IF_ERROR(ExpectTensorClose(sharded.GroupNorm(local, 3, gw, gb, 1e-6), want, 1e-5, 0, what + " group norm"));
   } catch (const StatusError& e) {
     return e.status();
   } catch (const std::exception& e) {
@@ -130,8 +128,7 @@ TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
     absl::Status s = parallel::testing::RunRanks(
         world,
         [](int rank, int w, int port) -> absl::Status {
-          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(30));
-          if (!comm.ok()) return comm.status();
+          ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port, absl::Seconds(30)));
           at::manual_seed(13);
           const int64_t scale = 200, rows = kLatentRows * scale;
           const at::Tensor x = at::randn({1, 6, rows, 1400});
@@ -139,7 +136,7 @@ TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
           const parallel::ShardSpec latent_spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
           const parallel::Band band = latent_spec.Scaled(scale).local_band();
           if (16 * band.size() * 1400 <= kConvOutputsPerBand) return absl::InternalError("the band fits one call");
-          ShardedLayerOps sharded(**comm, latent_spec);
+          ShardedLayerOps sharded(*comm, latent_spec);
           for (PaddingMode mode : {PaddingMode::kZeros, PaddingMode::kReplicate, PaddingMode::kReflect}) {
             ConvGeometry g;
             g.padding_h = g.padding_w = 1;
@@ -148,10 +145,10 @@ TEST(ShardedConv, ALargeBandGoesInRowBandsAndEqualsDense) {
             for (bool overlap : {true, false}) {
               sharded.set_overlap_halo(overlap);
               try {
-                absl::Status st = ExpectTensorClose(
+                RETURN_IF_ERROR(ExpectTensorClose(
                     sharded.Conv(x.narrow(2, band.begin, band.size()).contiguous(), weight, bias, g), want, 1e-4, 0,
-                    absl::StrCat("banded conv, mode ", static_cast<int>(mode), overlap ? ", overlapped" : ", waiting"));
-                if (!st.ok()) return st;
+                    absl::StrCat("banded conv, mode ", static_cast<int>(mode),
+                                 overlap ? ", overlapped" : ", waiting")));
               } catch (const StatusError& e) {
                 return e.status();
               }
@@ -169,8 +166,7 @@ TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
     absl::Status s = parallel::testing::RunRanks(
         world,
         [](int rank, int w, int port) -> absl::Status {
-          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-          if (!comm.ok()) return comm.status();
+          ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port, absl::Seconds(20)));
           at::manual_seed(9);
           const int64_t width = 5;
           at::Tensor q = at::randn({2, 1, kLatentRows * width, 8});
@@ -179,7 +175,7 @@ TEST(ShardedAttention, LocalQueriesAgainstGatheredKeysEqualDense) {
           parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
           const parallel::Band b = spec.local_band();
           auto band = [&](const at::Tensor& t) { return t.narrow(2, b.begin * width, b.size() * width).contiguous(); };
-          ShardedLayerOps sharded(**comm, spec);
+          ShardedLayerOps sharded(*comm, spec);
           DenseOps dense;
           at::Tensor want = band(dense.Attention(q, k, v, TokenLayout::Full(width)));
           try {
@@ -201,8 +197,7 @@ TEST(ShardedAttention, SharedTokensEnterTheKeysOnceAndEveryRankAgreesOnThem) {
     absl::Status s = parallel::testing::RunRanks(
         world,
         [](int rank, int w, int port) -> absl::Status {
-          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-          if (!comm.ok()) return comm.status();
+          ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port, absl::Seconds(20)));
           at::manual_seed(19);
           const int64_t width = 4, shared = 3;
           const int64_t tokens = kLatentRows * width;
@@ -214,7 +209,7 @@ TEST(ShardedAttention, SharedTokensEnterTheKeysOnceAndEveryRankAgreesOnThem) {
           auto local = [&](const at::Tensor& t) {
             return at::cat({t.narrow(2, b.begin * width, b.size() * width), t.narrow(2, tokens, shared)}, 2);
           };
-          ShardedLayerOps sharded(**comm, spec);
+          ShardedLayerOps sharded(*comm, spec);
           DenseOps dense;
           const at::Tensor want = local(dense.Attention(q, k, v, TokenLayout::Full(width, shared)));
           try {
@@ -251,8 +246,7 @@ TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
     absl::Status s = parallel::testing::RunRanks(
         world,
         [](int rank, int w, int port) -> absl::Status {
-          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-          if (!comm.ok()) return comm.status();
+          ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port, absl::Seconds(20)));
           at::manual_seed(11);
           const int64_t width = 5, frames = 3;
           at::Tensor q = at::randn({2, 1, frames, kLatentRows * width, 8});
@@ -264,17 +258,13 @@ TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
           auto band = [&](const at::Tensor& t) { return t.narrow(3, b.begin * width, b.size() * width).contiguous(); };
           DenseOps dense;
           const at::Tensor want = dense.Attention(q, k, v, TokenLayout::FrameCausal(width));
-          if (absl::Status st = ExpectTensorClose(want, MaskedFrameCausalReference(q, k, v), 1e-5, 0, "dense vs mask");
-              !st.ok()) {
-            return st;
-          }
-          parallel::CountingCommunicator counting(**comm);
+          RETURN_IF_ERROR(ExpectTensorClose(want, MaskedFrameCausalReference(q, k, v), 1e-5, 0, "dense vs mask"));
+          parallel::CountingCommunicator counting(*comm);
           ShardedLayerOps sharded(counting, spec);
           try {
-            absl::Status st =
+            RETURN_IF_ERROR(
                 ExpectTensorClose(sharded.Attention(band(q), band(k), band(v), TokenLayout::FrameCausal(width)),
-                                  band(want), 1e-5, 0, "sharded frame-causal attention");
-            if (!st.ok()) return st;
+                                  band(want), 1e-5, 0, "sharded frame-causal attention"));
             if (counting.stats().collectives() != (w > 1 ? 1 : 0)) {
               return absl::InternalError(absl::StrCat("one gather expected: ", counting.ToString()));
             }
@@ -292,10 +282,9 @@ TEST(ShardedAttention, TheLeadersCancelFlagStopsEveryRankAtTheSameOp) {
   absl::Status s = parallel::testing::RunRanks(
       3,
       [](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-        if (!comm.ok()) return comm.status();
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port, absl::Seconds(20)));
         parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-        ShardedLayerOps sharded(**comm, spec);
+        ShardedLayerOps sharded(*comm, spec);
         std::atomic<bool> cancelled{true};
         if (rank == 0) sharded.set_cancel_flag(&cancelled);
         const int64_t tokens = spec.local_rows() * 4;
@@ -316,10 +305,9 @@ TEST(ShardedAttention, TheCancelFlagAlsoStopsFrameCausalAttention) {
   absl::Status s = parallel::testing::RunRanks(
       3,
       [](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-        if (!comm.ok()) return comm.status();
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port, absl::Seconds(20)));
         parallel::ShardSpec spec = parallel::ShardSpec::ForRows(3, kLatentRows, rank, w);
-        ShardedLayerOps sharded(**comm, spec);
+        ShardedLayerOps sharded(*comm, spec);
         std::atomic<bool> cancelled{true};
         if (rank == 0) sharded.set_cancel_flag(&cancelled);
         at::Tensor q = at::randn({1, 1, 2, spec.local_rows() * 4, 8});
@@ -346,8 +334,7 @@ TEST(ShardedConv, WithHaloCancellationEveryRankStopsAfterTheSameExchange) {
       absl::Status s = parallel::testing::RunRanks(
           world,
           [overlap](int rank, int w, int port) -> absl::Status {
-            absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-            if (!comm.ok()) return comm.status();
+            ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port, absl::Seconds(20)));
             const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
             at::manual_seed(5);
             const at::Tensor x = at::randn({1, 2, kLatentRows, 5});
@@ -360,7 +347,7 @@ TEST(ShardedConv, WithHaloCancellationEveryRankStopsAfterTheSameExchange) {
             DenseOps dense;
             const at::Tensor want =
                 dense.Conv(x, w3, b, g3).narrow(2, spec.local_band().begin, spec.local_band().size());
-            ShardedLayerOps sharded(**comm, spec);
+            ShardedLayerOps sharded(*comm, spec);
             sharded.set_overlap_halo(overlap);
             sharded.set_cancel_with_halo(true);
             std::atomic<bool> cancelled{false};
@@ -374,7 +361,7 @@ TEST(ShardedConv, WithHaloCancellationEveryRankStopsAfterTheSameExchange) {
                 at::Tensor y = conv % 2 == 0 ? sharded.Conv(local, w3, b, g3) : sharded.Conv(local, w1, b, g1);
                 if (conv == 0) {
                   // The word travels beside the rows, not in them.
-                  if (absl::Status c = ExpectTensorClose(y, want, 1e-5, 0, "first conv"); !c.ok()) return c;
+                  RETURN_IF_ERROR(ExpectTensorClose(y, want, 1e-5, 0, "first conv"));
                 }
                 local = y;
               } catch (const StatusError& e) {
@@ -401,10 +388,9 @@ TEST(ShardedConv, WithoutHaloCancellationConvsIgnoreTheFlag) {
   absl::Status s = parallel::testing::RunRanks(
       2,
       [](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port, absl::Seconds(20));
-        if (!comm.ok()) return comm.status();
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port, absl::Seconds(20)));
         const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, kLatentRows, rank, w);
-        parallel::CountingCommunicator counting(**comm);
+        parallel::CountingCommunicator counting(*comm);
         ShardedLayerOps sharded(counting, spec);
         std::atomic<bool> cancelled{true};
         if (rank == 0) sharded.set_cancel_flag(&cancelled);
@@ -429,9 +415,8 @@ TEST(ShardedConvRefusal, CircularPaddingIsRefused) {
       1,
       [](int rank, int w, int port) -> absl::Status {
         parallel::GlooOptions o;
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = parallel::GlooCommunicator::Create(o);
-        if (!comm.ok()) return comm.status();
-        ShardedLayerOps sharded(**comm, parallel::ShardSpec::ForRows(2, 4, 0, 1));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, parallel::GlooCommunicator::Create(o));
+        ShardedLayerOps sharded(*comm, parallel::ShardSpec::ForRows(2, 4, 0, 1));
         ConvGeometry g;
         g.padding_h = g.padding_w = 1;
         g.mode = PaddingMode::kCircular;

@@ -23,6 +23,7 @@ def vae_family(
         hdrs = ["config.h"],
         deps = [
             "//families:config_reader",
+            "//rpc:status_macros",
             "//third_party/absl:status",
             "//third_party/json",
         ] + config_deps,
@@ -55,6 +56,7 @@ def vae_family(
             "//families:status_error",
             "//families:weight_loading",
             "//families/nn:modules",
+            "//rpc:status_macros",
             "//third_party/absl:status",
             "//third_party/json",
             "//third_party/torch",

@@ -17,6 +17,7 @@ extern "C" {
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::formats {
 namespace {
@@ -296,10 +297,10 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
     Ff().sws_scale(sws.get(), src, src_stride, 0, height, frame->data, frame->linesize);
     frame->pts = t;
     if ((rc = Ff().avcodec_send_frame(codec.get(), frame.get())) < 0) return Failed("encoding", rc);
-    if (absl::Status s = drain(); !s.ok()) return s;
+    RETURN_IF_ERROR(drain());
   }
   if ((rc = Ff().avcodec_send_frame(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
-  if (absl::Status s = drain(); !s.ok()) return s;
+  RETURN_IF_ERROR(drain());
   if ((rc = Ff().av_write_trailer(format.get())) < 0) return Failed("trailer", rc);
   Ff().avio_flush(io.get());
   return std::move(file.data);
@@ -355,13 +356,13 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
       rc = Ff().avcodec_send_packet(codec.get(), packet.get());
       Ff().av_packet_unref(packet.get());
       if (rc < 0) return Failed("decoding", rc);
-      if (absl::Status s = take(); !s.ok()) return s;
+      RETURN_IF_ERROR(take());
     } else {
       Ff().av_packet_unref(packet.get());
     }
   }
   if ((rc = Ff().avcodec_send_packet(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
-  if (absl::Status s = take(); !s.ok()) return s;
+  RETURN_IF_ERROR(take());
   return video;
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "formats/file_io.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::formats {
 namespace {
@@ -354,9 +355,8 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes, std::string_view label
 }
 
 absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadFileToString(path);
-  if (!bytes.ok()) return bytes.status();
-  return ParseNpy(*bytes, path);
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  return ParseNpy(bytes, path);
 }
 
 absl::Status WriteNpy(const std::string& path, DType dtype, const std::vector<int64_t>& shape, const void* data,

@@ -19,13 +19,14 @@
 #include "absl/strings/str_join.h"
 #include "formats/file_io.h"
 #include "nlohmann/json.hpp"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::formats {
 namespace {
 
 using Json = nlohmann::json;
 
-// Same limit as the reference Rust implementation (MAX_HEADER_SIZE).
+// Same limit as the reference Rust implementation MAX_HEADER_SIZE.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::string_view kMetadataKey = "__metadata__";
 
@@ -273,7 +274,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std
     file->size_ = file->mapping_size_;
   }
   ::close(fd);  // The mapping keeps the file alive.
-  if (absl::Status s = file->Parse(); !s.ok()) return s;
+  RETURN_IF_ERROR(file->Parse());
   return file;
 }
 
@@ -285,7 +286,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBuffer(std
   file->owned_bytes_ = std::move(bytes);
   file->base_ = reinterpret_cast<const uint8_t*>(file->owned_bytes_.data());
   file->size_ = file->owned_bytes_.size();
-  if (absl::Status s = file->Parse(); !s.ok()) return s;
+  RETURN_IF_ERROR(file->Parse());
   return file;
 }
 
@@ -527,10 +528,9 @@ absl::StatusOr<std::string> BuildHeader(const std::vector<TensorView>& tensors,
 
 absl::StatusOr<std::string> SerializeSafetensors(const std::vector<TensorView>& tensors,
                                                  const std::map<std::string, std::string>& metadata) {
-  absl::StatusOr<std::string> out = BuildHeader(tensors, metadata);
-  if (!out.ok()) return out.status();
+  ASSIGN_OR_RETURN(std::string out, BuildHeader(tensors, metadata));
   for (const TensorView& t : tensors) {
-    out->append(reinterpret_cast<const char*>(t.data), t.nbytes);
+    out.append(reinterpret_cast<const char*>(t.data), t.nbytes);
   }
   return out;
 }
@@ -554,9 +554,8 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorV
 absl::StatusOr<std::vector<std::string>> ReadShardIndex(const std::string& index_json_path) {
   const std::string label = QuoteForError(index_json_path);
   auto error = [&label](auto&&... parts) { return absl::InvalidArgumentError(Cat(label, ": ", parts...)); };
-  absl::StatusOr<std::string> text = ReadFileToString(index_json_path);
-  if (!text.ok()) return text.status();
-  const Json index = Json::parse(text->begin(), text->end(), nullptr,
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_json_path));
+  const Json index = Json::parse(text.begin(), text.end(), nullptr,
                                  /*allow_exceptions=*/false);
   if (index.is_discarded()) return error("not valid JSON");
   if (!index.is_object()) return error("top level is a JSON ", TypeName(index), ", not an object");

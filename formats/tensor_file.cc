@@ -16,6 +16,7 @@
 #include "formats/file_io.h"
 #include "formats/npy.h"
 #include "formats/png.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::formats {
 namespace {
@@ -45,10 +46,9 @@ absl::StatusOr<at::Tensor> MakeTensor(const std::string& label, std::string_view
     return absl::InvalidArgumentError(
         Cat(label, ": ", tensor_name, "latent must be a floating tensor, got ", DTypeName(dtype)));
   }
-  absl::StatusOr<at::ScalarType> type = ToScalarType(dtype);
-  if (!type.ok()) return type.status();
+  ASSIGN_OR_RETURN(at::ScalarType type, ToScalarType(dtype));
   try {
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(*type).device(at::kCPU));
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(type).device(at::kCPU));
     if (nbytes != static_cast<size_t>(t.numel()) * t.element_size()) {
       return absl::InternalError(Cat(label, ": tensor size mismatch"));
     }
@@ -137,14 +137,13 @@ absl::StatusOr<DType> FromScalarType(at::ScalarType type) {
 absl::StatusOr<at::Tensor> ReadTensorFile(const std::string& path, std::string_view preferred_name) {
   const std::string label = QuoteForError(path);
   if (absl::EndsWith(path, AsAbsl(kSafetensorsExt))) {
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(path);
-    if (!file.ok()) return file.status();
-    const std::vector<TensorView>& tensors = (*file)->tensors();
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
+    const std::vector<TensorView>& tensors = file->tensors();
     const TensorView* view = nullptr;
     if (tensors.size() == 1) {
       view = &tensors[0];
     } else {
-      view = (*file)->Find(preferred_name);
+      view = file->Find(preferred_name);
     }
     if (view == nullptr) {
       if (tensors.empty()) return absl::InvalidArgumentError(Cat(label, ": no tensors"));
@@ -162,9 +161,8 @@ absl::StatusOr<at::Tensor> ReadTensorFile(const std::string& path, std::string_v
                       view->nbytes);
   }
   if (absl::EndsWith(path, AsAbsl(kNpyExt))) {
-    absl::StatusOr<NpyArray> array = ReadNpy(path);
-    if (!array.ok()) return array.status();
-    return MakeTensor(label, "", array->dtype, array->shape, array->data.data(), array->data.size());
+    ASSIGN_OR_RETURN(NpyArray array, ReadNpy(path));
+    return MakeTensor(label, "", array.dtype, array.shape, array.data.data(), array.data.size());
   }
   return absl::InvalidArgumentError(Cat(label, ": unknown tensor file extension (want .safetensors or .npy)"));
 }
@@ -258,11 +256,8 @@ absl::StatusOr<std::vector<std::string>> WritePngImages(const std::string& path,
         name = absl::StrFormat("%s_%d_f%03d.png", stem, n, f);
       }
       const uint8_t* frame = base + static_cast<size_t>(n * frames + f) * frame_bytes;
-      if (absl::Status s =
-              WritePng(name, static_cast<int>(width), static_cast<int>(height), static_cast<int>(channels), frame);
-          !s.ok()) {
-        return s;
-      }
+      RETURN_IF_ERROR(
+          WritePng(name, static_cast<int>(width), static_cast<int>(height), static_cast<int>(channels), frame));
       written.push_back(std::move(name));
     }
   }

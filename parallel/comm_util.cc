@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::parallel {
 
@@ -30,9 +31,7 @@ absl::Status CheckP2POps(absl::Span<const P2POp> ops, int rank, int world_size, 
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": peer ", op.peer, " invalid for rank ", rank, " of ", world_size));
     }
-    if (absl::Status s = CheckTensor(op.tensor, device, what); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CheckTensor(op.tensor, device, what));
     if (op.kind == P2POp::kRecv && !op.tensor.is_contiguous()) {
       return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), ": receive tensor must be contiguous"));
     }
@@ -50,7 +49,7 @@ absl::Status CheckGatherArgs(const at::Tensor& local, absl::Span<const int64_t> 
       return absl::InvalidArgumentError("gather: negative size");
     }
   }
-  if (absl::Status s = CheckTensor(local, device, "gather"); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckTensor(local, device, "gather"));
   if (local.dim() < 1) {
     return absl::InvalidArgumentError("gather: local tensor must be at least 1-D");
   }

@@ -11,17 +11,12 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::parallel {
 namespace {
 
 using ::vaedecode::parallel::testing::RunRanks;
-
-#define RETURN_IF_ERROR(expr)          \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (0)
 
 absl::Status ExpectCounters(const OpCounters& actual, const OpCounters& expected, std::string_view what) {
   if (actual == expected) return absl::OkStatus();

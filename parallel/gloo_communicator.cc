@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/comm_util.h"
+#include "rpc/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace vaedecode::parallel {
@@ -93,17 +94,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(const Glo
     store_options.port = options.store_port;
     store_options.is_master = options.rank == 0;
     store_options.timeout = options.timeout;
-    absl::StatusOr<c10::intrusive_ptr<c10d::Store>> tcp = ConnectTcpStore(store_options);
-    if (!tcp.ok()) return tcp.status();
-    store = *std::move(tcp);
+    ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::Store> tcp, ConnectTcpStore(store_options));
+    store = std::move(tcp);
   }
-  absl::StatusOr<std::unique_ptr<GroupStore>> group =
-      GroupStore::Create(store, options.group_name, options.rank, options.world_size);
-  if (!group.ok()) return group.status();
-  comm->group_ = *std::move(group);
-  if (absl::Status joined = comm->group_->Join(deadline); !joined.ok()) {
-    return joined;
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<GroupStore> group,
+                   GroupStore::Create(store, options.group_name, options.rank, options.world_size));
+  comm->group_ = std::move(group);
+  RETURN_IF_ERROR(comm->group_->Join(deadline));
 
   try {
     auto gloo_options =
@@ -301,7 +298,7 @@ std::string SendRecvName(CallKind kind) { return absl::StrCat("SendRecv[", AsAbs
 }  // namespace
 
 absl::Status GlooCommunicator::SendRecv(absl::Span<const P2POp> ops, CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
@@ -327,7 +324,7 @@ std::unique_ptr<PendingSendRecv> GlooCommunicator::StartSendRecv(absl::Span<cons
 
 absl::StatusOr<at::Tensor> GlooCommunicator::AllGather(const at::Tensor& local, absl::Span<const int64_t> sizes,
                                                        CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
@@ -367,7 +364,7 @@ absl::StatusOr<at::Tensor> GlooCommunicator::NativeAllGather(const at::Tensor& s
   } catch (...) {
     return StatusFromException(std::current_exception(), what, deadline);
   }
-  if (absl::Status s = WaitCollective(work, what, deadline); !s.ok()) return s;
+  RETURN_IF_ERROR(WaitCollective(work, what, deadline));
   bool even = true;
   for (int64_t size : sizes) even = even && size == widest;
   if (even) return all;
@@ -378,7 +375,7 @@ absl::StatusOr<at::Tensor> GlooCommunicator::NativeAllGather(const at::Tensor& s
 
 absl::StatusOr<at::Tensor> GlooCommunicator::GatherToRoot(const at::Tensor& local, absl::Span<const int64_t> sizes,
                                                           int root, CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
   if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
@@ -395,7 +392,7 @@ absl::StatusOr<at::Tensor> GlooCommunicator::GatherToRoot(const at::Tensor& loca
 }
 
 absl::Status GlooCommunicator::Broadcast(const at::Tensor& tensor, int root, CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
   if (absl::Status s = CheckTensor(tensor, device(), "Broadcast"); !s.ok()) {
     return Fail(s);
@@ -421,7 +418,7 @@ absl::Status GlooCommunicator::Broadcast(const at::Tensor& tensor, int root, Cal
 }
 
 absl::Status GlooCommunicator::AllReduceSum(const at::Tensor& tensor, CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckTensor(tensor, device(), "AllReduceSum"); !s.ok()) {
     return Fail(s);
   }
@@ -453,7 +450,7 @@ absl::Status GlooCommunicator::AllReduceSum(const at::Tensor& tensor, CallKind k
 }
 
 absl::Status GlooCommunicator::Barrier() {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (world_size_ == 1) return absl::OkStatus();
   const absl::Time deadline = absl::Now() + timeout_;
   c10::intrusive_ptr<c10d::Work> work;

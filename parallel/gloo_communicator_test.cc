@@ -21,6 +21,7 @@
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
 #include "rpc/free_port.h"
+#include "rpc/status_macros.h"
 
 // Every multi-rank body below runs in a forked child (see multi_process.h):
 // results come back as Status, and the gtest process itself never touches a
@@ -31,12 +32,6 @@ namespace {
 
 using ::vaedecode::parallel::testing::ExpectTensorEqual;
 using ::vaedecode::parallel::testing::RunRanks;
-
-#define RETURN_IF_ERROR(expr)          \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (0)
 
 absl::Status Expect(bool condition, std::string_view message) {
   return condition ? absl::OkStatus() : absl::InternalError(std::string(message));

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "parallel/comm_util.h"
+#include "rpc/status_macros.h"
 #include "spdlog/spdlog.h"
 
 #endif  // VAEDECODE_WITH_NCCL
@@ -183,9 +184,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(const Ncc
   const absl::Time deadline = absl::Now() + options.timeout;
 
   int device_count = 0;
-  if (absl::Status s = CudaStatus(cudaGetDeviceCount(&device_count), "NCCL: cudaGetDeviceCount"); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceCount(&device_count), "NCCL: cudaGetDeviceCount"));
   if (options.device >= device_count) {
     return absl::UnavailableError(
         absl::StrCat("NCCL: device ", options.device, " requested, ", device_count, " visible"));
@@ -198,32 +197,25 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::Create(const Ncc
     store_options.port = options.store_port;
     store_options.is_master = options.rank == 0;
     store_options.timeout = options.timeout;
-    absl::StatusOr<c10::intrusive_ptr<c10d::Store>> tcp = ConnectTcpStore(store_options);
-    if (!tcp.ok()) return tcp.status();
-    store = *std::move(tcp);
+    ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::Store> tcp, ConnectTcpStore(store_options));
+    store = std::move(tcp);
   }
-  absl::StatusOr<std::unique_ptr<GroupStore>> group =
-      GroupStore::Create(store, options.group_name, options.rank, options.world_size);
-  if (!group.ok()) return group.status();
-  comm->group_ = *std::move(group);
+  ASSIGN_OR_RETURN(std::unique_ptr<GroupStore> group,
+                   GroupStore::Create(store, options.group_name, options.rank, options.world_size));
+  comm->group_ = std::move(group);
 
   ncclUniqueId id;
   if (options.rank == 0) {
-    if (absl::Status s = NcclStatus(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId"); !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = comm->group_->Set(kUniqueIdKey, std::string_view(id.internal, sizeof(id.internal))); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId"));
+    RETURN_IF_ERROR(comm->group_->Set(kUniqueIdKey, std::string_view(id.internal, sizeof(id.internal))));
   }
-  if (absl::Status s = comm->group_->Join(deadline); !s.ok()) return s;
+  RETURN_IF_ERROR(comm->group_->Join(deadline));
   if (options.rank != 0) {
-    absl::StatusOr<std::string> bytes = comm->group_->WaitAndGet(kUniqueIdKey, deadline);
-    if (!bytes.ok()) return bytes.status();
-    if (bytes->size() != sizeof(id.internal)) {
+    ASSIGN_OR_RETURN(std::string bytes, comm->group_->WaitAndGet(kUniqueIdKey, deadline));
+    if (bytes.size() != sizeof(id.internal)) {
       return absl::InternalError("NCCL: malformed unique id in the store");
     }
-    std::memcpy(id.internal, bytes->data(), sizeof(id.internal));
+    std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
 
   DeviceScope scope(options.device);
@@ -451,7 +443,7 @@ absl::Status NcclCommunicator::Enqueue(std::string_view what, const std::functio
   }
   if (status.ok() && !join && joined != nullptr) {
     *joined = [this, done = work->done]() -> absl::Status {
-      if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+      RETURN_IF_ERROR(CheckNotAborted());
       DeviceScope scope(device_);
       return CudaStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(ProducerStream()), done->event, 0),
                         "cudaStreamWaitEvent");
@@ -603,7 +595,7 @@ absl::Status NcclCommunicator::WarmUp() {
 }
 
 absl::Status NcclCommunicator::SendRecv(absl::Span<const P2POp> ops, CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckP2POps(ops, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
@@ -632,7 +624,7 @@ std::unique_ptr<PendingSendRecv> NcclCommunicator::StartSendRecv(absl::Span<cons
 
 absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(const at::Tensor& local, absl::Span<const int64_t> sizes,
                                                        CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
   }
@@ -650,7 +642,7 @@ absl::StatusOr<at::Tensor> NcclCommunicator::AllGather(const at::Tensor& local, 
 
 absl::StatusOr<at::Tensor> NcclCommunicator::GatherToRoot(const at::Tensor& local, absl::Span<const int64_t> sizes,
                                                           int root, CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
   if (absl::Status s = CheckGatherArgs(local, sizes, rank_, world_size_, device()); !s.ok()) {
     return Fail(s);
@@ -666,7 +658,7 @@ absl::StatusOr<at::Tensor> NcclCommunicator::GatherToRoot(const at::Tensor& loca
 }
 
 absl::Status NcclCommunicator::Broadcast(const at::Tensor& tensor, int root, CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckRoot(root, world_size_); !s.ok()) return Fail(s);
   if (absl::Status s = CheckTensor(tensor, device(), "Broadcast"); !s.ok()) {
     return Fail(s);
@@ -687,7 +679,7 @@ absl::Status NcclCommunicator::Broadcast(const at::Tensor& tensor, int root, Cal
 }
 
 absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor, CallKind kind) {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (absl::Status s = CheckTensor(tensor, device(), "AllReduceSum"); !s.ok()) {
     return Fail(s);
   }
@@ -712,7 +704,7 @@ absl::Status NcclCommunicator::AllReduceSum(const at::Tensor& tensor, CallKind k
 }
 
 absl::Status NcclCommunicator::Barrier() {
-  if (absl::Status s = CheckNotAborted(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNotAborted());
   if (world_size_ == 1) return absl::OkStatus();
   absl::Status status = Enqueue("Barrier",
                                 [&](const Device& dev) -> absl::Status {

@@ -13,6 +13,7 @@
 
 #if defined(VAEDECODE_WITH_NCCL)
 #include <cuda_runtime_api.h>
+#include "rpc/status_macros.h"
 #endif
 
 // Without --config=cuda only the UNIMPLEMENTED contract is testable. With it,
@@ -28,12 +29,6 @@ using ::vaedecode::parallel::testing::ExpectTensorEqual;
 using ::vaedecode::parallel::testing::RankOutcome;
 using ::vaedecode::parallel::testing::RunRanksCollect;
 using ::vaedecode::parallel::testing::RunRanksOptions;
-
-#define RETURN_IF_ERROR(expr)          \
-  do {                                 \
-    absl::Status status_ = (expr);     \
-    if (!status_.ok()) return status_; \
-  } while (0)
 
 #if !defined(VAEDECODE_WITH_NCCL)
 

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::parallel {
 namespace {
@@ -51,7 +52,7 @@ absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const
 absl::StatusOr<HaloRows> HaloRowsInFlight::Wait() {
   if (pending_ != nullptr) {
     std::unique_ptr<PendingSendRecv> pending = std::move(pending_);
-    if (absl::Status status = pending->Wait(); !status.ok()) return status;
+    RETURN_IF_ERROR(pending->Wait());
   }
   if (!signals_in_.empty()) {
     if (signals_in_[0].is_cpu()) {
@@ -65,9 +66,8 @@ absl::StatusOr<HaloRows> HaloRowsInFlight::Wait() {
 
 absl::StatusOr<HaloRows> ExchangeHaloRows(Communicator& comm, const at::Tensor& x, const ShardSpec& spec, int64_t halo,
                                           std::optional<int64_t> signal) {
-  absl::StatusOr<HaloRowsInFlight> started = StartHaloRowsExchange(comm, x, spec, halo, signal);
-  if (!started.ok()) return started.status();
-  return started->Wait();
+  ASSIGN_OR_RETURN(HaloRowsInFlight started, StartHaloRowsExchange(comm, x, spec, halo, signal));
+  return started.Wait();
 }
 
 absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x, const ShardSpec& spec, int64_t halo,
@@ -75,20 +75,19 @@ absl::StatusOr<at::Tensor> ExchangeHalo(Communicator& comm, const at::Tensor& x,
   if (halo == 0) return x;
   std::optional<int64_t> word;
   if (signal != nullptr) word = *signal;
-  absl::StatusOr<HaloRows> rows = ExchangeHaloRows(comm, x, spec, halo, word);
-  if (!rows.ok()) return rows.status();
-  if (signal != nullptr && rows->min_signal.has_value()) *signal = *rows->min_signal;
-  if (signals_in != nullptr) *signals_in = rows->signals_in;
+  ASSIGN_OR_RETURN(HaloRows rows, ExchangeHaloRows(comm, x, spec, halo, word));
+  if (signal != nullptr && rows.min_signal.has_value()) *signal = *rows.min_signal;
+  if (signals_in != nullptr) *signals_in = rows.signals_in;
   std::vector<int64_t> shape = x.sizes().vec();
   shape[spec.axis] = halo;
   if (zero_edges) {
-    if (!rows->above.defined()) rows->above = at::zeros(shape, x.options());
-    if (!rows->below.defined()) rows->below = at::zeros(shape, x.options());
+    if (!rows.above.defined()) rows.above = at::zeros(shape, x.options());
+    if (!rows.below.defined()) rows.below = at::zeros(shape, x.options());
   }
   std::vector<at::Tensor> parts;
-  if (rows->above.defined()) parts.push_back(rows->above);
+  if (rows.above.defined()) parts.push_back(rows.above);
   parts.push_back(x);
-  if (rows->below.defined()) parts.push_back(rows->below);
+  if (rows.below.defined()) parts.push_back(rows.below);
   return parts.size() == 1 ? x : at::cat(parts, spec.axis);
 }
 
@@ -136,10 +135,9 @@ absl::StatusOr<std::pair<at::Tensor, at::Tensor>> MergeMoments(Communicator& com
                at::full({1}, leader_signal ? leader_signal->value : 0.0, mean_local.options().dtype(at::kDouble))})
           .unsqueeze(0);
   std::vector<int64_t> ones(spec.world_size, 1);
-  absl::StatusOr<at::Tensor> gathered = comm.AllGather(stats, ones, CallKind::kGroupNormStats);
-  if (!gathered.ok()) return gathered.status();
-  if (leader_signal != nullptr) leader_signal->received = (*gathered)[0].narrow(0, 2 * bg, 1);
-  const at::Tensor all = gathered->narrow(1, 0, 2 * bg).view({spec.world_size, 2, batch, num_groups});
+  ASSIGN_OR_RETURN(at::Tensor gathered, comm.AllGather(stats, ones, CallKind::kGroupNormStats));
+  if (leader_signal != nullptr) leader_signal->received = (gathered)[0].narrow(0, 2 * bg, 1);
+  const at::Tensor all = gathered.narrow(1, 0, 2 * bg).view({spec.world_size, 2, batch, num_groups});
   GroupNormWeights temporary;
   const at::Tensor w = (weights != nullptr ? *weights : temporary).For(spec, mean_local.device()).view({-1, 1, 1});
   const at::Tensor means = all.select(1, 0);  // [W, B, G]
@@ -180,11 +178,9 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
     at::Tensor mean = mean_local, rstd = rstd_local;
     if (spec.world_size > 1) {
       const at::Tensor var_local = (rstd_local.square().reciprocal() - eps).clamp_min(0);
-      absl::StatusOr<std::pair<at::Tensor, at::Tensor>> merged =
-          MergeMoments(comm, spec, mean_local, var_local, leader_signal, weights);
-      if (!merged.ok()) return merged.status();
-      mean = merged->first;
-      rstd = (merged->second + eps).rsqrt();
+      ASSIGN_OR_RETURN(auto merged, MergeMoments(comm, spec, mean_local, var_local, leader_signal, weights));
+      mean = merged.first;
+      rstd = (merged.second + eps).rsqrt();
     }
     at::Tensor scale = PerChannel(rstd / rstd_local, channels, at::kDouble).view({batch, channels});
     at::Tensor shift = PerChannel((mean_local - mean) * rstd, channels, at::kDouble).view({batch, channels});
@@ -205,11 +201,9 @@ absl::StatusOr<at::Tensor> ShardedGroupNorm(Communicator& comm, const at::Tensor
   auto [mean_local, var_local] = GroupMoments(x, num_groups, eps);
   at::Tensor mean = mean_local, var = var_local;  // [B, G]
   if (spec.world_size > 1) {
-    absl::StatusOr<std::pair<at::Tensor, at::Tensor>> merged =
-        MergeMoments(comm, spec, mean_local, var_local, leader_signal, weights);
-    if (!merged.ok()) return merged.status();
-    mean = merged->first;
-    var = merged->second;
+    ASSIGN_OR_RETURN(auto merged, MergeMoments(comm, spec, mean_local, var_local, leader_signal, weights));
+    mean = merged.first;
+    var = merged.second;
   }
   // Normalise and apply the affine in one pass: batch norm's inference
   // kernel, each (batch, channel) a channel of [1, B·C, rest], computes
@@ -241,9 +235,8 @@ absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm
       kv = at::cat({kv, extra});
     }
   }
-  absl::StatusOr<at::Tensor> all = comm.AllGather(kv, sizes, CallKind::kAttentionKV);
-  if (!all.ok()) return all.status();
-  at::Tensor rows = *all;
+  ASSIGN_OR_RETURN(at::Tensor all, comm.AllGather(kv, sizes, CallKind::kAttentionKV));
+  at::Tensor rows = all;
   if (leader_signal != nullptr) {
     // A copy: a view would keep the whole gathered K/V alive until read.
     leader_signal->received = rows[token_sizes[0]].view({-1}).narrow(0, 0, 1).clone();
@@ -256,11 +249,10 @@ absl::StatusOr<std::pair<at::Tensor, at::Tensor>> AllGatherKV(Communicator& comm
 
 absl::StatusOr<at::Tensor> GatherRowsToRoot(Communicator& comm, const at::Tensor& x, const ShardSpec& spec, int root) {
   if (spec.world_size == 1) return x;
-  absl::StatusOr<at::Tensor> all =
-      comm.GatherToRoot(RowsFirst(x, spec.axis), spec.sizes(), root, CallKind::kGatherOutput);
-  if (!all.ok()) return all.status();
-  if (!all->defined()) return at::Tensor();
-  return all->movedim(0, spec.axis).contiguous();
+  ASSIGN_OR_RETURN(at::Tensor all,
+                   comm.GatherToRoot(RowsFirst(x, spec.axis), spec.sizes(), root, CallKind::kGatherOutput));
+  if (!all.defined()) return at::Tensor();
+  return all.movedim(0, spec.axis).contiguous();
 }
 
 }  // namespace vaedecode::parallel

@@ -11,6 +11,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::parallel {
 namespace {
@@ -34,9 +35,8 @@ void ForWorldSizes(const std::function<absl::Status(Communicator&, int, int)>& b
     absl::Status s = testing::RunRanks(
         world,
         [&](int rank, int w, int port) -> absl::Status {
-          absl::StatusOr<std::unique_ptr<Communicator>> comm = Join(rank, w, port);
-          if (!comm.ok()) return comm.status();
-          return body(**comm, rank, w);
+          ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Join(rank, w, port));
+          return body(*comm, rank, w);
         },
         absl::Seconds(60));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
@@ -49,11 +49,10 @@ TEST(ExchangeHalo, BringsTheNeighboursRealRows) {
     at::Tensor full = at::arange(2 * 3 * rows * 4, at::kFloat).view({2, 3, rows, 4});
     ShardSpec spec = ShardSpec::ForRows(2, rows, rank, world);
     const Band b = spec.local_band();
-    absl::StatusOr<at::Tensor> got = ExchangeHalo(comm, full.narrow(2, b.begin, b.size()), spec, halo);
-    if (!got.ok()) return got.status();
+    ASSIGN_OR_RETURN(at::Tensor got, ExchangeHalo(comm, full.narrow(2, b.begin, b.size()), spec, halo));
     const int64_t begin = std::max<int64_t>(0, b.begin - halo);
     const int64_t end = std::min<int64_t>(rows, b.end + halo);
-    return ExpectTensorEqual(*got, full.narrow(2, begin, end - begin), "band with halo");
+    return ExpectTensorEqual(got, full.narrow(2, begin, end - begin), "band with halo");
   });
 }
 
@@ -66,9 +65,8 @@ TEST(ExchangeHalo, ASignalWordReachesTheNeighboursInTheSameCall) {
     const Band b = spec.local_band();
     CountingCommunicator counting(comm);
     int64_t word = words[rank];
-    absl::StatusOr<at::Tensor> got =
-        ExchangeHalo(counting, full.narrow(1, b.begin, b.size()), spec, halo, false, &word);
-    if (!got.ok()) return got.status();
+    ASSIGN_OR_RETURN(at::Tensor got,
+                     ExchangeHalo(counting, full.narrow(1, b.begin, b.size()), spec, halo, false, &word));
     int64_t want = words[rank];
     if (rank > 0) want = std::min(want, words[rank - 1]);
     if (rank + 1 < world) want = std::min(want, words[rank + 1]);
@@ -78,7 +76,7 @@ TEST(ExchangeHalo, ASignalWordReachesTheNeighboursInTheSameCall) {
     if (calls != (world > 1 ? 1 : 0)) return absl::InternalError(absl::StrCat(calls, " halo calls"));
     const int64_t begin = std::max<int64_t>(0, b.begin - halo);
     const int64_t end = std::min<int64_t>(rows, b.end + halo);
-    return ExpectTensorEqual(*got, full.narrow(1, begin, end - begin), "band with halo");
+    return ExpectTensorEqual(got, full.narrow(1, begin, end - begin), "band with halo");
   });
 }
 
@@ -86,11 +84,10 @@ TEST(ExchangeHalo, RefusesAHaloWiderThanABand) {
   absl::Status s = testing::RunRanks(
       3,
       [](int rank, int world, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<Communicator>> comm = Join(rank, world, port);
-        if (!comm.ok()) return comm.status();
+        ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, Join(rank, world, port));
         ShardSpec spec = ShardSpec::ForRows(2, 5, rank, world);  // bands 2, 2, 1
         at::Tensor x = at::zeros({1, 1, spec.local_rows(), 3});
-        absl::StatusOr<at::Tensor> got = ExchangeHalo(**comm, x, spec, 2);
+        absl::StatusOr<at::Tensor> got = ExchangeHalo(*comm, x, spec, 2);
         if (got.ok() || got.status().code() != absl::StatusCode::kFailedPrecondition) {
           return absl::InternalError("a 2-row halo over a 1-row band was not refused");
         }
@@ -110,9 +107,8 @@ absl::Status CheckGroupNorm(Communicator& comm, int rank, int world, at::ScalarT
   ShardSpec spec = ShardSpec::ForRows(2, rows, rank, world);
   const Band b = spec.local_band();
   CountingCommunicator counting(comm);
-  absl::StatusOr<at::Tensor> got =
-      ShardedGroupNorm(counting, full.narrow(2, b.begin, b.size()), spec, 4, weight, bias, 1e-6);
-  if (!got.ok()) return got.status();
+  ASSIGN_OR_RETURN(at::Tensor got,
+                   ShardedGroupNorm(counting, full.narrow(2, b.begin, b.size()), spec, 4, weight, bias, 1e-6));
   const int64_t calls = counting.stats().collectives();
   if (calls != (world > 1 ? 1 : 0)) return absl::InternalError(absl::StrCat("GroupNorm made ", calls, " collectives"));
   // Judged against the float64 truth of the same input: the sharded op must
@@ -120,7 +116,7 @@ absl::Status CheckGroupNorm(Communicator& comm, int rank, int world, at::ScalarT
   const at::Tensor truth = at::group_norm(full.to(at::kDouble), 4, weight.to(at::kDouble), bias.to(at::kDouble), 1e-6)
                                .narrow(2, b.begin, b.size());
   const double dense_error = (want.narrow(2, b.begin, b.size()).to(at::kDouble) - truth).abs().max().item<double>();
-  return ExpectTensorClose(got->to(at::kDouble), truth, std::max(atol, 2 * dense_error), 0, "group norm band");
+  return ExpectTensorClose(got.to(at::kDouble), truth, std::max(atol, 2 * dense_error), 0, "group norm band");
 }
 
 TEST(ShardedGroupNorm, MatchesGroupNormInFp32WithALargeMeanOffset) {
@@ -151,14 +147,12 @@ TEST(AllGatherKV, GivesEveryRankTheGlobalKeysAndValuesInOneCollective) {
     for (int64_t& t : tokens) t *= width;
     const Band b = spec.local_band();
     CountingCommunicator counting(comm);
-    absl::StatusOr<std::pair<at::Tensor, at::Tensor>> kv =
-        AllGatherKV(counting, k.narrow(2, b.begin * width, b.size() * width),
-                    v.narrow(2, b.begin * width, b.size() * width), tokens);
-    if (!kv.ok()) return kv.status();
+    ASSIGN_OR_RETURN(auto kv, AllGatherKV(counting, k.narrow(2, b.begin * width, b.size() * width),
+                                          v.narrow(2, b.begin * width, b.size() * width), tokens));
     if (counting.stats().collectives() != (world > 1 ? 1 : 0))
       return absl::InternalError("K and V took more than one collective");
-    if (absl::Status s = ExpectTensorEqual(kv->first.contiguous(), k, "K"); !s.ok()) return s;
-    return ExpectTensorEqual(kv->second.contiguous(), v, "V");
+    RETURN_IF_ERROR(ExpectTensorEqual(kv.first.contiguous(), k, "K"));
+    return ExpectTensorEqual(kv.second.contiguous(), v, "V");
   });
 }
 
@@ -168,10 +162,9 @@ TEST(GatherRowsToRoot, OnlyTheLeaderGetsTheWholeTensor) {
     at::Tensor full = at::arange(1 * 2 * 3 * rows * 2, at::kFloat).view({1, 2, 3, rows, 2});
     ShardSpec spec = ShardSpec::ForRows(3, rows, rank, world);
     const Band b = spec.local_band();
-    absl::StatusOr<at::Tensor> got = GatherRowsToRoot(comm, full.narrow(3, b.begin, b.size()), spec, 0);
-    if (!got.ok()) return got.status();
-    if (rank != 0) return got->defined() ? absl::InternalError("a peer kept the output") : absl::OkStatus();
-    return ExpectTensorEqual(*got, full, "gathered rows");
+    ASSIGN_OR_RETURN(at::Tensor got, GatherRowsToRoot(comm, full.narrow(3, b.begin, b.size()), spec, 0));
+    if (rank != 0) return got.defined() ? absl::InternalError("a peer kept the output") : absl::OkStatus();
+    return ExpectTensorEqual(got, full, "gathered rows");
   });
 }
 

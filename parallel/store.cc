@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "parallel/comm_util.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::parallel {
 namespace {
@@ -72,9 +73,8 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectTcpStore(const TcpStoreOp
   // the group join does that with a bounded wait and names the missing ranks.
   store_options.waitWorkers = false;
   if (options.is_master) {
-    absl::StatusOr<int> fd = BindListenSocket(options.host, options.port);
-    if (!fd.ok()) return fd.status();
-    store_options.masterListenFd = *fd;
+    ASSIGN_OR_RETURN(int fd, BindListenSocket(options.host, options.port));
+    store_options.masterListenFd = fd;
   }
   // Two c10d connect quirks shape this loop: its connect timeout has
   // whole-second resolution (under 1 s fails before trying), and after a

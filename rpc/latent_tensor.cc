@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::rpc {
 namespace {
@@ -78,10 +79,9 @@ absl::Status CheckLatentBytes(const v1::Tensor& latent, int64_t numel) {
 }
 
 absl::StatusOr<int64_t> ValidateLatentTensor(const v1::Tensor& latent) {
-  if (absl::Status s = CheckLatentDtype(latent); !s.ok()) return s;
-  absl::StatusOr<int64_t> numel = CountLatentElements(latent);
-  if (!numel.ok()) return numel.status();
-  if (absl::Status s = CheckLatentBytes(latent, *numel); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckLatentDtype(latent));
+  ASSIGN_OR_RETURN(int64_t numel, CountLatentElements(latent));
+  RETURN_IF_ERROR(CheckLatentBytes(latent, numel));
   return numel;
 }
 

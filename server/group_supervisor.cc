@@ -21,6 +21,7 @@
 #include "rpc/free_port.h"
 #include "rpc/log_field.h"
 #include "rpc/status.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::server {
 namespace {
@@ -125,8 +126,7 @@ absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(int ge
                                                                           std::vector<v1::ModelInfo>& models) {
   const int world = static_cast<int>(g_.options.devices.size());
   const std::string incarnation = absl::StrCat(g_.options.name, "-inc", generation);
-  absl::StatusOr<int> port = rpc::PickFreePort();
-  if (!port.ok()) return port.status();
+  ASSIGN_OR_RETURN(int port, rpc::PickFreePort());
   const std::string socket_path = absl::StrCat(g_.options.socket_dir, "/", incarnation, ".sock");
   std::error_code ec;
   std::filesystem::remove(socket_path, ec);
@@ -137,7 +137,7 @@ absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(int ge
         absl::StrCat("--rank=", r),
         absl::StrCat("--world=", world),
         absl::StrCat("--group=", incarnation),
-        absl::StrCat("--store_port=", *port),
+        absl::StrCat("--store_port=", port),
         absl::StrCat("--model_repository=", g_.options.model_repository),
         absl::StrCat("--device=", g_.options.devices[r]),
         absl::StrCat("--dtype=", g_.options.dtype),

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/status_macros.h"
 #include "server/oip_translation.h"
 
 namespace vaedecode::server {
@@ -19,8 +20,7 @@ OipAnswers::OipAnswers(const ModelCatalog& catalog, const ServerMetrics& metrics
     : catalog_(catalog), metrics_(metrics), serving_(std::move(serving)) {}
 
 absl::StatusOr<v1::ModelInfo> OipAnswers::FindModel(const std::string& name, const std::string& version) const {
-  absl::StatusOr<v1::ModelInfo> model = catalog_.Lookup(name);
-  if (!model.ok()) return model.status();
+  ASSIGN_OR_RETURN(v1::ModelInfo model, catalog_.Lookup(name));
   if (!version.empty() && version != "1") {
     return absl::NotFoundError(absl::StrCat("model \"", name, "\" has version 1 only, not \"", version, "\""));
   }
@@ -44,17 +44,15 @@ inference::ServerMetadataResponse OipAnswers::ServerMetadata() const {
 
 absl::StatusOr<inference::ModelMetadataResponse> OipAnswers::ModelMetadata(const std::string& name,
                                                                            const std::string& version) const {
-  absl::StatusOr<v1::ModelInfo> model = FindModel(name, version);
-  if (!model.ok()) return model.status();
-  return DescribeModel(*model);
+  ASSIGN_OR_RETURN(v1::ModelInfo model, FindModel(name, version));
+  return DescribeModel(model);
 }
 
 absl::StatusOr<inference::ModelConfigResponse> OipAnswers::ModelConfig(const std::string& name,
                                                                        const std::string& version) const {
-  absl::StatusOr<v1::ModelInfo> model = FindModel(name, version);
-  if (!model.ok()) return model.status();
+  ASSIGN_OR_RETURN(v1::ModelInfo model, FindModel(name, version));
   inference::ModelConfigResponse response;
-  *response.mutable_config() = DescribeConfig(*model);
+  *response.mutable_config() = DescribeConfig(model);
   return response;
 }
 
@@ -64,8 +62,7 @@ absl::StatusOr<inference::ModelStatisticsResponse> OipAnswers::ModelStatistics(c
   if (name.empty()) {
     for (const v1::ModelInfo& m : catalog_.List()) names.push_back(m.name());
   } else {
-    absl::StatusOr<v1::ModelInfo> model = FindModel(name, version);
-    if (!model.ok()) return model.status();
+    ASSIGN_OR_RETURN(v1::ModelInfo model, FindModel(name, version));
     names.push_back(name);
   }
   inference::ModelStatisticsResponse response;

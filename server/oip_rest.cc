@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::server {
 namespace {
@@ -48,9 +49,8 @@ absl::Status ReadParameters(const Json& object, absl::string_view where,
                             google::protobuf::Map<std::string, inference::InferParameter>* out) {
   if (!object.is_object()) return Bad(absl::StrCat(where, " parameters"), "must be a JSON object");
   for (auto it = object.begin(); it != object.end(); ++it) {
-    absl::StatusOr<inference::InferParameter> p = ToParameter(it.key(), it.value());
-    if (!p.ok()) return p.status();
-    (*out)[it.key()] = *std::move(p);
+    ASSIGN_OR_RETURN(inference::InferParameter p, ToParameter(it.key(), it.value()));
+    (*out)[it.key()] = std::move(p);
   }
   return absl::OkStatus();
 }
@@ -137,7 +137,7 @@ absl::StatusOr<RestInferRequest> ParseRestInferRequest(const std::string& body, 
     r.set_id(id->get_ref<const std::string&>());
   }
   if (auto params = header.find("parameters"); params != header.end()) {
-    if (absl::Status s = ReadParameters(*params, "request", r.mutable_parameters()); !s.ok()) return s;
+    RETURN_IF_ERROR(ReadParameters(*params, "request", r.mutable_parameters()));
   }
   auto inputs = header.find("inputs");
   if (inputs == header.end() || !inputs->is_array() || inputs->empty()) {
@@ -165,7 +165,7 @@ absl::StatusOr<RestInferRequest> ParseRestInferRequest(const std::string& body, 
       t->add_shape(d.get<int64_t>());
     }
     if (field = input.find("parameters"); field != input.end()) {
-      if (absl::Status s = ReadParameters(*field, where, t->mutable_parameters()); !s.ok()) return s;
+      RETURN_IF_ERROR(ReadParameters(*field, where, t->mutable_parameters()));
     }
     auto size = t->parameters().find("binary_data_size");
     auto data = input.find("data");
@@ -188,9 +188,8 @@ absl::StatusOr<RestInferRequest> ParseRestInferRequest(const std::string& body, 
       if (t->datatype() != "FP32") {
         return Bad(where, absl::StrCat(t->datatype(), " data has no JSON form here; send it as binary data"));
       }
-      absl::StatusOr<std::string> bytes = Float32Data(*data);
-      if (!bytes.ok()) return bytes.status();
-      r.add_raw_input_contents(*std::move(bytes));
+      ASSIGN_OR_RETURN(std::string bytes, Float32Data(*data));
+      r.add_raw_input_contents(std::move(bytes));
     } else {
       return Bad(where, "has no \"data\" and no binary_data_size");
     }
@@ -213,7 +212,7 @@ absl::StatusOr<RestInferRequest> ParseRestInferRequest(const std::string& body, 
       o->set_name(field->get_ref<const std::string&>());
       if (field = output.find("parameters"); field != output.end()) {
         const std::string where = absl::StrCat("output \"", o->name(), "\"");
-        if (absl::Status s = ReadParameters(*field, where, o->mutable_parameters()); !s.ok()) return s;
+        RETURN_IF_ERROR(ReadParameters(*field, where, o->mutable_parameters()));
       }
       if (auto p = o->parameters().find("binary_data"); p != o->parameters().end()) {
         binary = p->second.parameter_choice_case() == inference::InferParameter::kBoolParam && p->second.bool_param();

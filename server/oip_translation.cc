@@ -154,7 +154,7 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
     return absl::InvalidArgumentError("input \"latent\": no data (send raw_input_contents, or fp32_contents for FP32)");
   }
   for (const auto& [name, value] : request.parameters()) {
-    if (absl::Status s = ApplyParameter(name, value, r); !s.ok()) return s;
+    RETURN_IF_ERROR(ApplyParameter(name, value, r));
   }
   return r;
 }

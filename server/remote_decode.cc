@@ -65,8 +65,7 @@ absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_
     return Bad("shape", absl::StrCat("a packed latent is [B, tokens, channels]; got ", JsonShape(packed_shape)));
   }
   // Every size is bounded before anything is multiplied or read.
-  absl::StatusOr<int64_t> numel = rpc::CountElements(packed_shape, "query parameter shape");
-  if (!numel.ok()) return numel.status();
+  ASSIGN_OR_RETURN(int64_t numel, rpc::CountElements(packed_shape, "query parameter shape"));
   const int64_t batch = packed_shape[0], tokens = packed_shape[1], packed_channels = packed_shape[2];
   const int64_t rows = height / token_pixels, cols = width / token_pixels;  // tokens per column and row
   if (rows < 1 || cols < 1) {
@@ -83,7 +82,7 @@ absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_
     return Bad("shape", absl::StrCat("a packed latent's last dimension is 4 x channels (2x2 patches); got ",
                                      packed_channels, " in ", JsonShape(packed_shape)));
   }
-  const int64_t want = *numel * element_size;
+  const int64_t want = numel * element_size;
   if (static_cast<int64_t>(packed.size()) != want) {
     return absl::InvalidArgumentError(
         absl::StrCat("body: ", packed.size(), " bytes, but shape ", JsonShape(packed_shape), " needs ", want));
@@ -131,27 +130,25 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   r.set_model(model.name());
 
   // dtype and shape.
-  absl::StatusOr<const std::string*> dtype = Single(params, "dtype");
-  if (!dtype.ok()) return dtype.status();
-  if (*dtype == nullptr) return Bad("dtype", "missing; float16, bfloat16 or float32");
+  ASSIGN_OR_RETURN(const std::string* dtype, Single(params, "dtype"));
+  if (dtype == nullptr) return Bad("dtype", "missing; float16, bfloat16 or float32");
   int64_t element_size = 0;
-  if (**dtype == "float32") {
+  if (*dtype == "float32") {
     r.mutable_latent()->set_dtype(v1::FLOAT32);
     element_size = 4;
-  } else if (**dtype == "float16") {
+  } else if (*dtype == "float16") {
     r.mutable_latent()->set_dtype(v1::FLOAT16);
     element_size = 2;
-  } else if (**dtype == "bfloat16") {
+  } else if (*dtype == "bfloat16") {
     r.mutable_latent()->set_dtype(v1::BFLOAT16);
     element_size = 2;
   } else {
-    return Bad("dtype", absl::StrCat("\"", **dtype, "\"; use float16, bfloat16 or float32"));
+    return Bad("dtype", absl::StrCat("\"", *dtype, "\"; use float16, bfloat16 or float32"));
   }
   std::vector<int64_t> shape;
   for (auto [it, end] = params.equal_range("shape"); it != end; ++it) {
-    absl::StatusOr<int64_t> d = ParsePositive("shape", it->second);
-    if (!d.ok()) return d.status();
-    shape.push_back(*d);
+    ASSIGN_OR_RETURN(int64_t d, ParsePositive("shape", it->second));
+    shape.push_back(d);
   }
   if (shape.empty()) return Bad("shape", "missing; repeat it once per dimension (shape=1&shape=4&...)");
 
@@ -183,19 +180,15 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   // Packed latents [B, tokens, channels] with the image's height and width:
   // FLUX.1's 2x2 patches, or FLUX.2's flattened raw latent (raw_patch 2),
   // whose VAE-space form is the same 2x2 scatter.
-  absl::StatusOr<const std::string*> height = Single(params, "height");
-  absl::StatusOr<const std::string*> width = Single(params, "width");
-  if (!height.ok()) return height.status();
-  if (!width.ok()) return width.status();
+  ASSIGN_OR_RETURN(const std::string* height, Single(params, "height"));
+  ASSIGN_OR_RETURN(const std::string* width, Single(params, "width"));
   if (shape.size() == 3) {
-    if (*height == nullptr || *width == nullptr) {
+    if (height == nullptr || width == nullptr) {
       return Bad("height/width", "a packed latent [B, tokens, channels] needs the image's height and width");
     }
     if (model.is_video()) return Bad("shape", absl::StrCat("model \"", model.name(), "\" takes 5-D video latents"));
-    absl::StatusOr<int64_t> h = ParsePositive("height", **height);
-    absl::StatusOr<int64_t> w = ParsePositive("width", **width);
-    if (!h.ok()) return h.status();
-    if (!w.ok()) return w.status();
+    ASSIGN_OR_RETURN(const int64_t h, ParsePositive("height", *height));
+    ASSIGN_OR_RETURN(const int64_t w, ParsePositive("width", *width));
     const int64_t factor = std::max<int64_t>(1, model.spatial_factor());
     const bool flattened = model.raw_patch() > 1 && r.latent_space() == v1::LATENT_SPACE_RAW;
     const int64_t token_pixels = factor * (model.raw_patch() > 1 ? model.raw_patch() : 2);
@@ -204,28 +197,21 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
                                        " raw channels per token; the latent ", JsonShape(shape), " has ", shape[2]));
     }
     std::vector<int64_t> unpacked;
-    absl::StatusOr<std::string> z = UnpackPackedLatent(body, element_size, shape, *h, *w, token_pixels,
-                                                       flattened ? Packing::kFlatten : Packing::kPatches2x2, &unpacked);
-    if (!z.ok()) return z.status();
-    body = *std::move(z);
+    ASSIGN_OR_RETURN(body, UnpackPackedLatent(body, element_size, shape, h, w, token_pixels,
+                                              flattened ? Packing::kFlatten : Packing::kPatches2x2, &unpacked));
     shape = unpacked;
   }
   for (int64_t d : shape) r.mutable_latent()->add_shape(d);
   r.mutable_latent()->set_data(std::move(body));
 
   // What comes back.
-  absl::StatusOr<const std::string*> output_type = Single(params, "output_type");
-  absl::StatusOr<const std::string*> image_format = Single(params, "image_format");
-  absl::StatusOr<const std::string*> partial = Single(params, "partial_postprocess");
-  for (const auto* p : {&output_type, &image_format, &partial}) {
-    if (!p->ok()) return p->status();
-  }
-  const std::string type = *output_type == nullptr ? "pil" : **output_type;
+  ASSIGN_OR_RETURN(const std::string* output_type, Single(params, "output_type"));
+  ASSIGN_OR_RETURN(const std::string* image_format, Single(params, "image_format"));
+  ASSIGN_OR_RETURN(const std::string* partial, Single(params, "partial_postprocess"));
+  const std::string type = output_type == nullptr ? "pil" : *output_type;
   bool partial_postprocess = false;
-  if (*partial != nullptr) {
-    absl::StatusOr<bool> b = ParseBool("partial_postprocess", **partial);
-    if (!b.ok()) return b.status();
-    partial_postprocess = *b;
+  if (partial != nullptr) {
+    ASSIGN_OR_RETURN(partial_postprocess, ParseBool("partial_postprocess", *partial));
   }
   ASSIGN_OR_RETURN(const std::string* output_dtype, Single(params, "output_dtype"));
   if (output_dtype != nullptr && (type != "pt" || partial_postprocess)) {
@@ -255,7 +241,7 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
       r.set_output_format(v1::OUTPUT_FLOAT32);
     } else {
       // The image files of rpc/output_formats.h, by name or alias.
-      const std::string format = *image_format == nullptr ? "jpg" : **image_format;
+      const std::string format = image_format == nullptr ? "jpg" : *image_format;
       absl::StatusOr<const rpc::OutputFormatInfo*> f = rpc::ParseOutputFormat(format);
       if (!f.ok() || (*f)->chunking != rpc::Chunking::kFilePerImage) {
         return Bad("image_format", absl::StrCat("\"", format, "\"; use jpg or png"));

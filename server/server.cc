@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "rpc/child_process.h"
+#include "rpc/status_macros.h"
 #include "server/device_spec.h"
 
 namespace vaedecode::server {
@@ -52,16 +53,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
     }
     return grpc::InsecureServerCredentials();
   }
-  absl::StatusOr<std::string> cert = ReadPem("--tls_cert", options.tls_cert_file);
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem("--tls_key", options.tls_key_file);
-  if (!key.ok()) return key.status();
+  ASSIGN_OR_RETURN(std::string cert, ReadPem("--tls_cert", options.tls_cert_file));
+  ASSIGN_OR_RETURN(std::string key, ReadPem("--tls_key", options.tls_key_file));
   grpc::SslServerCredentialsOptions ssl;
-  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  ssl.pem_key_cert_pairs.push_back({key, cert});
   if (!options.tls_client_ca_file.empty()) {
-    absl::StatusOr<std::string> ca = ReadPem("--tls_client_ca", options.tls_client_ca_file);
-    if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *ca;
+    ASSIGN_OR_RETURN(std::string ca, ReadPem("--tls_client_ca", options.tls_client_ca_file));
+    ssl.pem_root_certs = ca;
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);
@@ -101,14 +99,10 @@ absl::StatusOr<std::string> FindWorkerBinary(const std::string& flag) {
 }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
-  absl::StatusOr<std::vector<std::string>> devices = ParseDevices(options.devices);
-  if (!devices.ok()) return devices.status();
-  absl::StatusOr<std::vector<GroupSpec>> groups = CarveGroups(*devices, options.group_size);
-  if (!groups.ok()) return groups.status();
-  absl::StatusOr<std::vector<std::string>> names = ListRepositoryModels(options.model_repository);
-  if (!names.ok()) return names.status();
-  absl::StatusOr<std::string> worker_binary = FindWorkerBinary(options.worker_binary);
-  if (!worker_binary.ok()) return worker_binary.status();
+  ASSIGN_OR_RETURN(std::vector<std::string> devices, ParseDevices(options.devices));
+  ASSIGN_OR_RETURN(std::vector<GroupSpec> groups, CarveGroups(devices, options.group_size));
+  ASSIGN_OR_RETURN(std::vector<std::string> names, ListRepositoryModels(options.model_repository));
+  ASSIGN_OR_RETURN(std::string worker_binary, FindWorkerBinary(options.worker_binary));
   if (options.max_queue < 1) {
     // Every request waits in the queue, if only for a moment.
     return absl::InvalidArgumentError(absl::StrCat("--max_queue=", options.max_queue, ": must be at least 1"));
@@ -143,10 +137,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
 
   std::unique_ptr<Server> s(new Server());
   s->options_ = options;
-  s->options_.worker_binary = *worker_binary;
+  s->options_.worker_binary = worker_binary;
   s->registry_ = std::make_shared<prometheus::Registry>();
   s->metrics_ = std::make_unique<ServerMetrics>(*s->registry_);
-  s->catalog_ = std::make_unique<ModelCatalog>(*names);
+  s->catalog_ = std::make_unique<ModelCatalog>(names);
   ServerMetrics* metrics = s->metrics_.get();
   s->scheduler_ =
       std::make_unique<Scheduler>(options.max_queue, [metrics](int64_t depth) { metrics->SetQueueDepth(depth); });
@@ -171,8 +165,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = ServerCredentials(options);
-  if (!credentials.ok()) return credentials.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, ServerCredentials(options));
   Server* raw = s.get();
   // OIP replies are one message: what fits under the send limit.
   s->oip_answers_ = std::make_unique<OipAnswers>(*s->catalog_, *s->metrics_, [raw] { return raw->Serving(); });
@@ -184,7 +177,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   s->reflection_v1alpha_ = std::make_unique<ReflectionV1Alpha>(*s->surface_);
   s->unserved_ = std::make_unique<UnservedMethods>(*s->surface_);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, *credentials, &s->port_);
+  builder.AddListeningPort(options.listen, credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->oip_.get());
   builder.RegisterService(s->reflection_v1_.get());
@@ -226,10 +219,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     // Each request holds a thread while queued: room for a full queue and
     // one running request per group, whatever the queue limit.
     http.threads = static_cast<int>(std::clamp<int64_t>(options.max_queue + 8, 8, 256));
-    absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
-        HttpEndpoint::Start(http, *s->service_, *s->catalog_, *s->oip_answers_, [raw] { return raw->Serving(); });
-    if (!endpoint.ok()) return endpoint.status();
-    s->http_ = *std::move(endpoint);
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<HttpEndpoint> endpoint,
+        HttpEndpoint::Start(http, *s->service_, *s->catalog_, *s->oip_answers_, [raw] { return raw->Serving(); }));
+    s->http_ = std::move(endpoint);
   }
 
   s->socket_dir_ = options.socket_dir;
@@ -242,7 +235,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     s->own_socket_dir_ = true;
   }
 
-  for (const GroupSpec& spec : *groups) {
+  for (const GroupSpec& spec : groups) {
     WorkerGroupOptions g;
     g.name = spec.name;
     g.devices = spec.devices;

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::tiling {
 
@@ -218,20 +219,19 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
       }
     }
   }
-  absl::StatusOr<PeakProfile> profile = Calibrate(decoder, probe, sides, backend);
-  if (!profile.ok()) return profile;
+  ASSIGN_OR_RETURN(PeakProfile profile, Calibrate(decoder, probe, sides, backend));
   std::error_code ec;
   fs::create_directories(dir, ec);
   const nlohmann::json j = {{"key", key},
-                            {"bytes_per_latent", profile->bytes_per_latent},
-                            {"fixed_bytes", profile->fixed_bytes},
-                            {"attention_fixed_bytes", profile->attention_fixed_bytes},
-                            {"attention_bytes_per_latent", profile->attention_bytes_per_latent},
-                            {"attention_bytes_per_latent_pair", profile->attention_bytes_per_latent_pair},
-                            {"attention_live", profile->attention_live},
-                            {"attention_transient", profile->attention_transient},
-                            {"sides", profile->sides},
-                            {"peaks", profile->peaks}};
+                            {"bytes_per_latent", profile.bytes_per_latent},
+                            {"fixed_bytes", profile.fixed_bytes},
+                            {"attention_fixed_bytes", profile.attention_fixed_bytes},
+                            {"attention_bytes_per_latent", profile.attention_bytes_per_latent},
+                            {"attention_bytes_per_latent_pair", profile.attention_bytes_per_latent_pair},
+                            {"attention_live", profile.attention_live},
+                            {"attention_transient", profile.attention_transient},
+                            {"sides", profile.sides},
+                            {"peaks", profile.peaks}};
   const fs::path tmp = path.string() + ".tmp";
   std::ofstream(tmp) << j.dump(2);
   fs::rename(tmp, path, ec);  // a failed cache write only costs a recalibration later

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "families/status_error.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -59,9 +60,9 @@ at::Tensor MixDecodeNoise(const at::Tensor& latent, double scale, uint64_t seed)
 }  // namespace
 
 absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, const DecodeJob& job) {
-  if (absl::Status valid = decoder.ValidateLatent(job.latent); !valid.ok()) return valid;
+  RETURN_IF_ERROR(decoder.ValidateLatent(job.latent));
   PreparedLatent out;
-  absl::Status status = CatchExceptions("latent conversion", [&] {
+  RETURN_IF_ERROR(CatchExceptions("latent conversion", [&] {
     at::Tensor z = job.latent;
     // The noise is mixed into the latent as sent, before any de-normalisation.
     if (job.noise_scale != 0) {
@@ -77,23 +78,20 @@ absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, c
       z = decoder.ToVaeSpace(z.to(at::kFloat));
     }
     out.z = z.to(decoder.dtype()).contiguous();
-  });
-  if (!status.ok()) return status;
+  }));
   return out;
 }
 
 absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::Tensor& z,
                                           const families::DecodeConditioning& conditioning, families::LayerOps& ops) {
   at::Tensor sample;
-  absl::Status status = CatchExceptions("decode", [&] { sample = decoder.Decode(z, ops, conditioning); });
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(CatchExceptions("decode", [&] { sample = decoder.Decode(z, ops, conditioning); }));
   return sample;
 }
 
 absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job, families::LayerOps& ops) {
-  absl::StatusOr<PreparedLatent> prepared = PrepareLatent(decoder, job);
-  if (!prepared.ok()) return prepared.status();
-  return DecodePrepared(decoder, prepared->z, job.conditioning, ops);
+  ASSIGN_OR_RETURN(PreparedLatent prepared, PrepareLatent(decoder, job));
+  return DecodePrepared(decoder, prepared.z, job.conditioning, ops);
 }
 
 namespace {

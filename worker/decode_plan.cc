@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rpc/status_macros.h"
 #include "tiling/memory_model.h"
 
 namespace vaedecode::worker {
@@ -67,11 +68,10 @@ absl::Status PlanTiles(const families::Decoder& decoder, const PlanningContext& 
 
 absl::StatusOr<DecodePlan> PlanDecode(const families::Decoder& decoder, const DecodeJob& job,
                                       const PlanningContext& context) {
-  absl::StatusOr<PreparedLatent> prepared = PrepareLatent(decoder, job);
-  if (!prepared.ok()) return prepared.status();
+  ASSIGN_OR_RETURN(PreparedLatent prepared, PrepareLatent(decoder, job));
   DecodePlan plan;
-  plan.latent = std::move(prepared->z);
-  plan.noise_seed = prepared->noise_seed;
+  plan.latent = std::move(prepared.z);
+  plan.noise_seed = prepared.noise_seed;
   plan.conditioning = job.conditioning;
   plan.world_size = context.world_size;
   switch (context.requested) {
@@ -81,7 +81,7 @@ absl::StatusOr<DecodePlan> PlanDecode(const families::Decoder& decoder, const De
             absl::StrCat(decoder.info().diffusers_class, " is not decoded in spatial tiles (use dense or exact)"));
       }
       plan.mode = DecodeMode::kTiled;
-      if (absl::Status s = PlanTiles(decoder, context, plan); !s.ok()) return s;
+      RETURN_IF_ERROR(PlanTiles(decoder, context, plan));
       return plan;
     case DecodeMode::kDense:
       plan.mode = DecodeMode::kDense;

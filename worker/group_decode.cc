@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
+#include "rpc/status_macros.h"
 #include "worker/exact_decode.h"
 #include "worker/group_job.h"
 
@@ -46,10 +47,9 @@ absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, par
       return result;
     }
     case DecodeMode::kExact: {
-      absl::StatusOr<ExactRows> rows = DecodeExactBands(decoder, comm, plan, options.cancelled, options.progress);
-      if (!rows.ok()) return rows.status();
-      result.sample = rows->sample;
-      result.gather_ms = rows->gather_ms;
+      ASSIGN_OR_RETURN(ExactRows rows, DecodeExactBands(decoder, comm, plan, options.cancelled, options.progress));
+      result.sample = rows.sample;
+      result.gather_ms = rows.gather_ms;
       return result;
     }
     case DecodeMode::kTiled: {
@@ -61,13 +61,13 @@ absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, par
                          : absl::StrFormat("%s; the budget is %.1f MiB and a %d-latent floor tile needs about %.1f MiB",
                                            plan.reason, plan.budget_bytes / 1048576.0, tiling::kFloorTile,
                                            plan.floor_tile_bytes / 1048576.0);
-      absl::StatusOr<TiledGroupResult> tiled = DecodeTiledWithGroup(
-          decoder, comm, plan.latent, plan.conditioning, tiles, options.progress.rows_ready, options.cancelled);
-      if (!tiled.ok()) return tiled.status();
-      result.sample = tiled->sample;
-      result.tile_retries = tiled->retries;
-      result.tiles = tiled->plan;
-      result.tile_plan = DescribePlan(tiled->plan, comm.world_size());
+      ASSIGN_OR_RETURN(TiledGroupResult tiled,
+                       DecodeTiledWithGroup(decoder, comm, plan.latent, plan.conditioning, tiles,
+                                            options.progress.rows_ready, options.cancelled));
+      result.sample = tiled.sample;
+      result.tile_retries = tiled.retries;
+      result.tiles = tiled.plan;
+      result.tile_plan = DescribePlan(tiled.plan, comm.world_size());
       return result;
     }
   }
@@ -86,7 +86,7 @@ absl::StatusOr<GroupDecodeResult> ExecutePlan(families::Decoder& decoder, parall
   // On a GPU the collectives are queued, not finished: one that failed
   // (aborted, timed out) may have left garbage that the decode went on with,
   // or a cancellation read from it. Its failure is the job's.
-  if (absl::Status collectives = comm.Synchronize(); !collectives.ok()) return collectives;
+  RETURN_IF_ERROR(comm.Synchronize());
   if (!result.ok()) return result;
   device::SynchronizeDevice(decoder.device());  // CUDA kernels run asynchronously
   result->decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -113,21 +113,20 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
           .view({1, 5})
           .to(comm.device());
   std::vector<int64_t> ones(comm.world_size(), 1);
-  absl::StatusOr<at::Tensor> all = comm.world_size() == 1
+  ASSIGN_OR_RETURN(at::Tensor all, comm.world_size() == 1
                                        ? absl::StatusOr<at::Tensor>(local)
-                                       : comm.GatherToRoot(local, ones, kLeader, parallel::CallKind::kOther);
-  if (!all.ok()) return all.status();
+                                       : comm.GatherToRoot(local, ones, kLeader, parallel::CallKind::kOther));
   std::vector<RankStats> out;
   if (comm.rank() != kLeader) return out;
-  *all = all->cpu();
-  if (absl::Status s = comm.Synchronize(); !s.ok()) return s;  // what was read came from a gather that finished
-  for (int64_t r = 0; r < all->size(0); ++r) {
+  all = all.cpu();
+  RETURN_IF_ERROR(comm.Synchronize());  // what was read came from a gather that finished
+  for (int64_t r = 0; r < all.size(0); ++r) {
     RankStats stats;
-    stats.decode_ms = (*all)[r][0].item<double>();
-    stats.peak_bytes = static_cast<int64_t>((*all)[r][1].item<double>());
-    stats.free_bytes = static_cast<int64_t>((*all)[r][2].item<double>());
-    stats.capacity_bytes = static_cast<int64_t>((*all)[r][3].item<double>());
-    stats.comm_ms = (*all)[r][4].item<double>();
+    stats.decode_ms = (all)[r][0].item<double>();
+    stats.peak_bytes = static_cast<int64_t>((all)[r][1].item<double>());
+    stats.free_bytes = static_cast<int64_t>((all)[r][2].item<double>());
+    stats.capacity_bytes = static_cast<int64_t>((all)[r][3].item<double>());
+    stats.comm_ms = (all)[r][4].item<double>();
     out.push_back(stats);
   }
   return out;

@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
 
@@ -70,11 +71,10 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
       if (!latent.defined() || latent.dim() < 1 || latent.dim() > kMaxDims) {
         return absl::InvalidArgumentError("latent must have 1 to 6 dimensions");
       }
-      absl::StatusOr<int64_t> code = CodeFromDtype(latent.scalar_type());
-      if (!code.ok()) return code.status();
+      ASSIGN_OR_RETURN(int64_t code, CodeFromDtype(latent.scalar_type()));
       h[3] = latent.dim();
       for (int64_t d = 0; d < latent.dim(); ++d) h[kFixed + d] = latent.size(d);
-      h[kFixed + kMaxDims] = *code;
+      h[kFixed + kMaxDims] = code;
       if (const std::optional<double>& t = plan.conditioning.timestep) {
         h[kTimestep] = 1;
         std::memcpy(&h[kTimestep + 1], &*t, sizeof(double));  // the exact double, not a rounded int
@@ -83,10 +83,10 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
     if (comm.world_size() == 1) return *job;
   }
   at::Tensor sent = header.to(comm.device());
-  if (absl::Status s = comm.Broadcast(sent, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) return s;
+  RETURN_IF_ERROR(comm.Broadcast(sent, kLeader, parallel::CallKind::kBroadcastJob));
   header = sent.cpu();
   // On a GPU the broadcast was queued: trust the header only if it finished.
-  if (absl::Status s = comm.Synchronize(); !s.ok()) return s;
+  RETURN_IF_ERROR(comm.Synchronize());
   h = header.data_ptr<int64_t>();
 
   GroupJob out;
@@ -116,9 +116,7 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   } else {
     out.plan.latent = at::empty(shape, at::TensorOptions().dtype(*dtype).device(comm.device()));
   }
-  if (absl::Status s = comm.Broadcast(out.plan.latent, kLeader, parallel::CallKind::kBroadcastJob); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(comm.Broadcast(out.plan.latent, kLeader, parallel::CallKind::kBroadcastJob));
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "device/device_memory.h"
 #include "parallel/store.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -74,17 +75,18 @@ absl::StatusOr<Recovered> GroupRecovery::Recover(const absl::Status& failure,
                                                  std::unique_ptr<parallel::Communicator>* comm) {
   const absl::Time deadline = absl::Now() + timeout_;
   // One namespace per generation: an earlier failure's verdicts never count.
-  absl::StatusOr<std::unique_ptr<parallel::GroupStore>> verdicts = parallel::GroupStore::Create(
-      store_, absl::StrCat(CommunicatorName(group_name_, generation_), ".verdicts"), rank_, world_size_);
-  if (!verdicts.ok()) return verdicts.status();
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<parallel::GroupStore> verdicts,
+      parallel::GroupStore::Create(store_, absl::StrCat(CommunicatorName(group_name_, generation_), ".verdicts"), rank_,
+                                   world_size_));
   const Verdict own = VerdictOf(failure);
-  if (absl::Status s = (*verdicts)->Set(absl::StrCat(rank_), Encode(own, failure)); !s.ok()) return s;
+  RETURN_IF_ERROR(verdicts->Set(absl::StrCat(rank_), Encode(own, failure)));
   // The peers read why from the post; this rank need not wait for theirs.
   if (own == Verdict::kBroken) return absl::UnavailableError("this rank cannot recover in place");
   std::vector<int> out_of_memory;  // the ranks that ran out
   std::string first_message;
   for (int r = 0; r < world_size_; ++r) {
-    absl::StatusOr<std::string> posted = (*verdicts)->WaitAndGet(absl::StrCat(r), deadline);
+    absl::StatusOr<std::string> posted = verdicts->WaitAndGet(absl::StrCat(r), deadline);
     if (!posted.ok()) {
       return absl::UnavailableError(
           absl::StrCat("rank ", r, " did not say how it came out of the failed job: ", posted.status().message()));
@@ -108,11 +110,10 @@ absl::StatusOr<Recovered> GroupRecovery::Recover(const absl::Status& failure,
   // new communicator's buffers (allocated outside it) cannot reach it.
   device::DeviceMemory* memory = device::ProcessDeviceMemory();
   if (memory != nullptr) memory->ReleaseCachedBlocks();
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> next =
-      connect_(CommunicatorName(group_name_, generation_ + 1));
-  if (!next.ok()) return next.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> next,
+                   connect_(CommunicatorName(group_name_, generation_ + 1)));
   ++generation_;
-  *comm = *std::move(next);  // the aborted one is destroyed here
+  *comm = std::move(next);  // the aborted one is destroyed here
   if (memory != nullptr) memory->MeasureMemoryOutsideTensors();
   spdlog::info("worker group {} rank {}: re-formed in place after {} ran out of memory (generation {})", group_name_,
                rank_, who, generation_);

@@ -11,6 +11,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/store.h"
 #include "parallel/testing/multi_process.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -26,9 +27,8 @@ absl::StatusOr<std::unique_ptr<GroupRecovery>> MakeRecovery(int rank, int world,
   store_options.port = port;
   store_options.is_master = rank == 0;
   store_options.timeout = absl::Seconds(20);
-  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> store = parallel::ConnectTcpStore(store_options);
-  if (!store.ok()) return store.status();
-  auto connect = [rank, world, store = *store](const std::string& name) {
+  ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::Store> store, parallel::ConnectTcpStore(store_options));
+  auto connect = [rank, world, store = store](const std::string& name) {
     parallel::GlooOptions options;
     options.rank = rank;
     options.world_size = world;
@@ -37,15 +37,14 @@ absl::StatusOr<std::unique_ptr<GroupRecovery>> MakeRecovery(int rank, int world,
     options.timeout = absl::Seconds(20);
     return parallel::GlooCommunicator::Create(options);
   };
-  return std::make_unique<GroupRecovery>(*store, "t", rank, world, absl::Seconds(20), connect);
+  return std::make_unique<GroupRecovery>(store, "t", rank, world, absl::Seconds(20), connect);
 }
 
 // Every rank's rank number, all-gathered: the communicator works.
 absl::Status CheckAllGather(Communicator& comm) {
   std::vector<int64_t> sizes(comm.world_size(), 1);
-  absl::StatusOr<at::Tensor> all = comm.AllGather(at::full({1}, comm.rank(), at::kFloat), sizes, CallKind::kOther);
-  if (!all.ok()) return all.status();
-  if (!all->equal(at::arange(comm.world_size(), at::kFloat))) return absl::InternalError("wrong all-gather");
+  ASSIGN_OR_RETURN(at::Tensor all, comm.AllGather(at::full({1}, comm.rank(), at::kFloat), sizes, CallKind::kOther));
+  if (!all.equal(at::arange(comm.world_size(), at::kFloat))) return absl::InternalError("wrong all-gather");
   return absl::OkStatus();
 }
 
@@ -59,25 +58,22 @@ std::vector<RankOutcome> FailThenRecover(int world, int failing, absl::Status fa
   options.timeout = absl::Seconds(60);
   absl::StatusOr<std::vector<RankOutcome>> outcomes =
       RunRanksCollect(options, [&](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<GroupRecovery>> recovery = MakeRecovery(rank, w, port);
-        if (!recovery.ok()) return recovery.status();
-        absl::StatusOr<std::unique_ptr<Communicator>> comm = (*recovery)->ConnectFirst();
-        if (!comm.ok()) return comm.status();
-        if (absl::Status s = CheckAllGather(**comm); !s.ok()) return s;
+        ASSIGN_OR_RETURN(std::unique_ptr<GroupRecovery> recovery, MakeRecovery(rank, w, port));
+        ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, recovery->ConnectFirst());
+        RETURN_IF_ERROR(CheckAllGather(*comm));
         absl::Status mine;
         if (rank == failing) {
-          (*comm)->Abort(std::string(failure.message()));
+          comm->Abort(std::string(failure.message()));
           mine = failure;
         } else {
-          mine = CheckAllGather(**comm);  // blocked with the failing rank, then aborted
+          mine = CheckAllGather(*comm);  // blocked with the failing rank, then aborted
           if (mine.ok()) return absl::InternalError("the all-gather succeeded after an abort");
         }
-        absl::StatusOr<Recovered> recovered = (*recovery)->Recover(mine, &*comm);
-        if (!recovered.ok()) return recovered.status();
-        if ((*recovery)->generation() != 1) return absl::InternalError("not the first re-formed generation");
-        if (absl::Status s = CheckAllGather(**comm); !s.ok()) return s;
+        ASSIGN_OR_RETURN(Recovered recovered, recovery->Recover(mine, &comm));
+        if (recovery->generation() != 1) return absl::InternalError("not the first re-formed generation");
+        RETURN_IF_ERROR(CheckAllGather(*comm));
         // The answer travels back as this rank's outcome.
-        return absl::Status(absl::StatusCode::kAborted, absl::StrCat("answer: ", recovered->answer.ToString()));
+        return absl::Status(absl::StatusCode::kAborted, absl::StrCat("answer: ", recovered.answer.ToString()));
       });
   EXPECT_TRUE(outcomes.ok()) << outcomes.status();
   return outcomes.ok() ? *outcomes : std::vector<RankOutcome>{};

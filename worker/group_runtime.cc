@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
+#include "rpc/status_macros.h"
 #include "worker/decode_job.h"
 
 namespace vaedecode::worker {
@@ -149,27 +150,24 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   }
   families::Decoder& decoder = *models_[job.model_index].decoder;
   // The plan was validated and prepared before: a bad latent never reaches the peers.
-  absl::StatusOr<GroupJob> shared = BroadcastJob(*comm_, &job);
-  if (!shared.ok()) return shared.status();
+  ASSIGN_OR_RETURN(GroupJob shared, BroadcastJob(*comm_, &job));
   parallel::CountingCommunicator counting(*comm_);
-  absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, shared->plan, {cancelled, progress});
+  absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, shared.plan, {cancelled, progress});
   if (!result.ok()) {
     if (world_size_ > 1 && IsLeaderOnlyRecoverable(result.status())) {
       // The peers are already in the statistics gather that ends every job:
       // complete it, so the group stays in step (before, a cancelled dense
       // decode left them there and the next job hung until the collective
       // timeout).
-      absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, GroupDecodeResult{});
-      if (!ranks.ok()) return ranks.status();
+      ASSIGN_OR_RETURN(std::vector<RankStats> ranks, GatherRankStats(*comm_, GroupDecodeResult{}));
       return InStep(result.status());
     }
     return result.status();
   }
   DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
   outcome.result.comm_ms = counting.TakeCallMs();
-  absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
-  if (!ranks.ok()) return ranks.status();
-  outcome.ranks = *std::move(ranks);
+  ASSIGN_OR_RETURN(std::vector<RankStats> ranks, GatherRankStats(*comm_, outcome.result));
+  outcome.ranks = std::move(ranks);
   RecordStats(outcome.ranks);
   ++decodes_;
   return outcome;

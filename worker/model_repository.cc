@@ -7,11 +7,12 @@
 #include "absl/strings/str_join.h"
 #include "families/autoencoder_kl/embedded_default.h"
 #include "families/builtin_families.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
 
 absl::StatusOr<NamedModel> LoadEmbeddedDefault(at::ScalarType dtype, std::string name) {
-  if (absl::Status ok = families::CheckDtypeSupported(dtype); !ok.ok()) return ok;
+  RETURN_IF_ERROR(families::CheckDtypeSupported(dtype));
   NamedModel m{std::move(name), families::autoencoder_kl::MakeEmbeddedDefault()};
   families::ApplyDecodeDtype(*m.decoder, dtype);
   return m;
@@ -20,9 +21,8 @@ absl::StatusOr<NamedModel> LoadEmbeddedDefault(at::ScalarType dtype, std::string
 absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype) {
   LoadedRepository out;
   if (repository.empty()) {
-    absl::StatusOr<NamedModel> m = LoadEmbeddedDefault(dtype);
-    if (!m.ok()) return m.status();
-    out.models.push_back(*std::move(m));
+    ASSIGN_OR_RETURN(NamedModel m, LoadEmbeddedDefault(dtype));
+    out.models.push_back(std::move(m));
     return out;
   }
   namespace fs = std::filesystem;

@@ -10,6 +10,7 @@
 #include "formats/png.h"
 #include "formats/tensor_file.h"
 #include "rpc/output_formats.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
 namespace {
@@ -63,13 +64,12 @@ absl::Status DescribeOutput(const at::Tensor& sample, v1::OutputFormat format, v
 }
 
 absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat format, v1::Header* header) {
-  absl::StatusOr<Geometry> g = GeometryOf(shape);
-  if (!g.ok()) return g.status();
+  ASSIGN_OR_RETURN(Geometry g, GeometryOf(shape));
   header->clear_shape();
   header->set_output_format(format);
-  header->set_frames(g->frames);
-  header->set_height(g->height);
-  header->set_width(g->width);
+  header->set_frames(g.frames);
+  header->set_height(g.height);
+  header->set_width(g.width);
   // What each format holds and which outputs it fits: rpc/output_formats.h.
   const rpc::OutputFormatInfo* info = rpc::FindOutputFormat(format);
   if (info == nullptr)
@@ -78,21 +78,20 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
   if (!info->channels_last) {
     for (int64_t s : shape) header->add_shape(s);
   } else {
-    header->add_shape(g->batch);
-    if (g->video) header->add_shape(g->frames);
-    header->add_shape(g->height);
-    header->add_shape(g->width);
-    header->add_shape(g->channels);
+    header->add_shape(g.batch);
+    if (g.video) header->add_shape(g.frames);
+    header->add_shape(g.height);
+    header->add_shape(g.width);
+    header->add_shape(g.channels);
   }
-  return rpc::CheckOutputFits(format, g->channels, g->video, "the decoded sample");
+  return rpc::CheckOutputFits(format, g.channels, g.video, "the decoded sample");
 }
 
 absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encoding, int64_t max_chunk_bytes,
                         const std::function<bool(v1::Chunk&&)>& emit) {
   const v1::OutputFormat format = encoding.format;
   const at::Tensor sample = decoded.cpu();  // GPU decodes stream from host memory
-  absl::StatusOr<Geometry> g = GeometryOf(sample);
-  if (!g.ok()) return g.status();
+  ASSIGN_OR_RETURN(Geometry g, GeometryOf(sample));
   auto send = [&](int64_t b, int64_t f, int64_t r0, int64_t r1, const void* data, size_t n) {
     v1::Chunk chunk;
     chunk.set_batch_index(b);
@@ -109,13 +108,13 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
     return absl::InvalidArgumentError(absl::StrCat("unknown output format ", static_cast<int>(format)));
   if (!info->encoded && !info->channels_last) {  // the sample itself, in the format's dtype
     const at::Tensor values = sample.to(TensorType(info->dtype));
-    const int64_t row_bytes = g->channels * g->width * values.element_size();
+    const int64_t row_bytes = g.channels * g.width * values.element_size();
     const int64_t step = RowsPerChunk(row_bytes, max_chunk_bytes);
-    for (int64_t b = 0; b < g->batch; ++b) {
-      for (int64_t f = 0; f < g->frames; ++f) {
-        at::Tensor image = g->video ? values[b].select(1, f) : values[b];  // [C, H, W]
-        for (int64_t r0 = 0; r0 < g->height; r0 += step) {
-          const int64_t r1 = std::min(g->height, r0 + step);
+    for (int64_t b = 0; b < g.batch; ++b) {
+      for (int64_t f = 0; f < g.frames; ++f) {
+        at::Tensor image = g.video ? values[b].select(1, f) : values[b];  // [C, H, W]
+        for (int64_t r0 = 0; r0 < g.height; r0 += step) {
+          const int64_t r1 = std::min(g.height, r0 + step);
           const at::Tensor rows = image.narrow(1, r0, r1 - r0).contiguous();
           if (!send(b, f, r0, r1, rows.data_ptr(), rows.nbytes())) return cancelled;
         }
@@ -124,47 +123,45 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
     return absl::OkStatus();
   }
 
-  absl::StatusOr<at::Tensor> pixels = formats::ToImagePixels(sample);  // [B, T, H, W, C]
-  if (!pixels.ok()) return pixels.status();
+  ASSIGN_OR_RETURN(const at::Tensor pixels, formats::ToImagePixels(sample));  // [B, T, H, W, C]
   const size_t piece = static_cast<size_t>(std::max<int64_t>(1, max_chunk_bytes));
   if (format == v1::OUTPUT_MP4) {
     formats::Mp4Options mp4;
     mp4.fps = encoding.fps;
-    for (int64_t b = 0; b < g->batch; ++b) {
-      const at::Tensor clip = (*pixels)[b].contiguous();  // [T, H, W, 3]
-      absl::StatusOr<std::string> video =
-          formats::EncodeMp4(static_cast<int>(g->width), static_cast<int>(g->height), static_cast<int>(g->frames),
-                             clip.data_ptr<uint8_t>(), mp4);
-      if (!video.ok()) return video.status();
-      for (size_t offset = 0; offset < video->size(); offset += piece) {
-        const size_t n = std::min(piece, video->size() - offset);
-        if (!send(b, 0, 0, g->height, video->data() + offset, n)) return cancelled;
+    for (int64_t b = 0; b < g.batch; ++b) {
+      const at::Tensor clip = pixels[b].contiguous();  // [T, H, W, 3]
+      ASSIGN_OR_RETURN(std::string video,
+                       formats::EncodeMp4(static_cast<int>(g.width), static_cast<int>(g.height),
+                                          static_cast<int>(g.frames), clip.data_ptr<uint8_t>(), mp4));
+      for (size_t offset = 0; offset < video.size(); offset += piece) {
+        const size_t n = std::min(piece, video.size() - offset);
+        if (!send(b, 0, 0, g.height, video.data() + offset, n)) return cancelled;
       }
     }
     return absl::OkStatus();
   }
-  for (int64_t b = 0; b < g->batch; ++b) {
-    for (int64_t f = 0; f < g->frames; ++f) {
-      const at::Tensor image = (*pixels)[b][f];  // [H, W, C], contiguous
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t f = 0; f < g.frames; ++f) {
+      const at::Tensor image = pixels[b][f];  // [H, W, C], contiguous
       if (format == v1::OUTPUT_UINT8) {
-        const int64_t step = RowsPerChunk(g->width * g->channels, max_chunk_bytes);
-        for (int64_t r0 = 0; r0 < g->height; r0 += step) {
-          const int64_t r1 = std::min(g->height, r0 + step);
+        const int64_t step = RowsPerChunk(g.width * g.channels, max_chunk_bytes);
+        for (int64_t r0 = 0; r0 < g.height; r0 += step) {
+          const int64_t r1 = std::min(g.height, r0 + step);
           const at::Tensor rows = image.narrow(0, r0, r1 - r0);
           if (!send(b, f, r0, r1, rows.data_ptr(), rows.nbytes())) return cancelled;
         }
         continue;
       }
-      const int width = static_cast<int>(g->width), height = static_cast<int>(g->height);
-      const int channels = static_cast<int>(g->channels);
-      absl::StatusOr<std::string> encoded =
+      const int width = static_cast<int>(g.width), height = static_cast<int>(g.height);
+      const int channels = static_cast<int>(g.channels);
+      ASSIGN_OR_RETURN(
+          std::string encoded,
           format == v1::OUTPUT_JPEG
               ? formats::EncodeJpeg(width, height, channels, image.data_ptr<uint8_t>(), encoding.jpeg_quality)
-              : formats::EncodePng(width, height, channels, image.data_ptr<uint8_t>(), encoding.png_compression);
-      if (!encoded.ok()) return encoded.status();
-      for (size_t offset = 0; offset < encoded->size(); offset += piece) {
-        const size_t n = std::min(piece, encoded->size() - offset);
-        if (!send(b, f, 0, g->height, encoded->data() + offset, n)) return cancelled;
+              : formats::EncodePng(width, height, channels, image.data_ptr<uint8_t>(), encoding.png_compression));
+      for (size_t offset = 0; offset < encoded.size(); offset += piece) {
+        const size_t n = std::min(piece, encoded.size() - offset);
+        if (!send(b, f, 0, g.height, encoded.data() + offset, n)) return cancelled;
       }
     }
   }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "device/device_memory.h"
+#include "rpc/status_macros.h"
 #include "tiling/calibration.h"
 #include "tiling/tiled_decode.h"
 #include "worker/group_job.h"
@@ -68,11 +69,10 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
                           : status.code() == absl::StatusCode::kCancelled         ? kCancelled
                                                                                   : kFailed;
       const at::TensorOptions on_comm = at::TensorOptions().device(comm.device());
-      absl::StatusOr<at::Tensor> codes = comm.AllGather(at::full({1, 1}, code, on_comm.dtype(at::kDouble)),
-                                                        std::vector<int64_t>(world, 1), parallel::CallKind::kOther);
-      if (!codes.ok()) return codes.status();
-      const at::Tensor outcomes = codes->cpu();
-      if (absl::Status s = comm.Synchronize(); !s.ok()) return s;  // the outcomes came from a finished gather
+      ASSIGN_OR_RETURN(at::Tensor codes, comm.AllGather(at::full({1, 1}, code, on_comm.dtype(at::kDouble)),
+                                                        std::vector<int64_t>(world, 1), parallel::CallKind::kOther));
+      const at::Tensor outcomes = codes.cpu();
+      RETURN_IF_ERROR(comm.Synchronize());  // the outcomes came from a finished gather
       for (int r = 0; r < world; ++r) {
         if (outcomes[r][0].item<double>() == kCancelled)
           return InStep(absl::CancelledError("the request was cancelled"));
@@ -89,14 +89,14 @@ absl::StatusOr<TiledGroupResult> DecodeTiledWithGroup(families::Decoder& decoder
       for (int r = 0; r < world; ++r) sizes[r] = round * world + r < tiles ? 1 : 0;
       const at::Tensor local =
           mine < tiles ? tile.reshape({1, tile_numel}) : at::empty({0, tile_numel}, on_comm.dtype(at::kFloat));
-      absl::StatusOr<at::Tensor> gathered = comm.GatherToRoot(local, sizes, kLeader, parallel::CallKind::kGatherOutput);
-      if (!gathered.ok()) return gathered.status();
+      ASSIGN_OR_RETURN(at::Tensor gathered,
+                       comm.GatherToRoot(local, sizes, kLeader, parallel::CallKind::kGatherOutput));
       if (rank != kLeader) continue;
       int64_t row = 0;
       for (int r = 0; r < world; ++r) {
         const int64_t k = round * world + r;
         if (k >= tiles) continue;
-        blender.Add(k / cols, k % cols, (*gathered)[row++].view(tile_shape));
+        blender.Add(k / cols, k % cols, (gathered)[row++].view(tile_shape));
       }
       if (rows_ready && attempt == 0) {
         // Tiles arrive in row-major order: every tile row before the first

@@ -29,6 +29,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/store.h"
+#include "rpc/status_macros.h"
 #include "tiling/calibration.h"
 #include "worker/decode_job.h"
 #include "worker/group_recovery.h"
@@ -115,9 +116,8 @@ absl::StatusOr<JoinedGroup> JoinGroup(const c10::Device& device) {
     store_options.port = absl::GetFlag(FLAGS_store_port);
     store_options.is_master = rank == 0;
     store_options.timeout = timeout;
-    absl::StatusOr<c10::intrusive_ptr<c10d::Store>> tcp = vaedecode::parallel::ConnectTcpStore(store_options);
-    if (!tcp.ok()) return tcp.status();
-    store = *std::move(tcp);
+    ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::Store> tcp, vaedecode::parallel::ConnectTcpStore(store_options));
+    store = std::move(tcp);
   }
   auto connect = [device, rank, world, timeout, store](
                      const std::string& name) -> absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> {
@@ -141,9 +141,8 @@ absl::StatusOr<JoinedGroup> JoinGroup(const c10::Device& device) {
   };
   auto recovery = std::make_unique<vaedecode::worker::GroupRecovery>(store, absl::GetFlag(FLAGS_group), rank, world,
                                                                      timeout, connect);
-  absl::StatusOr<std::unique_ptr<vaedecode::parallel::Communicator>> comm = recovery->ConnectFirst();
-  if (!comm.ok()) return comm.status();
-  JoinedGroup joined{*std::move(comm), nullptr};
+  ASSIGN_OR_RETURN(std::unique_ptr<vaedecode::parallel::Communicator> comm, recovery->ConnectFirst());
+  JoinedGroup joined{std::move(comm), nullptr};
   if (world > 1) joined.recovery = std::move(recovery);
   return joined;
 }

@@ -28,6 +28,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/store.h"
 #include "parallel/testing/multi_process.h"
+#include "rpc/status_macros.h"
 
 namespace {
 
@@ -55,20 +56,18 @@ absl::Status Measure(int world, const Payload& payload, int rounds, int iteratio
         vaedecode::parallel::TcpStoreOptions store_options;
         store_options.port = port;
         store_options.is_master = rank == 0;
-        auto store = vaedecode::parallel::ConnectTcpStore(store_options);
-        if (!store.ok()) return store.status();
+        ASSIGN_OR_RETURN(auto store, vaedecode::parallel::ConnectTcpStore(store_options));
         std::vector<std::unique_ptr<vaedecode::parallel::Communicator>> comms;
         for (GlooAllGather algorithm : {GlooAllGather::kPointToPoint, GlooAllGather::kNative}) {
           vaedecode::parallel::GlooOptions options;
           options.rank = rank;
           options.world_size = w;
-          options.store = *store;
+          options.store = store;
           options.group_name = algorithm == GlooAllGather::kNative ? "native" : "p2p";
           options.timeout = absl::Seconds(60);
           options.all_gather = algorithm;
-          auto comm = vaedecode::parallel::GlooCommunicator::Create(options);
-          if (!comm.ok()) return comm.status();
-          comms.push_back(*std::move(comm));
+          ASSIGN_OR_RETURN(auto comm, vaedecode::parallel::GlooCommunicator::Create(options));
+          comms.push_back(std::move(comm));
         }
         std::vector<int64_t> sizes(w, 1);
         if (!payload.one_row_per_rank) {
@@ -80,11 +79,10 @@ absl::Status Measure(int world, const Payload& payload, int rounds, int iteratio
         for (int round = 0; round < rounds; ++round) {
           std::vector<double> us;
           for (auto& comm : comms) {
-            if (absl::Status s = comm->Barrier(); !s.ok()) return s;
+            RETURN_IF_ERROR(comm->Barrier());
             const absl::Time start = absl::Now();
             for (int i = 0; i < iterations; ++i) {
-              auto all = comm->AllGather(local, sizes, CallKind::kAttentionKV);
-              if (!all.ok()) return all.status();
+              ASSIGN_OR_RETURN(auto all, comm->AllGather(local, sizes, CallKind::kAttentionKV));
             }
             us.push_back(absl::ToDoubleMicroseconds(absl::Now() - start) / iterations);
           }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/config_reader.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::autoencoder_kl {
 
@@ -79,8 +80,7 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
     r.Fail(
         absl::StrCat("\"latents_mean\"/\"latents_std\" must have latent_channels (", c.latent_channels, ") entries"));
   }
-  absl::Status status = r.status();
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(r.status());
   r.Known({"in_channels", "down_block_types", "use_quant_conv"});  // the encoder side
   c.unread_keys = r.UnreadKeys();
   return c;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "families/config_reader.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::flux2 {
 
@@ -40,7 +41,7 @@ absl::StatusOr<Flux2Config> Flux2Config::FromJson(const nlohmann::json& json, co
   if (!(c.batch_norm_eps >= 0)) r.Fail("\"batch_norm_eps\" must be >= 0");
   const std::optional<std::vector<int64_t>> decoder_widths = r.OptionalIntList("decoder_block_out_channels");
   const std::vector<int64_t> widths = r.IntList("block_out_channels", {128, 256, 512, 512});
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
 
   // The decoder is diffusers' VAE Decoder with these constructor arguments;
   // AutoencoderKLConfig parses and validates them (FLUX.2's defaults differ).
@@ -56,10 +57,9 @@ absl::StatusOr<Flux2Config> Flux2Config::FromJson(const nlohmann::json& json, co
   decoder["shift_factor"] = nullptr;
   decoder["latents_mean"] = nullptr;
   decoder["latents_std"] = nullptr;
-  absl::StatusOr<autoencoder_kl::AutoencoderKLConfig> parsed =
-      autoencoder_kl::AutoencoderKLConfig::FromJson(decoder, source);
-  if (!parsed.ok()) return parsed.status();
-  c.decoder = *std::move(parsed);
+  ASSIGN_OR_RETURN(autoencoder_kl::AutoencoderKLConfig parsed,
+                   autoencoder_kl::AutoencoderKLConfig::FromJson(decoder, source));
+  c.decoder = std::move(parsed);
   // Unread here and by the decoder's reader; batch_norm_momentum only trains.
   r.Known({"batch_norm_momentum"});
   for (const std::string& key : r.UnreadKeys()) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/config_reader.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::hunyuanimage {
 
@@ -53,7 +54,7 @@ absl::StatusOr<HunyuanImageConfig> HunyuanImageConfig::FromJson(const nlohmann::
   c.sample_size = r.Int("sample_size", c.sample_size);
   c.scaling_factor = r.Double("scaling_factor", c.scaling_factor);
   c.upsample_match_channel = r.Bool("upsample_match_channel", c.upsample_match_channel);
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
 
   if (c.block_out_channels.empty()) r.Fail("\"block_out_channels\" must not be empty");
   if (c.latent_channels < 1 || c.out_channels < 1 || c.layers_per_block < 0 || c.sample_size < 1) {
@@ -63,7 +64,7 @@ absl::StatusOr<HunyuanImageConfig> HunyuanImageConfig::FromJson(const nlohmann::
     r.Fail(absl::StrCat("spatial_compression_ratio ", c.spatial_compression_ratio, " is not a power of 2"));
   }
   if (c.scaling_factor == 0) r.Fail("\"scaling_factor\" must not be 0");
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
 
   for (int64_t width : c.block_out_channels) {
     if (width < 1 || width % kNormGroups != 0) {
@@ -75,7 +76,7 @@ absl::StatusOr<HunyuanImageConfig> HunyuanImageConfig::FromJson(const nlohmann::
     r.Fail(absl::StrCat("the decoder's first width ", first, " (block_out_channels[-1]) is not a multiple of ",
                         c.latent_channels, " latent channels (conv_in's repeat shortcut)"));
   }
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   for (const UpLayerSpec& l : c.UpLayers()) {
     if (!l.upsample && l.in_channels != l.out_channels) {
       // HunyuanImageResnetBlock applies its conv_shortcut to the conv output,
@@ -97,7 +98,7 @@ absl::StatusOr<HunyuanImageConfig> HunyuanImageConfig::FromJson(const nlohmann::
     r.Fail(absl::StrCat(c.block_out_channels.size(), " levels upsample ", c.spatial_factor(),
                         "x, not the configured spatial_compression_ratio ", c.spatial_compression_ratio));
   }
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   r.Known({"in_channels", "downsample_match_channel"});  // the encoder side
   c.unread_keys = r.UnreadKeys();
   return c;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/config_reader.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::hunyuanvideo {
 namespace {
@@ -93,7 +94,7 @@ absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::
     }
   }
   if (c.scaling_factor == 0) r.Fail("\"scaling_factor\" must not be 0");
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   // Too few levels for the ratios: the decoder would upsample less than the
   // config (and the temporal tiling) say.
   if (c.temporal_factor() != c.temporal_compression_ratio || c.spatial_factor() != c.spatial_compression_ratio) {
@@ -101,7 +102,7 @@ absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::
                         c.temporal_factor(), "x in time, not the configured ", c.spatial_compression_ratio, "x and ",
                         c.temporal_compression_ratio, "x"));
   }
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   r.Known({"in_channels", "down_block_types"});  // the encoder side
   c.unread_keys = r.UnreadKeys();
   return c;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/config_reader.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::hunyuanvideo15 {
 namespace {
@@ -81,7 +82,7 @@ absl::StatusOr<HunyuanVideo15Config> HunyuanVideo15Config::FromJson(const nlohma
   c.temporal_compression_ratio = r.Int("temporal_compression_ratio", c.temporal_compression_ratio);
   c.upsample_match_channel = r.Bool("upsample_match_channel", c.upsample_match_channel);
   c.scaling_factor = r.Double("scaling_factor", c.scaling_factor);
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
 
   if (c.block_out_channels.empty()) r.Fail("\"block_out_channels\" must not be empty");
   if (c.latent_channels < 1 || c.out_channels < 1 || c.layers_per_block < 0) {
@@ -95,7 +96,7 @@ absl::StatusOr<HunyuanVideo15Config> HunyuanVideo15Config::FromJson(const nlohma
                         c.temporal_compression_ratio, " must be powers of 2"));
   }
   if (c.scaling_factor == 0) r.Fail("\"scaling_factor\" must not be 0");
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
 
   const int64_t first = c.decoder_widths().front();
   if (first % c.latent_channels != 0) {
@@ -116,14 +117,14 @@ absl::StatusOr<HunyuanVideo15Config> HunyuanVideo15Config::FromJson(const nlohma
       }
     }
   }
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   // Structure keys checked against the structure.
   if (c.spatial_factor() != c.spatial_compression_ratio || c.temporal_factor() != c.temporal_compression_ratio) {
     r.Fail(absl::StrCat(c.block_out_channels.size(), " levels upsample ", c.spatial_factor(), "x in space and ",
                         c.temporal_factor(), "x in time, not the configured ", c.spatial_compression_ratio, "x and ",
                         c.temporal_compression_ratio, "x"));
   }
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   r.Known({"in_channels", "downsample_match_channel"});  // the encoder side
   c.unread_keys = r.UnreadKeys();
   return c;

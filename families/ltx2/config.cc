@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "families/config_reader.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::ltx2 {
 namespace {
@@ -158,7 +159,7 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
     if (v < 1) r.Fail("\"upsample_factor\" must be positive");
   }
   if (c.scaling_factor == 0) r.Fail("\"scaling_factor\" must not be 0");
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
 
   // Widths the depth-to-space upsamplers must divide exactly, and a
   // timestep-conditioned conv_in resnet (diffusers hands it the raw timestep
@@ -190,7 +191,7 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
           "resnet of such a block receives the raw timestep)");
     }
   }
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   // Structure keys, when present, checked against the structure (pipelines
   // size latents from them).
   for (const auto& [key, actual] : {std::pair<const char*, int64_t>{"spatial_compression_ratio", c.spatial_factor()},
@@ -199,7 +200,7 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
       r.Fail(absl::StrCat(key, " ", r.Int(key, actual), " does not match the decoder, which upsamples ", actual, "x"));
     }
   }
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   r.Known({"in_channels", "block_out_channels", "layers_per_block", "down_block_types", "downsample_type",
            "spatio_temporal_scaling", "encoder_causal", "encoder_spatial_padding_mode"});  // the encoder side
   c.unread_keys = r.UnreadKeys();

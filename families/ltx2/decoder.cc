@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/weight_loading.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::ltx2 {
 namespace {
@@ -47,8 +48,7 @@ LTX2Decoder::LTX2Decoder(LTX2Config config, std::string config_json)
 }
 
 absl::Status LTX2Decoder::ValidateLatent(const at::Tensor& latent) const {
-  absl::Status status = Decoder::ValidateLatent(latent);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(Decoder::ValidateLatent(latent));
   // Reflect padding by 1 needs 2 columns, as in diffusers. Rows cannot be
   // checked here: this also validates a rank's row band, which may be 1 row
   // (its reflect padding then reads the neighbour's halo row); a whole

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/config_reader.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::minimax_h3 {
 namespace {
@@ -93,7 +94,7 @@ absl::StatusOr<MiniMaxH3Config> MiniMaxH3Config::FromJson(const nlohmann::json& 
   c.token_drop = r.Int("token_drop", c.token_drop);
   c.latents_mean = r.OptionalDoubleList("latents_mean").value_or(std::vector<double>(c.latent_channels, 0.0));
   c.latents_std = r.OptionalDoubleList("latents_std").value_or(std::vector<double>(c.latent_channels, 1.0));
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
 
   if (c.latent_channels < 1 || c.out_channels < 1 || c.decoder_num_layers < 0 || c.decoder_num_attention_heads < 1 ||
       c.decoder_attention_head_dim < 1 || c.decoder_num_register_tokens < 0 || c.clip_length < 1 || c.token_drop < 0) {
@@ -122,7 +123,7 @@ absl::StatusOr<MiniMaxH3Config> MiniMaxH3Config::FromJson(const nlohmann::json& 
   } else if (static_cast<int64_t>(std::ceil(1.0 / (6.0 / static_cast<double>(d)))) != d / 6) {
     r.Fail(absl::StrCat("decoder RoPE dim ", d, " gives a frequency count diffusers cannot use"));
   }
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   r.Known({"in_channels", "block_out_channels", "layers_per_block", "norm_num_groups", "norm_eps",
            "spatial_padding_mode"});  // the encoder side
   c.unread_keys = r.UnreadKeys();

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "families/status_error.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::minimax_h3 {
 namespace {
@@ -92,7 +93,7 @@ MiniMaxH3Decoder::MiniMaxH3Decoder(MiniMaxH3Config config, std::string config_js
       config_(std::move(config)) {}
 
 absl::Status MiniMaxH3Decoder::ValidateLatent(const at::Tensor& latent) const {
-  if (absl::Status s = Decoder::ValidateLatent(latent); !s.ok()) return s;
+  RETURN_IF_ERROR(Decoder::ValidateLatent(latent));
   if (latent.size(2) < info_.min_latent_frames) {
     return absl::InvalidArgumentError(absl::StrCat("latent has ", latent.size(2),
                                                    " frames; AutoencoderKLMiniMaxH3 "

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "families/config_reader.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::qwenimage {
 
@@ -27,8 +28,7 @@ absl::StatusOr<wan::WanConfig> QwenImageConfigFromJson(const nlohmann::json& jso
   c.scale_factor_spatial = c.spatial_factor();
   c.scale_factor_temporal = c.temporal_factor();
   c.Check(r);
-  absl::Status status = r.status();
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(r.status());
   c.unread_keys = r.UnreadKeys();
   return c;
 }

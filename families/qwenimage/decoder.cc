@@ -1,6 +1,7 @@
 #include "families/qwenimage/decoder.h"
 
 #include "families/qwenimage/config.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::qwenimage {
 
@@ -11,9 +12,8 @@ const wan::WanFamily& QwenImageFamilySpec() {
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadQwenImage(const ModelFiles& files, const LoadOptions& options) {
-  absl::StatusOr<wan::WanConfig> config = QwenImageConfigFromJson(files.config(), files.config_path());
-  if (!config.ok()) return config.status();
-  return wan::LoadWanFamily(QwenImageFamilySpec(), *config, files, options);
+  ASSIGN_OR_RETURN(wan::WanConfig config, QwenImageConfigFromJson(files.config(), files.config_path()));
+  return wan::LoadWanFamily(QwenImageFamilySpec(), config, files, options);
 }
 
 void Register(Registry& registry) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/config_reader.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::wan {
 
@@ -113,8 +114,7 @@ absl::StatusOr<WanConfig> WanConfig::FromJson(const nlohmann::json& json, const 
   c.scale_factor_temporal = r.Int("scale_factor_temporal", c.scale_factor_temporal);
   c.scale_factor_spatial = r.Int("scale_factor_spatial", c.scale_factor_spatial);
   c.Check(r);
-  absl::Status status = r.status();
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(r.status());
   // Structure keys checked against the structure: pipelines size latents
   // from them (vae_scale_factor), so a mismatch would decode other sizes
   // than they expect.
@@ -126,7 +126,7 @@ absl::StatusOr<WanConfig> WanConfig::FromJson(const nlohmann::json& json, const 
                         c.scale_factor_temporal, " do not match the decoder, which upsamples ", c.spatial_factor(),
                         "x in space and ", c.temporal_factor(), "x in time"));
   }
-  if (absl::Status s = r.status(); !s.ok()) return s;
+  RETURN_IF_ERROR(r.status());
   c.unread_keys = r.UnreadKeys();
   return c;
 }

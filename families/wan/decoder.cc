@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "families/wan/blocks.h"
 #include "families/weight_loading.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::families::wan {
 
@@ -82,19 +83,16 @@ at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) {
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadWanFamily(const WanFamily& family, const WanConfig& config,
                                                        const ModelFiles& files, const LoadOptions& options) {
-  absl::StatusOr<std::unique_ptr<WanDecoder>> decoder = WanDecoder::Create(family, config, files.config().dump(2));
-  if (!decoder.ok()) return decoder.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<WanDecoder> decoder, WanDecoder::Create(family, config, files.config().dump(2)));
   // decode() never touches the encoder side; those keys are ignored by name.
   IgnoreRules ignore{{"encoder.", "quant_conv."}, {}};
-  absl::Status loaded = FillWeights((*decoder)->module(), files, ignore, options);
-  if (!loaded.ok()) return loaded;
-  return std::unique_ptr<Decoder>(std::move(*decoder));
+  RETURN_IF_ERROR(FillWeights(decoder->module(), files, ignore, options));
+  return std::unique_ptr<Decoder>(std::move(decoder));
 }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadWan(const ModelFiles& files, const LoadOptions& options) {
-  absl::StatusOr<WanConfig> config = WanConfig::FromJson(files.config(), files.config_path());
-  if (!config.ok()) return config.status();
-  return LoadWanFamily(WanFamilySpec(), *config, files, options);
+  ASSIGN_OR_RETURN(WanConfig config, WanConfig::FromJson(files.config(), files.config_path()));
+  return LoadWanFamily(WanFamilySpec(), config, files, options);
 }
 
 KeySignature WanLineageKeys() {

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/store.h"
 #include "rpc/free_port.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::parallel::testing {
 namespace {
@@ -144,8 +145,7 @@ absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(const RunRanksOptions& 
   if (options.world_size < 1) {
     return absl::InvalidArgumentError("RunRanks: world_size must be >= 1");
   }
-  absl::StatusOr<int> port = rpc::PickFreePort();
-  if (!port.ok()) return port.status();
+  ASSIGN_OR_RETURN(int port, rpc::PickFreePort());
 
   // Buffered output would otherwise be written once by every child too.
   std::fflush(nullptr);
@@ -169,7 +169,7 @@ absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(const RunRanksOptions& 
     if (pid == 0) {
       ::close(fds[0]);
       for (int r = 0; r < rank; ++r) ::close(children[r].fd);
-      RunChild(options, body, rank, *port, fds[1], parent);
+      RunChild(options, body, rank, port, fds[1], parent);
     }
     if (pid < 0) {
       const int err = errno;
@@ -270,10 +270,9 @@ std::string DescribeFailures(const std::vector<RankOutcome>& outcomes) {
 }
 
 absl::Status RunRanks(const RunRanksOptions& options, const RankBody& body) {
-  absl::StatusOr<std::vector<RankOutcome>> outcomes = RunRanksCollect(options, body);
-  if (!outcomes.ok()) return outcomes.status();
+  ASSIGN_OR_RETURN(std::vector<RankOutcome> outcomes, RunRanksCollect(options, body));
   absl::StatusCode code = absl::StatusCode::kOk;
-  for (const RankOutcome& outcome : *outcomes) {
+  for (const RankOutcome& outcome : outcomes) {
     if (outcome.status.ok()) continue;
     if (outcome.timed_out) {
       code = absl::StatusCode::kDeadlineExceeded;
@@ -282,7 +281,7 @@ absl::Status RunRanks(const RunRanksOptions& options, const RankBody& body) {
     if (code == absl::StatusCode::kOk) code = outcome.status.code();
   }
   if (code == absl::StatusCode::kOk) return absl::OkStatus();
-  return absl::Status(code, DescribeFailures(*outcomes));
+  return absl::Status(code, DescribeFailures(outcomes));
 }
 
 absl::Status RunRanks(int world_size, const RankBody& body, absl::Duration timeout) {

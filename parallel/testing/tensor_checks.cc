@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::parallel::testing {
 namespace {
@@ -42,7 +43,7 @@ std::string Index(int64_t flat, const at::Tensor& t) {
 }  // namespace
 
 absl::Status ExpectTensorEqual(const at::Tensor& actual, const at::Tensor& expected, std::string_view what) {
-  if (absl::Status s = CheckLayout(actual, expected, what); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckLayout(actual, expected, what));
   if (actual.numel() == 0) return absl::OkStatus();
   const at::Tensor a = actual.cpu().contiguous();
   const at::Tensor e = expected.cpu().contiguous();
@@ -60,7 +61,7 @@ absl::Status ExpectTensorEqual(const at::Tensor& actual, const at::Tensor& expec
 
 absl::Status ExpectTensorClose(const at::Tensor& actual, const at::Tensor& expected, double atol, double rtol,
                                std::string_view what) {
-  if (absl::Status s = CheckLayout(actual, expected, what); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckLayout(actual, expected, what));
   if (actual.numel() == 0) return absl::OkStatus();
   const at::Tensor a = actual.cpu().to(at::kDouble).reshape({-1});
   const at::Tensor e = expected.cpu().to(at::kDouble).reshape({-1});

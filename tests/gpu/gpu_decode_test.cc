@@ -26,6 +26,7 @@
 #include "parallel/nccl_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
@@ -40,12 +41,6 @@ constexpr const char* kSkip = "SKIP: ";
 // backend linked, or no device). gpu_check.sh fails a binary that skips so
 // on a machine with a GPU.
 constexpr const char* kNoGpu = "[gpu] ";
-
-#define RETURN_IF_ERROR(expr)            \
-  do {                                   \
-    const absl::Status status_ = (expr); \
-    if (!status_.ok()) return status_;   \
-  } while (false)
 
 // Runs `body` on `world` forked ranks, rank r on cuda:r; skips the test
 // unless a CUDA LibTorch sees at least `world` GPUs.
@@ -93,9 +88,8 @@ absl::StatusOr<std::unique_ptr<parallel::Communicator>> JoinNcclGroup(int rank, 
 
 absl::StatusOr<std::unique_ptr<families::Decoder>> GpuDecoder(const std::string& fixture, int index,
                                                               at::ScalarType dtype = at::kFloat) {
-  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = testing::LoadFixtureDecoder(fixture, dtype);
-  if (!decoder.ok()) return decoder.status();
-  (*decoder)->ToDevice(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)));
+  ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, testing::LoadFixtureDecoder(fixture, dtype));
+  decoder->ToDevice(c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)));
   return decoder;
 }
 

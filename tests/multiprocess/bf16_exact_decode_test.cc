@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "formats/tensor_file.h"
 #include "parallel/testing/multi_process.h"
+#include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/group_decode.h"
@@ -50,28 +51,22 @@ TEST_P(Bf16ExactDecode, StaysWithinTheBf16GateAndNearDense) {
   absl::Status s = parallel::testing::RunRanks(
       world,
       [&c](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
-            testing::LoadFixtureDecoder(c.fixture, at::kBFloat16);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = testing::JoinTestGroup(rank, w, port, kGroup);
-        if (!comm.ok()) return comm.status();
-        absl::StatusOr<at::Tensor> latent = testing::LeaderLatent(c.latent_file, rank);
-        if (!latent.ok()) return latent.status();
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder,
+                         testing::LoadFixtureDecoder(c.fixture, at::kBFloat16));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, testing::JoinTestGroup(rank, w, port, kGroup));
+        ASSIGN_OR_RETURN(at::Tensor latent, testing::LeaderLatent(c.latent_file, rank));
         testing::GroupCheckOptions o;
         o.what = absl::StrCat(c.fixture, "/", c.name, " in bf16");
         o.exact_vs_dense = kMaxAbsVsDiffusers;  // the RMSE checks below are the real bounds
         o.vs_diffusers = kMaxAbsVsDiffusers;
         o.expected_file = c.expected_file;
-        absl::StatusOr<testing::GroupDecodeCheck> checked =
-            testing::DecodeWithGroupAndCheck(**decoder, **comm, *latent, o);
-        if (!checked.ok()) return checked.status();
+        ASSIGN_OR_RETURN(testing::GroupDecodeCheck checked,
+                         testing::DecodeWithGroupAndCheck(*decoder, *comm, latent, o));
         if (rank != worker::kLeader) return absl::OkStatus();
-        absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
-        if (!expected.ok()) return expected.status();
+        ASSIGN_OR_RETURN(at::Tensor expected, formats::ReadTensorFile(c.expected_file, "sample"));
         families::DenseOps dense;
-        absl::StatusOr<at::Tensor> dense_bf16 = worker::RunDecode(**decoder, worker::DecodeJob{*latent}, dense);
-        if (!dense_bf16.ok()) return dense_bf16.status();
-        const double vs_diffusers = Rmse(checked->sample, *expected), vs_dense = Rmse(checked->sample, *dense_bf16);
+        ASSIGN_OR_RETURN(at::Tensor dense_bf16, worker::RunDecode(*decoder, worker::DecodeJob{latent}, dense));
+        const double vs_diffusers = Rmse(checked.sample, expected), vs_dense = Rmse(checked.sample, dense_bf16);
         std::cout << o.what << " exact on " << w << " ranks: RMSE vs diffusers " << vs_diffusers << ", vs dense bf16 "
                   << vs_dense << "\n";
         if (vs_diffusers > kRmseVsDiffusers || vs_dense > kRmseVsDense) {

@@ -18,6 +18,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
@@ -52,33 +53,25 @@ absl::StatusOr<int64_t> DecodeAndCheck(const testing::FixtureCase& c, families::
   parallel::CountingCommunicator counting(comm);
   worker::DecodeJob input;
   if (comm.rank() == worker::kLeader) {
-    absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
-    if (!latent.ok()) return latent.status();
-    input.latent = *latent;
+    ASSIGN_OR_RETURN(at::Tensor latent, formats::ReadTensorFile(c.latent_file, "latent"));
+    input.latent = latent;
   }
-  absl::StatusOr<worker::GroupDecodeResult> result = testing::PlanAndExecute(decoder, counting, counting, input);
-  if (!result.ok()) return result.status();
+  ASSIGN_OR_RETURN(worker::GroupDecodeResult result, testing::PlanAndExecute(decoder, counting, counting, input));
   const worker::DecodeMode want_mode = comm.world_size() > 1 ? worker::DecodeMode::kExact : worker::DecodeMode::kDense;
-  if (result->mode != want_mode) {
-    return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, "), want ",
+  if (result.mode != want_mode) {
+    return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result.mode), " (", result.reason, "), want ",
                                             worker::ModeName(want_mode)));
   }
   if (comm.rank() != worker::kLeader) {
-    if (result->sample.defined()) return absl::InternalError("a peer kept decoded rows");
+    if (result.sample.defined()) return absl::InternalError("a peer kept decoded rows");
     return counting.stats().collectives();
   }
   families::DenseOps dense;
-  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, input, dense);
-  if (!reference.ok()) return reference.status();
-  absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
-  if (!expected.ok()) return expected.status();
+  ASSIGN_OR_RETURN(at::Tensor reference, worker::RunDecode(decoder, input, dense));
+  ASSIGN_OR_RETURN(at::Tensor expected, formats::ReadTensorFile(c.expected_file, "sample"));
   const std::string what = absl::StrCat(c.fixture, "/", c.name, " at world size ", comm.world_size());
-  if (absl::Status s = ExpectTensorClose(result->sample, *reference, kExactVsDense, 0, what + " vs dense"); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ExpectTensorClose(result->sample, *expected, kVsDiffusers, 0, what + " vs diffusers"); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(ExpectTensorClose(result.sample, reference, kExactVsDense, 0, what + " vs dense"));
+  RETURN_IF_ERROR(ExpectTensorClose(result.sample, expected, kVsDiffusers, 0, what + " vs diffusers"));
   return counting.stats().collectives();
 }
 
@@ -89,11 +82,9 @@ TEST_P(ExactDecode, EqualsDenseAndDiffusers) {
   absl::Status s = parallel::testing::RunRanks(
       world,
       [&c = c](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
-        return DecodeAndCheck(c, **decoder, **comm).status();
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
+        return DecodeAndCheck(c, *decoder, *comm).status();
       },
       absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
@@ -121,17 +112,13 @@ TEST(ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
     absl::Status s = parallel::testing::RunRanks(
         world,
         [&](int rank, int w, int port) -> absl::Status {
-          absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-          if (!decoder.ok()) return decoder.status();
-          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-          if (!comm.ok()) return comm.status();
+          ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+          ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
           for (int repeat = 0; repeat < 3; ++repeat) {
-            absl::StatusOr<int64_t> calls = DecodeAndCheck(c, **decoder, **comm);
-            if (!calls.ok()) return calls.status();
+            ASSIGN_OR_RETURN(int64_t calls, DecodeAndCheck(c, *decoder, *comm));
             const int64_t want = w > 1 ? 42 : 0;
-            if (*calls != want) {
-              return absl::InternalError(
-                  absl::StrCat("decode ", repeat, " made ", *calls, " collectives, want ", want));
+            if (calls != want) {
+              return absl::InternalError(absl::StrCat("decode ", repeat, " made ", calls, " collectives, want ", want));
             }
           }
           return absl::OkStatus();
@@ -160,20 +147,17 @@ TEST(ExactDecodeGroup, OneRankFailingMidDecodeFailsEveryRankWithoutHanging) {
   const testing::FixtureCase c = SdMain();
   absl::StatusOr<std::vector<parallel::testing::RankOutcome>> outcomes = parallel::testing::RunRanksCollect(
       {/*world_size=*/3, /*timeout=*/absl::Seconds(60)}, [&](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
-        absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
-        if (!latent.ok()) return latent.status();
-        const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, latent->size(2), rank, w);
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
+        ASSIGN_OR_RETURN(at::Tensor latent, formats::ReadTensorFile(c.latent_file, "latent"));
+        const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(2, latent.size(2), rank, w);
         const parallel::Band b = spec.local_band();
-        families::ShardedLayerOps sharded(**comm, spec);
+        families::ShardedLayerOps sharded(*comm, spec);
         FailingOps ops(sharded, rank == 1 ? 5 : -1);
         absl::StatusOr<at::Tensor> rows =
-            worker::RunDecode(**decoder, worker::DecodeJob{latent->narrow(2, b.begin, b.size()).contiguous()}, ops);
+            worker::RunDecode(*decoder, worker::DecodeJob{latent.narrow(2, b.begin, b.size()).contiguous()}, ops);
         if (!rows.ok()) {
-          (*comm)->Abort(std::string(rows.status().message()));
+          comm->Abort(std::string(rows.status().message()));
           return rows.status();
         }
         return absl::OkStatus();
@@ -193,24 +177,21 @@ TEST(ExactDecodeGroup, CancellationStopsEveryRankAndKeepsTheGroupInStep) {
   absl::Status s = parallel::testing::RunRanks(
       3,
       [&](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
-        absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
-        if (!latent.ok()) return latent.status();
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
+        ASSIGN_OR_RETURN(at::Tensor latent, formats::ReadTensorFile(c.latent_file, "latent"));
         // The leader's flag is up before the decode starts: every rank must stop
         // at the first GroupNorm with CANCELLED.
         std::atomic<bool> cancelled{true};
         worker::GroupDecodeOptions options;
         if (rank == worker::kLeader) options.cancelled = &cancelled;
         absl::StatusOr<worker::GroupDecodeResult> stopped =
-            worker::DecodeWithGroup(**decoder, **comm, worker::DecodeJob{*latent}, options);
+            worker::DecodeWithGroup(*decoder, *comm, worker::DecodeJob{latent}, options);
         if (stopped.ok() || stopped.status().code() != absl::StatusCode::kCancelled) {
           return absl::InternalError(absl::StrCat("rank ", rank, " was not cancelled: ", stopped.status().ToString()));
         }
         // The same communicator still works: the next decode is exact and right.
-        return DecodeAndCheck(c, **decoder, **comm).status();
+        return DecodeAndCheck(c, *decoder, *comm).status();
       },
       absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
@@ -221,26 +202,21 @@ TEST(ExactDecodeGroup, ThinLatentsFallBackToDenseOnTheLeader) {
   absl::Status s = parallel::testing::RunRanks(
       4,
       [&](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
-        absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
-        if (!latent.ok()) return latent.status();
-        const at::Tensor thin = latent->narrow(2, 0, 3).contiguous();  // 3 rows over 4 ranks
-        absl::StatusOr<worker::GroupDecodeResult> result =
-            worker::DecodeWithGroup(**decoder, **comm, worker::DecodeJob{thin});
-        if (!result.ok()) return result.status();
-        if (result->mode != worker::DecodeMode::kDense ||
-            result->reason.find("thinner than the conv halo") == std::string::npos) {
-          return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " reason ", result->reason));
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
+        ASSIGN_OR_RETURN(at::Tensor latent, formats::ReadTensorFile(c.latent_file, "latent"));
+        const at::Tensor thin = latent.narrow(2, 0, 3).contiguous();  // 3 rows over 4 ranks
+        ASSIGN_OR_RETURN(worker::GroupDecodeResult result,
+                         worker::DecodeWithGroup(*decoder, *comm, worker::DecodeJob{thin}));
+        if (result.mode != worker::DecodeMode::kDense ||
+            result.reason.find("thinner than the conv halo") == std::string::npos) {
+          return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result.mode), " reason ", result.reason));
         }
         if (rank != worker::kLeader) return absl::OkStatus();
         // The group's dense path: CancellableDenseOps (large convs in row bands).
         families::CancellableDenseOps dense(nullptr);
-        absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, worker::DecodeJob{thin}, dense);
-        if (!want.ok()) return want.status();
-        return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");
+        ASSIGN_OR_RETURN(at::Tensor want, worker::RunDecode(*decoder, worker::DecodeJob{thin}, dense));
+        return parallel::testing::ExpectTensorEqual(result.sample, want, "dense fallback");
       },
       absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;

@@ -18,6 +18,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
@@ -103,19 +104,16 @@ TEST(Flux2ExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
     absl::Status s = parallel::testing::RunRanks(
         world,
         [&](int rank, int w, int port) -> absl::Status {
-          absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-          if (!decoder.ok()) return decoder.status();
-          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-          if (!comm.ok()) return comm.status();
+          ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+          ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
           for (int repeat = 0; repeat < 2; ++repeat) {
             const bool raw = repeat == 1;
-            absl::StatusOr<at::Tensor> latent = LeaderLatent(raw ? c.pipeline_latent_file : c.latent_file, rank);
-            if (!latent.ok()) return latent.status();
-            absl::StatusOr<Checked> checked = DecodeAndCheck(
-                **decoder, **comm, *latent, raw ? families::LatentSpace::kRaw : families::LatentSpace::kVae,
-                c.expected_file, c.fixture);
-            if (!checked.ok()) return checked.status();
-            const parallel::CommStats& st = checked->stats;
+            ASSIGN_OR_RETURN(at::Tensor latent, LeaderLatent(raw ? c.pipeline_latent_file : c.latent_file, rank));
+            ASSIGN_OR_RETURN(
+                Checked checked,
+                DecodeAndCheck(*decoder, *comm, latent, raw ? families::LatentSpace::kRaw : families::LatentSpace::kVae,
+                               c.expected_file, c.fixture));
+            const parallel::CommStats& st = checked.stats;
             const bool sharded = w > 1;
             const int64_t want = sharded ? kHalo + kGroupNorm + 1 + 1 : 0;
             if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != (sharded ? kHalo : 0) ||
@@ -145,30 +143,25 @@ TEST(Flux2ExactDecodeGroup, RawBandsThinnerThanTheHaloFallBackToDense) {
   absl::Status s = parallel::testing::RunRanks(
       6,
       [&](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
-        absl::StatusOr<at::Tensor> raw = LeaderLatent(c.pipeline_latent_file, rank);
-        if (!raw.ok()) return raw.status();
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
+        ASSIGN_OR_RETURN(at::Tensor raw, LeaderLatent(c.pipeline_latent_file, rank));
         worker::DecodeJob input;
-        if (rank == worker::kLeader) input.latent = raw->narrow(2, 0, 2).contiguous();
+        if (rank == worker::kLeader) input.latent = raw.narrow(2, 0, 2).contiguous();
         input.latent_space = families::LatentSpace::kRaw;
-        absl::StatusOr<worker::GroupDecodeResult> result = testing::PlanAndExecute(**decoder, **comm, **comm, input);
-        if (!result.ok()) return result.status();
+        ASSIGN_OR_RETURN(worker::GroupDecodeResult result, testing::PlanAndExecute(*decoder, *comm, *comm, input));
         // Every rank learns the mode from the job header; the leader also has the reason.
-        if (result->mode != worker::DecodeMode::kDense ||
-            (rank == worker::kLeader && result->reason.find("thinner than the conv halo") == std::string::npos)) {
-          return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, ")"));
+        if (result.mode != worker::DecodeMode::kDense ||
+            (rank == worker::kLeader && result.reason.find("thinner than the conv halo") == std::string::npos)) {
+          return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result.mode), " (", result.reason, ")"));
         }
         if (rank != worker::kLeader) return absl::OkStatus();
         families::DenseOps dense;
-        absl::StatusOr<at::Tensor> want = worker::RunDecode(**decoder, input, dense);
-        if (!want.ok()) return want.status();
-        if (result->sample.sizes() != at::IntArrayRef({1, 3, 32, 112})) {
-          return absl::InternalError(absl::StrCat("dense fallback shape ", c10::str(result->sample.sizes())));
+        ASSIGN_OR_RETURN(at::Tensor want, worker::RunDecode(*decoder, input, dense));
+        if (result.sample.sizes() != at::IntArrayRef({1, 3, 32, 112})) {
+          return absl::InternalError(absl::StrCat("dense fallback shape ", c10::str(result.sample.sizes())));
         }
-        return parallel::testing::ExpectTensorEqual(result->sample, *want, "dense fallback");
+        return parallel::testing::ExpectTensorEqual(result.sample, want, "dense fallback");
       },
       absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;

@@ -12,6 +12,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "worker/decode_job.h"
 #include "worker/group_decode.h"
@@ -50,55 +51,43 @@ absl::StatusOr<worker::GroupDecodeResult> PlanAndExecute(families::Decoder& deco
   if (broadcast_on.rank() == worker::kLeader) {
     worker::PlanningContext planning;
     planning.world_size = broadcast_on.world_size();
-    absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(decoder, leader_job, planning);
-    if (!plan.ok()) return plan.status();
-    job.plan = *std::move(plan);
+    ASSIGN_OR_RETURN(worker::DecodePlan plan, worker::PlanDecode(decoder, leader_job, planning));
+    job.plan = std::move(plan);
   }
-  absl::StatusOr<worker::GroupJob> shared =
-      worker::BroadcastJob(broadcast_on, broadcast_on.rank() == worker::kLeader ? &job : nullptr);
-  if (!shared.ok()) return shared.status();
-  return worker::ExecutePlan(decoder, execute_on, shared->plan);
+  ASSIGN_OR_RETURN(worker::GroupJob shared,
+                   worker::BroadcastJob(broadcast_on, broadcast_on.rank() == worker::kLeader ? &job : nullptr));
+  return worker::ExecutePlan(decoder, execute_on, shared.plan);
 }
 
 absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& decoder, parallel::Communicator& comm,
                                                          const at::Tensor& latent, const GroupCheckOptions& options) {
   const worker::DecodeJob input{latent, options.space};
   parallel::CountingCommunicator counting(comm);
-  absl::StatusOr<worker::GroupDecodeResult> result = PlanAndExecute(decoder, comm, counting, input);
-  if (!result.ok()) return result.status();
+  ASSIGN_OR_RETURN(worker::GroupDecodeResult result, PlanAndExecute(decoder, comm, counting, input));
   const std::string want_mode =
       !options.want_mode.empty() ? options.want_mode : (comm.world_size() > 1 ? "exact" : "dense");
-  const std::string mode = worker::ModeName(result->mode);
+  const std::string mode = worker::ModeName(result.mode);
   if (mode != want_mode) {
-    return absl::InternalError(
-        absl::StrCat(options.what, ": mode ", mode, " (", result->reason, "), want ", want_mode));
+    return absl::InternalError(absl::StrCat(options.what, ": mode ", mode, " (", result.reason, "), want ", want_mode));
   }
-  GroupDecodeCheck out{counting.stats(), mode, result->sample};
+  GroupDecodeCheck out{counting.stats(), mode, result.sample};
   if (comm.rank() != worker::kLeader) {
-    if (result->sample.defined()) return absl::InternalError("a peer kept decoded rows");
+    if (result.sample.defined()) return absl::InternalError("a peer kept decoded rows");
     return out;
   }
   families::DenseOps dense;
-  absl::StatusOr<at::Tensor> reference = worker::RunDecode(decoder, input, dense);
-  if (!reference.ok()) return reference.status();
+  ASSIGN_OR_RETURN(at::Tensor reference, worker::RunDecode(decoder, input, dense));
   const std::string where = absl::StrCat(options.what, " at world size ", comm.world_size(), " (", mode, ")");
-  if (absl::Status s = parallel::testing::ExpectTensorClose(result->sample, *reference, options.exact_vs_dense, 0,
-                                                            where + " vs dense");
-      !s.ok()) {
-    return s;
-  }
-  std::cout << where << ": max abs error vs dense " << parallel::testing::MaxAbsError(result->sample, *reference);
+  RETURN_IF_ERROR(
+      parallel::testing::ExpectTensorClose(result.sample, reference, options.exact_vs_dense, 0, where + " vs dense"));
+  std::cout << where << ": max abs error vs dense " << parallel::testing::MaxAbsError(result.sample, reference);
   if (!options.expected_file.empty()) {
-    absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(options.expected_file, "sample");
-    if (!expected.ok()) return expected.status();
+    ASSIGN_OR_RETURN(at::Tensor expected, formats::ReadTensorFile(options.expected_file, "sample"));
     // diffusers' output is float32; a bf16 decode is compared in float32.
-    if (absl::Status s = parallel::testing::ExpectTensorClose(result->sample.to(expected->scalar_type()), *expected,
-                                                              options.vs_diffusers, 0, where + " vs diffusers");
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(parallel::testing::ExpectTensorClose(result.sample.to(expected.scalar_type()), expected,
+                                                         options.vs_diffusers, 0, where + " vs diffusers"));
     std::cout << ", vs diffusers "
-              << parallel::testing::MaxAbsError(result->sample.to(expected->scalar_type()), *expected);
+              << parallel::testing::MaxAbsError(result.sample.to(expected.scalar_type()), expected);
   }
   std::cout << "\n";
   return out;
@@ -106,20 +95,16 @@ absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& deco
 
 absl::Status CheckFixtureCase(const FixtureCase& c, int rank, int world, int port, const std::string& group,
                               GroupCheckOptions options) {
-  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixtureDecoder(c.fixture);
-  if (!decoder.ok()) return decoder.status();
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinTestGroup(rank, world, port, group);
-  if (!comm.ok()) return comm.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixtureDecoder(c.fixture));
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, JoinTestGroup(rank, world, port, group));
   options.expected_file = c.expected_file;
   for (const bool raw : {false, true}) {
     const std::string& file = raw ? c.pipeline_latent_file : c.latent_file;
     if (file.empty()) continue;
-    absl::StatusOr<at::Tensor> latent = LeaderLatent(file, rank);
-    if (!latent.ok()) return latent.status();
+    ASSIGN_OR_RETURN(at::Tensor latent, LeaderLatent(file, rank));
     options.space = raw ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
     options.what = absl::StrCat(c.fixture, "/", c.name, raw ? " (raw)" : "");
-    absl::StatusOr<GroupDecodeCheck> checked = DecodeWithGroupAndCheck(**decoder, **comm, *latent, options);
-    if (!checked.ok()) return checked.status();
+    ASSIGN_OR_RETURN(GroupDecodeCheck checked, DecodeWithGroupAndCheck(*decoder, *comm, latent, options));
   }
   return absl::OkStatus();
 }
@@ -172,10 +157,8 @@ absl::Status CheckCollectives(const parallel::CommStats& stats, const ExpectedCo
 
 absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector<SyntheticDecode>& decodes, int rank,
                                    int world, int port, const std::string& group, GroupCheckOptions options) {
-  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixtureDecoder(fixture);
-  if (!decoder.ok()) return decoder.status();
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinTestGroup(rank, world, port, group);
-  if (!comm.ok()) return comm.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixtureDecoder(fixture));
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, JoinTestGroup(rank, world, port, group));
   for (size_t i = 0; i < decodes.size(); ++i) {
     at::Tensor latent;
     if (rank == worker::kLeader) {
@@ -183,11 +166,8 @@ absl::Status CheckSyntheticDecodes(const std::string& fixture, const std::vector
       latent = at::randn(decodes[i].shape);
     }
     options.what = absl::StrCat(fixture, " latent [", absl::StrJoin(decodes[i].shape, ", "), "]");
-    absl::StatusOr<GroupDecodeCheck> checked = DecodeWithGroupAndCheck(**decoder, **comm, latent, options);
-    if (!checked.ok()) return checked.status();
-    if (absl::Status s = CheckCollectives(checked->stats, decodes[i].collectives, world, options.what); !s.ok()) {
-      return s;
-    }
+    ASSIGN_OR_RETURN(GroupDecodeCheck checked, DecodeWithGroupAndCheck(*decoder, *comm, latent, options));
+    RETURN_IF_ERROR(CheckCollectives(checked.stats, decodes[i].collectives, world, options.what));
   }
   return absl::OkStatus();
 }
@@ -196,25 +176,22 @@ absl::StatusOr<parallel::CommStats> DecodeCancelledFromTheStart(const std::strin
                                                                 const std::vector<int64_t>& shape, int rank, int world,
                                                                 int port, const std::string& group,
                                                                 GroupCheckOptions options) {
-  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixtureDecoder(fixture);
-  if (!decoder.ok()) return decoder.status();
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinTestGroup(rank, world, port, group);
-  if (!comm.ok()) return comm.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixtureDecoder(fixture));
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, JoinTestGroup(rank, world, port, group));
   at::manual_seed(41);
   const at::Tensor latent = at::randn(shape);  // the same on every rank
   std::atomic<bool> cancelled{true};
   worker::GroupDecodeOptions cancel;
   if (rank == worker::kLeader) cancel.cancelled = &cancelled;
-  parallel::CountingCommunicator counting(**comm);
+  parallel::CountingCommunicator counting(*comm);
   absl::StatusOr<worker::GroupDecodeResult> stopped =
-      worker::DecodeWithGroup(**decoder, counting, worker::DecodeJob{latent}, cancel);
+      worker::DecodeWithGroup(*decoder, counting, worker::DecodeJob{latent}, cancel);
   if (stopped.ok() || stopped.status().code() != absl::StatusCode::kCancelled) {
     return absl::InternalError(absl::StrCat("rank ", rank, " was not cancelled: ", stopped.status().ToString()));
   }
   const parallel::CommStats stats = counting.stats();
   options.what = absl::StrCat(fixture, " latent [", absl::StrJoin(shape, ", "), "] after a cancelled decode");
-  absl::StatusOr<GroupDecodeCheck> next = DecodeWithGroupAndCheck(**decoder, **comm, latent, options);
-  if (!next.ok()) return next.status();
+  ASSIGN_OR_RETURN(GroupDecodeCheck next, DecodeWithGroupAndCheck(*decoder, *comm, latent, options));
   return stats;
 }
 

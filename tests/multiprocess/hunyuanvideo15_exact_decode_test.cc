@@ -14,6 +14,7 @@
 #include "families/builtin_families.h"
 #include "parallel/counting_communicator.h"
 #include "parallel/testing/multi_process.h"
+#include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/group_decode.h"
@@ -94,13 +95,13 @@ TEST(HunyuanVideo15ExactDecodeGroup, ACancelStopsEveryRankWithinWMinusOneConvolu
   absl::Status s = parallel::testing::RunRanks(
       3,
       [](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<parallel::CommStats> stopped = testing::DecodeCancelledFromTheStart(
-            "hunyuanvideo15", {1, 8, 2, 5, 3}, rank, w, port, kGroup, Tolerances());
-        if (!stopped.ok()) return stopped.status();
-        if (stopped->ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
-            stopped->ForKind(parallel::CallKind::kAttentionKV).calls != 0 ||
-            stopped->ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
-          return absl::InternalError(absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped->ToString()));
+        ASSIGN_OR_RETURN(parallel::CommStats stopped,
+                         testing::DecodeCancelledFromTheStart("hunyuanvideo15", {1, 8, 2, 5, 3}, rank, w, port, kGroup,
+                                                              Tolerances()));
+        if (stopped.ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
+            stopped.ForKind(parallel::CallKind::kAttentionKV).calls != 0 ||
+            stopped.ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
+          return absl::InternalError(absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped.ToString()));
         }
         return absl::OkStatus();
       },

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/counting_communicator.h"
 #include "parallel/testing/multi_process.h"
+#include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 
@@ -120,13 +121,12 @@ TEST(LTX2ExactDecodeGroup, ACancelStopsEveryRankWithinWMinusOneConvolutions) {
     absl::Status s = parallel::testing::RunRanks(
         world,
         [](int rank, int w, int port) -> absl::Status {
-          absl::StatusOr<parallel::CommStats> stopped =
-              testing::DecodeCancelledFromTheStart("ltx2", {1, 128, 2, 5, 3}, rank, w, port, kGroup, Tolerances());
-          if (!stopped.ok()) return stopped.status();
-          if (stopped->ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
-              stopped->ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
-            return absl::InternalError(
-                absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped->ToString()));
+          ASSIGN_OR_RETURN(
+              parallel::CommStats stopped,
+              testing::DecodeCancelledFromTheStart("ltx2", {1, 128, 2, 5, 3}, rank, w, port, kGroup, Tolerances()));
+          if (stopped.ForKind(parallel::CallKind::kHalo).calls != w - 1 ||
+              stopped.ForKind(parallel::CallKind::kGatherOutput).calls != 0) {
+            return absl::InternalError(absl::StrCat("rank ", rank, ": the cancelled decode made ", stopped.ToString()));
           }
           return absl::OkStatus();
         },

@@ -17,6 +17,7 @@
 #include "families/minimax_h3/decoder.h"
 #include "families/model_files.h"
 #include "parallel/testing/multi_process.h"
+#include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/group_decode.h"
@@ -86,20 +87,17 @@ TEST(MiniMaxH3ExactDecodeGroup, ZeroRegisterTokensShareOnlyTheClsToken) {
     absl::Status s = parallel::testing::RunRanks(
         world,
         [](int rank, int w, int port) -> absl::Status {
-          absl::StatusOr<std::unique_ptr<families::ModelFiles>> files =
-              families::ModelFiles::Open(testing::FixturePath("minimax_h3"));
-          if (!files.ok()) return files.status();
-          nlohmann::json config = (*files)->config();
+          ASSIGN_OR_RETURN(std::unique_ptr<families::ModelFiles> files,
+                           families::ModelFiles::Open(testing::FixturePath("minimax_h3")));
+          nlohmann::json config = files->config();
           config["decoder_num_register_tokens"] = 0;
-          absl::StatusOr<families::minimax_h3::MiniMaxH3Config> c =
-              families::minimax_h3::MiniMaxH3Config::FromJson(config, "zero registers");
-          if (!c.ok()) return c.status();
-          families::minimax_h3::MiniMaxH3Decoder decoder(*c, config.dump());
+          ASSIGN_OR_RETURN(families::minimax_h3::MiniMaxH3Config c,
+                           families::minimax_h3::MiniMaxH3Config::FromJson(config, "zero registers"));
+          families::minimax_h3::MiniMaxH3Decoder decoder(c, config.dump());
           // The fixture's trained-shaped weights but for the register tokens
           // (diffusers' zero init would make every block an identity).
-          absl::StatusOr<std::unique_ptr<families::Decoder>> fixture = testing::LoadFixtureDecoder("minimax_h3");
-          if (!fixture.ok()) return fixture.status();
-          auto* with_registers = dynamic_cast<families::minimax_h3::MiniMaxH3Decoder*>(fixture->get());
+          ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> fixture, testing::LoadFixtureDecoder("minimax_h3"));
+          auto* with_registers = dynamic_cast<families::minimax_h3::MiniMaxH3Decoder*>(fixture.get());
           if (with_registers == nullptr) return absl::InternalError("the fixture is not a MiniMax-H3 decoder");
           {
             at::NoGradGuard no_grad;
@@ -108,8 +106,7 @@ TEST(MiniMaxH3ExactDecodeGroup, ZeroRegisterTokensShareOnlyTheClsToken) {
               if (item.key() != "decoder.register_tokens") item.value().copy_(source[item.key()]);
             }
           }
-          absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = testing::JoinTestGroup(rank, w, port, kGroup);
-          if (!comm.ok()) return comm.status();
+          ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, testing::JoinTestGroup(rank, w, port, kGroup));
           at::Tensor latent;
           if (rank == worker::kLeader) {
             at::manual_seed(5);
@@ -117,10 +114,9 @@ TEST(MiniMaxH3ExactDecodeGroup, ZeroRegisterTokensShareOnlyTheClsToken) {
           }
           testing::GroupCheckOptions o = Tolerances();
           o.what = "minimax_h3 without register tokens";
-          absl::StatusOr<testing::GroupDecodeCheck> checked =
-              testing::DecodeWithGroupAndCheck(decoder, **comm, latent, o);
-          if (!checked.ok()) return checked.status();
-          return testing::CheckCollectives(checked->stats, PerDecode(2), w, o.what);
+          ASSIGN_OR_RETURN(testing::GroupDecodeCheck checked,
+                           testing::DecodeWithGroupAndCheck(decoder, *comm, latent, o));
+          return testing::CheckCollectives(checked.stats, PerDecode(2), w, o.what);
         },
         absl::Seconds(180));
     EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;

@@ -11,6 +11,7 @@
 #include "families/autoencoder_kl/embedded_default.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "tiling/tiled_decode.h"
 #include "worker/decode_plan.h"
@@ -29,9 +30,8 @@ at::Tensor Latent() {
 absl::Status RunTiled(int rank, int world, int port, int64_t tile, int oom_rank, int want_retries) {
   device::CountingCpuAllocator& allocator = device::CountingCpuAllocator::Install();
   auto decoder = SmallDecoder();
-  absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm =
-      testing::JoinTestGroup(rank, world, port, "tiled-group-test");
-  if (!comm.ok()) return comm.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm,
+                   testing::JoinTestGroup(rank, world, port, "tiled-group-test"));
   const at::Tensor z = Latent();
   const tiling::TilePlan plan = worker::PlanFromHeader(*decoder, 72, 56, {tile, tile, false});
   if (rank == oom_rank) {
@@ -42,7 +42,7 @@ absl::Status RunTiled(int rank, int world, int port, int64_t tile, int oom_rank,
     decoder->Decode(tiling::TileLatent(z, worker::PlanFromHeader(*decoder, 72, 56, {32, 32, false}), 0, 0), ops);
     allocator.set_limit_bytes(base + (allocator.peak_bytes() - base) * 5 / 4);
   }
-  absl::StatusOr<worker::TiledGroupResult> result = worker::DecodeTiledWithGroup(*decoder, **comm, z, {}, plan);
+  absl::StatusOr<worker::TiledGroupResult> result = worker::DecodeTiledWithGroup(*decoder, *comm, z, {}, plan);
   allocator.set_limit_bytes(0);
   if (!result.ok()) return result.status();
   if (result->retries != want_retries) {

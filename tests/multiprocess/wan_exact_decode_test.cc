@@ -17,6 +17,7 @@
 #include "parallel/gloo_communicator.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
@@ -74,13 +75,10 @@ TEST_P(WanExactDecode, EqualsDenseAndDiffusers) {
   absl::Status s = parallel::testing::RunRanks(
       world,
       [&c = c](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
-        absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
-        if (!latent.ok()) return latent.status();
-        return DecodeAndCheck(**decoder, **comm, *latent, c.expected_file, c.fixture + "/" + c.name).status();
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
+        ASSIGN_OR_RETURN(at::Tensor latent, LeaderLatent(c, rank));
+        return DecodeAndCheck(*decoder, *comm, latent, c.expected_file, c.fixture + "/" + c.name).status();
       },
       absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
@@ -107,16 +105,14 @@ TEST_P(WanExactDecodeSynthetic, EqualsDense) {
   absl::Status s = parallel::testing::RunRanks(
       sc.world_size,
       [&](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(sc.fixture);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(sc.fixture));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
         at::Tensor latent;
         if (rank == worker::kLeader) {
           at::manual_seed(17);
           latent = at::randn(sc.latent_shape);
         }
-        return DecodeAndCheck(**decoder, **comm, latent, "", sc.fixture + " synthetic").status();
+        return DecodeAndCheck(*decoder, *comm, latent, "", sc.fixture + " synthetic").status();
       },
       absl::Seconds(180));
   EXPECT_TRUE(s.ok()) << s;
@@ -165,17 +161,13 @@ TEST(WanExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
       absl::Status s = parallel::testing::RunRanks(
           world,
           [&](int rank, int w, int port) -> absl::Status {
-            absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-            if (!decoder.ok()) return decoder.status();
-            absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-            if (!comm.ok()) return comm.status();
-            absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
-            if (!latent.ok()) return latent.status();
+            ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+            ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
+            ASSIGN_OR_RETURN(at::Tensor latent, LeaderLatent(c, rank));
             at::Tensor first;
             for (int repeat = 0; repeat < 3; ++repeat) {
-              absl::StatusOr<Checked> checked = DecodeAndCheck(**decoder, **comm, *latent, c.expected_file, c.fixture);
-              if (!checked.ok()) return checked.status();
-              const parallel::CommStats& st = checked->stats;
+              ASSIGN_OR_RETURN(Checked checked, DecodeAndCheck(*decoder, *comm, latent, c.expected_file, c.fixture));
+              const parallel::CommStats& st = checked.stats;
               const bool sharded = w > 1;
               const int64_t halo = sharded ? kHaloPerFrame * k.frames : 0;
               const int64_t kv = sharded ? k.frames : 0;
@@ -188,8 +180,8 @@ TEST(WanExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
               if (rank != worker::kLeader) continue;
               // The cache starts empty on every call: repeats are bit-identical.
               if (repeat == 0) {
-                first = checked->sample;
-              } else if (!checked->sample.equal(first)) {
+                first = checked.sample;
+              } else if (!checked.sample.equal(first)) {
                 return absl::InternalError(absl::StrCat(c.fixture, " decode ", repeat, " differs from decode 0"));
               }
             }
@@ -212,28 +204,25 @@ TEST(WanExactDecodeGroup, FramesReachTheLeaderChunkByChunk) {
       absl::Status s = parallel::testing::RunRanks(
           world,
           [&](int rank, int w, int port) -> absl::Status {
-            absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture("wan21");
-            if (!decoder.ok()) return decoder.status();
-            absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-            if (!comm.ok()) return comm.status();
+            ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture("wan21"));
+            ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
             at::manual_seed(23);
             worker::DecodeJob job;
             job.latent = at::randn({1, 16, 5, 6, 4});
             worker::PlanningContext context;
             context.requested = requested;
             context.world_size = w;
-            absl::StatusOr<worker::DecodePlan> plan = worker::PlanDecode(**decoder, job, context);
-            if (!plan.ok()) return plan.status();
+            ASSIGN_OR_RETURN(worker::DecodePlan plan, worker::PlanDecode(*decoder, job, context));
             std::vector<std::pair<int64_t, at::Tensor>> seen;
             worker::ExecuteOptions options;
             options.progress.frames_ready = [&](const at::Tensor& frames, int64_t first) {
               seen.emplace_back(first, frames.clone());
             };
-            absl::StatusOr<worker::GroupDecodeResult> result = worker::ExecutePlan(
-                **decoder, **comm, *plan, rank == worker::kLeader ? options : worker::ExecuteOptions{});
-            if (!result.ok()) return result.status();
+            ASSIGN_OR_RETURN(worker::GroupDecodeResult result,
+                             worker::ExecutePlan(*decoder, *comm, plan,
+                                                 rank == worker::kLeader ? options : worker::ExecuteOptions{}));
             if (rank != worker::kLeader) return absl::OkStatus();
-            const std::string what = absl::StrCat("world ", w, " mode ", static_cast<int>(result->mode));
+            const std::string what = absl::StrCat("world ", w, " mode ", static_cast<int>(result.mode));
             const std::vector<int64_t> firsts = {0, 1, 5, 9, 13};
             if (seen.size() != firsts.size()) {
               return absl::InternalError(absl::StrCat(what, ": ", seen.size(), " chunks of frames, want 5"));
@@ -241,14 +230,14 @@ TEST(WanExactDecodeGroup, FramesReachTheLeaderChunkByChunk) {
             std::vector<at::Tensor> parts;
             for (size_t i = 0; i < seen.size(); ++i) {
               if (seen[i].first != firsts[i] || seen[i].second.size(2) != (i == 0 ? 1 : 4) ||
-                  seen[i].second.size(3) != result->sample.size(3)) {
+                  seen[i].second.size(3) != result.sample.size(3)) {
                 return absl::InternalError(absl::StrCat(what, ": chunk ", i, " starts at frame ", seen[i].first,
                                                         " with ", seen[i].second.size(2), " frames of ",
                                                         seen[i].second.size(3), " rows"));
               }
               parts.push_back(seen[i].second);
             }
-            if (!at::cat(parts, 2).equal(result->sample)) {
+            if (!at::cat(parts, 2).equal(result.sample)) {
               return absl::InternalError(absl::StrCat(what, ": the chunks are not the output"));
             }
             return absl::OkStatus();
@@ -269,24 +258,19 @@ TEST(WanExactDecodeGroup, BandsThinnerThanTheHaloFallBackToDense) {
   absl::Status s = parallel::testing::RunRanks(
       6,
       [&](int rank, int w, int port) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = LoadFixture(c.fixture);
-        if (!decoder.ok()) return decoder.status();
-        absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = Join(rank, w, port);
-        if (!comm.ok()) return comm.status();
-        absl::StatusOr<at::Tensor> latent = LeaderLatent(c, rank);
-        if (!latent.ok()) return latent.status();
-        absl::StatusOr<worker::GroupDecodeResult> result =
-            testing::PlanAndExecute(**decoder, **comm, **comm, worker::DecodeJob{*latent});
-        if (!result.ok()) return result.status();
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
+        ASSIGN_OR_RETURN(at::Tensor latent, LeaderLatent(c, rank));
+        ASSIGN_OR_RETURN(worker::GroupDecodeResult result,
+                         testing::PlanAndExecute(*decoder, *comm, *comm, worker::DecodeJob{latent}));
         // Every rank learns the mode from the job header; the leader also has the reason.
-        if (result->mode != worker::DecodeMode::kDense ||
-            (rank == worker::kLeader && result->reason.find("thinner than the conv halo") == std::string::npos)) {
-          return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result->mode), " (", result->reason, ")"));
+        if (result.mode != worker::DecodeMode::kDense ||
+            (rank == worker::kLeader && result.reason.find("thinner than the conv halo") == std::string::npos)) {
+          return absl::InternalError(absl::StrCat("mode ", worker::ModeName(result.mode), " (", result.reason, ")"));
         }
         if (rank != worker::kLeader) return absl::OkStatus();
-        absl::StatusOr<at::Tensor> expected = formats::ReadTensorFile(c.expected_file, "sample");
-        if (!expected.ok()) return expected.status();
-        return ExpectTensorClose(result->sample, *expected, kVsDiffusers, 0, "dense fallback vs diffusers");
+        ASSIGN_OR_RETURN(at::Tensor expected, formats::ReadTensorFile(c.expected_file, "sample"));
+        return ExpectTensorClose(result.sample, expected, kVsDiffusers, 0, "dense fallback vs diffusers");
       },
       absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::testing {
 namespace {
@@ -61,9 +62,8 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::v
   argv.insert(argv.end(), flags.begin(), flags.end());
   rpc::SpawnOptions spawn;
   spawn.output_file = log_file;
-  absl::StatusOr<rpc::ChildProcess> child = rpc::ChildProcess::Spawn(argv, spawn);
-  if (!child.ok()) return child.status();
-  std::unique_ptr<ServerProcess> s(new ServerProcess(*std::move(child), tmpl, log_file));
+  ASSIGN_OR_RETURN(rpc::ChildProcess child, rpc::ChildProcess::Spawn(argv, spawn));
+  std::unique_ptr<ServerProcess> s(new ServerProcess(std::move(child), tmpl, log_file));
   const absl::Time give_up = absl::Now() + timeout;
   while (!std::filesystem::exists(ready)) {
     absl::StatusOr<int> code = s->child_.Wait(absl::InfinitePast());
