@@ -14,18 +14,19 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/client_io.h"
 #include "rpc/modes.h"
 #include "rpc/output_assembler.h"
@@ -40,20 +41,6 @@ ABSL_FLAG(std::string, latent, "", ".safetensors or .npy latent; empty: a seeded
 ABSL_FLAG(std::string, latent_shape, "1,4,32,32", "Shape of the demo latent");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent");
 ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy, .png, .jpg or .mp4");
-// The request options (rpc/request_options.h), read as text and set by the
-// table's parser; empty: unset (the server's default). The usage message
-// lists what each takes.
-ABSL_FLAG(std::string, latent_space, "", "Request option (see the usage message)");
-ABSL_FLAG(std::string, mode, "", "Request option (see the usage message)");
-ABSL_FLAG(std::string, output_format, "", "Request option; empty: from --out (see the usage message)");
-ABSL_FLAG(std::string, jpeg_quality, "", "Request option (see the usage message)");
-ABSL_FLAG(std::string, png_compression, "", "Request option (see the usage message)");
-ABSL_FLAG(std::string, fps, "", "Request option (see the usage message)");
-ABSL_FLAG(std::string, scaling_factor, "", "Request option (see the usage message)");
-ABSL_FLAG(std::string, shift_factor, "", "Request option (see the usage message)");
-ABSL_FLAG(std::string, decode_timestep, "", "Request option (see the usage message)");
-ABSL_FLAG(std::string, decode_noise_scale, "", "Request option (see the usage message)");
-ABSL_FLAG(std::string, noise_seed, "", "Request option; the server draws one when empty (printed)");
 ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
 ABSL_FLAG(std::string, request_id, "", "Request id (the server generates one when empty)");
 ABSL_FLAG(int64_t, max_message_bytes, 256 << 20, "Largest message the client accepts");
@@ -122,7 +109,43 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
   return shape;
 }
 
-absl::StatusOr<v1::DecodeRequest> BuildRequest() {
+// The request options (rpc/request_options.h) are no absl flags: they are
+// taken from the command line by the table, so a new option is no line here.
+// `--name=value` or `--name value`, by the option's field name or its CLI
+// flag (--jpeg_quality, --jpeg-quality); an empty value leaves it unset.
+using OptionArgs = std::map<std::string, std::string>;  // option name -> value
+
+absl::StatusOr<OptionArgs> TakeRequestOptions(int& argc, char** argv) {
+  OptionArgs taken;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") {  // the rest is not flags
+      while (i < argc) argv[kept++] = argv[i++];
+      break;
+    }
+    const vaedecode::rpc::OptionInfo* option = nullptr;
+    absl::string_view name = arg;
+    if (absl::ConsumePrefix(&name, "--") || absl::ConsumePrefix(&name, "-")) {
+      option = vaedecode::rpc::FindRequestOption(std::string(name.substr(0, name.find('='))));
+    }
+    if (option == nullptr || (option->surfaces & vaedecode::rpc::kClient) == 0) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    if (const size_t eq = name.find('='); eq != absl::string_view::npos) {
+      taken[option->name] = std::string(name.substr(eq + 1));
+    } else if (i + 1 < argc) {
+      taken[option->name] = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value: ", option->Accepted()));
+    }
+  }
+  argc = kept;
+  return taken;
+}
+
+absl::StatusOr<v1::DecodeRequest> BuildRequest(const OptionArgs& options) {
   v1::DecodeRequest request;
   request.set_model(absl::GetFlag(FLAGS_model));
   request.set_request_id(absl::GetFlag(FLAGS_request_id));
@@ -134,18 +157,13 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest() {
     ASSIGN_OR_RETURN(v1::Tensor t, vaedecode::client::ReadLatent(latent));
     *request.mutable_latent() = std::move(t);
   }
-  // Every request option the client offers, by its flag of the same name.
-  for (const vaedecode::rpc::OptionInfo& option : vaedecode::rpc::RequestOptions()) {
-    if ((option.surfaces & vaedecode::rpc::kClient) == 0) continue;
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(option.name);
-    if (flag == nullptr) return Fail(absl::StrCat("no flag --", option.name, " for the request option"));
-    const std::string value = flag->CurrentValue();
+  for (const auto& [name, value] : options) {
     if (value.empty()) continue;
-    if (absl::Status s = vaedecode::rpc::SetOption(option, value, request); !s.ok()) {
+    if (absl::Status s = vaedecode::rpc::SetOption(*vaedecode::rpc::FindRequestOption(name), value, request); !s.ok()) {
       return Fail(absl::StrCat("--", s.message()));
     }
   }
-  if (absl::GetFlag(FLAGS_output_format).empty()) {
+  if (auto given = options.find("output_format"); given == options.end() || given->second.empty()) {
     ASSIGN_OR_RETURN(v1::OutputFormat f, vaedecode::rpc::FormatForExtension(absl::GetFlag(FLAGS_out)));
     request.set_output_format(f);
   }
@@ -169,6 +187,11 @@ int main(int argc, char** argv) {
       absl::StrCat("vaedecode_client --server=HOST:PORT [--model=NAME] [--latent=FILE | --latent_shape=B,C,H,W "
                    "--seed=S] --out=FILE.{safetensors,npy,png,jpg,mp4} [request options]\nrequest options:\n",
                    vaedecode::rpc::OptionUsage(vaedecode::rpc::kClient)));
+  absl::StatusOr<OptionArgs> options = TakeRequestOptions(argc, argv);
+  if (!options.ok()) {
+    std::cerr << "vaedecode_client: " << options.status().message() << "\n";
+    return 2;
+  }
   absl::ParseCommandLine(argc, argv);
 
   grpc::ChannelArguments args;
@@ -205,7 +228,7 @@ int main(int argc, char** argv) {
     std::cerr << "vaedecode_client: --out FILE is required (.safetensors, .npy, .png, .jpg or .mp4)\n";
     return 2;
   }
-  absl::StatusOr<v1::DecodeRequest> request = BuildRequest();
+  absl::StatusOr<v1::DecodeRequest> request = BuildRequest(*options);
   if (!request.ok()) {
     std::cerr << "vaedecode_client: " << request.status().message() << "\n";
     return 2;

@@ -7,6 +7,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -356,6 +357,18 @@ TEST(ServiceTest, ConcurrentClientsOnTwoGroupsAndTheClientBinary) {
     EXPECT_EQ(client.status, 0) << client.output;
     EXPECT_THAT(client.output, HasSubstr("mode=MODE_EXACT degree=2"));
   }
+  // Request options come from rpc/request_options' table, in either
+  // spelling, with the value joined by '=' or as the next argument.
+  const CommandResult dense = RunCommand(absl::StrCat(
+      Runfile("client/vaedecode_client"), " --server=", server->address(),
+      " --model=sd_kl --mode dense --latent=", FixturePath("sd_kl/latent.safetensors"), " --out=", out, "/d.npy"));
+  EXPECT_EQ(dense.status, 0) << dense.output;
+  EXPECT_THAT(dense.output, HasSubstr("mode=MODE_DENSE"));
+  const CommandResult refused =
+      RunCommand(absl::StrCat(Runfile("client/vaedecode_client"), " --server=", server->address(),
+                              " --model=sd_kl --jpeg-quality=0 --out=", out, "/q.jpg"));
+  EXPECT_EQ(WEXITSTATUS(refused.status), 2) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("--jpeg_quality: \"0\"; use an integer 1..100"));
   absl::StatusOr<formats::NpyArray> npy = formats::ReadNpy(out + "/sample.npy");
   ASSERT_TRUE(npy.ok()) << npy.status();
   std::vector<float> got(npy->data.size() / 4);
