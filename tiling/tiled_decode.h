@@ -7,7 +7,7 @@
 //
 // Works for image (NCHW) and video (NCTHW) latents: tiles are spatial only.
 // DecodeTiles may throw c10::Error / StatusError like any decode: the caller
-// runs it inside worker::CatchExceptions.
+// runs it inside families::CatchExceptions.
 
 #include <vector>
 

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "families/decoder.h"
 #include "families/layer_ops.h"
+#include "families/status_error.h"
 
 namespace vaedecode::worker {
 
@@ -52,8 +53,7 @@ absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::
 // PrepareLatent, then DecodePrepared: one dense decode of a job.
 absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job, families::LayerOps& ops);
 
-// Calls `fn`, mapping any exception to a Status with `what` as context.
-absl::Status CatchExceptions(const char* what, const std::function<void()>& fn);
+using families::CatchExceptions;
 
 // Marks an error every rank of the group returns together, at the same step
 // (so the group can serve the next job), and tells it apart from one rank's
