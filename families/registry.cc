@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "device/counting_cpu_allocator.h"
+#include "families/status_error.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::families {
@@ -49,6 +51,49 @@ std::vector<std::string> Registry::SupportedClasses() const {
   return out;
 }
 
+namespace {
+
+// What building a model's modules may allocate on the CPU: twice the float32
+// size of the weights its config must match (modules are built in float32,
+// before the decode dtype), plus room for buffers. A config value the weights
+// cannot hold (a block width of a million is a 36 TB convolution; a width of
+// 16384 a few GB a layer) then fails as one allocation, by name, instead of
+// taking the machine's memory or the process. Seeded decoders (no weights;
+// benchmarks and tests at real widths) are not bounded.
+constexpr int64_t kBuildSlackBytes = int64_t{256} << 20;
+
+int64_t BuildAllowanceBytes(const ModelFiles& files) {
+  int64_t float32_bytes = 0;
+  for (const auto& [name, view] : files.tensors()) float32_bytes += view->numel() * 4;
+  return 2 * float32_bytes + kBuildSlackBytes;
+}
+
+// Runs the family's factory with the process's CPU allocations capped at
+// `allowance` more bytes than are live now (0: uncapped), turning whatever
+// it throws into a Status.
+absl::StatusOr<std::unique_ptr<Decoder>> BuildBounded(const FamilyRegistration& family, const ModelFiles& files,
+                                                      const LoadOptions& options, int64_t allowance) {
+  device::CountingCpuAllocator& allocator = device::CountingCpuAllocator::Install();
+  const int64_t previous_limit = allocator.limit_bytes();
+  if (allowance > 0) {
+    const int64_t cap = allocator.current_bytes() + allowance;
+    allocator.set_limit_bytes(previous_limit > 0 ? std::min(previous_limit, cap) : cap);
+  }
+  absl::StatusOr<std::unique_ptr<Decoder>> decoder = absl::InternalError("not built");
+  const absl::Status caught = CatchExceptions("building the model", [&] { decoder = family.factory(files, options); });
+  allocator.set_limit_bytes(previous_limit);
+  if (caught.ok()) return decoder;
+  if (caught.code() == absl::StatusCode::kResourceExhausted && allowance > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        files.config_path(), ": the config's sizes need more than the ", allowance >> 20,
+        " MiB its weights allow while building (a width, channel or layer count too large for the weights?): ",
+        caught.message()));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(files.config_path(), ": ", caught.message()));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path, const LoadOptions& options) const {
   RETURN_IF_ERROR(CheckDtypeSupported(options.dtype));
   ASSIGN_OR_RETURN(
@@ -65,7 +110,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
         absl::StrCat(files->config_path(), ": model class ", class_name,
                      " is not supported (supported: ", absl::StrJoin(SupportedClasses(), ", "), ")"));
   }
-  absl::StatusOr<std::unique_ptr<Decoder>> decoder = family->factory(*files, options);
+  absl::StatusOr<std::unique_ptr<Decoder>> decoder =
+      BuildBounded(*family, *files, options, options.seeded_weights ? 0 : BuildAllowanceBytes(*files));
   if (decoder.ok()) {
     ApplyDecodeDtype(**decoder, options.dtype);
     return decoder;

@@ -106,7 +106,7 @@ absl::StatusOr<at::Tensor> FloatTensorFromView(const formats::TensorView& view) 
 
 absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors, const IgnoreRules& ignore,
                         const std::string& source) {
-  std::vector<std::string> missing, mismatched, bad_dtype;
+  std::vector<std::string> missing, mismatched, bad_dtype, non_finite;
   std::map<std::string, bool> used;
 
   auto fill = [&](const std::string& name, at::Tensor& target) {
@@ -125,6 +125,12 @@ absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors, con
     absl::StatusOr<at::Tensor> value = FloatTensorFromView(view);
     if (!value.ok()) {
       bad_dtype.push_back(absl::StrCat(name, " (", std::string(formats::DTypeName(view.dtype)), ")"));
+      return;
+    }
+    // A NaN or Inf weight would make every output NaN: refused by name
+    // (a corrupt or half-written checkpoint), not served.
+    if (!at::isfinite(*value).all().item<bool>()) {
+      non_finite.push_back(name);
       return;
     }
     at::NoGradGuard no_grad;
@@ -148,6 +154,9 @@ absl::Status LoadStrict(torch::nn::Module& module, const TensorMap& tensors, con
   }
   if (!mismatched.empty()) {
     problems.push_back(absl::StrCat(mismatched.size(), " with the wrong shape: ", ListSome(mismatched)));
+  }
+  if (!non_finite.empty()) {
+    problems.push_back(absl::StrCat(non_finite.size(), " holding NaN or Inf: ", ListSome(non_finite)));
   }
   if (!bad_dtype.empty()) {
     problems.push_back(absl::StrCat(bad_dtype.size(), " not floating-point: ", ListSome(bad_dtype)));

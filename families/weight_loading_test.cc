@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/nn/module.h>
 
+#include <limits>
+
 namespace vaedecode::families {
 namespace {
 
@@ -108,6 +110,21 @@ TEST(LoadStrict, RejectsIntegerTensorForAParameter) {
   ckpt.Add("running_mean", at::zeros({4}));
   absl::Status s = LoadStrict(m, ckpt.map, {}, "tiny");
   EXPECT_THAT(std::string(s.message()), HasSubstr("not floating-point: conv_in.weight (I32)"));
+}
+
+// A NaN or Inf weight would make every decode NaN: refused at load, by name
+// (float16 overflows to Inf as well).
+TEST(LoadStrict, RefusesNonFiniteWeightsByName) {
+  TinyImpl m;
+  Checkpoint ckpt;
+  at::Tensor weight = at::zeros({2, 3});
+  weight[1][2] = std::numeric_limits<float>::quiet_NaN();
+  ckpt.Add("conv_in.weight", weight);
+  ckpt.Add("conv_in.bias", at::full({2}, std::numeric_limits<float>::infinity(), at::kHalf), formats::DType::kF16);
+  ckpt.Add("running_mean", at::zeros({4}));
+  absl::Status s = LoadStrict(m, ckpt.map, {}, "tiny");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("2 holding NaN or Inf: conv_in.weight, conv_in.bias"));
 }
 
 TEST(CountParameters, SumsNumel) {

@@ -134,11 +134,19 @@ void DecodeService::StallWatchLoop() {
     const absl::Time now = absl::Now();
     for (const std::shared_ptr<Job>& job : jobs) {
       const absl::Duration stalled = job->WriteStalledFor(now);
-      if (stalled < options_.stream_stall_timeout) continue;
-      metrics_.RecordStalledStream();
-      job->AbortStalled(absl::CancelledError(absl::StrCat(
-          "the client read nothing for ", absl::FormatDuration(absl::Trunc(stalled, absl::Milliseconds(100))),
-          "; the server cancelled the stream (--stream_stall_timeout_s)")));
+      const absl::Duration waited = job->WriteWaitTotal(now);
+      if (stalled >= options_.stream_stall_timeout) {
+        metrics_.RecordStalledStream();
+        job->AbortStalled(absl::CancelledError(absl::StrCat(
+            "the client read nothing for ", absl::FormatDuration(absl::Trunc(stalled, absl::Milliseconds(100))),
+            "; the server cancelled the stream (--stream_stall_timeout_s)")));
+      } else if (waited >= options_.stream_read_timeout) {
+        metrics_.RecordStalledStream();
+        job->AbortStalled(absl::CancelledError(
+            absl::StrCat("the client read too slowly: the output waited ",
+                         absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(100))),
+                         " for it in all; the server cancelled the stream (--stream_read_timeout_s)")));
+      }
     }
   }
 }
@@ -238,6 +246,7 @@ void DecodeService::Report(const Job& job, const absl::Status& status, const std
 grpc::ServerUnaryReactor* DecodeService::ListModels(grpc::CallbackServerContext* context, const v1::ListModelsRequest*,
                                                     v1::ListModelsResponse* response) {
   for (v1::ModelInfo& m : catalog_.List()) *response->add_models() = std::move(m);
+  for (v1::UnavailableModel& m : catalog_.Unavailable()) *response->add_unavailable() = std::move(m);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -55,7 +55,7 @@ void GroupSupervisor::Run() {
     }
     if (generation > 1) g_.metrics.RecordWorkerRestart(g_.options.name);
     std::vector<rpc::ChildProcess> children;
-    std::vector<v1::ModelInfo> models;
+    v1::ListModelsResponse models;
     const absl::Time t0 = absl::Now();
     absl::StatusOr<RankHeartbeats> heartbeats = RankHeartbeats::Create(static_cast<int>(g_.options.devices.size()));
     absl::StatusOr<std::shared_ptr<LeaderConnection>> leader =
@@ -64,6 +64,18 @@ void GroupSupervisor::Run() {
     if (!leader.ok()) {
       for (auto& c : children) c.Kill();
       if (absl::IsCancelled(leader.status())) break;  // stopping
+      // A repository that vanished fails its models' requests at once (they
+      // would wait for a group that cannot start); the retries go on, so the
+      // models come back when the folder does.
+      std::error_code ec;
+      const std::string& repository = g_.options.model_repository;
+      if (!repository.empty() && !std::filesystem::is_directory(repository, ec)) {
+        const std::string reason = absl::StrCat("the model repository ", repository, " is missing");
+        if (g_.catalog.RepositoryMissing(reason)) {
+          spdlog::warn("group={} event=repository_missing repository={}", g_.options.name, rpc::LogValue(repository));
+          for (const v1::UnavailableModel& m : g_.catalog.Unavailable()) g_.metrics.SetModelLoadFailed(m.name(), true);
+        }
+      }
       spdlog::error("group={} event=start_failed generation={} status={} message={} retry_in_s={}", g_.options.name,
                     generation, rpc::StatusCodeName(leader.status().code()), rpc::LogValue(leader.status().message()),
                     absl::ToDoubleSeconds(backoff));
@@ -73,7 +85,7 @@ void GroupSupervisor::Run() {
     }
     backoff = g_.options.restart_backoff;
     std::vector<std::string> names;
-    for (const auto& m : models) names.push_back(m.name());
+    for (const auto& m : models.models()) names.push_back(m.name());
     {
       absl::MutexLock lock(&g_.mu);
       g_.leader = *leader;
@@ -81,9 +93,16 @@ void GroupSupervisor::Run() {
       g_.leader_may_be_busy = false;  // a new incarnation has run nothing
     }
     g_.RefreshMemory(**leader);
-    g_.catalog.GroupReady(g_.options.name, models);
+    const std::vector<v1::UnavailableModel> news =
+        g_.catalog.GroupReady(g_.options.name, {models.models().begin(), models.models().end()},
+                              {models.unavailable().begin(), models.unavailable().end()});
     g_.metrics.SetGroupReady(g_.options.name, true);
-    for (const v1::ModelInfo& m : models) g_.metrics.InitModel(m.name());
+    for (const v1::ModelInfo& m : models.models()) g_.metrics.InitModel(m.name());
+    for (const v1::UnavailableModel& m : g_.catalog.Unavailable()) g_.metrics.SetModelLoadFailed(m.name(), true);
+    for (const v1::UnavailableModel& m : news) {
+      spdlog::warn("group={} model={} event=unavailable reason={}", g_.options.name, m.name(),
+                   rpc::LogValue(m.reason()));
+    }
     spdlog::info("group={} event=ready incarnation={} devices={} models={} start_ms={:.0f}", g_.options.name,
                  (*leader)->incarnation, absl::StrJoin(g_.options.devices, ","), absl::StrJoin(names, ","),
                  Ms(absl::Now() - t0));
@@ -123,7 +142,7 @@ void GroupSupervisor::Run() {
 absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(int generation,
                                                                           std::vector<rpc::ChildProcess>& children,
                                                                           RankHeartbeats& heartbeats,
-                                                                          std::vector<v1::ModelInfo>& models) {
+                                                                          v1::ListModelsResponse& models) {
   const int world = static_cast<int>(g_.options.devices.size());
   const std::string incarnation = absl::StrCat(g_.options.name, "-inc", generation);
   ASSIGN_OR_RETURN(int port, rpc::PickFreePort());
@@ -186,12 +205,8 @@ absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(int ge
     if (std::filesystem::exists(socket_path, ec)) {
       grpc::ClientContext ctx;
       SetDeadline(ctx, absl::Now() + kProbeDeadline);
-      v1::ListModelsResponse response;
-      const grpc::Status s = leader->stub->Models(&ctx, v1::ListModelsRequest(), &response);
-      if (s.ok()) {
-        models.assign(response.models().begin(), response.models().end());
-        return leader;
-      }
+      const grpc::Status s = leader->stub->Models(&ctx, v1::ListModelsRequest(), &models);
+      if (s.ok()) return leader;
     }
     if (absl::Now() >= give_up) {
       return absl::DeadlineExceededError(absl::StrCat(incarnation, ": the leader did not answer Models within ",

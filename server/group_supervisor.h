@@ -35,8 +35,7 @@ class GroupSupervisor {
   // Spawns the ranks of incarnation `generation` into `children` and waits
   // until the leader answers Models.
   absl::StatusOr<std::shared_ptr<LeaderConnection>> Launch(int generation, std::vector<rpc::ChildProcess>& children,
-                                                           RankHeartbeats& heartbeats,
-                                                           std::vector<v1::ModelInfo>& models);
+                                                           RankHeartbeats& heartbeats, v1::ListModelsResponse& models);
   // Waits until a rank exits or stops answering, the dispatcher reports a
   // failure or the group stops; returns why.
   std::string Monitor(const std::shared_ptr<LeaderConnection>& leader, std::vector<rpc::ChildProcess>& children,

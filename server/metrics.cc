@@ -86,6 +86,11 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                        .Name("vaedecode_group_ready")
                        .Help("1 when the worker group is formed and serving")
                        .Register(registry)),
+      model_load_failed_(prometheus::BuildGauge()
+                             .Name("vaedecode_model_load_failed")
+                             .Help("1 while the model's folder failed to load on every group that tried it (ListModels "
+                                   "and the log say why); other models are served")
+                             .Register(registry)),
       success_(prometheus::BuildCounter()
                    .Name("vaedecode_request_success")
                    .Help("Successful decode requests (Triton's nv_inference_request_success)")
@@ -222,6 +227,11 @@ void ServerMetrics::InitModel(const std::string& model) {
   queue_us_.Add({{"model", model}});
   compute_us_.Add({{"model", model}});
   pending_.Add({{"model", model}});
+  model_load_failed_.Add({{"model", model}}).Set(0);
+}
+
+void ServerMetrics::SetModelLoadFailed(const std::string& model, bool failed) {
+  model_load_failed_.Add({{"model", model}}).Set(failed ? 1 : 0);
 }
 
 void ServerMetrics::RecordTileRetries(const std::string& model, int retries) {

@@ -101,6 +101,7 @@ class ServerMetrics {
   // Out-of-memory retries of the tiled ladder (floor tile, then stock tiles).
   void RecordTileRetries(const std::string& model, int retries);
   void SetGroupReady(const std::string& group, bool ready);
+  void SetModelLoadFailed(const std::string& model, bool failed);
   void AddMemoryWaits(int64_t delta);
   void SetOutputBufferBytes(int64_t bytes);
   void RecordStalledStream();
@@ -123,6 +124,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& restarts_;
   prometheus::Family<prometheus::Counter>& tile_retries_;
   prometheus::Family<prometheus::Gauge>& group_ready_;
+  prometheus::Family<prometheus::Gauge>& model_load_failed_;
   prometheus::Family<prometheus::Counter>& success_;
   prometheus::Family<prometheus::Counter>& failure_;
   prometheus::Family<prometheus::Counter>& request_us_;

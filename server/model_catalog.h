@@ -36,19 +36,29 @@ class ModelCatalog {
   // start.
   void SetListener(std::function<void()> listener);
 
-  // `group` finished (re)building and serves `models`.
-  void GroupReady(const std::string& group, const std::vector<v1::ModelInfo>& models);
+  // `group` finished (re)building and serves `models`; `unavailable` are the
+  // repository's models its workers could not load, with why. Returns those
+  // of `unavailable` whose reason is news (for the log).
+  std::vector<v1::UnavailableModel> GroupReady(const std::string& group, const std::vector<v1::ModelInfo>& models,
+                                               const std::vector<v1::UnavailableModel>& unavailable = {});
   // `group` broke or stopped.
   void GroupDown(const std::string& group);
+  // The model repository itself is gone (a group could not start for it):
+  // every model not loaded by a ready group fails with `reason` until a group
+  // loads it again. Returns whether that is news (for the log).
+  bool RepositoryMissing(const std::string& reason);
 
   // The model's description. NOT_FOUND (listing the known names) for an
-  // unknown name; UNAVAILABLE for a known name no group has loaded yet.
+  // unknown name; UNAVAILABLE for a known name no group has loaded yet, or
+  // one that failed to load (naming why).
   absl::StatusOr<v1::ModelInfo> Lookup(const std::string& name) const;
 
   // Every known model with a description, sorted by name.
   std::vector<v1::ModelInfo> List() const;
   // Every known name (with or without a description), sorted.
   std::vector<std::string> Names() const;
+  // The models that failed to load and no group serves, by name, with why.
+  std::vector<v1::UnavailableModel> Unavailable() const;
   // True when some ready group serves `name`.
   bool Serving(const std::string& name) const;
   bool GroupServes(const std::string& group, const std::string& model) const;
@@ -60,6 +70,9 @@ class ModelCatalog {
   std::set<std::string> names_ ABSL_GUARDED_BY(mu_);
   bool names_from_leader_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, v1::ModelInfo> info_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> load_failures_ ABSL_GUARDED_BY(mu_);  // name -> why
+  // What each group's latest incarnation loaded (kept while it is down).
+  std::map<std::string, std::set<std::string>> group_models_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<std::string>> ready_groups_ ABSL_GUARDED_BY(mu_);
   std::function<void()> listener_;  // set before concurrent use
 };

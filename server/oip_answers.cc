@@ -1,5 +1,6 @@
 #include "server/oip_answers.h"
 
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -88,6 +89,8 @@ absl::StatusOr<inference::ModelStatisticsResponse> OipAnswers::ModelStatistics(c
 
 inference::RepositoryIndexResponse OipAnswers::RepositoryIndex(bool ready_only) const {
   inference::RepositoryIndexResponse response;
+  std::map<std::string, std::string> failed;
+  for (const v1::UnavailableModel& m : catalog_.Unavailable()) failed[m.name()] = m.reason();
   for (const std::string& name : catalog_.Names()) {
     const bool ready = serving_() && catalog_.Serving(name);
     if (ready_only && !ready) continue;
@@ -95,7 +98,11 @@ inference::RepositoryIndexResponse OipAnswers::RepositoryIndex(bool ready_only) 
     m->set_name(name);
     m->set_version("1");
     m->set_state(ready ? "READY" : "UNAVAILABLE");
-    if (!ready) m->set_reason("no ready worker group serves it (starting, rebuilding or draining)");
+    if (!ready) {
+      auto it = failed.find(name);
+      m->set_reason(it != failed.end() ? absl::StrCat("failed to load: ", it->second)
+                                       : "no ready worker group serves it (starting, rebuilding or draining)");
+    }
   }
   return response;
 }

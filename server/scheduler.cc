@@ -106,6 +106,27 @@ bool Scheduler::Requeue(std::shared_ptr<Job> job) {
   return queued;
 }
 
+void Scheduler::FailQueued(const std::function<absl::Status(const Job&)>& why) {
+  std::vector<std::pair<std::shared_ptr<Job>, absl::Status>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      absl::Status status = why(**it);
+      if (status.ok()) {
+        ++it;
+        continue;
+      }
+      failed.emplace_back(std::move(*it), std::move(status));
+      it = queue_.erase(it);
+    }
+    if (!failed.empty()) ReportDepth(static_cast<int64_t>(queue_.size()));
+  }
+  for (auto& [job, status] : failed) {
+    job->ClearCancelHook();
+    job->Finish(std::move(status));
+  }
+}
+
 void Scheduler::Remove(const Job* job) {
   std::shared_ptr<Job> removed;  // released after the lock
   absl::MutexLock lock(&mu_);

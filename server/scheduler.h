@@ -54,6 +54,12 @@ class Scheduler {
   // Removes `job` if queued (a no-op otherwise).
   void Remove(const Job* job);
 
+  // Finishes every queued job for which `why` is not OK with that status
+  // (a model that stopped loading: its jobs fail now rather than wait for
+  // a group that will never serve them). `why` runs under the scheduler's
+  // lock: it must not call back into the scheduler or a Job.
+  void FailQueued(const std::function<absl::Status(const Job&)>& why);
+
   // Stops accepting new jobs; queued jobs stay and are still handed out.
   void Close();
   bool closed() const;

@@ -17,13 +17,21 @@
 namespace vaedecode::worker {
 
 LeaderService::LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype,
-                             std::vector<tiling::PeakProfile> profiles)
-    : runtime_(runtime), requested_dtype_(requested_dtype), profiles_(std::move(profiles)) {}
+                             std::vector<tiling::PeakProfile> profiles, std::vector<UnavailableModel> unavailable)
+    : runtime_(runtime),
+      requested_dtype_(requested_dtype),
+      profiles_(std::move(profiles)),
+      unavailable_(std::move(unavailable)) {}
 
 grpc::Status LeaderService::Models(grpc::ServerContext*, const v1::ListModelsRequest*,
                                    v1::ListModelsResponse* response) {
   for (size_t i = 0; i < runtime_.models().size(); ++i) {
     DescribeModel(runtime_.models()[i], profiles_[i], runtime_.world_size(), response->add_models());
+  }
+  for (const UnavailableModel& m : unavailable_) {
+    v1::UnavailableModel* u = response->add_unavailable();
+    u->set_name(m.name);
+    u->set_reason(m.reason);
   }
   return grpc::Status::OK;
 }

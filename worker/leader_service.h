@@ -19,6 +19,7 @@
 #include "tiling/calibration.h"
 #include "vaedecode/internal/worker.grpc.pb.h"
 #include "worker/group_runtime.h"
+#include "worker/model_repository.h"
 
 namespace vaedecode::worker {
 
@@ -27,8 +28,10 @@ class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run
   // `runtime` must outlive the service; `requested_dtype` is the dtype the
   // worker was asked to decode in (each model runs in
   // families::DecodeDtype of it); `profiles[i]` is model i's measured decode
-  // peak (tiling/calibration.h).
-  LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype, std::vector<tiling::PeakProfile> profiles);
+  // peak (tiling/calibration.h); `unavailable` the repository's models that
+  // did not load, which Models reports with their reasons.
+  LeaderService(GroupRuntime& runtime, at::ScalarType requested_dtype, std::vector<tiling::PeakProfile> profiles,
+                std::vector<UnavailableModel> unavailable = {});
 
   grpc::ServerWriteReactor<v1::DecodeResponse>* Run(grpc::CallbackServerContext* context,
                                                     const internal::RunRequest* run) override;
@@ -45,6 +48,7 @@ class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run
   GroupRuntime& runtime_;
   const at::ScalarType requested_dtype_;
   const std::vector<tiling::PeakProfile> profiles_;
+  const std::vector<UnavailableModel> unavailable_;
   absl::Mutex stats_mu_;
   std::vector<int64_t> last_peak_bytes_ ABSL_GUARDED_BY(stats_mu_);
 };

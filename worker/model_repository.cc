@@ -30,10 +30,20 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
   if (!fs::is_directory(repository, ec)) {
     return absl::NotFoundError(absl::StrCat("model repository ", repository, " is not a folder"));
   }
+  // Hidden entries are skipped, as the server's listing skips them
+  // (server/model_catalog.h): both sides must agree on the names.
   std::vector<std::string> names;
-  for (const fs::directory_entry& entry : fs::directory_iterator(repository, ec)) {
-    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+  for (fs::directory_iterator it(repository, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
+    std::error_code entry_ec;
+    if (it->is_directory(entry_ec)) {
+      names.push_back(name);
+    } else if (entry_ec) {
+      out.unavailable.push_back({name, absl::StrCat(it->path().string(), ": ", entry_ec.message())});
+    }
   }
+  if (ec) return absl::NotFoundError(absl::StrCat("model repository ", repository, ": ", ec.message()));
   std::sort(names.begin(), names.end());
   families::LoadOptions options;
   options.dtype = dtype;
@@ -41,7 +51,7 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
     absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
         families::BuiltinFamilies().Load((fs::path(repository) / name).string(), options);
     if (!decoder.ok()) {
-      out.skipped.push_back(absl::StrCat(name, ": ", decoder.status().message()));
+      out.unavailable.push_back({name, std::string(decoder.status().message())});
       continue;
     }
     if (std::string w = UnreadConfigKeysWarning((*decoder)->info()); !w.empty()) {
@@ -50,8 +60,10 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
     out.models.push_back({name, *std::move(decoder)});
   }
   if (out.models.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("no loadable model in ", repository,
-                                                   out.skipped.empty() ? "" : absl::StrCat(" (", out.skipped[0], ")")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no loadable model in ", repository,
+        out.unavailable.empty() ? ""
+                                : absl::StrCat(" (", out.unavailable[0].name, ": ", out.unavailable[0].reason, ")")));
   }
   return out;
 }

@@ -22,9 +22,17 @@ struct NamedModel {
   std::unique_ptr<families::Decoder> decoder;
 };
 
+// A model folder that did not load, and why (the config or weights it
+// names; an unreadable folder). Served as unavailable by name, while the
+// others are served.
+struct UnavailableModel {
+  std::string name;
+  std::string reason;
+};
+
 struct LoadedRepository {
   std::vector<NamedModel> models;
-  std::vector<std::string> skipped;  // "name: reason" for folders that failed to load
+  std::vector<UnavailableModel> unavailable;
   // "name: ..." for models whose config has keys their decoder does not read.
   std::vector<std::string> warnings;
 };
@@ -39,6 +47,8 @@ absl::StatusOr<NamedModel> LoadEmbeddedDefault(at::ScalarType dtype, std::string
 
 // `repository` empty → the embedded default only. A folder with no loadable
 // model is an error (a worker with nothing to serve is a configuration bug).
+// An entry that cannot be read (a symlink loop, a dangling link, no
+// permission) is an unavailable model, not an error of the repository.
 // Models are loaded on the CPU, each in families::DecodeDtype(info, dtype).
 absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype);
 

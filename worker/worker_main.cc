@@ -26,6 +26,7 @@
 #include "device/compute_device.h"
 #include "device/counting_cpu_allocator.h"
 #include "device/device_memory.h"
+#include "families/status_error.h"
 #include "parallel/gloo_communicator.h"
 #include "parallel/nccl_communicator.h"
 #include "parallel/store.h"
@@ -168,7 +169,6 @@ int main(int argc, char** argv) {
   absl::StatusOr<vaedecode::worker::LoadedRepository> repo =
       vaedecode::worker::LoadRepository(absl::GetFlag(FLAGS_model_repository), *dtype);
   if (!repo.ok()) return Fail(repo.status());
-  for (const std::string& skipped : repo->skipped) spdlog::warn("model skipped: {}", skipped);
   if (absl::GetFlag(FLAGS_rank) == 0) {  // every rank loads the same folder: say it once
     for (const std::string& w : repo->warnings) spdlog::warn("model config: {}", w);
   }
@@ -185,13 +185,30 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> sides = vaedecode::tiling::CalibrationSides(*device);
   std::string profile_dir = absl::GetFlag(FLAGS_profile_dir);
   if (profile_dir.empty()) profile_dir = vaedecode::tiling::DefaultProfileDir();
+  // A model whose calibration decode fails is unavailable, not the worker.
+  // Every rank calibrates the same models the same way, so all drop it. The
+  // server logs the unavailable models once, from the leader's Models.
   std::vector<vaedecode::tiling::PeakProfile> profiles;
-  for (const vaedecode::worker::NamedModel& m : repo->models) {
-    absl::StatusOr<vaedecode::tiling::PeakProfile> profile =
-        vaedecode::tiling::LoadOrCalibrate(*m.decoder, probe, sides, meter.backend(), profile_dir);
-    if (!profile.ok()) return Fail(profile.status());
+  std::vector<vaedecode::worker::NamedModel> calibrated;
+  std::string cache_warning;  // said once, not per model
+  for (vaedecode::worker::NamedModel& m : repo->models) {
+    absl::StatusOr<vaedecode::tiling::PeakProfile> profile;
+    const absl::Status caught = vaedecode::families::CatchExceptions("calibration", [&] {
+      profile = vaedecode::tiling::LoadOrCalibrate(*m.decoder, probe, sides, meter.backend(), profile_dir,
+                                                   rank == 0 ? &cache_warning : nullptr);
+    });
+    if (!caught.ok()) profile = caught;
+    if (!profile.ok()) {
+      const std::string reason = absl::StrCat("measuring its decode peaks: ", profile.status().message());
+      repo->unavailable.push_back({m.name, reason});
+      continue;
+    }
     profiles.push_back(*profile);
+    calibrated.push_back(std::move(m));
   }
+  if (!cache_warning.empty()) spdlog::warn("{} (--profile_dir): each start recalibrates", cache_warning);
+  if (calibrated.empty()) return Fail(absl::InvalidArgumentError("no model could be calibrated"));
+  repo->models = std::move(calibrated);
   if (absl::GetFlag(FLAGS_memory_budget_mib) > 0) {
     if (absl::Status s = meter.SetBudget(absl::GetFlag(FLAGS_memory_budget_mib) << 20); !s.ok()) return Fail(s);
   }
@@ -212,7 +229,7 @@ int main(int argc, char** argv) {
 
   const std::string socket = absl::GetFlag(FLAGS_socket);
   if (socket.empty()) return Fail(absl::InvalidArgumentError("the leader needs --socket"));
-  vaedecode::worker::LeaderService service(runtime, *dtype, std::move(profiles));
+  vaedecode::worker::LeaderService service(runtime, *dtype, std::move(profiles), std::move(repo->unavailable));
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat("unix:", socket), grpc::InsecureServerCredentials());
   builder.SetMaxReceiveMessageSize(-1);

@@ -65,7 +65,7 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
     r.Fail("latent_channels, out_channels and norm_num_groups must be positive, layers_per_block non-negative");
   }
   for (int64_t width : c.block_out_channels) {
-    if (width < 1 || width % c.norm_num_groups != 0) {
+    if (width < 1 || (c.norm_num_groups > 0 && width % c.norm_num_groups != 0)) {
       r.Fail(absl::StrCat("block width ", width, " is not a positive multiple of norm_num_groups ", c.norm_num_groups));
     }
   }

@@ -18,6 +18,13 @@ int64_t Product(const std::vector<int64_t>& v) {
   return p;
 }
 
+// Bounds far beyond any release (patches of 32 and 4, 128 channels, clips of
+// 17 frames) that keep the window arithmetic in range: the products and
+// modulos below would overflow or divide by zero past them.
+constexpr int64_t kMaxPatch = 1024;
+constexpr int64_t kMaxChannels = 1 << 16;
+constexpr int64_t kMaxClipLength = 1 << 16;
+
 // Python's a % b for b > 0 (never negative).
 int64_t PyMod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
 
@@ -92,8 +99,9 @@ absl::StatusOr<MiniMaxH3Config> MiniMaxH3Config::FromJson(const nlohmann::json& 
   c.decoder_norm_eps = r.Double("decoder_norm_eps", c.decoder_norm_eps);
   c.clip_length = r.Int("clip_length", c.clip_length);
   c.token_drop = r.Int("token_drop", c.token_drop);
-  c.latents_mean = r.OptionalDoubleList("latents_mean").value_or(std::vector<double>(c.latent_channels, 0.0));
-  c.latents_std = r.OptionalDoubleList("latents_std").value_or(std::vector<double>(c.latent_channels, 1.0));
+  const size_t channels = static_cast<size_t>(std::clamp<int64_t>(c.latent_channels, 0, kMaxChannels));
+  c.latents_mean = r.OptionalDoubleList("latents_mean").value_or(std::vector<double>(channels, 0.0));
+  c.latents_std = r.OptionalDoubleList("latents_std").value_or(std::vector<double>(channels, 1.0));
   RETURN_IF_ERROR(r.status());
 
   if (c.latent_channels < 1 || c.out_channels < 1 || c.decoder_num_layers < 0 || c.decoder_num_attention_heads < 1 ||
@@ -102,10 +110,18 @@ absl::StatusOr<MiniMaxH3Config> MiniMaxH3Config::FromJson(const nlohmann::json& 
         "channels, heads, head_dim and clip_length must be positive; layers, register tokens and token_drop "
         "non-negative");
   }
+  if (c.latent_channels > kMaxChannels || c.clip_length > kMaxClipLength) {
+    r.Fail(absl::StrCat("latent_channels (", c.latent_channels, ") and clip_length (", c.clip_length, ") are at most ",
+                        kMaxChannels, " and ", kMaxClipLength));
+  }
   for (const auto* factors : {&c.spatial_downsample_factors, &c.temporal_downsample_factors}) {
+    int64_t product = 1;
     for (int64_t f : *factors) {
       if (f < 1) r.Fail(absl::StrCat("downsample factor ", f, " is not positive"));
+      product *= std::clamp<int64_t>(f, 1, kMaxPatch + 1);
+      product = std::min(product, kMaxPatch + 1);
     }
+    if (product > kMaxPatch) r.Fail(absl::StrCat("downsample factors multiply to more than ", kMaxPatch));
   }
   if (c.latents_mean.size() != static_cast<size_t>(c.latent_channels) ||
       c.latents_std.size() != static_cast<size_t>(c.latent_channels)) {

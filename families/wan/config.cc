@@ -65,7 +65,7 @@ void WanConfig::Check(ConfigReader& r) const {
                         " levels need ", levels() - 1));
   }
   if (patch_size && *patch_size < 1) r.Fail(absl::StrCat("\"patch_size\" must be positive, got ", *patch_size));
-  if (out_channels % (patch() * patch()) != 0) {
+  if (patch() > 0 && out_channels % (patch() * patch()) != 0) {
     r.Fail(absl::StrCat("out_channels ", out_channels, " is not a multiple of patch_size² (", patch() * patch(), ")"));
   }
   if (static_cast<int64_t>(latents_mean.size()) != z_dim || static_cast<int64_t>(latents_std.size()) != z_dim) {
