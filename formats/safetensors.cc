@@ -247,7 +247,9 @@ int64_t TensorView::numel() const {
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   const std::string label = QuoteForError(path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer;
+  // it is refused below as not a regular file. Regular files ignore it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int err = errno;
     const std::string message = Cat(label, ": cannot open: ", std::strerror(err));

@@ -1,5 +1,6 @@
 #include "formats/safetensors.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -175,6 +176,17 @@ TEST(SafetensorsTest, WriteReplacesAtomically) {
   EXPECT_NE((*file)->Find("y"), nullptr);
   EXPECT_EQ((*file)->Find("x"), nullptr);
   EXPECT_NE(access((path + ".tmp").c_str(), F_OK), 0);
+}
+
+// A FIFO where a weights file should be (or a hung writer behind it) is
+// refused at once; before, open() waited for a writer and stalled start-up.
+TEST(SafetensorsTest, AFifoIsRefusedWithoutWaiting) {
+  const std::string path = TempPath("fifo.safetensors");
+  std::remove(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_FALSE(file.ok());
+  EXPECT_NE(file.status().message().find("not a regular file"), std::string::npos) << file.status();
 }
 
 TEST(SafetensorsTest, WriterRejectsBadInput) {

@@ -57,6 +57,10 @@ struct DecodeServiceOptions {
   int64_t max_call_output_bytes = int64_t{512} << 20;
   int64_t max_output_buffer_bytes = int64_t{2} << 30;
   absl::Duration stream_stall_timeout = absl::Seconds(30);
+  // The most a call's output may wait for its client in all (the sum of its
+  // writes' waits): a steady slow reader cannot hold a group, or buffered
+  // output, longer than this.
+  absl::Duration stream_read_timeout = absl::Seconds(120);
 };
 
 class DecodeService final : public v1::VaeDecoder::CallbackService {

@@ -148,6 +148,12 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
   http.set_payload_max_length(static_cast<size_t>(options.max_request_bytes));
   http.set_read_timeout(60);
   http.set_write_timeout(60);
+  // SO_REUSEADDR only: the library's default adds SO_REUSEPORT, with which a
+  // second server on this port would start and take half the connections.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   // The library's own refusals (malformed requests, no route, a request
   // line over its limit) as JSON errors that say what happened.
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -135,6 +135,7 @@ void Job::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
     write_in_flight_ = false;
+    write_wait_total_ += absl::Now() - write_started_;
     if (buffering_.budget != nullptr) buffering_.budget->Release(current_bytes_);
     current_bytes_ = 0;
     current_.Clear();
@@ -181,6 +182,12 @@ absl::Duration Job::WriteStalledFor(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   // A cancelled call is ending already: not stalled (and not counted twice).
   return write_in_flight_ && !finish_called_ && !cancelled_ ? now - write_started_ : absl::ZeroDuration();
+}
+
+absl::Duration Job::WriteWaitTotal(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  if (finish_called_ || cancelled_) return absl::ZeroDuration();  // ending already
+  return write_wait_total_ + (write_in_flight_ ? now - write_started_ : absl::ZeroDuration());
 }
 
 void Job::AbortStalled(absl::Status reason) {

@@ -155,6 +155,10 @@ class Job {
   // How long the write in flight has been waiting for the client to read
   // (zero when none is).
   absl::Duration WriteStalledFor(absl::Time now) const;
+  // How long the call's writes have waited for the client in all (each
+  // write's wait, summed, the one in flight included): a reader slow enough
+  // never to stall a write past the stall timeout still adds up here.
+  absl::Duration WriteWaitTotal(absl::Time now) const;
   // Cancels the call with `reason` and aborts its stream, so the stuck write
   // fails and the call ends.
   void AbortStalled(absl::Status reason);
@@ -193,6 +197,7 @@ class Job {
   int64_t current_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time write_started_ ABSL_GUARDED_BY(mu_);
+  absl::Duration write_wait_total_ ABSL_GUARDED_BY(mu_);  // finished writes' waits
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time cancelled_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;

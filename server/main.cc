@@ -1,6 +1,6 @@
 // vaedecode_server: the gRPC decode service. Starts the worker groups, serves
 // vaedecode.v1.VaeDecoder (plus grpc.health.v1 and reflection) and /metrics,
-// and drains gracefully on SIGTERM or SIGINT (exit code 0).
+// and drains gracefully on SIGTERM, SIGINT or SIGHUP (exit code 0).
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -61,6 +61,9 @@ ABSL_FLAG(int64_t, max_call_output_mib, 512,
 ABSL_FLAG(int64_t, max_output_buffer_mib, 2048, "Finished output all calls together may hold in the server");
 ABSL_FLAG(int, stream_stall_timeout_s, 30,
           "A client that reads nothing of its stream for this long is cancelled (its output is dropped)");
+ABSL_FLAG(int, stream_read_timeout_s, 120,
+          "The most a call's output may wait for its client in all (its writes' waits summed); a slower reader "
+          "is cancelled, so a steady slow reader cannot hold a group or buffered output longer");
 ABSL_FLAG(std::string, http_listen, "",
           "HTTP address HOST:PORT for diffusers' remote_decode() (POST /, /models/NAME; GET /health); "
           "empty: off");
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // a closed terminal drains too, not kills
 
   vaedecode::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
@@ -155,6 +159,7 @@ int main(int argc, char** argv) {
   options.max_call_output_bytes = absl::GetFlag(FLAGS_max_call_output_mib) << 20;
   options.max_output_buffer_bytes = absl::GetFlag(FLAGS_max_output_buffer_mib) << 20;
   options.stream_stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_stall_timeout_s));
+  options.stream_read_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_read_timeout_s));
   options.socket_dir = ResolvePath(absl::GetFlag(FLAGS_socket_dir));
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.http_default_model = absl::GetFlag(FLAGS_http_default_model);
@@ -177,7 +182,7 @@ int main(int argc, char** argv) {
   }
 
   const int sig = WaitForSignal();
-  spdlog::info("event=signal signal={}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  spdlog::info("event=signal signal={}", sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "SIGINT");
   const absl::Status drained = (*server)->Drain(options.drain_timeout);
   if (!drained.ok()) spdlog::warn("event=drain message={}", vaedecode::rpc::LogValue(drained.message()));
   server->reset();

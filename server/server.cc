@@ -131,6 +131,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (options.stream_stall_timeout < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--stream_stall_timeout_s must be at least 1");
   }
+  if (options.stream_read_timeout < options.stream_stall_timeout) {
+    return absl::InvalidArgumentError("--stream_read_timeout_s must be at least --stream_stall_timeout_s");
+  }
   if (options.max_connection_age < absl::ZeroDuration() || options.max_connection_age_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--max_connection_age_s and --max_connection_age_grace_s must not be negative");
   }
@@ -151,6 +154,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   service_options.max_call_output_bytes = options.max_call_output_bytes;
   service_options.max_output_buffer_bytes = options.max_output_buffer_bytes;
   service_options.stream_stall_timeout = options.stream_stall_timeout;
+  service_options.stream_read_timeout = options.stream_read_timeout;
   s->service_ = std::make_unique<DecodeService>(service_options, *s->scheduler_, *s->catalog_, *s->metrics_);
 
   if (!options.metrics_listen.empty()) {
@@ -183,6 +187,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   builder.RegisterService(s->reflection_v1_.get());
   builder.RegisterService(s->reflection_v1alpha_.get());
   builder.RegisterCallbackGenericService(s->unserved_.get());
+  // gRPC binds with SO_REUSEPORT by default: a second server on the same
+  // port would start and take half the connections. One owner per port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 
   // gRPC refuses what is over its limit before any service sees it, so such
   // refusals could not be counted or explained: its limit is twice ours,
@@ -202,7 +209,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (!s->grpc_server_ || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on --listen=", options.listen));
   }
-  s->catalog_->SetListener([raw] { raw->UpdateHealth(); });
+  s->catalog_->SetListener([raw] {
+    raw->UpdateHealth();
+    raw->FailQueuedForUnloadableModels();
+  });
   s->UpdateHealth();
   if (!options.http_listen.empty()) {
     if (!options.http_default_model.empty() && !s->catalog_->Lookup(options.http_default_model).ok()) {
@@ -233,6 +243,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     }
     s->socket_dir_ = tmpl;
     s->own_socket_dir_ = true;
+  } else {
+    // Checked here, once: a folder the leaders cannot bind in made every
+    // group restart forever.
+    std::error_code ec;
+    if (!std::filesystem::is_directory(s->socket_dir_, ec) || access(s->socket_dir_.c_str(), W_OK | X_OK) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--socket_dir=", s->socket_dir_, ": not a writable folder"));
+    }
+  }
+  // A Unix socket's path is at most 107 bytes: "<dir>/<group>-inc<N>.sock".
+  constexpr size_t kSocketPathMax = 107, kSocketNameMax = 40;
+  if (s->socket_dir_.size() + 1 + kSocketNameMax > kSocketPathMax) {
+    return absl::InvalidArgumentError(absl::StrCat("--socket_dir=", s->socket_dir_, ": longer than ",
+                                                   kSocketPathMax - 1 - kSocketNameMax,
+                                                   " bytes, too long for the Unix sockets inside it"));
   }
 
   for (const GroupSpec& spec : groups) {
@@ -273,6 +297,10 @@ bool Server::Serving() {
     if (catalog_->Serving(name)) return true;
   }
   return false;
+}
+
+void Server::FailQueuedForUnloadableModels() {
+  scheduler_->FailQueued([this](const Job& job) { return catalog_->Lookup(job.model().name()).status(); });
 }
 
 void Server::UpdateHealth() {

@@ -74,6 +74,7 @@ struct ServerOptions {
   int64_t max_call_output_bytes = int64_t{512} << 20;
   int64_t max_output_buffer_bytes = int64_t{2} << 30;
   absl::Duration stream_stall_timeout = absl::Seconds(30);
+  absl::Duration stream_read_timeout = absl::Seconds(120);
   std::string socket_dir;  // "" = a fresh /tmp/vaedecode-XXXXXX
   // diffusers' remote_decode over HTTP (server/http_endpoint.h): HOST:PORT,
   // "" = off; the model of POST /; each request's deadline.
@@ -105,6 +106,9 @@ class Server {
  private:
   Server() = default;
   void UpdateHealth();
+  // Queued requests for a model that no longer loads (the catalog's load
+  // failures) fail now with why, not at their deadline.
+  void FailQueuedForUnloadableModels();
   // Not draining, and a ready group serves some model.
   bool Serving();
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -180,9 +181,17 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
   return profile;
 }
 
+bool PlausibleProfile(const PeakProfile& p) {
+  const auto within = [](double v, double bound) { return std::isfinite(v) && v >= 0 && v <= bound; };
+  constexpr double kFixed = 1ull << 40, kPerLatent = 1ull << 30, kPerPair = 1ull << 20;
+  return within(p.fixed_bytes, kFixed) && within(p.attention_fixed_bytes, kFixed) &&
+         within(p.bytes_per_latent, kPerLatent) && within(p.attention_bytes_per_latent, kPerLatent) &&
+         within(p.attention_bytes_per_latent_pair, kPerPair);
+}
+
 absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const PeakProbe& probe,
                                             const std::vector<int64_t>& sides, const std::string& backend,
-                                            const std::string& dir) {
+                                            const std::string& dir, std::string* cache_warning) {
   namespace fs = std::filesystem;
   const std::string key = ProfileKey(decoder, backend);
   // Backends carry GPU model names ("cuda/NVIDIA H200"): one plain file name.
@@ -215,7 +224,7 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
         if (j.contains("peaks") && j["peaks"].is_array()) {
           for (const auto& v : j["peaks"]) p.peaks.push_back(v.is_number() ? v.get<double>() : 0.0);
         }
-        return p;
+        if (PlausibleProfile(p)) return p;
       }
     }
   }
@@ -233,8 +242,17 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
                             {"sides", profile.sides},
                             {"peaks", profile.peaks}};
   const fs::path tmp = path.string() + ".tmp";
-  std::ofstream(tmp) << j.dump(2);
-  fs::rename(tmp, path, ec);  // a failed cache write only costs a recalibration later
+  std::ofstream out(tmp);
+  out << j.dump(2);
+  out.close();
+  // A failed cache write only costs a recalibration at the next start.
+  if (!out) {
+    if (cache_warning != nullptr) *cache_warning = absl::StrCat("cannot write the profile cache ", tmp.string());
+  } else if (fs::rename(tmp, path, ec); ec) {
+    if (cache_warning != nullptr) {
+      *cache_warning = absl::StrCat("cannot write the profile cache ", path.string(), ": ", ec.message());
+    }
+  }
   return profile;
 }
 

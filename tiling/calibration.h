@@ -94,9 +94,17 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
                                       const std::vector<int64_t>& sides, const std::string& backend);
 
 // The profile cached in `dir` for this key, or a new calibration saved
-// there. An unreadable or stale cache file is replaced.
+// there. An unreadable, stale or implausible cache file (a coefficient that
+// is not finite, negative, or beyond what any device holds: see
+// PlausibleProfile) is replaced. A cache that cannot be written costs a
+// recalibration at the next start: `cache_warning` (when given) says why.
 absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const PeakProbe& probe,
                                             const std::vector<int64_t>& sides, const std::string& backend,
-                                            const std::string& dir);
+                                            const std::string& dir, std::string* cache_warning = nullptr);
+
+// Every coefficient finite, non-negative and within what a device can hold
+// (fixed bytes up to 2^40, per latent up to 2^30, per latent pair up to
+// 2^20), so the memory model's predictions stay far inside int64.
+bool PlausibleProfile(const PeakProfile& profile);
 
 }  // namespace vaedecode::tiling

@@ -1,9 +1,12 @@
 #include "tiling/calibration.h"
 
 #include <filesystem>
+#include <fstream>
 
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "device/counting_cpu_allocator.h"
 #include "families/autoencoder_kl/embedded_default.h"
@@ -97,6 +100,40 @@ TEST(LoadOrCalibrate, CachesTheProfileAndRecalibratesWhenMissing) {
   ASSERT_TRUE(LoadOrCalibrate(*decoder, counting, {8, 16}, "cuda/NVIDIA H200", dir).ok());
   ASSERT_TRUE(LoadOrCalibrate(*decoder, counting, {8, 16}, "cuda/NVIDIA H200", dir).ok());
   EXPECT_EQ(decodes, 3 * per_calibration) << "the GPU backend's profile was not cached";
+}
+
+// A poisoned cache (valid JSON, absurd numbers: fixed_bytes 1e15 refused
+// every request; coefficients of 1e15 overflowed the memory model's int64
+// and admitted everything) is recalibrated, not trusted; a cache folder that
+// cannot be written is said.
+TEST(LoadOrCalibrate, RecalibratesAnImplausibleCacheAndSaysWhenItCannotWriteOne) {
+  auto decoder = SmallDecoder();
+  const PeakProbe probe = CpuProbe();
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/poisoned";
+  std::filesystem::remove_all(dir);
+  absl::StatusOr<PeakProfile> good = LoadOrCalibrate(*decoder, probe, {8, 16}, "cpu", dir);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE(PlausibleProfile(*good));
+  const std::string file = dir + "/" + std::filesystem::directory_iterator(dir)->path().filename().string();
+  for (const char* field : {"fixed_bytes", "bytes_per_latent", "attention_bytes_per_latent_pair"}) {
+    std::ifstream in(file);
+    nlohmann::json j = nlohmann::json::parse(in);
+    j[field] = 1e15;
+    std::ofstream(file) << j.dump();
+    absl::StatusOr<PeakProfile> reloaded = LoadOrCalibrate(*decoder, probe, {8, 16}, "cpu", dir);
+    ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+    EXPECT_TRUE(PlausibleProfile(*reloaded)) << field;
+    EXPECT_DOUBLE_EQ(reloaded->fixed_bytes, good->fixed_bytes) << field;
+  }
+  PeakProfile negative = *good;
+  negative.bytes_per_latent = -1;
+  EXPECT_FALSE(PlausibleProfile(negative));
+
+  std::string warning;
+  const std::string unwritable = std::string(std::getenv("TEST_TMPDIR")) + "/a_file";
+  std::ofstream(unwritable) << "not a folder";
+  ASSERT_TRUE(LoadOrCalibrate(*decoder, probe, {8, 16}, "cpu", unwritable + "/profiles", &warning).ok());
+  EXPECT_THAT(warning, ::testing::HasSubstr("cannot write the profile cache"));
 }
 
 }  // namespace

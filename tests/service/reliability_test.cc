@@ -20,6 +20,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -299,6 +301,28 @@ TEST(ReliabilityTest, ASlowReaderDoesNotHoldTheGroupAndAStalledOneIsCancelled) {
   ExpectOk(Decode(server->stub(), Small()));
 }
 
+// A reader that keeps every write under the stall timeout, but is slow in
+// all, is cancelled once its output has waited --stream_read_timeout_s for
+// it; before, three such clients held the only group 93 s.
+TEST(ReliabilityTest, ASteadySlowReaderIsCancelledOnceItsOutputWaitedTooLongInAll) {
+  const std::string repo = FixtureRepository({"sd_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1,
+                                             {"--stream_stall_timeout_s=2", "--stream_read_timeout_s=3",
+                                              "--chunk_bytes=65536", "--max_call_output_mib=1"}),
+                             {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  const std::unique_ptr<v1::VaeDecoder::Stub> slow = server->SlowReaderStub();
+  // 12.6 MB in 64 KiB chunks, one read every 0.5 s: no write waits 2 s, all
+  // of them together pass 3 s after a few dozen chunks.
+  const DecodeOutcome out = Decode(*slow, SyntheticRequest("sd_kl", {64, 4, 16, 16}, "slow-reader"), absl::Seconds(120),
+                                   [&](int, grpc::ClientContext&) { absl::SleepFor(absl::Milliseconds(500)); });
+  EXPECT_EQ(out.status.error_code(), grpc::StatusCode::CANCELLED) << out.status.error_message();
+  EXPECT_LT(out.messages, 150);  // of about 200
+  ExpectReached(server->WaitMetric("vaedecode_stalled_streams_total", {}, 1, absl::Seconds(10)));
+  EXPECT_THAT(server->Log(), HasSubstr("the client read too slowly"));
+  ExpectOk(Decode(server->stub(), Small("after-the-slow-reader")));
+}
+
 TEST(ReliabilityTest, AdmissionRefusesCostlyNonFiniteAndOversizedRequestsAndKeepsServing) {
   const std::string repo = FixtureRepository({"sd_kl"});
   auto server = StartServing(
@@ -499,6 +523,38 @@ TEST(ReliabilityTest, TlsFlagsAreCheckedAtStart) {
   }
 }
 
+// A --socket_dir the leaders cannot bind in is refused at start, by name;
+// before, every group restarted forever.
+TEST(ReliabilityTest, ABadSocketDirIsRefusedAtStart) {
+  const std::string file = TempDir("socket-dir") + "/a_file";
+  { std::ofstream(file) << "not a folder"; }
+  const std::string too_long = TempDir("socket-dir") + "/" + std::string(80, 's');  // no room for a socket name
+  std::filesystem::create_directories(too_long);
+  for (const std::string& dir : {file, file + "/missing", too_long}) {
+    absl::StatusOr<std::unique_ptr<ServerProcess>> server =
+        ServerProcess::Start(RealWorkerFlags("", "cpu:1", 1, {absl::StrCat("--socket_dir=", dir)}));
+    ASSERT_FALSE(server.ok());
+    EXPECT_THAT(server.status().message(), HasSubstr(absl::StrCat("--socket_dir=", dir, ": "))) << server.status();
+  }
+}
+
+// A second server on a port the first one holds fails to start instead of
+// taking half its connections (SO_REUSEPORT, gRPC's and the HTTP library's
+// default), on the gRPC and the HTTP port alike.
+TEST(ReliabilityTest, ASecondServerCannotShareAPort) {
+  auto first = StartServing(RealWorkerFlags("", "cpu:1", 1, {"--http_listen=127.0.0.1:0"}), {"default"});
+  ASSERT_NE(first, nullptr);
+  for (const std::string& flag :
+       {absl::StrCat("--listen=", first->address()), absl::StrCat("--http_listen=127.0.0.1:", first->http_port())}) {
+    absl::StatusOr<std::unique_ptr<ServerProcess>> second =
+        ServerProcess::Start(RealWorkerFlags("", "cpu:1", 1, {"--http_listen=127.0.0.1:0", flag}));
+    EXPECT_FALSE(second.ok()) << flag;
+  }
+  v1::DecodeRequest still = Small("the-first-still-serves");
+  still.set_model("default");
+  ExpectOk(Decode(first->stub(), still));
+}
+
 // The lines of `log` at warning or error: spdlog's "[warning]"/"[error]"
 // and glog-style lines from c10d and gRPC ("W1201 …", "E1201 …").
 std::vector<std::string> WarningsAndErrors(const std::string& log) {
@@ -517,13 +573,132 @@ std::vector<std::string> WarningsAndErrors(const std::string& log) {
 // Starts of multi-rank groups and SIGTERM stops, several times over: none
 // may print a warning or an error (c10d connect retries, a group reported
 // broken by the shutdown's own order).
+// A model folder beside sd_kl: `config` with its weights linked in.
+void WriteModelFolder(const std::string& dir, const nlohmann::json& config, const std::string& weights_fixture) {
+  std::filesystem::create_directory(dir);
+  std::ofstream(dir + "/config.json") << config.dump();
+  std::filesystem::create_symlink(
+      std::filesystem::absolute(FixturePath(weights_fixture + "/diffusion_pytorch_model.safetensors")),
+      dir + "/diffusion_pytorch_model.safetensors");
+}
+
+// Models that cannot load — a config that used to divide by zero in the
+// worker (norm_num_groups 0), widths whose convolutions would take 36 TB,
+// a folder that is a symlink loop, a dangling link — are unavailable by
+// name (ListModels, the per-model health, the error of a request for them,
+// a metric and one log line each say why); sd_kl is served from the same
+// repository. Before, the first killed every worker with SIGFPE and the
+// server stayed NOT_SERVING without naming the model.
+TEST(ReliabilityTest, ModelsThatCannotLoadAreUnavailableByNameAndTheOthersAreServed) {
+  const ScopedHome home(TempDir("home"));
+  const std::string repo = FixtureRepository({"sd_kl"});
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(FixturePath("sd_kl/config.json")));
+  nlohmann::json zero_groups = config;
+  zero_groups["norm_num_groups"] = 0;
+  WriteModelFolder(repo + "/zero_groups", zero_groups, "sd_kl");
+  nlohmann::json too_wide = config;
+  too_wide["block_out_channels"] = std::vector<int64_t>(config["block_out_channels"].size(), int64_t{1} << 20);
+  WriteModelFolder(repo + "/too_wide", too_wide, "sd_kl");
+  std::filesystem::create_directory_symlink(repo + "/loop", repo + "/loop");
+  std::filesystem::create_directory_symlink(repo + "/missing", repo + "/dangling");
+
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1), {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<bool> serving = server->Serving("");
+  EXPECT_TRUE(serving.ok() && *serving) << serving.status();
+  ExpectMatches(Decode(server->stub(), Small("beside-bad-models")),
+                ReadFloat(FixturePath("sd_kl/expected.safetensors")), v1::OUTPUT_FLOAT32);
+
+  grpc::ClientContext ctx;
+  v1::ListModelsResponse list;
+  ASSERT_TRUE(server->stub().ListModels(&ctx, v1::ListModelsRequest(), &list).ok());
+  ASSERT_EQ(list.models_size(), 1);
+  EXPECT_EQ(list.models(0).name(), "sd_kl");
+  std::map<std::string, std::string> reasons;
+  for (const v1::UnavailableModel& m : list.unavailable()) reasons[m.name()] = m.reason();
+  EXPECT_THAT(reasons["zero_groups"], HasSubstr("norm_num_groups"));
+  EXPECT_THAT(reasons["too_wide"], HasSubstr("its weights allow"));
+  EXPECT_THAT(reasons["loop"], HasSubstr("Too many levels of symbolic links"));
+  EXPECT_THAT(reasons["dangling"], HasSubstr("No such file or directory"));
+  EXPECT_EQ(reasons.size(), 4u);
+
+  for (const auto& [name, reason] : reasons) {
+    absl::StatusOr<bool> model_serving = server->Serving(kModelHealth + name);
+    EXPECT_TRUE(model_serving.ok() && !*model_serving) << name << " " << model_serving.status();
+    v1::DecodeRequest request = Small(absl::StrCat("for-", name));
+    request.set_model(name);
+    const DecodeOutcome refused = Decode(server->stub(), request, absl::Seconds(10));
+    EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE) << name;
+    EXPECT_THAT(refused.status.error_message(), HasSubstr(absl::StrCat("model \"", name, "\" failed to load: ")));
+    EXPECT_THAT(server->Log(), HasSubstr(absl::StrCat("model=", name, " event=unavailable reason=")));
+  }
+  absl::StatusOr<std::string> m = server->ScrapeMetrics();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(MetricValue(*m, "vaedecode_model_load_failed", {"model=\"zero_groups\""}), 1);
+  EXPECT_EQ(MetricValue(*m, "vaedecode_model_load_failed", {"model=\"sd_kl\""}), 0);
+}
+
+// A model folder removed while serving: once its group is rebuilt, requests
+// for it fail UNAVAILABLE naming why — queued ones at once, not at their
+// deadline — and the other model is served. The whole repository gone: the
+// group cannot start, and every model's requests fail the same way until the
+// folder is back. Before, both queued until their deadline (forever without
+// one) while health said SERVING.
+TEST(ReliabilityTest, RequestsForAModelWhoseFolderIsGoneFailAtOnce) {
+  const ScopedHome home(TempDir("home"));
+  const std::string repo = FixtureRepository({"sd_kl"});
+  std::filesystem::create_directory_symlink(std::filesystem::absolute(FixturePath("sd_kl")), repo + "/extra");
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1), {"sd_kl", "extra"});
+  ASSERT_NE(server, nullptr);
+  v1::DecodeRequest extra = Small("extra");
+  extra.set_model("extra");
+  ExpectOk(Decode(server->stub(), extra));
+
+  // The folder goes, then the worker: the rebuilt group no longer has it.
+  std::filesystem::remove(repo + "/extra");
+  ASSERT_TRUE(server->WaitWorkers(1, absl::Seconds(10)).ok());
+  const WorkerProcess leader = Rank(*server, 0);
+  ASSERT_EQ(kill(leader.pid, SIGKILL), 0);
+  // Sent while the group rebuilds (queued), or after (refused at admission):
+  // the same answer either way, long before the deadline.
+  const DecodeOutcome gone = Decode(server->stub(), extra, absl::Seconds(300));
+  EXPECT_EQ(gone.status.error_code(), grpc::StatusCode::UNAVAILABLE) << gone.status.error_message();
+  EXPECT_THAT(gone.status.error_message(),
+              HasSubstr("model \"extra\" failed to load: its folder is no longer in the model repository"));
+  ASSERT_TRUE(server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(60)).ok());
+  absl::StatusOr<bool> extra_serving = server->Serving(std::string(kModelHealth) + "extra");
+  EXPECT_TRUE(extra_serving.ok() && !*extra_serving) << extra_serving.status();
+  ExpectOk(Decode(server->stub(), Small("after-the-removal")));
+
+  // The whole repository goes.
+  const std::string away = repo + ".away";
+  std::filesystem::rename(repo, away);
+  absl::StatusOr<std::vector<WorkerProcess>> workers = server->WaitWorkers(1, absl::Seconds(10));
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(kill(Rank(*server, 0).pid, SIGKILL), 0);
+  const DecodeOutcome missing = Decode(server->stub(), Small("repository-missing"), absl::Seconds(300));
+  EXPECT_EQ(missing.status.error_code(), grpc::StatusCode::UNAVAILABLE) << missing.status.error_message();
+  EXPECT_THAT(missing.status.error_message(),
+              HasSubstr(absl::StrCat("model \"sd_kl\" failed to load: the model repository ", repo, " is missing")));
+  absl::StatusOr<std::string> m = server->ScrapeMetrics();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(MetricValue(*m, "vaedecode_model_load_failed", {"model=\"sd_kl\""}), 1);
+
+  // Back: served again, at the group's next start.
+  std::filesystem::rename(away, repo);
+  ASSERT_TRUE(server->WaitServing(std::string(kModelHealth) + "sd_kl", true, absl::Seconds(90)).ok());
+  ExpectOk(Decode(server->stub(), Small("repository-back")));
+  ExpectReached(server->WaitMetric("vaedecode_model_load_failed", {"model=\"sd_kl\""}, 0));
+}
+
 TEST(ReliabilityTest, CleanStartsAndStopsLogNoWarningOrError) {
   const std::string repo = FixtureRepository({"sd_kl"});
   for (int round = 0; round < 4; ++round) {
     auto server = StartServing(RealWorkerFlags(repo, "cpu:2", 2), {"sd_kl"});
     ASSERT_NE(server, nullptr);
     ExpectOk(Decode(server->stub(), Small(absl::StrCat("round-", round))));
-    server->Signal(SIGTERM);
+    // A closed terminal's SIGHUP drains like SIGTERM (it used to kill).
+    server->Signal(round == 3 ? SIGHUP : SIGTERM);
     absl::StatusOr<int> code = server->WaitExit(absl::Seconds(30));
     ASSERT_TRUE(code.ok()) << code.status();
     EXPECT_EQ(*code, 0);

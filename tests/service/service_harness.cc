@@ -78,6 +78,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(const std::v
     if (kv.size() != 2) continue;
     if (kv[0] == "grpc_port") (void)absl::SimpleAtoi(kv[1], &s->port_);
     if (kv[0] == "metrics_port") (void)absl::SimpleAtoi(kv[1], &s->metrics_port_);
+    if (kv[0] == "http_port") (void)absl::SimpleAtoi(kv[1], &s->http_port_);
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);

@@ -46,6 +46,7 @@ class ServerProcess {
   pid_t pid() const { return child_.pid(); }
   std::string address() const;
   int metrics_port() const { return metrics_port_; }
+  int http_port() const { return http_port_; }  // 0 without --http_listen
   v1::VaeDecoder::Stub& stub() { return *stub_; }
   // A stub on a channel of its own whose receive window stays at 64 KiB (no
   // BDP probing): a client that stops reading stalls the server's stream
@@ -99,6 +100,7 @@ class ServerProcess {
   std::string log_file_;
   int port_ = 0;
   int metrics_port_ = 0;
+  int http_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::VaeDecoder::Stub> stub_;
 };
