@@ -18,7 +18,7 @@ absl::StatusOr<worker::NamedModel> LoadModel(const std::optional<std::string>& p
   options.seeded_weights = seeded_weights;
   ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder,
                    families::BuiltinFamilies().Load(ResolveUserPath(*path), options));
-  if (std::string w = worker::UnreadConfigKeysWarning(decoder->info()); !w.empty()) {
+  for (const std::string& w : worker::ConfigWarnings(decoder->info())) {
     std::cerr << "warning: " << *path << ": " << w << "\n";
   }
   return worker::NamedModel{*path, std::move(decoder)};

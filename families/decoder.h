@@ -92,6 +92,10 @@ struct ModelInfo {
   // Config keys the decoder neither reads nor knows (a misspelt key, a key of
   // another class); loaders warn with them. diffusers ignores them too.
   std::vector<std::string> unread_config_keys;
+  // Config keys that disagree with the structure the decoder builds
+  // (metadata a pipeline reads, like Wan's scale_factor_spatial): decoded
+  // as the structure says, as diffusers does; loaders warn with these.
+  std::vector<std::string> config_warnings;
 };
 
 // "float32", "bfloat16", "float16"; LibTorch's name for other dtypes.

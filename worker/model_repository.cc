@@ -54,9 +54,7 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
       out.unavailable.push_back({name, std::string(decoder.status().message())});
       continue;
     }
-    if (std::string w = UnreadConfigKeysWarning((*decoder)->info()); !w.empty()) {
-      out.warnings.push_back(absl::StrCat(name, ": ", w));
-    }
+    for (const std::string& w : ConfigWarnings((*decoder)->info())) out.warnings.push_back(absl::StrCat(name, ": ", w));
     out.models.push_back({name, *std::move(decoder)});
   }
   if (out.models.empty()) {
@@ -68,10 +66,14 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
   return out;
 }
 
-std::string UnreadConfigKeysWarning(const families::ModelInfo& info) {
-  if (info.unread_config_keys.empty()) return "";
-  return absl::StrCat("config keys ", absl::StrJoin(info.unread_config_keys, ", "), " are not read by ",
-                      info.diffusers_class, "'s decoder (misspelt, or another class's?); ignored");
+std::vector<std::string> ConfigWarnings(const families::ModelInfo& info) {
+  std::vector<std::string> out;
+  if (!info.unread_config_keys.empty()) {
+    out.push_back(absl::StrCat("config keys ", absl::StrJoin(info.unread_config_keys, ", "), " are not read by ",
+                               info.diffusers_class, "'s decoder (misspelt, or another class's?); ignored"));
+  }
+  out.insert(out.end(), info.config_warnings.begin(), info.config_warnings.end());
+  return out;
 }
 
 }  // namespace vaedecode::worker

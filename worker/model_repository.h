@@ -37,9 +37,10 @@ struct LoadedRepository {
   std::vector<std::string> warnings;
 };
 
-// "config keys a, b are not read by <class>'s decoder (misspelt, or another
-// class's?); ignored", or "" when every key is read.
-std::string UnreadConfigKeysWarning(const families::ModelInfo& info);
+// What a loader warns about a model's config: "config keys a, b are not read
+// by <class>'s decoder (misspelt, or another class's?); ignored" when some
+// are unread, and each structure key that disagrees with the structure.
+std::vector<std::string> ConfigWarnings(const families::ModelInfo& info);
 
 // The embedded default model (families/autoencoder_kl/embedded_default.h)
 // in DecodeDtype(info, dtype), named `name`.

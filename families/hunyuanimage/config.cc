@@ -92,11 +92,13 @@ absl::StatusOr<HunyuanImageConfig> HunyuanImageConfig::FromJson(const nlohmann::
       break;
     }
   }
-  // Structure keys checked against the structure: fewer levels than the
-  // ratio needs would upsample less than the config says.
+  // The ratio picks which levels upsample (diffusers' rule, UpLayers); with
+  // fewer levels than it needs they upsample less, and diffusers decodes
+  // such a model as its levels say: so do we, with a warning.
   if (c.spatial_factor() != c.spatial_compression_ratio) {
-    r.Fail(absl::StrCat(c.block_out_channels.size(), " levels upsample ", c.spatial_factor(),
-                        "x, not the configured spatial_compression_ratio ", c.spatial_compression_ratio));
+    c.structure_warnings.push_back(absl::StrCat("spatial_compression_ratio is ", c.spatial_compression_ratio, " but ",
+                                                c.block_out_channels.size(), " levels upsample ", c.spatial_factor(),
+                                                "x; decoded as the levels say (as diffusers does)"));
   }
   RETURN_IF_ERROR(r.status());
   r.Known({"in_channels", "downsample_match_channel"});  // the encoder side

@@ -34,6 +34,8 @@ struct HunyuanImageConfig {
   bool upsample_match_channel = true;
   // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
   std::vector<std::string> unread_keys;
+  // Structure keys that disagree with the levels (ModelInfo::config_warnings).
+  std::vector<std::string> structure_warnings;
 
   // HunyuanImageResnetBlock and HunyuanImageAttentionBlock: GroupNorm(32, C, 1e-6).
   static constexpr int64_t kNormGroups = 32;

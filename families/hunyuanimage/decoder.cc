@@ -13,6 +13,7 @@ ModelInfo Describe(const HunyuanImageConfig& c, std::string config_json) {
   info.diffusers_class = "AutoencoderKLHunyuanImage";
   info.config_json = std::move(config_json);
   info.unread_config_keys = c.unread_keys;
+  info.config_warnings = c.structure_warnings;
   info.latent_channels = c.latent_channels;
   info.out_channels = c.out_channels;
   info.spatial_factor = c.spatial_factor();

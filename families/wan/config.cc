@@ -115,18 +115,21 @@ absl::StatusOr<WanConfig> WanConfig::FromJson(const nlohmann::json& json, const 
   c.scale_factor_spatial = r.Int("scale_factor_spatial", c.scale_factor_spatial);
   c.Check(r);
   RETURN_IF_ERROR(r.status());
-  // Structure keys checked against the structure: pipelines size latents
-  // from them (vae_scale_factor), so a mismatch would decode other sizes
-  // than they expect.
+  // Structure keys against the structure: diffusers' decoder never reads
+  // them (pipelines size latents from them), so a mismatch decodes as the
+  // blocks say, with a warning naming what the structure implies.
   const bool spatial_set = json.contains("scale_factor_spatial") && !json["scale_factor_spatial"].is_null();
   const bool temporal_set = json.contains("scale_factor_temporal") && !json["scale_factor_temporal"].is_null();
-  if ((spatial_set && c.scale_factor_spatial != c.spatial_factor()) ||
-      (temporal_set && c.scale_factor_temporal != c.temporal_factor())) {
-    r.Fail(absl::StrCat("scale_factor_spatial ", c.scale_factor_spatial, " and scale_factor_temporal ",
-                        c.scale_factor_temporal, " do not match the decoder, which upsamples ", c.spatial_factor(),
-                        "x in space and ", c.temporal_factor(), "x in time"));
+  if (spatial_set && c.scale_factor_spatial != c.spatial_factor()) {
+    c.structure_warnings.push_back(absl::StrCat("scale_factor_spatial is ", c.scale_factor_spatial,
+                                                " but the decoder's blocks upsample ", c.spatial_factor(),
+                                                "x in space; decoded as the blocks say (as diffusers does)"));
   }
-  RETURN_IF_ERROR(r.status());
+  if (temporal_set && c.scale_factor_temporal != c.temporal_factor()) {
+    c.structure_warnings.push_back(absl::StrCat("scale_factor_temporal is ", c.scale_factor_temporal,
+                                                " but the decoder's blocks upsample ", c.temporal_factor(),
+                                                "x in time; decoded as the blocks say (as diffusers does)"));
+  }
   c.unread_keys = r.UnreadKeys();
   return c;
 }

@@ -52,6 +52,8 @@ struct WanConfig {
   int64_t scale_factor_spatial = 8;
   // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
   std::vector<std::string> unread_keys;
+  // Structure keys that disagree with the blocks (ModelInfo::config_warnings).
+  std::vector<std::string> structure_warnings;
 
   // Wan 2.1's statistics: the diffusers defaults of both classes.
   static std::vector<double> DefaultLatentsMean();

@@ -40,6 +40,7 @@ ModelInfo Describe(const WanFamily& family, const WanConfig& config, std::string
   info.diffusers_class = family.diffusers_class;
   info.config_json = std::move(config_json);
   info.unread_config_keys = config.unread_keys;
+  info.config_warnings = config.structure_warnings;
   info.latent_channels = config.z_dim;
   info.out_channels = config.image_channels();
   info.spatial_factor = config.spatial_factor();

@@ -12,6 +12,10 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
 - AutoencoderKLMiniMaxH3 with other window geometry (clip_length 16,
   token_drop 2) and no register tokens, and in bfloat16, where diffusers
   keeps the norms and residual scales (so the residual stream) in float32
+- structure keys that disagree with the structure (AutoencoderKLWan's
+  scale_factor_spatial/temporal, AutoencoderKLHunyuanImage's
+  spatial_compression_ratio beyond its levels): diffusers decodes them as
+  the blocks say, and so must we, warning at load
 """
 
 import json
@@ -59,13 +63,15 @@ def reference(vae, latent):
         return vae.decode(torch.from_numpy(latent)).sample.float().numpy()
 
 
-def cli_decode(folder, latent, name, *flags):
+def cli_decode(folder, latent, name, *flags, stderr=None):
     latent_path = TMP / f"{name}_latent.npy"
     np.save(latent_path, latent)
     out = TMP / f"{name}.npy"
     done = subprocess.run([str(CLI), "decode", "--model", str(folder), "--latent", str(latent_path), "--out", str(out),
                            *flags], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"vaedecode decode {' '.join(flags)}: {done.stderr.strip()}"
+    if stderr is not None:
+        stderr.append(done.stderr)
     return np.load(out), done.stdout
 
 
@@ -131,6 +137,17 @@ def minimax_h3_other_windows():
     check_dense_and_exact(vae, folder, latent, "minimax_windows", ranks=2)
 
 
+def disagreeing_structure_key(name, fixture_name, diffusers_class, overrides, shape, warning):
+    def run():
+        vae, folder = build(name, fixture_name, diffusers_class, overrides, seed=6)
+        latent = np.random.default_rng(6).standard_normal(shape, dtype=np.float32)
+        stderr = []
+        cli_decode(folder, latent, f"{name}_warned", "--mode", "dense", stderr=stderr)
+        assert warning in stderr[0], f"no warning naming {warning!r}: {stderr[0]!r}"
+        check_dense_and_exact(vae, folder, latent, name, ranks=2)
+    return run
+
+
 def minimax_h3_bfloat16():
     folder = fixture("minimax_h3")
     latent = next(iter(load_file(str(fixture("minimax_h3", "latent.safetensors"))).values())).astype(np.float32)
@@ -166,6 +183,14 @@ def main():
     checks.run("hunyuanvideo15_other_structure_batch_two", hunyuanvideo15_other_structure_batch_two)
     checks.run("minimax_h3_other_windows_no_registers", minimax_h3_other_windows)
     checks.run("minimax_h3_bfloat16_mixed_precision", minimax_h3_bfloat16)
+    checks.run("wan21_scale_factors_disagreeing_with_the_blocks",
+               disagreeing_structure_key("wan_scale_factors", "wan21", "AutoencoderKLWan",
+                                         {"scale_factor_spatial": 16, "scale_factor_temporal": 2}, (1, 16, 3, 4, 5),
+                                         "scale_factor_spatial is 16 but the decoder's blocks upsample 8x"))
+    checks.run("hunyuanimage21_compression_ratio_beyond_its_levels",
+               disagreeing_structure_key("hunyuanimage_ratio", "hunyuanimage21", "AutoencoderKLHunyuanImage",
+                                         {"spatial_compression_ratio": 64}, (1, 16, 3, 5),
+                                         "spatial_compression_ratio is 64 but"))
     sys.exit(checks.finish())
 
 
