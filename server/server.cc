@@ -159,7 +159,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
 
   if (!options.metrics_listen.empty()) {
     try {
-      s->exposer_ = std::make_unique<prometheus::Exposer>(options.metrics_listen);
+      // civetweb's defaults (2 threads, 30 s per request, keep-alive) let four
+      // slow connections block every scrape, blinding alerts exactly when
+      // the service is attacked: more threads, requests (headers included)
+      // cut after 5 s, one request per connection.
+      s->exposer_ = std::make_unique<prometheus::Exposer>(
+          std::vector<std::string>{"listening_ports", options.metrics_listen, "num_threads", "16", "request_timeout_ms",
+                                   "5000", "enable_keep_alive", "no"});
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("--metrics_listen=", options.metrics_listen, ": ", e.what()));
     }

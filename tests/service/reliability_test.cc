@@ -3,10 +3,15 @@
 // cannot forge log lines. Each test fails on a server without the fix it
 // names.
 
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <thread>
@@ -521,6 +526,40 @@ TEST(ReliabilityTest, TlsFlagsAreCheckedAtStart) {
     ASSERT_FALSE(server.ok());
     EXPECT_THAT(server.status().message(), HasSubstr("--tls_")) << server.status();
   }
+}
+
+// Slow connections on the metrics port (headers sent a line a second, more
+// of them than it has threads) cannot stop scrapes: requests are cut after
+// 5 s. Before, four such connections blocked every scrape (civetweb's two
+// threads and 30 s), blinding alerts exactly during an attack.
+TEST(ReliabilityTest, SlowConnectionsCannotBlindTheMetricsPort) {
+  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1), {"default"});
+  ASSERT_NE(server, nullptr);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> slow;
+  for (int i = 0; i < 24; ++i) {
+    slow.emplace_back([&] {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(server->metrics_port());
+      inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+        const std::string start = "GET /metrics HTTP/1.1\r\n";
+        bool open = write(fd, start.data(), start.size()) > 0;
+        for (int s = 0; open && !stop && s < 60; ++s) {
+          absl::SleepFor(absl::Seconds(1));
+          open = send(fd, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL) > 0;
+        }
+      }
+      close(fd);
+    });
+  }
+  absl::SleepFor(absl::Seconds(1));
+  absl::StatusOr<std::string> scrape = server->ScrapeMetrics();
+  EXPECT_TRUE(scrape.ok()) << scrape.status();
+  stop = true;
+  for (std::thread& t : slow) t.join();
 }
 
 // A --socket_dir the leaders cannot bind in is refused at start, by name;

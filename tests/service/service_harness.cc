@@ -198,6 +198,9 @@ absl::StatusOr<std::vector<WorkerProcess>> ServerProcess::WaitWorkers(size_t cou
 
 absl::StatusOr<std::string> ServerProcess::ScrapeMetrics() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  // A scrape that cannot be answered fails after a minute instead of hanging.
+  timeval timeout{60, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(metrics_port_);
@@ -216,6 +219,7 @@ absl::StatusOr<std::string> ServerProcess::ScrapeMetrics() {
   ssize_t n;
   while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, n);
   close(fd);
+  if (n < 0) return absl::DeadlineExceededError("the metrics port did not answer within 60 s");
   const size_t body = response.find("\r\n\r\n");
   if (!absl::StartsWith(response, "HTTP/1.") || body == std::string::npos || response.find(" 200 ") > body) {
     return absl::UnknownError(absl::StrCat("bad HTTP response: ", response.substr(0, 200)));
