@@ -75,14 +75,25 @@ Body ReadBody(const httplib::Request& req, const httplib::ContentReader& reader,
     body.http_status = 415;
     return body;
   }
-  const bool read = reader([&body](const char* data, size_t n) {
+  // The limit holds for the bytes as they arrive after the library's
+  // decoding: a chunked or length-less body, or a gzip one that inflates,
+  // stops being read at it (the library checks only Content-Length).
+  bool over_limit = false;
+  const bool read = reader([&body, &over_limit, max_bytes](const char* data, size_t n) {
+    if (body.bytes.size() + n > static_cast<uint64_t>(max_bytes)) {
+      over_limit = true;
+      return false;
+    }
     body.bytes.append(data, n);
     return true;
   });
-  if (!read) {
+  if (!read || over_limit) {
     const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
-    if (length > static_cast<uint64_t>(max_bytes)) {
-      body.status = absl::ResourceExhaustedError(absl::StrCat("the request body is ", length,
+    if (over_limit || length > static_cast<uint64_t>(max_bytes)) {
+      const std::string size = over_limit && length <= static_cast<uint64_t>(max_bytes)
+                                   ? std::string("over ") + std::to_string(max_bytes)
+                                   : std::to_string(length);
+      body.status = absl::ResourceExhaustedError(absl::StrCat("the request body is ", size,
                                                               " bytes, more than --max_message_bytes=", max_bytes,
                                                               "; send a smaller batch or clip"));
       body.http_status = 413;

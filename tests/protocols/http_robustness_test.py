@@ -10,13 +10,15 @@ unary reply and a 2 MiB limit on a request.
   - a client that closes its connection cancels its decode (logged and
     counted CANCELLED, the group freed);
   - curl's default Content-Type (a form) is read as raw bytes; a body over
-    --max_message_bytes names that flag and its value;
+    --max_message_bytes names that flag and its value, chunked or gzip
+    bodies included (counted as they arrive, after inflating);
   - /models/NAME/ (trailing slash) is /models/NAME; FLUX.2's flattened
     packed latent; pt replies in float16;
   - the HTTP library's own refusals say what is wrong: multipart (415), a
     request line over its limit (414), a method the path does not take (405).
 """
 
+import gzip
 import subprocess
 import sys
 import time
@@ -141,6 +143,24 @@ def main():
                                f"@{too_big}", f"{flux}?shape=1&dtype=float32"], capture_output=True, text=True)
         body = (TMP / "big.json").read_text()
         assert done.stdout == "413" and f"--max_message_bytes={MAX_REQUEST}" in body, (done.stdout, body)
+
+    def chunked_and_compressed_bodies_meet_the_same_limit():
+        # A chunked body (no Content-Length) and a gzip body that inflates
+        # past the limit are refused like a plain one, while being read:
+        # before, both were read whole (256 MiB chunked, 2 GB from 1 MiB of
+        # gzip) and failed later, if at all.
+        def chunks():
+            for _ in range(16):
+                yield b"\0" * (1 << 20)
+        chunked = requests.post(f"{flux}?shape=1&dtype=float32", data=chunks())
+        assert chunked.status_code == 413 and f"--max_message_bytes={MAX_REQUEST}" in chunked.json()["error"], (
+            chunked.status_code, chunked.text)
+        bomb = gzip.compress(b"\0" * (64 << 20))
+        assert len(bomb) < MAX_REQUEST
+        inflated = requests.post(f"{flux}?shape=1&dtype=float32", data=bomb, headers={"Content-Encoding": "gzip"})
+        assert inflated.status_code == 413 and f"--max_message_bytes={MAX_REQUEST}" in inflated.json()["error"], (
+            inflated.status_code, inflated.text)
+        still_serving()
 
     def trailing_slash_is_the_same_endpoint():
         out = remote_decode(f"{flux}/", vae_latent, do_scaling=False, output_type="pt", return_type="pt")
