@@ -196,6 +196,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // gRPC binds with SO_REUSEPORT by default: a second server on the same
   // port would start and take half the connections. One owner per port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Compressed requests are refused (UNIMPLEMENTED, naming the algorithm):
+  // gRPC inflates a message before any limit applies, and 1 MiB of gzip
+  // became 1.1 GB of server memory. Latents hardly compress anyway.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
 
   // gRPC refuses what is over its limit before any service sees it, so such
   // refusals could not be counted or explained: its limit is twice ours,

@@ -562,6 +562,28 @@ TEST(ReliabilityTest, SlowConnectionsCannotBlindTheMetricsPort) {
   for (std::thread& t : slow) t.join();
 }
 
+// A gzip-compressed request is refused, naming the algorithm, before it is
+// inflated (1 MiB of zeros would be 2 GB); the server keeps serving.
+TEST(ReliabilityTest, CompressedRequestsAreRefusedBeforeTheyInflate) {
+  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1), {"default"});
+  ASSERT_NE(server, nullptr);
+  v1::DecodeRequest request = Small("gzip");
+  request.set_model("default");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  ctx.set_compression_algorithm(GRPC_COMPRESS_GZIP);
+  auto reader = server->stub().Decode(&ctx, request);
+  v1::DecodeResponse message;
+  int messages = 0;
+  while (reader->Read(&message)) ++messages;
+  const grpc::Status gzip = reader->Finish();
+  EXPECT_EQ(messages, 0);
+  EXPECT_EQ(gzip.error_code(), grpc::StatusCode::UNIMPLEMENTED) << gzip.error_message();
+  EXPECT_THAT(gzip.error_message(), HasSubstr("gzip"));
+  request.set_request_id("plain");
+  ExpectOk(Decode(server->stub(), request));
+}
+
 // A --socket_dir the leaders cannot bind in is refused at start, by name;
 // before, every group restarted forever.
 TEST(ReliabilityTest, ABadSocketDirIsRefusedAtStart) {
