@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -112,6 +113,13 @@ int main(int argc, char** argv) {
       "[--devices=cpu:N|cuda:0,1] [--group_size=G] ...");
   absl::ParseCommandLine(argc, argv);
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+
+  // File descriptors: the soft limit up to the hard one (often 1024 of
+  // 524288), so connections run out far later; each call holds a few.
+  if (struct rlimit files; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   // Installed before any thread exists; handlers only write to a pipe.
   if (pipe(g_signal_pipe) != 0) {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -582,6 +583,29 @@ TEST(ReliabilityTest, CompressedRequestsAreRefusedBeforeTheyInflate) {
   EXPECT_THAT(gzip.error_message(), HasSubstr("gzip"));
   request.set_request_id("plain");
   ExpectOk(Decode(server->stub(), request));
+}
+
+// The server raises its soft file-descriptor limit to the hard one at start
+// (a soft 1024 ran out under 1000 idle connections, and gRPC 1.51's
+// listener never accepted again).
+TEST(ReliabilityTest, TheFileDescriptorLimitIsRaisedAtStart) {
+  struct rlimit original;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &original), 0);
+  if (original.rlim_max <= 256) GTEST_SKIP() << "the hard limit is " << original.rlim_max;
+  struct rlimit low = original;
+  low.rlim_cur = 256;  // inherited by the server
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1), {"default"});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);
+  ASSERT_NE(server, nullptr);
+  std::ifstream limits(absl::StrCat("/proc/", server->pid(), "/limits"));
+  std::string line;
+  std::string files;
+  while (std::getline(limits, line)) {
+    if (absl::StartsWith(line, "Max open files")) files = line;
+  }
+  const std::string hard = original.rlim_max == RLIM_INFINITY ? "unlimited" : std::to_string(original.rlim_max);
+  EXPECT_THAT(files, ::testing::ContainsRegex(absl::StrCat("Max open files +", hard, " +", hard)));
 }
 
 // A --socket_dir the leaders cannot bind in is refused at start, by name;
