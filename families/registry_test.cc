@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "device/counting_cpu_allocator.h"
 #include "families/builtin_families.h"
 #include "tests/fixtures/fixture_paths.h"
 
@@ -153,7 +154,14 @@ TEST(Load, NoConfigValueCrashesOrAllocatesWithoutBound) {
         std::ofstream(dir / "config.json") << config.dump();
         fs::create_symlink(testing::FixturePath(fixture + "/diffusion_pytorch_model.safetensors"),
                            dir / "diffusion_pytorch_model.safetensors");
+        // Loading installs the counting allocator: what a load allocated
+        // shows in its peak (the fixtures' weights are a few MB; an
+        // unbounded build of a 2^20-wide layer would be gigabytes).
+        device::CountingCpuAllocator& allocator = device::CountingCpuAllocator::Install();
+        const int64_t before = allocator.current_bytes();
+        allocator.ResetPeak();
         absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(dir.string(), {});
+        EXPECT_LT(allocator.peak_bytes() - before, int64_t{1} << 30) << fixture << " " << key << "=" << b.dump();
         if (!d.ok()) {
           EXPECT_FALSE(d.status().message().empty()) << fixture << " " << key << "=" << b.dump();
         }

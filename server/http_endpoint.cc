@@ -91,8 +91,8 @@ Body ReadBody(const httplib::Request& req, const httplib::ContentReader& reader,
     const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
     if (over_limit || length > static_cast<uint64_t>(max_bytes)) {
       const std::string size = over_limit && length <= static_cast<uint64_t>(max_bytes)
-                                   ? std::string("over ") + std::to_string(max_bytes)
-                                   : std::to_string(length);
+                                   ? absl::StrCat("over ", max_bytes)
+                                   : absl::StrCat(length);
       body.status = absl::ResourceExhaustedError(absl::StrCat("the request body is ", size,
                                                               " bytes, more than --max_message_bytes=", max_bytes,
                                                               "; send a smaller batch or clip"));

@@ -81,17 +81,16 @@ std::vector<v1::UnavailableModel> ModelCatalog::GroupReady(const std::string& gr
     std::set<std::string>& served = group_models_[group];
     served.clear();
     for (const v1::ModelInfo& m : models) served.insert(m.name());
-    const std::vector<v1::UnavailableModel>& gone = removed;
-    for (const std::vector<v1::UnavailableModel>* list : {&unavailable, &gone}) {
-      for (const v1::UnavailableModel& m : *list) {
-        names_.insert(m.name());
-        if (loaded_elsewhere(m.name())) continue;
-        info_.erase(m.name());  // a description of what no longer loads
-        auto [it, inserted] = load_failures_.try_emplace(m.name(), m.reason());
-        if (inserted || it->second != m.reason()) news.push_back(m);
-        it->second = m.reason();
-      }
-    }
+    const auto record_failure = [&](const v1::UnavailableModel& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      names_.insert(m.name());
+      if (loaded_elsewhere(m.name())) return;
+      info_.erase(m.name());  // a description of what no longer loads
+      auto [it, inserted] = load_failures_.try_emplace(m.name(), m.reason());
+      if (inserted || it->second != m.reason()) news.push_back(m);
+      it->second = m.reason();
+    };
+    for (const v1::UnavailableModel& m : unavailable) record_failure(m);
+    for (const v1::UnavailableModel& m : removed) record_failure(m);
     for (auto& [name, groups] : ready_groups_) groups.erase(group);
     for (const v1::ModelInfo& m : models) ready_groups_[m.name()].insert(group);
   }

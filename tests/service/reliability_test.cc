@@ -633,7 +633,8 @@ TEST(ReliabilityTest, ASecondServerCannotShareAPort) {
        {absl::StrCat("--listen=", first->address()), absl::StrCat("--http_listen=127.0.0.1:", first->http_port())}) {
     absl::StatusOr<std::unique_ptr<ServerProcess>> second =
         ServerProcess::Start(RealWorkerFlags("", "cpu:1", 1, {"--http_listen=127.0.0.1:0", flag}));
-    EXPECT_FALSE(second.ok()) << flag;
+    ASSERT_FALSE(second.ok()) << flag;
+    EXPECT_THAT(second.status().message(), HasSubstr(absl::StrCat("cannot listen on ", flag))) << second.status();
   }
   v1::DecodeRequest still = Small("the-first-still-serves");
   still.set_model("default");
