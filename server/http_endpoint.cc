@@ -89,7 +89,11 @@ Body ReadBody(const httplib::Request& req, const httplib::ContentReader& reader,
   });
   if (!read || over_limit) {
     const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
-    if (over_limit || length > static_cast<uint64_t>(max_bytes)) {
+    if (absl::Status timeout = BoundedHttpServer::WireTimeout(); !timeout.ok()) {
+      body.status = absl::DeadlineExceededError(
+          absl::StrCat(timeout.message(), ": ", body.bytes.size(), " of ", length, " bytes arrived"));
+      body.http_status = 408;
+    } else if (over_limit || length > static_cast<uint64_t>(max_bytes)) {
       const std::string size = over_limit && length <= static_cast<uint64_t>(max_bytes)
                                    ? absl::StrCat("over ", max_bytes)
                                    : absl::StrCat(length);
@@ -152,13 +156,9 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
 
   std::unique_ptr<HttpEndpoint> e(new HttpEndpoint());
   e->options_ = options;
-  e->http_ = std::make_unique<httplib::Server>();
+  e->http_ = std::make_unique<BoundedHttpServer>(options.connections);
   httplib::Server& http = *e->http_;
-  const int threads = std::max(1, options.threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http.set_payload_max_length(static_cast<size_t>(options.max_request_bytes));
-  http.set_read_timeout(60);
-  http.set_write_timeout(60);
   // SO_REUSEADDR only: the library's default adds SO_REUSEPORT, with which a
   // second server on this port would start and take half the connections.
   http.set_socket_options([](socket_t sock) {
@@ -170,8 +170,10 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const int code = res.status;
-    absl::Status status;
-    if (code == 404) {
+    absl::Status status = BoundedHttpServer::WireTimeout();
+    if (!status.ok()) {
+      return SendError(status, res, 408);  // the library calls it malformed (400)
+    } else if (code == 404) {
       status = absl::NotFoundError(absl::StrCat(req.method, " ", req.path, ": no such endpoint; ", kServed));
     } else if (code == 414) {
       status = absl::ResourceExhaustedError(

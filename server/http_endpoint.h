@@ -26,6 +26,8 @@
 // form is refused with 415); a served path asked with another method is 405
 // with Allow. A decode's deadline is --http_request_timeout_s from its
 // arrival, and it is cancelled when its client closes the connection.
+// Connections, and the time a request and its reply may take on the wire,
+// are bounded by server/bounded_http_server.h.
 // Threading: requests run on the library's thread pool; Stop from the owner.
 
 #include <cstdint>
@@ -36,13 +38,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/bounded_http_server.h"
 #include "server/decode_service.h"
 #include "server/model_catalog.h"
 #include "server/oip_answers.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace vaedecode::server {
 
@@ -50,7 +49,7 @@ struct HttpEndpointOptions {
   std::string listen;         // HOST:PORT (port 0: any free port)
   std::string default_model;  // "" = the only model served
   absl::Duration request_timeout = absl::Minutes(10);
-  int threads = 16;                               // concurrent requests (each waits for its decode)
+  HttpConnectionLimits connections;  // each connection holds a thread, also while its request waits
   int64_t max_request_bytes = int64_t{64} << 20;  // body size
   int64_t max_output_bytes = int64_t{512} << 20;  // one reply (remote_decode and OIP infer)
 };
@@ -73,7 +72,7 @@ class HttpEndpoint {
   HttpEndpoint() = default;
 
   HttpEndpointOptions options_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<BoundedHttpServer> http_;
   std::thread listener_;
   int port_ = 0;
 };

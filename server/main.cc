@@ -70,6 +70,9 @@ ABSL_FLAG(std::string, http_listen, "",
           "empty: off");
 ABSL_FLAG(std::string, http_default_model, "", "The model of POST / on --http_listen; empty: the only model served");
 ABSL_FLAG(int, http_request_timeout_s, 600, "Deadline of each HTTP request, from its arrival");
+ABSL_FLAG(int, http_header_timeout_s, 10,
+          "An HTTP request's line and headers must arrive within this of their first byte (else 408)");
+ABSL_FLAG(int, http_body_timeout_s, 120, "An HTTP request's body must arrive within this of its headers (else 408)");
 ABSL_FLAG(std::string, socket_dir, "", "Folder for the leaders' Unix sockets; empty: a fresh /tmp folder");
 ABSL_FLAG(std::string, ready_file, "",
           "Once listening, write \"grpc_port=P\\nmetrics_port=M\\nhttp_port=H\\n\" here (for scripts and tests)");
@@ -172,6 +175,8 @@ int main(int argc, char** argv) {
   options.http_listen = absl::GetFlag(FLAGS_http_listen);
   options.http_default_model = absl::GetFlag(FLAGS_http_default_model);
   options.http_request_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_request_timeout_s));
+  options.http_header_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_header_timeout_s));
+  options.http_body_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_body_timeout_s));
 
   absl::StatusOr<std::unique_ptr<vaedecode::server::Server>> server = vaedecode::server::Server::Create(options);
   if (!server.ok()) {

@@ -134,6 +134,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (options.stream_read_timeout < options.stream_stall_timeout) {
     return absl::InvalidArgumentError("--stream_read_timeout_s must be at least --stream_stall_timeout_s");
   }
+  if (options.http_header_timeout < absl::Seconds(1) || options.http_body_timeout < absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--http_header_timeout_s and --http_body_timeout_s must be at least 1");
+  }
   if (options.max_connection_age < absl::ZeroDuration() || options.max_connection_age_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--max_connection_age_s and --max_connection_age_grace_s must not be negative");
   }
@@ -237,9 +240,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     http.request_timeout = options.http_request_timeout;
     http.max_request_bytes = options.max_message_bytes;
     http.max_output_bytes = options.max_call_output_bytes;
-    // Each request holds a thread while queued: room for a full queue and
-    // one running request per group, whatever the queue limit.
-    http.threads = static_cast<int>(std::clamp<int64_t>(options.max_queue + 8, 8, 256));
+    // Each connection holds a thread, also while its request is queued:
+    // room for a full queue and one running request per group.
+    http.connections.max_connections = static_cast<int>(std::clamp<int64_t>(options.max_queue + 8, 8, 256));
+    http.connections.header_timeout = options.http_header_timeout;
+    http.connections.body_timeout = options.http_body_timeout;
+    http.connections.write_timeout = options.stream_read_timeout;
     ASSIGN_OR_RETURN(
         std::unique_ptr<HttpEndpoint> endpoint,
         HttpEndpoint::Start(http, *s->service_, *s->catalog_, *s->oip_answers_, [raw] { return raw->Serving(); }));

@@ -81,6 +81,10 @@ struct ServerOptions {
   std::string http_listen;
   std::string http_default_model;
   absl::Duration http_request_timeout = absl::Minutes(10);
+  // On the wire: a request's line and headers, then its body, must arrive
+  // within these (its reply gets stream_read_timeout to be read).
+  absl::Duration http_header_timeout = absl::Seconds(10);
+  absl::Duration http_body_timeout = absl::Seconds(120);
 };
 
 // The health service name of a model.

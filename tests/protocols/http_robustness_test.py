@@ -15,11 +15,17 @@ unary reply and a 2 MiB limit on a request.
   - /models/NAME/ (trailing slash) is /models/NAME; FLUX.2's flattened
     packed latent; pt replies in float16;
   - the HTTP library's own refusals say what is wrong: multipart (415), a
-    request line over its limit (414), a method the path does not take (405).
+    request line over its limit (414), a method the path does not take (405);
+  - slow and idle connections are bounded (--max_queue=8: 16 connections):
+    headers trickled a byte at a time are cut at --http_header_timeout_s and
+    a trickled body at --http_body_timeout_s (408, naming the flag), and a
+    connection beyond the bound gets 503 at once; then HTTP serves again.
 """
 
 import gzip
+import socket
 import subprocess
+import threading
 import sys
 import time
 import types
@@ -33,6 +39,8 @@ from diffusers.utils.remote_utils import remote_decode
 from protocol_harness import TMP, Checks, Server, fixture
 
 MAX_REQUEST = 2 << 20  # --max_message_bytes
+CONNECTIONS = 16  # the HTTP port's connection bound: --max_queue=8, plus 8
+WIRE_TIMEOUT_S = 2  # --http_header_timeout_s and --http_body_timeout_s
 
 
 def load(path):
@@ -68,7 +76,9 @@ def wait_for(condition, what, timeout_s=120):
 def main():
     server = Server({"flux1": "flux1_kl", "flux2": "flux2_kl"},
                     extra_flags=[f"--max_message_bytes={MAX_REQUEST}", "--chunk_bytes=262144",
-                                 "--max_call_output_mib=1"])
+                                 "--max_call_output_mib=1", "--max_queue=8",
+                                 f"--http_header_timeout_s={WIRE_TIMEOUT_S}",
+                                 f"--http_body_timeout_s={WIRE_TIMEOUT_S}"])
     flux = f"{server.http}/models/flux1"
     checks = Checks("http_robustness")
     expected = load(fixture("flux1_kl", "expected.safetensors"))
@@ -191,6 +201,57 @@ def main():
         put = requests.put(flux, data=b"\0" * 64)
         assert put.status_code == 405 and put.headers.get("Allow") == "POST", (put.status_code, put.headers)
         assert "takes POST" in put.json()["error"], put.text
+        still_serving()
+
+    def slow_and_extra_connections_are_cut_and_refused():
+        port = int(server.http.rsplit(":", 1)[1])
+        stop = threading.Event()
+
+        def trickle(sock, head, body=b""):
+            # A byte every 0.2 s: never silent for long, so a per-recv timeout
+            # never fires (what held the port before).
+            sock.sendall(head)
+            for byte in (body or b"X-Slow: 1\r\n" * 100):
+                if stop.is_set():
+                    return
+                try:
+                    sock.send(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+        def reply(sock, timeout_s):
+            sock.settimeout(timeout_s)
+            data = b""
+            try:
+                while chunk := sock.recv(65536):
+                    data += chunk
+            except (TimeoutError, ConnectionResetError):
+                pass
+            return data.decode(errors="replace")
+
+        slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(CONNECTIONS)]
+        for i, sock in enumerate(slow):
+            if i % 2:
+                head, body = b"GET /health HTTP/1.1\r\nHost: x\r\n", b""
+            else:
+                head = (f"POST /models/flux1?shape=1&dtype=float32 HTTP/1.1\r\nHost: x\r\n"
+                        f"Content-Length: 1000\r\n\r\n").encode()
+                body = b"\0" * 1000
+            threading.Thread(target=trickle, args=(sock, head, body), daemon=True).start()
+        time.sleep(0.5)
+        extra = socket.create_connection(("127.0.0.1", port))
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        refused = reply(extra, 5)
+        assert refused.startswith("HTTP/1.1 503") and f"at most {CONNECTIONS} connections" in refused, refused
+        answers = [reply(sock, 4 * WIRE_TIMEOUT_S + 10) for sock in slow]
+        stop.set()
+        for i, answer in enumerate(answers):
+            flag = "--http_body_timeout_s" if i % 2 == 0 else "--http_header_timeout_s"
+            assert answer.startswith("HTTP/1.1 408") and flag in answer, (i, answer[:400])
+        for sock in slow + [extra]:
+            sock.close()
+        assert requests.get(f"{server.http}/health", timeout=30).status_code == 200
         still_serving()
 
     for name, fn in list(locals().items()):  # the checks above, in order
