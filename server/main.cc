@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, devices, "cpu:1", "Worker devices: cpu:N or cuda:0,1,..."
 ABSL_FLAG(int, group_size, 1, "Ranks per worker group (groups are carved from --devices at start)");
 ABSL_FLAG(int64_t, max_queue, 64, "Requests that may wait for a group; beyond: RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_message_bytes, 64 << 20, "Largest request (latent) and response message");
+ABSL_FLAG(int64_t, grpc_memory_mib, 0,
+          "What gRPC may hold for all calls in flight, partial uploads included (beyond: streams reset "
+          "RESOURCE_EXHAUSTED); 0 = 4 x --max_message_bytes, at least 256");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "Prometheus /metrics address HOST:PORT; empty: none");
 ABSL_FLAG(int, drain_timeout_s, 30, "On SIGTERM, how long calls in flight may take to finish");
 ABSL_FLAG(int, max_connection_age_s, 300,
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
   options.group_size = absl::GetFlag(FLAGS_group_size);
   options.max_queue = absl::GetFlag(FLAGS_max_queue);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.grpc_memory_mib = absl::GetFlag(FLAGS_grpc_memory_mib);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.drain_timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_s));
   options.max_connection_age = absl::Seconds(absl::GetFlag(FLAGS_max_connection_age_s));

@@ -72,6 +72,11 @@ bool IsExecutable(const std::string& path) {
 
 }  // namespace
 
+int64_t GrpcMemoryBytes(const ServerOptions& options) {
+  if (options.grpc_memory_mib > 0) return options.grpc_memory_mib << 20;
+  return std::max<int64_t>(4 * options.max_message_bytes, int64_t{256} << 20);
+}
+
 std::string ModelHealthName(const std::string& model) { return absl::StrCat(kServiceName, "/", model); }
 
 absl::StatusOr<std::string> FindWorkerBinary(const std::string& flag) {
@@ -133,6 +138,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   if (options.stream_read_timeout < options.stream_stall_timeout) {
     return absl::InvalidArgumentError("--stream_read_timeout_s must be at least --stream_stall_timeout_s");
+  }
+  if (options.grpc_memory_mib < 0 || GrpcMemoryBytes(options) < 2 * options.max_message_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("--grpc_memory_mib=", options.grpc_memory_mib,
+                                                   ": must hold two requests of --max_message_bytes (at least ",
+                                                   (2 * options.max_message_bytes) >> 20, "), or be 0 (the default)"));
   }
   if (options.http_header_timeout < absl::Seconds(1) || options.http_body_timeout < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--http_header_timeout_s and --http_body_timeout_s must be at least 1");
@@ -211,6 +221,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(std::min<int64_t>(2 * options.max_message_bytes, std::numeric_limits<int>::max())));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  // What the gRPC transport may hold for all calls in flight: partial
+  // uploads were unbounded (20 stalled 60 MiB uploads held 1.1 GB). Past the
+  // quota gRPC resets streams with RESOURCE_EXHAUSTED until it fits.
+  grpc::ResourceQuota quota("vaedecode_grpc");
+  quota.Resize(static_cast<size_t>(GrpcMemoryBytes(options)));
+  builder.SetResourceQuota(quota);
   if (options.max_connection_age > absl::ZeroDuration()) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, MillisecondsArg(options.max_connection_age));
     // A grace of 0 would cut calls in flight at the GOAWAY: it means "no limit".

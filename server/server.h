@@ -54,6 +54,10 @@ struct ServerOptions {
   int group_size = 1;
   int64_t max_queue = 64;                // waiting requests (running ones not counted); >= 1
   int64_t max_message_bytes = 64 << 20;  // largest request (latent) and response message
+  // gRPC's resource quota: what its transport may hold for all calls in
+  // flight (partial uploads included). 0: 4 x max_message_bytes, at least
+  // 256 MiB (GrpcMemoryBytes).
+  int64_t grpc_memory_mib = 0;
   std::string metrics_listen;            // "" = no /metrics endpoint
   absl::Duration drain_timeout = absl::Seconds(30);
   // Connections are closed (GOAWAY) after this age so that long-lived
@@ -86,6 +90,9 @@ struct ServerOptions {
   absl::Duration http_header_timeout = absl::Seconds(10);
   absl::Duration http_body_timeout = absl::Seconds(120);
 };
+
+// The bytes of gRPC's resource quota that `options` ask for.
+int64_t GrpcMemoryBytes(const ServerOptions& options);
 
 // The health service name of a model.
 std::string ModelHealthName(const std::string& model);

@@ -585,6 +585,132 @@ TEST(ReliabilityTest, CompressedRequestsAreRefusedBeforeTheyInflate) {
   ExpectOk(Decode(server->stub(), request));
 }
 
+// A TCP proxy to the server that forwards each connection's first
+// `upload_bytes` upstream and then nothing more, holding the connection: a
+// client whose upload stalls before its message is complete.
+class StallingProxy {
+ public:
+  StallingProxy(int target_port, size_t upload_bytes) : target_port_(target_port), upload_bytes_(upload_bytes) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr = Loopback(0);
+    bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    listen(listener_, 64);
+    socklen_t len = sizeof(addr);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    threads_.emplace_back([this] { Accept(); });
+  }
+  ~StallingProxy() {
+    stop_ = true;
+    shutdown(listener_, SHUT_RDWR);
+    for (int fd : fds_) shutdown(fd, SHUT_RDWR);
+    for (std::thread& t : threads_) t.join();
+    for (int fd : fds_) close(fd);
+    close(listener_);
+  }
+  int port() const { return port_; }
+
+ private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    return addr;
+  }
+  void Accept() {
+    for (;;) {
+      const int client = accept(listener_, nullptr, nullptr);
+      if (client < 0 || stop_) return;
+      const int upstream = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr = Loopback(target_port_);
+      connect(upstream, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      fds_.push_back(client);
+      fds_.push_back(upstream);
+      threads_.emplace_back([this, client, upstream] { Forward(client, upstream, upload_bytes_); });
+      threads_.emplace_back([this, client, upstream] { Forward(upstream, client, SIZE_MAX); });
+    }
+  }
+  void Forward(int from, int to, size_t limit) {
+    std::vector<char> buffer(1 << 16);
+    size_t sent = 0;
+    while (!stop_ && sent < limit) {
+      const ssize_t n = recv(from, buffer.data(), std::min(buffer.size(), limit - sent), 0);
+      if (n <= 0 || send(to, buffer.data(), n, MSG_NOSIGNAL) != n) return;
+      sent += n;
+    }
+    while (!stop_) absl::SleepFor(absl::Milliseconds(50));  // stalled: the connection stays open
+  }
+
+  int target_port_;
+  size_t upload_bytes_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> fds_;  // by the accept thread, then the destructor
+  std::vector<std::thread> threads_;
+};
+
+int64_t RssBytes(pid_t pid) {
+  std::istringstream status(ReadText(absl::StrCat("/proc/", pid, "/status")));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (absl::StartsWith(line, "VmRSS:")) return std::stoll(line.substr(6)) << 10;
+  }
+  return 0;
+}
+
+// Uploads that stall before their message is complete are held within
+// --grpc_memory_mib: past it gRPC resets them RESOURCE_EXHAUSTED (before,
+// 20 stalled 60 MiB uploads held 1.1 GB and nothing was reset), and a
+// well-behaved client decodes meanwhile.
+TEST(ReliabilityTest, StalledUploadsAreHeldWithinTheGrpcMemoryQuota) {
+  constexpr int kUploads = 12;
+  constexpr int64_t kQuotaMib = 32;
+  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1,
+                                             {"--max_message_bytes=16777216", absl::StrCat("--grpc_memory_mib=", kQuotaMib)}),
+                             {"default"});
+  ASSERT_NE(server, nullptr);
+  // 7.5 MiB latents of which 7 MiB arrive: 84 MiB held without a bound.
+  StallingProxy proxy(std::stoi(server->address().substr(server->address().rfind(':') + 1)), size_t{7} << 20);
+  const int64_t rss_before = RssBytes(server->pid());
+  v1::DecodeRequest big = SyntheticRequest("default", {1, 4, 512, 960}, "stalled");
+  std::vector<grpc::Status> results(kUploads);
+  std::vector<std::thread> uploads;
+  for (int i = 0; i < kUploads; ++i) {
+    uploads.emplace_back([&, i] {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+      args.SetMaxSendMessageSize(64 << 20);
+      auto stub = v1::VaeDecoder::NewStub(grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", proxy.port()),
+                                                                    grpc::InsecureChannelCredentials(), args));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+      auto reader = stub->Decode(&ctx, big);
+      v1::DecodeResponse message;
+      while (reader->Read(&message)) {
+      }
+      results[i] = reader->Finish();
+    });
+  }
+  absl::SleepFor(absl::Seconds(5));
+  const int64_t held = RssBytes(server->pid()) - rss_before;
+  v1::DecodeRequest good = Small("meanwhile");
+  good.set_model("default");
+  ExpectOk(Decode(server->stub(), good));
+  for (std::thread& t : uploads) t.join();
+  int reset = 0;
+  for (const grpc::Status& r : results) {
+    EXPECT_NE(r.error_code(), grpc::StatusCode::OK);
+    if (r.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++reset;
+  }
+  // What fits the quota may stay until its deadline; the rest was reset.
+  EXPECT_GE(reset, kUploads - kQuotaMib / 7) << "uploads reset by the quota";
+  EXPECT_LT(held, (kQuotaMib + 48) << 20) << "server memory while the uploads stalled";
+  good.set_request_id("after");
+  ExpectOk(Decode(server->stub(), good));
+}
+
 // The server raises its soft file-descriptor limit to the hard one at start
 // (a soft 1024 ran out under 1000 idle connections, and gRPC 1.51's
 // listener never accepted again).
