@@ -26,8 +26,9 @@ using worker_group_internal::SetDeadline;
 constexpr absl::Duration kStatusDeadline = absl::Seconds(2);
 // How often a job that fits no memory asks the group again.
 constexpr absl::Duration kMemoryPoll = absl::Milliseconds(250);
-// How long the dispatcher waits for the leader to stop a cancelled job.
-constexpr absl::Duration kIdleWait = absl::Seconds(30);
+// How long a leader may take to stop a cancelled job before its group goes
+// out of rotation (most stop within tens of ms: readiness should not flap).
+constexpr absl::Duration kReleaseGrace = absl::Seconds(1);
 
 }  // namespace
 
@@ -266,26 +267,52 @@ GroupDispatcher::LeaderStream GroupDispatcher::ForwardStream(const std::shared_p
   return stream;
 }
 
+bool GroupDispatcher::LeaderIdleWithin(const std::shared_ptr<LeaderConnection>& leader, absl::Duration wait) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, absl::Now() + wait + kStatusDeadline);
+  internal::StatusRequest request;
+  request.set_wait_idle_ms(absl::ToInt64Milliseconds(wait));
+  internal::StatusResponse idle;
+  return leader->stub->Status(&ctx, request, &idle).ok() && idle.idle();
+}
+
 void GroupDispatcher::AwaitLeaderIdle(const std::shared_ptr<LeaderConnection>& leader, const Job& job) {
   // The call ends at once, but the leader stops at its next op: wait for
   // it, so that the group's next request does not start on a busy leader
   // (whose wait would show in no timing field), and measure the release.
-  grpc::ClientContext idle_ctx;
-  SetDeadline(idle_ctx, absl::Now() + kIdleWait + kStatusDeadline);
-  internal::StatusRequest wait;
-  wait.set_wait_idle_ms(absl::ToInt64Milliseconds(kIdleWait));
-  internal::StatusResponse idle;
-  const bool answered = leader->stub->Status(&idle_ctx, wait, &idle).ok();
+  // A leader that takes longer is out of rotation (readiness says so while
+  // no other group serves its models), and rebuilt past the bound.
+  const std::string& group = g_.options.name;
+  bool idle = LeaderIdleWithin(leader, kReleaseGrace);
+  if (!idle) {
+    g_.catalog.GroupPaused(group, true);
+    g_.metrics.SetGroupReady(group, false);
+    spdlog::warn("group={} event=busy_after_cancel request_id={} action=out_of_rotation rebuild_after_s={}", group,
+                 rpc::LogValue(job.request_id()), absl::ToInt64Seconds(g_.options.cancel_release_timeout));
+    idle = LeaderIdleWithin(leader, g_.options.cancel_release_timeout - kReleaseGrace);
+    if (idle) {
+      g_.catalog.GroupPaused(group, false);
+      g_.metrics.SetGroupReady(group, true);
+      spdlog::info("group={} event=released_after_cancel request_id={} action=back_in_rotation", group,
+                   rpc::LogValue(job.request_id()));
+    }
+  }
   {
     absl::MutexLock lock(&g_.mu);
-    g_.leader_may_be_busy = !(answered && idle.idle());
+    g_.leader_may_be_busy = !idle;
   }
   const absl::Time cancelled = job.cancelled_at();
   if (cancelled < absl::InfiniteFuture()) {
     const absl::Duration release = absl::Now() - cancelled;
     g_.metrics.RecordCancelRelease(absl::ToDoubleSeconds(release));
-    spdlog::debug("group={} event=released_after_cancel request_id={} release_ms={:.1f} leader_idle={}",
-                  g_.options.name, rpc::LogValue(job.request_id()), Ms(release), answered && idle.idle());
+    spdlog::debug("group={} event=released_after_cancel request_id={} release_ms={:.1f} leader_idle={}", group,
+                  rpc::LogValue(job.request_id()), Ms(release), idle);
+  }
+  if (!idle) {
+    ReportFailure(leader, absl::StrCat("the leader was still busy ",
+                                       absl::ToInt64Seconds(g_.options.cancel_release_timeout),
+                                       " s after request ", rpc::LogValue(job.request_id()),
+                                       " was cancelled (--cancel_release_timeout_s)"));
   }
 }
 

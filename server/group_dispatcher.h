@@ -47,8 +47,12 @@ class GroupDispatcher {
   // Runs the job on the leader in `mode` and reads its stream into the job.
   LeaderStream ForwardStream(const std::shared_ptr<LeaderConnection>& leader, grpc::ClientContext& ctx,
                              const std::shared_ptr<Job>& job, v1::Mode mode, double queue_ms);
-  // After a cancelled call: waits for the leader to stop, records the release.
+  // After a cancelled call: waits for the leader to stop, records the
+  // release; takes the group out of rotation after a second, and has it
+  // rebuilt past options.cancel_release_timeout.
   void AwaitLeaderIdle(const std::shared_ptr<LeaderConnection>& leader, const Job& job);
+  // Whether the leader reports idle within `wait`.
+  bool LeaderIdleWithin(const std::shared_ptr<LeaderConnection>& leader, absl::Duration wait);
   // Finishes the job from the call's outcome, with its metrics.
   void Conclude(const std::shared_ptr<LeaderConnection>& leader, const std::shared_ptr<Job>& job,
                 const LeaderStream& stream);

@@ -49,14 +49,21 @@ ABSL_FLAG(int, collective_timeout_s, 300, "Worker collective timeout");
 ABSL_FLAG(double, heartbeat_timeout_s, 5,
           "A worker process silent this long (hung, stopped, swapped out) fails its group's request "
           "with UNAVAILABLE and the group is rebuilt; workers beat every 0.25 s. 0 = off");
+ABSL_FLAG(int, cancel_release_timeout_s, 30,
+          "A group whose leader is still busy this long after its request was cancelled is rebuilt; from 1 s "
+          "on it is out of rotation and readiness says so");
 ABSL_FLAG(int64_t, memory_budget_mib, 0,
           "Memory each worker rank may use on its device (its free memory for the exact/tiled/queue "
           "choice; allocations above it fail with an out-of-memory). 0 = CPU: unbounded, GPU: the whole GPU");
 ABSL_FLAG(int, worker_start_timeout_s, 300, "How long a group may take to form and load its models");
 ABSL_FLAG(int64_t, chunk_bytes, 1 << 20, "Largest Chunk.data in a Decode stream");
-ABSL_FLAG(std::string, max_output_pixels, "0",
+ABSL_FLAG(std::string, max_output_pixels, absl::StrCat(vaedecode::server::kDefaultMaxOutputPixels),
           "Largest output one request may ask for, in pixels (batch x frames x height x width): N for every "
-          "model, then MODEL=M overrides (\"268435456,wan=100000000\"); 0 = only --max_message_bytes limits it");
+          "model, then MODEL=M overrides (\"268435456,wan=100000000\"); 0 = only --max_message_bytes limits it. "
+          "The default, 2^28, is 3 GiB of float32 RGB");
+ABSL_FLAG(int64_t, max_attention_tokens, vaedecode::server::kDefaultMaxAttentionTokens,
+          "For models with attention: the most latent positions of one frame (rows x columns) a request may "
+          "have; one attention call runs over them all and its work grows with their square. 0 = no limit");
 ABSL_FLAG(bool, allow_non_finite_latents, false,
           "Decode latents holding NaN/Inf (or values beyond a float16 model's range) instead of refusing them");
 ABSL_FLAG(int64_t, max_call_output_mib, 512,
@@ -160,6 +167,7 @@ int main(int argc, char** argv) {
   options.threads = absl::GetFlag(FLAGS_threads);
   options.collective_timeout_s = absl::GetFlag(FLAGS_collective_timeout_s);
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.cancel_release_timeout = absl::Seconds(absl::GetFlag(FLAGS_cancel_release_timeout_s));
   options.memory_budget_mib = absl::GetFlag(FLAGS_memory_budget_mib);
   options.worker_start_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_start_timeout_s));
   options.chunk_bytes = absl::GetFlag(FLAGS_chunk_bytes);
@@ -170,6 +178,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   options.admission = *admission;
+  options.admission.max_attention_tokens = absl::GetFlag(FLAGS_max_attention_tokens);
   options.admission.allow_non_finite = absl::GetFlag(FLAGS_allow_non_finite_latents);
   options.max_call_output_bytes = absl::GetFlag(FLAGS_max_call_output_mib) << 20;
   options.max_output_buffer_bytes = absl::GetFlag(FLAGS_max_output_buffer_mib) << 20;

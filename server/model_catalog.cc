@@ -93,6 +93,7 @@ std::vector<v1::UnavailableModel> ModelCatalog::GroupReady(const std::string& gr
     for (const v1::UnavailableModel& m : removed) record_failure(m);
     for (auto& [name, groups] : ready_groups_) groups.erase(group);
     for (const v1::ModelInfo& m : models) ready_groups_[m.name()].insert(group);
+    paused_groups_.erase(group);
   }
   Notify();
   return news;
@@ -102,6 +103,19 @@ void ModelCatalog::GroupDown(const std::string& group) {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [name, groups] : ready_groups_) groups.erase(group);
+    paused_groups_.erase(group);
+  }
+  Notify();
+}
+
+void ModelCatalog::GroupPaused(const std::string& group, bool paused) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (paused) {
+      paused_groups_.insert(group);
+    } else {
+      paused_groups_.erase(group);
+    }
   }
   Notify();
 }
@@ -170,7 +184,11 @@ bool ModelCatalog::Serving(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   if (names_.count(name) == 0) return false;
   auto it = ready_groups_.find(name);
-  return it != ready_groups_.end() && !it->second.empty();
+  if (it == ready_groups_.end()) return false;
+  for (const std::string& group : it->second) {
+    if (paused_groups_.count(group) == 0) return true;
+  }
+  return false;
 }
 
 bool ModelCatalog::GroupServes(const std::string& group, const std::string& model) const {

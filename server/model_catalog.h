@@ -43,6 +43,10 @@ class ModelCatalog {
                                                const std::vector<v1::UnavailableModel>& unavailable = {});
   // `group` broke or stopped.
   void GroupDown(const std::string& group);
+  // `group` is (or is no longer) out of rotation while ready: its leader is
+  // still finishing a cancelled request. Serving() leaves it out; a
+  // GroupReady or GroupDown ends the pause.
+  void GroupPaused(const std::string& group, bool paused);
   // The model repository itself is gone (a group could not start for it):
   // every model not loaded by a ready group fails with `reason` until a group
   // loads it again. Returns whether that is news (for the log).
@@ -74,6 +78,7 @@ class ModelCatalog {
   // What each group's latest incarnation loaded (kept while it is down).
   std::map<std::string, std::set<std::string>> group_models_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::set<std::string>> ready_groups_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> paused_groups_ ABSL_GUARDED_BY(mu_);
   std::function<void()> listener_;  // set before concurrent use
 };
 

@@ -175,6 +175,18 @@ absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInf
                      out.width, "), more than this server's limit of ", max_pixels, " for model \"", model.name(),
                      "\" (--max_output_pixels); split the batch or the clip"));
   }
+  // A model has attention when its calibration measured an attention phase.
+  const bool has_attention = model.attention_fixed_bytes() > 0 || model.attention_bytes_per_latent() > 0 ||
+                             model.attention_bytes_per_latent_pair() > 0;
+  const int64_t factor = std::max<int64_t>(1, model.spatial_factor());
+  const int64_t rows = out.height / factor, cols = out.width / factor;
+  if (limits.max_attention_tokens > 0 && has_attention && rows * cols > limits.max_attention_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "latent.shape: ", ShapeString(request.latent().shape()), ": model \"", model.name(),
+        "\" attends over all ", rows, " x ", cols, " = ", rows * cols,
+        " latent positions of a frame in one call, more than this server's limit of ", limits.max_attention_tokens,
+        " (--max_attention_tokens; the work grows with their square); decode a smaller image"));
+  }
   if (limits.allow_non_finite) return absl::OkStatus();
   const ValueScan scan = ScanLatent(request.latent());
   const int64_t numel =

@@ -48,8 +48,13 @@ int64_t PredictTensorOutputBytes(const v1::DecodeRequest& request, const v1::Mod
 
 // What one request may cost, set by flags.
 struct AdmissionLimits {
-  // Output pixels (batch × frames × height × width) of one request; 0: no limit.
+  // Output pixels (batch × frames × height × width) of one request; 0: no
+  // limit. The flag's default is kDefaultMaxOutputPixels.
   int64_t max_output_pixels = 0;
+  // Latent positions of one frame (rows × columns in the VAE's latent
+  // space), for models whose decoder has attention: one attention call runs
+  // over them all, and its work grows with their square. 0: no limit.
+  int64_t max_attention_tokens = 0;
   // Per-model overrides of max_output_pixels.
   std::map<std::string, int64_t> max_output_pixels_per_model;
   // NaN/Inf latents (or values beyond a float16 decode's range) are decoded
@@ -57,12 +62,21 @@ struct AdmissionLimits {
   bool allow_non_finite = false;
 };
 
+// The servers' defaults (docs/OPERATIONS.md says why): 2^28 output pixels
+// (3 GiB of float32 RGB; the longest clips today's pipelines make, e.g.
+// LTX-2's 257 frames of 1216 x 704, are 220 M), and 2^18 attention tokens
+// (a 512 x 512 latent: 4096² images from 8x VAEs, 8192² from 16x ones).
+inline constexpr int64_t kDefaultMaxOutputPixels = int64_t{1} << 28;
+inline constexpr int64_t kDefaultMaxAttentionTokens = int64_t{1} << 18;
+
 // "N" or "N,MODEL=M,..." (N: every model's limit; 0: none). INVALID_ARGUMENT
 // naming the bad piece.
 absl::StatusOr<AdmissionLimits> ParseOutputPixelLimits(const std::string& flag);
 
 // For a request that passed ValidateDecodeRequest. INVALID_ARGUMENT when its
-// output is larger than the model's pixel limit (with both numbers), or when
+// output is larger than the model's pixel limit (with both numbers), when
+// the model has attention and a frame's latent positions exceed the token
+// limit, or when
 // its latent holds non-finite values or values that overflow the model's
 // float16 decode (with the count and the first element), unless allowed.
 absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInfo& model,

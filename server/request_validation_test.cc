@@ -174,6 +174,27 @@ TEST(RequestValidationTest, OutputPixelLimitsParseAndApplyPerModel) {
   EXPECT_TRUE(CheckAdmission(r, m, AdmissionLimits()).ok());  // 0: no limit
 }
 
+// A frame's latent positions are bounded for models with attention only
+// (one call attends over them all): a 1024 x 1024 latent held a CPU group 17
+// minutes in one op.
+TEST(RequestValidationTest, AttentionTokensAreBoundedForModelsWithAttention) {
+  AdmissionLimits limits;
+  limits.max_attention_tokens = kDefaultMaxAttentionTokens;
+  v1::ModelInfo m = Model(false);
+  m.set_spatial_factor(8);
+  const v1::DecodeRequest fits = Request({1, 16, 512, 512});
+  const v1::DecodeRequest over = Request({1, 16, 512, 513});
+  EXPECT_TRUE(CheckAdmission(over, m, limits).ok()) << "no attention measured: no token bound";
+  m.set_attention_bytes_per_latent(1000);
+  EXPECT_TRUE(CheckAdmission(fits, m, limits).ok());
+  const absl::Status refused = CheckAdmission(over, m, limits);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("512 x 513 = 262656 latent positions"));
+  EXPECT_THAT(refused.message(), HasSubstr("limit of 262144 (--max_attention_tokens"));
+  limits.max_attention_tokens = 0;
+  EXPECT_TRUE(CheckAdmission(over, m, limits).ok());  // 0: no limit
+}
+
 TEST(RequestValidationTest, NonFiniteLatentsAreCountedAndRefusedUnlessAllowed) {
   v1::ModelInfo m = Model(false);
   v1::DecodeRequest r = Request({1, 16, 2, 2});

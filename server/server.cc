@@ -123,6 +123,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                                    options.max_message_bytes));
   }
 
+  if (options.admission.max_attention_tokens < 0) {
+    return absl::InvalidArgumentError("--max_attention_tokens must not be negative (0: no limit)");
+  }
+  if (options.cancel_release_timeout < absl::Seconds(2)) {
+    return absl::InvalidArgumentError("--cancel_release_timeout_s must be at least 2");
+  }
   if (options.heartbeat_timeout != absl::ZeroDuration() && options.heartbeat_timeout < absl::Seconds(1)) {
     // Beats come every 0.25 s; less than four of them would fail busy ranks.
     return absl::InvalidArgumentError("--heartbeat_timeout_s must be 0 (off) or at least 1");
@@ -303,6 +309,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     g.threads = options.threads;
     g.collective_timeout_s = options.collective_timeout_s;
     g.heartbeat_timeout = options.heartbeat_timeout;
+    g.cancel_release_timeout = options.cancel_release_timeout;
     g.memory_budget_mib = options.memory_budget_mib;
     g.socket_dir = s->socket_dir_;
     g.start_timeout = options.worker_start_timeout;

@@ -70,6 +70,7 @@ struct ServerOptions {
   int threads = 1;
   int collective_timeout_s = 300;
   absl::Duration heartbeat_timeout = absl::Seconds(5);  // zero: off (see WorkerGroupOptions)
+  absl::Duration cancel_release_timeout = absl::Seconds(30);  // see WorkerGroupOptions
   int64_t memory_budget_mib = 0;  // per rank; 0 = CPU: unbounded (no memory-based mode choice), GPU: whole GPU
   absl::Duration worker_start_timeout = absl::Minutes(5);
   int64_t chunk_bytes = 1 << 20;  // largest Chunk.data the leader sends

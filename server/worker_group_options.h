@@ -27,6 +27,9 @@ struct WorkerGroupOptions {
   // A rank whose heartbeats stop for this long is hung: the group is failed
   // and rebuilt. Zero: no heartbeats (only exits and collective timeouts).
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // A leader still busy this long after its request was cancelled is
+  // rebuilt (it is out of rotation, and readiness false, from 1 s on).
+  absl::Duration cancel_release_timeout = absl::Seconds(30);
 };
 
 }  // namespace vaedecode::server

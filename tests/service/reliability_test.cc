@@ -138,6 +138,56 @@ TEST(ReliabilityTest, ACancelledDenseDecodeOnAGroupLeavesItInStep) {
   for (const WorkerProcess& w : before) EXPECT_EQ(Rank(*server, w.rank).pid, w.pid);
 }
 
+// A leader still busy after its request was cancelled (here: stopped, with
+// heartbeats off, as one long op would keep it) takes its group out of
+// rotation within a second or two: health (the model's and the server's)
+// says NOT_SERVING
+// (before, SERVING throughout, and after 30 s new requests went to the busy
+// leader), and past --cancel_release_timeout_s the group is rebuilt.
+TEST(ReliabilityTest, AGroupWhoseLeaderIsBusyAfterACancelIsOutOfRotationThenRebuilt) {
+  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1,
+                                             {"--heartbeat_timeout_s=0", "--cancel_release_timeout_s=6"}),
+                             {"default"});
+  ASSERT_NE(server, nullptr);
+  const WorkerProcess leader = Rank(*server, 0);
+  ASSERT_GT(leader.pid, 0);
+  v1::DecodeRequest long_request = SyntheticRequest("default", {64, 4, 32, 32}, "cancelled");
+  {
+    BackgroundDecode cancelled(*server, long_request, absl::Seconds(120));
+    ExpectReached(server->WaitMetric("vaedecode_in_flight", {}, 1));
+    ASSERT_EQ(kill(leader.pid, SIGSTOP), 0);
+    ASSERT_TRUE(cancelled.Cancel());
+    EXPECT_EQ(cancelled.Join().status.error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_TRUE(server->WaitServing(std::string(kModelHealth) + "default", false, absl::Seconds(5)).ok());
+  EXPECT_TRUE(server->WaitServing("", false, absl::Seconds(1)).ok());
+  ExpectReached(server->WaitMetric("vaedecode_group_ready", {"group=\"g0\""}, 0, absl::Seconds(1)));
+  // Past the bound: rebuilt, serving again, and decoding.
+  ExpectReached(server->WaitMetric("vaedecode_worker_restarts_total", {"group=\"g0\""}, 1, absl::Seconds(30)));
+  ASSERT_TRUE(server->WaitServing(std::string(kModelHealth) + "default", true, absl::Seconds(60)).ok());
+  v1::DecodeRequest small = Small("after");
+  small.set_model("default");
+  ExpectOk(Decode(server->stub(), small));
+  EXPECT_THAT(server->Log(), HasSubstr("event=busy_after_cancel request_id=cancelled action=out_of_rotation"));
+  EXPECT_THAT(server->Log(), HasSubstr("the leader was still busy 6 s after request cancelled was cancelled"));
+}
+
+// With the default limits, the 1024 x 1024 latent (one attention
+// call over a million positions: 17 minutes of a CPU group) is refused at
+// admission, naming the flag; a 512 x 512 one is admitted.
+TEST(ReliabilityTest, TheDefaultLimitsRefuseAnAttentionThatWouldHoldAGroupForMinutes) {
+  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1), {"default"});
+  ASSERT_NE(server, nullptr);
+  const DecodeOutcome refused = Decode(server->stub(), SyntheticRequest("default", {1, 4, 1024, 1024}));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("1024 x 1024 = 1048576 latent positions"));
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("--max_attention_tokens"));
+  // Admitted (and cancelled by its deadline: only its admission matters here).
+  const DecodeOutcome admitted =
+      Decode(server->stub(), SyntheticRequest("default", {1, 4, 512, 512}), absl::Milliseconds(1500));
+  EXPECT_EQ(admitted.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << admitted.status.error_message();
+}
+
 // Sets $HOME to a folder of its own while it lives: the workers cache their
 // calibration profiles under $HOME, and a doctored one must not reach the
 // tests after the one that made it.
