@@ -189,6 +189,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       return absl::UnavailableError(absl::StrCat("--metrics_listen=", options.metrics_listen, ": ", e.what()));
     }
     s->exposer_->RegisterCollectable(s->registry_);
+    s->grpc_call_counts_ = std::make_shared<GrpcCallCounts>();
+    s->exposer_->RegisterCollectable(s->grpc_call_counts_);
     const std::vector<int> ports = s->exposer_->GetListeningPorts();
     s->metrics_port_ = ports.empty() ? 0 : ports[0];
   }

@@ -37,6 +37,7 @@
 #include "server/public_reflection.h"
 #include "server/request_validation.h"
 #include "server/scheduler.h"
+#include "server/grpc_call_counts.h"
 #include "server/worker_group.h"
 
 namespace vaedecode::server {
@@ -132,6 +133,7 @@ class Server {
   bool drained_ = false;
 
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<GrpcCallCounts> grpc_call_counts_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<ModelCatalog> catalog_;
   std::unique_ptr<Scheduler> scheduler_;

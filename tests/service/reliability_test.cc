@@ -713,7 +713,8 @@ int64_t RssBytes(pid_t pid) {
 // Uploads that stall before their message is complete are held within
 // --grpc_memory_mib: past it gRPC resets them RESOURCE_EXHAUSTED (before,
 // 20 stalled 60 MiB uploads held 1.1 GB and nothing was reset), and a
-// well-behaved client decodes meanwhile.
+// well-behaved client decodes meanwhile. None reaches a handler, so they
+// are counted by vaedecode_grpc_calls_total (before, by no metric).
 TEST(ReliabilityTest, StalledUploadsAreHeldWithinTheGrpcMemoryQuota) {
   constexpr int kUploads = 12;
   constexpr int64_t kQuotaMib = 32;
@@ -757,6 +758,11 @@ TEST(ReliabilityTest, StalledUploadsAreHeldWithinTheGrpcMemoryQuota) {
   // What fits the quota may stay until its deadline; the rest was reset.
   EXPECT_GE(reset, kUploads - kQuotaMib / 7) << "uploads reset by the quota";
   EXPECT_LT(held, (kQuotaMib + 48) << 20) << "server memory while the uploads stalled";
+  // No handler saw them (reset, or past their deadline before their message
+  // was whole): only gRPC's own counts have them.
+  ExpectReached(server->WaitMetric("vaedecode_grpc_calls_total", {"outcome=\"failed\""},
+                                   [](double failed) { return failed >= kUploads; }));
+  EXPECT_THAT(server->Log(), ::testing::Not(HasSubstr("id=stalled")));
   good.set_request_id("after");
   ExpectOk(Decode(server->stub(), good));
 }
