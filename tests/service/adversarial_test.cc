@@ -3,9 +3,11 @@
 // client keeps decoding: malformed requests, a request that can never fit,
 // costly, non-finite and oversized requests, forged log lines, a stalled
 // reader, a cancelled long decode, a stopped and a killed worker, probes of
-// the internal protocol. The server must answer each with a clear status,
-// keep serving, and lose nothing: every call it received ends, and is
-// counted, exactly once.
+// the internal protocol; and issue 35's list: a model that cannot load, a
+// gzip request, a stalled upload, an attention over too many positions,
+// slowloris connections on the HTTP and metrics ports. The server must
+// answer each with a clear status, keep serving, and lose nothing: every
+// call it received ends, and is counted, exactly once.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,11 +21,14 @@
 #include <map>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "tests/fixtures/fixture_paths.h"
+#include "tests/service/attacks.h"
 #include "tests/service/service_checks.h"
 #include "tests/service/service_harness.h"
 
@@ -79,13 +84,26 @@ class WellBehavedClient {
 
 TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
   const std::string repo = FixtureRepository({"sd_kl"});
-  auto server = StartServing(RealWorkerFlags(repo, "cpu:2", 2,
-                                             {"--memory_budget_mib=512", "--heartbeat_timeout_s=2",
-                                              "--stream_stall_timeout_s=2", "--max_output_pixels=0,sd_kl=3000000",
-                                              "--max_message_bytes=4194304", "--chunk_bytes=65536", "--max_queue=64"}),
-                             {"sd_kl"});
+  nlohmann::json zero_groups = nlohmann::json::parse(std::ifstream(FixturePath("sd_kl/config.json")));
+  zero_groups["norm_num_groups"] = 0;  // SIGFPE'd every worker at load
+  WriteModelFolder(repo + "/zero_groups", zero_groups, "sd_kl");
+  auto server = StartServing(
+      RealWorkerFlags(repo, "cpu:2", 2,
+                      {"--memory_budget_mib=512", "--heartbeat_timeout_s=2", "--stream_stall_timeout_s=2",
+                       "--max_output_pixels=0,sd_kl=3000000", "--max_message_bytes=4194304", "--chunk_bytes=65536",
+                       "--max_queue=64", "--max_attention_tokens=2048", "--http_listen=127.0.0.1:0",
+                       "--http_header_timeout_s=2"}),
+      {"sd_kl"});
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(server->WaitWorkers(2, absl::Seconds(10)).ok());
+  // Slow connections on the metrics port throughout: every scrape below
+  // must still be answered.
+  std::vector<std::thread> slow_scrapers;
+  for (int i = 0; i < 8; ++i) {
+    slow_scrapers.emplace_back([port = server->metrics_port()] {
+      TrickleHttpRequest(port, "GET /metrics HTTP/1.1\r\n", std::string(600, 'X'), 0.5, 30);
+    });
+  }
   int sent = 0;  // calls this test makes, besides the well-behaved client's
   const auto call = [&](const v1::DecodeRequest& r, absl::Duration deadline = absl::Seconds(60)) {
     ++sent;
@@ -152,7 +170,51 @@ TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
     EXPECT_EQ(stalled.status.error_code(), grpc::StatusCode::CANCELLED) << stalled.status.error_message();
   }
 
-  // 6. A stopped peer during a decode, then a killed leader: the decode
+  // 6. Issue 35's list.
+  // A model that cannot load is unavailable by name; sd_kl is served.
+  const DecodeOutcome unloadable = call([&] {
+    v1::DecodeRequest r = Small("to-a-bad-model");
+    r.set_model("zero_groups");
+    return r;
+  }());
+  EXPECT_EQ(unloadable.status.error_code(), grpc::StatusCode::UNAVAILABLE) << unloadable.status.error_message();
+  EXPECT_THAT(unloadable.status.error_message(), HasSubstr("norm_num_groups"));
+  // A gzip request is refused before it inflates (by gRPC: no handler runs).
+  {
+    grpc::ClientContext ctx;
+    ctx.set_compression_algorithm(GRPC_COMPRESS_GZIP);
+    auto reader = server->stub().Decode(&ctx, Small("gzip"));
+    v1::DecodeResponse message;
+    while (reader->Read(&message)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  }
+  // An attention over more positions than --max_attention_tokens (64 x 64).
+  const DecodeOutcome attention = call(SyntheticRequest("sd_kl", {1, 4, 64, 64}));
+  EXPECT_EQ(attention.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(attention.status.error_message(), HasSubstr("--max_attention_tokens"));
+  // An upload that stalls before its message is whole ends at its deadline;
+  // only gRPC's own counts have it (no handler ran).
+  {
+    const absl::StatusOr<std::string> before = server->ScrapeMetrics();
+    ASSERT_TRUE(before.ok()) << before.status();
+    const double failed_before = MetricValue(*before, "vaedecode_grpc_calls_total", {"outcome=\"failed\""});
+    StallingProxy proxy(std::stoi(server->address().substr(server->address().rfind(':') + 1)), size_t{3} << 20);
+    auto stub = v1::VaeDecoder::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", proxy.port()),
+                                                            grpc::InsecureChannelCredentials()));
+    const DecodeOutcome stalled =
+        Decode(*stub, SyntheticRequest("sd_kl", {1, 4, 480, 480}, "stalled-upload"), absl::Seconds(3));
+    EXPECT_EQ(stalled.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << stalled.status.error_message();
+    ExpectReached(server->WaitMetric("vaedecode_grpc_calls_total", {"outcome=\"failed\""},
+                                     [&](double failed) { return failed >= failed_before + 1; }));
+  }
+  // Slowloris on the HTTP port: cut at --http_header_timeout_s with a 408.
+  const std::string slowloris = TrickleHttpRequest(server->http_port(), "GET /health HTTP/1.1\r\n",
+                                                   std::string(200, 'X'), 0.2, 30);
+  EXPECT_TRUE(absl::StartsWith(slowloris, "HTTP/1.1 408")) << slowloris;
+  EXPECT_THAT(slowloris, HasSubstr("--http_header_timeout_s"));
+
+  // 7. A stopped peer during a decode, then a killed leader: the decode
   // fails UNAVAILABLE, the group is rebuilt and serves again.
   const auto fail_rank_during_a_decode = [&](int rank, int sig, const std::string& id) {
     const WorkerProcess victim_rank = Rank(*server, rank);
@@ -199,6 +261,8 @@ TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
     EXPECT_FALSE(absl::StartsWith(line, "request id=forged")) << line;
   }
   EXPECT_EQ(server->Serving("vaedecode.v1.VaeDecoder").value_or(false), true);
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("id=stalled-upload")));
+  for (std::thread& t : slow_scrapers) t.join();
 }
 
 }  // namespace

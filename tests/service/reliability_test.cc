@@ -35,6 +35,7 @@
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "tests/fixtures/fixture_paths.h"
+#include "tests/service/attacks.h"
 #include "tests/service/service_checks.h"
 #include "tests/service/service_harness.h"
 
@@ -635,72 +636,6 @@ TEST(ReliabilityTest, CompressedRequestsAreRefusedBeforeTheyInflate) {
   ExpectOk(Decode(server->stub(), request));
 }
 
-// A TCP proxy to the server that forwards each connection's first
-// `upload_bytes` upstream and then nothing more, holding the connection: a
-// client whose upload stalls before its message is complete.
-class StallingProxy {
- public:
-  StallingProxy(int target_port, size_t upload_bytes) : target_port_(target_port), upload_bytes_(upload_bytes) {
-    listener_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr = Loopback(0);
-    bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    listen(listener_, 64);
-    socklen_t len = sizeof(addr);
-    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    threads_.emplace_back([this] { Accept(); });
-  }
-  ~StallingProxy() {
-    stop_ = true;
-    shutdown(listener_, SHUT_RDWR);
-    for (int fd : fds_) shutdown(fd, SHUT_RDWR);
-    for (std::thread& t : threads_) t.join();
-    for (int fd : fds_) close(fd);
-    close(listener_);
-  }
-  int port() const { return port_; }
-
- private:
-  static sockaddr_in Loopback(int port) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-    return addr;
-  }
-  void Accept() {
-    for (;;) {
-      const int client = accept(listener_, nullptr, nullptr);
-      if (client < 0 || stop_) return;
-      const int upstream = socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in addr = Loopback(target_port_);
-      connect(upstream, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-      fds_.push_back(client);
-      fds_.push_back(upstream);
-      threads_.emplace_back([this, client, upstream] { Forward(client, upstream, upload_bytes_); });
-      threads_.emplace_back([this, client, upstream] { Forward(upstream, client, SIZE_MAX); });
-    }
-  }
-  void Forward(int from, int to, size_t limit) {
-    std::vector<char> buffer(1 << 16);
-    size_t sent = 0;
-    while (!stop_ && sent < limit) {
-      const ssize_t n = recv(from, buffer.data(), std::min(buffer.size(), limit - sent), 0);
-      if (n <= 0 || send(to, buffer.data(), n, MSG_NOSIGNAL) != n) return;
-      sent += n;
-    }
-    while (!stop_) absl::SleepFor(absl::Milliseconds(50));  // stalled: the connection stays open
-  }
-
-  int target_port_;
-  size_t upload_bytes_;
-  int listener_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::vector<int> fds_;  // by the accept thread, then the destructor
-  std::vector<std::thread> threads_;
-};
-
 int64_t RssBytes(pid_t pid) {
   std::istringstream status(ReadText(absl::StrCat("/proc/", pid, "/status")));
   std::string line;
@@ -838,18 +773,6 @@ std::vector<std::string> WarningsAndErrors(const std::string& log) {
   return found;
 }
 
-// Starts of multi-rank groups and SIGTERM stops, several times over: none
-// may print a warning or an error (c10d connect retries, a group reported
-// broken by the shutdown's own order).
-// A model folder beside sd_kl: `config` with its weights linked in.
-void WriteModelFolder(const std::string& dir, const nlohmann::json& config, const std::string& weights_fixture) {
-  std::filesystem::create_directory(dir);
-  std::ofstream(dir + "/config.json") << config.dump();
-  std::filesystem::create_symlink(
-      std::filesystem::absolute(FixturePath(weights_fixture + "/diffusion_pytorch_model.safetensors")),
-      dir + "/diffusion_pytorch_model.safetensors");
-}
-
 // Models that cannot load — a config that used to divide by zero in the
 // worker (norm_num_groups 0), widths whose convolutions would take 36 TB,
 // a folder that is a symlink loop, a dangling link — are unavailable by
@@ -959,6 +882,9 @@ TEST(ReliabilityTest, RequestsForAModelWhoseFolderIsGoneFailAtOnce) {
   ExpectReached(server->WaitMetric("vaedecode_model_load_failed", {"model=\"sd_kl\""}, 0));
 }
 
+// Starts of multi-rank groups and SIGTERM stops, several times over: none
+// may print a warning or an error (c10d connect retries, a group reported
+// broken by the shutdown's own order).
 TEST(ReliabilityTest, CleanStartsAndStopsLogNoWarningOrError) {
   const std::string repo = FixtureRepository({"sd_kl"});
   for (int round = 0; round < 4; ++round) {
