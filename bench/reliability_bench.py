@@ -22,18 +22,39 @@ Prints Markdown tables and writes the samples to OUT_DIR/reliability_bench.json.
     /usr/bin/python3 bench/reliability_bench.py
     /usr/bin/python3 bench/reliability_bench.py --trials 1 --queued 8     # quick
 
+With --attacks (issue 35), instead: the attacks that took resources without
+bound, each on a fresh server (embedded model, cpu:1), for this build and,
+with --before_bin, an older one in the same run (its flags must exist there):
+
+4. Release after a cancelled long attention: a 1x4x256x256 latent (one
+   attention over 65536 positions) cancelled after --attention_cancel_s; the
+   time until a small request sent right then is answered.
+5. Compressed bodies: 8 HTTP POSTs of 64 MiB of zeros gzipped (64 KiB each)
+   and 4 gRPC calls of a 60 MiB latent of zeros with gzip compression (each
+   refused once read: a shape the body does not match, an unknown model); the
+   server's peak RSS (VmHWM) above its RSS before.
+6. Partial uploads: 20 gRPC calls of a 60 MiB latent through a proxy that
+   stops forwarding after 55 MiB; the server's peak RSS above its RSS before,
+   over 20 s.
+
+    git worktree add /tmp/before 440874b^ && (cd /tmp/before && bazel build //server:vaedecode_server //worker:vaedecode_worker)
+    /usr/bin/python3 bench/reliability_bench.py --attacks --before_bin /tmp/before/bazel-bin
+
 Needs Debian's python3-grpcio and python3-numpy; stubs as in service_bench.py.
 """
 import argparse
 import datetime
+import gzip
 import json
 import os
 import re
 import signal
+import socket
 import statistics
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import grpc
@@ -191,6 +212,177 @@ def queued_memory(server, stub, metrics_port, count, seed):
             "per_request_bytes": held / count}
 
 
+def peak_rss_bytes(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def attack_server(args, bin_dir, name, flags=()):
+    """A fresh server of `bin_dir` (embedded model, cpu:1), serving."""
+    sub_args = argparse.Namespace(**{**vars(args), "bin": bin_dir, "devices": "cpu:1", "group_size": 1, "threads": 1,
+                                     "out_dir": os.path.join(args.out_dir, name), "server_flags": list(flags)})
+    os.makedirs(sub_args.out_dir, exist_ok=True)
+    server = sb.Server(sub_args)
+    server.wait_served("default")
+    ready = open(server.ready).read()
+    server.metrics_port = int(re.search(r"metrics_port=(\d+)", ready).group(1))
+    http = re.search(r"http_port=(\d+)", ready)
+    server.http_port = int(http.group(1)) if http else 0
+    return server
+
+
+def long_attention_release(args, bin_dir, name):
+    server = attack_server(args, bin_dir, name)
+    stub = pb2_grpc.VaeDecoderStub(vc.channel(server.address))
+    vc.decode(stub, request(SMALL, 0))  # warm-up
+    releases = []
+    for i in range(args.trials):
+        call = stub.Decode(request((1, 4, 256, 256), 70 + i, "long-attention", "dense"), timeout=3600)
+        wait_running(server.metrics_port)
+        time.sleep(args.attention_cancel_s)
+        call.cancel()
+        cancelled = time.monotonic()
+        vc.decode(stub, request(SMALL, 80 + i, "after-cancel"))
+        releases.append(time.monotonic() - cancelled)
+    server.stop()
+    return releases
+
+
+def compressed_bodies(args, bin_dir, name):
+    server = attack_server(args, bin_dir, name, ["--http_listen=127.0.0.1:0"])
+    base = rss_bytes(server.proc.pid)
+    bomb = gzip.compress(b"\0" * (64 << 20))
+    answers = []
+
+    def http_post():
+        # A shape the body does not match: refused once read, never decoded.
+        req = urllib.request.Request(f"http://127.0.0.1:{server.http_port}/?shape=1&shape=4&shape=8&shape=8"
+                                     "&dtype=float32", data=bomb, headers={"Content-Encoding": "gzip"})
+        try:
+            answers.append(urllib.request.urlopen(req, timeout=120).status)
+        except urllib.error.HTTPError as e:
+            answers.append(e.code)
+        except OSError as e:
+            answers.append(type(e).__name__)
+
+    latent = np.zeros((1, 4, 1920, 2048), np.float32)  # 60 MiB
+    zeros = pb2.DecodeRequest(model="no-such-model", latent=vc.latent_tensor(latent))  # refused once inflated
+
+    def grpc_call():
+        channel = grpc.insecure_channel(server.address, options=[("grpc.max_send_message_length", 1 << 30),
+                                                                 ("grpc.use_local_subchannel_pool", 1)])
+        try:
+            for _ in pb2_grpc.VaeDecoderStub(channel).Decode(zeros, timeout=120, compression=grpc.Compression.Gzip):
+                pass
+            answers.append("OK")
+        except grpc.RpcError as e:
+            answers.append(e.code().name)
+
+    threads = [threading.Thread(target=http_post) for _ in range(8)] + [
+        threading.Thread(target=grpc_call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    peak = peak_rss_bytes(server.proc.pid) - base
+    server.stop()
+    return {"peak_growth_bytes": peak, "answers": [str(a) for a in answers]}
+
+
+def partial_uploads(args, bin_dir, name, uploads=20, stop_after=55 << 20):
+    server = attack_server(args, bin_dir, name)
+    host, port = server.address.split(":")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    stop = threading.Event()
+
+    def pump(src, dst, limit):
+        sent = 0
+        try:
+            while sent < limit:
+                data = src.recv(min(65536, limit - sent))
+                if not data:
+                    return
+                dst.sendall(data)
+                sent += len(data)
+            stop.wait()  # stalled: the connection stays open
+        except OSError:
+            pass
+
+    def proxy():
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection((host, int(port)))
+            threading.Thread(target=pump, args=(client, upstream, stop_after), daemon=True).start()
+            threading.Thread(target=pump, args=(upstream, client, 1 << 62), daemon=True).start()
+
+    threading.Thread(target=proxy, daemon=True).start()
+    base = rss_bytes(server.proc.pid)
+    latent = np.zeros((1, 4, 1920, 2048), np.float32)  # 60 MiB
+    big = pb2.DecodeRequest(model="default", latent=vc.latent_tensor(latent))
+    codes = []
+
+    def call():
+        channel = grpc.insecure_channel(f"127.0.0.1:{listener.getsockname()[1]}", options=[
+            ("grpc.max_send_message_length", 1 << 30), ("grpc.use_local_subchannel_pool", 1)])
+        try:
+            for _ in pb2_grpc.VaeDecoderStub(channel).Decode(big, timeout=20):
+                pass
+            codes.append("OK")
+        except grpc.RpcError as e:
+            codes.append(e.code().name)
+
+    threads = [threading.Thread(target=call, daemon=True) for _ in range(uploads)]
+    for t in threads:
+        t.start()
+    # The calls' deadline is 20 s, but a Python client whose stream cannot
+    # write its cancel may never return: the wait is bounded here.
+    give_up = time.monotonic() + 40
+    for t in threads:
+        t.join(max(0.0, give_up - time.monotonic()))
+    codes += ["no answer"] * (uploads - len(codes))
+    peak = peak_rss_bytes(server.proc.pid) - base
+    stop.set()
+    listener.close()
+    server.stop()
+    return {"peak_growth_bytes": peak, "codes": codes}
+
+
+def attacks(args):
+    builds = [("after", args.bin)] + ([("before", args.before_bin)] if args.before_bin else [])
+    results = {}
+    for label, bin_dir in builds:
+        results[label] = {
+            "release_s": long_attention_release(args, bin_dir, f"{label}-attention"),
+            "compressed": compressed_bodies(args, bin_dir, f"{label}-compressed"),
+            "partial": partial_uploads(args, bin_dir, f"{label}-partial"),
+        }
+    med = statistics.median
+    labels = [label for label, _ in builds]
+    print(f"## Attacks ({datetime.date.today()}, embedded model on cpu:1, {args.trials} trials; "
+          + ", ".join(f"{label}: {bin_dir}" for label, bin_dir in builds) + ")\n")
+    print("| what | " + " | ".join(labels) + " |")
+    print("|---|" + "---|" * len(labels))
+    print(f"| cancelled 1x4x256x256 decode (attention over 65536 positions) after {args.attention_cancel_s:g} s -> "
+          "next request answered (median) | " + " | ".join(f"{med(results[l]['release_s']):.2f} s" for l in labels)
+          + " |")
+    print("| peak server RSS growth, 8 gzip HTTP bodies (64 MiB inflated) + 4 gzip gRPC calls (60 MiB) | "
+          + " | ".join(f"{results[l]['compressed']['peak_growth_bytes'] / 2**20:.0f} MiB" for l in labels) + " |")
+    print("| peak server RSS growth, 20 gRPC uploads of 60 MiB stalled after 55 MiB | "
+          + " | ".join(f"{results[l]['partial']['peak_growth_bytes'] / 2**20:.0f} MiB" for l in labels) + " |")
+    for l in labels:
+        print(f"\n{l}: compressed answers {sorted(results[l]['compressed']['answers'])}; "
+              f"stalled uploads {sorted(results[l]['partial']['codes'])}")
+    with open(os.path.join(args.out_dir, "reliability_attacks.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default=None)
@@ -201,9 +393,15 @@ def main():
     parser.add_argument("--heartbeat_timeout_s", type=float, default=5)
     parser.add_argument("--fixtures", default=os.path.join(HERE, "..", "..", "shared", "fixtures"),
                         help="the shared fixtures (for the ltx2 model)")
+    parser.add_argument("--attacks", action="store_true", help="issue 35's attacks instead (see above)")
+    parser.add_argument("--before_bin", default=None, help="with --attacks: an older build's bazel-bin, side by side")
+    parser.add_argument("--attention_cancel_s", type=float, default=3)
     args = parser.parse_args()
     args.bin = args.bin or sb.bazel_bin()
     os.makedirs(args.out_dir, exist_ok=True)
+    if args.attacks:
+        attacks(args)
+        return
     args.devices, args.group_size, args.threads = "cpu:2", 2, 1
     args.server_flags = [f"--heartbeat_timeout_s={args.heartbeat_timeout_s}"]
     server = sb.Server(args)

@@ -208,15 +208,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   s->reflection_v1alpha_ = std::make_unique<ReflectionV1Alpha>(*s->surface_);
   s->unserved_ = std::make_unique<UnservedMethods>(*s->surface_);
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, credentials, &s->port_);
+  // The port is ours (server/grpc_listener.h): gRPC 1.51's own listener
+  // stops for good once descriptors run out.
+  ASSIGN_OR_RETURN(s->listener_, GrpcListener::Bind(options.listen));
+  s->port_ = s->listener_->port();
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, credentials);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->oip_.get());
   builder.RegisterService(s->reflection_v1_.get());
   builder.RegisterService(s->reflection_v1alpha_.get());
   builder.RegisterCallbackGenericService(s->unserved_.get());
-  // gRPC binds with SO_REUSEPORT by default: a second server on the same
-  // port would start and take half the connections. One owner per port.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Compressed requests are refused (UNIMPLEMENTED, naming the algorithm):
   // gRPC inflates a message before any limit applies, and 1 MiB of gzip
   // became 1.1 GB of server memory. Latents hardly compress anyway.
@@ -247,6 +250,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (!s->grpc_server_ || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on --listen=", options.listen));
   }
+  s->listener_->Start(std::move(acceptor));
   s->catalog_->SetListener([raw] {
     raw->UpdateHealth();
     raw->FailQueuedForUnloadableModels();
@@ -393,6 +397,7 @@ absl::Status Server::Drain(absl::Duration timeout) {
   // Its requests are done or cancelled by now: this closes the port.
   if (http_) http_->Stop();
   // Cancels whatever is left; returns once every call is done.
+  listener_->Stop();
   grpc_server_->Shutdown(absl::ToChronoTime(absl::Now()));
   grpc_server_->Wait();
   spdlog::debug("event=drain_grpc_down ms={:.0f}", absl::ToDoubleMilliseconds(absl::Now() - start));

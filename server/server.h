@@ -38,6 +38,7 @@
 #include "server/request_validation.h"
 #include "server/scheduler.h"
 #include "server/grpc_call_counts.h"
+#include "server/grpc_listener.h"
 #include "server/worker_group.h"
 
 namespace vaedecode::server {
@@ -134,6 +135,7 @@ class Server {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<GrpcCallCounts> grpc_call_counts_;
+  std::unique_ptr<GrpcListener> listener_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<ModelCatalog> catalog_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -725,6 +725,40 @@ TEST(ReliabilityTest, TheFileDescriptorLimitIsRaisedAtStart) {
   EXPECT_THAT(files, ::testing::ContainsRegex(absl::StrCat("Max open files +", hard, " +", hard)));
 }
 
+// Once the server runs out of file descriptors, connections beyond are shed
+// (closed at once) and the gRPC port serves again when descriptors are
+// free; gRPC 1.51's own listener stopped accepting for good.
+TEST(ReliabilityTest, TheGrpcPortRecoversAfterTheFileDescriptorsRanOut) {
+  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1), {"default"});
+  ASSERT_NE(server, nullptr);
+  const struct rlimit few = {200, 200};
+  ASSERT_EQ(prlimit(server->pid(), RLIMIT_NOFILE, &few, nullptr), 0) << std::strerror(errno);
+  const int port = std::stoi(server->address().substr(server->address().rfind(':') + 1));
+  std::vector<int> flood;
+  for (int i = 0; i < 400; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    flood.push_back(fd);
+  }
+  absl::SleepFor(absl::Seconds(2));  // the server accepts what it can and sheds the rest
+  for (int fd : flood) close(fd);
+  v1::DecodeRequest small = Small("after-the-flood");
+  small.set_model("default");
+  DecodeOutcome out;
+  for (int attempt = 0; attempt < 30; ++attempt) {  // until gRPC has closed the flood's connections
+    auto stub = v1::VaeDecoder::NewStub(grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+    out = Decode(*stub, small, absl::Seconds(5));
+    if (out.status.ok()) break;
+    absl::SleepFor(absl::Seconds(1));
+  }
+  ExpectOk(out);
+  EXPECT_THAT(server->Log(), HasSubstr("event=connection_shed"));
+}
+
 // A --socket_dir the leaders cannot bind in is refused at start, by name;
 // before, every group restarted forever.
 TEST(ReliabilityTest, ABadSocketDirIsRefusedAtStart) {
