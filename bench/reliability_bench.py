@@ -29,7 +29,7 @@ with --before_bin, an older one in the same run (its flags must exist there):
 4. Release after a cancelled long attention: a 1x4x256x256 latent (one
    attention over 65536 positions) cancelled after --attention_cancel_s; the
    time until a small request sent right then is answered.
-5. Compressed bodies: 8 HTTP POSTs of 64 MiB of zeros gzipped (64 KiB each)
+5. Compressed bodies: 8 HTTP POSTs of 256 MiB of zeros gzipped (256 KiB each)
    and 4 gRPC calls of a 60 MiB latent of zeros with gzip compression (each
    refused once read: a shape the body does not match, an unknown model); the
    server's peak RSS (VmHWM) above its RSS before.
@@ -253,7 +253,7 @@ def long_attention_release(args, bin_dir, name):
 def compressed_bodies(args, bin_dir, name):
     server = attack_server(args, bin_dir, name, ["--http_listen=127.0.0.1:0"])
     base = rss_bytes(server.proc.pid)
-    bomb = gzip.compress(b"\0" * (64 << 20))
+    bomb = gzip.compress(b"\0" * (256 << 20))  # 256 KiB: 4x --max_message_bytes once inflated
     answers = []
 
     def http_post():
@@ -372,7 +372,7 @@ def attacks(args):
     print(f"| cancelled 1x4x256x256 decode (attention over 65536 positions) after {args.attention_cancel_s:g} s -> "
           "next request answered (median) | " + " | ".join(f"{med(results[l]['release_s']):.2f} s" for l in labels)
           + " |")
-    print("| peak server RSS growth, 8 gzip HTTP bodies (64 MiB inflated) + 4 gzip gRPC calls (60 MiB) | "
+    print("| peak server RSS growth, 8 gzip HTTP bodies (256 MiB inflated) + 4 gzip gRPC calls (60 MiB) | "
           + " | ".join(f"{results[l]['compressed']['peak_growth_bytes'] / 2**20:.0f} MiB" for l in labels) + " |")
     print("| peak server RSS growth, 20 gRPC uploads of 60 MiB stalled after 55 MiB | "
           + " | ".join(f"{results[l]['partial']['peak_growth_bytes'] / 2**20:.0f} MiB" for l in labels) + " |")
