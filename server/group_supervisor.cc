@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "rpc/blocked_file_io.h"
 #include "rpc/free_port.h"
 #include "rpc/log_field.h"
 #include "rpc/status.h"
@@ -209,8 +210,15 @@ absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(int ge
       if (s.ok()) return leader;
     }
     if (absl::Now() >= give_up) {
+      // A rank stuck on a model file (a hung mount) is named with the file.
+      std::string stuck;
+      for (size_t r = 0; r < children.size(); ++r) {
+        const std::string io = rpc::DescribeBlockedFileIo(children[r].pid());
+        if (!io.empty()) absl::StrAppend(&stuck, "; rank ", r, " (pid ", children[r].pid(), ") waits in ", io);
+      }
       return absl::DeadlineExceededError(absl::StrCat(incarnation, ": the leader did not answer Models within ",
-                                                      absl::FormatDuration(g_.options.start_timeout)));
+                                                      absl::FormatDuration(g_.options.start_timeout), stuck,
+                                                      stuck.empty() ? "" : " (a hung mount?)"));
     }
     if (!g_.SleepUnlessStopping(absl::Milliseconds(100))) {
       return absl::CancelledError("the server is stopping");

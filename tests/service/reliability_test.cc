@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -757,6 +758,25 @@ TEST(ReliabilityTest, TheGrpcPortRecoversAfterTheFileDescriptorsRanOut) {
   }
   ExpectOk(out);
   EXPECT_THAT(server->Log(), HasSubstr("event=connection_shed"));
+}
+
+// A worker stuck on a model file (a hung mount; here a stand-in worker that
+// waits to open a FIFO, as open() waits on a hung NFS server) is named with
+// the file when its group's start times out; before, only the timeout was.
+TEST(ReliabilityTest, AStartThatTimesOutNamesTheFileARankIsStuckOn) {
+  const std::string dir = TempDir("hung_mount");
+  const std::string fifo = dir + "/diffusion_pytorch_model.safetensors";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string worker = dir + "/stuck_worker.sh";
+  std::ofstream(worker) << "#!/bin/sh\nexec cat " << fifo << "\n";
+  std::filesystem::permissions(worker, std::filesystem::perms::owner_all);
+  absl::StatusOr<std::unique_ptr<ServerProcess>> server = ServerProcess::Start(
+      {absl::StrCat("--worker_binary=", worker), "--worker_start_timeout_s=2", "--heartbeat_timeout_s=0"});
+  ASSERT_TRUE(server.ok()) << server.status();
+  // As the log quotes it (escaped).
+  const std::string want = absl::StrCat("waits in openat(\\\"", fifo, "\\\") (a hung mount?)");
+  for (int i = 0; i < 100 && !absl::StrContains((*server)->Log(), want); ++i) absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_THAT((*server)->Log(), HasSubstr(want));
 }
 
 // A --socket_dir the leaders cannot bind in is refused at start, by name;
