@@ -42,12 +42,8 @@ const std::vector<FileCall>& FileCalls() {
 #ifdef SYS_openat2
       {SYS_openat2, "openat2", 1, -1},
 #endif
-      {SYS_openat, "openat", 1, -1},
-      {SYS_statx, "statx", 1, -1},
-      {SYS_read, "read", -1, 0},
-      {SYS_pread64, "pread64", -1, 0},
-      {SYS_readv, "readv", -1, 0},
-      {SYS_preadv, "preadv", -1, 0},
+      {SYS_openat, "openat", 1, -1},      {SYS_statx, "statx", 1, -1}, {SYS_read, "read", -1, 0},
+      {SYS_pread64, "pread64", -1, 0},    {SYS_readv, "readv", -1, 0}, {SYS_preadv, "preadv", -1, 0},
       {SYS_fstat, "fstat", -1, 0},
   };
   return calls;

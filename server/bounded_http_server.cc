@@ -173,9 +173,8 @@ thread_local ConnectionStream* current_stream = nullptr;
 // Writes a whole small reply (a 408 or a 503); best effort, never waits past `deadline`.
 void WriteReply(socket_t sock, const HttpReply& reply, absl::Time deadline) {
   const char* reason = reply.status == 408 ? "Request Timeout" : "Service Unavailable";
-  std::string text = absl::StrCat("HTTP/1.1 ", reply.status, " ", reason,
-                                  "\r\nContent-Type: ", reply.content_type, "\r\nContent-Length: ", reply.body.size(),
-                                  "\r\nConnection: close\r\n");
+  std::string text = absl::StrCat("HTTP/1.1 ", reply.status, " ", reason, "\r\nContent-Type: ", reply.content_type,
+                                  "\r\nContent-Length: ", reply.body.size(), "\r\nConnection: close\r\n");
   for (const auto& [name, value] : reply.headers) absl::StrAppend(&text, name, ": ", value, "\r\n");
   absl::StrAppend(&text, "\r\n", reply.body);
   size_t sent = 0;

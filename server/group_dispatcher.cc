@@ -310,9 +310,8 @@ void GroupDispatcher::AwaitLeaderIdle(const std::shared_ptr<LeaderConnection>& l
   }
   if (!idle) {
     ReportFailure(leader, absl::StrCat("the leader was still busy ",
-                                       absl::ToInt64Seconds(g_.options.cancel_release_timeout),
-                                       " s after request ", rpc::LogValue(job.request_id()),
-                                       " was cancelled (--cancel_release_timeout_s)"));
+                                       absl::ToInt64Seconds(g_.options.cancel_release_timeout), " s after request ",
+                                       rpc::LogValue(job.request_id()), " was cancelled (--cancel_release_timeout_s)"));
   }
 }
 

@@ -45,9 +45,8 @@ std::vector<prometheus::MetricFamily> GrpcCallCounts::Collect() const {
       "handler ran (a deadline that expired during the upload, a stream reset by --grpc_memory_mib) are in these "
       "and in no vaedecode_requests_total";
   family.type = prometheus::MetricType::Counter;
-  for (const auto& [outcome, value] : {std::pair<const char*, double>{"started", started},
-                                       {"succeeded", succeeded},
-                                       {"failed", failed}}) {
+  for (const auto& [outcome, value] :
+       {std::pair<const char*, double>{"started", started}, {"succeeded", succeeded}, {"failed", failed}}) {
     prometheus::ClientMetric metric;
     metric.label.push_back({"outcome", outcome});
     metric.counter.value = value;

@@ -49,7 +49,7 @@ struct HttpEndpointOptions {
   std::string listen;         // HOST:PORT (port 0: any free port)
   std::string default_model;  // "" = the only model served
   absl::Duration request_timeout = absl::Minutes(10);
-  HttpConnectionLimits connections;  // each connection holds a thread, also while its request waits
+  HttpConnectionLimits connections;               // each connection holds a thread, also while its request waits
   int64_t max_request_bytes = int64_t{64} << 20;  // body size
   int64_t max_output_bytes = int64_t{512} << 20;  // one reply (remote_decode and OIP infer)
 };

@@ -182,8 +182,8 @@ absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInf
   const int64_t rows = out.height / factor, cols = out.width / factor;
   if (limits.max_attention_tokens > 0 && has_attention && rows * cols > limits.max_attention_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "latent.shape: ", ShapeString(request.latent().shape()), ": model \"", model.name(),
-        "\" attends over all ", rows, " x ", cols, " = ", rows * cols,
+        "latent.shape: ", ShapeString(request.latent().shape()), ": model \"", model.name(), "\" attends over all ",
+        rows, " x ", cols, " = ", rows * cols,
         " latent positions of a frame in one call, more than this server's limit of ", limits.max_attention_tokens,
         " (--max_attention_tokens; the work grows with their square); decode a smaller image"));
   }

@@ -30,6 +30,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/decode_service.h"
+#include "server/grpc_call_counts.h"
+#include "server/grpc_listener.h"
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
@@ -37,8 +39,6 @@
 #include "server/public_reflection.h"
 #include "server/request_validation.h"
 #include "server/scheduler.h"
-#include "server/grpc_call_counts.h"
-#include "server/grpc_listener.h"
 #include "server/worker_group.h"
 
 namespace vaedecode::server {
@@ -60,7 +60,7 @@ struct ServerOptions {
   // flight (partial uploads included). 0: 4 x max_message_bytes, at least
   // 256 MiB (GrpcMemoryBytes).
   int64_t grpc_memory_mib = 0;
-  std::string metrics_listen;            // "" = no /metrics endpoint
+  std::string metrics_listen;  // "" = no /metrics endpoint
   absl::Duration drain_timeout = absl::Seconds(30);
   // Connections are closed (GOAWAY) after this age so that long-lived
   // clients reconnect and spread over replicas behind an L4 balancer;
@@ -71,7 +71,7 @@ struct ServerOptions {
   std::string dtype = "float32";
   int threads = 1;
   int collective_timeout_s = 300;
-  absl::Duration heartbeat_timeout = absl::Seconds(5);  // zero: off (see WorkerGroupOptions)
+  absl::Duration heartbeat_timeout = absl::Seconds(5);        // zero: off (see WorkerGroupOptions)
   absl::Duration cancel_release_timeout = absl::Seconds(30);  // see WorkerGroupOptions
   int64_t memory_budget_mib = 0;  // per rank; 0 = CPU: unbounded (no memory-based mode choice), GPU: whole GPU
   absl::Duration worker_start_timeout = absl::Minutes(5);

@@ -87,13 +87,13 @@ TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
   nlohmann::json zero_groups = nlohmann::json::parse(std::ifstream(FixturePath("sd_kl/config.json")));
   zero_groups["norm_num_groups"] = 0;  // SIGFPE'd every worker at load
   WriteModelFolder(repo + "/zero_groups", zero_groups, "sd_kl");
-  auto server = StartServing(
-      RealWorkerFlags(repo, "cpu:2", 2,
-                      {"--memory_budget_mib=512", "--heartbeat_timeout_s=2", "--stream_stall_timeout_s=2",
-                       "--max_output_pixels=0,sd_kl=3000000", "--max_message_bytes=4194304", "--chunk_bytes=65536",
-                       "--max_queue=64", "--max_attention_tokens=2048", "--http_listen=127.0.0.1:0",
-                       "--http_header_timeout_s=2"}),
-      {"sd_kl"});
+  auto server =
+      StartServing(RealWorkerFlags(repo, "cpu:2", 2,
+                                   {"--memory_budget_mib=512", "--heartbeat_timeout_s=2", "--stream_stall_timeout_s=2",
+                                    "--max_output_pixels=0,sd_kl=3000000", "--max_message_bytes=4194304",
+                                    "--chunk_bytes=65536", "--max_queue=64", "--max_attention_tokens=2048",
+                                    "--http_listen=127.0.0.1:0", "--http_header_timeout_s=2"}),
+                   {"sd_kl"});
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(server->WaitWorkers(2, absl::Seconds(10)).ok());
   // Slow connections on the metrics port throughout: every scrape below
@@ -200,8 +200,8 @@ TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
     ASSERT_TRUE(before.ok()) << before.status();
     const double failed_before = MetricValue(*before, "vaedecode_grpc_calls_total", {"outcome=\"failed\""});
     StallingProxy proxy(std::stoi(server->address().substr(server->address().rfind(':') + 1)), size_t{3} << 20);
-    auto stub = v1::VaeDecoder::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", proxy.port()),
-                                                            grpc::InsecureChannelCredentials()));
+    auto stub = v1::VaeDecoder::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", proxy.port()), grpc::InsecureChannelCredentials()));
     const DecodeOutcome stalled =
         Decode(*stub, SyntheticRequest("sd_kl", {1, 4, 480, 480}, "stalled-upload"), absl::Seconds(3));
     EXPECT_EQ(stalled.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << stalled.status.error_message();
@@ -209,8 +209,8 @@ TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
                                      [&](double failed) { return failed >= failed_before + 1; }));
   }
   // Slowloris on the HTTP port: cut at --http_header_timeout_s with a 408.
-  const std::string slowloris = TrickleHttpRequest(server->http_port(), "GET /health HTTP/1.1\r\n",
-                                                   std::string(200, 'X'), 0.2, 30);
+  const std::string slowloris =
+      TrickleHttpRequest(server->http_port(), "GET /health HTTP/1.1\r\n", std::string(200, 'X'), 0.2, 30);
   EXPECT_TRUE(absl::StartsWith(slowloris, "HTTP/1.1 408")) << slowloris;
   EXPECT_THAT(slowloris, HasSubstr("--http_header_timeout_s"));
 

@@ -147,9 +147,8 @@ TEST(ReliabilityTest, ACancelledDenseDecodeOnAGroupLeavesItInStep) {
 // (before, SERVING throughout, and after 30 s new requests went to the busy
 // leader), and past --cancel_release_timeout_s the group is rebuilt.
 TEST(ReliabilityTest, AGroupWhoseLeaderIsBusyAfterACancelIsOutOfRotationThenRebuilt) {
-  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1,
-                                             {"--heartbeat_timeout_s=0", "--cancel_release_timeout_s=6"}),
-                             {"default"});
+  auto server = StartServing(
+      RealWorkerFlags("", "cpu:1", 1, {"--heartbeat_timeout_s=0", "--cancel_release_timeout_s=6"}), {"default"});
   ASSERT_NE(server, nullptr);
   const WorkerProcess leader = Rank(*server, 0);
   ASSERT_GT(leader.pid, 0);
@@ -654,9 +653,9 @@ int64_t RssBytes(pid_t pid) {
 TEST(ReliabilityTest, StalledUploadsAreHeldWithinTheGrpcMemoryQuota) {
   constexpr int kUploads = 12;
   constexpr int64_t kQuotaMib = 32;
-  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1,
-                                             {"--max_message_bytes=16777216", absl::StrCat("--grpc_memory_mib=", kQuotaMib)}),
-                             {"default"});
+  auto server = StartServing(
+      RealWorkerFlags("", "cpu:1", 1, {"--max_message_bytes=16777216", absl::StrCat("--grpc_memory_mib=", kQuotaMib)}),
+      {"default"});
   ASSERT_NE(server, nullptr);
   // 7.5 MiB latents of which 7 MiB arrive: 84 MiB held without a bound.
   StallingProxy proxy(std::stoi(server->address().substr(server->address().rfind(':') + 1)), size_t{7} << 20);
