@@ -4,11 +4,16 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -70,7 +75,7 @@ std::string Describe(pid_t pid, const std::string& line) {
   if (!(in >> number)) return "";  // "running"
   std::vector<uint64_t> args;
   std::string word;
-  while (in >> word && args.size() < 6) args.push_back(std::stoull(word, nullptr, 16));
+  while (in >> word && args.size() < 6) args.push_back(std::strtoull(word.c_str(), nullptr, 16));
   for (const FileCall& call : FileCalls()) {
     if (call.number != number) continue;
     std::string path;
@@ -86,19 +91,31 @@ std::string Describe(pid_t pid, const std::string& line) {
   return "";
 }
 
-}  // namespace
-
-std::string DescribeBlockedFileIo(pid_t pid) {
+std::string Probe(pid_t pid) {
   std::vector<std::string> found;
   std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
-    std::ifstream syscall(task.path() / "syscall");
+  std::filesystem::directory_iterator task(absl::StrCat("/proc/", pid, "/task"), ec);
+  for (; !ec && task != std::filesystem::directory_iterator(); task.increment(ec)) {
+    std::ifstream syscall(task->path() / "syscall");
     std::string line;
     if (!std::getline(syscall, line)) continue;
     std::string what = Describe(pid, line);
     if (!what.empty()) found.push_back(std::move(what));
   }
   return absl::StrJoin(found, ", ");
+}
+
+}  // namespace
+
+std::string DescribeBlockedFileIo(pid_t pid) {
+  // Reading another process's memory takes its memory map lock, which a
+  // thread faulting on a file of a hung mount may hold against it: the
+  // probe gets a thread of its own and a second to answer.
+  auto answer = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> result = answer->get_future();
+  std::thread([pid, answer] { answer->set_value(Probe(pid)); }).detach();
+  if (result.wait_for(std::chrono::seconds(1)) != std::future_status::ready) return "";
+  return result.get();
 }
 
 }  // namespace vaedecode::rpc

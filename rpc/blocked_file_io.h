@@ -16,7 +16,8 @@ namespace vaedecode::rpc {
 
 // "openat(\"/models/x/diffusion_pytorch_model.safetensors\")", several
 // joined by ", " when several threads wait; "" when none does (or /proc
-// cannot tell).
+// cannot tell within a second: reading the process's memory waits for its
+// memory map, which a thread stuck on a hung mount can hold).
 std::string DescribeBlockedFileIo(pid_t pid);
 
 }  // namespace vaedecode::rpc

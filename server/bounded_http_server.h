@@ -10,10 +10,14 @@
 //   gets 503 with a JSON error naming the limit and is closed at once (the
 //   pool has spare threads for these refusals, so they never wait);
 // - a connection waits at most `keep_alive` for a request to start, its
-//   request line and headers must arrive within `header_timeout` of their
-//   first byte (else 408 and the connection is closed), its body within
-//   `body_timeout` of the headers, and its reply may take `write_timeout` in
-//   all to be read.
+//   request line and headers (at most 64 KiB, else 431) must arrive within
+//   `header_timeout` of their first byte (else 408 and the connection is
+//   closed), its body within `body_timeout` of the headers, and its reply
+//   may take `write_timeout` in all to be read;
+// - once the server stops, reads end at once and a reply being written gets
+//   5 s more, so slow clients cannot hold the drain;
+// - a request whose body was not read whole (408, 413, 415, 431) ends its
+//   connection, so the rest is not read as another request.
 //
 // Each connection runs on one pool thread through a stream of our own
 // (connection_stream in the .cc) whose reads and writes wait for the
@@ -44,10 +48,12 @@ class BoundedHttpServer : public httplib::Server {
  public:
   explicit BoundedHttpServer(HttpConnectionLimits limits);
 
-  // For handlers (the error handler, one reading a body): OK, or the
-  // DEADLINE_EXCEEDED saying which deadline of the calling thread's
-  // connection passed (its headers' or its body's), to be answered 408.
-  static absl::Status WireTimeout();
+  // For handlers (the error handler, one reading a body): OK, or the wire
+  // limit the calling thread's request broke — DEADLINE_EXCEEDED naming the
+  // deadline that passed (its headers' or its body's), answered 408, or
+  // RESOURCE_EXHAUSTED for headers over 64 KiB, answered 431 — with that
+  // HTTP status in `http_status`.
+  static absl::Status WireRefusal(int* http_status);
 
   int active_connections() const { return active_.load(); }
   int64_t refused_connections() const { return refused_.load(); }

@@ -27,8 +27,9 @@ constexpr absl::Duration kStatusDeadline = absl::Seconds(2);
 // How often a job that fits no memory asks the group again.
 constexpr absl::Duration kMemoryPoll = absl::Milliseconds(250);
 // How long a leader may take to stop a cancelled job before its group goes
-// out of rotation (most stop within tens of ms: readiness should not flap).
-constexpr absl::Duration kReleaseGrace = absl::Seconds(1);
+// out of rotation: most stop within tens of ms, an exact decode within a
+// band's convolution (seconds on a loaded CPU); readiness should not flap.
+constexpr absl::Duration kReleaseGrace = absl::Seconds(5);
 
 }  // namespace
 
@@ -283,23 +284,29 @@ void GroupDispatcher::AwaitLeaderIdle(const std::shared_ptr<LeaderConnection>& l
   // A leader that takes longer is out of rotation (readiness says so while
   // no other group serves its models), and rebuilt past the bound.
   const std::string& group = g_.options.name;
+  // Pausing and resuming apply only while `leader` is still the group's
+  // ready incarnation (under the group's lock): a group the supervisor is
+  // rebuilding meanwhile must not be left paused, or shown ready.
+  const auto set_in_rotation = [this, &leader, &group](bool in_rotation) {
+    absl::MutexLock lock(&g_.mu);
+    if (g_.phase != GroupState::Phase::kReady || g_.leader != leader || !leader->broken_reason.empty()) return false;
+    g_.catalog.GroupPaused(group, !in_rotation);
+    g_.metrics.SetGroupReady(group, in_rotation);
+    return true;
+  };
   bool idle = LeaderIdleWithin(leader, kReleaseGrace);
-  if (!idle) {
-    g_.catalog.GroupPaused(group, true);
-    g_.metrics.SetGroupReady(group, false);
-    spdlog::warn("group={} event=busy_after_cancel request_id={} action=out_of_rotation rebuild_after_s={}", group,
+  if (!idle && set_in_rotation(false)) {
+    spdlog::info("group={} event=busy_after_cancel request_id={} action=out_of_rotation rebuild_after_s={}", group,
                  rpc::LogValue(job.request_id()), absl::ToInt64Seconds(g_.options.cancel_release_timeout));
     idle = LeaderIdleWithin(leader, g_.options.cancel_release_timeout - kReleaseGrace);
-    if (idle) {
-      g_.catalog.GroupPaused(group, false);
-      g_.metrics.SetGroupReady(group, true);
+    if (idle && set_in_rotation(true)) {
       spdlog::info("group={} event=released_after_cancel request_id={} action=back_in_rotation", group,
                    rpc::LogValue(job.request_id()));
     }
   }
   {
     absl::MutexLock lock(&g_.mu);
-    g_.leader_may_be_busy = !idle;
+    if (g_.leader == leader) g_.leader_may_be_busy = !idle;
   }
   const absl::Time cancelled = job.cancelled_at();
   if (cancelled < absl::InfiniteFuture()) {

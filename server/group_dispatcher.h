@@ -48,7 +48,7 @@ class GroupDispatcher {
   LeaderStream ForwardStream(const std::shared_ptr<LeaderConnection>& leader, grpc::ClientContext& ctx,
                              const std::shared_ptr<Job>& job, v1::Mode mode, double queue_ms);
   // After a cancelled call: waits for the leader to stop, records the
-  // release; takes the group out of rotation after a second, and has it
+  // release; takes the group out of rotation after 5 s, and has it
   // rebuilt past options.cancel_release_timeout.
   void AwaitLeaderIdle(const std::shared_ptr<LeaderConnection>& leader, const Job& job);
   // Whether the leader reports idle within `wait`.

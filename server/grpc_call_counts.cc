@@ -4,6 +4,7 @@
 #include <grpc/support/alloc.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -16,7 +17,7 @@ namespace {
 double Count(const nlohmann::json& data, const char* field) {
   const auto it = data.find(field);
   if (it == data.end()) return 0;
-  if (it->is_string()) return std::stod(it->get<std::string>());
+  if (it->is_string()) return std::strtod(it->get<std::string>().c_str(), nullptr);
   return it->is_number() ? it->get<double>() : 0;
 }
 

@@ -33,6 +33,40 @@ int PortOf(int fd) {
   return 0;
 }
 
+// A listening socket on `node`:`port` (non-blocking, close-on-exec), or -1
+// with why in `why`.
+int Listen(const std::string& node, int port, std::string* why) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int e = getaddrinfo(node.c_str(), std::to_string(port).c_str(), &hints, &found); e != 0) {
+    *why = gai_strerror(e);
+    return -1;
+  }
+  int listening = -1;
+  *why = "no address";
+  for (addrinfo* a = found; a != nullptr && listening < 0; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    const int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (a->ai_family == AF_INET6) {
+      const int no = 0;  // [::] takes IPv4 too, as gRPC's own listener does
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
+    }
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
+      listening = fd;
+    } else {
+      *why = std::strerror(errno);
+      close(fd);
+    }
+  }
+  freeaddrinfo(found);
+  return listening;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Bind(const std::string& address) {
@@ -43,34 +77,16 @@ absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Bind(const std::stri
   }
   std::string host = address.substr(0, colon);
   if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  if (const int e = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(port).c_str(), &hints, &found);
-      e != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--listen=", address, ": ", gai_strerror(e)));
-  }
   std::unique_ptr<GrpcListener> l(new GrpcListener());
-  std::string why = "no address";
-  for (addrinfo* a = found; a != nullptr && l->fd_ < 0; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    if (a->ai_family == AF_INET6) {
-      const int no = 0;  // [::] takes IPv4 too, as gRPC's own listener does
-      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
-    }
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
-      l->fd_ = fd;
-    } else {
-      why = std::strerror(errno);
-      close(fd);
-    }
+  std::string why;
+  if (host.empty() || host == "0.0.0.0" || host == "::") {
+    // The wildcards, as gRPC takes them: IPv6 and IPv4 together where the
+    // machine has IPv6, else IPv4.
+    l->fd_ = Listen("::", port, &why);
+    if (l->fd_ < 0) l->fd_ = Listen("0.0.0.0", port, &why);
+  } else {
+    l->fd_ = Listen(host, port, &why);
   }
-  freeaddrinfo(found);
   if (l->fd_ < 0) return absl::UnavailableError(absl::StrCat("cannot listen on --listen=", address, ": ", why));
   l->port_ = PortOf(l->fd_);
   l->reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -91,6 +107,10 @@ void GrpcListener::Start(std::unique_ptr<grpc::experimental::ExternalConnectionA
 void GrpcListener::Stop() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  // Closed now, not at destruction: clients are refused at once while the
+  // server finishes stopping, instead of waiting in the backlog.
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
 }
 
 void GrpcListener::AcceptLoop() {
@@ -108,17 +128,25 @@ void GrpcListener::AcceptLoop() {
       acceptor_->HandleNewConnection(&params);
       continue;
     }
-    if (errno != EMFILE && errno != ENFILE) continue;  // EAGAIN, ECONNABORTED, EINTR: try again
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR) continue;
+    if (errno != EMFILE && errno != ENFILE) {  // ENOBUFS, ENOMEM: the kernel is short; do not spin
+      absl::SleepFor(absl::Milliseconds(kPollMs));
+      continue;
+    }
     // No descriptor: shed this connection with the reserve's, so the client
     // is refused now and the loop does not spin on a full backlog.
+    bool shed = false;
     if (reserve_fd_ >= 0) {
       close(reserve_fd_);
       const int doomed = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (doomed >= 0) close(doomed);
+      shed = doomed >= 0;
       reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    } else {
+    }
+    if (!shed) {  // another thread took the reserve: wait for descriptors
       absl::SleepFor(absl::Milliseconds(kPollMs));
-      reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      if (reserve_fd_ < 0) reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      continue;
     }
     ++shed_;
     if (absl::Now() - last_shed_log > absl::Seconds(10)) {

@@ -89,10 +89,11 @@ Body ReadBody(const httplib::Request& req, const httplib::ContentReader& reader,
   });
   if (!read || over_limit) {
     const uint64_t length = req.get_header_value<uint64_t>("Content-Length");
-    if (absl::Status timeout = BoundedHttpServer::WireTimeout(); !timeout.ok()) {
-      body.status = absl::DeadlineExceededError(
-          absl::StrCat(timeout.message(), ": ", body.bytes.size(), " of ", length, " bytes arrived"));
-      body.http_status = 408;
+    int wire_status = 0;
+    if (absl::Status refusal = BoundedHttpServer::WireRefusal(&wire_status); !refusal.ok()) {
+      body.status = absl::Status(
+          refusal.code(), absl::StrCat(refusal.message(), ": ", body.bytes.size(), " of ", length, " bytes arrived"));
+      body.http_status = wire_status;
     } else if (over_limit || length > static_cast<uint64_t>(max_bytes)) {
       const std::string size = over_limit && length <= static_cast<uint64_t>(max_bytes)
                                    ? absl::StrCat("over ", max_bytes)
@@ -170,9 +171,10 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     const int code = res.status;
-    absl::Status status = BoundedHttpServer::WireTimeout();
+    int wire_status = 0;
+    absl::Status status = BoundedHttpServer::WireRefusal(&wire_status);
     if (!status.ok()) {
-      return SendError(status, res, 408);  // the library calls it malformed (400)
+      return SendError(status, res, wire_status);  // the library calls it malformed (400)
     } else if (code == 404) {
       status = absl::NotFoundError(absl::StrCat(req.method, " ", req.path, ": no such endpoint; ", kServed));
     } else if (code == 414) {

@@ -50,8 +50,8 @@ ABSL_FLAG(double, heartbeat_timeout_s, 5,
           "A worker process silent this long (hung, stopped, swapped out) fails its group's request "
           "with UNAVAILABLE and the group is rebuilt; workers beat every 0.25 s. 0 = off");
 ABSL_FLAG(int, cancel_release_timeout_s, 30,
-          "A group whose leader is still busy this long after its request was cancelled is rebuilt; from 1 s "
-          "on it is out of rotation and readiness says so");
+          "A group whose leader is still busy this long after its request was cancelled is rebuilt; from 5 s "
+          "on it is out of rotation and readiness says so (at least 10)");
 ABSL_FLAG(int64_t, memory_budget_mib, 0,
           "Memory each worker rank may use on its device (its free memory for the exact/tiled/queue "
           "choice; allocations above it fail with an out-of-memory). 0 = CPU: unbounded, GPU: the whole GPU");

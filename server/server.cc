@@ -126,8 +126,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (options.admission.max_attention_tokens < 0) {
     return absl::InvalidArgumentError("--max_attention_tokens must not be negative (0: no limit)");
   }
-  if (options.cancel_release_timeout < absl::Seconds(2)) {
-    return absl::InvalidArgumentError("--cancel_release_timeout_s must be at least 2");
+  if (options.cancel_release_timeout < absl::Seconds(10)) {
+    return absl::InvalidArgumentError(
+        "--cancel_release_timeout_s must be at least 10 (a group goes out of rotation 5 s after the cancel)");
   }
   if (options.heartbeat_timeout != absl::ZeroDuration() && options.heartbeat_timeout < absl::Seconds(1)) {
     // Beats come every 0.25 s; less than four of them would fail busy ranks.

@@ -28,7 +28,7 @@ struct WorkerGroupOptions {
   // and rebuilt. Zero: no heartbeats (only exits and collective timeouts).
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   // A leader still busy this long after its request was cancelled is
-  // rebuilt (it is out of rotation, and readiness false, from 1 s on).
+  // rebuilt (it is out of rotation, and readiness false, from 5 s on).
   absl::Duration cancel_release_timeout = absl::Seconds(30);
 };
 

@@ -142,13 +142,13 @@ TEST(ReliabilityTest, ACancelledDenseDecodeOnAGroupLeavesItInStep) {
 
 // A leader still busy after its request was cancelled (here: stopped, with
 // heartbeats off, as one long op would keep it) takes its group out of
-// rotation within a second or two: health (the model's and the server's)
+// rotation after 5 s: health (the model's and the server's)
 // says NOT_SERVING
 // (before, SERVING throughout, and after 30 s new requests went to the busy
 // leader), and past --cancel_release_timeout_s the group is rebuilt.
 TEST(ReliabilityTest, AGroupWhoseLeaderIsBusyAfterACancelIsOutOfRotationThenRebuilt) {
   auto server = StartServing(
-      RealWorkerFlags("", "cpu:1", 1, {"--heartbeat_timeout_s=0", "--cancel_release_timeout_s=6"}), {"default"});
+      RealWorkerFlags("", "cpu:1", 1, {"--heartbeat_timeout_s=0", "--cancel_release_timeout_s=10"}), {"default"});
   ASSERT_NE(server, nullptr);
   const WorkerProcess leader = Rank(*server, 0);
   ASSERT_GT(leader.pid, 0);
@@ -160,7 +160,7 @@ TEST(ReliabilityTest, AGroupWhoseLeaderIsBusyAfterACancelIsOutOfRotationThenRebu
     ASSERT_TRUE(cancelled.Cancel());
     EXPECT_EQ(cancelled.Join().status.error_code(), grpc::StatusCode::CANCELLED);
   }
-  EXPECT_TRUE(server->WaitServing(std::string(kModelHealth) + "default", false, absl::Seconds(5)).ok());
+  EXPECT_TRUE(server->WaitServing(std::string(kModelHealth) + "default", false, absl::Seconds(9)).ok());
   EXPECT_TRUE(server->WaitServing("", false, absl::Seconds(1)).ok());
   ExpectReached(server->WaitMetric("vaedecode_group_ready", {"group=\"g0\""}, 0, absl::Seconds(1)));
   // Past the bound: rebuilt, serving again, and decoding.
@@ -170,7 +170,7 @@ TEST(ReliabilityTest, AGroupWhoseLeaderIsBusyAfterACancelIsOutOfRotationThenRebu
   small.set_model("default");
   ExpectOk(Decode(server->stub(), small));
   EXPECT_THAT(server->Log(), HasSubstr("event=busy_after_cancel request_id=cancelled action=out_of_rotation"));
-  EXPECT_THAT(server->Log(), HasSubstr("the leader was still busy 6 s after request cancelled was cancelled"));
+  EXPECT_THAT(server->Log(), HasSubstr("the leader was still busy 10 s after request cancelled was cancelled"));
 }
 
 // With the default limits, the 1024 x 1024 latent (one attention
