@@ -64,6 +64,8 @@ class HttpEndpoint {
   ~HttpEndpoint();  // Stop()
 
   int port() const { return port_; }
+  int active_connections() const { return http_->active_connections(); }
+  int64_t refused_connections() const { return http_->refused_connections(); }
   // Stops listening and waits for requests in flight (they finish: the
   // service's drain decides how long they may take).
   void Stop();

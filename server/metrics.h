@@ -27,8 +27,9 @@
 //   vaedecode_output_buffer_bytes                      gauge (finished output waiting for clients)
 //   vaedecode_stalled_streams_total                    counter (calls cancelled: the client stopped reading)
 //   vaedecode_cancel_release_seconds                   histogram (cancel or deadline to the group's release)
-//   vaedecode_grpc_calls_total{outcome}                counter (gRPC's channelz counts:
-//                                                      server/grpc_call_counts.h)
+//   vaedecode_grpc_calls_total{outcome}, vaedecode_grpc_connections_shed_total,
+//   vaedecode_http_connections, vaedecode_http_connections_refused_total:
+//                                                      what the ports see (server/port_counts.h)
 //   vaedecode_rejected_requests_total{reason}          counter (message_too_large: over
 //                                                      --max_message_bytes; output_too_large: a
 //                                                      unary reply's predicted output over its limit)

@@ -190,8 +190,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       return absl::UnavailableError(absl::StrCat("--metrics_listen=", options.metrics_listen, ": ", e.what()));
     }
     s->exposer_->RegisterCollectable(s->registry_);
-    s->grpc_call_counts_ = std::make_shared<GrpcCallCounts>();
-    s->exposer_->RegisterCollectable(s->grpc_call_counts_);
     const std::vector<int> ports = s->exposer_->GetListeningPorts();
     s->metrics_port_ = ports.empty() ? 0 : ports[0];
   }
@@ -279,6 +277,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
         std::unique_ptr<HttpEndpoint> endpoint,
         HttpEndpoint::Start(http, *s->service_, *s->catalog_, *s->oip_answers_, [raw] { return raw->Serving(); }));
     s->http_ = std::move(endpoint);
+  }
+  if (s->exposer_) {
+    s->port_counts_ = std::make_shared<PortCounts>(*s->listener_, s->http_.get());
+    s->exposer_->RegisterCollectable(s->port_counts_);
   }
 
   s->socket_dir_ = options.socket_dir;

@@ -30,12 +30,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/decode_service.h"
-#include "server/grpc_call_counts.h"
 #include "server/grpc_listener.h"
 #include "server/http_endpoint.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
 #include "server/oip_service.h"
+#include "server/port_counts.h"
 #include "server/public_reflection.h"
 #include "server/request_validation.h"
 #include "server/scheduler.h"
@@ -134,8 +134,6 @@ class Server {
   bool drained_ = false;
 
   std::shared_ptr<prometheus::Registry> registry_;
-  std::shared_ptr<GrpcCallCounts> grpc_call_counts_;
-  std::unique_ptr<GrpcListener> listener_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<ModelCatalog> catalog_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -147,8 +145,10 @@ class Server {
   std::unique_ptr<ReflectionV1Alpha> reflection_v1alpha_;
   std::unique_ptr<UnservedMethods> unserved_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<GrpcListener> listener_;  // feeds grpc_server_: stopped first
   std::unique_ptr<HttpEndpoint> http_;
+  std::shared_ptr<PortCounts> port_counts_;       // reads listener_ and http_
+  std::unique_ptr<prometheus::Exposer> exposer_;  // scrapes port_counts_: dropped first
   std::vector<std::unique_ptr<WorkerGroup>> groups_;
 
   absl::Mutex health_mu_;

@@ -252,6 +252,8 @@ def main():
         extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         refused = reply(extra, 5)
         assert refused.startswith("HTTP/1.1 503") and f"at most {CONNECTIONS} connections" in refused, refused
+        assert metric(server, "vaedecode_http_connections") == CONNECTIONS, metric(server, "vaedecode_http_connections")
+        assert metric(server, "vaedecode_http_connections_refused_total") >= 1
         answers = [reply(sock, 4 * WIRE_TIMEOUT_S + 10) for sock in slow]
         stop.set()
         for i, answer in enumerate(answers):

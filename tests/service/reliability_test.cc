@@ -757,6 +757,7 @@ TEST(ReliabilityTest, TheGrpcPortRecoversAfterTheFileDescriptorsRanOut) {
   }
   ExpectOk(out);
   EXPECT_THAT(server->Log(), HasSubstr("event=connection_shed"));
+  ExpectReached(server->WaitMetric("vaedecode_grpc_connections_shed_total", {}, [](double shed) { return shed >= 1; }));
 }
 
 // A worker stuck on a model file (a hung mount; here a stand-in worker that

@@ -1,4 +1,4 @@
-#include "server/grpc_call_counts.h"
+#include "server/port_counts.h"
 
 #include <grpc/grpc.h>
 #include <grpc/support/alloc.h>
@@ -21,9 +21,25 @@ double Count(const nlohmann::json& data, const char* field) {
   return it->is_number() ? it->get<double>() : 0;
 }
 
+// One family of one unlabelled sample.
+prometheus::MetricFamily Single(const char* name, const char* help, prometheus::MetricType type, double value) {
+  prometheus::MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  prometheus::ClientMetric metric;
+  if (type == prometheus::MetricType::Gauge) {
+    metric.gauge.value = value;
+  } else {
+    metric.counter.value = value;
+  }
+  family.metric.push_back(metric);
+  return family;
+}
+
 }  // namespace
 
-std::vector<prometheus::MetricFamily> GrpcCallCounts::Collect() const {
+std::vector<prometheus::MetricFamily> PortCounts::Collect() const {
   double started = 0, succeeded = 0, failed = 0;
   char* text = grpc_channelz_get_servers(0);
   if (text != nullptr) {
@@ -39,21 +55,32 @@ std::vector<prometheus::MetricFamily> GrpcCallCounts::Collect() const {
       }
     }
   }
-  prometheus::MetricFamily family;
-  family.name = "vaedecode_grpc_calls_total";
-  family.help =
+  prometheus::MetricFamily calls;
+  calls.name = "vaedecode_grpc_calls_total";
+  calls.help =
       "gRPC's own count of the calls this server took (every service), by outcome; calls that failed before any "
       "handler ran (a deadline that expired during the upload, a stream reset by --grpc_memory_mib) are in these "
       "and in no vaedecode_requests_total";
-  family.type = prometheus::MetricType::Counter;
+  calls.type = prometheus::MetricType::Counter;
   for (const auto& [outcome, value] :
        {std::pair<const char*, double>{"started", started}, {"succeeded", succeeded}, {"failed", failed}}) {
     prometheus::ClientMetric metric;
     metric.label.push_back({"outcome", outcome});
     metric.counter.value = value;
-    family.metric.push_back(metric);
+    calls.metric.push_back(metric);
   }
-  return {family};
+  std::vector<prometheus::MetricFamily> out = {
+      calls, Single("vaedecode_grpc_connections_shed_total",
+                    "Connections the gRPC port closed at once because no file descriptor was free",
+                    prometheus::MetricType::Counter, static_cast<double>(grpc_.shed()))};
+  if (http_ != nullptr) {
+    out.push_back(Single("vaedecode_http_connections", "HTTP connections being served", prometheus::MetricType::Gauge,
+                         http_->active_connections()));
+    out.push_back(Single("vaedecode_http_connections_refused_total",
+                         "HTTP connections refused (503) because the port served its most connections",
+                         prometheus::MetricType::Counter, static_cast<double>(http_->refused_connections())));
+  }
+  return out;
 }
 
 }  // namespace vaedecode::server
