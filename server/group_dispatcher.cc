@@ -285,11 +285,17 @@ void GroupDispatcher::AwaitLeaderIdle(const std::shared_ptr<LeaderConnection>& l
   // no other group serves its models), and rebuilt past the bound.
   const std::string& group = g_.options.name;
   // Pausing and resuming apply only while `leader` is still the group's
-  // ready incarnation (under the group's lock): a group the supervisor is
-  // rebuilding meanwhile must not be left paused, or shown ready.
+  // ready incarnation: a group the supervisor is rebuilding meanwhile must
+  // not be left paused, or shown ready. (Checked under the group's lock,
+  // applied after it: the catalog's listener asks the groups for their
+  // state, which takes that lock.)
   const auto set_in_rotation = [this, &leader, &group](bool in_rotation) {
-    absl::MutexLock lock(&g_.mu);
-    if (g_.phase != GroupState::Phase::kReady || g_.leader != leader || !leader->broken_reason.empty()) return false;
+    {
+      absl::MutexLock lock(&g_.mu);
+      if (g_.phase != GroupState::Phase::kReady || g_.leader != leader || !leader->broken_reason.empty()) {
+        return false;
+      }
+    }
     g_.catalog.GroupPaused(group, !in_rotation);
     g_.metrics.SetGroupReady(group, in_rotation);
     return true;

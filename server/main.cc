@@ -82,6 +82,9 @@ ABSL_FLAG(std::string, http_default_model, "", "The model of POST / on --http_li
 ABSL_FLAG(int, http_request_timeout_s, 600, "Deadline of each HTTP request, from its arrival");
 ABSL_FLAG(int, http_header_timeout_s, 10,
           "An HTTP request's line and headers must arrive within this of their first byte (else 408)");
+ABSL_FLAG(int, upload_timeout_s, 120,
+          "A gRPC request whose message is still arriving after this has its connection closed (its calls fail "
+          "UNAVAILABLE); 0 = off");
 ABSL_FLAG(int, http_body_timeout_s, 120, "An HTTP request's body must arrive within this of its headers (else 408)");
 ABSL_FLAG(std::string, socket_dir, "", "Folder for the leaders' Unix sockets; empty: a fresh /tmp folder");
 ABSL_FLAG(std::string, ready_file, "",
@@ -190,6 +193,7 @@ int main(int argc, char** argv) {
   options.http_request_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_request_timeout_s));
   options.http_header_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_header_timeout_s));
   options.http_body_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_body_timeout_s));
+  options.upload_timeout = absl::Seconds(absl::GetFlag(FLAGS_upload_timeout_s));
 
   absl::StatusOr<std::unique_ptr<vaedecode::server::Server>> server = vaedecode::server::Server::Create(options);
   if (!server.ok()) {

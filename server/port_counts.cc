@@ -73,6 +73,11 @@ std::vector<prometheus::MetricFamily> PortCounts::Collect() const {
       calls, Single("vaedecode_grpc_connections_shed_total",
                     "Connections the gRPC port closed at once because no file descriptor was free",
                     prometheus::MetricType::Counter, static_cast<double>(grpc_.shed()))};
+  if (uploads_ != nullptr) {
+    out.push_back(Single("vaedecode_grpc_uploads_cut_total",
+                         "gRPC connections closed because a request was still arriving after --upload_timeout_s",
+                         prometheus::MetricType::Counter, static_cast<double>(uploads_->cut())));
+  }
   if (http_ != nullptr) {
     out.push_back(Single("vaedecode_http_connections", "HTTP connections being served", prometheus::MetricType::Gauge,
                          http_->active_connections()));

@@ -8,6 +8,8 @@
 //     vaedecode_requests_total: the difference is what handlers never saw.
 //   vaedecode_grpc_connections_shed_total  connections the gRPC port closed
 //     at once for want of a file descriptor (server/grpc_listener.h)
+//   vaedecode_grpc_uploads_cut_total       connections closed because a request
+//     was still arriving after --upload_timeout_s (server/upload_watchdog.h)
 //   vaedecode_http_connections             HTTP connections being served
 //   vaedecode_http_connections_refused_total  HTTP connections refused 503
 //     beyond the bound (server/bounded_http_server.h)
@@ -23,17 +25,20 @@
 
 #include "server/grpc_listener.h"
 #include "server/http_endpoint.h"
+#include "server/upload_watchdog.h"
 
 namespace vaedecode::server {
 
 class PortCounts : public prometheus::Collectable {
  public:
-  // `http` may be null (no HTTP port).
-  PortCounts(const GrpcListener& grpc, const HttpEndpoint* http) : grpc_(grpc), http_(http) {}
+  // `uploads` and `http` may be null (off).
+  PortCounts(const GrpcListener& grpc, const UploadWatchdog* uploads, const HttpEndpoint* http)
+      : grpc_(grpc), uploads_(uploads), http_(http) {}
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
   const GrpcListener& grpc_;
+  const UploadWatchdog* uploads_;
   const HttpEndpoint* http_;
 };
 

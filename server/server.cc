@@ -123,6 +123,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                                    options.max_message_bytes));
   }
 
+  if (options.upload_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--upload_timeout_s must not be negative (0: off)");
+  }
   if (options.admission.max_attention_tokens < 0) {
     return absl::InvalidArgumentError("--max_attention_tokens must not be negative (0: no limit)");
   }
@@ -250,6 +253,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     return absl::UnavailableError(absl::StrCat("cannot listen on --listen=", options.listen));
   }
   s->listener_->Start(std::move(acceptor));
+  if (options.upload_timeout > absl::ZeroDuration()) {
+    s->upload_watchdog_ = std::make_unique<UploadWatchdog>(options.upload_timeout, s->port_);
+  }
   s->catalog_->SetListener([raw] {
     raw->UpdateHealth();
     raw->FailQueuedForUnloadableModels();
@@ -279,7 +285,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     s->http_ = std::move(endpoint);
   }
   if (s->exposer_) {
-    s->port_counts_ = std::make_shared<PortCounts>(*s->listener_, s->http_.get());
+    s->port_counts_ = std::make_shared<PortCounts>(*s->listener_, s->upload_watchdog_.get(), s->http_.get());
     s->exposer_->RegisterCollectable(s->port_counts_);
   }
 

@@ -39,6 +39,7 @@
 #include "server/public_reflection.h"
 #include "server/request_validation.h"
 #include "server/scheduler.h"
+#include "server/upload_watchdog.h"
 #include "server/worker_group.h"
 
 namespace vaedecode::server {
@@ -91,6 +92,9 @@ struct ServerOptions {
   // On the wire: a request's line and headers, then its body, must arrive
   // within these (its reply gets stream_read_timeout to be read).
   absl::Duration http_header_timeout = absl::Seconds(10);
+  // A gRPC request still arriving after this has its connection closed
+  // (server/upload_watchdog.h); zero: off.
+  absl::Duration upload_timeout = absl::Seconds(120);
   absl::Duration http_body_timeout = absl::Seconds(120);
 };
 
@@ -146,6 +150,7 @@ class Server {
   std::unique_ptr<UnservedMethods> unserved_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<GrpcListener> listener_;  // feeds grpc_server_: stopped first
+  std::unique_ptr<UploadWatchdog> upload_watchdog_;
   std::unique_ptr<HttpEndpoint> http_;
   std::shared_ptr<PortCounts> port_counts_;       // reads listener_ and http_
   std::unique_ptr<prometheus::Exposer> exposer_;  // scrapes port_counts_: dropped first

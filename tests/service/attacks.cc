@@ -72,7 +72,10 @@ void StallingProxy::Forward(int from, int to, size_t limit) {
   size_t sent = 0;
   while (!stop_ && sent < limit) {
     const ssize_t n = recv(from, buffer.data(), std::min(buffer.size(), limit - sent), 0);
-    if (n <= 0 || send(to, buffer.data(), n, MSG_NOSIGNAL) != n) return;
+    if (n <= 0 || send(to, buffer.data(), n, MSG_NOSIGNAL) != n) {
+      shutdown(to, SHUT_RDWR);  // a close on one side reaches the other
+      return;
+    }
     sent += n;
   }
   while (!stop_) absl::SleepFor(absl::Milliseconds(50));  // stalled: the connection stays open

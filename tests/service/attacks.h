@@ -20,7 +20,8 @@ namespace vaedecode::testing {
 // A TCP proxy on loopback to `target_port` that forwards each connection's
 // first `upload_bytes` upstream and then nothing more, holding the
 // connection open: a client whose upload stalls before its message is
-// complete. Replies are forwarded whole.
+// complete. Replies are forwarded whole, and a close on either side reaches
+// the other.
 class StallingProxy {
  public:
   StallingProxy(int target_port, size_t upload_bytes);

@@ -705,6 +705,25 @@ TEST(ReliabilityTest, StalledUploadsAreHeldWithinTheGrpcMemoryQuota) {
   ExpectOk(Decode(server->stub(), good));
 }
 
+// An upload still arriving after --upload_timeout_s has its connection
+// closed (UNAVAILABLE), counted and logged, while a decode that runs longer
+// than that on another connection is untouched; before, a stalled upload
+// was held until its client's deadline (here 60 s) or forever.
+TEST(ReliabilityTest, AnUploadThatTakesTooLongIsCut) {
+  auto server = StartServing(RealWorkerFlags("", "cpu:1", 1, {"--upload_timeout_s=2"}), {"default"});
+  ASSERT_NE(server, nullptr);
+  BackgroundDecode long_decode(*server, SyntheticRequest("default", {3, 4, 32, 32}, "long-decode"), absl::Seconds(120));
+  StallingProxy proxy(std::stoi(server->address().substr(server->address().rfind(':') + 1)), size_t{2} << 20);
+  auto stub = v1::VaeDecoder::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", proxy.port()), grpc::InsecureChannelCredentials()));
+  const DecodeOutcome stalled =
+      Decode(*stub, SyntheticRequest("default", {1, 4, 512, 480}, "stalled-upload"), absl::Seconds(60));
+  EXPECT_EQ(stalled.status.error_code(), grpc::StatusCode::UNAVAILABLE) << stalled.status.error_message();
+  ExpectReached(server->WaitMetric("vaedecode_grpc_uploads_cut_total", {}, 1));
+  EXPECT_THAT(server->Log(), HasSubstr("event=upload_timeout"));
+  ExpectOk(long_decode.Join());
+}
+
 // The server raises its soft file-descriptor limit to the hard one at start
 // (a soft 1024 ran out under 1000 idle connections, and gRPC 1.51's
 // listener never accepted again).
