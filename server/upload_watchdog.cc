@@ -134,16 +134,18 @@ void UploadWatchdog::Sweep() {
         const absl::Time opened = Timestamp(data, "lastRemoteStreamCreatedTimestamp");
         const absl::Time received = Timestamp(data, "lastMessageReceivedTimestamp");
         if (open <= 0 || opened == absl::InfinitePast() || received >= opened || now - opened <= bound_) continue;
-        const nlohmann::json address = s.value("remote", nlohmann::json::object()).value("tcpip_address", nlohmann::json::object());
+        const nlohmann::json address =
+            s.value("remote", nlohmann::json::object()).value("tcpip_address", nlohmann::json::object());
         Peer peer;
         if (!absl::Base64Unescape(address.value("ip_address", ""), &peer.address)) continue;
         peer.port = static_cast<int>(Int(address, "port"));
         if (!ShutDownConnection(grpc_port_, peer)) continue;
         cut_sockets_.insert(socket_id);
         ++cut_;
-        spdlog::warn("event=upload_timeout peer_port={} waited_s={:.0f} message=\"a request was still arriving after "
-                     "--upload_timeout_s; its connection was closed\"",
-                     peer.port, absl::ToDoubleSeconds(now - opened));
+        spdlog::warn(
+            "event=upload_timeout peer_port={} waited_s={:.0f} message=\"a request was still arriving after "
+            "--upload_timeout_s; its connection was closed\"",
+            peer.port, absl::ToDoubleSeconds(now - opened));
       }
     }
   }
