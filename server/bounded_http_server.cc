@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/http_reply.h"
+#include "server/socket_port.h"
 
 namespace vaedecode::server {
 namespace {
@@ -38,11 +39,7 @@ void AddressOf(const sockaddr_storage& addr, socklen_t len, std::string& ip, int
                   NI_NUMERICHOST) == 0) {
     ip = host.data();
   }
-  if (addr.ss_family == AF_INET) {
-    port = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    port = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
-  }
+  port = PortOf(addr);
 }
 
 // One connection's socket as httplib reads and writes it, with deadlines:

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/socket_port.h"
 
 namespace vaedecode::server {
 namespace {
@@ -24,13 +25,10 @@ namespace {
 // How often the accept loop looks at whether it should stop.
 constexpr int kPollMs = 200;
 
-int PortOf(int fd) {
+int LocalPort(int fd) {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
-  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  return 0;
+  return getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 ? PortOf(addr) : 0;
 }
 
 // A listening socket on `node`:`port` (non-blocking, close-on-exec), or -1
@@ -88,7 +86,7 @@ absl::StatusOr<std::unique_ptr<GrpcListener>> GrpcListener::Bind(const std::stri
     l->fd_ = Listen(host, port, &why);
   }
   if (l->fd_ < 0) return absl::UnavailableError(absl::StrCat("cannot listen on --listen=", address, ": ", why));
-  l->port_ = PortOf(l->fd_);
+  l->port_ = LocalPort(l->fd_);
   l->reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
   return l;
 }

@@ -18,6 +18,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "server/socket_port.h"
 
 namespace vaedecode::server {
 namespace {
@@ -72,12 +73,6 @@ bool SamePeer(const sockaddr_storage& addr, const Peer& peer) {
            std::memcmp(reinterpret_cast<const char*>(&in6->sin6_addr) + 12, peer.address.data(), 4) == 0;
   }
   return false;
-}
-
-int PortOf(const sockaddr_storage& addr) {
-  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
-  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
-  return 0;
 }
 
 // Shuts down this process's connection from `peer` to `local_port`; whether

@@ -199,7 +199,7 @@ TEST(AdversarialTest, EveryAttackGetsAClearAnswerAndNothingIsLost) {
     const absl::StatusOr<std::string> before = server->ScrapeMetrics();
     ASSERT_TRUE(before.ok()) << before.status();
     const double failed_before = MetricValue(*before, "vaedecode_grpc_calls_total", {"outcome=\"failed\""});
-    StallingProxy proxy(std::stoi(server->address().substr(server->address().rfind(':') + 1)), size_t{3} << 20);
+    StallingProxy proxy(server->port(), size_t{3} << 20);
     auto stub = v1::VaeDecoder::NewStub(
         grpc::CreateChannel(absl::StrCat("127.0.0.1:", proxy.port()), grpc::InsecureChannelCredentials()));
     const DecodeOutcome stalled =

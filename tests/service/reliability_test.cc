@@ -658,7 +658,7 @@ TEST(ReliabilityTest, StalledUploadsAreHeldWithinTheGrpcMemoryQuota) {
       {"default"});
   ASSERT_NE(server, nullptr);
   // 7.5 MiB latents of which 7 MiB arrive: 84 MiB held without a bound.
-  StallingProxy proxy(std::stoi(server->address().substr(server->address().rfind(':') + 1)), size_t{7} << 20);
+  StallingProxy proxy(server->port(), size_t{7} << 20);
   const int64_t rss_before = RssBytes(server->pid());
   v1::DecodeRequest big = SyntheticRequest("default", {1, 4, 512, 960}, "stalled");
   std::vector<grpc::Status> results(kUploads);
@@ -713,7 +713,7 @@ TEST(ReliabilityTest, AnUploadThatTakesTooLongIsCut) {
   auto server = StartServing(RealWorkerFlags("", "cpu:1", 1, {"--upload_timeout_s=2"}), {"default"});
   ASSERT_NE(server, nullptr);
   BackgroundDecode long_decode(*server, SyntheticRequest("default", {3, 4, 32, 32}, "long-decode"), absl::Seconds(120));
-  StallingProxy proxy(std::stoi(server->address().substr(server->address().rfind(':') + 1)), size_t{2} << 20);
+  StallingProxy proxy(server->port(), size_t{2} << 20);
   auto stub = v1::VaeDecoder::NewStub(
       grpc::CreateChannel(absl::StrCat("127.0.0.1:", proxy.port()), grpc::InsecureChannelCredentials()));
   const DecodeOutcome stalled =
@@ -755,7 +755,7 @@ TEST(ReliabilityTest, TheGrpcPortRecoversAfterTheFileDescriptorsRanOut) {
   ASSERT_NE(server, nullptr);
   const struct rlimit few = {200, 200};
   ASSERT_EQ(prlimit(server->pid(), RLIMIT_NOFILE, &few, nullptr), 0) << std::strerror(errno);
-  const int port = std::stoi(server->address().substr(server->address().rfind(':') + 1));
+  const int port = server->port();
   std::vector<int> flood;
   for (int i = 0; i < 400; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);

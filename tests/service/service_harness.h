@@ -46,6 +46,7 @@ class ServerProcess {
   pid_t pid() const { return child_.pid(); }
   std::string address() const;
   int metrics_port() const { return metrics_port_; }
+  int port() const { return port_; }            // the gRPC port
   int http_port() const { return http_port_; }  // 0 without --http_listen
   v1::VaeDecoder::Stub& stub() { return *stub_; }
   // A stub on a channel of its own whose receive window stays at 64 KiB (no
