@@ -66,7 +66,7 @@ echo "serve.sh: vaedecode_server on $address, metrics on http://127.0.0.1:$metri
 model=default
 [ -n "${VAEDECODE_MODEL_REPOSITORY:-}" ] && model=$(ls "$VAEDECODE_MODEL_REPOSITORY" | head -n1)
 for _ in $(seq 600); do
-  "$bin/client/vaedecode_client" --server="$address" --list_models 2>/dev/null | grep -q "^$model " && break
+  "$bin/client/vaedecode_client" --server="$address" --list_models 2>/dev/null | grep "^$model " > /dev/null && break
   kill -0 "$server" 2>/dev/null || { echo "serve.sh: the server exited" >&2; exit 1; }
   sleep 0.5
 done

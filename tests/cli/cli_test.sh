@@ -29,7 +29,7 @@ expect_error() {  # expected-code substring args...
   err=$("$BIN" "$@" 2>&1 >/dev/null)
   rc=$?
   [ "$rc" -eq "$code" ] || fail "exit $rc (want $code) for: $*"
-  echo "$err" | grep -q -- "$want" || fail "error for '$*' does not mention '$want': $err"
+  echo "$err" | grep -- "$want" > /dev/null || fail "error for '$*' does not mention '$want': $err"
   [ "$code" -eq 2 ] || [ "$(echo "$err" | wc -l)" -eq 1 ] || fail "error for '$*' is not one line: $err"
 }
 
@@ -51,7 +51,7 @@ while read -r folder name latent expected pipeline; do
     || fail "dense decode of $folder/$name"
   compare "$FIX/$expected" "$OUT/${folder}_${name}.safetensors"
   "$BIN" decode --model "$FIX/$folder" --latent "$FIX/$latent" --out "$OUT/${folder}_${name}_exact.npy" \
-    --mode exact --ranks 3 --timeout-s 60 | grep -q "mode=exact ranks=3" || fail "exact decode of $folder/$name"
+    --mode exact --ranks 3 --timeout-s 60 | grep "mode=exact ranks=3" > /dev/null || fail "exact decode of $folder/$name"
   compare "$FIX/$expected" "$OUT/${folder}_${name}_exact.npy"
   if [ "$pipeline" != "-" ]; then
     "$BIN" decode --model "$FIX/$folder" --latent "$FIX/$pipeline" --latent-space raw \
@@ -117,12 +117,12 @@ cmp -s "$OUT/seeded.npy" "$OUT/seeded2.npy" || fail "the same seed gave another 
 expect_error 1 "no diffusion_pytorch_model.safetensors" decode --model "$OUT/config_only" --out "$OUT/x.npy"
 
 echo "== info"
-"$BIN" info --model "$FIX/flux1_kl" | grep -q "shift factor: 0.1159" || fail "info lacks the shift factor"
+"$BIN" info --model "$FIX/flux1_kl" | grep "shift factor: 0.1159" > /dev/null || fail "info lacks the shift factor"
 "$BIN" info --model "$FIX/minimax_h3" > "$OUT/minimax_info.txt"
 grep -q "family: minimax_h3 (diffusers AutoencoderKLMiniMaxH3)" "$OUT/minimax_info.txt" || fail "info lacks MiniMax-H3's family"
 grep -q "^tiled mode: not available" "$OUT/minimax_info.txt" || fail "info does not say MiniMax-H3 is never tiled"
 grep -q "^note: decoded untiled.*256x256-pixel tiles" "$OUT/minimax_info.txt" || fail "info does not say how MiniMax-H3 differs from diffusers above 256 px"
-if "$BIN" info --model "$FIX/sd_kl" | grep -q "^note:"; then fail "sd_kl has no decode note"; fi
+if "$BIN" info --model "$FIX/sd_kl" | grep "^note:" > /dev/null; then fail "sd_kl has no decode note"; fi
 
 echo "== malformed input: one-line error, non-zero exit"
 head -c 100 "$FIX/sd_kl/latent.safetensors" > "$OUT/truncated.safetensors"

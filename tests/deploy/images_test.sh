@@ -296,7 +296,7 @@ gpu_refuses_cuda() {
   local port
   port=$(published "$n" 50051)
   for _ in $(seq 300); do
-    "$podman" logs "$n" 2>&1 | grep -q -E 'cuda:0: this process sees 0 GPU|cuda:0: .*(no CUDA|CUDA driver|no NVIDIA|GPU)' && break
+    "$podman" logs "$n" 2>&1 | grep -E 'cuda:0: this process sees 0 GPU|cuda:0: .*(no CUDA|CUDA driver|no NVIDIA|GPU)' > /dev/null && break
     sleep 0.2
   done
   "$podman" logs "$n" >"$tmp/cuda.log" 2>&1
