@@ -113,6 +113,32 @@ at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const a
   return out;
 }
 
+at::Tensor StridedConvWithRowPadding(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                     const StridedConvGeometry& g, int64_t top, int64_t bottom) {
+  const bool volumetric = weight.dim() == 5;
+  TORCH_CHECK(weight.dim() == 4 || volumetric, "conv weight must be 4-D or 5-D, got ", weight.dim(), "-D");
+  TORCH_CHECK(g.stride >= 1, "stride must be positive");
+  // at::pad lists pads from the last dim backwards: (W, H[, T]).
+  std::vector<int64_t> pads = {g.pad_left, g.pad_right, top, bottom};
+  if (volumetric) pads.insert(pads.end(), {g.padding_t, g.padding_t});
+  const bool any = std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; });
+  at::Tensor padded = x;
+  if (any && g.mode == PaddingMode::kZeros) {
+    padded = at::constant_pad_nd(x, pads, 0);
+  } else if (any) {
+    TORCH_CHECK(g.mode == PaddingMode::kReplicate || g.mode == PaddingMode::kReflect, "padding mode ",
+                PadModeName(g.mode), " is not supported by the encoder ops");
+    padded = at::pad(x, pads, PadModeName(g.mode));
+  }
+  if (volumetric) return at::conv3d(padded, weight, bias, {1, g.stride, g.stride});
+  return at::conv2d(padded, weight, bias, {g.stride, g.stride});
+}
+
+at::Tensor LayerOps::StridedConv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                 const StridedConvGeometry& g) {
+  return StridedConvWithRowPadding(x, weight, bias, g, g.pad_top, g.pad_bottom);
+}
+
 at::Tensor ConvWithRowsProvided(const at::Tensor& x_with_rows, const at::Tensor& weight, const at::Tensor& bias,
                                 const ConvGeometry& g) {
   return ConvWithRowPadding(x_with_rows, weight, bias, g, 0, 0);
@@ -132,6 +158,12 @@ at::Tensor DenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const a
                                const TokenLayout& layout) {
   if (layout.kind == TokenLayout::Kind::kFrameCausal) return FrameCausalScaledDotProductAttention(q, k, v);
   return ScaledDotProductAttention(q, k, v);  // whole tensors: the shared tokens are just tokens
+}
+
+at::Tensor CancellableDenseOps::StridedConv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                            const StridedConvGeometry& g) {
+  CheckCancelled();
+  return dense_.StridedConv(x, weight, bias, g);
 }
 
 void CancellableDenseOps::CheckCancelled() const {

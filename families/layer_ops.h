@@ -33,6 +33,24 @@ struct ConvGeometry {
   PaddingMode mode = PaddingMode::kZeros;
 };
 
+// Geometry of a strided convolution (an encoder's downsampler): stride
+// `stride` in H and W (1 in T), the rows padded `pad_top` above and
+// `pad_bottom` below and the columns `pad_left` / `pad_right`, all with
+// `mode`; a 5-D weight's frames get `padding_t` on both sides. diffusers'
+// Downsample2D(padding=0) is {stride 2, pads (0, 1, 0, 1), zeros}.
+struct StridedConvGeometry {
+  int64_t stride = 2;
+  int64_t pad_top = 0;
+  int64_t pad_bottom = 0;
+  int64_t pad_left = 0;
+  int64_t pad_right = 0;
+  int64_t padding_t = 0;
+  PaddingMode mode = PaddingMode::kZeros;
+
+  // Output rows of `rows` input rows under a kernel `kernel` rows tall.
+  int64_t OutputRows(int64_t rows, int64_t kernel) const { return (rows + pad_top + pad_bottom - kernel) / stride + 1; }
+};
+
 // Where a tensor's rows sit in the whole (unsharded) tensor, at its own
 // resolution: the first row this rank holds and the rows of all ranks.
 struct RowWindow {
@@ -88,6 +106,11 @@ class LayerOps {
   virtual at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight,
                                const at::Tensor& bias, double eps) = 0;
 
+  // A strided convolution (StridedConvGeometry), x as for Conv. The default
+  // is right for ops that hold whole tensors: the dense op.
+  virtual at::Tensor StridedConv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                 const StridedConvGeometry& geometry);
+
   // softmax(q·kᵀ/√D)·v for the local queries against every key of the
   // (global) sequence, its tokens laid out as `layout` says (TokenLayout).
   virtual at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -113,6 +136,10 @@ class ForwardingOps : public LayerOps {
   at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
                        double eps) override {
     return inner_.GroupNorm(x, num_groups, weight, bias, eps);
+  }
+  at::Tensor StridedConv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         const StridedConvGeometry& geometry) override {
+    return inner_.StridedConv(x, weight, bias, geometry);
   }
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const TokenLayout& layout) override {
@@ -169,6 +196,8 @@ class CancellableDenseOps final : public LayerOps {
                   const ConvGeometry& geometry) override;
   at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
                        double eps) override;
+  at::Tensor StridedConv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         const StridedConvGeometry& geometry) override;
   // Frame-causal attention goes frame by frame (the same per-frame calls as
   // FrameCausalScaledDotProductAttention), each chunked and checked.
   at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -204,6 +233,12 @@ at::Tensor PadForConv(const at::Tensor& x, int64_t top, int64_t bottom, const Co
 at::Tensor ConvInRowBands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                           const ConvGeometry& geometry, int64_t pad_top, int64_t pad_bottom,
                           const std::function<void()>& between = nullptr);
+
+// The strided convolution of `x` whose rows get `top` and `bottom` rows of
+// `geometry.mode` padding (the sharded op passes 0 where it provided
+// neighbour rows) and whose columns (and frames) get the geometry's.
+at::Tensor StridedConvWithRowPadding(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                     const StridedConvGeometry& geometry, int64_t top, int64_t bottom);
 
 // softmax(q·kᵀ/√d)·v, diffusers' F.scaled_dot_product_attention (no mask).
 at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);

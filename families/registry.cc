@@ -68,21 +68,22 @@ int64_t BuildAllowanceBytes(const ModelFiles& files) {
   return 2 * float32_bytes + kBuildSlackBytes;
 }
 
-// Runs the family's factory with the process's CPU allocations capped at
-// `allowance` more bytes than are live now (0: uncapped), turning whatever
-// it throws into a Status.
-absl::StatusOr<std::unique_ptr<Decoder>> BuildBounded(const FamilyRegistration& family, const ModelFiles& files,
-                                                      const LoadOptions& options, int64_t allowance) {
+// Runs `factory` with the process's CPU allocations capped at `allowance`
+// more bytes than are live now (0: uncapped), turning whatever it throws
+// into a Status.
+template <typename Built, typename Factory>
+absl::StatusOr<std::unique_ptr<Built>> BuildBounded(const Factory& factory, const ModelFiles& files,
+                                                    const LoadOptions& options, int64_t allowance) {
   device::CountingCpuAllocator& allocator = device::CountingCpuAllocator::Install();
   const int64_t previous_limit = allocator.limit_bytes();
   if (allowance > 0) {
     const int64_t cap = allocator.current_bytes() + allowance;
     allocator.set_limit_bytes(previous_limit > 0 ? std::min(previous_limit, cap) : cap);
   }
-  absl::StatusOr<std::unique_ptr<Decoder>> decoder = absl::InternalError("not built");
-  const absl::Status caught = CatchExceptions("building the model", [&] { decoder = family.factory(files, options); });
+  absl::StatusOr<std::unique_ptr<Built>> built = absl::InternalError("not built");
+  const absl::Status caught = CatchExceptions("building the model", [&] { built = factory(files, options); });
   allocator.set_limit_bytes(previous_limit);
-  if (caught.ok()) return decoder;
+  if (caught.ok()) return built;
   if (caught.code() == absl::StatusCode::kResourceExhausted && allowance > 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         files.config_path(), ": the config's sizes need more than the ", allowance >> 20,
@@ -94,7 +95,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> BuildBounded(const FamilyRegistration& 
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path, const LoadOptions& options) const {
+absl::StatusOr<std::pair<std::unique_ptr<ModelFiles>, const FamilyRegistration*>> Registry::Open(
+    const std::string& path, const LoadOptions& options) const {
   RETURN_IF_ERROR(CheckDtypeSupported(options.dtype));
   ASSIGN_OR_RETURN(
       std::unique_ptr<ModelFiles> files,
@@ -110,8 +112,38 @@ absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path,
         absl::StrCat(files->config_path(), ": model class ", class_name,
                      " is not supported (supported: ", absl::StrJoin(SupportedClasses(), ", "), ")"));
   }
+  return std::make_pair(std::move(files), family);
+}
+
+absl::StatusOr<std::unique_ptr<Encoder>> Registry::LoadEncoder(const std::string& path,
+                                                               const LoadOptions& options) const {
+  ASSIGN_OR_RETURN(auto opened, Open(path, options));
+  const auto& [files, family] = opened;
+  if (!family->encoder_factory) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(files->class_name(), " (", path, ") cannot encode: its family has no encoder yet"));
+  }
+  if (!options.seeded_weights) {
+    bool has_encoder = false;
+    for (const auto& [name, view] : files->tensors()) has_encoder = has_encoder || name.rfind("encoder.", 0) == 0;
+    if (!has_encoder) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          files->vae_dir(), " holds no encoder.* weights (a decoder-only checkpoint): it decodes but cannot encode"));
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Encoder> encoder,
+                   BuildBounded<Encoder>(family->encoder_factory, *files, options,
+                                         options.seeded_weights ? 0 : BuildAllowanceBytes(*files)));
+  if (options.dtype != encoder->dtype()) encoder->ToDtype(options.dtype);
+  return encoder;
+}
+
+absl::StatusOr<std::unique_ptr<Decoder>> Registry::Load(const std::string& path, const LoadOptions& options) const {
+  ASSIGN_OR_RETURN(auto opened, Open(path, options));
+  const auto& [files, family] = opened;
+  const std::string class_name = files->class_name();
   absl::StatusOr<std::unique_ptr<Decoder>> decoder =
-      BuildBounded(*family, *files, options, options.seeded_weights ? 0 : BuildAllowanceBytes(*files));
+      BuildBounded<Decoder>(family->factory, *files, options, options.seeded_weights ? 0 : BuildAllowanceBytes(*files));
   if (decoder.ok()) {
     ApplyDecodeDtype(**decoder, options.dtype);
     return decoder;

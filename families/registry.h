@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "families/decoder.h"
+#include "families/encoder.h"
 #include "families/model_files.h"
 #include "families/weight_loading.h"
 
@@ -35,6 +36,11 @@ struct LoadOptions {
 // by FillWeights; Registry::Load converts it to the requested dtype.
 using DecoderFactory =
     std::function<absl::StatusOr<std::unique_ptr<Decoder>>(const ModelFiles& files, const LoadOptions& options)>;
+
+// The same for a family's encode side (encoder.*, quant_conv.*, and what
+// its pipeline's normalisation reads), loaded only when a model encodes.
+using EncoderFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Encoder>>(const ModelFiles& files, const LoadOptions& options)>;
 
 // A factory's weights: strictly from the checkpoint (LoadStrict, with the
 // family's ignore rules), or seeded when options.seeded_weights is set.
@@ -56,6 +62,8 @@ struct FamilyRegistration {
   DecoderFactory factory;
   // How its checkpoints are recognised (ClassesWithKeysLike).
   std::vector<KeySignature> signatures;
+  // Null for a family that has no encoder yet.
+  EncoderFactory encoder_factory;
 };
 
 class Registry {
@@ -70,6 +78,11 @@ class Registry {
   // folder, INVALID_ARGUMENT for an unsupported class or malformed files.
   absl::StatusOr<std::unique_ptr<Decoder>> Load(const std::string& path, const LoadOptions& options) const;
 
+  // Opens a model folder and builds its encoder, in float32 or
+  // options.dtype: as Load, and FAILED_PRECONDITION for a family without an
+  // encoder or a checkpoint without encoder weights (a decoder-only file).
+  absl::StatusOr<std::unique_ptr<Encoder>> LoadEncoder(const std::string& path, const LoadOptions& options) const;
+
   // The diffusers classes whose checkpoints have tensor names like
   // `tensors` (decoder-side keys only each lineage has, e.g. FLUX.2's
   // `bn.running_mean`; the registered families' signatures), or empty when
@@ -80,6 +93,10 @@ class Registry {
   std::vector<std::string> ClassesWithKeysLike(const std::map<std::string, const formats::TensorView*>& tensors) const;
 
  private:
+  // The folder's files and its family, or why neither.
+  absl::StatusOr<std::pair<std::unique_ptr<ModelFiles>, const FamilyRegistration*>> Open(
+      const std::string& path, const LoadOptions& options) const;
+
   std::vector<FamilyRegistration> families_;
 };
 

@@ -25,7 +25,19 @@ T ValueOrThrow(absl::StatusOr<T> result) {
 ShardedLayerOps::ShardedLayerOps(parallel::Communicator& comm, parallel::ShardSpec latent_spec)
     : comm_(comm), latent_spec_(std::move(latent_spec)) {}
 
+ShardedLayerOps::ShardedLayerOps(parallel::Communicator& comm, std::vector<parallel::ShardSpec> row_levels)
+    : comm_(comm), latent_spec_(row_levels.back()), row_levels_(std::move(row_levels)) {}
+
 parallel::ShardSpec ShardedLayerOps::SpecForRows(int64_t local_rows, int axis) const {
+  if (!row_levels_.empty()) {
+    for (const parallel::ShardSpec& level : row_levels_) {
+      if (level.local_rows() != local_rows) continue;
+      parallel::ShardSpec spec = level;
+      spec.axis = axis;
+      return spec;
+    }
+    TORCH_CHECK(false, "a band of ", local_rows, " rows is at none of the encoder's row levels");
+  }
   const int64_t latent_rows = latent_spec_.local_rows();
   TORCH_CHECK(latent_rows > 0 && local_rows % latent_rows == 0, "a band of ", local_rows,
               " rows is not a whole multiple of the latent band (", latent_rows,
@@ -111,6 +123,50 @@ at::Tensor ShardedLayerOps::Conv(const at::Tensor& x, const at::Tensor& weight, 
   // In row bands on a CPU, as the dense path (its peak scales with the band).
   if (!zeros) return ConvInRowBands(with_rows, weight, bias, g, pad_top, pad_bottom);
   return ConvInRowBands(with_rows, weight, bias, g, 0, 0);
+}
+
+at::Tensor ShardedLayerOps::StridedConv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                        const StridedConvGeometry& g) {
+  const int h_axis = static_cast<int>(x.dim()) - 2;
+  const int64_t kernel = weight.size(weight.dim() - 2);
+  const parallel::ShardSpec in = SpecForRows(x.size(h_axis), h_axis);
+  const int64_t out_total = g.OutputRows(in.rows_total(), kernel);
+  const parallel::ShardSpec* out = nullptr;
+  for (const parallel::ShardSpec& level : row_levels_) {
+    if (level.rows_total() == out_total) out = &level;
+  }
+  TORCH_CHECK(out != nullptr, "a strided convolution to ", out_total, " rows reaches none of the encoder's row levels");
+  // Output rows [b, e) read input rows [b·s − top, (e − 1)·s − top + k).
+  // What each band needs beyond its own rows, above and below; every rank
+  // computes every band's, so all agree on the exchange.
+  const auto reach = [&](int r) {
+    const parallel::Band o = out->band(r), i = in.band(r);
+    TORCH_CHECK(!o.empty() && !i.empty(), "an empty band at a strided convolution");
+    const int64_t first = o.begin * g.stride - g.pad_top, end = (o.end - 1) * g.stride - g.pad_top + kernel;
+    return std::make_pair(i.begin - first, end - i.end);
+  };
+  int64_t halo_above = 0, halo_below = 0;
+  for (int r = 0; r < in.world_size; ++r) {
+    const auto [above, below] = reach(r);
+    if (r > 0) halo_above = std::max(halo_above, above);
+    if (r + 1 < in.world_size) halo_below = std::max(halo_below, below);
+  }
+  const parallel::HaloRows neighbours =
+      ValueOrThrow(ValueOrThrow(parallel::StartHaloRowsExchange(comm_, x, in, halo_above, halo_below)).Wait());
+  const auto [above, below] = reach(in.rank);
+  // This band with the neighbour rows its windows read; at a global edge the
+  // layer's own padding instead (or fewer rows: the last window may stop short
+  // of an odd height's padding row).
+  std::vector<at::Tensor> parts;
+  int64_t pad_top = 0, pad_bottom = 0;
+  if (above > 0 && in.is_first()) pad_top = above;
+  if (above > 0 && !in.is_first()) parts.push_back(neighbours.above.narrow(h_axis, halo_above - above, above));
+  parts.push_back(above < 0 ? x.narrow(h_axis, -above, x.size(h_axis) + above) : x);
+  at::Tensor rows = parts.size() == 1 ? parts[0] : at::cat(parts, h_axis);
+  if (below > 0 && in.is_last()) pad_bottom = below;
+  if (below > 0 && !in.is_last()) rows = at::cat({rows, neighbours.below.narrow(h_axis, 0, below)}, h_axis);
+  if (below < 0) rows = rows.narrow(h_axis, 0, rows.size(h_axis) + below);
+  return StridedConvWithRowPadding(rows, weight, bias, g, pad_top, pad_bottom);
 }
 
 std::optional<int64_t> ShardedLayerOps::HaloSignal() {

@@ -17,6 +17,7 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "device/host_copy.h"
 #include "families/layer_ops.h"
@@ -32,10 +33,23 @@ class ShardedLayerOps final : public LayerOps {
   // outlive the ops and belong to the same group.
   ShardedLayerOps(parallel::Communicator& comm, parallel::ShardSpec latent_spec);
 
+  // For an encoder, whose resolutions are not whole multiples of one band
+  // (each stride-2 level floors, and the last band takes the remainder):
+  // this rank's view of every resolution the activations pass through,
+  // `row_levels` (EncodeRowLevels), from the input's rows to the latent's.
+  // A tensor's layout is the level whose local band has its rows (bands
+  // shrink strictly from level to level, so the match is unique).
+  ShardedLayerOps(parallel::Communicator& comm, std::vector<parallel::ShardSpec> row_levels);
+
   at::Tensor Conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                   const ConvGeometry& geometry) override;
   at::Tensor GroupNorm(const at::Tensor& x, int64_t num_groups, const at::Tensor& weight, const at::Tensor& bias,
                        double eps) override;
+  // The output band of the next row level from this band plus the rows its
+  // windows reach across the band edges (one asymmetric halo exchange); the
+  // geometry's padding only at the global edges.
+  at::Tensor StridedConv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         const StridedConvGeometry& geometry) override;
   // Local queries against every rank's band of K/V, gathered in one
   // all-gather (every frame's band at once for a frame-causal layout); a
   // full layout's shared tokens' K/V come from this rank's copy (identical
@@ -92,6 +106,7 @@ class ShardedLayerOps final : public LayerOps {
 
   parallel::Communicator& comm_;
   parallel::ShardSpec latent_spec_;
+  std::vector<parallel::ShardSpec> row_levels_;  // encoders: every resolution's layout
   const std::atomic<bool>* cancelled_ = nullptr;
   bool overlap_halo_ = true;
   bool cancel_with_halo_ = false;

@@ -3,7 +3,7 @@ BUILD.bazel says only what it borrows from other families.
 
 A family folder holds config.{h,cc} (its diffusers config), decoder.{h,cc}
 (the families::Decoder, usually a families::ModuleDecoder, and its
-registration) and, when it has its own, blocks.{h,cc} (LibTorch modules
+registration), encoder.{h,cc} when it encodes (the families::Encoder) and, when it has its own, blocks.{h,cc} (LibTorch modules
 under diffusers' parameter names, with how each layer shards by rows);
 config_test.cc and decoder_test.cc are its tests. Each `*_deps` adds to the
 deps every family's target of that name has.
@@ -16,6 +16,7 @@ def vae_family(
         config_deps = [],
         blocks_deps = [],
         decoder_deps = [],
+        encoder_deps = [],
         decoder_test_deps = []):
     native.cc_library(
         name = "config",
@@ -41,6 +42,25 @@ def vae_family(
                 "//families/nn:modules",
                 "//third_party/torch",
             ] + blocks_deps,
+        )
+    if _exists("encoder.cc"):
+        own.append(":encoder")
+        native.cc_library(
+            name = "encoder",
+            srcs = ["encoder.cc"],
+            hdrs = ["encoder.h"],
+            deps = own[:-1] + [
+                ":config",
+                "//families:encoder",
+                "//families:model_files",
+                "//families:module_encoder",
+                "//families:registry",
+                "//families/nn:modules",
+                "//rpc:status_macros",
+                "//third_party/absl:status",
+                "//third_party/json",
+                "//third_party/torch",
+            ] + encoder_deps,
         )
     native.cc_library(
         name = "decoder",

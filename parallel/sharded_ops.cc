@@ -18,32 +18,52 @@ at::Tensor RowsFirst(const at::Tensor& x, int64_t axis) { return x.movedim(axis,
 
 absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
                                                        int64_t halo, std::optional<int64_t> signal) {
+  return StartHaloRowsExchange(comm, x, spec, halo, halo, signal);
+}
+
+absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
+                                                       int64_t halo_above, int64_t halo_below,
+                                                       std::optional<int64_t> signal) {
   HaloRows rows;
   rows.min_signal = signal;
-  if (halo == 0 || spec.world_size == 1) return HaloRowsInFlight(rows, nullptr);
-  if (spec.min_band_rows() < halo) {
+  if ((halo_above == 0 && halo_below == 0) || spec.world_size == 1) return HaloRowsInFlight(rows, nullptr);
+  const int64_t halo = std::max(halo_above, halo_below);
+  if (halo_above < 0 || halo_below < 0 || spec.min_band_rows() < halo) {
     return absl::FailedPreconditionError(
         absl::StrCat("halo of ", halo, " rows exceeds the thinnest band (", spec.min_band_rows(), " rows)"));
   }
   const int64_t axis = spec.axis;
   const int64_t local_rows = x.size(axis);
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape[axis] = halo;
+  const auto rows_shape = [&](int64_t n) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[axis] = n;
+    return shape;
+  };
   std::vector<P2POp> ops;
   std::vector<at::Tensor> signals_in;
-  // Per neighbour: the rows, then (with a signal) the word; both ends post
-  // them in this order, so the messages pair up.
-  const auto with_neighbour = [&](int peer, const at::Tensor& rows_out, at::Tensor& rows_in) {
-    ops.push_back({P2POp::kSend, peer, rows_out});
-    rows_in = at::empty(shape, x.options());
-    ops.push_back({P2POp::kRecv, peer, rows_in});
+  // Per neighbour: the rows (none in a direction whose halo is 0), then
+  // (with a signal) the word; both ends post them in this order, so the
+  // messages pair up.
+  const auto with_neighbour = [&](int peer, const at::Tensor& rows_out, int64_t rows_in_count, at::Tensor& rows_in) {
+    if (rows_out.size(axis) > 0) ops.push_back({P2POp::kSend, peer, rows_out});
+    if (rows_in_count > 0) {
+      rows_in = at::empty(rows_shape(rows_in_count), x.options());
+      ops.push_back({P2POp::kRecv, peer, rows_in});
+    }
     if (!signal.has_value()) return;
     ops.push_back({P2POp::kSend, peer, at::full({1}, *signal, x.options().dtype(at::kLong))});
     signals_in.push_back(at::empty({1}, x.options().dtype(at::kLong)));
     ops.push_back({P2POp::kRecv, peer, signals_in.back()});
   };
-  if (!spec.is_first()) with_neighbour(spec.rank - 1, x.narrow(axis, 0, halo).contiguous(), rows.above);
-  if (!spec.is_last()) with_neighbour(spec.rank + 1, x.narrow(axis, local_rows - halo, halo).contiguous(), rows.below);
+  // The rank above takes this band's first rows as its rows below; the rank
+  // below takes the last ones as its rows above.
+  if (!spec.is_first()) {
+    with_neighbour(spec.rank - 1, x.narrow(axis, 0, halo_below).contiguous(), halo_above, rows.above);
+  }
+  if (!spec.is_last()) {
+    with_neighbour(spec.rank + 1, x.narrow(axis, local_rows - halo_above, halo_above).contiguous(), halo_below,
+                   rows.below);
+  }
   // The send tensors are copies of x's edge rows, and the posted batch
   // holds every tensor it moves until it completes.
   return HaloRowsInFlight(std::move(rows), comm.StartSendRecv(ops, CallKind::kHalo), std::move(signals_in));

@@ -57,6 +57,12 @@ class HaloRowsInFlight {
 };
 absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
                                                        int64_t halo, std::optional<int64_t> signal = std::nullopt);
+// The same with `halo_above` rows from the rank above and `halo_below` from
+// the rank below (a strided convolution's window is not centred; a
+// direction of 0 rows sends nothing that way but the signal).
+absl::StatusOr<HaloRowsInFlight> StartHaloRowsExchange(Communicator& comm, const at::Tensor& x, const ShardSpec& spec,
+                                                       int64_t halo_above, int64_t halo_below,
+                                                       std::optional<int64_t> signal = std::nullopt);
 
 // Returns x with `halo` real rows of the rank above prepended and `halo` rows
 // of the rank below appended along spec.axis. At the global top/bottom edges

@@ -5,28 +5,16 @@
 #include <random>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "families/posterior.h"
 #include "families/status_error.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
-
-namespace {
-
-// torch.randn(shape, generator=torch.Generator().manual_seed(seed)) in
-// float32, whatever device decodes.
-at::Tensor MixDecodeNoise(const at::Tensor& latent, double scale, uint64_t seed) {
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const at::Tensor noise = at::randn(latent.sizes(), generator, at::TensorOptions().dtype(at::kFloat));
-  return (1 - scale) * latent.to(at::kCPU).to(at::kFloat) + scale * noise;
-}
-
-}  // namespace
 
 absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, const DecodeJob& job) {
   RETURN_IF_ERROR(decoder.ValidateLatent(job.latent));
@@ -36,7 +24,8 @@ absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, c
     // The noise is mixed into the latent as sent, before any de-normalisation.
     if (job.noise_scale != 0) {
       out.noise_seed = job.noise_seed ? *job.noise_seed : std::random_device{}();
-      z = MixDecodeNoise(z, job.noise_scale, *out.noise_seed);
+      const at::Tensor noise = families::SeededNoise(z.sizes(), *out.noise_seed);
+      z = (1 - job.noise_scale) * z.to(at::kCPU).to(at::kFloat) + job.noise_scale * noise;
     }
     z = z.to(decoder.device());
     if (job.scaling_factor) {

@@ -90,4 +90,33 @@ at::Tensor UpDecoderBlock2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
   return h;
 }
 
+Downsample2DImpl::Downsample2DImpl(int64_t channels) {
+  conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, channels, 3).stride(2)));
+}
+
+at::Tensor Downsample2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  StridedConvGeometry g;
+  g.stride = 2;
+  g.pad_bottom = 1;
+  g.pad_right = 1;
+  return ops.StridedConv(x, conv->weight, conv->bias, g);
+}
+
+DownEncoderBlock2DImpl::DownEncoderBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t num_layers,
+                                               int64_t groups, double eps, bool add_downsample) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  downsamplers = register_module("downsamplers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < num_layers; ++i) {
+    resnets->push_back(ResnetBlock2D(i == 0 ? in_channels : out_channels, out_channels, groups, eps));
+  }
+  if (add_downsample) downsamplers->push_back(Downsample2D(out_channels));
+}
+
+at::Tensor DownEncoderBlock2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<ResnetBlock2DImpl>()->forward(h, ops);
+  for (const auto& down : *downsamplers) h = down->as<Downsample2DImpl>()->forward(h, ops);
+  return h;
+}
+
 }  // namespace vaedecode::families::autoencoder_kl

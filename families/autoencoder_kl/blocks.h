@@ -1,7 +1,7 @@
 #pragma once
 
-// LibTorch mirrors of the diffusers blocks AutoencoderKL's decoder is built
-// from. Children are registered under the diffusers attribute names, so
+// LibTorch mirrors of the diffusers blocks AutoencoderKL's decoder and
+// encoder are built from. Children are registered under the diffusers attribute names, so
 // named_parameters() equals the diffusers state-dict keys. Every forward takes
 // the LayerOps that runs the row-coupled ops (conv, GroupNorm, attention).
 //
@@ -96,5 +96,30 @@ class UpDecoderBlock2DImpl : public torch::nn::Module {
   torch::nn::ModuleList upsamplers{nullptr};  // empty for the last block
 };
 TORCH_MODULE(UpDecoderBlock2D);
+
+// diffusers Downsample2D(use_conv=True, padding=0), the encoder's
+// downsampler: zero-pad (0, 1, 0, 1), then a 3x3 conv of stride 2. Sharded,
+// a band's last window reads one row of the band below; the padding row is
+// the global bottom's alone (LayerOps::StridedConv).
+class Downsample2DImpl : public torch::nn::Module {
+ public:
+  explicit Downsample2DImpl(int64_t channels);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, C, H, W] -> [B, C, (H-2)/2+1, (W-2)/2+1]
+
+  torch::nn::Conv2d conv{nullptr};
+};
+TORCH_MODULE(Downsample2D);
+
+// diffusers DownEncoderBlock2D.
+class DownEncoderBlock2DImpl : public torch::nn::Module {
+ public:
+  DownEncoderBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t num_layers, int64_t groups, double eps,
+                         bool add_downsample);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  torch::nn::ModuleList resnets{nullptr};
+  torch::nn::ModuleList downsamplers{nullptr};  // empty for the last block
+};
+TORCH_MODULE(DownEncoderBlock2D);
 
 }  // namespace vaedecode::families::autoencoder_kl

@@ -12,6 +12,7 @@ std::string AutoencoderKLConfig::ToJson() const {
   nlohmann::json j = {
       {"_class_name", "AutoencoderKL"},
       {"latent_channels", latent_channels},
+      {"in_channels", in_channels},
       {"out_channels", out_channels},
       {"block_out_channels", block_out_channels},
       {"up_block_types", std::vector<std::string>(block_out_channels.size(), "UpDecoderBlock2D")},
@@ -19,6 +20,8 @@ std::string AutoencoderKLConfig::ToJson() const {
       {"norm_num_groups", norm_num_groups},
       {"act_fn", act_fn},
       {"mid_block_add_attention", mid_block_add_attention},
+      {"down_block_types", std::vector<std::string>(block_out_channels.size(), "DownEncoderBlock2D")},
+      {"use_quant_conv", use_quant_conv},
       {"use_post_quant_conv", use_post_quant_conv},
       {"scaling_factor", scaling_factor},
       {"shift_factor", shift_factor ? nlohmann::json(*shift_factor) : nlohmann::json(nullptr)},
@@ -35,12 +38,14 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
   ConfigReader r(json, source);
   AutoencoderKLConfig c;
   c.latent_channels = r.Int("latent_channels", c.latent_channels);
+  c.in_channels = r.Int("in_channels", c.in_channels);
   c.out_channels = r.Int("out_channels", c.out_channels);
   c.block_out_channels = r.IntList("block_out_channels", c.block_out_channels);
   c.layers_per_block = r.Int("layers_per_block", c.layers_per_block);
   c.norm_num_groups = r.Int("norm_num_groups", c.norm_num_groups);
   c.act_fn = r.String("act_fn", c.act_fn);
   c.mid_block_add_attention = r.Bool("mid_block_add_attention", c.mid_block_add_attention);
+  c.use_quant_conv = r.Bool("use_quant_conv", c.use_quant_conv);
   c.use_post_quant_conv = r.Bool("use_post_quant_conv", c.use_post_quant_conv);
   c.scaling_factor = r.Double("scaling_factor", c.scaling_factor);
   c.shift_factor = r.OptionalDouble("shift_factor");
@@ -51,7 +56,20 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
   const std::vector<std::string> up_blocks =
       r.StringList("up_block_types", std::vector<std::string>(c.block_out_channels.size(), "UpDecoderBlock2D"));
 
+  const std::vector<std::string> down_blocks =
+      r.StringList("down_block_types", std::vector<std::string>(c.block_out_channels.size(), "DownEncoderBlock2D"));
   if (c.block_out_channels.empty()) r.Fail("\"block_out_channels\" must not be empty");
+  // The encoder's blocks: checked here (a decode-only load reads them too,
+  // so a config the encoder cannot build is named at load, not at encode).
+  if (down_blocks.size() != c.block_out_channels.size()) {
+    r.Fail(absl::StrCat("\"down_block_types\" has ", down_blocks.size(), " entries but \"block_out_channels\" has ",
+                        c.block_out_channels.size()));
+  }
+  for (const std::string& t : down_blocks) {
+    if (t != "DownEncoderBlock2D")
+      r.Fail(absl::StrCat("down block type \"", t, "\" is not supported (only DownEncoderBlock2D)"));
+  }
+  if (c.in_channels < 1) r.Fail("\"in_channels\" must be positive");
   if (up_blocks.size() != c.block_out_channels.size()) {
     r.Fail(absl::StrCat("\"up_block_types\" has ", up_blocks.size(), " entries but \"block_out_channels\" has ",
                         c.block_out_channels.size()));
@@ -81,7 +99,6 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
         absl::StrCat("\"latents_mean\"/\"latents_std\" must have latent_channels (", c.latent_channels, ") entries"));
   }
   RETURN_IF_ERROR(r.status());
-  r.Known({"in_channels", "down_block_types", "use_quant_conv"});  // the encoder side
   c.unread_keys = r.UnreadKeys();
   return c;
 }

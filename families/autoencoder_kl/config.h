@@ -17,12 +17,14 @@ namespace vaedecode::families::autoencoder_kl {
 
 struct AutoencoderKLConfig {
   int64_t latent_channels = 4;
+  int64_t in_channels = 3;  // the encoder's image channels
   int64_t out_channels = 3;
   std::vector<int64_t> block_out_channels = {64};
   int64_t layers_per_block = 1;
   int64_t norm_num_groups = 32;
   std::string act_fn = "silu";
   bool mid_block_add_attention = true;
+  bool use_quant_conv = true;  // the encoder's 1x1 conv on the moments
   bool use_post_quant_conv = true;
   double scaling_factor = 0.18215;
   std::optional<double> shift_factor;

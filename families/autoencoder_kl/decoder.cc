@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "families/autoencoder_kl/encoder.h"
 #include "families/weight_loading.h"
 
 namespace vaedecode::families::autoencoder_kl {
@@ -100,12 +101,12 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadAutoencoderKL(const ModelFiles& fil
 }
 
 void Register(Registry& registry) {
-  registry.Register({"autoencoder_kl",
-                     {"AutoencoderKL"},
-                     &LoadAutoencoderKL,
-                     {{{"AutoencoderKL"},
-                       {{"decoder.conv_in.weight", 4}, {"decoder.conv_norm_out.weight", 1}},
-                       {"bn.running_mean"}}}});
+  registry.Register(
+      {"autoencoder_kl",
+       {"AutoencoderKL"},
+       &LoadAutoencoderKL,
+       {{{"AutoencoderKL"}, {{"decoder.conv_in.weight", 4}, {"decoder.conv_norm_out.weight", 1}}, {"bn.running_mean"}}},
+       &LoadAutoencoderKLEncoder});
 }
 
 }  // namespace vaedecode::families::autoencoder_kl

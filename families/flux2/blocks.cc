@@ -1,5 +1,7 @@
 #include "families/flux2/blocks.h"
 
+#include <utility>
+
 #include <ATen/ATen.h>
 
 namespace vaedecode::families::flux2 {
@@ -9,14 +11,28 @@ LatentBatchNormImpl::LatentBatchNormImpl(int64_t channels) {
   running_var = register_buffer("running_var", at::ones({channels}));
 }
 
-at::Tensor LatentBatchNormImpl::Denormalize(const at::Tensor& z, double eps) const {
-  const int64_t c = running_mean.size(0);
+namespace {
+
+// The pipeline's statistics for `z`: mean and std = sqrt(var + eps), viewed
+// [1, C, 1, 1] in z's dtype on z's device.
+std::pair<at::Tensor, at::Tensor> Statistics(const LatentBatchNormImpl& bn, const at::Tensor& z, double eps) {
+  const int64_t c = bn.running_mean.size(0);
   TORCH_CHECK(z.dim() == 4 && z.size(1) == c, "the FLUX.2 latent BatchNorm expects [B, ", c, ", h, w], got ",
               z.sizes());
-  // The pipeline's op order, in z's dtype: std = sqrt(var + eps); z * std + mean.
-  const at::Tensor mean = running_mean.view({1, c, 1, 1}).to(z.scalar_type());
-  const at::Tensor std = at::sqrt(running_var.view({1, c, 1, 1}) + eps).to(z.scalar_type());
+  const auto opts = at::TensorOptions().dtype(z.scalar_type()).device(z.device());
+  return {bn.running_mean.view({1, c, 1, 1}).to(opts), at::sqrt(bn.running_var.view({1, c, 1, 1}) + eps).to(opts)};
+}
+
+}  // namespace
+
+at::Tensor LatentBatchNormImpl::Denormalize(const at::Tensor& z, double eps) const {
+  const auto [mean, std] = Statistics(*this, z, eps);
   return z * std + mean;
+}
+
+at::Tensor LatentBatchNormImpl::Normalize(const at::Tensor& x, double eps) const {
+  const auto [mean, std] = Statistics(*this, x, eps);
+  return (x - mean) / std;
 }
 
 at::Tensor UnpatchifyLatents(const at::Tensor& x, int64_t ph, int64_t pw) {

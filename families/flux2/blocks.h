@@ -36,6 +36,8 @@ class LatentBatchNormImpl : public torch::nn::Module {
   // Flux2Pipeline's de-normalisation: z * sqrt(running_var + eps) + running_mean,
   // per channel of a [B, C·ph·pw, h, w] latent, in z's dtype.
   at::Tensor Denormalize(const at::Tensor& z, double eps) const;
+  // The inverse, as Flux2Pipeline._encode_vae_image: (x - mean) / std.
+  at::Tensor Normalize(const at::Tensor& x, double eps) const;
 
   at::Tensor running_mean;  // [C·ph·pw]
   at::Tensor running_var;   // [C·ph·pw]

@@ -60,6 +60,8 @@ absl::StatusOr<Flux2Config> Flux2Config::FromJson(const nlohmann::json& json, co
   ASSIGN_OR_RETURN(autoencoder_kl::AutoencoderKLConfig parsed,
                    autoencoder_kl::AutoencoderKLConfig::FromJson(decoder, source));
   c.decoder = std::move(parsed);
+  decoder["block_out_channels"] = widths;
+  ASSIGN_OR_RETURN(c.encoder, autoencoder_kl::AutoencoderKLConfig::FromJson(decoder, source));
   // Unread here and by the decoder's reader; batch_norm_momentum only trains.
   r.Known({"batch_norm_momentum"});
   for (const std::string& key : r.UnreadKeys()) {

@@ -23,6 +23,8 @@ struct Flux2Config {
   // The decoder as AutoencoderKL sees it: widths from decoder_block_out_channels
   // (else block_out_channels); scaling_factor 1 and no shift (FLUX.2 has none).
   autoencoder_kl::AutoencoderKLConfig decoder;
+  // The encoder as AutoencoderKL sees it: widths from block_out_channels.
+  autoencoder_kl::AutoencoderKLConfig encoder;
   double batch_norm_eps = 1e-4;
   // diffusers' `patch_size`; Flux2Pipeline's (un)patchify is fixed at 2x2.
   int64_t patch_h = 2;

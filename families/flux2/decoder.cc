@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/autoencoder_kl/blocks.h"
+#include "families/flux2/encoder.h"
 #include "families/status_error.h"
 #include "families/weight_loading.h"
 
@@ -105,7 +106,8 @@ void Register(Registry& registry) {
   registry.Register({"flux2",
                      {"AutoencoderKLFlux2"},
                      &LoadFlux2,
-                     {{{"AutoencoderKLFlux2"}, {{"bn.running_mean", 1}, {"decoder.conv_in.weight", 4}}, {}}}});
+                     {{{"AutoencoderKLFlux2"}, {{"bn.running_mean", 1}, {"decoder.conv_in.weight", 4}}, {}}},
+                     &LoadFlux2Encoder});
 }
 
 }  // namespace vaedecode::families::flux2

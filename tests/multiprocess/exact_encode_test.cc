@@ -1,0 +1,159 @@
+// Exact (layer-wise sharded) encode equals the dense encode, with real
+// worker processes over real Gloo: every encode fixture of the families
+// that encode at world sizes 1-4 (checked against diffusers too), images
+// beyond the fixtures (uneven bands, batch 2, odd sizes whose levels floor,
+// so the last band takes the remainder), and deterministic collective counts.
+
+#include <functional>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "families/builtin_families.h"
+#include "formats/tensor_file.h"
+#include "parallel/counting_communicator.h"
+#include "parallel/testing/multi_process.h"
+#include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "tests/multiprocess/group_decode_checks.h"
+#include "worker/encode_job.h"
+#include "worker/group_encode.h"
+
+namespace vaedecode {
+namespace {
+
+using parallel::testing::ExpectTensorClose;
+
+constexpr double kExactVsDense = 1e-5;
+constexpr double kVsDiffusers = 1e-4;
+const std::vector<std::string> kClasses = {"AutoencoderKL", "AutoencoderKLFlux2"};
+
+struct EncodeCheck {
+  std::string fixture;
+  at::Tensor image;            // the same on every rank
+  std::string expected_mean;   // diffusers' mean, "" to skip
+  testing::ExpectedCollectives collectives;  // checked when halo > 0
+  std::string what;
+};
+
+// One rank's part: encode the moments on the group; on the leader compare
+// with the dense encode (and diffusers), and check the collectives made.
+absl::Status EncodeAndCheck(const EncodeCheck& c, families::Encoder& encoder, parallel::Communicator& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  parallel::CountingCommunicator counting(comm);
+  worker::EncodeJob job{c.image, families::PosteriorOutput::kMoments};
+  ASSIGN_OR_RETURN(worker::GroupEncodeResult result, worker::EncodeWithGroup(encoder, counting, job));
+  const int64_t latent_rows = encoder.LatentShape(c.image.sizes().vec())[2];
+  const worker::DecodeMode want = world > 1 && latent_rows >= world ? worker::DecodeMode::kExact
+                                                                     : worker::DecodeMode::kDense;
+  if (result.mode != want) {
+    return absl::InternalError(absl::StrCat(c.what, ": mode ", worker::ModeName(result.mode), " (", result.reason,
+                                            "), want ", worker::ModeName(want)));
+  }
+  if (c.collectives.halo > 0 && want == worker::DecodeMode::kExact) {
+    RETURN_IF_ERROR(testing::CheckCollectives(counting.stats(), c.collectives, world, c.what));
+  }
+  if (rank != worker::kLeader) return absl::OkStatus();
+  families::DenseOps dense;
+  ASSIGN_OR_RETURN(worker::EncodeResult reference, worker::RunEncode(encoder, job, dense));
+  const std::string what = absl::StrCat(c.what, " at world size ", world);
+  RETURN_IF_ERROR(ExpectTensorClose(result.output.mean, reference.mean, kExactVsDense, 0, what + ": mean vs dense"));
+  RETURN_IF_ERROR(
+      ExpectTensorClose(result.output.logvar, reference.logvar, kExactVsDense, 0, what + ": logvar vs dense"));
+  if (!c.expected_mean.empty()) {
+    ASSIGN_OR_RETURN(at::Tensor expected, formats::ReadTensorFile(c.expected_mean, "mean"));
+    RETURN_IF_ERROR(ExpectTensorClose(result.output.mean, expected, kVsDiffusers, 0, what + ": mean vs diffusers"));
+  }
+  return absl::OkStatus();
+}
+
+// `checks` one after another on one group of the fixture's encoder; each
+// rank makes its images (the parent stays free of LibTorch work).
+absl::Status RunOnGroup(const std::string& fixture, int world,
+                        const std::function<absl::StatusOr<std::vector<EncodeCheck>>()>& checks) {
+  return parallel::testing::RunRanks(
+      world,
+      [&](int rank, int w, int port) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Encoder> encoder,
+                         families::BuiltinFamilies().LoadEncoder(testing::FixturePath(fixture), {}));
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm,
+                         testing::JoinTestGroup(rank, w, port, "exact-encode-test"));
+        ASSIGN_OR_RETURN(std::vector<EncodeCheck> mine, checks());
+        for (const EncodeCheck& c : mine) RETURN_IF_ERROR(EncodeAndCheck(c, *encoder, *comm));
+        return absl::OkStatus();
+      },
+      absl::Seconds(240));
+}
+
+using CaseAtWorld = std::tuple<testing::EncodeCase, int>;
+class ExactEncode : public ::testing::TestWithParam<CaseAtWorld> {};
+
+TEST_P(ExactEncode, EqualsDenseAndDiffusers) {
+  const auto& [c, world] = GetParam();
+  absl::Status s = RunOnGroup(c.fixture, world, [&c = c]() -> absl::StatusOr<std::vector<EncodeCheck>> {
+    ASSIGN_OR_RETURN(at::Tensor image, formats::ReadTensorFile(c.image_file, "image"));
+    return std::vector<EncodeCheck>{{c.fixture, image, c.mean_file, {}, c.fixture + "/" + c.name}};
+  });
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+std::vector<CaseAtWorld> CasesAtWorldSizes() {
+  std::vector<CaseAtWorld> out;
+  for (const testing::EncodeCase& c : testing::EncodeCases(kClasses)) {
+    for (int world = 1; world <= 4; ++world) out.emplace_back(c, world);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ExactEncode, ::testing::ValuesIn(CasesAtWorldSizes()),
+                         [](const ::testing::TestParamInfo<CaseAtWorld>& info) {
+                           const testing::EncodeCase& c = std::get<0>(info.param);
+                           return absl::StrCat(c.fixture, "_", c.name, "_ws", std::get<1>(info.param));
+                         });
+
+// Seeded images of `shapes` for `fixture`, the same on every rank, each
+// with `collectives`.
+absl::Status RunSynthetic(const std::string& fixture, const std::vector<std::vector<int64_t>>& shapes,
+                          const testing::ExpectedCollectives& collectives, int world) {
+  return RunOnGroup(fixture, world, [&]() -> absl::StatusOr<std::vector<EncodeCheck>> {
+    std::vector<EncodeCheck> checks;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      at::manual_seed(17 + static_cast<uint64_t>(i));
+      checks.push_back({fixture, at::rand(shapes[i]) * 2 - 1, "", collectives,
+                        absl::StrCat(fixture, " [", absl::StrJoin(shapes[i], "x"), "]")});
+    }
+    return checks;
+  });
+}
+
+TEST(ExactEncodeBeyondFixtures, UnevenBandsBatchAndFlooringSizesCountCollectives) {
+  // sd_kl (3 levels, 1 resnet a level): 14 halo exchanges (conv_in, 2 per
+  // resnet in 3 down blocks and the mid block's 2, 2 strided downsamplers,
+  // conv_out; 1x1 convs none), 12 GroupNorms (2 per resnet, the attention's,
+  // conv_norm_out), 1 K/V gather, + the moments' row gather.
+  const testing::ExpectedCollectives sd{14, 12, 1};
+  // sd_kl halves twice (4x): heights 61 and 43 floor at both levels, so the
+  // last band takes the remainder; batch 2; odd widths.
+  const std::vector<std::vector<int64_t>> shapes = {{2, 3, 61, 45}, {1, 3, 43, 24}, {1, 3, 32, 17}};
+  for (int world : {2, 3, 4}) {
+    EXPECT_TRUE(RunSynthetic("sd_kl", shapes, sd, world).ok()) << "world size " << world;
+  }
+}
+
+TEST(ExactEncodeBeyondFixtures, Flux2AtOddSizes) {
+  // flux2_kl's encoder: (16,16,32,32) widths, 2 resnets a level, 4 levels:
+  // conv_in + 2·2·4 + 4 (mid) + 3 downsamplers + conv_out = 25 halos;
+  // 2·2·4 + 4 + 1 + 1 = 22 norms; 1 K/V gather.
+  const testing::ExpectedCollectives flux2{25, 22, 1};
+  for (int world : {2, 4}) {
+    EXPECT_TRUE(RunSynthetic("flux2_kl", {{2, 3, 77, 50}, {1, 3, 40, 24}}, flux2, world).ok())
+        << "world size " << world;
+  }
+}
+
+}  // namespace
+}  // namespace vaedecode
