@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -22,6 +23,7 @@
 #include "client/client_io.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
+#include "formats/image_input.h"
 #include "formats/tensor_file.h"
 #include "rpc/leader_call.h"
 #include "rpc/modes.h"
@@ -34,7 +36,9 @@
 #include "tiling/planner.h"
 #include "worker/decode_job.h"
 #include "worker/decode_plan.h"
+#include "worker/encode_job.h"
 #include "worker/group_decode.h"
+#include "worker/group_encode.h"
 #include "worker/group_runtime.h"
 #include "worker/leader_response.h"
 #include "worker/proto_conversion.h"
@@ -189,6 +193,9 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
         {"decode",
          {"model", "latent", "out", "dtype", "threads", "latent-shape", "seed", "mode", "ranks", "timeout-s", "device",
           "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap"}},
+        {"encode",
+         {"model", "image", "out", "posterior", "seed", "latent-space", "mode", "ranks", "dtype", "threads",
+          "timeout-s"}},
         {"info", {"model"}},
         // Internal: a peer rank of `decode --mode exact`, started by the leader.
         {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s"}},
@@ -210,6 +217,9 @@ std::string Usage() {
          "                   [--latent-shape 1,4,32,32 --seed N]   (demo latent when --latent is absent)\n"
          "                   [--seeded-weights SEED]   (--model's config.json alone, weights seeded)\n"
          "                   [--warmup W --repeat N]   (dense/tiled: W untimed decodes, then N timed)\n"
+         "  vaedecode encode --model DIR --image FILE --out FILE.safetensors [--posterior mean|sample|moments]\n"
+         "                   [--seed N] [--latent-space vae|raw] [--mode dense|exact] [--ranks N]\n"
+         "                   [--dtype float32|bfloat16|float16] [--threads N] [--timeout-s S]\n"
          "  vaedecode info [--model DIR]\n"
          "Without --model, an embedded SD-1.x-shaped AutoencoderKL with seeded random weights is used.\n"
          "--latent: .safetensors (one tensor, or the tensor named \"latent\") or .npy.\n"
@@ -220,6 +230,10 @@ std::string Usage() {
          "--repeat N: decode_ms is the median of the N timed decodes (decode_ms_runs lists them).\n"
          "--halo-overlap on|off: exact convolutions compute while their halo rows travel (on, the default) or\n"
          "  wait for them first (off: for measuring the overlap; the output is exact either way).\n"
+         "encode: --image is .png / .jpg (preprocessed as diffusers does: p / 255 * 2 - 1) or .safetensors /\n"
+         "  .npy (one tensor [B, C, H, W], values in [-1, 1]); --out holds \"latent\" (the posterior's mean, or a\n"
+         "  sample drawn as torch.Generator().manual_seed(--seed) draws it), or \"mean\" and \"logvar\" for\n"
+         "  --posterior moments; --latent-space raw normalises it as the family's pipeline feeds its denoiser.\n"
          "request options (the service's, checked as it checks them):\n" +
          rpc::OptionUsage(rpc::kCli);
 }
@@ -399,6 +413,95 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
       << " device=" << device.str() << " mode=" << mode_used << " ranks=" << ranks
       << " threads=" << at::get_num_threads() << " time_ms=" << static_cast<int64_t>(ms) << figures
       << " max_rss_mib=" << MaxRssMib() << " out=" << written << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunEncode(const ParsedArgs& args, std::ostream& out) {
+  const std::optional<std::string> model_path = args.Get("model");
+  const std::optional<std::string> image_path = args.Get("image");
+  const std::optional<std::string> out_path = args.Get("out");
+  if (!model_path || !image_path || !out_path) {
+    return absl::InvalidArgumentError("encode needs --model DIR, --image FILE and --out FILE.safetensors");
+  }
+  worker::EncodeJob job;
+  ASSIGN_OR_RETURN(job.posterior, families::ParsePosteriorOutput(args.Get("posterior").value_or("mean")));
+  if (auto s = args.Get("seed")) {
+    uint64_t seed = 0;
+    if (!absl::SimpleAtoi(*s, &seed))
+      return absl::InvalidArgumentError(absl::StrCat("--seed must be an integer, got \"", *s, "\""));
+    job.seed = seed;
+  }
+  const std::string space = args.Get("latent-space").value_or("vae");
+  if (space != "vae" && space != "raw") {
+    return absl::InvalidArgumentError(absl::StrCat("--latent-space must be vae or raw, got \"", space, "\""));
+  }
+  job.latent_space = space == "raw" ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+  const std::string mode = args.Get("mode").value_or("dense");
+  if (mode != "dense" && mode != "exact") {
+    return absl::InvalidArgumentError(absl::StrCat("--mode must be dense or exact for an encode, got \"", mode, "\""));
+  }
+  int ranks = 1;
+  if (auto r = args.Get("ranks"); r && (!absl::SimpleAtoi(*r, &ranks) || ranks < 1 || ranks > 64)) {
+    return absl::InvalidArgumentError(absl::StrCat("--ranks must be an integer in 1..64, got \"", *r, "\""));
+  }
+  if (mode != "exact" && ranks != 1) return absl::InvalidArgumentError("--ranks needs --mode exact");
+  int timeout_s = 120;
+  if (auto t = args.Get("timeout-s"); t && (!absl::SimpleAtoi(*t, &timeout_s) || timeout_s < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--timeout-s must be a positive integer, got \"", *t, "\""));
+  }
+  const std::string out_file = ResolveUserPath(*out_path);
+  if (job.posterior == families::PosteriorOutput::kMoments && !absl::EndsWith(out_file, ".safetensors")) {
+    return absl::InvalidArgumentError(
+        "--posterior moments writes two tensors (mean, logvar): --out must be .safetensors");
+  }
+  ASSIGN_OR_RETURN(at::ScalarType dtype, families::ParseDtype(args.Get("dtype").value_or("float32")));
+  RETURN_IF_ERROR(ApplyThreads(args));
+  ASSIGN_OR_RETURN(job.image, formats::ReadImageInput(ResolveUserPath(*image_path)));
+  const c10::Device device(c10::kCPU);  // the ranks' peaks are measured as a decode's are
+  RETURN_IF_ERROR(device::PrepareComputeDevice(device));
+  RETURN_IF_ERROR(device::InstallDeviceMemory(device).status());
+
+  const auto start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(worker::NamedModel model, LoadModel(model_path, dtype));
+  const std::string model_name = model.name;
+  GroupLaunch launch;
+  launch.ranks = ranks;
+  launch.model_path = *model_path;
+  launch.dtype_name = families::DtypeName(dtype);
+  launch.threads = at::get_num_threads();
+  launch.timeout = absl::Seconds(timeout_s);
+  ASSIGN_OR_RETURN(std::unique_ptr<LocalGroup> group, LocalGroup::Start(launch, std::move(model)));
+  worker::GroupRuntime& runtime = group->runtime();
+  // The service's path: load the encoder, prepare and plan on the leader, run the plan on the group.
+  ASSIGN_OR_RETURN(families::Encoder * encoder, runtime.Encoder(0));
+  ASSIGN_OR_RETURN(at::Tensor image, worker::PrepareImage(*encoder, job));
+  worker::GroupJob group_job;
+  group_job.kind = worker::JobKind::kEncode;
+  group_job.encode = worker::PlanEncode(
+      *encoder, image, mode == "exact" ? worker::DecodeMode::kExact : worker::DecodeMode::kDense, runtime.world_size());
+  ASSIGN_OR_RETURN(worker::EncodeOutcome outcome, runtime.RunEncode(group_job));
+  RETURN_IF_ERROR(group->Stop());
+  ASSIGN_OR_RETURN(worker::EncodeResult result, worker::FinishEncode(*encoder, outcome.moments, job));
+  if (result.latent.defined()) {
+    RETURN_IF_ERROR(formats::WriteTensorFile(out_file, "latent", result.latent));
+  } else {
+    RETURN_IF_ERROR(formats::WriteTensorsFile(out_file, {{"mean", result.mean}, {"logvar", result.logvar}}));
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::string mode_used = worker::ModeName(outcome.mode);
+  if (!group_job.encode.reason.empty()) absl::StrAppend(&mode_used, " (", group_job.encode.reason, ")");
+  std::vector<std::string> times;
+  for (const worker::RankStats& r : outcome.ranks) times.push_back(absl::StrFormat("%.0f", r.decode_ms));
+  out << "encoded model=" << model_name << " family=" << encoder->info().family << " image=" << *image_path
+      << " image_shape=" << ShapeText(job.image.sizes())
+      << " latent_shape=" << ShapeText((result.latent.defined() ? result.latent : result.mean).sizes())
+      << " posterior=" << families::PosteriorOutputName(job.posterior)
+      << (result.seed ? absl::StrCat(" seed=", *result.seed) : "") << " space=" << space
+      << " dtype=" << families::DtypeName(encoder->dtype()) << " mode=" << mode_used << " ranks=" << ranks
+      << " threads=" << at::get_num_threads() << " time_ms=" << static_cast<int64_t>(ms)
+      << " encode_ms=" << absl::StrFormat("%.1f", outcome.encode_ms) << " peak_mib=[" << MibList(outcome.ranks)
+      << "] rank_encode_ms=[" << absl::StrJoin(times, ",") << "] collectives=" << outcome.comm.collectives()
+      << " max_rss_mib=" << MaxRssMib() << " out=" << out_file << "\n";
   return absl::OkStatus();
 }
 

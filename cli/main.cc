@@ -1,4 +1,4 @@
-// vaedecode: decode diffusion latents with a diffusers VAE from the command line.
+// vaedecode: decode diffusion latents (and encode images) with a diffusers VAE from the command line.
 
 #include <iostream>
 #include <string>
@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   absl::Status status;
   if (parsed->command == "decode") {
     status = vaedecode::cli::RunDecode(*parsed, std::cout);
+  } else if (parsed->command == "encode") {
+    status = vaedecode::cli::RunEncode(*parsed, std::cout);
   } else if (parsed->command == "info") {
     status = vaedecode::cli::RunInfo(*parsed, std::cout);
   } else {

@@ -16,12 +16,12 @@ absl::StatusOr<worker::NamedModel> LoadModel(const std::optional<std::string>& p
   families::LoadOptions options;
   options.dtype = dtype;
   options.seeded_weights = seeded_weights;
-  ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder,
-                   families::BuiltinFamilies().Load(ResolveUserPath(*path), options));
+  const std::string folder = ResolveUserPath(*path);
+  ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, families::BuiltinFamilies().Load(folder, options));
   for (const std::string& w : worker::ConfigWarnings(decoder->info())) {
     std::cerr << "warning: " << *path << ": " << w << "\n";
   }
-  return worker::NamedModel{*path, std::move(decoder)};
+  return worker::NamedModel{*path, std::move(decoder), folder};
 }
 
 }  // namespace vaedecode::cli

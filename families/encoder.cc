@@ -15,7 +15,8 @@ std::vector<parallel::ShardSpec> RowLevelSpecs(const std::vector<RowLevel>& leve
     parallel::ShardSpec spec;
     spec.rank = rank;
     spec.world_size = world_size;
-    for (const parallel::Band& b : latent) spec.bands.push_back({b.begin * level.per_latent_row, b.end * level.per_latent_row});
+    for (const parallel::Band& b : latent)
+      spec.bands.push_back({b.begin * level.per_latent_row, b.end * level.per_latent_row});
     spec.bands.back().end = level.rows;
     specs.push_back(std::move(spec));
   }

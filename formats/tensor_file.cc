@@ -168,33 +168,41 @@ absl::StatusOr<at::Tensor> ReadTensorFile(const std::string& path, std::string_v
 }
 
 absl::Status WriteTensorFile(const std::string& path, std::string_view name, const at::Tensor& t) {
+  return WriteTensorsFile(path, {{std::string(name), t}});
+}
+
+absl::Status WriteTensorsFile(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   const std::string label = QuoteForError(path);
   const bool safetensors = absl::EndsWith(path, AsAbsl(kSafetensorsExt));
   if (!safetensors && !absl::EndsWith(path, AsAbsl(kNpyExt))) {
     return absl::InvalidArgumentError(Cat(label, ": unknown tensor file extension (want .safetensors or .npy)"));
   }
-  if (!t.defined()) return absl::InvalidArgumentError(Cat(label, ": undefined tensor"));
-  absl::StatusOr<DType> dtype = FromScalarType(t.scalar_type());
-  if (!dtype.ok()) return absl::InvalidArgumentError(Cat(label, ": ", dtype.status().message()));
-  at::Tensor cpu;
-  try {
-    cpu = t.detach().to(at::kCPU).contiguous();
-  } catch (const std::exception& e) {
-    return absl::InternalError(Cat(label, ": ", ExceptionText(e)));
+  if (!safetensors && tensors.size() != 1) {
+    return absl::InvalidArgumentError(
+        Cat(label, ": a .npy file holds one tensor; write ", tensors.size(), " as .safetensors"));
   }
-  const std::vector<int64_t> shape(cpu.sizes().begin(), cpu.sizes().end());
-  const size_t nbytes = static_cast<size_t>(cpu.numel()) * cpu.element_size();
-  const void* data = nbytes > 0 ? cpu.data_ptr() : nullptr;
-  if (safetensors) {
+  std::vector<at::Tensor> cpu(tensors.size());  // alive until written
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i].second;
+    if (!t.defined()) return absl::InvalidArgumentError(Cat(label, ": undefined tensor"));
+    absl::StatusOr<DType> dtype = FromScalarType(t.scalar_type());
+    if (!dtype.ok()) return absl::InvalidArgumentError(Cat(label, ": ", dtype.status().message()));
+    try {
+      cpu[i] = t.detach().to(at::kCPU).contiguous();
+    } catch (const std::exception& e) {
+      return absl::InternalError(Cat(label, ": ", ExceptionText(e)));
+    }
     TensorView view;
-    view.name = std::string(name);
+    view.name = tensors[i].first;
     view.dtype = *dtype;
-    view.shape = shape;
-    view.data = static_cast<const uint8_t*>(data);
-    view.nbytes = nbytes;
-    return WriteSafetensors(path, {view});
+    view.shape.assign(cpu[i].sizes().begin(), cpu[i].sizes().end());
+    view.nbytes = static_cast<size_t>(cpu[i].numel()) * cpu[i].element_size();
+    view.data = view.nbytes > 0 ? static_cast<const uint8_t*>(cpu[i].data_ptr()) : nullptr;
+    views.push_back(std::move(view));
   }
-  return WriteNpy(path, *dtype, shape, data, nbytes);
+  if (safetensors) return WriteSafetensors(path, views);
+  return WriteNpy(path, views[0].dtype, views[0].shape, views[0].data, views[0].nbytes);
 }
 
 absl::StatusOr<at::Tensor> ToImagePixels(const at::Tensor& sample) {

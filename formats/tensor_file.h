@@ -10,6 +10,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +38,10 @@ absl::StatusOr<at::Tensor> ReadTensorFile(const std::string& path, std::string_v
 // (`name` unused; BF16 is an error there). Callers that want float32 convert
 // first. Unknown extension: InvalidArgument.
 absl::Status WriteTensorFile(const std::string& path, std::string_view name, const at::Tensor& t);
+
+// The same for several named tensors: `.safetensors` holds them all; `.npy`
+// only one (INVALID_ARGUMENT otherwise).
+absl::Status WriteTensorsFile(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
 // 8-bit pixels of a float NCHW / NCTHW sample as diffusers' image processor
 // makes them: round(clamp(x/2 + 0.5, 0, 1) * 255), as [N, T, H, W, C] uint8

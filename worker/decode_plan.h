@@ -22,6 +22,9 @@
 
 namespace vaedecode::worker {
 
+// The rank that plans every job and answers for the group.
+inline constexpr int kLeader = 0;
+
 enum class DecodeMode : int64_t {
   kDense = 0,  // the leader decodes the whole latent; the peers wait
   kExact = 1,  // every rank decodes its row band exactly

@@ -25,9 +25,8 @@ absl::Status CheckEncodeJob(const families::Encoder& encoder, const EncodeJob& j
 absl::StatusOr<at::Tensor> PrepareImage(const families::Encoder& encoder, const EncodeJob& job) {
   RETURN_IF_ERROR(CheckEncodeJob(encoder, job));
   at::Tensor image;
-  RETURN_IF_ERROR(families::CatchExceptions("image conversion", [&] {
-    image = job.image.to(encoder.device()).to(encoder.dtype()).contiguous();
-  }));
+  RETURN_IF_ERROR(families::CatchExceptions(
+      "image conversion", [&] { image = job.image.to(encoder.device()).to(encoder.dtype()).contiguous(); }));
   return image;
 }
 

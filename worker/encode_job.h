@@ -28,10 +28,10 @@ struct EncodeJob {
 };
 
 struct EncodeResult {
-  at::Tensor latent;                 // mean or sample; undefined for moments
-  at::Tensor mean;                   // moments only
-  at::Tensor logvar;                 // moments only, clamped to [-30, 20]
-  std::optional<uint64_t> seed;      // the sample's seed
+  at::Tensor latent;             // mean or sample; undefined for moments
+  at::Tensor mean;               // moments only
+  at::Tensor logvar;             // moments only, clamped to [-30, 20]
+  std::optional<uint64_t> seed;  // the sample's seed
 };
 
 // INVALID_ARGUMENT for an image the model cannot encode or options that do
@@ -42,8 +42,7 @@ absl::Status CheckEncodeJob(const families::Encoder& encoder, const EncodeJob& j
 absl::StatusOr<at::Tensor> PrepareImage(const families::Encoder& encoder, const EncodeJob& job);
 
 // The encoder's moments for a prepared image (or a band of one) through `ops`.
-absl::StatusOr<at::Tensor> EncodePrepared(families::Encoder& encoder, const at::Tensor& image,
-                                          families::LayerOps& ops);
+absl::StatusOr<at::Tensor> EncodePrepared(families::Encoder& encoder, const at::Tensor& image, families::LayerOps& ops);
 
 // The job's output from the whole image's moments, in float32 on the CPU.
 absl::StatusOr<EncodeResult> FinishEncode(const families::Encoder& encoder, const at::Tensor& moments,

@@ -46,8 +46,16 @@ absl::StatusOr<int64_t> CodeFromDtype(at::ScalarType t) {
     case at::kDouble:
       return 3;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("latent dtype ", c10::toString(t), " cannot be decoded"));
+      return absl::InvalidArgumentError(absl::StrCat("dtype ", c10::toString(t), " cannot travel in a job"));
   }
+}
+
+bool HasPayload(JobKind kind) { return kind == JobKind::kDecode || kind == JobKind::kEncode; }
+
+// The tensor a job carries: a decode's latent, an encode's image.
+at::Tensor& Payload(GroupJob& job) { return job.kind == JobKind::kEncode ? job.encode.image : job.plan.latent; }
+const at::Tensor& Payload(const GroupJob& job) {
+  return job.kind == JobKind::kEncode ? job.encode.image : job.plan.latent;
 }
 
 }  // namespace
@@ -66,16 +74,17 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
     h[5] = plan.tile_shape.cols;
     h[6] = plan.tile_shape.stock ? 1 : 0;
     h[7] = plan.overlap_halo ? 1 : 0;
-    if (job->kind == JobKind::kDecode) {
-      const at::Tensor& latent = plan.latent;
-      if (!latent.defined() || latent.dim() < 1 || latent.dim() > kMaxDims) {
-        return absl::InvalidArgumentError("latent must have 1 to 6 dimensions");
+    if (job->kind == JobKind::kEncode) h[2] = static_cast<int64_t>(job->encode.mode);
+    if (HasPayload(job->kind)) {
+      const at::Tensor& payload = Payload(*job);
+      if (!payload.defined() || payload.dim() < 1 || payload.dim() > kMaxDims) {
+        return absl::InvalidArgumentError("latent or image must have 1 to 6 dimensions");
       }
-      ASSIGN_OR_RETURN(int64_t code, CodeFromDtype(latent.scalar_type()));
-      h[3] = latent.dim();
-      for (int64_t d = 0; d < latent.dim(); ++d) h[kFixed + d] = latent.size(d);
+      ASSIGN_OR_RETURN(int64_t code, CodeFromDtype(payload.scalar_type()));
+      h[3] = payload.dim();
+      for (int64_t d = 0; d < payload.dim(); ++d) h[kFixed + d] = payload.size(d);
       h[kFixed + kMaxDims] = code;
-      if (const std::optional<double>& t = plan.conditioning.timestep) {
+      if (const std::optional<double>& t = plan.conditioning.timestep; job->kind == JobKind::kDecode && t) {
         h[kTimestep] = 1;
         std::memcpy(&h[kTimestep + 1], &*t, sizeof(double));  // the exact double, not a rounded int
       }
@@ -90,7 +99,7 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   h = header.data_ptr<int64_t>();
 
   GroupJob out;
-  if (h[0] < 0 || h[0] > 2) return AbortWith(comm, absl::InternalError("bad job kind in a job header"));
+  if (h[0] < 0 || h[0] > 3) return AbortWith(comm, absl::InternalError("bad job kind in a job header"));
   out.kind = static_cast<JobKind>(h[0]);
   out.model_index = h[1];
   if (h[2] < 0 || h[2] > 2) return AbortWith(comm, absl::InternalError("bad mode in a job header"));
@@ -98,7 +107,8 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   out.plan.tile_shape = {h[4], h[5], h[6] == 1};
   out.plan.overlap_halo = h[7] == 1;
   out.plan.world_size = comm.world_size();
-  if (out.kind != JobKind::kDecode) return out;
+  if (out.kind == JobKind::kEncode) out.encode.mode = out.plan.mode;
+  if (!HasPayload(out.kind)) return out;
   if (h[3] < 1 || h[3] > kMaxDims) return AbortWith(comm, absl::InternalError("bad rank in a job header"));
   std::vector<int64_t> shape(h + kFixed, h + kFixed + h[3]);
   absl::StatusOr<at::ScalarType> dtype = DtypeFromCode(h[kFixed + kMaxDims]);
@@ -109,14 +119,15 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
     out.plan.conditioning.timestep = t;
   }
   if (comm.rank() == kLeader) {
-    // The leader keeps its whole plan; the latent travels as it is (it is
-    // prepared on the leader's device, the communicator's).
+    // The leader keeps its whole plan; the latent or image travels as it is
+    // (it is prepared on the leader's device, the communicator's).
     out.plan = job->plan;
-    out.plan.latent = job->plan.latent.to(comm.device()).contiguous();
+    out.encode = job->encode;
+    Payload(out) = Payload(*job).to(comm.device()).contiguous();
   } else {
-    out.plan.latent = at::empty(shape, at::TensorOptions().dtype(*dtype).device(comm.device()));
+    Payload(out) = at::empty(shape, at::TensorOptions().dtype(*dtype).device(comm.device()));
   }
-  RETURN_IF_ERROR(comm.Broadcast(out.plan.latent, kLeader, parallel::CallKind::kBroadcastJob));
+  RETURN_IF_ERROR(comm.Broadcast(Payload(out), kLeader, parallel::CallKind::kBroadcastJob));
   return out;
 }
 

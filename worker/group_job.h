@@ -2,8 +2,8 @@
 
 // What the leader of a group tells its peers before each collective step:
 // a fixed-size header (kind, model, the plan's mode and tiles, the latent's
-// shape and dtype, the timestep) and, for decodes, the prepared latent
-// itself. Peers learn the whole plan from it; no shape is ever negotiated.
+// or image's shape and dtype, the timestep) and, for decodes and encodes,
+// the prepared latent or image itself. Peers learn the whole plan from it; no shape is ever negotiated.
 //
 // Every rank calls BroadcastJob in the same order; the leader passes its job,
 // peers pass nullptr. Idle leaders send heartbeats so that peers waiting for
@@ -13,13 +13,12 @@
 
 #include "absl/status/statusor.h"
 #include "parallel/communicator.h"
-#include "worker/decode_plan.h"
+#include "worker/decode_plan.h"  // kLeader
+#include "worker/group_encode.h"
 
 namespace vaedecode::worker {
 
-inline constexpr int kLeader = 0;
-
-enum class JobKind : int64_t { kDecode = 0, kHeartbeat = 1, kShutdown = 2 };
+enum class JobKind : int64_t { kDecode = 0, kHeartbeat = 1, kShutdown = 2, kEncode = 3 };
 
 struct GroupJob {
   JobKind kind = JobKind::kDecode;
@@ -28,6 +27,8 @@ struct GroupJob {
   // shape and world size; the reason, noise seed and the leader's tile
   // estimate stay on the leader.
   DecodePlan plan;
+  // Only for kEncode: peers receive its mode and image.
+  EncodePlan encode;
 };
 
 absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJob* job);

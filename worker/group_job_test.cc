@@ -1,6 +1,7 @@
 // BroadcastJob's round trip over a real two-rank Gloo group (two processes
 // on loopback): the peer rebuilds every field of the leader's plan that
-// peers need, bit for bit, and the heartbeat and shutdown kinds.
+// peers need, bit for bit, an encode's mode and image, and the heartbeat and
+// shutdown kinds.
 
 #include "worker/group_job.h"
 
@@ -67,6 +68,21 @@ absl::Status RoundTrip(int rank, int world, int port) {
   RETURN_IF_ERROR(Expect(std::memcmp(&t, &*sent.plan.conditioning.timestep, sizeof(t)) == 0, "timestep bits"));
   // What stays on the leader.
   RETURN_IF_ERROR(Expect(rank == kLeader ? got.plan.reason == "leader only" : got.plan.reason.empty(), "reason"));
+
+  // An encode: its mode and image travel; the decode plan's latent does not.
+  GroupJob encode;
+  encode.kind = JobKind::kEncode;
+  encode.model_index = 2;
+  encode.encode.mode = DecodeMode::kExact;
+  encode.encode.reason = "leader only";
+  encode.encode.image = (at::arange(2 * 3 * 7 * 5, at::kFloat) / 11.0).reshape({2, 3, 7, 5});
+  ASSIGN_OR_RETURN(GroupJob image, BroadcastJob(*comm, rank == kLeader ? &encode : nullptr));
+  RETURN_IF_ERROR(Expect(image.kind == JobKind::kEncode && image.model_index == 2, "encode kind and model"));
+  RETURN_IF_ERROR(Expect(image.encode.mode == DecodeMode::kExact, "encode mode"));
+  RETURN_IF_ERROR(Expect(image.encode.image.defined() && image.encode.image.equal(encode.encode.image), "image"));
+  RETURN_IF_ERROR(Expect(!image.plan.latent.defined(), "an encode carries no latent"));
+  RETURN_IF_ERROR(
+      Expect(rank == kLeader ? image.encode.reason == "leader only" : image.encode.reason.empty(), "encode reason"));
 
   for (JobKind kind : {JobKind::kHeartbeat, JobKind::kShutdown}) {
     GroupJob control;

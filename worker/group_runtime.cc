@@ -1,5 +1,7 @@
 #include "worker/group_runtime.h"
 
+#include <chrono>
+
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -132,14 +134,83 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Run(const GroupJob& job, const std::
   if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("the request was cancelled");
   absl::StatusOr<DecodeOutcome> outcome = Execute(job, cancelled, progress);
   last_step_ = absl::Now();
-  if (outcome.ok() || IsGroupSafe(outcome.status(), world_size_)) return outcome;
-  const absl::Status answer = RecoverOrBreak(outcome.status());
+  if (outcome.ok()) return outcome;
+  return AnswerFailure(outcome.status());
+}
+
+absl::Status GroupRuntime::AnswerFailure(const absl::Status& failure) {
+  if (IsGroupSafe(failure, world_size_)) return failure;
+  const absl::Status answer = RecoverOrBreak(failure);
   if (!broken_) return answer;
   // A collective that timed out is the group's failure, not the caller's
   // deadline (the server rebuilds the group; the client may retry).
-  if (absl::IsDeadlineExceeded(outcome.status())) {
-    return absl::UnavailableError(absl::StrCat("the worker group failed: ", outcome.status().message()));
+  if (absl::IsDeadlineExceeded(failure)) {
+    return absl::UnavailableError(absl::StrCat("the worker group failed: ", failure.message()));
   }
+  return failure;
+}
+
+absl::StatusOr<families::Encoder*> GroupRuntime::Encoder(int64_t model_index) {
+  if (model_index < 0 || model_index >= static_cast<int64_t>(models_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("no model with index ", model_index));
+  }
+  absl::MutexLock lock(&encoders_mu_);
+  if (encoders_.empty()) encoders_.resize(models_.size());
+  std::unique_ptr<families::Encoder>& encoder = encoders_[model_index];
+  if (encoder == nullptr) {
+    ASSIGN_OR_RETURN(encoder, LoadEncoderFor(models_[model_index]));
+    spdlog::info("event=encoder_loaded model={} rank={} parameters={}", models_[model_index].name, rank_,
+                 encoder->info().parameter_count);
+  }
+  return encoder.get();
+}
+
+absl::StatusOr<EncodeOutcome> GroupRuntime::RunEncode(const GroupJob& job) {
+  // Loaded before the job starts: a model that cannot encode leaves the group untouched.
+  ASSIGN_OR_RETURN(families::Encoder * encoder, Encoder(job.model_index));
+  absl::MutexLock job_lock(&job_mu_);
+  absl::MutexLock lock(&mu_);
+  if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
+  absl::StatusOr<EncodeOutcome> outcome = ExecuteEncode(*encoder, job);
+  last_step_ = absl::Now();
+  if (outcome.ok()) return outcome;
+  return AnswerFailure(outcome.status());
+}
+
+absl::StatusOr<std::pair<at::Tensor, GroupDecodeResult>> GroupRuntime::EncodeStep(
+    families::Encoder& encoder, parallel::CountingCommunicator& counting, const EncodePlan& plan) {
+  device::DeviceMemory* memory = device::ProcessDeviceMemory();
+  if (memory != nullptr) memory->ResetPeak();
+  const auto start = std::chrono::steady_clock::now();
+  (void)counting.TakeDeviceCallMs();  // the encode's calls only, not the job's broadcast
+  absl::StatusOr<at::Tensor> moments = ExecuteEncodePlan(encoder, counting, plan);
+  RETURN_IF_ERROR(counting.Synchronize());  // a queued collective's failure is the job's
+  if (!moments.ok()) return moments.status();
+  device::SynchronizeDevice(encoder.device());
+  GroupDecodeResult figures;
+  figures.mode = plan.mode;
+  figures.decode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (memory != nullptr) figures.peak_bytes = memory->peak_bytes();
+  figures.comm_ms = counting.TakeCallMs();
+  return std::make_pair(*std::move(moments), figures);
+}
+
+absl::StatusOr<EncodeOutcome> GroupRuntime::ExecuteEncode(families::Encoder& encoder, const GroupJob& job) {
+  // The image was validated and prepared before: a bad image never reaches the peers.
+  ASSIGN_OR_RETURN(GroupJob shared, BroadcastJob(*comm_, &job));
+  parallel::CountingCommunicator counting(*comm_);
+  auto step = EncodeStep(encoder, counting, shared.encode);
+  if (!step.ok()) {
+    if (world_size_ > 1 && shared.encode.mode == DecodeMode::kDense) {
+      // The peers wait in the statistics gather that ends every job (as for a dense decode).
+      ASSIGN_OR_RETURN(std::vector<RankStats> ranks, GatherRankStats(*comm_, GroupDecodeResult{}));
+      return InStep(step.status());
+    }
+    return step.status();
+  }
+  EncodeOutcome outcome{step->first, shared.encode.mode, step->second.decode_ms, {}, counting.stats()};
+  ASSIGN_OR_RETURN(outcome.ranks, GatherRankStats(*comm_, step->second));
+  RecordStats(outcome.ranks);
   return outcome;
 }
 
@@ -215,6 +286,10 @@ absl::Status GroupRuntime::ServeAsPeer() {
       comm_->Abort(std::string(bad.message()));
       return bad;
     }
+    if (job->kind == JobKind::kEncode) {
+      if (absl::Status s = ServeEncode(*job); !s.ok()) return s;
+      continue;
+    }
     families::Decoder& decoder = *models_[job->model_index].decoder;
     parallel::CountingCommunicator counting(*comm_);  // for the time the calls took
     absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, job->plan);
@@ -231,6 +306,28 @@ absl::Status GroupRuntime::ServeAsPeer() {
     }
     ++decodes_;
   }
+}
+
+absl::Status GroupRuntime::ServeEncode(const GroupJob& job) {
+  absl::StatusOr<families::Encoder*> encoder = Encoder(job.model_index);
+  if (!encoder.ok()) {
+    // The leader loaded its encoder from the same folder: this rank cannot follow.
+    comm_->Abort(std::string(encoder.status().message()));
+    MarkBroken(encoder.status());
+    return encoder.status();
+  }
+  parallel::CountingCommunicator counting(*comm_);
+  auto step = EncodeStep(**encoder, counting, job.encode);
+  if (!step.ok()) {
+    if (IsGroupSafe(step.status(), world_size_)) return absl::OkStatus();
+    if (absl::Status s = RecoverOrBreak(step.status()); broken_) return s;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, step->second);
+  if (!ranks.ok()) {
+    if (absl::Status s = RecoverOrBreak(ranks.status()); broken_) return s;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace vaedecode::worker

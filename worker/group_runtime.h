@@ -21,15 +21,18 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "families/encoder.h"
 #include "parallel/communicator.h"
 #include "parallel/counting_communicator.h"
 #include "worker/group_decode.h"
+#include "worker/group_encode.h"
 #include "worker/group_job.h"
 #include "worker/group_recovery.h"
 #include "worker/model_repository.h"
@@ -41,6 +44,14 @@ struct DecodeOutcome {
   GroupDecodeResult result;      // the whole sample (leader)
   std::vector<RankStats> ranks;  // every rank's time and peak memory
   parallel::CommStats comm;      // the leader's calls during the decode
+};
+
+struct EncodeOutcome {
+  at::Tensor moments;  // the whole image's (leader)
+  DecodeMode mode = DecodeMode::kDense;
+  double encode_ms = 0;          // the leader's encode, the row gather included
+  std::vector<RankStats> ranks;  // every rank's time and peak memory
+  parallel::CommStats comm;      // the leader's calls during the encode
 };
 
 class GroupRuntime {
@@ -57,6 +68,16 @@ class GroupRuntime {
   // `progress` sees parts of the output as they become final (output_progress.h).
   absl::StatusOr<DecodeOutcome> Run(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr,
                                     const OutputProgress& progress = {}) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Leader: the encoder of model `model_index`, loaded from its folder on
+  // first use (LoadEncoderFor; every peer loads its own when the model's
+  // first encode job arrives), so decode-only models never hold one.
+  // Thread-safe; FAILED_PRECONDITION for a model that cannot encode.
+  absl::StatusOr<families::Encoder*> Encoder(int64_t model_index) ABSL_LOCKS_EXCLUDED(encoders_mu_);
+
+  // Leader only. As Run, for an encode job (kind kEncode; its plan made by
+  // PlanEncode from an image prepared for Encoder(model_index)).
+  absl::StatusOr<EncodeOutcome> RunEncode(const GroupJob& job) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Leader: one call that works on the group (the Run handler, from its
   // first byte to its last write: the output stays on the device until
@@ -100,6 +121,18 @@ class GroupRuntime {
  private:
   absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
                                         const OutputProgress& progress) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<EncodeOutcome> ExecuteEncode(families::Encoder& encoder, const GroupJob& job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // This rank's part of a broadcast encode plan, timed (its figures for
+  // GatherRankStats); the moments on the leader.
+  absl::StatusOr<std::pair<at::Tensor, GroupDecodeResult>> EncodeStep(families::Encoder& encoder,
+                                                                      parallel::CountingCommunicator& counting,
+                                                                      const EncodePlan& plan);
+  // The answer to a job that failed with `failure` (group-safe errors as
+  // they are; otherwise recovered in place or the group marked broken).
+  absl::Status AnswerFailure(const absl::Status& failure);
+  // Peers: an encode job; an error only when this rank cannot go on.
+  absl::Status ServeEncode(const GroupJob& job);
   void HeartbeatLoop();
   void MarkBroken(const absl::Status& why);
   // After a failure the group cannot serve on: the status to answer the job
@@ -128,6 +161,9 @@ class GroupRuntime {
 
   std::atomic<bool> broken_{false};
   std::atomic<int64_t> decodes_{0};
+  absl::Mutex encoders_mu_;
+  // By model index; null until a model's first encode.
+  std::vector<std::unique_ptr<families::Encoder>> encoders_ ABSL_GUARDED_BY(encoders_mu_);
   absl::Mutex idle_mu_;
   int calls_in_progress_ ABSL_GUARDED_BY(idle_mu_) = 0;
 };

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "families/autoencoder_kl/embedded_default.h"
 #include "families/builtin_families.h"
+#include "families/status_error.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
@@ -16,6 +17,19 @@ absl::StatusOr<NamedModel> LoadEmbeddedDefault(at::ScalarType dtype, std::string
   NamedModel m{std::move(name), families::autoencoder_kl::MakeEmbeddedDefault()};
   families::ApplyDecodeDtype(*m.decoder, dtype);
   return m;
+}
+
+absl::StatusOr<std::unique_ptr<families::Encoder>> LoadEncoderFor(const NamedModel& model) {
+  if (model.path.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model \"", model.name, "\" is the embedded default: it decodes only (serve a folder to encode)"));
+  }
+  families::LoadOptions options;
+  options.dtype = model.decoder->dtype();
+  ASSIGN_OR_RETURN(std::unique_ptr<families::Encoder> encoder,
+                   families::BuiltinFamilies().LoadEncoder(model.path, options));
+  RETURN_IF_ERROR(families::CatchExceptions("moving the encoder", [&] { encoder->ToDevice(model.decoder->device()); }));
+  return encoder;
 }
 
 absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, at::ScalarType dtype) {
@@ -55,7 +69,7 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
       continue;
     }
     for (const std::string& w : ConfigWarnings((*decoder)->info())) out.warnings.push_back(absl::StrCat(name, ": ", w));
-    out.models.push_back({name, *std::move(decoder)});
+    out.models.push_back({name, *std::move(decoder), (fs::path(repository) / name).string()});
   }
   if (out.models.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

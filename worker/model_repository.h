@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "families/decoder.h"
+#include "families/encoder.h"
 
 namespace vaedecode::worker {
 
@@ -20,7 +21,15 @@ inline constexpr const char* kDefaultModelName = "default";
 struct NamedModel {
   std::string name;
   std::unique_ptr<families::Decoder> decoder;
+  // Its folder ("" for the embedded default), for loading its encoder on
+  // demand (LoadEncoderFor): decode-only deployments never hold one.
+  std::string path;
 };
+
+// `model`'s encoder from its folder, in its decoder's dtype on its device:
+// FAILED_PRECONDITION for the embedded default (it has no folder) and for a
+// family or checkpoint without an encoder (Registry::LoadEncoder).
+absl::StatusOr<std::unique_ptr<families::Encoder>> LoadEncoderFor(const NamedModel& model);
 
 // A model folder that did not load, and why (the config or weights it
 // names; an unreadable folder). Served as unavailable by name, while the

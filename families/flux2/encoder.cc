@@ -31,10 +31,12 @@ Flux2Encoder::Flux2Encoder(Flux2Config config)
   info_.in_channels = config_.encoder.in_channels;
   info_.latent_channels = config_.latent_channels();
   info_.spatial_factor = config_.encoder.spatial_factor();
-  info_.vae_to_raw_formula = absl::StrCat(
-      "z: [B, ", config_.latent_channels(), ", h, w] (h, w even); patchify 2x2: z.view(B, C, h/2, 2, w/2, 2)"
-      ".permute(0, 1, 3, 5, 2, 4).reshape(B, ", config_.patched_channels(),
-      ", h/2, w/2); then (x - bn.running_mean) / sqrt(bn.running_var + ", config_.batch_norm_eps, ") per channel");
+  info_.vae_to_raw_formula =
+      absl::StrCat("z: [B, ", config_.latent_channels(),
+                   ", h, w] (h, w even); patchify 2x2: z.view(B, C, h/2, 2, w/2, 2)"
+                   ".permute(0, 1, 3, 5, 2, 4).reshape(B, ",
+                   config_.patched_channels(), ", h/2, w/2); then (x - bn.running_mean) / sqrt(bn.running_var + ",
+                   config_.batch_norm_eps, ") per channel");
   AdoptModule(*module_);
 }
 
@@ -47,10 +49,10 @@ absl::Status Flux2Encoder::CheckRawLatentShape(const std::vector<int64_t>& shape
   if (shape.size() == 4 && shape[2] % config_.patch_h == 0 && shape[3] % config_.patch_w == 0) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "a raw FLUX.2 latent packs 2x2 patches, so the latent's sides must be even; this image encodes to [",
-      absl::StrJoin(shape, ", "), "] (image sides multiples of ", 2 * info_.spatial_factor,
-      "): ask for latent_space vae, or resize the image"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("a raw FLUX.2 latent packs 2x2 patches, so the latent's sides must be even; this image encodes to [",
+                   absl::StrJoin(shape, ", "), "] (image sides multiples of ", 2 * info_.spatial_factor,
+                   "): ask for latent_space vae, or resize the image"));
 }
 
 at::Tensor Flux2Encoder::ToRawSpace(const at::Tensor& z) const {
@@ -63,7 +65,8 @@ void Flux2Encoder::ConvertWeights(at::ScalarType dtype) {
 }
 
 absl::StatusOr<std::unique_ptr<Encoder>> LoadFlux2Encoder(const ModelFiles& files, const LoadOptions& options) {
-  return LoadModuleEncoder<Flux2Encoder>(files, options, {{"decoder.", "post_quant_conv."}, {"bn.num_batches_tracked"}});
+  return LoadModuleEncoder<Flux2Encoder>(files, options,
+                                         {{"decoder.", "post_quant_conv."}, {"bn.num_batches_tracked"}});
 }
 
 }  // namespace vaedecode::families::flux2

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The vaedecode binary end to end: every AutoencoderKL fixture through
-# `decode` (dense, exact over 3 local ranks, raw latent space) compared with
-# diffusers' output by the fixtures' own compare.py; PNG naming; one-line
+# `decode` (dense, exact over 3 local ranks, raw latent space) and every
+# encode case of the families that encode through `encode` (moments dense,
+# a seeded sample exact over 3 ranks, raw over 2), compared with diffusers'
+# output by the fixtures' own compare.py; encoding a PNG; PNG naming; one-line
 # errors and non-zero exits for malformed input; a rank killed mid-decode
 # fails the whole group promptly and leaves no process behind.
 set -uo pipefail
@@ -59,6 +61,65 @@ while read -r folder name latent expected pipeline; do
     compare "$FIX/$expected" "$OUT/${folder}_${name}_raw.npy"
   fi
 done <<< "$cases"
+
+# Encode cases of every family that encodes: folder case image mean logvar sample seed pipeline_encoded uses_sample
+encode_cases=$("$PY" - "$FIX/index.json" <<'PY'
+import json, sys
+for f in json.load(open(sys.argv[1]))["fixtures"]:
+    if f["diffusers_class"] not in ("AutoencoderKL", "AutoencoderKLFlux2"):
+        continue
+    uses_sample = (f.get("pipeline_encode") or {}).get("posterior", "").startswith("sample")
+    for c in f.get("encode_cases", []):
+        print(f["folder"], c["case"], c["image_file"], c["mean_file"], c["logvar_file"], c["sample_file"],
+              c["sample_seed"], c.get("pipeline_encoded_file") or "-", "sample" if uses_sample else "mean")
+PY
+)
+[ -n "$encode_cases" ] || fail "no encode cases found"
+
+compare_tensor() {  # expected name actual [actual-name]
+  local verdict
+  verdict=$("$PY" "$FIX/compare.py" "$1" "$3" --tensor "$2" --actual-tensor "${4:-$2}" --atol 1e-4 --rtol 0 | tail -n 1)
+  case "$verdict" in *OK) echo "  ok: $verdict" ;; *) fail "$3 vs $1 ($2): $verdict" ;; esac
+}
+
+while read -r folder name image mean logvar sample seed encoded posterior; do
+  echo "== encode $folder/$name"
+  "$BIN" encode --model "$FIX/$folder" --image "$FIX/$image" --out "$OUT/enc_${folder}_${name}.safetensors" \
+    --posterior moments >/dev/null || fail "dense encode of $folder/$name"
+  compare_tensor "$FIX/$mean" mean "$OUT/enc_${folder}_${name}.safetensors"
+  compare_tensor "$FIX/$logvar" logvar "$OUT/enc_${folder}_${name}.safetensors"
+  "$BIN" encode --model "$FIX/$folder" --image "$FIX/$image" --out "$OUT/enc_${folder}_${name}_exact.safetensors" \
+    --posterior sample --seed "$seed" --mode exact --ranks 3 --timeout-s 60 | grep "mode=exact ranks=3" > /dev/null \
+    || fail "exact encode of $folder/$name"
+  compare_tensor "$FIX/$sample" sample "$OUT/enc_${folder}_${name}_exact.safetensors" latent
+  if [ "$encoded" != "-" ]; then
+    "$BIN" encode --model "$FIX/$folder" --image "$FIX/$image" --out "$OUT/enc_${folder}_${name}_raw.safetensors" \
+      --posterior "$posterior" --seed "$seed" --latent-space raw --mode exact --ranks 2 >/dev/null \
+      || fail "raw encode of $folder/$name"
+    compare_tensor "$FIX/$encoded" latent "$OUT/enc_${folder}_${name}_raw.safetensors"
+  fi
+done <<< "$encode_cases"
+
+echo "== encode from a PNG: the pixels as diffusers preprocesses them (p / 255 * 2 - 1)"
+"$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/latent.safetensors" --out "$OUT/to_encode.png" >/dev/null \
+  || fail "png decode for the encode"
+"$BIN" encode --model "$FIX/sd_kl" --image "$OUT/to_encode.png" --out "$OUT/from_png.safetensors" >/dev/null \
+  || fail "encode of a png"
+"$PY" - "$OUT/to_encode.png" "$OUT/from_png.safetensors" <<'PY' || fail "the PNG's encode input shape"
+import json, struct, sys, zlib
+w, h = struct.unpack(">II", open(sys.argv[1], "rb").read()[16:24])
+raw = open(sys.argv[2], "rb").read()
+header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+assert header["latent"]["shape"] == [1, 4, h // 4, w // 4], (header, w, h)
+PY
+expect_error 1 "want .png" encode --model "$FIX/sd_kl" --image "$FIX/sd_kl/config.json" --out "$OUT/x.safetensors"
+cp "$FIX/sd_kl/config.json" "$OUT/fake.png"
+expect_error 1 "neither PNG nor JPEG" encode --model "$FIX/sd_kl" --image "$OUT/fake.png" --out "$OUT/x.safetensors"
+expect_error 1 "AutoencoderKL encodes 3" encode --model "$FIX/sd_kl" --image "$FIX/sd_kl/latent.safetensors" \
+  --out "$OUT/x.safetensors"
+expect_error 1 "cannot encode" encode --model "$FIX/ltx2" --image "$FIX/sd_kl/image.safetensors" --out "$OUT/x.safetensors"
+expect_error 1 "moments" encode --model "$FIX/sd_kl" --image "$FIX/sd_kl/image.safetensors" --out "$OUT/x.npy" \
+  --posterior moments
 
 echo "== png naming"
 "$BIN" decode --model "$FIX/sd_kl" --latent "$FIX/sd_kl/latent_b2.safetensors" --out "$OUT/b2.png" >/dev/null \

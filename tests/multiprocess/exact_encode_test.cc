@@ -34,8 +34,8 @@ const std::vector<std::string> kClasses = {"AutoencoderKL", "AutoencoderKLFlux2"
 
 struct EncodeCheck {
   std::string fixture;
-  at::Tensor image;            // the same on every rank
-  std::string expected_mean;   // diffusers' mean, "" to skip
+  at::Tensor image;                          // the same on every rank
+  std::string expected_mean;                 // diffusers' mean, "" to skip
   testing::ExpectedCollectives collectives;  // checked when halo > 0
   std::string what;
 };
@@ -48,8 +48,8 @@ absl::Status EncodeAndCheck(const EncodeCheck& c, families::Encoder& encoder, pa
   worker::EncodeJob job{c.image, families::PosteriorOutput::kMoments};
   ASSIGN_OR_RETURN(worker::GroupEncodeResult result, worker::EncodeWithGroup(encoder, counting, job));
   const int64_t latent_rows = encoder.LatentShape(c.image.sizes().vec())[2];
-  const worker::DecodeMode want = world > 1 && latent_rows >= world ? worker::DecodeMode::kExact
-                                                                     : worker::DecodeMode::kDense;
+  const worker::DecodeMode want =
+      world > 1 && latent_rows >= world ? worker::DecodeMode::kExact : worker::DecodeMode::kDense;
   if (result.mode != want) {
     return absl::InternalError(absl::StrCat(c.what, ": mode ", worker::ModeName(result.mode), " (", result.reason,
                                             "), want ", worker::ModeName(want)));
