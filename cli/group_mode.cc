@@ -68,6 +68,7 @@ absl::StatusOr<std::unique_ptr<LocalGroup>> LocalGroup::Start(const GroupLaunch&
                                      absl::StrCat("--threads=", launch.threads),
                                      absl::StrCat("--timeout-s=", absl::ToInt64Seconds(launch.timeout))};
     if (!launch.model_path.empty()) argv.push_back(absl::StrCat("--model=", launch.model_path));
+    if (launch.seeded_weights) argv.push_back(absl::StrCat("--seeded-weights=", *launch.seeded_weights));
     ASSIGN_OR_RETURN(rpc::ChildProcess child, rpc::ChildProcess::Spawn(argv));
     children.push_back(std::move(child));
   }
@@ -107,7 +108,13 @@ absl::Status RunRank(const ParsedArgs& args) {
     return m.status();
   }
   ASSIGN_OR_RETURN(at::ScalarType dtype, families::ParseDtype(args.Get("dtype").value_or("float32")));
-  ASSIGN_OR_RETURN(worker::NamedModel model, LoadModel(args.Get("model"), dtype));
+  std::optional<uint64_t> seeded_weights;
+  if (std::optional<std::string> s = args.Get("seeded-weights")) {
+    uint64_t seed = 0;
+    if (!absl::SimpleAtoi(*s, &seed)) return absl::InvalidArgumentError("rank: --seeded-weights must be an integer");
+    seeded_weights = seed;
+  }
+  ASSIGN_OR_RETURN(worker::NamedModel model, LoadModel(args.Get("model"), dtype, seeded_weights));
   const absl::Duration timeout = absl::Seconds(*timeout_s);
   ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm,
                    JoinLocalGroup(*rank, *world, *port, args.Get("group").value_or("cli"), timeout));

@@ -9,7 +9,9 @@
 // returns an error within the timeout, and the leader kills and reaps every
 // child before it returns.
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,8 @@ namespace vaedecode::cli {
 
 struct GroupLaunch {
   int ranks = 1;
-  std::string model_path;  // "" for the embedded default
+  std::string model_path;                  // "" for the embedded default
+  std::optional<uint64_t> seeded_weights;  // every rank seeds its weights alike
   std::string dtype_name = "float32";
   int threads = 1;
   absl::Duration timeout = absl::Seconds(120);

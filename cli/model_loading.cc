@@ -21,7 +21,7 @@ absl::StatusOr<worker::NamedModel> LoadModel(const std::optional<std::string>& p
   for (const std::string& w : worker::ConfigWarnings(decoder->info())) {
     std::cerr << "warning: " << *path << ": " << w << "\n";
   }
-  return worker::NamedModel{*path, std::move(decoder), folder};
+  return worker::NamedModel{*path, std::move(decoder), folder, seeded_weights};
 }
 
 }  // namespace vaedecode::cli

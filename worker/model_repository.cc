@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<families::Encoder>> LoadEncoderFor(const NamedMod
   }
   families::LoadOptions options;
   options.dtype = model.decoder->dtype();
+  options.seeded_weights = model.seeded_weights;
   ASSIGN_OR_RETURN(std::unique_ptr<families::Encoder> encoder,
                    families::BuiltinFamilies().LoadEncoder(model.path, options));
   RETURN_IF_ERROR(families::CatchExceptions("moving the encoder", [&] { encoder->ToDevice(model.decoder->device()); }));

@@ -6,7 +6,9 @@
 // loads the same folder in the same (sorted) order, so a model index means
 // the same model everywhere.
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,9 @@ struct NamedModel {
   // Its folder ("" for the embedded default), for loading its encoder on
   // demand (LoadEncoderFor): decode-only deployments never hold one.
   std::string path;
+  // Set: its decoder (and encoder) have seeded weights, not the checkpoint's
+  // (benchmarks at real widths from config.json alone).
+  std::optional<uint64_t> seeded_weights;
 };
 
 // `model`'s encoder from its folder, in its decoder's dtype on its device:
