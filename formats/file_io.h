@@ -15,6 +15,12 @@
 
 namespace vaedecode::formats {
 
+// The most bytes a decoded image (PNG or JPEG) may take: 256 MiB, a
+// 9,000 x 9,000 RGB image, beyond what an encode admits; a header claiming
+// more is refused before its pixels are allocated (a few bytes of JPEG
+// header may claim 65535 x 65535).
+inline constexpr size_t kMaxDecodedImageBytes = size_t{1} << 28;
+
 // Reads the whole regular file at `path`. Errors name the path.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 

@@ -5,8 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "formats/file_io.h"
-#include "formats/jpeg.h"
-#include "formats/png.h"
+#include "formats/image_bytes.h"
 #include "formats/tensor_file.h"
 #include "rpc/status_macros.h"
 
@@ -20,16 +19,8 @@ at::Tensor ImageTensorFromPixels(int width, int height, int channels, const uint
 }
 
 absl::StatusOr<at::Tensor> DecodeImageBytes(const std::string& bytes) {
-  if (absl::StartsWith(bytes, "\x89PNG\r\n\x1a\n")) {
-    ASSIGN_OR_RETURN(PngImage png, DecodePng(bytes));
-    return ImageTensorFromPixels(png.width, png.height, png.channels, png.pixels.data());
-  }
-  if (absl::StartsWith(bytes, "\xff\xd8\xff")) {
-    ASSIGN_OR_RETURN(JpegImage jpeg, DecodeJpeg(bytes));
-    return ImageTensorFromPixels(jpeg.width, jpeg.height, jpeg.channels, jpeg.pixels.data());
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("the image is neither PNG nor JPEG (", bytes.size(), " bytes without either's signature)"));
+  ASSIGN_OR_RETURN(Pixels pixels, DecodeEncodedImage(bytes));
+  return ImageTensorFromPixels(pixels.width, pixels.height, pixels.channels, pixels.data.data());
 }
 
 absl::StatusOr<at::Tensor> ReadImageInput(const std::string& path) {

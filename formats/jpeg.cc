@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "formats/file_io.h"
 
 namespace vaedecode::formats {
 namespace {
@@ -83,6 +84,15 @@ bool DecompressRows(const std::string& bytes, DecodedRows* result, JpegErrorStat
   info.out_color_space = info.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
   jpeg_start_decompress(&info);
   const size_t stride = static_cast<size_t>(info.output_width) * static_cast<size_t>(info.output_components);
+  if (info.output_height != 0 && stride > kMaxDecodedImageBytes / info.output_height) {
+    // A few bytes of header may claim 65535 x 65535 pixels: refused before
+    // anything that size is allocated or decoded (found by the fuzzer).
+    std::snprintf(state->message, sizeof(state->message), "%ux%u pixels decode to more than %zu MiB",
+                  static_cast<unsigned>(info.output_width), static_cast<unsigned>(info.output_height),
+                  kMaxDecodedImageBytes >> 20);
+    jpeg_destroy_decompress(&info);
+    return false;
+  }
   result->pixels = static_cast<uint8_t*>(std::malloc(stride * info.output_height));
   if (result->pixels == nullptr) {
     jpeg_destroy_decompress(&info);
@@ -145,6 +155,39 @@ absl::StatusOr<JpegImage> DecodeJpeg(const std::string& bytes) {
   if (!ok)
     return absl::InvalidArgumentError(absl::StrCat("bad JPEG: ", state.message[0] ? state.message : "out of memory"));
   return image;
+}
+
+namespace {
+
+bool ReadJpegHeader(const std::string& bytes, int* width, int* height, JpegErrorState* state) {
+  jpeg_decompress_struct info;
+  info.err = &state->manager;
+  if (setjmp(state->jump)) {
+    jpeg_destroy_decompress(&info);
+    return false;
+  }
+  jpeg_create_decompress(&info);
+  jpeg_mem_src(&info, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&info, TRUE);
+  *width = static_cast<int>(info.image_width);
+  *height = static_cast<int>(info.image_height);
+  jpeg_destroy_decompress(&info);
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<int, int>> JpegSize(const std::string& bytes) {
+  if (bytes.size() < 2 || static_cast<uint8_t>(bytes[0]) != 0xFF || static_cast<uint8_t>(bytes[1]) != 0xD8) {
+    return absl::InvalidArgumentError("not a JPEG (no SOI marker)");
+  }
+  JpegErrorState state;
+  InitErrors(&state);
+  int width = 0, height = 0;
+  if (!ReadJpegHeader(bytes, &width, &height, &state)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad JPEG: ", state.message));
+  }
+  return std::make_pair(width, height);
 }
 
 }  // namespace vaedecode::formats

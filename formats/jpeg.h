@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,10 @@ struct JpegImage {
 // Encodes gray (channels 1) or RGB (3) HWC pixels at `quality` (1..100),
 // 4:2:0 chroma subsampling for RGB (PIL's default).
 absl::StatusOr<std::string> EncodeJpeg(int width, int height, int channels, const uint8_t* pixels, int quality);
+
+// The width and height a JPEG's header declares (its frame header only;
+// nothing is decoded).
+absl::StatusOr<std::pair<int, int>> JpegSize(const std::string& bytes);
 
 // Decodes JPEG bytes to gray or RGB pixels.
 absl::StatusOr<JpegImage> DecodeJpeg(const std::string& bytes);

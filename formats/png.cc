@@ -76,7 +76,7 @@ bool WriteRows(std::string* out, int width, int height, int channels, const uint
 }
 
 // Largest decoded image ReadPng accepts, to bound memory on hostile input.
-constexpr size_t kMaxReadBytes = size_t{1} << 31;
+constexpr size_t kMaxReadBytes = kMaxDecodedImageBytes;
 
 struct ReadResult {
   uint8_t* pixels;  // malloc'ed; the caller frees.
@@ -210,6 +210,22 @@ absl::StatusOr<PngImage> ReadPng(const std::string& path) {
     return err == ENOENT ? absl::NotFoundError(message) : absl::InvalidArgumentError(message);
   }
   return ReadPngFrom(file, label);
+}
+
+absl::StatusOr<std::pair<int, int>> PngSize(const std::string& bytes) {
+  // The signature, then the IHDR chunk first: length (13), "IHDR", width, height (big-endian).
+  if (bytes.size() < 24 || bytes.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0 || bytes.compare(12, 4, "IHDR") != 0) {
+    return absl::InvalidArgumentError("not a PNG (no signature and IHDR chunk)");
+  }
+  const auto be32 = [&](size_t at) {
+    return (uint32_t{static_cast<uint8_t>(bytes[at])} << 24) | (uint32_t{static_cast<uint8_t>(bytes[at + 1])} << 16) |
+           (uint32_t{static_cast<uint8_t>(bytes[at + 2])} << 8) | uint32_t{static_cast<uint8_t>(bytes[at + 3])};
+  };
+  const uint32_t width = be32(16), height = be32(20);
+  if (width == 0 || height == 0 || width > 0x7fffffff || height > 0x7fffffff) {
+    return absl::InvalidArgumentError(Cat("bad PNG: its header declares ", width, "x", height, " pixels"));
+  }
+  return std::make_pair(static_cast<int>(width), static_cast<int>(height));
 }
 
 }  // namespace vaedecode::formats

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,6 +28,9 @@ inline constexpr int kDefaultPngCompression = 6;
 // deflated at `compression` 0 (stored) .. 9.
 absl::StatusOr<std::string> EncodePng(int width, int height, int channels, const uint8_t* pixels,
                                       int compression = kDefaultPngCompression);
+
+// The width and height a PNG's IHDR declares (nothing is decoded).
+absl::StatusOr<std::pair<int, int>> PngSize(const std::string& bytes);
 
 // Decodes PNG bytes like ReadPng.
 absl::StatusOr<PngImage> DecodePng(const std::string& bytes);

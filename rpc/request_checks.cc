@@ -8,11 +8,6 @@
 #include "rpc/status_macros.h"
 
 namespace vaedecode::rpc {
-namespace {
-
-constexpr size_t kMaxRequestIdLength = 128;
-
-}  // namespace
 
 absl::Status ValidateLatentScaling(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
   if (!request.has_scaling_factor()) {

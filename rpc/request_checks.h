@@ -7,10 +7,15 @@
 //
 // Thread-safe: pure functions.
 
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::rpc {
+
+// The longest request_id a request may carry (decodes and encodes).
+inline constexpr size_t kMaxRequestIdLength = 128;
 
 // The scaling_factor/shift_factor overrides: a shift needs a scale; both
 // finite, the scale non-zero; only for latent_space RAW and models whose raw

@@ -82,6 +82,99 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
   const std::atomic<bool>& accepting_;
 };
 
+// One reactor per Encode call: reads the image's pieces, then the Job
+// drives the stream as a Decode's.
+class EncodeReactor final : public grpc::ServerBidiReactor<v1::EncodeRequest, v1::DecodeResponse>, public JobStream {
+ public:
+  EncodeReactor(grpc::CallbackServerContext* context, DecodeService& service, int64_t max_bytes,
+                std::atomic<int64_t>& active, const std::atomic<bool>& accepting)
+      : context_(context),
+        service_(service),
+        max_bytes_(max_bytes),
+        received_(absl::Now()),
+        active_(active),
+        accepting_(accepting) {
+    active_.fetch_add(1);
+    StartRead(&piece_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (ok && pieces_++ > 0) {
+      // A later piece continues the first message's image bytes.
+      if (!piece_.encoded_image().empty()) request_.mutable_encoded_image()->append(piece_.encoded_image());
+      if (piece_.has_image()) request_.mutable_image()->mutable_data()->append(piece_.image().data());
+    } else if (ok) {
+      request_ = std::move(piece_);
+    }
+    piece_.Clear();
+    const int64_t bytes = static_cast<int64_t>(request_.ByteSizeLong());
+    if (ok && bytes <= max_bytes_) {
+      StartRead(&piece_);
+      return;
+    }
+    absl::Status refusal;
+    if (ok) {
+      refusal = absl::ResourceExhaustedError(absl::StrCat("the image is more than ", max_bytes_,
+                                                          " bytes, this server's --max_message_bytes; send a smaller "
+                                                          "image or clip"));
+    } else if (context_->IsCancelled()) {
+      refusal = absl::CancelledError("cancelled by the client while sending the image");
+    }
+    DecodeService::Admission admission =
+        service_.AdmitEncode(std::move(request_), received_, rpc::CallDeadline(*context_), "grpc", refusal);
+    {
+      absl::MutexLock lock(&mu_);
+      job_ = admission.job;
+    }
+    service_.Start(admission, this);
+  }
+
+  void StartWrite(const v1::DecodeResponse* message) override {
+    grpc::ServerBidiReactor<v1::EncodeRequest, v1::DecodeResponse>::StartWrite(message);
+  }
+  void Finish(const absl::Status& status) override {
+    grpc::ServerBidiReactor<v1::EncodeRequest, v1::DecodeResponse>::Finish(rpc::ToGrpcStatus(status));
+  }
+  void Abort() override { context_->TryCancel(); }
+  void OnWriteDone(bool ok) override { Job()->OnWriteDone(ok); }
+
+  void OnCancel() override {
+    std::shared_ptr<server::Job> job = Job();
+    if (job == nullptr) return;  // still reading: the read fails and admission says so
+    if (job->DeadlinePassed()) {
+      job->Cancel(absl::DeadlineExceededError(
+          absl::StrCat("deadline exceeded after ", absl::FormatDuration(absl::Now() - job->received()))));
+    } else if (!accepting_.load()) {
+      job->Cancel(absl::UnavailableError("the server is draining and its drain timeout cut the call"));
+    } else {
+      job->Cancel(absl::CancelledError("cancelled by the client"));
+    }
+  }
+
+  void OnDone() override {
+    active_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<server::Job> Job() {
+    absl::MutexLock lock(&mu_);
+    return job_;
+  }
+
+  grpc::CallbackServerContext* const context_;
+  DecodeService& service_;
+  const int64_t max_bytes_;
+  const absl::Time received_;
+  std::atomic<int64_t>& active_;
+  const std::atomic<bool>& accepting_;
+  v1::EncodeRequest piece_;    // the read in flight
+  v1::EncodeRequest request_;  // the first message, its image continued by the later ones
+  int64_t pieces_ = 0;
+  absl::Mutex mu_;
+  std::shared_ptr<server::Job> job_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 DecodeService::DecodeService(DecodeServiceOptions options, Scheduler& scheduler, ModelCatalog& catalog,
@@ -161,6 +254,48 @@ grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(grpc::Callba
   return reactor;
 }
 
+grpc::ServerBidiReactor<v1::EncodeRequest, v1::DecodeResponse>* DecodeService::Encode(
+    grpc::CallbackServerContext* context) {
+  return new EncodeReactor(context, *this, options_.max_request_bytes, active_, accepting_);
+}
+
+DecodeService::Admission DecodeService::AdmitEncode(v1::EncodeRequest request, absl::Time received, absl::Time deadline,
+                                                    std::string protocol, absl::Status refusal) {
+  if (request.request_id().empty()) request.set_request_id(NewRequestId());
+  absl::Status status = std::move(refusal);
+  v1::ModelInfo model;
+  if (status.ok() && !accepting_.load()) {
+    status = absl::UnavailableError("the server is draining; retry on another replica");
+  } else if (status.code() == absl::StatusCode::kResourceExhausted) {
+    metrics_.RecordRejected("message_too_large");
+  } else if (status.ok() && request.model().empty()) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("model: empty; available models: ", absl::StrJoin(catalog_.Names(), ", ")));
+  } else if (status.ok()) {
+    absl::StatusOr<v1::ModelInfo> found = catalog_.Lookup(request.model());
+    if (found.ok()) {
+      model = *std::move(found);
+      status = ValidateEncodeRequest(request, model, options_.group_size, options_.admission);
+    } else {
+      status = found.status();
+    }
+  }
+  v1::DecodeRequest envelope;
+  envelope.set_model(request.model());
+  envelope.set_request_id(request.request_id());
+  envelope.set_mode(request.mode());
+  envelope.set_output_format(v1::OUTPUT_FLOAT32);
+  JobBuffering buffering;
+  buffering.max_call_bytes = options_.max_call_output_bytes;
+  buffering.budget = &output_budget_;
+  Admission admission;
+  admission.job =
+      std::make_shared<Job>(std::move(envelope), std::move(request), std::move(model), received, deadline, buffering);
+  admission.status = std::move(status);
+  admission.protocol = std::move(protocol);
+  return admission;
+}
+
 DecodeService::Admission DecodeService::Admit(v1::DecodeRequest request, absl::Time received, absl::Time deadline,
                                               std::string protocol) {
   if (request.request_id().empty()) request.set_request_id(NewRequestId());
@@ -222,6 +357,7 @@ void DecodeService::Start(const Admission& admission, JobStream* stream, std::sh
 }
 
 void DecodeService::Report(const Job& job, const absl::Status& status, const std::string& protocol) {
+  if (job.encode() != nullptr) return ReportEncode(job, status, protocol);
   const JobReport r = job.report();
   const double total_ms = absl::ToDoubleMilliseconds(absl::Now() - job.received());
   const v1::DecodeRequest& req = job.request();
@@ -241,6 +377,29 @@ void DecodeService::Report(const Job& job, const absl::Status& status, const std
       r.degree, r.group.empty() ? "-" : r.group, r.timings.queue_ms(), r.timings.decode_ms(), r.timings.gather_ms(),
       r.timings.stream_ms(), total_ms, r.collectives, Milliseconds(r.collective_wait_ms_per_rank),
       Shape(r.peak_bytes_per_rank), rpc::StatusCodeName(status.code()), rpc::LogValue(status.message()));
+}
+
+void DecodeService::ReportEncode(const Job& job, const absl::Status& status, const std::string& protocol) {
+  const JobReport r = job.report();
+  const double total_ms = absl::ToDoubleMilliseconds(absl::Now() - job.received());
+  const v1::EncodeRequest& req = *job.encode();
+  const std::string model = job.model().name().empty() ? "_unknown" : job.model().name();
+  if (job.TakePending()) metrics_.AddPending(job.model().name(), -1);
+  const int64_t batch = req.image().shape_size() > 0 ? req.image().shape(0) : 1;
+  metrics_.RecordRequest(model, protocol, status.code(), batch, total_ms / 1000, r.timings.queue_ms() / 1000,
+                         r.timings.decode_ms() / 1000);
+  const std::string image = req.has_image() ? Shape({req.image().shape().begin(), req.image().shape().end()})
+                                            : absl::StrCat("encoded(", req.encoded_image().size(), "B)");
+  spdlog::info(
+      "request id={} protocol={} op=encode model={} image={} posterior={} space={} output={} mode={} degree={} "
+      "group={} queue_ms={:.1f} encode_ms={:.1f} stream_ms={:.1f} total_ms={:.1f} collectives={} "
+      "collective_wait_ms={} peak_bytes={} status={} message={}",
+      rpc::LogValue(req.request_id()), protocol, req.model().empty() ? "-" : rpc::LogValue(req.model()), image,
+      v1::Posterior_IsValid(req.posterior()) ? v1::Posterior_Name(req.posterior()) : "?",
+      req.latent_space() == v1::LATENT_SPACE_RAW ? "raw" : "vae", Shape(r.output_shape), r.mode, r.degree,
+      r.group.empty() ? "-" : r.group, r.timings.queue_ms(), r.timings.decode_ms(), r.timings.stream_ms(), total_ms,
+      r.collectives, Milliseconds(r.collective_wait_ms_per_rank), Shape(r.peak_bytes_per_rank),
+      rpc::StatusCodeName(status.code()), rpc::LogValue(status.message()));
 }
 
 grpc::ServerUnaryReactor* DecodeService::ListModels(grpc::CallbackServerContext* context, const v1::ListModelsRequest*,

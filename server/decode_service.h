@@ -12,8 +12,12 @@
 // deadline) cancels the Job: out of the queue if queued, the leader's call
 // if running. The reactor deletes itself in OnDone.
 //
-// Every Decode, whatever its outcome, produces one structured info log line
-// and counts in vaedecode_requests_total.
+// Encode: one bidirectional reactor per call reads the image's pieces (at
+// most --max_message_bytes in all), then admits and queues the job as a
+// Decode's; its output streams the same way.
+//
+// Every Decode and Encode, whatever its outcome, produces one structured
+// info log line and counts in vaedecode_requests_total.
 //
 // Threading: the handlers run on gRPC's callback threads and only take
 // short locks. StopAccepting/active_calls may be called from any thread.
@@ -70,6 +74,7 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
 
   grpc::ServerWriteReactor<v1::DecodeResponse>* Decode(grpc::CallbackServerContext* context,
                                                        const v1::DecodeRequest* request) override;
+  grpc::ServerBidiReactor<v1::EncodeRequest, v1::DecodeResponse>* Encode(grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context, const v1::ListModelsRequest* request,
                                        v1::ListModelsResponse* response) override;
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context, const v1::GetModelRequest* request,
@@ -88,6 +93,10 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
     std::string protocol;
   };
   Admission Admit(v1::DecodeRequest request, absl::Time received, absl::Time deadline, std::string protocol);
+  // The same for an encode (its image whole); `refusal`, when not OK, is
+  // the caller's own (an upload past --max_message_bytes).
+  Admission AdmitEncode(v1::EncodeRequest request, absl::Time received, absl::Time deadline, std::string protocol,
+                        absl::Status refusal = absl::OkStatus());
   void Start(const Admission& admission, JobStream* stream, std::shared_ptr<void> keep_alive = nullptr);
 
   // A whole decode for a unary protocol: admits, queues and waits for the
@@ -117,6 +126,7 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
  private:
   // The log line and metrics for a finished call.
   void Report(const Job& job, const absl::Status& status, const std::string& protocol);
+  void ReportEncode(const Job& job, const absl::Status& status, const std::string& protocol);
   // Every 250 ms: cancels calls whose client has not taken a write for
   // stream_stall_timeout, and publishes the output buffer's size.
   void StallWatchLoop();

@@ -141,6 +141,17 @@ void GroupDispatcher::RunJob(const std::shared_ptr<LeaderConnection>& leader, co
 
 std::optional<ModeChoice> GroupDispatcher::ChooseMode(const std::shared_ptr<LeaderConnection>& leader,
                                                       const std::shared_ptr<Job>& job) {
+  if (job->encode() != nullptr) {
+    // Encodes are dense or exact as asked (AUTO: exact when the group has
+    // ranks to share it); the leader falls back to dense for an image too
+    // small to shard and says why. Encode memory is not modelled yet.
+    const int degree = static_cast<int>(g_.options.devices.size());
+    const v1::Mode asked = job->encode()->mode();
+    ModeChoice choice;
+    choice.mode = asked == v1::MODE_DENSE || degree < 2 ? v1::MODE_DENSE : v1::MODE_EXACT;
+    choice.reason = asked == v1::MODE_AUTO ? "auto: exact over the group" : "requested";
+    return choice;
+  }
   // The group's resources, for the mode choice; asked again while nothing
   // fits the group's free memory, until the request's deadline.
   bool waiting_for_memory = false;
@@ -222,8 +233,10 @@ GroupDispatcher::LeaderStream GroupDispatcher::ForwardStream(const std::shared_p
     run.set_mode(mode);
     run.set_max_chunk_bytes(g_.options.max_chunk_bytes);
     run.unsafe_arena_set_allocated_request(const_cast<v1::DecodeRequest*>(&job->request()));
+    if (job->encode() != nullptr) run.unsafe_arena_set_allocated_encode(const_cast<v1::EncodeRequest*>(job->encode()));
     reader = leader->stub->Run(&ctx, run);  // sends (serialises) the request
     run.unsafe_arena_release_request();
+    if (job->encode() != nullptr) run.unsafe_arena_release_encode();
   }
   v1::DecodeResponse message;
   while (reader->Read(&message)) {

@@ -39,6 +39,15 @@ Job::Job(v1::DecodeRequest request, v1::ModelInfo model, absl::Time received, ab
       deadline_(deadline),
       buffering_(buffering) {}
 
+Job::Job(v1::DecodeRequest envelope, v1::EncodeRequest encode, v1::ModelInfo model, absl::Time received,
+         absl::Time deadline, JobBuffering buffering)
+    : request_(std::move(envelope)),
+      encode_(std::make_unique<const v1::EncodeRequest>(std::move(encode))),
+      model_(std::move(model)),
+      received_(received),
+      deadline_(deadline),
+      buffering_(buffering) {}
+
 void Job::Attach(JobStream* stream, DoneCallback done) {
   stream_ = stream;
   done_ = std::move(done);

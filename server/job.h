@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,6 +105,11 @@ class Job {
   // is the call's (absl::InfiniteFuture() when none); `buffering` bounds the
   // output waiting for the client stream.
   Job(v1::DecodeRequest request, v1::ModelInfo model, absl::Time received, absl::Time deadline, JobBuffering buffering);
+  // An encode: `envelope` holds its routing fields (model, request_id, mode,
+  // OUTPUT_FLOAT32), which the scheduler and the logs read as a decode's;
+  // the leader runs `encode`.
+  Job(v1::DecodeRequest envelope, v1::EncodeRequest encode, v1::ModelInfo model, absl::Time received,
+      absl::Time deadline, JobBuffering buffering);
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -114,6 +120,8 @@ class Job {
   void Attach(JobStream* stream, DoneCallback done);
 
   const v1::DecodeRequest& request() const { return request_; }
+  // The encode this job runs; nullptr for a decode.
+  const v1::EncodeRequest* encode() const { return encode_.get(); }
   const v1::ModelInfo& model() const { return model_; }
   const std::string& request_id() const { return request_.request_id(); }
   absl::Time received() const { return received_; }
@@ -181,6 +189,7 @@ class Job {
   void DropBufferLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const v1::DecodeRequest request_;
+  const std::unique_ptr<const v1::EncodeRequest> encode_;
   const v1::ModelInfo model_;
   const absl::Time received_;
   const absl::Time deadline_;

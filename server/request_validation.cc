@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "formats/image_bytes.h"
 #include "rpc/latent_tensor.h"
 #include "rpc/output_formats.h"
 #include "rpc/output_frames.h"
@@ -205,6 +206,99 @@ absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInf
         "\"'s float16 decode to Inf; scale the latent, or the server allows it with --allow_non_finite_latents"));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// An encode's image of `batch` x `frames` x `height` x `width` pixels
+// (`what` names it in messages) against the pixel and attention limits.
+absl::Status CheckEncodeLimits(const v1::ModelInfo& model, const AdmissionLimits& limits, int64_t batch, int64_t frames,
+                               int64_t height, int64_t width, const std::string& what) {
+  int64_t max_pixels = limits.max_output_pixels;
+  if (auto it = limits.max_output_pixels_per_model.find(model.name()); it != limits.max_output_pixels_per_model.end()) {
+    max_pixels = it->second;
+  }
+  const int64_t total = batch * frames * height * width;
+  if (max_pixels > 0 && total > max_pixels) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is ", total, " pixels, more than this server's limit of ",
+                                                   max_pixels, " for model \"", model.name(),
+                                                   "\" (--max_output_pixels); split the batch or the clip"));
+  }
+  const bool has_attention = model.attention_fixed_bytes() > 0 || model.attention_bytes_per_latent() > 0 ||
+                             model.attention_bytes_per_latent_pair() > 0;
+  const int64_t factor = std::max<int64_t>(1, model.spatial_factor());
+  const int64_t rows = height / factor, cols = width / factor;
+  if (limits.max_attention_tokens > 0 && has_attention && rows * cols > limits.max_attention_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": model \"", model.name(), "\" attends over all ", rows, " x ", cols,
+                     " latent positions of a frame in one call, more than this server's limit of ",
+                     limits.max_attention_tokens, " (--max_attention_tokens); encode a smaller image"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateEncodeRequest(const v1::EncodeRequest& request, const v1::ModelInfo& model, int group_size,
+                                   const AdmissionLimits& limits) {
+  if (!v1::Posterior_IsValid(request.posterior())) {
+    return absl::InvalidArgumentError(absl::StrCat("posterior: unknown value ", request.posterior()));
+  }
+  if (!v1::LatentSpace_IsValid(request.latent_space())) {
+    return absl::InvalidArgumentError(absl::StrCat("latent_space: unknown value ", request.latent_space()));
+  }
+  if (request.posterior() == v1::POSTERIOR_MOMENTS && request.latent_space() == v1::LATENT_SPACE_RAW) {
+    return absl::InvalidArgumentError("posterior: MOMENTS are returned in VAE space only (latent_space VAE)");
+  }
+  if (!v1::Mode_IsValid(request.mode()) || request.mode() == v1::MODE_TILED) {
+    return absl::InvalidArgumentError("mode: an encode is AUTO, DENSE or EXACT (encodes are not tiled)");
+  }
+  if (request.mode() == v1::MODE_EXACT && group_size < 2) {
+    return absl::InvalidArgumentError("mode: EXACT needs a group of more than one rank; this server's groups have 1");
+  }
+  if (request.request_id().size() > rpc::kMaxRequestIdLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id: ", request.request_id().size(), " characters; at most ", rpc::kMaxRequestIdLength));
+  }
+  if (request.has_image() == !request.encoded_image().empty()) {
+    return absl::InvalidArgumentError("image: send one of image (a tensor) and encoded_image (PNG or JPEG bytes)");
+  }
+  if (!request.has_image()) {
+    // Admitted by the size its header declares (the pixels it decodes to);
+    // the leader decodes it, at most formats::kMaxDecodedImageBytes.
+    absl::StatusOr<std::pair<int, int>> size = formats::EncodedImageSize(request.encoded_image());
+    if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat("encoded_image: ", size.status().message()));
+    if (model.is_video()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("encoded_image: model \"", model.name(), "\" encodes clips: send them as an image tensor"));
+    }
+    return CheckEncodeLimits(model, limits, 1, 1, size->second, size->first,
+                             absl::StrCat("encoded_image (", size->first, "x", size->second, ")"));
+  }
+  const v1::Tensor& image = request.image();
+  const bool pixels = image.dtype() == v1::UINT8;
+  if (!pixels && image.dtype() != v1::FLOAT32 && image.dtype() != v1::FLOAT16 && image.dtype() != v1::BFLOAT16) {
+    return absl::InvalidArgumentError("image.dtype: FLOAT32, FLOAT16, BFLOAT16 or UINT8 (pixels)");
+  }
+  ASSIGN_OR_RETURN(int64_t numel, rpc::CountElements(image.shape(), "image.shape"));
+  ASSIGN_OR_RETURN(int64_t element, rpc::DTypeSize(image.dtype()));
+  if (static_cast<int64_t>(image.data().size()) != numel * element) {
+    return absl::InvalidArgumentError(absl::StrCat("image.data: ", image.data().size(), " bytes, but shape ",
+                                                   ShapeString(image.shape()), " needs ", numel * element));
+  }
+  const int want_dims = model.is_video() ? 5 : 4;
+  if (image.shape_size() != want_dims) {
+    return absl::InvalidArgumentError(absl::StrCat("image.shape: ", ShapeString(image.shape()), " for model \"",
+                                                   model.name(), "\", which encodes ",
+                                                   model.is_video() ? "[B, C, T, H, W] clips ([B, T, H, W, C] as UINT8)"
+                                                                    : "[B, C, H, W] images ([B, H, W, C] as UINT8)"));
+  }
+  // Pixels: [B, (T,) H, W, C]; floats: [B, C, (T,) H, W].
+  const int64_t h = pixels ? image.shape(want_dims - 3) : image.shape(want_dims - 2);
+  const int64_t w = pixels ? image.shape(want_dims - 2) : image.shape(want_dims - 1);
+  const int64_t frames = model.is_video() ? (pixels ? image.shape(1) : image.shape(2)) : 1;
+  return CheckEncodeLimits(model, limits, image.shape(0), frames, h, w,
+                           absl::StrCat("image.shape: ", ShapeString(image.shape())));
 }
 
 }  // namespace vaedecode::server

@@ -82,4 +82,16 @@ absl::StatusOr<AdmissionLimits> ParseOutputPixelLimits(const std::string& flag);
 absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInfo& model,
                             const AdmissionLimits& limits);
 
+// An encode request against its model before queueing, INVALID_ARGUMENT
+// naming the field: its enums, one of image / encoded_image, the image
+// tensor's own checks (FLOAT32/FLOAT16/BFLOAT16 [B, C, (T,) H, W] or UINT8
+// [B, (T,) H, W, C]; rank 4 for image models, 5 for video models; byte
+// length), moments in raw space, a tiled mode, an exact mode on a group of
+// one rank (`group_size`), and the pixel and attention limits (the image's
+// pixels against --max_output_pixels, its latent positions against
+// --max_attention_tokens). The encoder's own rules (channels, sizes) are
+// the leader's.
+absl::Status ValidateEncodeRequest(const v1::EncodeRequest& request, const v1::ModelInfo& model, int group_size,
+                                   const AdmissionLimits& limits);
+
 }  // namespace vaedecode::server

@@ -9,6 +9,7 @@
 # Targets: the parsers a file or a client reaches.
 #   safetensors    formats/safetensors.h: model weights and latents
 #   npy            formats/npy.h: latents for the CLI and the client
+#   image_bytes    PNG / JPEG bytes of an Encode request (formats/image_input.h)
 #   remote_decode  an HTTP remote_decode POST: query, body, packed unpack,
 #                  validation and admission (server/remote_decode_fuzzer.cc)
 #   oip_infer      an OIP ModelInfer request: its protobuf, the translation,
@@ -29,7 +30,8 @@
 # On a crash the fuzzer stops and the script exits non-zero; the input is in
 # $FUZZ_WORKDIR/<target>/artifacts/. Fix the bug, then add the input to the
 # target's corpus as crash-<what> so its corpus test (//formats:
-# safetensors_corpus_test, npy_corpus_test, //server:remote_decode_corpus_test,
+# safetensors_corpus_test, npy_corpus_test, image_bytes_corpus_test,
+# //server:remote_decode_corpus_test,
 # //server:oip_infer_corpus_test, oip_rest_corpus_test) replays it in every
 # CI run.
 set -euo pipefail
@@ -45,12 +47,13 @@ shift || true
 declare -A targets=(
   [safetensors]="//formats:safetensors_fuzzer formats/testdata/safetensors_corpus formats/testdata/safetensors.dict 16384"
   [npy]="//formats:npy_fuzzer formats/testdata/npy - 4096"
+  [image_bytes]="//formats:image_bytes_fuzzer formats/testdata/image_corpus - 4096"
   [remote_decode]="//server:remote_decode_fuzzer server/testdata/remote_decode_corpus server/testdata/remote_decode.dict 4096"
   [oip_infer]="//server:oip_infer_fuzzer server/testdata/oip_infer_corpus - 4096"
   [oip_rest]="//server:oip_rest_fuzzer server/testdata/oip_rest_corpus server/testdata/oip_rest.dict 4096"
 )
 names=("$@")
-if [ ${#names[@]} -eq 0 ]; then names=(safetensors npy remote_decode oip_infer oip_rest); fi
+if [ ${#names[@]} -eq 0 ]; then names=(safetensors npy image_bytes remote_decode oip_infer oip_rest); fi
 labels=()
 for name in "${names[@]}"; do
   [ -n "${targets[$name]:-}" ] || { echo "$0: unknown target $name (${!targets[*]})" >&2; exit 2; }

@@ -11,7 +11,10 @@
 #include "rpc/leader_call.h"
 #include "rpc/status.h"
 #include "worker/decode_plan.h"
+#include "worker/encode_job.h"
+#include "worker/group_encode.h"
 #include "worker/leader_response.h"
+#include "worker/output_stream.h"
 #include "worker/proto_conversion.h"
 
 namespace vaedecode::worker {
@@ -57,7 +60,9 @@ class LeaderService::RunCall final : public grpc::ServerWriteReactor<v1::DecodeR
           // No exception may end the process: whatever escapes the decode's
           // own handling (an allocation while streaming, say) is a status.
           grpc::Status status;
-          const absl::Status caught = CatchExceptions("leader call", [&] { status = service.Decode(*run, *this); });
+          const absl::Status caught = CatchExceptions("leader call", [&] {
+            status = run->has_encode() ? service.Encode(*run, *this) : service.Decode(*run, *this);
+          });
           Finish(caught.ok() ? status : rpc::ToGrpcStatus(caught));
         }) {}
 
@@ -144,6 +149,66 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
     for (const RankStats& r : outcome->ranks) last_peak_bytes_.push_back(r.peak_bytes);
   }
   return rpc::ToGrpcStatus(response.Finish(job.plan, *outcome, runtime_.world_size()));
+}
+
+grpc::Status LeaderService::Encode(const internal::RunRequest& run, RunCall& call) {
+  const v1::EncodeRequest& request = run.encode();
+  const GroupRuntime::Call busy(runtime_);
+  device::UseComputeDevice(runtime_.device());
+  const int model = runtime_.FindModel(request.model());
+  if (model < 0) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown model \"", request.model(), "\""));
+  }
+  absl::StatusOr<at::Tensor> image = ImageFromRequest(request);
+  if (!image.ok()) return rpc::ToGrpcStatus(image.status());
+  absl::StatusOr<families::Encoder*> encoder = runtime_.Encoder(model);
+  if (!encoder.ok()) return rpc::ToGrpcStatus(encoder.status());
+  const EncodeJob job = EncodeJobFromRequest(request, *std::move(image));
+  absl::StatusOr<at::Tensor> prepared = PrepareImage(**encoder, job);
+  if (!prepared.ok()) return rpc::ToGrpcStatus(prepared.status());
+  const v1::Mode mode = run.mode() != v1::MODE_AUTO ? run.mode() : request.mode();
+  GroupJob group_job;
+  group_job.kind = JobKind::kEncode;
+  group_job.model_index = model;
+  group_job.encode = PlanEncode(**encoder, *prepared, mode == v1::MODE_DENSE ? DecodeMode::kDense : DecodeMode::kExact,
+                                runtime_.world_size());
+  absl::StatusOr<EncodeOutcome> outcome = runtime_.RunEncode(group_job);
+  if (!outcome.ok()) return rpc::ToGrpcStatus(outcome.status());
+  absl::StatusOr<EncodeResult> result = FinishEncode(**encoder, outcome->moments, job);
+  if (!result.ok()) return rpc::ToGrpcStatus(result.status());
+  {
+    absl::MutexLock lock(&stats_mu_);
+    last_peak_bytes_.clear();
+    for (const RankStats& r : outcome->ranks) last_peak_bytes_.push_back(r.peak_bytes);
+  }
+  // The latent (moments: mean and log-variance on channels) as a float32 output.
+  const at::Tensor latent = result->latent.defined() ? result->latent : at::cat({result->mean, result->logvar}, 1);
+  v1::DecodeResponse header_message;
+  v1::Header* header = header_message.mutable_header();
+  header->set_request_id(run.request().request_id());
+  if (absl::Status s = DescribeOutput(latent, v1::OUTPUT_FLOAT32, header); !s.ok()) return rpc::ToGrpcStatus(s);
+  header->set_mode(outcome->mode == DecodeMode::kExact ? v1::MODE_EXACT : v1::MODE_DENSE);
+  header->set_degree(outcome->mode == DecodeMode::kExact ? runtime_.world_size() : 1);
+  header->set_mode_reason(group_job.encode.reason);
+  if (result->seed) header->set_sample_seed(*result->seed);
+  if (!call.Write(header_message)) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+  const int64_t max_chunk = run.max_chunk_bytes() > 0 ? run.max_chunk_bytes() : rpc::kDefaultMaxChunkBytes;
+  const absl::Status streamed = EmitChunks(latent, OutputEncoding{}, max_chunk, [&](v1::Chunk&& chunk) {
+    v1::DecodeResponse message;
+    *message.mutable_chunk() = std::move(chunk);
+    return call.Write(message);
+  });
+  if (!streamed.ok()) return rpc::ToGrpcStatus(streamed);
+  v1::DecodeResponse trailer_message;
+  v1::Trailer* trailer = trailer_message.mutable_trailer();
+  trailer->mutable_timings()->set_decode_ms(outcome->encode_ms);
+  for (const RankStats& r : outcome->ranks) {
+    trailer->add_peak_bytes_per_rank(r.peak_bytes);
+    trailer->add_collective_wait_ms_per_rank(r.comm_ms);
+  }
+  trailer->set_collectives(outcome->comm.collectives());
+  if (!call.Write(trailer_message)) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+  return grpc::Status::OK;
 }
 
 }  // namespace vaedecode::worker

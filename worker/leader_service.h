@@ -44,6 +44,8 @@ class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run
   class RunCall;
   // The decode of one Run call, on its own thread: plan, run, stream.
   grpc::Status Decode(const internal::RunRequest& run, RunCall& call);
+  // A Run whose request is an encode (RunRequest.encode).
+  grpc::Status Encode(const internal::RunRequest& run, RunCall& call);
 
   GroupRuntime& runtime_;
   const at::ScalarType requested_dtype_;

@@ -4,7 +4,11 @@
 
 #include <ATen/ATen.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "formats/image_input.h"
 #include "rpc/latent_tensor.h"
+#include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
 
@@ -57,6 +61,50 @@ absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent) {
       at::empty(std::vector<int64_t>(latent.shape().begin(), latent.shape().end()), at::TensorOptions().dtype(type));
   std::memcpy(t.data_ptr(), latent.data().data(), latent.data().size());
   return t;
+}
+
+absl::StatusOr<at::Tensor> ImageFromRequest(const v1::EncodeRequest& request) {
+  if (!request.encoded_image().empty()) {
+    if (request.has_image()) return absl::InvalidArgumentError("image and encoded_image: send one of the two");
+    return formats::DecodeImageBytes(request.encoded_image());
+  }
+  if (!request.has_image()) return absl::InvalidArgumentError("image: missing (send image or encoded_image)");
+  const v1::Tensor& image = request.image();
+  if (image.dtype() != v1::UINT8) {
+    // The latent's checks, their messages naming the image's fields.
+    absl::StatusOr<at::Tensor> floats = LatentFromRequest(image);
+    if (!floats.ok() && absl::StartsWith(floats.status().message(), "latent")) {
+      return absl::InvalidArgumentError(absl::StrCat("image", floats.status().message().substr(6)));
+    }
+    return floats;
+  }
+  ASSIGN_OR_RETURN(int64_t numel, rpc::CountElements(image.shape(), "image.shape"));
+  if (static_cast<int64_t>(image.data().size()) != numel) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("image.data: ", image.data().size(), " bytes for ", numel, " UINT8 pixels of the shape"));
+  }
+  if (image.shape_size() != 4 && image.shape_size() != 5) {
+    return absl::InvalidArgumentError("image: UINT8 pixels are [B, H, W, C] or [B, T, H, W, C]");
+  }
+  at::Tensor pixels = at::empty(std::vector<int64_t>(image.shape().begin(), image.shape().end()), at::kByte);
+  std::memcpy(pixels.data_ptr(), image.data().data(), image.data().size());
+  // Channels first, as the float layout: [B, C, (T,) H, W].
+  const at::Tensor unit = pixels.to(at::kFloat) / 255.0;
+  at::Tensor floats = 2.0 * unit - 1.0;
+  floats = image.shape_size() == 4 ? floats.permute({0, 3, 1, 2}) : floats.permute({0, 4, 1, 2, 3});
+  return floats.contiguous();
+}
+
+EncodeJob EncodeJobFromRequest(const v1::EncodeRequest& request, at::Tensor image) {
+  EncodeJob job;
+  job.image = std::move(image);
+  job.posterior = request.posterior() == v1::POSTERIOR_SAMPLE    ? families::PosteriorOutput::kSample
+                  : request.posterior() == v1::POSTERIOR_MOMENTS ? families::PosteriorOutput::kMoments
+                                                                 : families::PosteriorOutput::kMean;
+  if (request.has_seed()) job.seed = request.seed();
+  job.latent_space =
+      request.latent_space() == v1::LATENT_SPACE_RAW ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+  return job;
 }
 
 DecodeJob JobFromRequest(const v1::DecodeRequest& request, at::Tensor latent) {

@@ -73,12 +73,17 @@ std::unique_ptr<ServerProcess> StartServing(const std::vector<std::string>& flag
   return *std::move(s);
 }
 
-FloatTensor ReadFloat(const std::string& path) {
+FloatTensor ReadFloat(const std::string& path, const std::string& name) {
   FloatTensor t;
   auto file = formats::SafetensorsFile::Open(path);
   EXPECT_TRUE(file.ok()) << file.status();
   if (!file.ok()) return t;
-  const formats::TensorView& v = (*file)->tensors()[0];
+  const formats::TensorView* found = &(*file)->tensors()[0];
+  for (const formats::TensorView& view : (*file)->tensors()) {
+    if (view.name == name) found = &view;
+  }
+  EXPECT_TRUE(name.empty() || found->name == name) << path << " has no tensor " << name;
+  const formats::TensorView& v = *found;
   EXPECT_EQ(v.dtype, formats::DType::kF32);
   t.shape = v.shape;
   t.data.resize(v.nbytes / 4);

@@ -44,8 +44,8 @@ struct FloatTensor {
   std::vector<float> data;
 };
 
-// The only tensor of a float32 .safetensors file.
-FloatTensor ReadFloat(const std::string& path);
+// The only tensor of a float32 .safetensors file, or the one called `name`.
+FloatTensor ReadFloat(const std::string& path, const std::string& name = "");
 
 // A request for `model` with the latent of the .safetensors file `latent_file`.
 v1::DecodeRequest FixtureRequest(const std::string& model, const std::string& latent_file,

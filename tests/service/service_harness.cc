@@ -279,6 +279,35 @@ DecodeOutcome Decode(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& reques
   return out;
 }
 
+DecodeOutcome Encode(v1::VaeDecoder::Stub& stub, const v1::EncodeRequest& request, int64_t piece_bytes,
+                     absl::Duration deadline) {
+  DecodeOutcome out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  auto stream = stub.Encode(&ctx);
+  const bool tensor = request.has_image();
+  const std::string& bytes = tensor ? request.image().data() : request.encoded_image();
+  for (size_t at = 0; at == 0 || at < bytes.size(); at += piece_bytes) {
+    v1::EncodeRequest piece;
+    if (at == 0) piece = request;
+    const std::string part = bytes.substr(at, piece_bytes);
+    if (tensor) {
+      piece.mutable_image()->set_data(part);
+    } else {
+      piece.set_encoded_image(part);
+    }
+    if (!stream->Write(piece)) break;  // the server ended the call (a refusal): read why
+  }
+  stream->WritesDone();
+  v1::DecodeResponse message;
+  while (stream->Read(&message)) {
+    ++out.messages;
+    if (out.stream_error.ok()) out.stream_error = out.output.Add(message);
+  }
+  out.status = stream->Finish();
+  return out;
+}
+
 double MetricValue(const std::string& exposition, const std::string& name,
                    const std::vector<std::string>& label_pieces) {
   double total = 0;

@@ -125,6 +125,12 @@ DecodeOutcome Decode(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& reques
 // The value of the sample `name{labels}` in a Prometheus text exposition
 // (labels in any order, as "k=\"v\"" pieces that must all appear), summed
 // over every series that matches; -1 when none does.
+// One Encode call: `request` with its image bytes (image.data or
+// encoded_image) sent in pieces of at most `piece_bytes`, the first message
+// carrying every other field; the response stream assembled as Decode's.
+DecodeOutcome Encode(v1::VaeDecoder::Stub& stub, const v1::EncodeRequest& request, int64_t piece_bytes = 1 << 16,
+                     absl::Duration deadline = absl::Seconds(120));
+
 double MetricValue(const std::string& exposition, const std::string& name,
                    const std::vector<std::string>& label_pieces = {});
 
