@@ -17,7 +17,7 @@ namespace vaedecode::formats {
 struct Pixels {
   int width = 0;
   int height = 0;
-  int channels = 0;          // 1 gray, 2 gray + alpha (PNG), 3 RGB, 4 RGBA (PNG)
+  int channels = 0;           // 1 gray, 2 gray + alpha (PNG), 3 RGB, 4 RGBA (PNG)
   std::vector<uint8_t> data;  // HWC, row-major
 };
 

@@ -117,7 +117,8 @@ TEST(EncodeServiceTest, EveryEncodeCaseMatchesDiffusersThroughGrpc) {
 TEST(EncodeServiceTest, BadRequestsAreRefusedClearlyAndTheServerKeepsServing) {
   const std::vector<std::string> fixtures = {"sd_kl", "ltx2"};
   const std::string repo = FixtureRepository(fixtures);
-  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1, {"--max_message_bytes=1048576", "--chunk_bytes=65536"}), fixtures);
+  auto server =
+      StartServing(RealWorkerFlags(repo, "cpu:1", 1, {"--max_message_bytes=1048576", "--chunk_bytes=65536"}), fixtures);
   ASSERT_NE(server, nullptr);
   const v1::EncodeRequest good = ImageRequest("sd_kl", FixturePath("sd_kl/image.safetensors"));
   struct Bad {
@@ -135,8 +136,7 @@ TEST(EncodeServiceTest, BadRequestsAreRefusedClearlyAndTheServerKeepsServing) {
   };
   with("unknown model", grpc::StatusCode::NOT_FOUND, "sd_kl", [](auto& r) { r.set_model("nope"); });
   with("no image", grpc::StatusCode::INVALID_ARGUMENT, "one of image", [](auto& r) { r.clear_image(); });
-  with("both images", grpc::StatusCode::INVALID_ARGUMENT, "one of image",
-       [](auto& r) { r.set_encoded_image("x"); });
+  with("both images", grpc::StatusCode::INVALID_ARGUMENT, "one of image", [](auto& r) { r.set_encoded_image("x"); });
   with("tiled", grpc::StatusCode::INVALID_ARGUMENT, "not tiled", [](auto& r) { r.set_mode(v1::MODE_TILED); });
   with("exact on one rank", grpc::StatusCode::INVALID_ARGUMENT, "more than one rank",
        [](auto& r) { r.set_mode(v1::MODE_EXACT); });
