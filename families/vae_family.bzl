@@ -55,6 +55,7 @@ def vae_family(
                 "//families:model_files",
                 "//families:module_encoder",
                 "//families:registry",
+                "//families:status_error",
                 "//families/nn:modules",
                 "//rpc:status_macros",
                 "//third_party/absl:status",

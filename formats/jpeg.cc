@@ -82,7 +82,9 @@ bool DecompressRows(const std::string& bytes, DecodedRows* result, JpegErrorStat
   jpeg_mem_src(&info, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&info, TRUE);
   info.out_color_space = info.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_start_decompress(&info);
+  // The output size from the header alone, before jpeg_start_decompress
+  // allocates for it (a progressive JPEG's whole-image coefficient buffers).
+  jpeg_calc_output_dimensions(&info);
   const size_t stride = static_cast<size_t>(info.output_width) * static_cast<size_t>(info.output_components);
   if (info.output_height != 0 && stride > kMaxDecodedImageBytes / info.output_height) {
     // A few bytes of header may claim 65535 x 65535 pixels: refused before
@@ -93,6 +95,7 @@ bool DecompressRows(const std::string& bytes, DecodedRows* result, JpegErrorStat
     jpeg_destroy_decompress(&info);
     return false;
   }
+  jpeg_start_decompress(&info);
   result->pixels = static_cast<uint8_t*>(std::malloc(stride * info.output_height));
   if (result->pixels == nullptr) {
     jpeg_destroy_decompress(&info);

@@ -34,6 +34,22 @@ std::string Milliseconds(const std::vector<double>& ms) {
       "]");
 }
 
+// A call's transport was cancelled: why, for the Job. A client whose
+// deadline passes cancels the call itself, a little before the server's
+// copy of the deadline (which starts when the call arrives): a cancellation
+// that close to the deadline is the deadline. `accepting`: false once the
+// server drains, so a cancellation then is the drain timeout cutting it.
+void CancelForTransport(Job& job, const std::atomic<bool>& accepting) {
+  if (job.DeadlinePassed()) {
+    job.Cancel(absl::DeadlineExceededError(
+        absl::StrCat("deadline exceeded after ", absl::FormatDuration(absl::Now() - job.received()))));
+  } else if (!accepting.load()) {
+    job.Cancel(absl::UnavailableError("the server is draining and its drain timeout cut the call"));
+  } else {
+    job.Cancel(absl::CancelledError("cancelled by the client"));
+  }
+}
+
 // One reactor per Decode call; the Job holds the call's state.
 class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>, public JobStream {
  public:
@@ -56,19 +72,7 @@ class DecodeReactor final : public grpc::ServerWriteReactor<v1::DecodeResponse>,
 
   void OnWriteDone(bool ok) override { job_->OnWriteDone(ok); }
 
-  void OnCancel() override {
-    // A client whose deadline passes cancels the call itself, a little
-    // before the server's copy of the deadline (which starts when the call
-    // arrives): a cancellation that close to the deadline is the deadline.
-    if (job_->DeadlinePassed()) {
-      job_->Cancel(absl::DeadlineExceededError(
-          absl::StrCat("deadline exceeded after ", absl::FormatDuration(absl::Now() - job_->received()))));
-    } else if (!accepting_.load()) {
-      job_->Cancel(absl::UnavailableError("the server is draining and its drain timeout cut the call"));
-    } else {
-      job_->Cancel(absl::CancelledError("cancelled by the client"));
-    }
-  }
+  void OnCancel() override { CancelForTransport(*job_, accepting_); }
 
   void OnDone() override {
     active_.fetch_sub(1);
@@ -118,15 +122,27 @@ class EncodeReactor final : public grpc::ServerBidiReactor<v1::EncodeRequest, v1
                                                           " bytes, this server's --max_message_bytes; send a smaller "
                                                           "image or clip"));
     } else if (context_->IsCancelled()) {
-      refusal = absl::CancelledError("cancelled by the client while sending the image");
+      refusal = absl::Now() >= rpc::CallDeadline(*context_)
+                    ? absl::DeadlineExceededError("deadline exceeded while the image was being sent")
+                    : absl::CancelledError("cancelled by the client while sending the image");
     }
     DecodeService::Admission admission =
         service_.AdmitEncode(std::move(request_), received_, rpc::CallDeadline(*context_), "grpc", refusal);
     {
+      // Published before Start: the job may write (OnWriteDone finds it) as
+      // soon as it is queued. A cancel that arrives meanwhile waits for Start
+      // to attach the stream, then cancels.
       absl::MutexLock lock(&mu_);
       job_ = admission.job;
     }
     service_.Start(admission, this);
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      started_ = true;
+      cancel = cancel_pending_;
+    }
+    if (cancel) CancelForTransport(*admission.job, accepting_);
   }
 
   void StartWrite(const v1::DecodeResponse* message) override {
@@ -139,16 +155,18 @@ class EncodeReactor final : public grpc::ServerBidiReactor<v1::EncodeRequest, v1
   void OnWriteDone(bool ok) override { Job()->OnWriteDone(ok); }
 
   void OnCancel() override {
-    std::shared_ptr<server::Job> job = Job();
-    if (job == nullptr) return;  // still reading: the read fails and admission says so
-    if (job->DeadlinePassed()) {
-      job->Cancel(absl::DeadlineExceededError(
-          absl::StrCat("deadline exceeded after ", absl::FormatDuration(absl::Now() - job->received()))));
-    } else if (!accepting_.load()) {
-      job->Cancel(absl::UnavailableError("the server is draining and its drain timeout cut the call"));
-    } else {
-      job->Cancel(absl::CancelledError("cancelled by the client"));
+    std::shared_ptr<server::Job> job;
+    {
+      absl::MutexLock lock(&mu_);
+      // Still reading (the read fails and admission says why), or the job is
+      // not attached yet (OnReadDone cancels it once it is).
+      if (!started_) {
+        cancel_pending_ = true;
+        return;
+      }
+      job = job_;
     }
+    CancelForTransport(*job, accepting_);
   }
 
   void OnDone() override {
@@ -173,6 +191,8 @@ class EncodeReactor final : public grpc::ServerBidiReactor<v1::EncodeRequest, v1
   int64_t pieces_ = 0;
   absl::Mutex mu_;
   std::shared_ptr<server::Job> job_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;         // the job is attached and queued (or refused)
+  bool cancel_pending_ ABSL_GUARDED_BY(mu_) = false;  // OnCancel came before that
 };
 
 }  // namespace

@@ -31,11 +31,15 @@ EncodePlan PlanEncode(const families::Encoder& encoder, const at::Tensor& image,
 }
 
 absl::StatusOr<at::Tensor> ExecuteEncodePlan(families::Encoder& encoder, parallel::Communicator& comm,
-                                             const EncodePlan& plan) {
+                                             const EncodePlan& plan, const std::atomic<bool>* cancelled) {
   const bool leader = comm.rank() == kLeader;
   if (plan.mode != DecodeMode::kExact || comm.world_size() == 1) {
     if (!leader) return at::Tensor();
-    families::DenseOps dense;
+    if (cancelled == nullptr) {
+      families::DenseOps dense;
+      return EncodePrepared(encoder, plan.image, dense);
+    }
+    families::CancellableDenseOps dense(cancelled);  // long convolutions and attention checked between bands
     return EncodePrepared(encoder, plan.image, dense);
   }
   const at::Tensor& image = plan.image;
@@ -44,8 +48,11 @@ absl::StatusOr<at::Tensor> ExecuteEncodePlan(families::Encoder& encoder, paralle
       families::RowLevelSpecs(encoder.RowLevels(image.size(h_axis)), comm.rank(), comm.world_size());
   const parallel::Band band = levels.front().local_band();
   families::ShardedLayerOps ops(comm, levels);
+  if (leader) ops.set_cancel_flag(cancelled);
   absl::StatusOr<at::Tensor> rows =
       EncodePrepared(encoder, image.narrow(h_axis, band.begin, band.size()).contiguous(), ops);
+  // Every rank learns of a cancellation at the same GroupNorm: still in step.
+  if (!rows.ok() && rows.status().code() == absl::StatusCode::kCancelled) return InStep(rows.status());
   if (!rows.ok()) return AbortWith(comm, rows.status());
   parallel::ShardSpec latent = levels.back();
   latent.axis = h_axis;

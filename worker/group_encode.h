@@ -12,6 +12,7 @@
 // Errors are Statuses; a failure mid-encode aborts the communicator so the
 // peers fail fast.
 
+#include <atomic>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -36,9 +37,11 @@ struct EncodePlan {
 EncodePlan PlanEncode(const families::Encoder& encoder, const at::Tensor& image, DecodeMode requested, int world_size);
 
 // Every rank with the same plan: the whole image's moments on the leader,
-// an undefined tensor on peers.
+// an undefined tensor on peers (a dense plan's return at once). Setting
+// *cancelled (the leader's; nullptr on peers) stops the encode on every rank
+// with CANCELLED, the group still in step (InStep).
 absl::StatusOr<at::Tensor> ExecuteEncodePlan(families::Encoder& encoder, parallel::Communicator& comm,
-                                             const EncodePlan& plan);
+                                             const EncodePlan& plan, const std::atomic<bool>* cancelled = nullptr);
 
 // For callers whose every rank holds the same job (tests): every rank
 // prepares and plans it (exact when it shards and allow_exact), executes the

@@ -50,7 +50,11 @@ absl::StatusOr<int64_t> CodeFromDtype(at::ScalarType t) {
   }
 }
 
-bool HasPayload(JobKind kind) { return kind == JobKind::kDecode || kind == JobKind::kEncode; }
+// Decodes carry their latent; exact encodes their image (a dense encode
+// runs on the leader alone: its peers need nothing).
+bool HasPayload(JobKind kind, DecodeMode mode) {
+  return kind == JobKind::kDecode || (kind == JobKind::kEncode && mode == DecodeMode::kExact);
+}
 
 // The tensor a job carries: a decode's latent, an encode's image.
 at::Tensor& Payload(GroupJob& job) { return job.kind == JobKind::kEncode ? job.encode.image : job.plan.latent; }
@@ -75,7 +79,7 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
     h[6] = plan.tile_shape.stock ? 1 : 0;
     h[7] = plan.overlap_halo ? 1 : 0;
     if (job->kind == JobKind::kEncode) h[2] = static_cast<int64_t>(job->encode.mode);
-    if (HasPayload(job->kind)) {
+    if (HasPayload(job->kind, job->kind == JobKind::kEncode ? job->encode.mode : plan.mode)) {
       const at::Tensor& payload = Payload(*job);
       if (!payload.defined() || payload.dim() < 1 || payload.dim() > kMaxDims) {
         return absl::InvalidArgumentError("latent or image must have 1 to 6 dimensions");
@@ -108,7 +112,10 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   out.plan.overlap_halo = h[7] == 1;
   out.plan.world_size = comm.world_size();
   if (out.kind == JobKind::kEncode) out.encode.mode = out.plan.mode;
-  if (!HasPayload(out.kind)) return out;
+  if (!HasPayload(out.kind, out.plan.mode)) {
+    if (comm.rank() == kLeader && out.kind == JobKind::kEncode) out.encode = job->encode;  // the leader's own image
+    return out;
+  }
   if (h[3] < 1 || h[3] > kMaxDims) return AbortWith(comm, absl::InternalError("bad rank in a job header"));
   std::vector<int64_t> shape(h + kFixed, h + kFixed + h[3]);
   absl::StatusOr<at::ScalarType> dtype = DtypeFromCode(h[kFixed + kMaxDims]);

@@ -84,6 +84,14 @@ absl::Status RoundTrip(int rank, int world, int port) {
   RETURN_IF_ERROR(
       Expect(rank == kLeader ? image.encode.reason == "leader only" : image.encode.reason.empty(), "encode reason"));
 
+  // A dense encode runs on the leader alone: its image does not travel.
+  encode.encode.mode = DecodeMode::kDense;
+  ASSIGN_OR_RETURN(GroupJob dense, BroadcastJob(*comm, rank == kLeader ? &encode : nullptr));
+  RETURN_IF_ERROR(Expect(dense.kind == JobKind::kEncode && dense.encode.mode == DecodeMode::kDense, "dense encode"));
+  RETURN_IF_ERROR(
+      Expect(rank == kLeader ? dense.encode.image.equal(encode.encode.image) : !dense.encode.image.defined(),
+             "a dense encode's image stays on the leader"));
+
   for (JobKind kind : {JobKind::kHeartbeat, JobKind::kShutdown}) {
     GroupJob control;
     control.kind = kind;

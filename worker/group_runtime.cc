@@ -19,6 +19,7 @@ namespace {
 // by all ranks (IsInStep); and a group of one has no peer to be out of step
 // with (an out-of-memory freed the job's tensors while unwinding).
 bool IsGroupSafe(const absl::Status& s, int world_size) {
+  if (IsInStep(s)) return true;  // every rank returned it at the same step
   if (s.code() == absl::StatusCode::kInvalidArgument || s.code() == absl::StatusCode::kCancelled) return true;
   return s.code() == absl::StatusCode::kResourceExhausted && (world_size == 1 || IsInStep(s));
 }
@@ -165,25 +166,27 @@ absl::StatusOr<families::Encoder*> GroupRuntime::Encoder(int64_t model_index) {
   return encoder.get();
 }
 
-absl::StatusOr<EncodeOutcome> GroupRuntime::RunEncode(const GroupJob& job) {
+absl::StatusOr<EncodeOutcome> GroupRuntime::RunEncode(const GroupJob& job, const std::atomic<bool>* cancelled) {
   // Loaded before the job starts: a model that cannot encode leaves the group untouched.
   ASSIGN_OR_RETURN(families::Encoder * encoder, Encoder(job.model_index));
   absl::MutexLock job_lock(&job_mu_);
   absl::MutexLock lock(&mu_);
   if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
-  absl::StatusOr<EncodeOutcome> outcome = ExecuteEncode(*encoder, job);
+  if (cancelled != nullptr && cancelled->load()) return absl::CancelledError("the request was cancelled");
+  absl::StatusOr<EncodeOutcome> outcome = ExecuteEncode(*encoder, job, cancelled);
   last_step_ = absl::Now();
   if (outcome.ok()) return outcome;
   return AnswerFailure(outcome.status());
 }
 
 absl::StatusOr<std::pair<at::Tensor, GroupDecodeResult>> GroupRuntime::EncodeStep(
-    families::Encoder& encoder, parallel::CountingCommunicator& counting, const EncodePlan& plan) {
+    families::Encoder& encoder, parallel::CountingCommunicator& counting, const EncodePlan& plan,
+    const std::atomic<bool>* cancelled) {
   device::DeviceMemory* memory = device::ProcessDeviceMemory();
   if (memory != nullptr) memory->ResetPeak();
   const auto start = std::chrono::steady_clock::now();
   (void)counting.TakeDeviceCallMs();  // the encode's calls only, not the job's broadcast
-  absl::StatusOr<at::Tensor> moments = ExecuteEncodePlan(encoder, counting, plan);
+  absl::StatusOr<at::Tensor> moments = ExecuteEncodePlan(encoder, counting, plan, cancelled);
   RETURN_IF_ERROR(counting.Synchronize());  // a queued collective's failure is the job's
   if (!moments.ok()) return moments.status();
   device::SynchronizeDevice(encoder.device());
@@ -195,11 +198,12 @@ absl::StatusOr<std::pair<at::Tensor, GroupDecodeResult>> GroupRuntime::EncodeSte
   return std::make_pair(*std::move(moments), figures);
 }
 
-absl::StatusOr<EncodeOutcome> GroupRuntime::ExecuteEncode(families::Encoder& encoder, const GroupJob& job) {
+absl::StatusOr<EncodeOutcome> GroupRuntime::ExecuteEncode(families::Encoder& encoder, const GroupJob& job,
+                                                          const std::atomic<bool>* cancelled) {
   // The image was validated and prepared before: a bad image never reaches the peers.
   ASSIGN_OR_RETURN(GroupJob shared, BroadcastJob(*comm_, &job));
   parallel::CountingCommunicator counting(*comm_);
-  auto step = EncodeStep(encoder, counting, shared.encode);
+  auto step = EncodeStep(encoder, counting, shared.encode, cancelled);
   if (!step.ok()) {
     if (world_size_ > 1 && shared.encode.mode == DecodeMode::kDense) {
       // The peers wait in the statistics gather that ends every job (as for a dense decode).
@@ -309,6 +313,14 @@ absl::Status GroupRuntime::ServeAsPeer() {
 }
 
 absl::Status GroupRuntime::ServeEncode(const GroupJob& job) {
+  if (job.encode.mode != DecodeMode::kExact) {
+    // The leader encodes alone (it sent no image): meet it at the gather that ends every job.
+    absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, GroupDecodeResult{});
+    if (!ranks.ok()) {
+      if (absl::Status s = RecoverOrBreak(ranks.status()); broken_) return s;
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<families::Encoder*> encoder = Encoder(job.model_index);
   if (!encoder.ok()) {
     // The leader loaded its encoder from the same folder: this rank cannot follow.
@@ -317,7 +329,7 @@ absl::Status GroupRuntime::ServeEncode(const GroupJob& job) {
     return encoder.status();
   }
   parallel::CountingCommunicator counting(*comm_);
-  auto step = EncodeStep(**encoder, counting, job.encode);
+  auto step = EncodeStep(**encoder, counting, job.encode, nullptr);
   if (!step.ok()) {
     if (IsGroupSafe(step.status(), world_size_)) return absl::OkStatus();
     if (absl::Status s = RecoverOrBreak(step.status()); broken_) return s;

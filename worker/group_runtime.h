@@ -77,7 +77,8 @@ class GroupRuntime {
 
   // Leader only. As Run, for an encode job (kind kEncode; its plan made by
   // PlanEncode from an image prepared for Encoder(model_index)).
-  absl::StatusOr<EncodeOutcome> RunEncode(const GroupJob& job) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<EncodeOutcome> RunEncode(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Leader: one call that works on the group (the Run handler, from its
   // first byte to its last write: the output stays on the device until
@@ -121,13 +122,14 @@ class GroupRuntime {
  private:
   absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
                                         const OutputProgress& progress) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<EncodeOutcome> ExecuteEncode(families::Encoder& encoder, const GroupJob& job)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<EncodeOutcome> ExecuteEncode(families::Encoder& encoder, const GroupJob& job,
+                                              const std::atomic<bool>* cancelled) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // This rank's part of a broadcast encode plan, timed (its figures for
   // GatherRankStats); the moments on the leader.
   absl::StatusOr<std::pair<at::Tensor, GroupDecodeResult>> EncodeStep(families::Encoder& encoder,
                                                                       parallel::CountingCommunicator& counting,
-                                                                      const EncodePlan& plan);
+                                                                      const EncodePlan& plan,
+                                                                      const std::atomic<bool>* cancelled);
   // The answer to a job that failed with `failure` (group-safe errors as
   // they are; otherwise recovered in place or the group marked broken).
   absl::Status AnswerFailure(const absl::Status& failure);

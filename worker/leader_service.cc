@@ -172,7 +172,7 @@ grpc::Status LeaderService::Encode(const internal::RunRequest& run, RunCall& cal
   group_job.model_index = model;
   group_job.encode = PlanEncode(**encoder, *prepared, mode == v1::MODE_DENSE ? DecodeMode::kDense : DecodeMode::kExact,
                                 runtime_.world_size());
-  absl::StatusOr<EncodeOutcome> outcome = runtime_.RunEncode(group_job);
+  absl::StatusOr<EncodeOutcome> outcome = runtime_.RunEncode(group_job, call.cancel_flag());
   if (!outcome.ok()) return rpc::ToGrpcStatus(outcome.status());
   absl::StatusOr<EncodeResult> result = FinishEncode(**encoder, outcome->moments, job);
   if (!result.ok()) return rpc::ToGrpcStatus(result.status());

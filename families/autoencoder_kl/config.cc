@@ -59,16 +59,8 @@ absl::StatusOr<AutoencoderKLConfig> AutoencoderKLConfig::FromJson(const nlohmann
   const std::vector<std::string> down_blocks =
       r.StringList("down_block_types", std::vector<std::string>(c.block_out_channels.size(), "DownEncoderBlock2D"));
   if (c.block_out_channels.empty()) r.Fail("\"block_out_channels\" must not be empty");
-  // The encoder's blocks: checked here (a decode-only load reads them too,
-  // so a config the encoder cannot build is named at load, not at encode).
-  if (down_blocks.size() != c.block_out_channels.size()) {
-    r.Fail(absl::StrCat("\"down_block_types\" has ", down_blocks.size(), " entries but \"block_out_channels\" has ",
-                        c.block_out_channels.size()));
-  }
-  for (const std::string& t : down_blocks) {
-    if (t != "DownEncoderBlock2D")
-      r.Fail(absl::StrCat("down block type \"", t, "\" is not supported (only DownEncoderBlock2D)"));
-  }
+  // The encoder's blocks are its to check (a decode never builds them).
+  c.down_block_types = down_blocks;
   if (c.in_channels < 1) r.Fail("\"in_channels\" must be positive");
   if (up_blocks.size() != c.block_out_channels.size()) {
     r.Fail(absl::StrCat("\"up_block_types\" has ", up_blocks.size(), " entries but \"block_out_channels\" has ",

@@ -24,7 +24,8 @@ struct AutoencoderKLConfig {
   int64_t norm_num_groups = 32;
   std::string act_fn = "silu";
   bool mid_block_add_attention = true;
-  bool use_quant_conv = true;  // the encoder's 1x1 conv on the moments
+  bool use_quant_conv = true;                 // the encoder's 1x1 conv on the moments
+  std::vector<std::string> down_block_types;  // the encoder's; checked when it is built
   bool use_post_quant_conv = true;
   double scaling_factor = 0.18215;
   std::optional<double> shift_factor;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "families/module_encoder.h"
+#include "families/status_error.h"
 
 namespace vaedecode::families::autoencoder_kl {
 namespace {
@@ -15,6 +16,17 @@ constexpr double kEps = 1e-6;  // diffusers' VAE Encoder: resnet_eps and conv_no
 
 VaeEncoderImpl::VaeEncoderImpl(const AutoencoderKLConfig& c) {
   const std::vector<int64_t>& widths = c.block_out_channels;
+  if (c.down_block_types.size() != widths.size()) {
+    throw StatusError(
+        absl::InvalidArgumentError(absl::StrCat("the encoder's \"down_block_types\" has ", c.down_block_types.size(),
+                                                " entries but its \"block_out_channels\" has ", widths.size())));
+  }
+  for (const std::string& t : c.down_block_types) {
+    if (t != "DownEncoderBlock2D") {
+      throw StatusError(absl::InvalidArgumentError(
+          absl::StrCat("down block type \"", t, "\" is not supported (only DownEncoderBlock2D)")));
+    }
+  }
   const int64_t groups = c.norm_num_groups;
   conv_in = register_module("conv_in", nn::MakeConv2d(c.in_channels, widths.front(), 3));
   down_blocks = register_module("down_blocks", torch::nn::ModuleList());

@@ -7,10 +7,13 @@
 // so a new encoder cannot go untested and a missing one is named.
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "families/builtin_families.h"
 #include "families/layer_ops.h"
@@ -122,6 +125,24 @@ TEST(GoldenEncode, EveryFamilyWithEncodeCasesEncodesOrIsPending) {
       EXPECT_TRUE(is_pending) << c << " has encode fixtures but no encoder";
     }
   }
+}
+
+TEST(GoldenEncode, AnEncoderTheFamilyCannotBuildStillDecodes) {
+  // Another down block type: the decoder loads (it never builds the
+  // encoder's blocks); the encoder is refused by name.
+  const std::string dir = ::testing::TempDir() + "/other_down_blocks";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(testing::FixturePath("sd_kl/diffusion_pytorch_model.safetensors"),
+                             dir + "/diffusion_pytorch_model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ifstream in(testing::FixturePath("sd_kl/config.json"));
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["down_block_types"] = {"DownEncoderBlock2D", "AttnDownEncoderBlock2D", "DownEncoderBlock2D"};
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  EXPECT_TRUE(families::BuiltinFamilies().Load(dir, {}).ok());
+  auto encoder = families::BuiltinFamilies().LoadEncoder(dir, {});
+  ASSERT_FALSE(encoder.ok());
+  EXPECT_NE(encoder.status().message().find("AttnDownEncoderBlock2D"), std::string::npos) << encoder.status();
 }
 
 TEST(GoldenEncode, ADecoderOnlyCheckpointSaysItCannotEncode) {

@@ -4,6 +4,7 @@
 // beyond the fixtures (uneven bands, batch 2, odd sizes whose levels floor,
 // so the last band takes the remainder), and deterministic collective counts.
 
+#include <atomic>
 #include <functional>
 #include <vector>
 
@@ -152,6 +153,40 @@ TEST(ExactEncodeBeyondFixtures, Flux2AtOddSizes) {
   for (int world : {2, 4}) {
     EXPECT_TRUE(RunSynthetic("flux2_kl", {{2, 3, 77, 50}, {1, 3, 40, 24}}, flux2, world).ok())
         << "world size " << world;
+  }
+}
+
+TEST(ExactEncodeGroup, CancellationStopsEveryRankAndKeepsTheGroupInStep) {
+  for (worker::DecodeMode mode : {worker::DecodeMode::kExact, worker::DecodeMode::kDense}) {
+    absl::Status s = parallel::testing::RunRanks(
+        3,
+        [mode](int rank, int w, int port) -> absl::Status {
+          ASSIGN_OR_RETURN(std::unique_ptr<families::Encoder> encoder,
+                           families::BuiltinFamilies().LoadEncoder(testing::FixturePath("sd_kl"), {}));
+          ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm,
+                           testing::JoinTestGroup(rank, w, port, "encode-cancel"));
+          ASSIGN_OR_RETURN(at::Tensor image,
+                           formats::ReadTensorFile(testing::FixturePath("sd_kl/image.safetensors"), "image"));
+          worker::EncodePlan plan;
+          plan.mode = mode;
+          plan.image = image;
+          // The leader's flag is up before the encode starts: every rank that
+          // encodes stops with CANCELLED, together.
+          std::atomic<bool> cancelled{true};
+          absl::StatusOr<at::Tensor> stopped =
+              worker::ExecuteEncodePlan(*encoder, *comm, plan, rank == worker::kLeader ? &cancelled : nullptr);
+          const bool encodes = rank == worker::kLeader || mode == worker::DecodeMode::kExact;
+          if (encodes && (stopped.ok() || stopped.status().code() != absl::StatusCode::kCancelled)) {
+            return absl::InternalError(
+                absl::StrCat("rank ", rank, " was not cancelled: ", stopped.status().ToString()));
+          }
+          // The same group encodes again, exactly.
+          EncodeCheck again{
+              "sd_kl", image, testing::FixturePath("sd_kl/posterior_mean.safetensors"), {}, "after cancel"};
+          return EncodeAndCheck(again, *encoder, *comm);
+        },
+        absl::Seconds(120));
+    EXPECT_TRUE(s.ok()) << worker::ModeName(mode) << ": " << s;
   }
 }
 
