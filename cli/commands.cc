@@ -90,6 +90,30 @@ absl::Status ApplyThreads(const ParsedArgs& args) {
 
 std::string Mib(double bytes) { return absl::StrFormat("%.1f", bytes / 1048576.0); }
 
+// --NAME as an integer in [lo, hi]; `fallback` when absent.
+absl::StatusOr<int> IntFlagInRange(const ParsedArgs& args, const std::string& name, int fallback, int lo, int hi) {
+  std::optional<std::string> text = args.Get(name);
+  if (!text) return fallback;
+  int value = 0;
+  if (!absl::SimpleAtoi(*text, &value) || value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", name, " must be an integer in ", lo, "..", hi, ", got \"", *text, "\""));
+  }
+  return value;
+}
+
+// --seeded-weights SEED: --model's config.json alone, its weights seeded.
+absl::StatusOr<std::optional<uint64_t>> SeededWeightsFlag(const ParsedArgs& args) {
+  std::optional<std::string> text = args.Get("seeded-weights");
+  if (!text) return std::optional<uint64_t>();
+  uint64_t seed = 0;
+  if (!absl::SimpleAtoi(*text, &seed)) {
+    return absl::InvalidArgumentError(absl::StrCat("--seeded-weights must be an integer seed, got \"", *text, "\""));
+  }
+  if (!args.Get("model")) return absl::InvalidArgumentError("--seeded-weights needs --model DIR (its config.json)");
+  return std::optional<uint64_t>(seed);
+}
+
 // What the decodes of one CLI run measured, for the summary line.
 struct RunFigures {
   std::vector<double> decode_ms;  // the timed runs', in order
@@ -259,10 +283,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     return absl::InvalidArgumentError(absl::StrCat("--mode must be dense, tiled or exact, got \"", mode_flag, "\""));
   }
   const std::string mode = rpc::ModeName(*parsed_mode);
-  int ranks = 1;
-  if (auto r = args.Get("ranks"); r && (!absl::SimpleAtoi(*r, &ranks) || ranks < 1 || ranks > 64)) {
-    return absl::InvalidArgumentError(absl::StrCat("--ranks must be an integer in 1..64, got \"", *r, "\""));
-  }
+  ASSIGN_OR_RETURN(const int ranks, IntFlagInRange(args, "ranks", 1, 1, 64));
   if (mode != "exact" && ranks != 1) {
     return absl::InvalidArgumentError(absl::StrCat("--ranks needs --mode exact (", mode, " decodes in one process)"));
   }
@@ -270,10 +291,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   if (halo_overlap != "on" && halo_overlap != "off") {
     return absl::InvalidArgumentError(absl::StrCat("--halo-overlap must be on or off, got \"", halo_overlap, "\""));
   }
-  int timeout_s = 120;
-  if (auto t = args.Get("timeout-s"); t && (!absl::SimpleAtoi(*t, &timeout_s) || timeout_s < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("--timeout-s must be a positive integer, got \"", *t, "\""));
-  }
+  ASSIGN_OR_RETURN(const int timeout_s, IntFlagInRange(args, "timeout-s", 120, 1, 86400));
 
   int64_t budget_mib = 0;
   if (auto b = args.Get("budget-mib");
@@ -281,22 +299,9 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     return absl::InvalidArgumentError(
         absl::StrCat("--budget-mib must be a positive integer (at most 2^30), got \"", *b, "\""));
   }
-  int warmup = 0, repeat = 1;
-  if (auto w = args.Get("warmup"); w && (!absl::SimpleAtoi(*w, &warmup) || warmup < 0 || warmup > 1000)) {
-    return absl::InvalidArgumentError(absl::StrCat("--warmup must be an integer in 0..1000, got \"", *w, "\""));
-  }
-  if (auto r = args.Get("repeat"); r && (!absl::SimpleAtoi(*r, &repeat) || repeat < 1 || repeat > 1000)) {
-    return absl::InvalidArgumentError(absl::StrCat("--repeat must be an integer in 1..1000, got \"", *r, "\""));
-  }
-  std::optional<uint64_t> seeded_weights;
-  if (auto s = args.Get("seeded-weights")) {
-    uint64_t seed = 0;
-    if (!absl::SimpleAtoi(*s, &seed)) {
-      return absl::InvalidArgumentError(absl::StrCat("--seeded-weights must be an integer seed, got \"", *s, "\""));
-    }
-    if (!args.Get("model")) return absl::InvalidArgumentError("--seeded-weights needs --model DIR (its config.json)");
-    seeded_weights = seed;
-  }
+  ASSIGN_OR_RETURN(const int warmup, IntFlagInRange(args, "warmup", 0, 0, 1000));
+  ASSIGN_OR_RETURN(const int repeat, IntFlagInRange(args, "repeat", 1, 1, 1000));
+  ASSIGN_OR_RETURN(const std::optional<uint64_t> seeded_weights, SeededWeightsFlag(args));
   if (mode == "exact" && (warmup > 0 || repeat > 1)) {
     return absl::InvalidArgumentError("--warmup and --repeat are for dense and tiled decodes");
   }
@@ -442,35 +447,17 @@ absl::Status RunEncode(const ParsedArgs& args, std::ostream& out) {
   if (mode != "dense" && mode != "exact") {
     return absl::InvalidArgumentError(absl::StrCat("--mode must be dense or exact for an encode, got \"", mode, "\""));
   }
-  int ranks = 1;
-  if (auto r = args.Get("ranks"); r && (!absl::SimpleAtoi(*r, &ranks) || ranks < 1 || ranks > 64)) {
-    return absl::InvalidArgumentError(absl::StrCat("--ranks must be an integer in 1..64, got \"", *r, "\""));
-  }
+  ASSIGN_OR_RETURN(const int ranks, IntFlagInRange(args, "ranks", 1, 1, 64));
   if (mode != "exact" && ranks != 1) return absl::InvalidArgumentError("--ranks needs --mode exact");
-  int timeout_s = 120;
-  if (auto t = args.Get("timeout-s"); t && (!absl::SimpleAtoi(*t, &timeout_s) || timeout_s < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("--timeout-s must be a positive integer, got \"", *t, "\""));
-  }
+  ASSIGN_OR_RETURN(const int timeout_s, IntFlagInRange(args, "timeout-s", 120, 1, 86400));
   const std::string out_file = ResolveUserPath(*out_path);
   if (job.posterior == families::PosteriorOutput::kMoments && !absl::EndsWith(out_file, ".safetensors")) {
     return absl::InvalidArgumentError(
         "--posterior moments writes two tensors (mean, logvar): --out must be .safetensors");
   }
-  int warmup = 0, repeat = 1;
-  if (auto w = args.Get("warmup"); w && (!absl::SimpleAtoi(*w, &warmup) || warmup < 0 || warmup > 1000)) {
-    return absl::InvalidArgumentError(absl::StrCat("--warmup must be an integer in 0..1000, got \"", *w, "\""));
-  }
-  if (auto r = args.Get("repeat"); r && (!absl::SimpleAtoi(*r, &repeat) || repeat < 1 || repeat > 1000)) {
-    return absl::InvalidArgumentError(absl::StrCat("--repeat must be an integer in 1..1000, got \"", *r, "\""));
-  }
-  std::optional<uint64_t> seeded_weights;
-  if (auto s = args.Get("seeded-weights")) {
-    uint64_t seed = 0;
-    if (!absl::SimpleAtoi(*s, &seed)) {
-      return absl::InvalidArgumentError(absl::StrCat("--seeded-weights must be an integer seed, got \"", *s, "\""));
-    }
-    seeded_weights = seed;
-  }
+  ASSIGN_OR_RETURN(const int warmup, IntFlagInRange(args, "warmup", 0, 0, 1000));
+  ASSIGN_OR_RETURN(const int repeat, IntFlagInRange(args, "repeat", 1, 1, 1000));
+  ASSIGN_OR_RETURN(const std::optional<uint64_t> seeded_weights, SeededWeightsFlag(args));
   ASSIGN_OR_RETURN(at::ScalarType dtype, families::ParseDtype(args.Get("dtype").value_or("float32")));
   RETURN_IF_ERROR(ApplyThreads(args));
   ASSIGN_OR_RETURN(job.image, formats::ReadImageInput(ResolveUserPath(*image_path)));

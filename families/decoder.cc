@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "families/input_checks.h"
 
 namespace vaedecode::families {
 
@@ -42,27 +43,7 @@ void ApplyDecodeDtype(Decoder& decoder, at::ScalarType requested) {
 
 absl::Status Decoder::ValidateLatent(const at::Tensor& latent) const {
   const ModelInfo& m = info();
-  const int64_t want_dims = m.is_video ? 5 : 4;
-  const char* layout = m.is_video ? "[B, C, T, H, W]" : "[B, C, H, W]";
-  if (latent.dim() != want_dims) {
-    return absl::InvalidArgumentError(absl::StrCat("latent must be ", want_dims, "-D ", layout, " for ",
-                                                   m.diffusers_class, ", got shape [",
-                                                   absl::StrJoin(latent.sizes(), ", "), "]"));
-  }
-  if (latent.size(1) != m.latent_channels) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("latent has ", latent.size(1), " channels; ", m.diffusers_class, " expects ", m.latent_channels));
-  }
-  for (int64_t d = 0; d < latent.dim(); ++d) {
-    if (latent.size(d) < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("latent has an empty dimension: shape [", absl::StrJoin(latent.sizes(), ", "), "]"));
-    }
-  }
-  if (!latent.is_floating_point()) {
-    return absl::InvalidArgumentError("latent must be a floating-point tensor");
-  }
-  return absl::OkStatus();
+  return CheckInputTensor(latent, {"latent", m.diffusers_class, "expects", m.latent_channels, m.is_video});
 }
 
 absl::Status Decoder::CheckExactSharding(const std::vector<int64_t>&, int) const {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "families/input_checks.h"
 #include "families/weight_loading.h"
 
 namespace vaedecode::families {
@@ -25,25 +26,7 @@ std::vector<parallel::ShardSpec> RowLevelSpecs(const std::vector<RowLevel>& leve
 
 absl::Status Encoder::ValidateImage(const at::Tensor& image) const {
   const EncoderInfo& m = info();
-  const int64_t want_dims = m.is_video ? 5 : 4;
-  const char* layout = m.is_video ? "[B, C, T, H, W]" : "[B, C, H, W]";
-  if (image.dim() != want_dims) {
-    return absl::InvalidArgumentError(absl::StrCat("image must be ", want_dims, "-D ", layout, " for ",
-                                                   m.diffusers_class, ", got shape [",
-                                                   absl::StrJoin(image.sizes(), ", "), "]"));
-  }
-  if (image.size(1) != m.in_channels) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("image has ", image.size(1), " channels; ", m.diffusers_class, " encodes ", m.in_channels));
-  }
-  for (int64_t d = 0; d < image.dim(); ++d) {
-    if (image.size(d) < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("image has an empty dimension: shape [", absl::StrJoin(image.sizes(), ", "), "]"));
-    }
-  }
-  if (!image.is_floating_point()) return absl::InvalidArgumentError("image must be a floating-point tensor");
-  return absl::OkStatus();
+  return CheckInputTensor(image, {"image", m.diffusers_class, "encodes", m.in_channels, m.is_video});
 }
 
 absl::Status Encoder::CheckExactSharding(const std::vector<int64_t>& image_shape, int world_size) const {

@@ -70,7 +70,8 @@ struct DecodedRows {
   uint8_t* pixels;  // malloc'd; the caller frees
 };
 
-bool DecompressRows(const std::string& bytes, DecodedRows* result, JpegErrorState* state) {
+// `header_only`: the frame header's width and height, nothing decoded.
+bool DecompressRows(const std::string& bytes, DecodedRows* result, JpegErrorState* state, bool header_only = false) {
   jpeg_decompress_struct info;
   info.err = &state->manager;
   result->pixels = nullptr;
@@ -81,6 +82,12 @@ bool DecompressRows(const std::string& bytes, DecodedRows* result, JpegErrorStat
   jpeg_create_decompress(&info);
   jpeg_mem_src(&info, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&info, TRUE);
+  if (header_only) {
+    result->width = static_cast<int>(info.image_width);
+    result->height = static_cast<int>(info.image_height);
+    jpeg_destroy_decompress(&info);
+    return true;
+  }
   info.out_color_space = info.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
   // The output size from the header alone, before jpeg_start_decompress
   // allocates for it (a progressive JPEG's whole-image coefficient buffers).
@@ -160,37 +167,17 @@ absl::StatusOr<JpegImage> DecodeJpeg(const std::string& bytes) {
   return image;
 }
 
-namespace {
-
-bool ReadJpegHeader(const std::string& bytes, int* width, int* height, JpegErrorState* state) {
-  jpeg_decompress_struct info;
-  info.err = &state->manager;
-  if (setjmp(state->jump)) {
-    jpeg_destroy_decompress(&info);
-    return false;
-  }
-  jpeg_create_decompress(&info);
-  jpeg_mem_src(&info, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
-  jpeg_read_header(&info, TRUE);
-  *width = static_cast<int>(info.image_width);
-  *height = static_cast<int>(info.image_height);
-  jpeg_destroy_decompress(&info);
-  return true;
-}
-
-}  // namespace
-
 absl::StatusOr<std::pair<int, int>> JpegSize(const std::string& bytes) {
   if (bytes.size() < 2 || static_cast<uint8_t>(bytes[0]) != 0xFF || static_cast<uint8_t>(bytes[1]) != 0xD8) {
     return absl::InvalidArgumentError("not a JPEG (no SOI marker)");
   }
   JpegErrorState state;
   InitErrors(&state);
-  int width = 0, height = 0;
-  if (!ReadJpegHeader(bytes, &width, &height, &state)) {
+  DecodedRows header{};
+  if (!DecompressRows(bytes, &header, &state, /*header_only=*/true)) {
     return absl::InvalidArgumentError(absl::StrCat("bad JPEG: ", state.message));
   }
-  return std::make_pair(width, height);
+  return std::make_pair(header.width, header.height);
 }
 
 }  // namespace vaedecode::formats

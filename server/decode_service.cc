@@ -97,7 +97,8 @@ class EncodeReactor final : public grpc::ServerBidiReactor<v1::EncodeRequest, v1
         max_bytes_(max_bytes),
         received_(absl::Now()),
         active_(active),
-        accepting_(accepting) {
+        accepting_(accepting),
+        upload_(service.WatchUpload(context)) {
     active_.fetch_add(1);
     StartRead(&piece_);
   }
@@ -112,12 +113,24 @@ class EncodeReactor final : public grpc::ServerBidiReactor<v1::EncodeRequest, v1
     }
     piece_.Clear();
     const int64_t bytes = static_cast<int64_t>(request_.ByteSizeLong());
-    if (ok && bytes <= max_bytes_) {
+    const absl::Duration limit = service_.upload_timeout();
+    const bool too_slow = limit > absl::ZeroDuration() && absl::Now() - received_ > limit;
+    if (ok && bytes <= max_bytes_ && !too_slow) {
       StartRead(&piece_);
       return;
     }
+    bool timed_out = too_slow;
+    {
+      absl::MutexLock lock(&upload_->mu);
+      upload_->context = nullptr;  // the upload is over: the watch lets go of the call
+      timed_out = timed_out || upload_->timed_out;
+    }
     absl::Status refusal;
-    if (ok) {
+    if (timed_out) {
+      refusal =
+          absl::DeadlineExceededError(absl::StrCat("the image was still arriving after ", absl::FormatDuration(limit),
+                                                   " (--upload_timeout_s); the server refused the call"));
+    } else if (ok) {
       refusal = absl::ResourceExhaustedError(absl::StrCat("the image is more than ", max_bytes_,
                                                           " bytes, this server's --max_message_bytes; send a smaller "
                                                           "image or clip"));
@@ -170,6 +183,10 @@ class EncodeReactor final : public grpc::ServerBidiReactor<v1::EncodeRequest, v1
   }
 
   void OnDone() override {
+    {
+      absl::MutexLock lock(&upload_->mu);
+      upload_->context = nullptr;
+    }
     active_.fetch_sub(1);
     delete this;
   }
@@ -186,6 +203,7 @@ class EncodeReactor final : public grpc::ServerBidiReactor<v1::EncodeRequest, v1
   const absl::Time received_;
   std::atomic<int64_t>& active_;
   const std::atomic<bool>& accepting_;
+  const std::shared_ptr<UploadClock> upload_;
   v1::EncodeRequest piece_;    // the read in flight
   v1::EncodeRequest request_;  // the first message, its image continued by the later ones
   int64_t pieces_ = 0;
@@ -245,6 +263,7 @@ void DecodeService::StallWatchLoop() {
     }
     metrics_.SetOutputBufferBytes(output_budget_.used());
     const absl::Time now = absl::Now();
+    CutSlowUploads(now);
     for (const std::shared_ptr<Job>& job : jobs) {
       const absl::Duration stalled = job->WriteStalledFor(now);
       const absl::Duration waited = job->WriteWaitTotal(now);
@@ -262,6 +281,45 @@ void DecodeService::StallWatchLoop() {
       }
     }
   }
+}
+
+std::shared_ptr<UploadClock> DecodeService::WatchUpload(grpc::CallbackServerContext* context) {
+  auto clock = std::make_shared<UploadClock>();
+  clock->started = absl::Now();
+  {
+    absl::MutexLock lock(&clock->mu);
+    clock->context = context;
+  }
+  if (options_.upload_timeout > absl::ZeroDuration()) {
+    absl::MutexLock lock(&watch_mu_);
+    uploads_.push_back(clock);
+  }
+  return clock;
+}
+
+void DecodeService::CutSlowUploads(absl::Time now) {
+  std::vector<std::shared_ptr<UploadClock>> uploads;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    uploads.swap(uploads_);
+  }
+  std::vector<std::shared_ptr<UploadClock>> going_on;
+  for (const std::shared_ptr<UploadClock>& clock : uploads) {
+    absl::MutexLock lock(&clock->mu);
+    if (clock->context == nullptr) continue;  // over
+    if (now - clock->started <= options_.upload_timeout) {
+      going_on.push_back(clock);
+      continue;
+    }
+    // The read in flight fails; the reactor refuses the call, naming the flag.
+    clock->timed_out = true;
+    clock->context->TryCancel();
+    metrics_.RecordRejected("upload_timeout");
+    spdlog::info("event=upload_timeout protocol=grpc op=encode waited_s={:.0f}",
+                 absl::ToDoubleSeconds(now - clock->started));
+  }
+  absl::MutexLock lock(&watch_mu_);
+  uploads_.insert(uploads_.end(), going_on.begin(), going_on.end());
 }
 
 void DecodeService::StopAccepting() { accepting_.store(false); }

@@ -65,6 +65,20 @@ struct DecodeServiceOptions {
   // writes' waits): a steady slow reader cannot hold a group, or buffered
   // output, longer than this.
   absl::Duration stream_read_timeout = absl::Seconds(120);
+  // An Encode's image must have arrived (the client's half-close) within
+  // this of the call's start, however it trickles; 0: no bound. gRPC's
+  // upload watchdog cannot see it: the call's handler runs from its first
+  // message on.
+  absl::Duration upload_timeout = absl::Seconds(120);
+};
+
+// One Encode upload in progress, for the stall watch: it cancels the call
+// once the upload has taken longer than upload_timeout.
+struct UploadClock {
+  absl::Mutex mu;
+  grpc::CallbackServerContext* context ABSL_GUARDED_BY(mu) = nullptr;  // null once the upload is over
+  absl::Time started;
+  bool timed_out ABSL_GUARDED_BY(mu) = false;
 };
 
 class DecodeService final : public v1::VaeDecoder::CallbackService {
@@ -114,6 +128,11 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
                                       int64_t max_output_bytes, absl::Status refusal,
                                       std::function<void(CollectedOutput)> done);
 
+  // Watches an Encode upload that starts now (the stall watch cancels it
+  // past upload_timeout); the reactor clears `context` when it ends.
+  std::shared_ptr<UploadClock> WatchUpload(grpc::CallbackServerContext* context);
+  absl::Duration upload_timeout() const { return options_.upload_timeout; }
+
   // From now on Decode answers UNAVAILABLE (draining).
   void StopAccepting();
   // Ends every call not yet done with `reason` (the drain timeout's own
@@ -130,6 +149,8 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   // Every 250 ms: cancels calls whose client has not taken a write for
   // stream_stall_timeout, and publishes the output buffer's size.
   void StallWatchLoop();
+  // Cancels Encode uploads still arriving past upload_timeout.
+  void CutSlowUploads(absl::Time now);
 
   const DecodeServiceOptions options_;
   Scheduler& scheduler_;
@@ -141,6 +162,7 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
 
   absl::Mutex watch_mu_;
   std::vector<std::weak_ptr<Job>> watched_ ABSL_GUARDED_BY(watch_mu_);
+  std::vector<std::shared_ptr<UploadClock>> uploads_ ABSL_GUARDED_BY(watch_mu_);
   bool stopping_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::thread stall_watch_;
 };

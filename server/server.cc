@@ -178,6 +178,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   service_options.max_output_buffer_bytes = options.max_output_buffer_bytes;
   service_options.stream_stall_timeout = options.stream_stall_timeout;
   service_options.stream_read_timeout = options.stream_read_timeout;
+  service_options.upload_timeout = options.upload_timeout;
   s->service_ = std::make_unique<DecodeService>(service_options, *s->scheduler_, *s->catalog_, *s->metrics_);
 
   if (!options.metrics_listen.empty()) {

@@ -189,5 +189,34 @@ TEST(EncodeServiceTest, BadRequestsAreRefusedClearlyAndTheServerKeepsServing) {
                   .ok());
 }
 
+TEST(EncodeServiceTest, AnUploadThatStallsIsCutAtTheUploadTimeout) {
+  const std::string repo = FixtureRepository({"sd_kl"});
+  auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1, {"--upload_timeout_s=2"}), {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  const v1::EncodeRequest good = ImageRequest("sd_kl", FixturePath("sd_kl/image.safetensors"));
+  // The first piece only, then nothing: no half-close.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  auto stream = server->stub().Encode(&ctx);
+  v1::EncodeRequest first = good;
+  first.mutable_image()->mutable_data()->resize(1024);
+  ASSERT_TRUE(stream->Write(first));
+  const absl::Time start = absl::Now();
+  v1::DecodeResponse message;
+  while (stream->Read(&message)) {
+  }
+  const grpc::Status status = stream->Finish();
+  // The server cancels the call (the client sees CANCELLED); its own log
+  // line and metrics say DEADLINE_EXCEEDED, naming the flag.
+  EXPECT_FALSE(status.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_TRUE(
+      server->WaitMetric("vaedecode_requests_total", {"status=\"DEADLINE_EXCEEDED\""}, [](double v) { return v >= 1; })
+          .ok());
+  // The server goes on encoding.
+  const DecodeOutcome ok = Encode(server->stub(), good);
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+}
+
 }  // namespace
 }  // namespace vaedecode::testing
