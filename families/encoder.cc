@@ -24,6 +24,15 @@ std::vector<parallel::ShardSpec> RowLevelSpecs(const std::vector<RowLevel>& leve
   return specs;
 }
 
+std::vector<RowLevel> DownsampledRowLevels(int64_t rows, int64_t downsamplers) {
+  std::vector<RowLevel> levels;
+  for (int64_t i = 0; i <= downsamplers; ++i) {
+    levels.push_back({rows, int64_t{1} << (downsamplers - i)});
+    rows = (rows - 2) / 2 + 1;  // Downsample2D: (rows + 1 - 3) / 2 + 1, rows >= 2
+  }
+  return levels;
+}
+
 absl::Status Encoder::ValidateImage(const at::Tensor& image) const {
   const EncoderInfo& m = info();
   return CheckInputTensor(image, {"image", m.diffusers_class, "encodes", m.in_channels, m.is_video});

@@ -58,6 +58,11 @@ struct RowLevel {
 // times per_latent_row, the last band running to the level's end.
 std::vector<parallel::ShardSpec> RowLevelSpecs(const std::vector<RowLevel>& levels, int rank, int world_size);
 
+// Each level's rows of an `rows`-row input through `downsamplers` layers
+// that pad one row below and apply a 3x3 stride-2 conv (diffusers'
+// Downsample2D, WanResample's downsamplers): each floors.
+std::vector<RowLevel> DownsampledRowLevels(int64_t rows, int64_t downsamplers);
+
 class Encoder {
  public:
   virtual ~Encoder() = default;

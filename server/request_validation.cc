@@ -268,10 +268,7 @@ absl::Status ValidateEncodeRequest(const v1::EncodeRequest& request, const v1::M
     // the leader decodes it, at most formats::kMaxDecodedImageBytes.
     absl::StatusOr<std::pair<int, int>> size = formats::EncodedImageSize(request.encoded_image());
     if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat("encoded_image: ", size.status().message()));
-    if (model.is_video()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("encoded_image: model \"", model.name(), "\" encodes clips: send them as an image tensor"));
-    }
+    // A video model encodes it as a one-frame clip (worker/encode_job.h).
     return CheckEncodeLimits(model, limits, 1, 1, size->second, size->first,
                              absl::StrCat("encoded_image (", size->first, "x", size->second, ")"));
   }

@@ -9,15 +9,26 @@
 
 namespace vaedecode::worker {
 
+namespace {
+
+// A 4-D image (a PNG or JPEG decodes to [1, C, H, W]) is one frame for a
+// video encoder, as the I2V and edit pipelines feed a still image.
+at::Tensor AsEncoderInput(const families::Encoder& encoder, const at::Tensor& image) {
+  return encoder.info().is_video && image.dim() == 4 ? image.unsqueeze(2) : image;
+}
+
+}  // namespace
+
 absl::Status CheckEncodeJob(const families::Encoder& encoder, const EncodeJob& job) {
-  RETURN_IF_ERROR(encoder.ValidateImage(job.image));
+  const at::Tensor image = AsEncoderInput(encoder, job.image);
+  RETURN_IF_ERROR(encoder.ValidateImage(image));
   if (job.posterior == families::PosteriorOutput::kMoments && job.latent_space == families::LatentSpace::kRaw) {
     return absl::InvalidArgumentError(
         "posterior \"moments\" is returned in VAE space only: ask for latent_space vae, or for the mean or a sample "
         "in raw space");
   }
   if (job.latent_space == families::LatentSpace::kRaw) {
-    RETURN_IF_ERROR(encoder.CheckRawLatentShape(encoder.LatentShape(job.image.sizes().vec())));
+    RETURN_IF_ERROR(encoder.CheckRawLatentShape(encoder.LatentShape(image.sizes().vec())));
   }
   return absl::OkStatus();
 }
@@ -25,8 +36,9 @@ absl::Status CheckEncodeJob(const families::Encoder& encoder, const EncodeJob& j
 absl::StatusOr<at::Tensor> PrepareImage(const families::Encoder& encoder, const EncodeJob& job) {
   RETURN_IF_ERROR(CheckEncodeJob(encoder, job));
   at::Tensor image;
-  RETURN_IF_ERROR(families::CatchExceptions(
-      "image conversion", [&] { image = job.image.to(encoder.device()).to(encoder.dtype()).contiguous(); }));
+  RETURN_IF_ERROR(families::CatchExceptions("image conversion", [&] {
+    image = AsEncoderInput(encoder, job.image).to(encoder.device()).to(encoder.dtype()).contiguous();
+  }));
   return image;
 }
 

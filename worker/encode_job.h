@@ -35,7 +35,8 @@ struct EncodeResult {
 };
 
 // INVALID_ARGUMENT for an image the model cannot encode or options that do
-// not go together (raw moments).
+// not go together (raw moments). A video encoder takes a 4-D image (a PNG
+// or JPEG) as a one-frame clip.
 absl::Status CheckEncodeJob(const families::Encoder& encoder, const EncodeJob& job);
 
 // CheckEncodeJob, then the image in the encoder's dtype, contiguous on its device.

@@ -63,15 +63,6 @@ at::Tensor AutoencoderKLEncodeModuleImpl::forward(const at::Tensor& x, LayerOps&
   return quant_conv ? nn::RunConv2d(ops, quant_conv, h) : h;
 }
 
-std::vector<RowLevel> DownsampledRowLevels(int64_t rows, int64_t downsamplers) {
-  std::vector<RowLevel> levels;
-  for (int64_t i = 0; i <= downsamplers; ++i) {
-    levels.push_back({rows, int64_t{1} << (downsamplers - i)});
-    rows = (rows - 2) / 2 + 1;  // Downsample2D: (rows + 1 - 3) / 2 + 1, rows >= 2
-  }
-  return levels;
-}
-
 absl::Status AutoencoderKLShapedEncoder::ValidateImage(const at::Tensor& image) const {
   RETURN_IF_ERROR(Encoder::ValidateImage(image));
   const int64_t least = int64_t{1} << downsamplers_;

@@ -56,10 +56,6 @@ class AutoencoderKLEncodeModuleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKLEncodeModule);
 
-// Each level's rows of an `rows`-row input through `downsamplers` Downsample2D
-// layers (pad 1 below, 3x3, stride 2: each floors).
-std::vector<RowLevel> DownsampledRowLevels(int64_t rows, int64_t downsamplers);
-
 // What the AutoencoderKL-shaped encoders share: shapes, sizes, row levels.
 class AutoencoderKLShapedEncoder : public ModuleBackedEncoder {
  public:

@@ -67,6 +67,15 @@ at::Tensor Unpatchify(const at::Tensor& x, int64_t p) {
   return y.view({b, c, f, h * p, w * p});
 }
 
+at::Tensor Patchify(const at::Tensor& x, int64_t p) {
+  if (p == 1) return x;
+  const int64_t b = x.size(0), c = x.size(1), f = x.size(2), h = x.size(3) / p, w = x.size(4) / p;
+  TORCH_CHECK(h * p == x.size(3) && w * p == x.size(4), "patchify by ", p, " of ", x.size(3), "x", x.size(4));
+  at::Tensor y = x.reshape({b, c, f, h, p, w, p});    // [B, C, F, H, dy, W, dx]
+  y = y.permute({0, 1, 6, 4, 2, 3, 5}).contiguous();  // [B, C, dx, dy, F, H, W]
+  return y.view({b, c * p * p, f, h, w});
+}
+
 at::Tensor SubpixelMajorDepthToSpace(const at::Tensor& x, int64_t rt, int64_t rh, int64_t rw) {
   const int64_t b = x.size(0), c = x.size(1) / (rt * rh * rw);
   if (x.dim() == 4) {

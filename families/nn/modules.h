@@ -74,6 +74,10 @@ at::Tensor UpsampleNearest(const at::Tensor& x, int64_t factor_t, int64_t factor
 // W·P], pixel (c, y·P + dy, x·P + dx) from channel c·P·P + dx·P + dy.
 // Row-local: each input row becomes P output rows.
 at::Tensor Unpatchify(const at::Tensor& x, int64_t patch_size);
+// diffusers' patchify (Wan 2.2's encoder), Unpatchify's inverse:
+// [B, C, T, H·P, W·P] -> [B, C·P·P, T, H, W]. Row-local: every P input rows
+// become one output row (H and W must be multiples of P).
+at::Tensor Patchify(const at::Tensor& x, int64_t patch_size);
 
 // The depth-to-space of the Hunyuan upsamplers (HunyuanImage-2.1,
 // HunyuanVideo 1.5), sub-pixel-major rather than torch's pixel_shuffle order:

@@ -31,4 +31,15 @@ TEST(UpsampleNearest, Bfloat16GivesTheFloat32RoutesValuesWithoutAFloat32Copy) {
 }
 
 }  // namespace
+TEST(Patchify, IsUnpatchifysInverseWithDiffusersChannelOrder) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({2, 3, 2, 6, 4});
+  const at::Tensor p = Patchify(x, 2);
+  ASSERT_EQ(p.sizes(), (std::vector<int64_t>{2, 12, 2, 3, 2}));
+  EXPECT_TRUE(at::equal(Unpatchify(p, 2), x));
+  // Channel c·4 + dx·2 + dy holds pixel (2y + dy, 2x + dx) of channel c.
+  EXPECT_TRUE(at::equal(p.select(1, 1 * 4 + 1 * 2 + 0), x.select(1, 1).slice(2, 0, 6, 2).slice(3, 1, 4, 2)));
+  EXPECT_TRUE(at::equal(Patchify(x, 1), x));
+}
+
 }  // namespace vaedecode::families::nn

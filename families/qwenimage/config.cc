@@ -7,6 +7,12 @@
 
 namespace vaedecode::families::qwenimage {
 
+const wan::WanFamily& QwenImageFamilySpec() {
+  static const wan::WanFamily* spec = new wan::WanFamily{
+      "qwenimage", "AutoencoderKLQwenImage", {wan::UpBlockType::kUpBlock}, /*encode_divides_by_std=*/true};
+  return *spec;
+}
+
 absl::StatusOr<wan::WanConfig> QwenImageConfigFromJson(const nlohmann::json& json, const std::string& source) {
   ConfigReader r(json, source);
   wan::WanConfig c;

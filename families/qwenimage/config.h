@@ -16,6 +16,9 @@
 
 namespace vaedecode::families::qwenimage {
 
+// "qwenimage": AutoencoderKLQwenImage, built from WanUpBlock only.
+const wan::WanFamily& QwenImageFamilySpec();
+
 absl::StatusOr<wan::WanConfig> QwenImageConfigFromJson(const nlohmann::json& config, const std::string& source);
 
 }  // namespace vaedecode::families::qwenimage

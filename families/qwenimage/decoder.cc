@@ -1,15 +1,10 @@
 #include "families/qwenimage/decoder.h"
 
 #include "families/qwenimage/config.h"
+#include "families/qwenimage/encoder.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::families::qwenimage {
-
-const wan::WanFamily& QwenImageFamilySpec() {
-  static const wan::WanFamily* spec =
-      new wan::WanFamily{"qwenimage", "AutoencoderKLQwenImage", {wan::UpBlockType::kUpBlock}};
-  return *spec;
-}
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadQwenImage(const ModelFiles& files, const LoadOptions& options) {
   ASSIGN_OR_RETURN(wan::WanConfig config, QwenImageConfigFromJson(files.config(), files.config_path()));
@@ -18,7 +13,8 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadQwenImage(const ModelFiles& files, 
 
 void Register(Registry& registry) {
   const wan::WanFamily& spec = QwenImageFamilySpec();
-  registry.Register({spec.family, {spec.diffusers_class}, &LoadQwenImage, {wan::WanLineageKeys()}});
+  registry.Register(
+      {spec.family, {spec.diffusers_class}, &LoadQwenImage, {wan::WanLineageKeys()}, &LoadQwenImageEncoder});
 }
 
 }  // namespace vaedecode::families::qwenimage

@@ -14,9 +14,6 @@
 
 namespace vaedecode::families::qwenimage {
 
-// "qwenimage": AutoencoderKLQwenImage, built from WanUpBlock only.
-const wan::WanFamily& QwenImageFamilySpec();
-
 absl::StatusOr<std::unique_ptr<Decoder>> LoadQwenImage(const ModelFiles& files, const LoadOptions& options);
 
 void Register(Registry& registry);

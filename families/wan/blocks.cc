@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/nn/modules/padding.h>
 
 namespace vaedecode::families::wan {
 namespace {
@@ -31,6 +32,10 @@ at::Tensor FramesToKeep(const at::Tensor& x, const FeatureCache::Slot& slot) {
     keep = at::cat({old.narrow(2, old.size(2) - 1, 1), keep}, 2);
   }
   return keep;
+}
+
+bool IsDownsampling(ResampleMode mode) {
+  return mode == ResampleMode::kDownsample2d || mode == ResampleMode::kDownsample3d;
 }
 
 }  // namespace
@@ -133,13 +138,23 @@ at::Tensor WanUpsampleImpl::forward(const at::Tensor& x) {
   return nn::UpsampleNearest(x, 1, 2);
 }
 
-WanResampleImpl::WanResampleImpl(int64_t dim, ResampleMode mode, int64_t out_dim) {
-  TORCH_CHECK(mode != ResampleMode::kNone, "WanResample needs an upsample mode");
+WanResampleImpl::WanResampleImpl(int64_t dim, ResampleMode mode, int64_t out_dim) : mode_(mode) {
+  TORCH_CHECK(mode != ResampleMode::kNone, "WanResample needs a resample mode");
   resample = register_module("resample", torch::nn::ModuleList());
-  resample->push_back(WanUpsample());
-  resample->push_back(nn::MakeConv2d(dim, out_dim, 3));
+  if (IsDownsampling(mode)) {
+    // The pad happens in ops.StridedConv; [0] keeps diffusers' indices.
+    resample->push_back(torch::nn::ZeroPad2d(torch::nn::ZeroPad2dOptions({0, 1, 0, 1})));
+    resample->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(dim, dim, 3).stride(2)));
+  } else {
+    resample->push_back(WanUpsample());
+    resample->push_back(nn::MakeConv2d(dim, out_dim, 3));
+  }
   if (mode == ResampleMode::kUpsample3d) {
     time_conv = register_module("time_conv", MakeCausalConv(dim, dim * 2, {3, 1, 1}, {1, 0, 0}));
+  }
+  if (mode == ResampleMode::kDownsample3d) {
+    // Stride 2 in time, applied by keeping every other output frame.
+    time_conv = register_module("time_conv", MakeCausalConv(dim, dim, {3, 1, 1}, {0, 0, 0}));
   }
 }
 
@@ -163,13 +178,43 @@ at::Tensor WanResampleImpl::UpsampleTime(const at::Tensor& x, LayerOps& ops, Fea
   return y.reshape({b, c, t * 2, h, w});
 }
 
+at::Tensor WanResampleImpl::DownsampleTime(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
+  FeatureCache::Slot& slot = cache.Next();
+  if (slot.state == FeatureCache::Slot::State::kEmpty) {
+    // The first chunk stays one frame; it is kept for the next chunk.
+    slot.state = FeatureCache::Slot::State::kFrames;
+    slot.frames = x.clone();
+    return x;
+  }
+  const int64_t t = x.size(2);
+  at::Tensor keep = x.narrow(2, t - 1, 1).clone();
+  const at::Tensor& old = slot.frames;
+  const at::Tensor input = at::cat({old.narrow(2, old.size(2) - 1, 1), x}, 2);  // [B, C, 1 + T, H, W]
+  // (3,1,1) with stride 2 in time: the stride-1 outputs at even offsets.
+  at::Tensor y = time_conv->forward(input, ops);  // [B, C, T - 1, H, W]
+  y = y.slice(/*dim=*/2, /*start=*/0, /*end=*/y.size(2), /*step=*/2);
+  slot.frames = std::move(keep);
+  return y;  // [B, C, T / 2, H, W]
+}
+
 at::Tensor WanResampleImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
-  const at::Tensor in = time_conv ? UpsampleTime(x, ops, cache) : x;  // [B, C, T', H, W]
+  const bool down = IsDownsampling(mode_);
+  const at::Tensor in = (time_conv && !down) ? UpsampleTime(x, ops, cache) : x;  // [B, C, T', H, W]
   const int64_t b = in.size(0), c = in.size(1), t = in.size(2);
   at::Tensor frames = in.permute({0, 2, 1, 3, 4}).reshape({b * t, c, in.size(3), in.size(4)});  // [B·T', C, H, W]
-  frames = resample[0]->as<WanUpsampleImpl>()->forward(frames);                                 // [B·T', C, 2H, 2W]
-  frames = nn::RunConv2d(ops, *resample[1]->as<torch::nn::Conv2dImpl>(), frames);               // [B·T', C', 2H, 2W]
-  return frames.view({b, t, frames.size(1), frames.size(2), frames.size(3)}).permute({0, 2, 1, 3, 4});
+  const auto& conv = *resample[1]->as<torch::nn::Conv2dImpl>();
+  if (down) {
+    StridedConvGeometry g;  // nn.ZeroPad2d((0, 1, 0, 1)), then the 3x3 stride-2 conv
+    g.stride = 2;
+    g.pad_bottom = 1;
+    g.pad_right = 1;
+    frames = ops.StridedConv(frames, conv.weight, conv.bias, g);  // [B·T', C, H/2, W/2]
+  } else {
+    frames = resample[0]->as<WanUpsampleImpl>()->forward(frames);  // [B·T', C, 2H, 2W]
+    frames = nn::RunConv2d(ops, conv, frames);                     // [B·T', C', 2H, 2W]
+  }
+  at::Tensor out = frames.view({b, t, frames.size(1), frames.size(2), frames.size(3)}).permute({0, 2, 1, 3, 4});
+  return mode_ == ResampleMode::kDownsample3d ? DownsampleTime(out, ops, cache) : out;
 }
 
 DupUp3DImpl::DupUp3DImpl(int64_t in_channels, int64_t out_channels, int64_t factor_t, int64_t factor_s)
@@ -189,6 +234,48 @@ at::Tensor DupUp3DImpl::forward(const at::Tensor& x, bool first_chunk) {
   // The first chunk's upsamplers did not double time: keep its last frame.
   if (first_chunk) y = y.narrow(2, factor_t_ - 1, y.size(2) - (factor_t_ - 1));
   return y;
+}
+
+AvgDown3DImpl::AvgDown3DImpl(int64_t in_channels, int64_t out_channels, int64_t factor_t, int64_t factor_s)
+    : out_channels_(out_channels), factor_t_(factor_t), factor_s_(factor_s) {
+  const int64_t factor = factor_t * factor_s * factor_s;
+  TORCH_CHECK(in_channels * factor % out_channels == 0, "AvgDown3D: ", in_channels, "·", factor,
+              " is not a multiple of ", out_channels);
+  group_size_ = in_channels * factor / out_channels;
+}
+
+at::Tensor AvgDown3DImpl::forward(const at::Tensor& x) {
+  const int64_t pad_t = (factor_t_ - x.size(2) % factor_t_) % factor_t_;
+  const at::Tensor padded = pad_t > 0 ? at::constant_pad_nd(x, {0, 0, 0, 0, pad_t, 0}, 0) : x;
+  const int64_t b = padded.size(0), c = padded.size(1);
+  const int64_t t = padded.size(2) / factor_t_, h = padded.size(3) / factor_s_, w = padded.size(4) / factor_s_;
+  TORCH_CHECK(h * factor_s_ == padded.size(3) && w * factor_s_ == padded.size(4), "AvgDown3D by ", factor_s_, " of ",
+              padded.size(3), "x", padded.size(4));
+  at::Tensor y = padded.reshape({b, c, t, factor_t_, h, factor_s_, w, factor_s_});
+  y = y.permute({0, 1, 3, 5, 7, 2, 4, 6}).contiguous();  // [B, C, ft, fs, fs, T, H, W]
+  y = y.view({b, out_channels_, group_size_, t, h, w});
+  return y.mean(2);
+}
+
+WanResidualDownBlockImpl::WanResidualDownBlockImpl(int64_t in_dim, int64_t out_dim, int64_t num_res_blocks,
+                                                   ResampleMode mode) {
+  const int64_t factor_t = mode == ResampleMode::kDownsample3d ? 2 : 1;
+  const int64_t factor_s = mode == ResampleMode::kNone ? 1 : 2;
+  avg_shortcut = register_module("avg_shortcut", AvgDown3D(in_dim, out_dim, factor_t, factor_s));
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  int64_t dim = in_dim;
+  for (int64_t i = 0; i < num_res_blocks; ++i) {
+    resnets->push_back(WanResidualBlock(dim, out_dim));
+    dim = out_dim;
+  }
+  if (mode != ResampleMode::kNone) downsampler = register_module("downsampler", WanResample(out_dim, mode, out_dim));
+}
+
+at::Tensor WanResidualDownBlockImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<WanResidualBlockImpl>()->forward(h, ops, cache);
+  if (downsampler) h = downsampler->forward(h, ops, cache);
+  return h + avg_shortcut->forward(x);
 }
 
 WanUpBlockImpl::WanUpBlockImpl(int64_t in_dim, int64_t out_dim, int64_t num_res_blocks, ResampleMode mode) {
@@ -268,6 +355,74 @@ at::Tensor WanDecoder3dImpl::forward(const at::Tensor& x, LayerOps& ops, Feature
   }
   h = at::silu(norm_out->forward(h));
   return conv_out->ForwardCached(h, ops, cache);  // [B, out_channels, T', H, W]
+}
+
+WanEncoder3dImpl::WanEncoder3dImpl(const WanConfig& c) {
+  const std::vector<int64_t> dims = c.encoder_dims();  // [conv_in out, level 0 out, ..., level L-1 out]
+  const int64_t levels = c.levels();
+  conv_in = register_module("conv_in", MakeConv3x3x3(c.in_channels, dims[0]));
+  down_blocks = register_module("down_blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < levels; ++i) {
+    const ResampleMode mode = i == levels - 1                    ? ResampleMode::kNone
+                              : c.down_level_downsamples_time(i) ? ResampleMode::kDownsample3d
+                                                                 : ResampleMode::kDownsample2d;
+    if (c.is_residual) {
+      down_blocks->push_back(WanResidualDownBlock(dims[i], dims[i + 1], c.num_res_blocks, mode));
+      continue;
+    }
+    // Wan 2.1: a flat list (attention blocks at attn_scales are refused by the encoder's loader).
+    int64_t dim = dims[i];
+    for (int64_t j = 0; j < c.num_res_blocks; ++j) {
+      down_blocks->push_back(WanResidualBlock(dim, dims[i + 1]));
+      dim = dims[i + 1];
+    }
+    if (mode != ResampleMode::kNone) down_blocks->push_back(WanResample(dims[i + 1], mode, dims[i + 1]));
+  }
+  mid_block = register_module("mid_block", WanMidBlock(dims.back()));
+  norm_out = register_module("norm_out", nn::ChannelRMSNorm(dims.back(), /*images=*/false));
+  conv_out = register_module("conv_out", MakeConv3x3x3(dims.back(), 2 * c.z_dim));
+}
+
+at::Tensor WanEncoder3dImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
+  at::Tensor h = conv_in->ForwardCached(x, ops, cache);
+  for (const auto& block : *down_blocks) {
+    if (auto* resnet = block->as<WanResidualBlockImpl>()) {
+      h = resnet->forward(h, ops, cache);
+    } else if (auto* resample = block->as<WanResampleImpl>()) {
+      h = resample->forward(h, ops, cache);
+    } else {
+      h = block->as<WanResidualDownBlockImpl>()->forward(h, ops, cache);
+    }
+  }
+  h = mid_block->forward(h, ops, cache);
+  h = at::silu(norm_out->forward(h));
+  return conv_out->ForwardCached(h, ops, cache);  // [B, 2·z_dim, 1, h, w]
+}
+
+AutoencoderKLWanEncodeImpl::AutoencoderKLWanEncodeImpl(const WanConfig& c)
+    : patch_size_(c.patch()), temporal_factor_(c.temporal_factor()) {
+  encoder = register_module("encoder", WanEncoder3d(c));
+  quant_conv = register_module("quant_conv", MakeCausalConv(2 * c.z_dim, 2 * c.z_dim, {1, 1, 1}, {0, 0, 0}));
+}
+
+at::Tensor AutoencoderKLWanEncodeImpl::Encode(const at::Tensor& x, LayerOps& ops) {
+  const at::Tensor patches = nn::Patchify(x, patch_size_);  // [B, C·P·P, T, H/P, W/P]
+  const int64_t frames = patches.size(2);
+  TORCH_CHECK((frames - 1) % temporal_factor_ == 0, "an encode of ", frames, " frames (needs 1 + ", temporal_factor_,
+              "·k)");
+  FeatureCache cache;
+  std::vector<at::Tensor> chunks;
+  // diffusers' _encode: the first frame alone, then temporal_factor frames at a time.
+  for (int64_t begin = 0; begin < frames;) {
+    const int64_t length = begin == 0 ? 1 : temporal_factor_;
+    cache.BeginChunk();
+    chunks.push_back(encoder->forward(patches.narrow(2, begin, length), ops, cache));
+    TORCH_CHECK(cache.used() == cache.size(), "chunk ", chunks.size() - 1, " visited ", cache.used(), " of ",
+                cache.size(), " cached layers");
+    begin += length;
+  }
+  const at::Tensor out = chunks.size() == 1 ? chunks[0] : at::cat(chunks, 2);
+  return quant_conv->forward(out, ops);  // [B, 2·z_dim, 1 + k, h, w]
 }
 
 AutoencoderKLWanImpl::AutoencoderKLWanImpl(const WanConfig& c) : patch_size_(c.patch()) {

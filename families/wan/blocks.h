@@ -1,8 +1,8 @@
 #pragma once
 
-// LibTorch mirrors of the diffusers blocks AutoencoderKLWan's decoder is built
-// from (autoencoders/autoencoder_kl_wan.py); AutoencoderKLQwenImage's decoder
-// blocks are the same classes renamed. Children are registered under the
+// LibTorch mirrors of the diffusers blocks AutoencoderKLWan's decoder and
+// encoder are built from (autoencoders/autoencoder_kl_wan.py);
+// AutoencoderKLQwenImage's blocks are the same classes renamed. Children are registered under the
 // diffusers attribute names, so named_parameters() equals the diffusers
 // state-dict keys.
 //
@@ -30,6 +30,14 @@
 //    input row becomes 2 (or P) output rows, so bands scale uniformly.
 // So the only condition is that every band keeps >= 1 row at the latent
 // resolution (bands only grow from there).
+//
+// The encoder (WanEncoder3d) shards the same way, plus:
+//  - the downsamplers' per-frame pad (0, 1, 0, 1) + 3x3 stride-2 conv is a
+//    strided convolution (LayerOps::StridedConv: a band reads one row of the
+//    band below); their (3,1,1) stride-2 time_conv is row-local;
+//  - Wan 2.2's patchify and AvgDown3D shortcuts fold P (or 2) rows into one:
+//    local, because bands are cut in whole latent rows at every level
+//    (families/encoder.h RowLevelSpecs).
 
 #include <array>
 #include <cstdint>
@@ -142,26 +150,37 @@ TORCH_MODULE(WanUpsample);
 
 // diffusers' upsample_mode of a decoder up block.
 enum class ResampleMode {
-  kNone,        // the last block: no upsampler
-  kUpsample2d,  // nearest 2x in space per frame, 3x3 conv
-  kUpsample3d,  // time_conv doubling the frames, then as kUpsample2d
+  kNone,          // the last block: no upsampler
+  kUpsample2d,    // nearest 2x in space per frame, 3x3 conv
+  kUpsample3d,    // time_conv doubling the frames, then as kUpsample2d
+  kDownsample2d,  // encoder: pad (0, 1, 0, 1), 3x3 stride-2 conv per frame
+  kDownsample3d,  // encoder: as kDownsample2d, then a stride-2 time_conv halving the frames
 };
 
-// diffusers WanResample in its decoder modes: "upsample2d" (nearest 2x per
+// diffusers WanResample in its decoder modes, "upsample2d" (nearest 2x per
 // frame, 3x3 conv) and "upsample3d" (first a causal (3,1,1) time_conv that
-// doubles the frames — except on the first chunk, which stays one frame).
+// doubles the frames — except on the first chunk, which stays one frame),
+// and its encoder modes, "downsample2d" (pad (0, 1, 0, 1), 3x3 stride-2 conv
+// per frame) and "downsample3d" (then a (3,1,1) stride-2 time_conv over the
+// previous chunk's last frame and this chunk's — except on the first chunk,
+// which stays one frame).
 class WanResampleImpl : public torch::nn::Module {
  public:
-  // `mode` is kUpsample2d or kUpsample3d.
+  // `mode` is not kNone; `out_dim` is `dim` for the downsamplers.
   WanResampleImpl(int64_t dim, ResampleMode mode, int64_t out_dim);
-  // [B, C, T, H, W] -> [B, C', T', 2H, 2W] (T' = 2T with a time_conv, past the first chunk)
+  // Upsampling: [B, C, T, H, W] -> [B, C', T', 2H, 2W] (T' = 2T with a time_conv, past the first chunk).
+  // Downsampling: [B, C, T, H, W] -> [B, C, T', H/2, W/2] (floored; T' = T/2 with a time_conv, past the first chunk).
   at::Tensor forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache);
 
-  torch::nn::ModuleList resample{nullptr};  // [0] WanUpsample, [1] Conv2d 3x3
-  WanCausalConv3d time_conv{nullptr};       // upsample3d only
+  // [0] WanUpsample or ZeroPad2d (parameter-free), [1] Conv2d 3x3
+  torch::nn::ModuleList resample{nullptr};
+  WanCausalConv3d time_conv{nullptr};  // upsample3d and downsample3d only
 
  private:
   at::Tensor UpsampleTime(const at::Tensor& x, LayerOps& ops, FeatureCache& cache);
+  at::Tensor DownsampleTime(const at::Tensor& x, LayerOps& ops, FeatureCache& cache);
+
+  ResampleMode mode_;
 };
 TORCH_MODULE(WanResample);
 
@@ -179,6 +198,37 @@ class DupUp3DImpl : public torch::nn::Module {
   int64_t repeats_;
 };
 TORCH_MODULE(DupUp3D);
+
+// diffusers AvgDown3D: the parameter-free shortcut of WanResidualDownBlock,
+// DupUp3D's inverse: a (factor_t, factor_s, factor_s) space-to-depth whose
+// channel groups are averaged down to out_channels. Time is front-padded
+// with zeros to a multiple of factor_t (the first chunk's single frame).
+class AvgDown3DImpl : public torch::nn::Module {
+ public:
+  AvgDown3DImpl(int64_t in_channels, int64_t out_channels, int64_t factor_t, int64_t factor_s);
+  at::Tensor forward(const at::Tensor& x);  // [B, C, T, H, W] -> [B, C', ceil(T/ft), H/fs, W/fs]
+
+ private:
+  int64_t out_channels_;
+  int64_t factor_t_;
+  int64_t factor_s_;
+  int64_t group_size_;
+};
+TORCH_MODULE(AvgDown3D);
+
+// diffusers WanResidualDownBlock (Wan 2.2's encoder): num_res_blocks resnets
+// and an optional downsampler, plus an AvgDown3D shortcut of its input.
+class WanResidualDownBlockImpl : public torch::nn::Module {
+ public:
+  // `mode` is kNone (the last block), kDownsample2d or kDownsample3d.
+  WanResidualDownBlockImpl(int64_t in_dim, int64_t out_dim, int64_t num_res_blocks, ResampleMode mode);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache);
+
+  AvgDown3D avg_shortcut{nullptr};
+  torch::nn::ModuleList resnets{nullptr};
+  WanResample downsampler{nullptr};  // absent for the last block
+};
+TORCH_MODULE(WanResidualDownBlock);
 
 // diffusers WanUpBlock (Wan 2.1; Qwen-Image's QwenImageUpBlock):
 // num_res_blocks + 1 resnets, then an optional resampler.
@@ -219,6 +269,42 @@ class WanDecoder3dImpl : public torch::nn::Module {
   WanCausalConv3d conv_out{nullptr};
 };
 TORCH_MODULE(WanDecoder3d);
+
+// diffusers WanEncoder3d (QwenImageEncoder3d), encoding one chunk: Wan 2.1's
+// flat list of resnets and downsamplers, or Wan 2.2's WanResidualDownBlocks.
+// Its output has 2·z_dim channels (mean and log-variance).
+class WanEncoder3dImpl : public torch::nn::Module {
+ public:
+  explicit WanEncoder3dImpl(const WanConfig& config);
+  // One chunk (1 frame first, then temporal_factor frames) of the
+  // patchified input: [B, in_channels, t, H, W] -> [B, 2·z_dim, 1, H/2^(L-1), W/2^(L-1)].
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache);
+
+  WanCausalConv3d conv_in{nullptr};
+  torch::nn::ModuleList down_blocks{nullptr};
+  WanMidBlock mid_block{nullptr};
+  nn::ChannelRMSNorm norm_out{nullptr};
+  WanCausalConv3d conv_out{nullptr};
+};
+TORCH_MODULE(WanEncoder3d);
+
+// The encode side of diffusers' AutoencoderKLWan / AutoencoderKLQwenImage:
+// the patchify, `encoder` with `_encode`'s chunk loop, and `quant_conv`.
+class AutoencoderKLWanEncodeImpl : public torch::nn::Module {
+ public:
+  explicit AutoencoderKLWanEncodeImpl(const WanConfig& config);
+  // x: [B, C, 1 + tf·k, H, W] -> moments [B, 2·z_dim, 1 + k, H/s, W/s].
+  // A fresh feature cache per call: repeat encodes are independent.
+  at::Tensor Encode(const at::Tensor& x, LayerOps& ops);
+
+  WanEncoder3d encoder{nullptr};
+  WanCausalConv3d quant_conv{nullptr};  // 1x1x1
+
+ private:
+  int64_t patch_size_;
+  int64_t temporal_factor_;
+};
+TORCH_MODULE(AutoencoderKLWanEncode);
 
 // The decode side of diffusers' AutoencoderKLWan / AutoencoderKLQwenImage:
 // `post_quant_conv` and `decoder`, with `_decode`'s chunk loop.

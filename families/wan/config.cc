@@ -18,6 +18,12 @@ const char* UpBlockTypeName(UpBlockType type) {
   return "?";
 }
 
+const WanFamily& WanFamilySpec() {
+  static const WanFamily* spec =
+      new WanFamily{"wan", "AutoencoderKLWan", {UpBlockType::kUpBlock, UpBlockType::kResidualUpBlock}};
+  return *spec;
+}
+
 std::vector<double> WanConfig::DefaultLatentsMean() {
   return {-0.7571, -0.7089, -0.9113, 0.1075,  -0.1745, 0.9653,  -0.1517, 1.5508,
           0.4134,  -0.0715, 0.5517,  -0.3632, -0.1922, -0.9497, 0.2503,  -0.2921};
@@ -34,6 +40,17 @@ std::vector<int64_t> WanConfig::decoder_dims() const {
   dims.push_back(decoder_dim() * dim_mult.back());
   for (auto it = dim_mult.rbegin(); it != dim_mult.rend(); ++it) dims.push_back(decoder_dim() * *it);
   return dims;
+}
+
+std::vector<int64_t> WanConfig::encoder_dims() const {
+  std::vector<int64_t> dims = {base_dim};
+  for (int64_t m : dim_mult) dims.push_back(base_dim * m);
+  return dims;
+}
+
+bool WanConfig::down_level_downsamples_time(int64_t i) const {
+  const int64_t n = static_cast<int64_t>(temperal_downsample.size());
+  return i >= 0 && i < levels() - 1 && i < n && temperal_downsample[i];
 }
 
 bool WanConfig::up_block_upsamples_time(int64_t i) const {

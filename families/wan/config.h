@@ -21,7 +21,7 @@ class ConfigReader;
 namespace vaedecode::families::wan {
 
 // The decoder up-block classes of the Wan lineage. A family names the ones
-// its checkpoints use (families/wan/decoder.h, WanFamily).
+// its checkpoints use (WanFamily).
 enum class UpBlockType {
   kUpBlock,          // diffusers WanUpBlock / QwenImageUpBlock (Wan 2.1, Qwen-Image)
   kResidualUpBlock,  // diffusers WanResidualUpBlock (Wan 2.2, `is_residual`)
@@ -29,6 +29,21 @@ enum class UpBlockType {
 
 // The diffusers class name of an up-block type, for messages.
 const char* UpBlockTypeName(UpBlockType type);
+
+// A family built on the Wan blocks: its registry name, its diffusers class,
+// the up-block classes its checkpoints are made of, and how its pipelines
+// normalise an encoded latent for the denoiser.
+struct WanFamily {
+  std::string family;           // ModelInfo::family, e.g. "wan"
+  std::string diffusers_class;  // config "_class_name", e.g. "AutoencoderKLWan"
+  std::vector<UpBlockType> up_blocks;
+  // Wan's I2V pipelines multiply by 1 / latents_std (a float32 reciprocal);
+  // Qwen-Image's edit pipelines divide by latents_std.
+  bool encode_divides_by_std = false;
+};
+
+// "wan": AutoencoderKLWan with WanUpBlock (2.1) or WanResidualUpBlock (2.2).
+const WanFamily& WanFamilySpec();
 
 struct WanConfig {
   std::string diffusers_class = "AutoencoderKLWan";
@@ -65,6 +80,11 @@ struct WanConfig {
   int64_t levels() const { return static_cast<int64_t>(dim_mult.size()); }
   // Decoder widths: dim·[dim_mult[-1]] + dim·reversed(dim_mult) (diffusers `dims`).
   std::vector<int64_t> decoder_dims() const;
+  // Encoder widths: base_dim·([1] + dim_mult) (diffusers WanEncoder3d `dims`).
+  std::vector<int64_t> encoder_dims() const;
+  // Whether the encoder's level i halves time: temperal_downsample[i], for
+  // every level that downsamples at all (all but the last).
+  bool down_level_downsamples_time(int64_t i) const;
   // Whether up block i doubles time: reversed temperal_downsample, and only
   // for blocks that upsample at all (every block but the last).
   bool up_block_upsamples_time(int64_t i) const;

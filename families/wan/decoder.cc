@@ -8,16 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "families/wan/blocks.h"
+#include "families/wan/encoder.h"
 #include "families/weight_loading.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::families::wan {
-
-const WanFamily& WanFamilySpec() {
-  static const WanFamily* spec =
-      new WanFamily{"wan", "AutoencoderKLWan", {UpBlockType::kUpBlock, UpBlockType::kResidualUpBlock}};
-  return *spec;
-}
 
 absl::StatusOr<std::unique_ptr<WanDecoder>> WanDecoder::Create(const WanFamily& family, WanConfig config,
                                                                std::string config_json) {
@@ -104,7 +99,7 @@ KeySignature WanLineageKeys() {
 
 void Register(Registry& registry) {
   const WanFamily& spec = WanFamilySpec();
-  registry.Register({spec.family, {spec.diffusers_class}, &LoadWan, {WanLineageKeys()}});
+  registry.Register({spec.family, {spec.diffusers_class}, &LoadWan, {WanLineageKeys()}, &LoadWanEncoder});
 }
 
 }  // namespace vaedecode::families::wan

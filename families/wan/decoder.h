@@ -23,17 +23,6 @@ namespace vaedecode::families::wan {
 
 class AutoencoderKLWanImpl;
 
-// A family built on the Wan blocks: its registry name, its diffusers class,
-// and the up-block classes its checkpoints are made of.
-struct WanFamily {
-  std::string family;           // ModelInfo::family, e.g. "wan"
-  std::string diffusers_class;  // config "_class_name", e.g. "AutoencoderKLWan"
-  std::vector<UpBlockType> up_blocks;
-};
-
-// "wan": AutoencoderKLWan with WanUpBlock (2.1) or WanResidualUpBlock (2.2).
-const WanFamily& WanFamilySpec();
-
 // The checkpoints of the Wan lineage (Wan, Qwen-Image), which look alike:
 // RMS norms with `gamma`, 5-D convs without wrappers.
 KeySignature WanLineageKeys();

@@ -12,6 +12,7 @@
 #include "families/model_files.h"
 #include "families/nn/modules.h"
 #include "families/wan/blocks.h"
+#include "families/wan/encoder.h"
 #include "tests/fixtures/fixture_paths.h"
 
 namespace vaedecode::families::wan {
@@ -235,6 +236,43 @@ TEST(WanDecoderSharding, WorldSizeOneAndImageLatentsAreRefused) {
   const std::unique_ptr<WanDecoder> d = *WanDecoder::Create(WanFamilySpec(), WanConfig(), "{}");
   EXPECT_EQ(d->CheckExactSharding({1, 16, 4, 7, 5}, 1).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(d->CheckExactSharding({1, 16, 7, 5}, 2).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(WanEncoder, RefusesConfigsDiffusersCannotEncodeWith) {
+  WanConfig attention = WanConfig();
+  attention.attn_scales = {1.0};
+  EXPECT_THAT(WanEncoder::Create(WanFamilySpec(), attention).status().message(), HasSubstr("attn_scales"));
+  WanConfig two_x = WanConfig();
+  two_x.temperal_downsample = {false, false, true};
+  EXPECT_THAT(WanEncoder::Create(WanFamilySpec(), two_x).status().message(), HasSubstr("chunks of 4 frames"));
+}
+
+TEST(WanEncoder, NamesTheFrameAndSizeRules) {
+  const std::unique_ptr<WanEncoder> wan21 = *WanEncoder::Create(WanFamilySpec(), WanConfig());
+  EXPECT_TRUE(wan21->ValidateImage(at::zeros({1, 3, 5, 25, 17})).ok());  // Wan 2.1 floors odd sizes
+  EXPECT_EQ(wan21->LatentShape({1, 3, 5, 25, 17}), (std::vector<int64_t>{1, 16, 2, 3, 2}));
+  EXPECT_THAT(wan21->ValidateImage(at::zeros({1, 3, 6, 24, 24})).message(), HasSubstr("1 + 4·k frames"));
+  EXPECT_THAT(wan21->ValidateImage(at::zeros({1, 3, 1, 7, 24})).message(), HasSubstr("at least 8x8"));
+  EXPECT_THAT(wan21->ValidateImage(at::zeros({1, 3, 24, 24})).message(), HasSubstr("[B, C, T, H, W]"));
+  WanConfig c22 = WanConfig();
+  c22.is_residual = true;
+  c22.patch_size = 2;
+  c22.in_channels = 12;
+  c22.out_channels = 12;
+  c22.z_dim = 48;
+  c22.latents_mean.assign(48, 0.0);
+  c22.latents_std.assign(48, 1.0);
+  const std::unique_ptr<WanEncoder> wan22 = *WanEncoder::Create(WanFamilySpec(), c22);
+  EXPECT_EQ(wan22->info().in_channels, 3);
+  EXPECT_EQ(wan22->LatentShape({1, 3, 9, 32, 48}), (std::vector<int64_t>{1, 48, 3, 2, 3}));
+  EXPECT_THAT(wan22->ValidateImage(at::zeros({1, 3, 1, 40, 48})).message(), HasSubstr("multiples of 16"));
+  // Bands are cut in latent rows at every level: image rows 16 to a latent row, then 8, 4, 2, 1.
+  const std::vector<RowLevel> levels = wan22->RowLevels(48);
+  ASSERT_EQ(levels.size(), 5u);
+  EXPECT_EQ(levels[0].rows, 48);
+  EXPECT_EQ(levels[0].per_latent_row, 16);
+  EXPECT_EQ(levels[1].rows, 24);
+  EXPECT_EQ(levels[4].rows, 3);
 }
 
 }  // namespace

@@ -62,16 +62,18 @@ while read -r folder name latent expected pipeline; do
   fi
 done <<< "$cases"
 
-# Encode cases of every family that encodes: folder case image mean logvar sample seed pipeline_encoded uses_sample
+# Encode cases of every family that encodes: folder case image mean logvar sample seed pipeline_encoded uses_sample ranks
 encode_cases=$("$PY" - "$FIX/index.json" <<'PY'
 import json, sys
 for f in json.load(open(sys.argv[1]))["fixtures"]:
-    if f["diffusers_class"] not in ("AutoencoderKL", "AutoencoderKLFlux2"):
+    if f["diffusers_class"] not in ("AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
+                                    "AutoencoderKLQwenImage"):
         continue
     uses_sample = (f.get("pipeline_encode") or {}).get("posterior", "").startswith("sample")
     for c in f.get("encode_cases", []):
+        ranks = min(3, c["latent_shape"][-2])  # every band keeps a latent row
         print(f["folder"], c["case"], c["image_file"], c["mean_file"], c["logvar_file"], c["sample_file"],
-              c["sample_seed"], c.get("pipeline_encoded_file") or "-", "sample" if uses_sample else "mean")
+              c["sample_seed"], c.get("pipeline_encoded_file") or "-", "sample" if uses_sample else "mean", ranks)
 PY
 )
 [ -n "$encode_cases" ] || fail "no encode cases found"
@@ -82,14 +84,15 @@ compare_tensor() {  # expected name actual [actual-name]
   case "$verdict" in *OK) echo "  ok: $verdict" ;; *) fail "$3 vs $1 ($2): $verdict" ;; esac
 }
 
-while read -r folder name image mean logvar sample seed encoded posterior; do
+while read -r folder name image mean logvar sample seed encoded posterior ranks; do
   echo "== encode $folder/$name"
   "$BIN" encode --model "$FIX/$folder" --image "$FIX/$image" --out "$OUT/enc_${folder}_${name}.safetensors" \
     --posterior moments >/dev/null || fail "dense encode of $folder/$name"
   compare_tensor "$FIX/$mean" mean "$OUT/enc_${folder}_${name}.safetensors"
   compare_tensor "$FIX/$logvar" logvar "$OUT/enc_${folder}_${name}.safetensors"
   "$BIN" encode --model "$FIX/$folder" --image "$FIX/$image" --out "$OUT/enc_${folder}_${name}_exact.safetensors" \
-    --posterior sample --seed "$seed" --mode exact --ranks 3 --timeout-s 60 | grep "mode=exact ranks=3" > /dev/null \
+    --posterior sample --seed "$seed" --mode exact --ranks "$ranks" --timeout-s 60 | grep "mode=exact ranks=$ranks" \
+    > /dev/null \
     || fail "exact encode of $folder/$name"
   compare_tensor "$FIX/$sample" sample "$OUT/enc_${folder}_${name}_exact.safetensors" latent
   if [ "$encoded" != "-" ]; then
@@ -112,6 +115,20 @@ raw = open(sys.argv[2], "rb").read()
 header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
 assert header["latent"]["shape"] == [1, 4, h // 4, w // 4], (header, w, h)
 PY
+echo "== a PNG encodes as one frame of a video model"
+"$BIN" encode --model "$FIX/wan21" --image "$OUT/to_encode.png" --out "$OUT/wan_from_png.safetensors" >/dev/null \
+  || fail "wan encode of a png"
+"$PY" - "$OUT/to_encode.png" "$OUT/wan_from_png.safetensors" <<'PY' || fail "the PNG's one-frame encode shape"
+import json, struct, sys
+w, h = struct.unpack(">II", open(sys.argv[1], "rb").read()[16:24])
+raw = open(sys.argv[2], "rb").read()
+header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+assert header["latent"]["shape"] == [1, 16, 1, h // 8, w // 8], (header, w, h)
+PY
+"$PY" -c "import numpy as np; np.save('$OUT/clip6.npy', np.zeros((1, 3, 6, 24, 40), np.float32))"
+expect_error 1 "1 + 4·k frames" encode --model "$FIX/wan21" --image "$OUT/clip6.npy" --out "$OUT/x.safetensors"
+expect_error 1 "multiples of 16" encode --model "$FIX/wan22" --image "$FIX/wan21/image.safetensors" \
+  --out "$OUT/x.safetensors"
 expect_error 1 "want .png" encode --model "$FIX/sd_kl" --image "$FIX/sd_kl/config.json" --out "$OUT/x.safetensors"
 cp "$FIX/sd_kl/config.json" "$OUT/fake.png"
 expect_error 1 "neither PNG nor JPEG" encode --model "$FIX/sd_kl" --image "$OUT/fake.png" --out "$OUT/x.safetensors"

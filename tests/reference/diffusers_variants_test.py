@@ -12,6 +12,9 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
 - AutoencoderKLMiniMaxH3 with other window geometry (clip_length 16,
   token_drop 2) and no register tokens, and in bfloat16, where diffusers
   keeps the norms and residual scales (so the residual stream) in float32
+- encodes: AutoencoderKLWan (Wan 2.1 and 2.2 layouts) with other widths,
+  one resnet a level and time halved at other levels, clips of 2 and 3
+  chunks, batch 2: moments dense vs diffusers, exact over 3 ranks vs dense
 - structure keys that disagree with the structure (AutoencoderKLWan's
   scale_factor_spatial/temporal, AutoencoderKLHunyuanImage's
   spatial_compression_ratio beyond its levels): diffusers decodes them as
@@ -78,6 +81,33 @@ def cli_decode(folder, latent, name, *flags, stderr=None):
 def max_diff(a, b):
     assert a.shape == b.shape, f"shape {a.shape} vs {b.shape}"
     return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
+
+
+def cli_encode(folder, image, name, *flags):
+    image_path = TMP / f"{name}_image.npy"
+    np.save(image_path, image)
+    out = TMP / f"{name}.safetensors"
+    done = subprocess.run([str(CLI), "encode", "--model", str(folder), "--image", str(image_path), "--out", str(out),
+                           "--posterior", "moments", *flags], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"vaedecode encode {' '.join(flags)}: {done.stderr.strip()}"
+    got = load_file(str(out))
+    return got["mean"], got["logvar"], done.stdout
+
+
+def check_encode_dense_and_exact(vae, folder, image, name, ranks):
+    with torch.no_grad():
+        posterior = vae.encode(torch.from_numpy(image)).latent_dist
+    want_mean, want_logvar = posterior.mean.numpy(), posterior.logvar.numpy()
+    mean, logvar, _ = cli_encode(folder, image, name, "--mode", "dense")
+    d = max(max_diff(mean, want_mean), max_diff(logvar, want_logvar))
+    assert d <= DENSE_TOLERANCE, f"dense encode vs diffusers: max |diff| {d:.3g} > {DENSE_TOLERANCE}"
+    exact_mean, exact_logvar, line = cli_encode(folder, image, f"{name}_exact", "--mode", "exact", "--ranks",
+                                                str(ranks), "--timeout-s", "120")
+    assert f"mode=exact ranks={ranks}" in line, f"not encoded exactly over {ranks} ranks: {line}"
+    e = max(max_diff(exact_mean, mean), max_diff(exact_logvar, logvar))
+    tolerance = EXACT_TOLERANCE[image.ndim]
+    assert e <= tolerance, f"exact encode over {ranks} ranks vs dense: max |diff| {e:.3g} > {tolerance}"
+    print(f"  {name}: dense vs diffusers {d:.3g}, exact vs dense {e:.3g}, mean {list(want_mean.shape)}")
 
 
 def check_dense_and_exact(vae, folder, latent, name, ranks):
@@ -173,6 +203,21 @@ def minimax_h3_bfloat16():
         f"all-bfloat16 decode's {plain_mean:.3g}")
 
 
+def wan_encoders():
+    # Wan 2.1's flat encoder: 6 wide, 1 resnet a level, time halved at levels 0 and 1.
+    vae, folder = build("wan21_encoder", "wan21", "AutoencoderKLWan",
+                        {"base_dim": 6, "num_res_blocks": 1, "dim_mult": [1, 2, 2, 3],
+                         "temperal_downsample": [True, True, False]}, seed=23)
+    image = (np.random.default_rng(5).random((2, 3, 9, 40, 24), dtype=np.float32) * 2 - 1)
+    check_encode_dense_and_exact(vae, folder, image, "wan21_encoder", ranks=3)
+    # Wan 2.2's residual down blocks (AvgDown3D shortcuts), time halved at levels 0 and 2.
+    vae, folder = build("wan22_encoder", "wan22", "AutoencoderKLWan",
+                        {"base_dim": 4, "num_res_blocks": 1, "dim_mult": [1, 2, 2, 2],
+                         "temperal_downsample": [True, False, True]}, seed=29)
+    image = (np.random.default_rng(6).random((1, 3, 5, 48, 32), dtype=np.float32) * 2 - 1)
+    check_encode_dense_and_exact(vae, folder, image, "wan22_encoder", ranks=3)
+
+
 def main():
     torch.set_num_threads(2)
     checks = Checks("diffusers_variants")
@@ -183,6 +228,7 @@ def main():
     checks.run("hunyuanvideo15_other_structure_batch_two", hunyuanvideo15_other_structure_batch_two)
     checks.run("minimax_h3_other_windows_no_registers", minimax_h3_other_windows)
     checks.run("minimax_h3_bfloat16_mixed_precision", minimax_h3_bfloat16)
+    checks.run("wan_encoders_other_structure", wan_encoders)
     checks.run("wan21_scale_factors_disagreeing_with_the_blocks",
                disagreeing_structure_key("wan_scale_factors", "wan21", "AutoencoderKLWan",
                                          {"scale_factor_spatial": 16, "scale_factor_temporal": 2}, (1, 16, 3, 4, 5),

@@ -44,11 +44,12 @@ void ExpectLatent(const DecodeOutcome& out, const FloatTensor& expected, const s
 }
 
 TEST(EncodeServiceTest, EveryEncodeCaseMatchesDiffusersThroughGrpc) {
-  const std::vector<std::string> fixtures = {"sd_kl", "flux1_kl", "flux2_kl"};
+  const std::vector<std::string> fixtures = {"sd_kl", "flux1_kl", "flux2_kl", "wan21", "wan22", "qwenimage"};
   const std::string repo = FixtureRepository(fixtures);
   auto server = StartServing(RealWorkerFlags(repo, "cpu:2", 2, {"--chunk_bytes=4096"}), fixtures);
   ASSERT_NE(server, nullptr);
-  for (const EncodeCase& c : EncodeCases({"AutoencoderKL", "AutoencoderKLFlux2"})) {
+  for (const EncodeCase& c :
+       EncodeCases({"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan", "AutoencoderKLQwenImage"})) {
     const std::string what = c.fixture + "/" + c.name;
     // The mean, AUTO: exact over the group's two ranks; the image in 1 KiB pieces.
     v1::EncodeRequest mean = ImageRequest(c.fixture, c.image_file);
@@ -82,7 +83,7 @@ TEST(EncodeServiceTest, EveryEncodeCaseMatchesDiffusersThroughGrpc) {
     std::vector<int64_t> shape = m.shape;
     shape[1] *= 2;
     EXPECT_EQ(Shape(got_moments.output.header()), shape);
-    // [B, 2C, h, w]: per batch entry, the mean's channels then the log-variance's.
+    // [B, 2C, (T,) h, w]: per batch entry, the mean's channels then the log-variance's.
     const std::vector<float> both = AsFloats(got_moments);
     const size_t per = m.data.size() / m.shape[0];
     std::vector<float> want;
@@ -112,6 +113,12 @@ TEST(EncodeServiceTest, EveryEncodeCaseMatchesDiffusersThroughGrpc) {
   const DecodeOutcome got_pixels = Encode(server->stub(), from_pixels);
   ASSERT_TRUE(got_pixels.status.ok()) << got_pixels.status.error_message();
   EXPECT_EQ(AsFloats(got_pixels), AsFloats(got_png));
+
+  // A video model encodes a still image as a one-frame clip.
+  from_png.set_model("wan21");
+  const DecodeOutcome got_frame = Encode(server->stub(), from_png, 100);
+  ASSERT_TRUE(got_frame.status.ok()) << got_frame.status.error_message();
+  EXPECT_EQ(Shape(got_frame.output.header()), (std::vector<int64_t>{1, 16, 1, 5, 3}));
 }
 
 TEST(EncodeServiceTest, BadRequestsAreRefusedClearlyAndTheServerKeepsServing) {
