@@ -111,14 +111,50 @@ std::vector<OptionInfo> MakeTable() {
   return t;
 }
 
+std::vector<OptionInfo> MakeEncodeTable() {
+  std::vector<OptionInfo> t;
+  const unsigned everywhere = kHttp | kOip | kCli | kClient;
+  t.push_back({"posterior",
+               OptionKind::kChoice,
+               everywhere,
+               {{v1::POSTERIOR_MEAN, {"mean", "argmax"}},
+                {v1::POSTERIOR_SAMPLE, {"sample"}},
+                {v1::POSTERIOR_MOMENTS, {"moments"}}},
+               0,
+               0,
+               "",
+               "mean (what edit and I2V pipelines use), a seeded sample, or the moments (mean and log-variance)"});
+  t.push_back({"seed",
+               OptionKind::kUnsigned,
+               everywhere,
+               {},
+               0,
+               0,
+               "drawn (and returned)",
+               "posterior sample: torch.Generator().manual_seed(seed)'s draw on the CPU, as diffusers does"});
+  t.push_back({"latent_space",
+               OptionKind::kChoice,
+               everywhere,
+               {{v1::LATENT_SPACE_VAE, {"vae"}}, {v1::LATENT_SPACE_RAW, {"raw"}}},
+               0,
+               0,
+               "",
+               "vae: the encoder's latent; raw: normalised as the model's pipeline feeds its denoiser"});
+  t.push_back({"mode", OptionKind::kChoice, kHttp | kOip | kClient, ModeChoices(), 0, 0, "",
+               "how the group encodes: auto, dense or exact (row bands over the group); encodes are not tiled"});
+  return t;
+}
+
 const std::vector<OptionInfo>& Table() {
   static const auto* table = new std::vector<OptionInfo>(MakeTable());
   return *table;
 }
 
-const FieldDescriptor* Field(const OptionInfo& option) {
-  return v1::DecodeRequest::descriptor()->FindFieldByName(option.name);
+const FieldDescriptor* Field(const OptionInfo& option, const google::protobuf::Descriptor* message) {
+  return message->FindFieldByName(option.name);
 }
+
+const FieldDescriptor* Field(const OptionInfo& option) { return Field(option, v1::DecodeRequest::descriptor()); }
 
 absl::Status Bad(const OptionInfo& option, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(option.name, ": ", why));
@@ -186,8 +222,16 @@ const OptionInfo* FindRequestOption(absl::string_view name) {
   return nullptr;
 }
 
-absl::Status SetOption(const OptionInfo& option, const OptionValue& value, v1::DecodeRequest& request) {
-  const FieldDescriptor* field = Field(option);
+absl::Span<const OptionInfo> EncodeOptions() {
+  static const auto* table = new std::vector<OptionInfo>(MakeEncodeTable());
+  return *table;
+}
+
+namespace {
+
+absl::Status SetMessageOption(const OptionInfo& option, const OptionValue& value, google::protobuf::Message& request) {
+  const FieldDescriptor* field = Field(option, request.GetDescriptor());
+  if (field == nullptr) return Bad(option, "not an option of this request");
   const Reflection* reflection = request.GetReflection();
   const std::string use = absl::StrCat("; use ", option.Accepted());
   switch (option.kind) {
@@ -240,6 +284,16 @@ absl::Status SetOption(const OptionInfo& option, const OptionValue& value, v1::D
     }
   }
   return Bad(option, "unknown kind");
+}
+
+}  // namespace
+
+absl::Status SetOption(const OptionInfo& option, const OptionValue& value, v1::DecodeRequest& request) {
+  return SetMessageOption(option, value, request);
+}
+
+absl::Status SetOption(const OptionInfo& option, const OptionValue& value, v1::EncodeRequest& request) {
+  return SetMessageOption(option, value, request);
 }
 
 absl::Status CheckOptionRanges(const v1::DecodeRequest& request) {

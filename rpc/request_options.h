@@ -67,6 +67,9 @@ using OptionValue = std::variant<std::string, int64_t, uint64_t, double, bool>;
 
 // Every option.
 absl::Span<const OptionInfo> RequestOptions();
+// The options of a v1::EncodeRequest (posterior, seed, latent_space, mode),
+// the same way: its HTTP query parameters and OIP parameters by name.
+absl::Span<const OptionInfo> EncodeOptions();
 // The option named `name` (a field name, or a CLI flag without "--");
 // nullptr when none.
 const OptionInfo* FindRequestOption(absl::string_view name);
@@ -76,6 +79,8 @@ const OptionInfo* FindRequestOption(absl::string_view name);
 // integral double); choices take a name. INVALID_ARGUMENT "<name>: <why>"
 // naming what is accepted when the value is malformed or out of range.
 absl::Status SetOption(const OptionInfo& option, const OptionValue& value, v1::DecodeRequest& request);
+// The same for an EncodeOptions() row.
+absl::Status SetOption(const OptionInfo& option, const OptionValue& value, v1::EncodeRequest& request);
 
 // Every option of `request` within its option's range (an unset int32 is
 // 0, meaning the default) and every choice a known value.

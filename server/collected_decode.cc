@@ -1,6 +1,6 @@
-// DecodeService::StartCollected / DecodeCollected: one decode whose output
-// is gathered in the server, for the unary protocols (HTTP remote_decode,
-// OIP ModelInfer).
+// DecodeService::StartCollected / StartCollectedEncode / DecodeCollected: one
+// decode or encode whose output is gathered in the server, for the unary
+// protocols (HTTP remote_decode and remote_encode, OIP ModelInfer).
 
 #include <utility>
 
@@ -94,6 +94,21 @@ std::shared_ptr<Job> DecodeService::StartCollected(v1::DecodeRequest request, ab
       admission.status = OutputTooLarge(max_output_bytes, predicted);
     }
   }
+  return StartCollecting(admission, max_output_bytes, std::move(done));
+}
+
+std::shared_ptr<Job> DecodeService::StartCollectedEncode(v1::EncodeRequest request, absl::Time received,
+                                                         absl::Time deadline, std::string protocol,
+                                                         int64_t max_output_bytes, absl::Status refusal,
+                                                         std::function<void(CollectedOutput)> done) {
+  active_.fetch_add(1);
+  // A latent is a fraction of its image: the collecting stream's bound suffices.
+  const Admission admission = AdmitEncode(std::move(request), received, deadline, std::move(protocol), refusal);
+  return StartCollecting(admission, max_output_bytes, std::move(done));
+}
+
+std::shared_ptr<Job> DecodeService::StartCollecting(const Admission& admission, int64_t max_output_bytes,
+                                                    std::function<void(CollectedOutput)> done) {
   auto stream = std::make_shared<CollectingStream>(admission.job.get(), max_output_bytes,
                                                    [this, done = std::move(done)](CollectedOutput out) {
                                                      done(std::move(out));

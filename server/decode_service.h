@@ -128,6 +128,11 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
                                       int64_t max_output_bytes, absl::Status refusal,
                                       std::function<void(CollectedOutput)> done);
 
+  // The same for an encode (its image whole); `received` starts its clock.
+  std::shared_ptr<Job> StartCollectedEncode(v1::EncodeRequest request, absl::Time received, absl::Time deadline,
+                                            std::string protocol, int64_t max_output_bytes, absl::Status refusal,
+                                            std::function<void(CollectedOutput)> done);
+
   // Watches an Encode upload that starts now (the stall watch cancels it
   // past upload_timeout); the reactor clears `context` when it ends.
   std::shared_ptr<UploadClock> WatchUpload(grpc::CallbackServerContext* context);
@@ -143,6 +148,9 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   int64_t active_calls() const { return active_.load(); }
 
  private:
+  // Starts an admitted job whose output is collected for `done`.
+  std::shared_ptr<Job> StartCollecting(const Admission& admission, int64_t max_output_bytes,
+                                       std::function<void(CollectedOutput)> done);
   // The log line and metrics for a finished call.
   void Report(const Job& job, const absl::Status& status, const std::string& protocol);
   void ReportEncode(const Job& job, const absl::Status& status, const std::string& protocol);

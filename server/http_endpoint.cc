@@ -16,6 +16,7 @@
 #include "server/oip_translation.h"
 #include "server/peer_connection.h"
 #include "server/remote_decode.h"
+#include "server/remote_encode.h"
 
 namespace vaedecode::server {
 namespace {
@@ -25,7 +26,8 @@ constexpr absl::Duration kClientPoll = absl::Milliseconds(100);
 
 // What the routes below serve, for the 404, 405 and 501 messages.
 constexpr char kServed[] =
-    "remote_decode: POST / or /models/NAME, GET /health or /health/NAME; Open Inference Protocol: GET "
+    "remote_decode: POST / or /models/NAME, remote_encode: POST /encode or /models/NAME/encode, GET /health or "
+    "/health/NAME; Open Inference Protocol: GET "
     "/v2/health/live, /v2/health/ready, /v2, /v2/models/NAME[/ready|/config|/stats], /v2/models/stats, POST "
     "/v2/models/NAME/infer, /v2/repository/index";
 // NAME and an optional version: matches[1], matches[2].
@@ -110,19 +112,17 @@ Body ReadBody(const httplib::Request& req, const httplib::ContentReader& reader,
   return body;
 }
 
-// One collected decode on behalf of an HTTP request: cancelled when the
-// client closes its connection (an abandoned request frees its group at
-// once, and is logged and counted CANCELLED).
-CollectedOutput DecodeForClient(DecodeService& service, const httplib::Request& req, v1::DecodeRequest request,
-                                absl::Time deadline, const char* protocol, int64_t max_output_bytes,
-                                absl::Status refusal) {
+// One collected decode or encode on behalf of an HTTP request, started by
+// `start`: cancelled when the client closes its connection (an abandoned
+// request frees its group at once, and is logged and counted CANCELLED).
+using StartCollection = std::function<std::shared_ptr<Job>(std::function<void(CollectedOutput)> done)>;
+CollectedOutput CollectForClient(const httplib::Request& req, const StartCollection& start) {
   auto finished = std::make_shared<absl::Notification>();
   auto out = std::make_shared<CollectedOutput>();
-  std::shared_ptr<Job> job = service.StartCollected(std::move(request), deadline, protocol, max_output_bytes,
-                                                    std::move(refusal), [finished, out](CollectedOutput o) {
-                                                      *out = std::move(o);
-                                                      finished->Notify();
-                                                    });
+  std::shared_ptr<Job> job = start([finished, out](CollectedOutput o) {
+    *out = std::move(o);
+    finished->Notify();
+  });
   const std::optional<PeerConnection> peer = PeerConnection::Find(req.local_port, req.remote_addr, req.remote_port);
   bool cancelled = false;
   while (!finished->WaitForNotificationWithTimeout(kClientPoll)) {
@@ -132,6 +132,15 @@ CollectedOutput DecodeForClient(DecodeService& service, const httplib::Request& 
     }
   }
   return std::move(*out);
+}
+
+CollectedOutput DecodeForClient(DecodeService& service, const httplib::Request& req, v1::DecodeRequest request,
+                                absl::Time deadline, const char* protocol, int64_t max_output_bytes,
+                                absl::Status refusal) {
+  return CollectForClient(req, [&](std::function<void(CollectedOutput)> done) {
+    return service.StartCollected(std::move(request), deadline, protocol, max_output_bytes, std::move(refusal),
+                                  std::move(done));
+  });
 }
 
 // Every route: its path pattern and the methods it serves. A known path
@@ -258,6 +267,39 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
   post("/", decode);
   // A trailing slash too: diffusers' docs write endpoint URLs that way.
   post(R"(/models/([^/]+)/?)", decode);
+
+  // diffusers' remote_encode (server/remote_encode.h).
+  const auto encode = [&service, &catalog, options](const httplib::Request& req, httplib::Response& res,
+                                                    std::string body) {
+    const absl::Time received = absl::Now();
+    RemoteEncodeCall call;
+    absl::Status refusal;
+    absl::StatusOr<std::string> model = ModelFor(req, options, catalog);
+    if (!model.ok()) {
+      refusal = model.status();
+    } else {
+      call.request.set_model(*model);
+      absl::StatusOr<v1::ModelInfo> info = catalog.Lookup(*model);
+      if (info.ok()) {
+        absl::StatusOr<RemoteEncodeCall> translated =
+            TranslateRemoteEncode(ParseQuery(req.target), std::move(body), *info);
+        if (translated.ok()) {
+          call = *std::move(translated);
+        } else {
+          refusal = translated.status();
+        }
+      }
+      // An unknown model is refused by the admission itself, with the list.
+    }
+    call.request.set_request_id(req.get_header_value("X-Request-Id"));
+    CollectedOutput out = CollectForClient(req, [&](std::function<void(CollectedOutput)> done) {
+      return service.StartCollectedEncode(std::move(call.request), received, received + options.request_timeout, "http",
+                                          options.max_output_bytes, std::move(refusal), std::move(done));
+    });
+    Send(BuildRemoteEncodeReply(call, std::move(out)), res);
+  };
+  post("/encode", encode);
+  post(R"(/models/([^/]+)/encode/?)", encode);
 
   // ---- the Open Inference Protocol's HTTP/REST binding ----
   const auto send_json = [](httplib::Response& res, const std::string& json) {

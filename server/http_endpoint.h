@@ -9,6 +9,9 @@
 //   POST /               decode with the default model (--http_default_model,
 //                        or the only model served)
 //   POST /models/NAME[/] decode with model NAME
+//   POST /encode, /models/NAME/encode[/]: diffusers' remote_encode()
+//                        (server/remote_encode.h), through the same path as
+//                        the gRPC Encode
 //   GET  /health         "Ok" while the model (any model for /health) is
 //   GET  /health/NAME    served and the server is not draining; 503 otherwise
 //

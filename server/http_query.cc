@@ -1,5 +1,8 @@
 #include "server/http_query.h"
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace vaedecode::server {
@@ -42,6 +45,42 @@ QueryParams ParseQuery(absl::string_view target) {
     params.emplace(DecodeQueryComponent(key), DecodeQueryComponent(value));
   }
   return params;
+}
+
+absl::Status BadQueryParam(absl::string_view name, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("query parameter ", name, ": ", why));
+}
+
+absl::StatusOr<const std::string*> SingleQueryParam(const QueryParams& params, const std::string& name) {
+  const auto [begin, end] = params.equal_range(name);
+  if (begin == end) return nullptr;
+  if (std::next(begin) != end) return BadQueryParam(name, "given more than once");
+  return &begin->second;
+}
+
+absl::StatusOr<bool> ParseBoolQueryParam(const std::string& name, const std::string& value) {
+  const std::string v = absl::AsciiStrToLower(value);
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return BadQueryParam(name, absl::StrCat("\"", value, "\" is not True or False"));
+}
+
+absl::StatusOr<int64_t> ParsePositiveQueryParam(const std::string& name, const std::string& value) {
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < 1) {
+    return BadQueryParam(name, absl::StrCat("\"", value, "\" is not a positive integer"));
+  }
+  return n;
+}
+
+absl::StatusOr<std::vector<int64_t>> RepeatedPositiveQueryParam(const QueryParams& params, const std::string& name) {
+  std::vector<int64_t> out;
+  for (auto [it, end] = params.equal_range(name); it != end; ++it) {
+    absl::StatusOr<int64_t> d = ParsePositiveQueryParam(name, it->second);
+    if (!d.ok()) return d.status();
+    out.push_back(*d);
+  }
+  return out;
 }
 
 }  // namespace vaedecode::server

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "rpc/status.h"
 
 namespace vaedecode::server {
@@ -44,6 +46,16 @@ HttpReply ErrorReply(const absl::Status& status) {
   nlohmann::json body = {{"error", std::string(status.message())}, {"code", rpc::StatusCodeName(status.code())}};
   // Invalid UTF-8 in a message (an echoed parameter) is replaced, not thrown.
   reply.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return reply;
+}
+
+std::string JsonShape(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+HttpReply TensorReply(std::string body, const std::vector<int64_t>& shape, const std::string& dtype) {
+  HttpReply reply;
+  reply.content_type = "tensor/binary";
+  reply.body = std::move(body);
+  reply.headers = {{"shape", JsonShape(shape)}, {"dtype", dtype}};
   return reply;
 }
 

@@ -7,6 +7,7 @@
 //
 // Thread-safe: pure functions.
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,5 +26,11 @@ struct HttpReply {
 // {"error": message, "code": name} with the HTTP status for `status`'s code.
 HttpReply ErrorReply(const absl::Status& status);
 int HttpStatusFor(absl::StatusCode code);
+
+// "[1, 4, 64, 64]": a shape as JSON.
+std::string JsonShape(const std::vector<int64_t>& shape);
+// A raw tensor reply as remote_decode's and remote_encode's postprocess read
+// it: `body` with `shape` (a JSON list) and `dtype` (torch's name) headers.
+HttpReply TensorReply(std::string body, const std::vector<int64_t>& shape, const std::string& dtype);
 
 }  // namespace vaedecode::server

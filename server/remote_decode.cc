@@ -15,72 +15,32 @@
 #include "rpc/status_macros.h"
 
 namespace vaedecode::server {
-namespace {
-
-absl::Status Bad(absl::string_view param, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("query parameter ", param, ": ", why));
-}
-
-// The one value of `name`, or nullptr; more than one is an error.
-absl::StatusOr<const std::string*> Single(const QueryParams& params, const std::string& name) {
-  const auto [begin, end] = params.equal_range(name);
-  if (begin == end) return nullptr;
-  if (std::next(begin) != end) return Bad(name, "given more than once");
-  return &begin->second;
-}
-
-// Python's str(bool) as requests sends it, and the usual spellings.
-absl::StatusOr<bool> ParseBool(const std::string& name, const std::string& value) {
-  const std::string v = absl::AsciiStrToLower(value);
-  if (v == "true" || v == "1" || v == "yes") return true;
-  if (v == "false" || v == "0" || v == "no") return false;
-  return Bad(name, absl::StrCat("\"", value, "\" is not True or False"));
-}
-
-absl::StatusOr<int64_t> ParsePositive(const std::string& name, const std::string& value) {
-  int64_t n = 0;
-  if (!absl::SimpleAtoi(value, &n) || n < 1) {
-    return Bad(name, absl::StrCat("\"", value, "\" is not a positive integer"));
-  }
-  return n;
-}
-
-std::string JsonShape(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
-
-HttpReply TensorReply(std::string body, const std::vector<int64_t>& shape, const std::string& dtype) {
-  HttpReply reply;
-  reply.content_type = "tensor/binary";
-  reply.body = std::move(body);
-  reply.headers = {{"shape", JsonShape(shape)}, {"dtype", dtype}};
-  return reply;
-}
-
-}  // namespace
 
 absl::StatusOr<std::string> UnpackPackedLatent(const std::string& packed, int64_t element_size,
                                                const std::vector<int64_t>& packed_shape, int64_t height, int64_t width,
                                                int64_t token_pixels, Packing packing,
                                                std::vector<int64_t>* unpacked_shape) {
   if (packed_shape.size() != 3) {
-    return Bad("shape", absl::StrCat("a packed latent is [B, tokens, channels]; got ", JsonShape(packed_shape)));
+    return BadQueryParam("shape",
+                         absl::StrCat("a packed latent is [B, tokens, channels]; got ", JsonShape(packed_shape)));
   }
   // Every size is bounded before anything is multiplied or read.
   ASSIGN_OR_RETURN(int64_t numel, rpc::CountElements(packed_shape, "query parameter shape"));
   const int64_t batch = packed_shape[0], tokens = packed_shape[1], packed_channels = packed_shape[2];
   const int64_t rows = height / token_pixels, cols = width / token_pixels;  // tokens per column and row
   if (rows < 1 || cols < 1) {
-    return Bad("height/width", absl::StrCat(height, "x", width, " is smaller than one token of ", token_pixels, "x",
-                                            token_pixels, " pixels"));
+    return BadQueryParam("height/width", absl::StrCat(height, "x", width, " is smaller than one token of ",
+                                                      token_pixels, "x", token_pixels, " pixels"));
   }
   if (rows > tokens / cols || rows * cols != tokens) {
-    return Bad("shape", absl::StrCat("a ", height, "x", width, " image packs into ",
-                                     rows <= tokens / cols ? absl::StrCat(rows * cols) : std::string("more"),
-                                     " tokens (", token_pixels, "x", token_pixels, " pixels each); the latent ",
-                                     JsonShape(packed_shape), " has ", tokens));
+    return BadQueryParam("shape", absl::StrCat("a ", height, "x", width, " image packs into ",
+                                               rows <= tokens / cols ? absl::StrCat(rows * cols) : std::string("more"),
+                                               " tokens (", token_pixels, "x", token_pixels,
+                                               " pixels each); the latent ", JsonShape(packed_shape), " has ", tokens));
   }
   if (packing == Packing::kPatches2x2 && packed_channels % 4 != 0) {
-    return Bad("shape", absl::StrCat("a packed latent's last dimension is 4 x channels (2x2 patches); got ",
-                                     packed_channels, " in ", JsonShape(packed_shape)));
+    return BadQueryParam("shape", absl::StrCat("a packed latent's last dimension is 4 x channels (2x2 patches); got ",
+                                               packed_channels, " in ", JsonShape(packed_shape)));
   }
   const int64_t want = numel * element_size;
   if (static_cast<int64_t>(packed.size()) != want) {
@@ -130,8 +90,8 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   r.set_model(model.name());
 
   // dtype and shape.
-  ASSIGN_OR_RETURN(const std::string* dtype, Single(params, "dtype"));
-  if (dtype == nullptr) return Bad("dtype", "missing; float16, bfloat16 or float32");
+  ASSIGN_OR_RETURN(const std::string* dtype, SingleQueryParam(params, "dtype"));
+  if (dtype == nullptr) return BadQueryParam("dtype", "missing; float16, bfloat16 or float32");
   int64_t element_size = 0;
   if (*dtype == "float32") {
     r.mutable_latent()->set_dtype(v1::FLOAT32);
@@ -143,19 +103,15 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     r.mutable_latent()->set_dtype(v1::BFLOAT16);
     element_size = 2;
   } else {
-    return Bad("dtype", absl::StrCat("\"", *dtype, "\"; use float16, bfloat16 or float32"));
+    return BadQueryParam("dtype", absl::StrCat("\"", *dtype, "\"; use float16, bfloat16 or float32"));
   }
-  std::vector<int64_t> shape;
-  for (auto [it, end] = params.equal_range("shape"); it != end; ++it) {
-    ASSIGN_OR_RETURN(int64_t d, ParsePositive("shape", it->second));
-    shape.push_back(d);
-  }
-  if (shape.empty()) return Bad("shape", "missing; repeat it once per dimension (shape=1&shape=4&...)");
+  ASSIGN_OR_RETURN(std::vector<int64_t> shape, RepeatedPositiveQueryParam(params, "shape"));
+  if (shape.empty()) return BadQueryParam("shape", "missing; repeat it once per dimension (shape=1&shape=4&...)");
 
   // vaedecode's request options (rpc/request_options.h), by their names.
   for (const rpc::OptionInfo& option : rpc::RequestOptions()) {
     if ((option.surfaces & rpc::kHttp) == 0) continue;
-    ASSIGN_OR_RETURN(const std::string* value, Single(params, option.name));
+    ASSIGN_OR_RETURN(const std::string* value, SingleQueryParam(params, option.name));
     if (value == nullptr) continue;
     if (absl::Status s = rpc::SetOption(option, *value, r); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("query parameter ", s.message()));
@@ -164,37 +120,39 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   // remote_decode's rules for the latent's space: a scale or a shift means a
   // raw latent de-normalised with them (a shift alone takes the model's own
   // scale); do_scaling means raw with the model's own formula.
-  ASSIGN_OR_RETURN(const std::string* space, Single(params, "latent_space"));
-  ASSIGN_OR_RETURN(const std::string* do_scaling, Single(params, "do_scaling"));
+  ASSIGN_OR_RETURN(const std::string* space, SingleQueryParam(params, "latent_space"));
+  ASSIGN_OR_RETURN(const std::string* do_scaling, SingleQueryParam(params, "do_scaling"));
   if (r.has_shift_factor() && !r.has_scaling_factor()) r.set_scaling_factor(model.scaling_factor());
   if (r.has_scaling_factor()) {
     if (space != nullptr && r.latent_space() == v1::LATENT_SPACE_VAE) {
-      return Bad("latent_space", "vae contradicts scaling_factor/shift_factor");
+      return BadQueryParam("latent_space", "vae contradicts scaling_factor/shift_factor");
     }
     r.set_latent_space(v1::LATENT_SPACE_RAW);
   } else if (do_scaling != nullptr && space == nullptr) {
-    ASSIGN_OR_RETURN(const bool scale, ParseBool("do_scaling", *do_scaling));
+    ASSIGN_OR_RETURN(const bool scale, ParseBoolQueryParam("do_scaling", *do_scaling));
     if (scale) r.set_latent_space(v1::LATENT_SPACE_RAW);
   }
 
   // Packed latents [B, tokens, channels] with the image's height and width:
   // FLUX.1's 2x2 patches, or FLUX.2's flattened raw latent (raw_patch 2),
   // whose VAE-space form is the same 2x2 scatter.
-  ASSIGN_OR_RETURN(const std::string* height, Single(params, "height"));
-  ASSIGN_OR_RETURN(const std::string* width, Single(params, "width"));
+  ASSIGN_OR_RETURN(const std::string* height, SingleQueryParam(params, "height"));
+  ASSIGN_OR_RETURN(const std::string* width, SingleQueryParam(params, "width"));
   if (shape.size() == 3) {
     if (height == nullptr || width == nullptr) {
-      return Bad("height/width", "a packed latent [B, tokens, channels] needs the image's height and width");
+      return BadQueryParam("height/width", "a packed latent [B, tokens, channels] needs the image's height and width");
     }
-    if (model.is_video()) return Bad("shape", absl::StrCat("model \"", model.name(), "\" takes 5-D video latents"));
-    ASSIGN_OR_RETURN(const int64_t h, ParsePositive("height", *height));
-    ASSIGN_OR_RETURN(const int64_t w, ParsePositive("width", *width));
+    if (model.is_video())
+      return BadQueryParam("shape", absl::StrCat("model \"", model.name(), "\" takes 5-D video latents"));
+    ASSIGN_OR_RETURN(const int64_t h, ParsePositiveQueryParam("height", *height));
+    ASSIGN_OR_RETURN(const int64_t w, ParsePositiveQueryParam("width", *width));
     const int64_t factor = std::max<int64_t>(1, model.spatial_factor());
     const bool flattened = model.raw_patch() > 1 && r.latent_space() == v1::LATENT_SPACE_RAW;
     const int64_t token_pixels = factor * (model.raw_patch() > 1 ? model.raw_patch() : 2);
     if (flattened && model.raw_latent_channels() > 0 && shape[2] != model.raw_latent_channels()) {
-      return Bad("shape", absl::StrCat("model \"", model.name(), "\" packs ", model.raw_latent_channels(),
-                                       " raw channels per token; the latent ", JsonShape(shape), " has ", shape[2]));
+      return BadQueryParam("shape",
+                           absl::StrCat("model \"", model.name(), "\" packs ", model.raw_latent_channels(),
+                                        " raw channels per token; the latent ", JsonShape(shape), " has ", shape[2]));
     }
     std::vector<int64_t> unpacked;
     ASSIGN_OR_RETURN(body, UnpackPackedLatent(body, element_size, shape, h, w, token_pixels,
@@ -205,17 +163,17 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   r.mutable_latent()->set_data(std::move(body));
 
   // What comes back.
-  ASSIGN_OR_RETURN(const std::string* output_type, Single(params, "output_type"));
-  ASSIGN_OR_RETURN(const std::string* image_format, Single(params, "image_format"));
-  ASSIGN_OR_RETURN(const std::string* partial, Single(params, "partial_postprocess"));
+  ASSIGN_OR_RETURN(const std::string* output_type, SingleQueryParam(params, "output_type"));
+  ASSIGN_OR_RETURN(const std::string* image_format, SingleQueryParam(params, "image_format"));
+  ASSIGN_OR_RETURN(const std::string* partial, SingleQueryParam(params, "partial_postprocess"));
   const std::string type = output_type == nullptr ? "pil" : *output_type;
   bool partial_postprocess = false;
   if (partial != nullptr) {
-    ASSIGN_OR_RETURN(partial_postprocess, ParseBool("partial_postprocess", *partial));
+    ASSIGN_OR_RETURN(partial_postprocess, ParseBoolQueryParam("partial_postprocess", *partial));
   }
-  ASSIGN_OR_RETURN(const std::string* output_dtype, Single(params, "output_dtype"));
+  ASSIGN_OR_RETURN(const std::string* output_dtype, SingleQueryParam(params, "output_dtype"));
   if (output_dtype != nullptr && (type != "pt" || partial_postprocess)) {
-    return Bad("output_dtype", "applies to output_type=pt tensors (without partial_postprocess)");
+    return BadQueryParam("output_dtype", "applies to output_type=pt tensors (without partial_postprocess)");
   }
   if (type == "pt") {
     call.reply = partial_postprocess ? RemoteReply::kPixels : RemoteReply::kTensor;
@@ -231,7 +189,7 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
         if (f.name == *output_dtype) found = &f;
       }
       if (found == nullptr) {
-        return Bad("output_dtype", absl::StrCat("\"", *output_dtype, "\"; use ", absl::StrJoin(names, ", ")));
+        return BadQueryParam("output_dtype", absl::StrCat("\"", *output_dtype, "\"; use ", absl::StrJoin(names, ", ")));
       }
       r.set_output_format(found->format);
     }
@@ -244,28 +202,28 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
       const std::string format = image_format == nullptr ? "jpg" : *image_format;
       absl::StatusOr<const rpc::OutputFormatInfo*> f = rpc::ParseOutputFormat(format);
       if (!f.ok() || (*f)->chunking != rpc::Chunking::kFilePerImage) {
-        return Bad("image_format", absl::StrCat("\"", format, "\"; use jpg or png"));
+        return BadQueryParam("image_format", absl::StrCat("\"", format, "\"; use jpg or png"));
       }
       r.set_output_format((*f)->format);
       if (shape[0] != 1) {
-        return Bad("output_type", absl::StrCat("pil returns one image; this latent has a batch of ", shape[0],
-                                               " (send them one by one, or use output_type=pt)"));
+        return BadQueryParam("output_type", absl::StrCat("pil returns one image; this latent has a batch of ", shape[0],
+                                                         " (send them one by one, or use output_type=pt)"));
       }
       call.reply = RemoteReply::kImageFile;
     }
   } else if (type == "mp4") {
     if (!model.is_video()) {
-      return Bad("output_type",
-                 absl::StrCat("mp4 is for video models; model \"", model.name(), "\" decodes images (use pil or pt)"));
+      return BadQueryParam("output_type", absl::StrCat("mp4 is for video models; model \"", model.name(),
+                                                       "\" decodes images (use pil or pt)"));
     }
     if (shape[0] != 1) {
-      return Bad("output_type", absl::StrCat("mp4 returns one video; this latent has a batch of ", shape[0],
-                                             " (send them one by one, or use output_type=pt)"));
+      return BadQueryParam("output_type", absl::StrCat("mp4 returns one video; this latent has a batch of ", shape[0],
+                                                       " (send them one by one, or use output_type=pt)"));
     }
     r.set_output_format(v1::OUTPUT_MP4);
     call.reply = RemoteReply::kVideoFile;
   } else {
-    return Bad("output_type", absl::StrCat("\"", type, "\"; use pil, pt or mp4"));
+    return BadQueryParam("output_type", absl::StrCat("\"", type, "\"; use pil, pt or mp4"));
   }
   return call;
 }

@@ -1,0 +1,127 @@
+"""diffusers' own remote_encode() (unmodified, from PyPI) against a real
+vaedecode_server's --http_listen (POST /models/NAME/encode), compared with
+diffusers' encode fixtures and with diffusers itself at test time:
+
+  - a float tensor [B, C, H, W] in [-1, 1]: the posterior mean within 1e-4
+    of diffusers', exact over the group's two ranks (X-Vaedecode-Mode);
+  - scaling_factor / shift_factor: (mean - shift) * scale, as the client
+    promises; a seeded sample (posterior=sample&seed=N on the endpoint)
+    equals diffusers' latent_dist.sample(generator) draw;
+  - a PIL image (sent as PNG): the encode of diffusers' VaeImageProcessor's
+    preprocessing of the same image, by diffusers' own AutoencoderKL;
+  - a video model: a [B, C, T, H, W] clip, and a still image as one frame;
+  - bad requests: the error remote_encode raises names the problem, and the
+    server goes on encoding.
+"""
+
+import json
+import sys
+
+import numpy as np
+import requests
+import safetensors.torch
+import torch
+from diffusers import AutoencoderKL
+from diffusers.image_processor import VaeImageProcessor
+from diffusers.utils.remote_utils import remote_encode
+from PIL import Image
+
+from protocol_harness import Checks, Server, fixture
+
+FLUX_SCALE, FLUX_SHIFT = 0.3611, 0.1159  # the flux1_kl fixture's config
+
+
+def load(folder, name, tensor):
+    return safetensors.torch.load_file(str(fixture(folder, name)))[tensor]
+
+
+def max_diff(a, b):
+    assert tuple(a.shape) == tuple(b.shape), (tuple(a.shape), tuple(b.shape))
+    return (a.double() - b.double()).abs().max().item()
+
+
+def expect_raises(fn, *needles):
+    try:
+        fn()
+    except RuntimeError as e:  # remote_encode raises RuntimeError(response.json())
+        text = str(e)
+        for needle in needles:
+            assert needle in text, f"{needle!r} not in {text!r}"
+        return text
+    raise AssertionError("the bad request encoded")
+
+
+def encode_cases(folder):
+    return json.loads(fixture(folder, "meta.json").read_text())["encode_cases"]
+
+
+def main():
+    torch.set_num_threads(2)
+    server = Server({"flux1": "flux1_kl", "sd": "sd_kl", "wan": "wan21"})
+    flux = f"{server.http}/models/flux1/encode"
+    checks = Checks("remote_encode")
+    image = load("flux1_kl", "image.safetensors", "image")
+    mean = load("flux1_kl", "posterior_mean.safetensors", "mean")
+
+    def tensor_mean_matches_diffusers():
+        out = remote_encode(flux, image)
+        assert out.dtype == torch.float32, out.dtype
+        d = max_diff(out, mean)
+        assert d <= 1e-4, d
+        # Exact over the group, as the reply says.
+        reply = requests.post(flux, data=image.contiguous().numpy().tobytes(),
+                              params={"shape": list(image.shape), "dtype": "float32"})
+        assert reply.ok and reply.headers["X-Vaedecode-Mode"] == "MODE_EXACT", (reply.status_code, reply.headers)
+
+    def scaling_and_seeded_sample():
+        out = remote_encode(flux, image, scaling_factor=FLUX_SCALE, shift_factor=FLUX_SHIFT)
+        want = (mean - FLUX_SHIFT) * FLUX_SCALE
+        assert max_diff(out, want) <= 1e-4, max_diff(out, want)
+        case = next(c for c in encode_cases("flux1_kl") if c["case"] == "main")
+        seed = case["sample_seed"]
+        sample = remote_encode(f"{flux}?posterior=sample&seed={seed}", image)
+        want = load("flux1_kl", "posterior_sample.safetensors", "sample")
+        assert max_diff(sample, want) <= 1e-4, max_diff(sample, want)
+
+    def pil_image_as_diffusers_preprocesses_it():
+        rng = np.random.default_rng(3)
+        pil = Image.fromarray(rng.integers(0, 256, (40, 24, 3), dtype=np.uint8))
+        out = remote_encode(f"{server.http}/models/sd/encode", pil)
+        vae = AutoencoderKL.from_pretrained(str(fixture("sd_kl"))).eval()
+        pixels = VaeImageProcessor().preprocess(pil)  # [1, 3, 40, 24] in [-1, 1]
+        with torch.no_grad():
+            want = vae.encode(pixels).latent_dist.mean
+        assert tuple(out.shape) == (1, 4, 10, 6), tuple(out.shape)
+        assert max_diff(out, want) <= 1e-4, max_diff(out, want)
+
+    def video_clip_and_still_frame():
+        clip = load("wan21", "image.safetensors", "image")
+        out = remote_encode(f"{server.http}/models/wan/encode", clip)
+        want = load("wan21", "posterior_mean.safetensors", "mean")
+        assert max_diff(out, want) <= 1e-4, max_diff(out, want)
+        still = Image.fromarray(np.full((48, 32, 3), 128, dtype=np.uint8))
+        frame = remote_encode(f"{server.http}/models/wan/encode", still)
+        assert tuple(frame.shape) == (1, 16, 1, 6, 4), tuple(frame.shape)
+
+    def bad_requests_name_the_problem():
+        expect_raises(lambda: remote_encode(flux, image.to(torch.float64)), "dtype", "float64")
+        expect_raises(lambda: remote_encode(f"{flux}?latent_space=raw", image, scaling_factor=FLUX_SCALE),
+                      "latent_space", "contradicts")
+        expect_raises(lambda: remote_encode(f"{flux}?posterior=median", image), "posterior", "mean, sample")
+        six = torch.zeros(1, 3, 6, 24, 40)
+        expect_raises(lambda: remote_encode(f"{server.http}/models/wan/encode", six), "1 + 4·k frames")
+        expect_raises(lambda: remote_encode(f"{server.http}/models/nope/encode", image), "nope", "flux1")
+        # Still encoding.
+        assert max_diff(remote_encode(flux, image), mean) <= 1e-4
+
+    checks.run("tensor_mean_matches_diffusers_exactly_sharded", tensor_mean_matches_diffusers)
+    checks.run("scaling_shift_and_seeded_sample", scaling_and_seeded_sample)
+    checks.run("pil_image_as_diffusers_preprocesses_it", pil_image_as_diffusers_preprocesses_it)
+    checks.run("video_clip_and_still_frame", video_clip_and_still_frame)
+    checks.run("bad_requests_name_the_problem", bad_requests_name_the_problem)
+    server.stop()
+    sys.exit(checks.finish())
+
+
+if __name__ == "__main__":
+    main()
