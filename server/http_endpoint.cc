@@ -371,12 +371,18 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOp
            }
          }
          if (!call.refusal.ok()) refusal = call.refusal;
-         CollectedOutput out = DecodeForClient(service, req, std::move(call.decode), received + options.request_timeout,
-                                               "oip_http", options.max_output_bytes, refusal);
+         const absl::Time deadline = received + options.request_timeout;
+         CollectedOutput out = CollectForClient(req, [&](std::function<void(CollectedOutput)> done) {
+           return call.operation == InferOperation::kEncode
+                      ? service.StartCollectedEncode(std::move(call.encode), received, deadline, "oip_http",
+                                                     options.max_output_bytes, std::move(refusal), std::move(done))
+                      : service.StartCollected(std::move(call.decode), deadline, "oip_http", options.max_output_bytes,
+                                               std::move(refusal), std::move(done));
+         });
          inference::ModelInferResponse response;
          response.set_model_name(name);
          response.set_model_version("1");
-         if (absl::Status filled = FillModelInferResponse(std::move(out), &response); !filled.ok()) {
+         if (absl::Status filled = FillModelInferResponse(std::move(out), &response, call.operation); !filled.ok()) {
            return SendError(filled, res);
          }
          absl::StatusOr<HttpReply> reply = BuildRestInferReply(response, binary_output);

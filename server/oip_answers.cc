@@ -111,14 +111,27 @@ OipInferCall OipAnswers::PrepareInfer(const inference::ModelInferRequest& reques
   OipInferCall call;
   call.decode.set_model(request.model_name());
   call.decode.set_request_id(request.id());
+  absl::StatusOr<InferOperation> operation = OperationOf(request);
+  if (!operation.ok()) {
+    call.refusal = operation.status();
+    return call;
+  }
+  call.operation = *operation;
+  call.encode.set_model(request.model_name());
+  call.encode.set_request_id(request.id());
   absl::StatusOr<v1::ModelInfo> model = FindModel(request.model_name(), request.model_version());
   if (model.ok()) {
-    absl::StatusOr<v1::DecodeRequest> translated = TranslateModelInfer(request, *model);
-    if (translated.ok()) {
-      call.decode = *std::move(translated);
+    absl::Status translated;
+    if (call.operation == InferOperation::kEncode) {
+      absl::StatusOr<v1::EncodeRequest> encode = TranslateModelInferEncode(request, *model);
+      translated = encode.status();
+      if (encode.ok()) call.encode = *std::move(encode);
     } else {
-      call.refusal = translated.status();
+      absl::StatusOr<v1::DecodeRequest> decode = TranslateModelInfer(request, *model);
+      translated = decode.status();
+      if (decode.ok()) call.decode = *std::move(decode);
     }
+    call.refusal = translated;
   } else if (!request.model_version().empty() && model.status().code() == absl::StatusCode::kNotFound &&
              catalog_.Lookup(request.model_name()).ok()) {
     call.refusal = model.status();  // a known model at an unknown version

@@ -18,6 +18,7 @@
 #include "inference/grpc_predict_v2.pb.h"
 #include "server/metrics.h"
 #include "server/model_catalog.h"
+#include "server/oip_translation.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::server {
@@ -25,7 +26,9 @@ namespace vaedecode::server {
 // What a ModelInfer call becomes: the DecodeRequest for the admission, and
 // the refusal (if any) the translation found before it.
 struct OipInferCall {
-  v1::DecodeRequest decode;
+  InferOperation operation = InferOperation::kDecode;
+  v1::DecodeRequest decode;  // operation kDecode (and the envelope of a refusal)
+  v1::EncodeRequest encode;  // operation kEncode
   absl::Status refusal;
 };
 

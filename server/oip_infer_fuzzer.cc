@@ -28,6 +28,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   inference::ModelInferRequest request;
   if (!request.ParseFromArray(data + 1, static_cast<int>(size - 1))) return 0;
 
+  // The same request read as an encode (its "operation" parameter aside).
+  (void)server::OperationOf(request);
+  absl::StatusOr<v1::EncodeRequest> encode = server::TranslateModelInferEncode(request, model);
+  if (encode.ok()) {
+    server::FuzzRequire(encode->request_id() == request.id());
+    server::AdmissionLimits limits;
+    limits.max_output_pixels = int64_t{1} << 24;
+    const absl::Status valid = server::ValidateEncodeRequest(*encode, model, /*group_size=*/2, limits);
+    server::FuzzRequire(valid.ok() || !valid.message().empty());
+  } else {
+    server::FuzzRequire(!encode.status().message().empty());
+  }
   absl::StatusOr<v1::DecodeRequest> decode = server::TranslateModelInfer(request, model);
   absl::Status status = decode.status();
   if (decode.ok()) {

@@ -38,6 +38,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   server::FuzzRequire(parsed->request.raw_input_contents_size() == parsed->request.inputs_size());
+  // The same request read as an encode (its "operation" parameter aside).
+  (void)server::OperationOf(parsed->request);
+  absl::StatusOr<v1::EncodeRequest> encode = server::TranslateModelInferEncode(parsed->request, model);
+  if (encode.ok()) {
+    server::FuzzRequire(encode->request_id() == parsed->request.id());
+    server::AdmissionLimits limits;
+    limits.max_output_pixels = int64_t{1} << 24;
+    const absl::Status valid = server::ValidateEncodeRequest(*encode, model, /*group_size=*/2, limits);
+    server::FuzzRequire(valid.ok() || !valid.message().empty());
+  } else {
+    server::FuzzRequire(!encode.status().message().empty());
+  }
   absl::StatusOr<v1::DecodeRequest> decode = server::TranslateModelInfer(parsed->request, model);
   absl::Status status = decode.status();
   if (decode.ok()) {

@@ -116,11 +116,16 @@ grpc::ServerUnaryReactor* OipService::ModelInfer(grpc::CallbackServerContext* co
   auto* reactor = new InferReactor();
   response->set_model_name(request->model_name());
   response->set_model_version("1");
-  std::shared_ptr<Job> job =
-      decode_.StartCollected(std::move(call.decode), rpc::CallDeadline(*context), "oip", max_output_bytes_,
-                             call.refusal, [reactor, response](CollectedOutput out) {
-                               reactor->Finish(rpc::ToGrpcStatus(FillModelInferResponse(std::move(out), response)));
-                             });
+  const InferOperation operation = call.operation;
+  auto done = [reactor, response, operation](CollectedOutput out) {
+    reactor->Finish(rpc::ToGrpcStatus(FillModelInferResponse(std::move(out), response, operation)));
+  };
+  const absl::Time deadline = rpc::CallDeadline(*context);
+  std::shared_ptr<Job> job = operation == InferOperation::kEncode
+                                 ? decode_.StartCollectedEncode(std::move(call.encode), absl::Now(), deadline, "oip",
+                                                                max_output_bytes_, call.refusal, std::move(done))
+                                 : decode_.StartCollected(std::move(call.decode), deadline, "oip", max_output_bytes_,
+                                                          call.refusal, std::move(done));
   reactor->SetJob(job);
   return reactor;
 }

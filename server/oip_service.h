@@ -20,6 +20,12 @@
 //                  timestep-conditioned decode (vaedecode.v1.DecodeRequest)
 // Response parameters: mode, degree, decode_ms, queue_ms, noise_seed (the
 // streaming Decode's header and trailer figures).
+//
+// Encode: the request parameter operation "encode" (default "decode");
+// input "image" (FP32, FP16 or BF16 [B, C, (T,) H, W] in [-1, 1], UINT8
+// pixels [B, (T,) H, W, C], or BYTES [1]: one PNG or JPEG file), output
+// "latent" (FP32); parameters posterior ("mean", "sample", "moments"), seed,
+// latent_space, mode (rpc::EncodeOptions); response parameter sample_seed.
 // Triton's own request parameters (priority, timeout, sequence_*) are
 // accepted and ignored. The reply is one message, bounded by
 // --max_message_bytes: a larger output is RESOURCE_EXHAUSTED pointing at the

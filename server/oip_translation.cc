@@ -17,6 +17,9 @@ namespace {
 
 constexpr char kInput[] = "latent";
 constexpr char kOutput[] = "sample";
+constexpr char kEncodeInput[] = "image";
+constexpr char kEncodeOutput[] = "latent";
+constexpr char kOperation[] = "operation";
 // Triton's request parameters that clients may send: not ours to refuse.
 const std::set<std::string>& TritonParameters() {
   static const auto* names = new std::set<std::string>{"sequence_id", "sequence_start",     "sequence_end", "priority",
@@ -26,6 +29,12 @@ const std::set<std::string>& TritonParameters() {
 
 absl::Status BadParameter(const std::string& name, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("parameter \"", name, "\": ", why));
+}
+
+bool HasTypedContents(const inference::InferTensorContents& c) {
+  return c.bool_contents_size() > 0 || c.int_contents_size() > 0 || c.int64_contents_size() > 0 ||
+         c.uint_contents_size() > 0 || c.uint64_contents_size() > 0 || c.fp32_contents_size() > 0 ||
+         c.fp64_contents_size() > 0 || c.bytes_contents_size() > 0;
 }
 
 // The parameter's value as the request options take it.
@@ -56,18 +65,91 @@ absl::Status ApplyParameter(const std::string& name, const inference::InferParam
     }
     return absl::OkStatus();
   }
-  if (TritonParameters().count(name) > 0) return absl::OkStatus();
+  if (TritonParameters().count(name) > 0 || name == kOperation) return absl::OkStatus();
   std::vector<std::string> names;
   for (const rpc::OptionInfo& o : rpc::RequestOptions()) {
     if ((o.surfaces & rpc::kOip) != 0) names.push_back(o.name);
   }
-  return BadParameter(name, absl::StrCat("unknown; vaedecode takes ", absl::StrJoin(names, ", ")));
+  return BadParameter(name, absl::StrCat("unknown; vaedecode takes ", absl::StrJoin(names, ", "), " and ", kOperation));
 }
 
-bool HasTypedContents(const inference::InferTensorContents& c) {
-  return c.bool_contents_size() > 0 || c.int_contents_size() > 0 || c.int64_contents_size() > 0 ||
-         c.uint_contents_size() > 0 || c.uint64_contents_size() > 0 || c.fp32_contents_size() > 0 ||
-         c.fp64_contents_size() > 0 || c.bytes_contents_size() > 0;
+// The same for an encode: an rpc::EncodeOptions() row, or Triton's own.
+absl::Status ApplyEncodeParameter(const std::string& name, const inference::InferParameter& p, v1::EncodeRequest& r) {
+  std::vector<std::string> names;
+  for (const rpc::OptionInfo& option : rpc::EncodeOptions()) {
+    if ((option.surfaces & rpc::kOip) == 0) continue;
+    names.push_back(option.name);
+    if (option.name != name) continue;
+    if (absl::Status s = rpc::SetOption(option, ValueOf(p), r); !s.ok()) {
+      return BadParameter(name, s.message().substr(name.size() + 2));  // "name: why" -> why
+    }
+    return absl::OkStatus();
+  }
+  if (TritonParameters().count(name) > 0 || name == kOperation) return absl::OkStatus();
+  return BadParameter(
+      name, absl::StrCat("unknown for an encode; vaedecode takes ", absl::StrJoin(names, ", "), " and ", kOperation));
+}
+
+// The one input, named `input_name`, and outputs named `output_name` only
+// (with no parameters but the HTTP binding's binary_data).
+absl::Status CheckInputsAndOutputs(const inference::ModelInferRequest& request, const v1::ModelInfo& model,
+                                   const char* input_name, const char* output_name) {
+  if (request.inputs_size() != 1 || request.inputs(0).name() != input_name) {
+    std::vector<std::string> names;
+    for (const auto& in : request.inputs()) names.push_back(absl::StrCat("\"", in.name(), "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs: expected one input \"", input_name, "\", got [", absl::StrJoin(names, ", "), "]"));
+  }
+  for (const auto& out : request.outputs()) {
+    if (out.name() != output_name) {
+      return absl::InvalidArgumentError(absl::StrCat("outputs: \"", out.name(), "\" is not an output of model \"",
+                                                     model.name(), "\"; it has \"", output_name, "\""));
+    }
+    for (const auto& [name, value] : out.parameters()) {
+      // binary_data is the HTTP binding's choice of encoding, decided there.
+      if (name == "binary_data") continue;
+      return absl::InvalidArgumentError(
+          absl::StrCat("output \"", output_name, "\": parameter \"", name, "\" is not supported",
+                       name == "classification" ? " (a decoded image has no classes)" : "",
+                       name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served)" : "",
+                       "; the output's form is the request parameter output_format"));
+    }
+  }
+  const auto& input = request.inputs(0);
+  for (const auto& [name, value] : input.parameters()) {
+    // binary_data_size: the HTTP binding's framing, consumed there.
+    if (name == "binary_data_size") continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input \"", input_name, "\": parameter \"", name, "\" is not supported",
+        name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served: send the tensor's bytes)" : ""));
+  }
+  if (request.raw_input_contents_size() > 0 && HasTypedContents(input.contents())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input \"", input_name,
+        "\": both raw_input_contents and typed contents; send the tensor once (the protocol allows one or the other)"));
+  }
+  if (request.raw_input_contents_size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(), " entries for one input"));
+  }
+  return absl::OkStatus();
+}
+
+// The input's bytes into `data`: raw_input_contents, or fp32_contents for FP32.
+absl::Status ReadInputData(const inference::ModelInferRequest& request, const char* input_name, std::string* data) {
+  const auto& input = request.inputs(0);
+  if (request.raw_input_contents_size() == 1) {
+    *data = request.raw_input_contents(0);
+    return absl::OkStatus();
+  }
+  if (input.datatype() == "FP32" && input.contents().fp32_contents_size() > 0) {
+    const auto& values = input.contents().fp32_contents();
+    data->resize(static_cast<size_t>(values.size()) * 4);
+    std::memcpy(data->data(), values.data(), static_cast<size_t>(values.size()) * 4);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("input \"", input_name, "\": no data (send raw_input_contents, or fp32_contents for FP32)"));
 }
 
 // Triton's BYTES tensors on the wire: each element a 4-byte little-endian
@@ -94,27 +176,7 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
   v1::DecodeRequest r;
   r.set_model(model.name());
   r.set_request_id(request.id());
-  if (request.inputs_size() != 1 || request.inputs(0).name() != kInput) {
-    std::vector<std::string> names;
-    for (const auto& in : request.inputs()) names.push_back(absl::StrCat("\"", in.name(), "\""));
-    return absl::InvalidArgumentError(
-        absl::StrCat("inputs: expected one input \"latent\", got [", absl::StrJoin(names, ", "), "]"));
-  }
-  for (const auto& out : request.outputs()) {
-    if (out.name() != kOutput) {
-      return absl::InvalidArgumentError(absl::StrCat("outputs: \"", out.name(), "\" is not an output of model \"",
-                                                     model.name(), "\"; it has \"sample\""));
-    }
-    for (const auto& [name, value] : out.parameters()) {
-      // binary_data is the HTTP binding's choice of encoding, decided there.
-      if (name == "binary_data") continue;
-      return absl::InvalidArgumentError(
-          absl::StrCat("output \"sample\": parameter \"", name, "\" is not supported",
-                       name == "classification" ? " (a decoded image has no classes)" : "",
-                       name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served)" : "",
-                       "; the output's form is the request parameter output_format"));
-    }
-  }
+  RETURN_IF_ERROR(CheckInputsAndOutputs(request, model, kInput, kOutput));
   const auto& input = request.inputs(0);
   v1::Tensor* latent = r.mutable_latent();
   if (input.datatype() == "FP32") {
@@ -127,46 +189,88 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
     return absl::InvalidArgumentError(
         absl::StrCat("input \"latent\": datatype ", input.datatype(), "; use FP32, FP16 or BF16"));
   }
-  for (const auto& [name, value] : input.parameters()) {
-    // binary_data_size: the HTTP binding's framing, consumed there.
-    if (name == "binary_data_size") continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input \"latent\": parameter \"", name, "\" is not supported",
-        name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served: send the tensor's bytes)" : ""));
-  }
   for (int64_t d : input.shape()) latent->add_shape(d);
-  if (request.raw_input_contents_size() > 0 && HasTypedContents(input.contents())) {
-    return absl::InvalidArgumentError(
-        "input \"latent\": both raw_input_contents and typed contents; send the tensor once (the protocol allows "
-        "one or the other)");
-  }
-  if (request.raw_input_contents_size() > 0) {
-    if (request.raw_input_contents_size() != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(), " entries for one input"));
-    }
-    latent->set_data(request.raw_input_contents(0));
-  } else if (input.datatype() == "FP32" && input.contents().fp32_contents_size() > 0) {
-    const auto& values = input.contents().fp32_contents();
-    latent->mutable_data()->resize(static_cast<size_t>(values.size()) * 4);
-    std::memcpy(latent->mutable_data()->data(), values.data(), static_cast<size_t>(values.size()) * 4);
-  } else {
-    return absl::InvalidArgumentError("input \"latent\": no data (send raw_input_contents, or fp32_contents for FP32)");
-  }
+  RETURN_IF_ERROR(ReadInputData(request, kInput, latent->mutable_data()));
   for (const auto& [name, value] : request.parameters()) {
     RETURN_IF_ERROR(ApplyParameter(name, value, r));
   }
   return r;
 }
 
-absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response) {
+absl::StatusOr<InferOperation> OperationOf(const inference::ModelInferRequest& request) {
+  const auto found = request.parameters().find(kOperation);
+  if (found == request.parameters().end()) return InferOperation::kDecode;
+  const inference::InferParameter& p = found->second;
+  if (p.parameter_choice_case() == inference::InferParameter::kStringParam) {
+    if (p.string_param() == "decode") return InferOperation::kDecode;
+    if (p.string_param() == "encode") return InferOperation::kEncode;
+  }
+  return BadParameter(kOperation, "use \"decode\" (the default) or \"encode\" (a string)");
+}
+
+absl::StatusOr<v1::EncodeRequest> TranslateModelInferEncode(const inference::ModelInferRequest& request,
+                                                            const v1::ModelInfo& model) {
+  v1::EncodeRequest r;
+  r.set_model(model.name());
+  r.set_request_id(request.id());
+  RETURN_IF_ERROR(CheckInputsAndOutputs(request, model, kEncodeInput, kEncodeOutput));
+  const auto& input = request.inputs(0);
+  if (input.datatype() == "BYTES") {
+    // One element: a PNG or JPEG file (typed bytes_contents, or Triton's
+    // raw BYTES framing: a 4-byte little-endian length, then the bytes).
+    if (input.shape_size() != 1 || input.shape(0) != 1) {
+      return absl::InvalidArgumentError("input \"image\": BYTES holds one PNG or JPEG file: shape [1]");
+    }
+    if (input.contents().bytes_contents_size() == 1 && request.raw_input_contents_size() == 0) {
+      r.set_encoded_image(input.contents().bytes_contents(0));
+    } else if (request.raw_input_contents_size() == 1) {
+      const std::string& raw = request.raw_input_contents(0);
+      const uint32_t n = raw.size() < 4 ? 0
+                                        : static_cast<uint32_t>(static_cast<uint8_t>(raw[0])) |
+                                              static_cast<uint32_t>(static_cast<uint8_t>(raw[1])) << 8 |
+                                              static_cast<uint32_t>(static_cast<uint8_t>(raw[2])) << 16 |
+                                              static_cast<uint32_t>(static_cast<uint8_t>(raw[3])) << 24;
+      if (raw.size() < 4 || raw.size() - 4 != n) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("input \"image\": BYTES raw contents are one 4-byte length and that many bytes; got ",
+                         raw.size(), " bytes"));
+      }
+      r.set_encoded_image(raw.substr(4));
+    } else {
+      return absl::InvalidArgumentError("input \"image\": no file (send one bytes_contents element)");
+    }
+  } else {
+    v1::Tensor* image = r.mutable_image();
+    if (input.datatype() == "FP32") {
+      image->set_dtype(v1::FLOAT32);
+    } else if (input.datatype() == "FP16") {
+      image->set_dtype(v1::FLOAT16);
+    } else if (input.datatype() == "BF16") {
+      image->set_dtype(v1::BFLOAT16);
+    } else if (input.datatype() == "UINT8") {
+      image->set_dtype(v1::UINT8);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input \"image\": datatype ", input.datatype(), "; use FP32, FP16, BF16, UINT8 or BYTES"));
+    }
+    for (int64_t d : input.shape()) image->add_shape(d);
+    RETURN_IF_ERROR(ReadInputData(request, kEncodeInput, image->mutable_data()));
+  }
+  for (const auto& [name, value] : request.parameters()) {
+    RETURN_IF_ERROR(ApplyEncodeParameter(name, value, r));
+  }
+  return r;
+}
+
+absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response,
+                                    InferOperation operation) {
   if (!output.status.ok()) return output.status;
   const v1::Header& h = output.header;
   response->set_id(output.request_id);
   const rpc::OutputFormatInfo* format = rpc::FindOutputFormat(h.output_format());
   if (format == nullptr) return absl::InternalError("the group's header has an unknown output format");
   auto* out = response->add_outputs();
-  out->set_name(kOutput);
+  out->set_name(operation == InferOperation::kEncode ? kEncodeOutput : kOutput);
   out->set_datatype(format->oip_datatype);
   if (format->encoded) {
     out->add_shape(static_cast<int64_t>(output.images.size()));
@@ -180,6 +284,7 @@ absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInfe
   (*response->mutable_parameters())["decode_ms"].set_double_param(output.trailer.timings().decode_ms());
   (*response->mutable_parameters())["queue_ms"].set_double_param(output.trailer.timings().queue_ms());
   if (h.has_noise_seed()) (*response->mutable_parameters())["noise_seed"].set_uint64_param(h.noise_seed());
+  if (h.has_sample_seed()) (*response->mutable_parameters())["sample_seed"].set_uint64_param(h.sample_seed());
   return absl::OkStatus();
 }
 

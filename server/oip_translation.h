@@ -15,13 +15,27 @@
 
 namespace vaedecode::server {
 
+// What a ModelInfer asks for: its request parameter "operation", "decode"
+// (the default) or "encode"; INVALID_ARGUMENT for anything else.
+enum class InferOperation { kDecode, kEncode };
+absl::StatusOr<InferOperation> OperationOf(const inference::ModelInferRequest& request);
+
 // The DecodeRequest a ModelInferRequest asks for, for `model`.
 // INVALID_ARGUMENT naming the input, output or parameter at fault.
 absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInferRequest& request,
                                                       const v1::ModelInfo& model);
 
-// Fills `response` with the output "sample" of a finished decode.
-absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response);
+// The EncodeRequest of an "encode" ModelInfer: input "image" (FP32, FP16 or
+// BF16 [B, C, (T,) H, W] in [-1, 1], UINT8 pixels [B, (T,) H, W, C], or
+// BYTES [1] holding a PNG or JPEG file), output "latent"; the parameters
+// are rpc::EncodeOptions()'s rows (posterior, seed, latent_space, mode).
+absl::StatusOr<v1::EncodeRequest> TranslateModelInferEncode(const inference::ModelInferRequest& request,
+                                                            const v1::ModelInfo& model);
+
+// Fills `response` with the output of a finished decode ("sample") or
+// encode ("latent", and the sample's seed as the parameter sample_seed).
+absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInferResponse* response,
+                                    InferOperation operation = InferOperation::kDecode);
 
 // The model's tensors as ModelMetadata describes them (-1: any size), with
 // their default datatypes (FP32 in and out).

@@ -20,6 +20,7 @@ crash-<what> files, so every test run replays them.
 import json
 import pathlib
 import struct
+import zlib
 
 import numpy as np
 from tritonclient.grpc import service_pb2
@@ -70,16 +71,33 @@ def remote_decode_seeds():
     yield "percent_encoded", IMAGE, "/?shape=1&shape=16&shape=1&shape=1&dtype=float32&scaling%5Ffactor=%2B1e0&" \
         "output_type=pt&x=%zz%", floats((1, 16, 1, 1))
     yield "bad_values", IMAGE, query([1, -16, 0], dtype="int8", fps=999, jpeg_quality=0, mode="fast"), b"\x00" * 3
+    # remote_encode: the same fuzzer reads every input as an encode too.
+    yield "encode_png", IMAGE, "/encode?scaling_factor=0.18215&posterior=sample&seed=7", png(16, 16)
+    yield "encode_tensor", IMAGE, query([1, 3, 16, 16], dtype="float32", mode="exact"), floats((1, 3, 16, 16))
+    yield "encode_uint8_video", VIDEO, query([1, 5, 16, 16, 3], dtype="uint8", latent_space="raw"), \
+        bytes(5 * 16 * 16 * 3)
+    yield "encode_contradiction", IMAGE, "/encode?latent_space=raw&shift_factor=0.1&posterior=moments", png(8, 8)
 
 
-def infer_request(datatype, shape, raw=None, fp32=None, **parameters):
+def png(width, height):
+    """A small RGB PNG (zlib-compressed rows of filter 0)."""
+    rows = b"".join(b"\x00" + bytes((x * 7 + y * 3) % 256 for x in range(width * 3)) for y in range(height))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def infer_request(datatype, shape, raw=None, fp32=None, name="latent", output="sample", **parameters):
     r = service_pb2.ModelInferRequest(model_name="m", id="fuzz-seed")
-    t = r.inputs.add(name="latent", datatype=datatype, shape=list(shape))
+    t = r.inputs.add(name=name, datatype=datatype, shape=list(shape))
     if fp32 is not None:
         t.contents.fp32_contents.extend(fp32)
     if raw is not None:
         r.raw_input_contents.append(raw)
-    r.outputs.add(name="sample")
+    r.outputs.add(name=output)
     for k, v in parameters.items():
         p = r.parameters[k]
         if isinstance(v, bool):
@@ -117,6 +135,11 @@ def oip_seeds():
     yield "shape_overflow", IMAGE, huge
     yield "bad_parameters", HALF, infer_request("FP64", (1, 4, 1, 1), raw=b"\x00" * 32, colour="red",
                                                 mode=3, fps=0.5)
+    yield "encode_fp32", IMAGE, infer_request("FP32", (1, 3, 8, 8), raw=floats((1, 3, 8, 8)), name="image",
+                                              output="latent", operation="encode", posterior="sample", seed=7)
+    file = png(8, 8)
+    yield "encode_png_bytes", VIDEO, infer_request("BYTES", (1,), raw=struct.pack("<I", len(file)) + file,
+                                                   name="image", output="latent", operation="encode")
 
 
 def rest_body(inputs, outputs=None, binary=b"", **parameters):

@@ -165,6 +165,18 @@ def main():
         one = client.get_inference_statistics("wan")["model_stats"]
         assert [s["name"] for s in one] == ["wan"]
 
+    def encode_with_the_operation_parameter():
+        image = safetensors.numpy.load_file(str(fixture("flux1_kl", "image.safetensors")))["image"]
+        mean = safetensors.numpy.load_file(str(fixture("flux1_kl", "posterior_mean.safetensors")))["mean"]
+        for binary in (True, False):
+            image_input = httpclient.InferInput("image", list(image.shape), "FP32")
+            image_input.set_data_from_numpy(image, binary_data=binary)
+            result = client.infer("flux1", [image_input],
+                                  outputs=[httpclient.InferRequestedOutput("latent", binary_data=binary)],
+                                  parameters={"operation": "encode"})
+            out = result.as_numpy("latent")
+            assert out.shape == mean.shape and np.abs(out - mean).max() <= 1e-4, (binary, out.shape)
+
     def metrics_and_log_count_oip_http_calls():
         text = server.scrape()
         lines = [line for line in text.splitlines()

@@ -16,9 +16,12 @@ gRPC Decode path (the C++ vaedecode_client) and diffusers' fixture decodes:
     once, output parameters not honoured), an unknown model is not ready
     rather than an error, and methods not served say what is;
   - ModelConfig (every datatype served), the repository index and
-    statistics that count the decodes made.
+    statistics that count the decodes made;
+  - encode (operation "encode"): FP32 image -> "latent" within 1e-4 of
+    diffusers, a seeded sample, a PNG as BYTES, bad operations named.
 """
 
+import json
 import sys
 import types
 
@@ -31,6 +34,7 @@ import grpc
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
+from PIL import Image
 
 from protocol_harness import TMP, Checks, Server, fixture
 
@@ -201,6 +205,36 @@ def main():
     def unserved_methods_say_what_is_served():
         expect_error(lambda: client.load_model("flux1"), "UNIMPLEMENTED", "RepositoryModelLoad", "ModelInfer")
         expect_error(lambda: client.get_system_shared_memory_status(), "UNIMPLEMENTED", "SystemSharedMemoryStatus")
+
+    def encode_with_the_operation_parameter():
+        # operation "encode": input "image" [B, C, H, W] in [-1, 1], output "latent".
+        image = safetensors.numpy.load_file(str(fixture("flux1_kl", "image.safetensors")))["image"]
+        mean = safetensors.numpy.load_file(str(fixture("flux1_kl", "posterior_mean.safetensors")))["mean"]
+        image_input = grpcclient.InferInput("image", list(image.shape), "FP32")
+        image_input.set_data_from_numpy(image)
+        result = client.infer("flux1", [image_input], outputs=[grpcclient.InferRequestedOutput("latent")],
+                              parameters={"operation": "encode", "mode": "exact"})
+        out = result.as_numpy("latent")
+        assert out.shape == mean.shape and np.abs(out - mean).max() <= 1e-4, (out.shape, np.abs(out - mean).max())
+        # A seeded sample, diffusers' draw; the seed comes back.
+        sample = safetensors.numpy.load_file(str(fixture("flux1_kl", "posterior_sample.safetensors")))["sample"]
+        seed = next(c for c in json.loads(fixture("flux1_kl", "meta.json").read_text())["encode_cases"]
+                    if c["case"] == "main")["sample_seed"]
+        result = client.infer("flux1", [image_input], outputs=[grpcclient.InferRequestedOutput("latent")],
+                              parameters={"operation": "encode", "posterior": "sample", "seed": seed})
+        assert np.abs(result.as_numpy("latent") - sample).max() <= 1e-4
+        assert result.get_response().parameters["sample_seed"].uint64_param == seed
+        # A PNG as one BYTES element; a still image is one frame of the video model.
+        png = io.BytesIO()
+        Image.fromarray(np.full((48, 32, 3), 200, dtype=np.uint8)).save(png, format="PNG")
+        file_input = grpcclient.InferInput("image", [1], "BYTES")
+        file_input.set_data_from_numpy(np.array([png.getvalue()], dtype=np.object_))
+        result = client.infer("wan", [file_input], parameters={"operation": "encode"})
+        assert result.as_numpy("latent").shape == (1, 16, 1, 6, 4), result.as_numpy("latent").shape
+        expect_error(lambda: client.infer("flux1", [image_input], parameters={"operation": "paint"}),
+                     "INVALID_ARGUMENT", "operation", "encode")
+        expect_error(lambda: client.infer("flux1", [image_input], parameters={"operation": "encode", "fps": 3}),
+                     "INVALID_ARGUMENT", "fps", "posterior")
 
     def metrics_count_oip_calls():
         text = server.scrape()
