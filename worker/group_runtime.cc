@@ -2,9 +2,11 @@
 
 #include <chrono>
 
+#include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
 #include "rpc/status_macros.h"
@@ -30,6 +32,21 @@ bool IsLeaderOnlyRecoverable(const absl::Status& s) {
   return IsLeaderOnly(s) &&
          (s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kResourceExhausted ||
           s.code() == absl::StatusCode::kInvalidArgument);
+}
+
+// The ranks of `comm` that could not load their encoder (`loaded`: this
+// rank's own outcome), the same list on every rank.
+absl::StatusOr<std::vector<int>> RanksWithoutTheirEncoder(parallel::Communicator& comm, bool loaded) {
+  const at::Tensor mine = at::tensor({loaded ? 0 : 1}, at::kInt).to(comm.device());
+  const std::vector<int64_t> ones(comm.world_size(), 1);
+  ASSIGN_OR_RETURN(at::Tensor all, comm.AllGather(mine, ones, parallel::CallKind::kOther));
+  all = all.cpu();
+  RETURN_IF_ERROR(comm.Synchronize());  // what was read came from a gather that finished
+  std::vector<int> failed;
+  for (int r = 0; r < comm.world_size(); ++r) {
+    if (all[r].item<int>() != 0) failed.push_back(r);
+  }
+  return failed;
 }
 
 }  // namespace
@@ -202,6 +219,17 @@ absl::StatusOr<EncodeOutcome> GroupRuntime::ExecuteEncode(families::Encoder& enc
                                                           const std::atomic<bool>* cancelled) {
   // The image was validated and prepared before: a bad image never reaches the peers.
   ASSIGN_OR_RETURN(GroupJob shared, BroadcastJob(*comm_, &job));
+  if (shared.encode.mode == DecodeMode::kExact && world_size_ > 1) {
+    // Every rank loads its own encoder; all of them agree before any
+    // encodes, so a rank that cannot (a file missing on its node, no
+    // memory on its device) fails the request, not the group.
+    ASSIGN_OR_RETURN(std::vector<int> failed, RanksWithoutTheirEncoder(*comm_, /*loaded=*/true));
+    if (!failed.empty()) {
+      return InStep(absl::FailedPreconditionError(absl::StrCat(
+          "rank", failed.size() > 1 ? "s " : " ", absl::StrJoin(failed, ", "), " of the group could not load model \"",
+          models_[job.model_index].name, "\"'s encoder (the worker log says why); the group keeps serving")));
+    }
+  }
   parallel::CountingCommunicator counting(*comm_);
   auto step = EncodeStep(encoder, counting, shared.encode, cancelled);
   if (!step.ok()) {
@@ -323,11 +351,16 @@ absl::Status GroupRuntime::ServeEncode(const GroupJob& job) {
   }
   absl::StatusOr<families::Encoder*> encoder = Encoder(job.model_index);
   if (!encoder.ok()) {
-    // The leader loaded its encoder from the same folder: this rank cannot follow.
-    comm_->Abort(std::string(encoder.status().message()));
-    MarkBroken(encoder.status());
-    return encoder.status();
+    spdlog::warn("event=encoder_load_failed model={} rank={} error=\"{}\"", models_[job.model_index].name, rank_,
+                 std::string(encoder.status().message()));
   }
+  // Agreed with every rank (ExecuteEncode): if any could not load, none encodes.
+  absl::StatusOr<std::vector<int>> failed = RanksWithoutTheirEncoder(*comm_, encoder.ok());
+  if (!failed.ok()) {
+    if (absl::Status s = RecoverOrBreak(failed.status()); broken_) return s;
+    return absl::OkStatus();
+  }
+  if (!failed->empty()) return absl::OkStatus();
   parallel::CountingCommunicator counting(*comm_);
   auto step = EncodeStep(**encoder, counting, job.encode, nullptr);
   if (!step.ok()) {

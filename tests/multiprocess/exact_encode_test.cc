@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "families/builtin_families.h"
@@ -24,6 +25,8 @@
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/encode_job.h"
 #include "worker/group_encode.h"
+#include "worker/group_runtime.h"
+#include "worker/model_repository.h"
 
 namespace vaedecode {
 namespace {
@@ -232,6 +235,51 @@ TEST(ExactEncodeGroup, CancellationStopsEveryRankAndKeepsTheGroupInStep) {
         absl::Seconds(120));
     EXPECT_TRUE(s.ok()) << worker::ModeName(mode) << ": " << s;
   }
+}
+
+TEST(ExactEncodeGroup, APeerThatCannotLoadItsEncoderFailsTheRequestNotTheGroup) {
+  // Rank 1's copy of the model folder is missing (a node without the file):
+  // the exact encode is refused on every rank after one agreement, and the
+  // same group goes on encoding (dense) and refusing (exact), never hanging.
+  absl::Status s = parallel::testing::RunRanks(
+      2,
+      [](int rank, int w, int port) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm,
+                         testing::JoinTestGroup(rank, w, port, "encode-load"));
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, testing::LoadFixtureDecoder("sd_kl"));
+        std::vector<worker::NamedModel> models;
+        models.push_back({"sd", std::move(decoder),
+                          rank == worker::kLeader ? testing::FixturePath("sd_kl") : "/nonexistent/sd_kl",
+                          std::nullopt});
+        worker::GroupRuntime runtime(std::move(comm), std::move(models), absl::Seconds(30));
+        if (rank != worker::kLeader) return runtime.ServeAsPeer();  // until the leader's Shutdown
+        ASSIGN_OR_RETURN(families::Encoder * encoder, runtime.Encoder(0));
+        ASSIGN_OR_RETURN(at::Tensor image,
+                         formats::ReadTensorFile(testing::FixturePath("sd_kl/image.safetensors"), "image"));
+        ASSIGN_OR_RETURN(at::Tensor prepared, worker::PrepareImage(*encoder, worker::EncodeJob{image}));
+        worker::GroupJob exact;
+        exact.kind = worker::JobKind::kEncode;
+        exact.encode = worker::PlanEncode(*encoder, prepared, worker::DecodeMode::kExact, 2);
+        worker::GroupJob dense = exact;
+        dense.encode = worker::PlanEncode(*encoder, prepared, worker::DecodeMode::kDense, 2);
+        for (int attempt = 0; attempt < 2; ++attempt) {
+          absl::StatusOr<worker::EncodeOutcome> refused = runtime.RunEncode(exact);
+          if (refused.ok() || refused.status().code() != absl::StatusCode::kFailedPrecondition ||
+              !absl::StrContains(refused.status().message(), "rank 1 of the group could not load")) {
+            return absl::InternalError(
+                absl::StrCat("exact encode with rank 1 unable to load: ", refused.status().ToString()));
+          }
+          ASSIGN_OR_RETURN(worker::EncodeOutcome encoded, runtime.RunEncode(dense));
+          ASSIGN_OR_RETURN(at::Tensor expected,
+                           formats::ReadTensorFile(testing::FixturePath("sd_kl/posterior_mean.safetensors"), "mean"));
+          const at::Tensor mean = encoded.moments.narrow(1, 0, expected.size(1));
+          RETURN_IF_ERROR(ExpectTensorClose(mean, expected, kVsDiffusers, 0, "dense encode after the refusal"));
+        }
+        runtime.Shutdown();
+        return absl::OkStatus();
+      },
+      absl::Seconds(120));
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 }  // namespace
