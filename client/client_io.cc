@@ -1,7 +1,10 @@
 #include "client/client_io.h"
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -65,18 +68,22 @@ formats::DType FormatsDType(v1::DType dtype) {
 
 }  // namespace
 
-absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path) {
+namespace {
+
+// The tensor of a .safetensors (the only one, or `name`) or .npy file.
+absl::StatusOr<v1::Tensor> ReadOneTensor(const std::string& path, const std::string& name, const std::string& noun) {
   if (absl::EndsWith(path, ".safetensors")) {
     ASSIGN_OR_RETURN(std::unique_ptr<formats::SafetensorsFile> file, formats::SafetensorsFile::Open(path));
     const formats::TensorView* view = nullptr;
     if (file->tensors().size() == 1) {
       view = &file->tensors()[0];
     } else {
-      view = file->Find("latent");
+      view = file->Find(name);
     }
     if (view == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": ", file->tensors().size(), " tensors and none is called \"latent\"; which one is the latent?"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", file->tensors().size(),
+                                                     " tensors and none is called \"", name, "\"; which one is the ",
+                                                     noun, "?"));
     }
     return ToTensor(path, view->dtype, view->shape, view->data, view->nbytes);
   }
@@ -84,7 +91,49 @@ absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path) {
     ASSIGN_OR_RETURN(formats::NpyArray array, formats::ReadNpy(path));
     return ToTensor(path, array.dtype, array.shape, array.data.data(), array.data.size());
   }
-  return absl::InvalidArgumentError(absl::StrCat(path, ": latent files must be .safetensors or .npy"));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", noun, " files must be .safetensors or .npy"));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path) { return ReadOneTensor(path, "latent", "latent"); }
+
+absl::Status ReadImage(const std::string& path, v1::EncodeRequest& request) {
+  if (absl::EndsWith(path, ".png") || absl::EndsWith(path, ".jpg") || absl::EndsWith(path, ".jpeg")) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot read it"));
+    request.set_encoded_image(bytes.str());
+    return absl::OkStatus();
+  }
+  if (!absl::EndsWith(path, ".safetensors") && !absl::EndsWith(path, ".npy")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": images to encode are .png, .jpg, .jpeg, .safetensors or .npy"));
+  }
+  ASSIGN_OR_RETURN(*request.mutable_image(), ReadOneTensor(path, "image", "image"));
+  return absl::OkStatus();
+}
+
+std::vector<v1::EncodeRequest> EncodePieces(const v1::EncodeRequest& request, int64_t piece_bytes) {
+  const bool tensor = request.has_image();
+  const std::string& bytes = tensor ? request.image().data() : request.encoded_image();
+  const size_t step = static_cast<size_t>(std::max<int64_t>(1, piece_bytes));
+  std::vector<v1::EncodeRequest> pieces;
+  for (size_t at = 0; at == 0 || at < bytes.size(); at += step) {
+    v1::EncodeRequest piece;
+    if (at == 0) {
+      piece = request;
+    }
+    std::string part = bytes.substr(at, step);
+    if (tensor) {
+      piece.mutable_image()->set_data(std::move(part));
+    } else {
+      piece.set_encoded_image(std::move(part));
+    }
+    pieces.push_back(std::move(piece));
+  }
+  return pieces;
 }
 
 v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
@@ -106,7 +155,8 @@ v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed) {
   return t;
 }
 
-absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path, const rpc::OutputAssembler& output) {
+absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path, const rpc::OutputAssembler& output,
+                                                     const std::string& tensor_name) {
   RETURN_IF_ERROR(output.Finish());
   const v1::Header& h = output.header();
   std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
@@ -161,7 +211,7 @@ absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path, co
     s = formats::WriteNpy(path, dtype, shape, bytes.data(), bytes.size());
   } else if (absl::EndsWith(path, ".safetensors")) {
     formats::TensorView view;
-    view.name = "sample";
+    view.name = tensor_name;
     view.dtype = dtype;
     view.shape = shape;
     view.data = reinterpret_cast<const uint8_t*>(bytes.data());
@@ -171,6 +221,41 @@ absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path, co
     s = absl::InvalidArgumentError(absl::StrCat("--out ", path, ": tensor output needs .safetensors or .npy"));
   }
   if (!s.ok()) return s;
+  return std::vector<std::string>{path};
+}
+
+absl::StatusOr<std::vector<std::string>> WriteEncodeOutput(const std::string& path, const rpc::OutputAssembler& output,
+                                                           bool moments) {
+  if (!moments) return WriteOutput(path, output, "latent");
+  RETURN_IF_ERROR(output.Finish());
+  if (!absl::EndsWith(path, ".safetensors")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out ", path, ": moments are two tensors (mean, logvar): use .safetensors"));
+  }
+  const v1::Header& h = output.header();
+  std::vector<int64_t> half(h.shape().begin(), h.shape().end());
+  if (half.size() < 2 || half[1] % 2 != 0 || h.dtype() != v1::FLOAT32) {
+    return absl::InvalidArgumentError("the server's moments are not float32 [B, 2C, ...]");
+  }
+  half[1] /= 2;
+  // Per batch entry: the mean's channels, then the log-variance's.
+  const std::string& bytes = output.tensor_bytes();
+  const size_t entry = bytes.size() / static_cast<size_t>(half[0]), part = entry / 2;
+  std::string mean, logvar;
+  for (int64_t b = 0; b < half[0]; ++b) {
+    mean.append(bytes, b * entry, part);
+    logvar.append(bytes, b * entry + part, part);
+  }
+  std::vector<formats::TensorView> views(2);
+  const std::pair<const char*, const std::string*> tensors[] = {{"mean", &mean}, {"logvar", &logvar}};
+  for (size_t i = 0; i < 2; ++i) {
+    views[i].name = tensors[i].first;
+    views[i].dtype = formats::DType::kF32;
+    views[i].shape = half;
+    views[i].data = reinterpret_cast<const uint8_t*>(tensors[i].second->data());
+    views[i].nbytes = tensors[i].second->size();
+  }
+  RETURN_IF_ERROR(formats::WriteSafetensors(path, views));
   return std::vector<std::string>{path};
 }
 

@@ -21,6 +21,15 @@ namespace vaedecode::client {
 // FLOAT32). INVALID_ARGUMENT naming the file otherwise.
 absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path);
 
+// Reads an image (or clip) to encode into `request`: a .png / .jpg / .jpeg
+// file's bytes as encoded_image (the server decodes it), or a tensor as
+// ReadLatent reads one (the one named "image" when there are several).
+absl::Status ReadImage(const std::string& path, v1::EncodeRequest& request);
+
+// `request` as the Encode stream sends it: the first message with every
+// field, the image's bytes continued `piece_bytes` at a time by the next.
+std::vector<v1::EncodeRequest> EncodePieces(const v1::EncodeRequest& request, int64_t piece_bytes);
+
 // A FLOAT32 latent of `shape` with N(0, 1) entries from std::mt19937_64
 // seeded with `seed` (deterministic, but not the CLI's torch.randn values).
 v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed);
@@ -32,7 +41,15 @@ v1::Tensor DemoLatent(const std::vector<int64_t>& shape, uint64_t seed);
 //                         images → stem_0.png …, video → stem_f000.png …,
 //                         N > 1 videos → stem_0_f000.png … (the CLI's names);
 //   .mp4                  one video per batch entry: `path`, or stem_<b>.mp4.
+// `tensor_name` names the tensor of a .safetensors file.
 // Returns the files written.
-absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path, const rpc::OutputAssembler& output);
+absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path, const rpc::OutputAssembler& output,
+                                                     const std::string& tensor_name = "sample");
+
+// Writes a finished encode's latent like `vaedecode encode`: .safetensors
+// with "latent", or for moments ([B, 2C, ...]) "mean" and "logvar" split on
+// channels; .npy holds the one tensor (not moments).
+absl::StatusOr<std::vector<std::string>> WriteEncodeOutput(const std::string& path, const rpc::OutputAssembler& output,
+                                                           bool moments);
 
 }  // namespace vaedecode::client

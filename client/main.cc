@@ -1,8 +1,11 @@
 // vaedecode_client: decodes one latent through a vaedecode server and writes
-// the result like the `vaedecode` CLI does (.safetensors / .npy / .png).
+// the result like the `vaedecode` CLI does (.safetensors / .npy / .png), or
+// with --image encodes one image (or clip) through Encode and writes its
+// latent like `vaedecode encode` does.
 //
 //   vaedecode_client --server=127.0.0.1:50051 --latent=latent.safetensors --out=image.png
 //   vaedecode_client --server=… --latent_shape=1,4,32,32 --seed=0 --out=demo.png
+//   vaedecode_client --server=… --image=photo.png --out=latent.safetensors [--posterior=sample --seed=7]
 //
 // Prints one summary line; errors are one line on stderr and exit code 1
 // (2 for bad flags).
@@ -22,6 +25,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -39,7 +43,10 @@ ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address HOST:PORT");
 ABSL_FLAG(std::string, model, "default", "Model name (the server's ListModels)");
 ABSL_FLAG(std::string, latent, "", ".safetensors or .npy latent; empty: a seeded demo latent");
 ABSL_FLAG(std::string, latent_shape, "1,4,32,32", "Shape of the demo latent");
-ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent");
+ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent; with --image and --posterior=sample, the sample's seed");
+ABSL_FLAG(std::string, image, "",
+          "Encode instead: .png, .jpg, .safetensors or .npy image ([B, C, (T,) H, W] in [-1, 1]) to encode");
+ABSL_FLAG(int64_t, piece_bytes, 4 << 20, "Encode: the image is streamed in pieces of this many bytes");
 ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy, .png, .jpg or .mp4");
 ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
 ABSL_FLAG(std::string, request_id, "", "Request id (the server generates one when empty)");
@@ -115,6 +122,23 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
 // flag (--jpeg_quality, --jpeg-quality); an empty value leaves it unset.
 using OptionArgs = std::map<std::string, std::string>;  // option name -> value
 
+// A decode option's row, or else an encode option's (rpc/request_options.h).
+const vaedecode::rpc::OptionInfo* FindOption(absl::string_view name) {
+  if (const vaedecode::rpc::OptionInfo* decode = vaedecode::rpc::FindRequestOption(name)) return decode;
+  for (const vaedecode::rpc::OptionInfo& o : vaedecode::rpc::EncodeOptions()) {
+    if (o.name == name || o.CliFlag() == absl::StrCat("--", name)) return &o;
+  }
+  return nullptr;
+}
+
+// The encode option named `name`, or nullptr.
+const vaedecode::rpc::OptionInfo* FindEncodeOption(const std::string& name) {
+  for (const vaedecode::rpc::OptionInfo& o : vaedecode::rpc::EncodeOptions()) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<OptionArgs> TakeRequestOptions(int& argc, char** argv) {
   OptionArgs taken;
   int kept = 1;
@@ -127,7 +151,7 @@ absl::StatusOr<OptionArgs> TakeRequestOptions(int& argc, char** argv) {
     const vaedecode::rpc::OptionInfo* option = nullptr;
     absl::string_view name = arg;
     if (absl::ConsumePrefix(&name, "--") || absl::ConsumePrefix(&name, "-")) {
-      option = vaedecode::rpc::FindRequestOption(std::string(name.substr(0, name.find('='))));
+      option = FindOption(name.substr(0, name.find('=')));
     }
     if (option == nullptr || (option->surfaces & vaedecode::rpc::kClient) == 0) {
       argv[kept++] = argv[i];
@@ -145,6 +169,36 @@ absl::StatusOr<OptionArgs> TakeRequestOptions(int& argc, char** argv) {
   return taken;
 }
 
+// Whether `--name` (or `--name=...`) is among the arguments: a flag whose
+// absence means something other than its default value.
+bool FlagGiven(int argc, char** argv, absl::string_view name) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
+    if (arg == name || absl::StartsWith(arg, absl::StrCat(name, "="))) return true;
+  }
+  return false;
+}
+
+// `seed_given`: --seed was on the command line (otherwise the server draws one).
+absl::StatusOr<v1::EncodeRequest> BuildEncodeRequest(const OptionArgs& options, bool seed_given) {
+  v1::EncodeRequest request;
+  request.set_model(absl::GetFlag(FLAGS_model));
+  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+  RETURN_IF_ERROR(vaedecode::client::ReadImage(ResolvePath(absl::GetFlag(FLAGS_image)), request));
+  for (const auto& [name, value] : options) {
+    if (value.empty()) continue;
+    const vaedecode::rpc::OptionInfo* option = FindEncodeOption(name);
+    if (option == nullptr) return Fail(absl::StrCat("--", name, " applies to decodes, not to --image encodes"));
+    if (absl::Status s = vaedecode::rpc::SetOption(*option, value, request); !s.ok()) {
+      return Fail(absl::StrCat("--", s.message()));
+    }
+  }
+  if (seed_given) request.set_seed(absl::GetFlag(FLAGS_seed));
+  return request;
+}
+
 absl::StatusOr<v1::DecodeRequest> BuildRequest(const OptionArgs& options) {
   v1::DecodeRequest request;
   request.set_model(absl::GetFlag(FLAGS_model));
@@ -159,7 +213,9 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest(const OptionArgs& options) {
   }
   for (const auto& [name, value] : options) {
     if (value.empty()) continue;
-    if (absl::Status s = vaedecode::rpc::SetOption(*vaedecode::rpc::FindRequestOption(name), value, request); !s.ok()) {
+    const vaedecode::rpc::OptionInfo* option = vaedecode::rpc::FindRequestOption(name);
+    if (option == nullptr) return Fail(absl::StrCat("--", name, " applies to --image encodes, not to decodes"));
+    if (absl::Status s = vaedecode::rpc::SetOption(*option, value, request); !s.ok()) {
       return Fail(absl::StrCat("--", s.message()));
     }
   }
@@ -180,18 +236,79 @@ std::string StatusLine(const grpc::Status& s) {
   return absl::StrCat(code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN", ": ", s.error_message());
 }
 
+// Reads a stream's messages into `output`; false (with the reason on
+// stderr) when the server's stream or status was bad.
+template <typename Stream>
+bool ReadStream(Stream& stream, grpc::ClientContext& ctx, OutputAssembler& output) {
+  v1::DecodeResponse message;
+  absl::Status stream_error;
+  while (stream.Read(&message)) {
+    if (!stream_error.ok()) continue;
+    stream_error = output.Add(message);
+    if (!stream_error.ok()) ctx.TryCancel();
+  }
+  const grpc::Status status = stream.Finish();
+  if (!stream_error.ok()) {
+    std::cerr << "vaedecode_client: bad stream from the server: " << stream_error.message() << "\n";
+    return false;
+  }
+  if (!status.ok()) {
+    std::cerr << "vaedecode_client: " << StatusLine(status) << "\n";
+    return false;
+  }
+  return true;
+}
+
+int Encode(v1::VaeDecoder::Stub& stub, const OptionArgs& options, bool seed_given,
+           std::chrono::system_clock::time_point deadline) {
+  absl::StatusOr<v1::EncodeRequest> request = BuildEncodeRequest(options, seed_given);
+  if (!request.ok()) {
+    std::cerr << "vaedecode_client: " << request.status().message() << "\n";
+    return 2;
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  ctx.set_wait_for_ready(true);
+  auto stream = stub.Encode(&ctx);
+  for (const v1::EncodeRequest& piece : vaedecode::client::EncodePieces(*request, absl::GetFlag(FLAGS_piece_bytes))) {
+    if (!stream->Write(piece)) break;  // the server ended the call (a refusal): Finish says why
+  }
+  stream->WritesDone();
+  OutputAssembler output;
+  if (!ReadStream(*stream, ctx, output)) return 1;
+  absl::StatusOr<std::vector<std::string>> written = vaedecode::client::WriteEncodeOutput(
+      ResolvePath(absl::GetFlag(FLAGS_out)), output, request->posterior() == v1::POSTERIOR_MOMENTS);
+  if (!written.ok()) {
+    std::cerr << "vaedecode_client: " << written.status().message() << "\n";
+    return 1;
+  }
+  const v1::Header& h = output.header();
+  const v1::Timings& t = output.trailer().timings();
+  std::cout << "request_id=" << h.request_id() << " shape=[" << absl::StrJoin(h.shape(), ",")
+            << "] mode=" << v1::Mode_Name(h.mode()) << " degree=" << h.degree() << " queue_ms=" << t.queue_ms()
+            << " encode_ms=" << t.decode_ms() << " total_ms=" << t.total_ms()
+            << " wrote=" << absl::StrJoin(*written, ",");
+  if (h.has_sample_seed()) std::cout << " sample_seed=" << h.sample_seed();
+  std::cout << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       absl::StrCat("vaedecode_client --server=HOST:PORT [--model=NAME] [--latent=FILE | --latent_shape=B,C,H,W "
-                   "--seed=S] --out=FILE.{safetensors,npy,png,jpg,mp4} [request options]\nrequest options:\n",
-                   vaedecode::rpc::OptionUsage(vaedecode::rpc::kClient)));
+                   "--seed=S] --out=FILE.{safetensors,npy,png,jpg,mp4} [request options]\n"
+                   "       vaedecode_client --server=HOST:PORT --model=NAME --image=FILE.{png,jpg,safetensors,npy} "
+                   "--out=FILE.{safetensors,npy} [--seed=S] [encode options]\nrequest options:\n",
+                   vaedecode::rpc::OptionUsage(vaedecode::rpc::kClient), "encode options:\n",
+                   vaedecode::rpc::EncodeOptionUsage(vaedecode::rpc::kClient)));
   absl::StatusOr<OptionArgs> options = TakeRequestOptions(argc, argv);
   if (!options.ok()) {
     std::cerr << "vaedecode_client: " << options.status().message() << "\n";
     return 2;
   }
+  const bool seed_given = FlagGiven(argc, argv, "seed");
   absl::ParseCommandLine(argc, argv);
 
   grpc::ChannelArguments args;
@@ -228,6 +345,7 @@ int main(int argc, char** argv) {
     std::cerr << "vaedecode_client: --out FILE is required (.safetensors, .npy, .png, .jpg or .mp4)\n";
     return 2;
   }
+  if (!absl::GetFlag(FLAGS_image).empty()) return Encode(*stub, *options, seed_given, deadline);
   absl::StatusOr<v1::DecodeRequest> request = BuildRequest(*options);
   if (!request.ok()) {
     std::cerr << "vaedecode_client: " << request.status().message() << "\n";
@@ -240,22 +358,7 @@ int main(int argc, char** argv) {
   ctx.set_wait_for_ready(true);
   OutputAssembler output;
   std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader = stub->Decode(&ctx, *request);
-  v1::DecodeResponse message;
-  absl::Status stream_error;
-  while (reader->Read(&message)) {
-    if (!stream_error.ok()) continue;
-    stream_error = output.Add(message);
-    if (!stream_error.ok()) ctx.TryCancel();
-  }
-  const grpc::Status status = reader->Finish();
-  if (!stream_error.ok()) {
-    std::cerr << "vaedecode_client: bad stream from the server: " << stream_error.message() << "\n";
-    return 1;
-  }
-  if (!status.ok()) {
-    std::cerr << "vaedecode_client: " << StatusLine(status) << "\n";
-    return 1;
-  }
+  if (!ReadStream(*reader, ctx, output)) return 1;
   absl::StatusOr<std::vector<std::string>> written =
       vaedecode::client::WriteOutput(ResolvePath(absl::GetFlag(FLAGS_out)), output);
   if (!written.ok()) {

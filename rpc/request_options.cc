@@ -332,9 +332,11 @@ absl::Status CheckOptionRanges(const v1::DecodeRequest& request) {
   return absl::OkStatus();
 }
 
-std::string OptionUsage(Surface surface) {
+namespace {
+
+std::string UsageOf(absl::Span<const OptionInfo> table, Surface surface) {
   std::string out;
-  for (const OptionInfo& o : Table()) {
+  for (const OptionInfo& o : table) {
     if ((o.surfaces & surface) == 0) continue;
     const std::string flag = surface == kCli ? o.CliFlag() : absl::StrCat("--", o.name);
     absl::StrAppend(&out, "  ", flag, " ", absl::AsciiStrToUpper(o.kind == OptionKind::kChoice ? "choice" : "value"),
@@ -343,5 +345,11 @@ std::string OptionUsage(Surface surface) {
   }
   return out;
 }
+
+}  // namespace
+
+std::string OptionUsage(Surface surface) { return UsageOf(Table(), surface); }
+
+std::string EncodeOptionUsage(Surface surface) { return UsageOf(EncodeOptions(), surface); }
 
 }  // namespace vaedecode::rpc

@@ -89,5 +89,7 @@ absl::Status CheckOptionRanges(const v1::DecodeRequest& request);
 // The usage lines of the options offered on `surface` ("  --jpeg-quality Q
 // ..."), for the CLI's usage text and the client's flag help.
 std::string OptionUsage(Surface surface);
+// The same for the encode options.
+std::string EncodeOptionUsage(Surface surface);
 
 }  // namespace vaedecode::rpc

@@ -11,7 +11,9 @@ diffusers' encode fixtures and with diffusers itself at test time:
     preprocessing of the same image, by diffusers' own AutoencoderKL;
   - a video model: a [B, C, T, H, W] clip, and a still image as one frame;
   - bad requests: the error remote_encode raises names the problem, and the
-    server goes on encoding.
+    server goes on encoding;
+  - vaedecode_client --image (the gRPC Encode, streamed in pieces): the same
+    latent as remote_encode, moments as mean / logvar, a seeded sample, a PNG.
 """
 
 import json
@@ -26,7 +28,7 @@ from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.remote_utils import remote_encode
 from PIL import Image
 
-from protocol_harness import Checks, Server, fixture
+from protocol_harness import TMP, Checks, Server, fixture
 
 FLUX_SCALE, FLUX_SHIFT = 0.3611, 0.1159  # the flux1_kl fixture's config
 
@@ -114,7 +116,34 @@ def main():
         # Still encoding.
         assert max_diff(remote_encode(flux, image), mean) <= 1e-4
 
+    def grpc_client_encodes_the_same():
+        out = TMP / "client_mean.safetensors"
+        line = server.client("--model=flux1", f"--image={fixture('flux1_kl', 'image.safetensors')}", f"--out={out}",
+                             "--piece_bytes=4096", "--mode=exact")
+        assert "mode=MODE_EXACT" in line, line
+        got = safetensors.torch.load_file(str(out))["latent"]
+        assert max_diff(got, remote_encode(flux, image)) <= 1e-6 and max_diff(got, mean) <= 1e-4
+        moments = TMP / "client_moments.safetensors"
+        server.client("--model=flux1", f"--image={fixture('flux1_kl', 'image.safetensors')}", f"--out={moments}",
+                      "--posterior=moments")
+        both = safetensors.torch.load_file(str(moments))
+        logvar = load("flux1_kl", "posterior_logvar.safetensors", "logvar")
+        assert max_diff(both["mean"], mean) <= 1e-4 and max_diff(both["logvar"], logvar) <= 1e-4
+        case = next(c for c in encode_cases("flux1_kl") if c["case"] == "main")
+        sample = TMP / "client_sample.npy"
+        line = server.client("--model=flux1", f"--image={fixture('flux1_kl', 'image.safetensors')}", f"--out={sample}",
+                             "--posterior=sample", f"--seed={case['sample_seed']}")
+        assert f"sample_seed={case['sample_seed']}" in line, line
+        want = load("flux1_kl", "posterior_sample.safetensors", "sample")
+        assert max_diff(torch.from_numpy(np.load(sample)), want) <= 1e-4
+        png = TMP / "still.png"
+        Image.fromarray(np.full((48, 32, 3), 90, dtype=np.uint8)).save(png)
+        frame = TMP / "still_latent.safetensors"
+        server.client("--model=wan", f"--image={png}", f"--out={frame}")
+        assert tuple(safetensors.torch.load_file(str(frame))["latent"].shape) == (1, 16, 1, 6, 4)
+
     checks.run("tensor_mean_matches_diffusers_exactly_sharded", tensor_mean_matches_diffusers)
+    checks.run("grpc_client_encodes_the_same", grpc_client_encodes_the_same)
     checks.run("scaling_shift_and_seeded_sample", scaling_and_seeded_sample)
     checks.run("pil_image_as_diffusers_preprocesses_it", pil_image_as_diffusers_preprocesses_it)
     checks.run("video_clip_and_still_frame", video_clip_and_still_frame)

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/client_io.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "rpc/status_macros.h"
@@ -285,17 +286,7 @@ DecodeOutcome Encode(v1::VaeDecoder::Stub& stub, const v1::EncodeRequest& reques
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   auto stream = stub.Encode(&ctx);
-  const bool tensor = request.has_image();
-  const std::string& bytes = tensor ? request.image().data() : request.encoded_image();
-  for (size_t at = 0; at == 0 || at < bytes.size(); at += piece_bytes) {
-    v1::EncodeRequest piece;
-    if (at == 0) piece = request;
-    const std::string part = bytes.substr(at, piece_bytes);
-    if (tensor) {
-      piece.mutable_image()->set_data(part);
-    } else {
-      piece.set_encoded_image(part);
-    }
+  for (const v1::EncodeRequest& piece : client::EncodePieces(request, piece_bytes)) {
     if (!stream->Write(piece)) break;  // the server ended the call (a refusal): read why
   }
   stream->WritesDone();
