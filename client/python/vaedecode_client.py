@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Decode one latent through a vaedecode server, in Python.
+"""Decode one latent (or encode one image) through a vaedecode server, in Python.
 
 The Python counterpart of vaedecode_client (client/main.cc), using Debian's
 python3-grpcio and python3-numpy with stubs that protoc and
@@ -9,6 +9,8 @@ grpc_python_plugin generate from proto/vaedecode/v1/vaedecode.proto:
         --latent-shape 1,4,32,32 --seed 0 --out out/py.png
     /usr/bin/python3 client/python/vaedecode_client.py --server … --model sdxl \\
         --latent latent.npy --latent-space raw --mode exact --out image.npy
+    /usr/bin/python3 client/python/vaedecode_client.py --server … --model flux \\
+        --image photo.png --posterior sample --seed 7 --out latent.npy
 
 The stubs are imported from $VAEDECODE_PY_STUBS (e.g.
 $(bazel info bazel-bin)/client/python, the genrule's output) or from beside
@@ -69,6 +71,7 @@ FORMATS = {"float32": pb2.OUTPUT_FLOAT32, "float16": pb2.OUTPUT_FLOAT16, "uint8"
 # Element type of the output, by output format (PNG: the uint8 images the PNGs hold).
 OUTPUT_NUMPY = {pb2.OUTPUT_FLOAT32: "<f4", pb2.OUTPUT_FLOAT16: "<f2", pb2.OUTPUT_UINT8: "u1", pb2.OUTPUT_PNG: "u1"}
 LATENT_DTYPES = {"float32": pb2.FLOAT32, "float16": pb2.FLOAT16}
+POSTERIORS = {"mean": pb2.POSTERIOR_MEAN, "sample": pb2.POSTERIOR_SAMPLE, "moments": pb2.POSTERIOR_MOMENTS}
 
 
 class StreamError(Exception):
@@ -219,6 +222,55 @@ def decode(stub, request, timeout_s=600.0):
     return result
 
 
+def encode_pieces(request, piece_bytes):
+    """The Encode stream's messages: every field in the first, the image's bytes continued by the next."""
+    tensor = request.HasField("image")
+    data = request.image.data if tensor else request.encoded_image
+    for at in range(0, max(len(data), 1), piece_bytes):
+        piece = pb2.EncodeRequest()
+        if at == 0:
+            piece.CopyFrom(request)
+        if tensor:
+            piece.image.data = data[at:at + piece_bytes]
+        else:
+            piece.encoded_image = data[at:at + piece_bytes]
+        yield piece
+
+
+def encode(stub, request, timeout_s=600.0, piece_bytes=4 << 20):
+    """Streams one EncodeRequest in pieces and assembles the latent (result.array); grpc.RpcError on failure."""
+    result = Decoded()
+    start = time.perf_counter()
+    call = stub.Encode(encode_pieces(request, piece_bytes), timeout=timeout_s, wait_for_ready=True)
+    try:
+        for message in call:
+            result.add(message)
+    except StreamError:
+        call.cancel()
+        raise
+    result.total_s = time.perf_counter() - start
+    result.finish()
+    return result
+
+
+def image_request(path, model):
+    """An EncodeRequest for a .png / .jpg file (sent as is) or a .npy image in [-1, 1]."""
+    request = pb2.EncodeRequest(model=model)
+    if path.endswith((".png", ".jpg", ".jpeg")):
+        with open(path, "rb") as f:
+            request.encoded_image = f.read()
+        return request
+    array = np.load(path)
+    if array.dtype.kind == "f" and array.dtype.itemsize == 8:
+        array = array.astype(np.float32)
+    if array.dtype.name not in LATENT_DTYPES:
+        raise ValueError(f"{path}: the image must be float32, float16 or float64, got {array.dtype}")
+    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    request.image.CopyFrom(pb2.Tensor(dtype=LATENT_DTYPES[array.dtype.name], shape=list(array.shape),
+                                      data=array.tobytes()))
+    return request
+
+
 def write_output(path, result):
     """Writes .npy (tensor formats) or .png files (named like the C++ client); returns the paths."""
     h = result.header
@@ -250,7 +302,12 @@ def parse_args(argv):
     ap.add_argument("--model", default="default", help="model name (see --list-models)")
     ap.add_argument("--latent", default="", help=".npy latent; without it a seeded demo latent")
     ap.add_argument("--latent-shape", default="1,4,32,32", help="shape of the demo latent")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the demo latent")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed of the demo latent (default 0); with --image, of the posterior sample")
+    ap.add_argument("--image", default="", help="encode instead: a .png, .jpg or .npy image ([B, C, (T,) H, W] "
+                                                "in [-1, 1]); --out gets the latent as .npy")
+    ap.add_argument("--posterior", choices=list(POSTERIORS), default="mean",
+                    help="encode: the posterior's mean, a seeded sample, or the moments [B, 2C, ...]")
     ap.add_argument("--save-latent", default="", help="also write the latent sent to this .npy")
     ap.add_argument("--latent-space", choices=["vae", "raw"], default="vae")
     ap.add_argument("--mode", choices=list(MODES), default="auto")
@@ -266,7 +323,45 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if not args.list_models and not args.out:
         ap.error("--out FILE is required (.npy or .png)")
+    if args.image and args.mode == "tiled":
+        ap.error("--mode tiled: encodes are dense or exact")
     return args
+
+
+def run_encode(stub, args, prog):
+    """--image: one Encode call, the latent written to --out (.npy)."""
+    try:
+        request = image_request(args.image, args.model)
+    except (OSError, ValueError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    if not args.out.endswith(".npy"):
+        print(f"{prog}: --out {args.out}: an encode writes its latent as .npy", file=sys.stderr)
+        return 2
+    request.posterior = POSTERIORS[args.posterior]
+    request.mode = MODES[args.mode]
+    request.latent_space = pb2.LATENT_SPACE_RAW if args.latent_space == "raw" else pb2.LATENT_SPACE_VAE
+    request.request_id = args.request_id
+    if args.seed is not None:
+        request.seed = args.seed
+    try:
+        result = encode(stub, request, args.deadline_s)
+        np.save(args.out, result.array)
+    except grpc.RpcError as e:
+        print(f"{prog}: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+    except StreamError as e:
+        print(f"{prog}: bad stream from the server: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
+    h, t = result.header, result.trailer.timings
+    seed = f" sample_seed={h.sample_seed}" if h.HasField("sample_seed") else ""
+    print(f"request_id={h.request_id} shape=[{','.join(map(str, h.shape))}] mode={pb2.Mode.Name(h.mode)} "
+          f"degree={h.degree} queue_ms={t.queue_ms:.1f} encode_ms={t.decode_ms:.1f} total_ms={t.total_ms:.1f} "
+          f"client_ms={result.total_s * 1e3:.1f} wrote={args.out}{seed}")
+    return 0
 
 
 def main(argv=None):
@@ -279,11 +374,13 @@ def main(argv=None):
                 print(f"{m.name} family={m.family} latent_channels={m.latent_channels} "
                       f"spatial_factor={m.spatial_factor} video={'yes' if m.is_video else 'no'}")
             return 0
+        if args.image:
+            return run_encode(stub, args, prog)
         try:
             if args.latent:
                 latent = np.load(args.latent)
             else:
-                latent = demo_latent([int(d) for d in args.latent_shape.split(",")], args.seed)
+                latent = demo_latent([int(d) for d in args.latent_shape.split(",")], args.seed or 0)
             tensor = latent_tensor(latent)
         except (OSError, ValueError) as e:
             print(f"{prog}: {e}", file=sys.stderr)

@@ -13,10 +13,14 @@ diffusers' encode fixtures and with diffusers itself at test time:
   - bad requests: the error remote_encode raises names the problem, and the
     server goes on encoding;
   - vaedecode_client --image (the gRPC Encode, streamed in pieces): the same
-    latent as remote_encode, moments as mean / logvar, a seeded sample, a PNG.
+    latent as remote_encode, moments as mean / logvar, a seeded sample, a PNG;
+    the Python client's --image the same.
 """
 
 import json
+import os
+import pathlib
+import subprocess
 import sys
 
 import numpy as np
@@ -31,6 +35,7 @@ from PIL import Image
 from protocol_harness import TMP, Checks, Server, fixture
 
 FLUX_SCALE, FLUX_SHIFT = 0.3611, 0.1159  # the flux1_kl fixture's config
+RUNFILES = pathlib.Path(os.environ["TEST_SRCDIR"]) / "vaedecode"
 
 
 def load(folder, name, tensor):
@@ -142,7 +147,22 @@ def main():
         server.client("--model=wan", f"--image={png}", f"--out={frame}")
         assert tuple(safetensors.torch.load_file(str(frame))["latent"].shape) == (1, 16, 1, 6, 4)
 
+    def python_client_encodes_the_same():
+        # Debian's python3 with python3-grpcio, the stubs beside the client in the runfiles.
+        client = RUNFILES / "client" / "python" / "vaedecode_client.py"
+        image_npy = TMP / "image.npy"
+        np.save(image_npy, image.numpy())
+        out = TMP / "py_mean.npy"
+        done = subprocess.run(["/usr/bin/python3", str(client), f"--server={server.grpc}", "--model=flux1",
+                               f"--image={image_npy}", f"--out={out}", "--mode=exact"],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "mode=MODE_EXACT" in done.stdout, done.stdout
+        got = torch.from_numpy(np.load(out))
+        assert max_diff(got, remote_encode(flux, image)) <= 1e-6 and max_diff(got, mean) <= 1e-4
+
     checks.run("tensor_mean_matches_diffusers_exactly_sharded", tensor_mean_matches_diffusers)
+    checks.run("python_client_encodes_the_same", python_client_encodes_the_same)
     checks.run("grpc_client_encodes_the_same", grpc_client_encodes_the_same)
     checks.run("scaling_shift_and_seeded_sample", scaling_and_seeded_sample)
     checks.run("pil_image_as_diffusers_preprocesses_it", pil_image_as_diffusers_preprocesses_it)
