@@ -10,6 +10,9 @@ median encode time, ratio to dense 1 thread, allocator peak MiB per rank,
 max RSS of the leader, collectives per encode.
 
     bazel build //:vaedecode && python3 bench/encode_bench.py [--sizes 256,512] [--rounds 2]
+
+A video encoder takes clips: --model bench/models/wan21 --frames 5 encodes
+seeded 1x3x5xNxN clips (Wan 2.1's encoder, base_dim 96, at real widths).
 """
 import argparse
 import os
@@ -39,6 +42,7 @@ def main():
     ap.add_argument("--binary", default="bazel-bin/cli/vaedecode")
     ap.add_argument("--model", default="bench/models/flux1")
     ap.add_argument("--sizes", default="256,512", help="square images 1x3xNxN")
+    ap.add_argument("--frames", type=int, default=0, help="video encoders: clips of this many frames")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="/tmp/vaedecode-encode-bench")
     args = ap.parse_args()
@@ -47,7 +51,8 @@ def main():
     for n in (int(s) for s in args.sizes.split(",")):
         image = os.path.join(args.out, f"image{n}.npy")
         rng = np.random.default_rng(n)
-        np.save(image, (rng.random((1, 3, n, n), dtype=np.float32) * 2 - 1).astype(np.float32))
+        shape = (1, 3, args.frames, n, n) if args.frames else (1, 3, n, n)
+        np.save(image, (rng.random(shape, dtype=np.float32) * 2 - 1).astype(np.float32))
         times = {name: [] for name, _ in CONFIGS}
         last = {}
         for _ in range(args.rounds):
@@ -57,7 +62,8 @@ def main():
                 last[name] = fields
         base = statistics.median(times[CONFIGS[0][0]])
         latent = last[CONFIGS[0][0]].get("latent_shape", "?")
-        print(f"### {args.model}: image [1,3,{n},{n}] -> latent {latent}, float32, {args.rounds} rounds\n")
+        print(f"### {args.model}: image [{','.join(map(str, shape))}] -> latent {latent}, float32, "
+              f"{args.rounds} rounds\n")
         print("| configuration | encode ms (median) | speed-up vs dense 1 thread | peak MiB per rank | "
               "max RSS MiB (leader) | collectives |")
         print("|---|---|---|---|---|---|")
