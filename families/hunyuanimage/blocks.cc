@@ -56,6 +56,29 @@ at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
   return h + nn::SubpixelMajorDepthToSpace(x.repeat_interleave(repeats_, 1), 1, 2, 2);
 }
 
+namespace {
+
+// [B, C, H, W] -> [B, 4C, H/2, W/2], channel (2·dy + dx)·C + c holding pixel
+// (2y + dy, 2x + dx) of channel c: SubpixelMajorDepthToSpace's inverse.
+at::Tensor SubpixelMajorSpaceToDepth(const at::Tensor& x) {
+  const int64_t b = x.size(0), c = x.size(1), h = x.size(2) / 2, w = x.size(3) / 2;
+  TORCH_CHECK(h * 2 == x.size(2) && w * 2 == x.size(3), "a 2x2 space-to-depth of ", x.size(2), "x", x.size(3));
+  return x.reshape({b, c, h, 2, w, 2}).permute({0, 3, 5, 1, 2, 4}).reshape({b, 4 * c, h, w});
+}
+
+}  // namespace
+
+DownsampleImpl::DownsampleImpl(int64_t in_channels, int64_t out_channels)
+    : out_channels_(out_channels), group_size_(4 * in_channels / out_channels) {
+  conv = register_module("conv", nn::MakeConv2d(in_channels, out_channels / 4, 3));
+}
+
+at::Tensor DownsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const at::Tensor h = SubpixelMajorSpaceToDepth(nn::RunConv2d(ops, conv, x));  // [B, out, H/2, W/2]
+  const at::Tensor shortcut = SubpixelMajorSpaceToDepth(x);                     // [B, 4·in, H/2, W/2]
+  return h + shortcut.view({x.size(0), out_channels_, group_size_, h.size(2), h.size(3)}).mean(2);
+}
+
 MidBlockImpl::MidBlockImpl(int64_t channels) {
   resnets = register_module("resnets", torch::nn::ModuleList());
   attentions = register_module("attentions", torch::nn::ModuleList());
@@ -68,6 +91,39 @@ at::Tensor MidBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
   at::Tensor h = resnets[0]->as<ResnetBlockImpl>()->forward(x, ops);
   h = attentions[0]->as<AttentionBlockImpl>()->forward(h, ops);
   return resnets[1]->as<ResnetBlockImpl>()->forward(h, ops);
+}
+
+Encoder2DImpl::Encoder2DImpl(const HunyuanImageConfig& c)
+    : group_size_(c.block_out_channels.back() / (2 * c.latent_channels)) {
+  conv_in = register_module("conv_in", nn::MakeConv2d(c.in_channels, c.block_out_channels.front(), 3));
+  down_blocks = register_module("down_blocks", torch::nn::ModuleList());
+  for (const DownLayerSpec& l : c.DownLayers()) {
+    if (l.downsample) {
+      down_blocks->push_back(Downsample(l.in_channels, l.out_channels));
+    } else {
+      down_blocks->push_back(ResnetBlock(l.out_channels));  // equal widths (CheckEncoder)
+    }
+  }
+  const int64_t last = c.block_out_channels.back();
+  mid_block = register_module("mid_block", MidBlock(last));
+  norm_out = register_module("norm_out", nn::MakeGroupNorm(kGroups, last, kEps));
+  conv_out = register_module("conv_out", nn::MakeConv2d(last, 2 * c.latent_channels, 3));
+}
+
+at::Tensor Encoder2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = nn::RunConv2d(ops, conv_in, x);
+  for (const auto& layer : *down_blocks) {
+    if (auto* down = layer->as<DownsampleImpl>()) {
+      h = down->forward(h, ops);
+    } else {
+      h = layer->as<ResnetBlockImpl>()->forward(h, ops);
+    }
+  }
+  h = mid_block->forward(h, ops);
+  const int64_t b = h.size(0), c = h.size(1), rows = h.size(2), cols = h.size(3);
+  const at::Tensor residual = h.view({b, c / group_size_, group_size_, rows, cols}).mean(2);
+  h = nn::RunConv2d(ops, conv_out, at::silu(nn::RunGroupNorm(ops, norm_out, h)));
+  return h + residual;
 }
 
 Decoder2DImpl::Decoder2DImpl(const HunyuanImageConfig& c) : conv_in_repeats_(c.conv_in_repeats()) {

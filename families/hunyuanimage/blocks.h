@@ -10,6 +10,10 @@
 // mid-block attention (local queries, gathered K/V). The 1x1 q/k/v/proj
 // convs, SiLU, the channel-repeat shortcuts and the sub-pixel shuffle are
 // local to a band (each latent row becomes two rows).
+//
+// The encoder shards the same way: its downsamplers are a 3x3 conv (halo 1)
+// then a 2x2 space-to-depth of it and of their input, local because bands
+// are cut in whole latent rows (an even number of rows at every level).
 
 #include <cstdint>
 
@@ -69,6 +73,22 @@ class UpsampleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Upsample);
 
+// diffusers HunyuanImageDownsample: a 3x3 conv to out/4 channels
+// space-to-depth'd 2x2 (sub-pixel-major), plus the input space-to-depth'd the
+// same way and averaged down to `out` channel groups.
+class DownsampleImpl : public torch::nn::Module {
+ public:
+  DownsampleImpl(int64_t in_channels, int64_t out_channels);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, in, H, W] -> [B, out, H/2, W/2]
+
+  torch::nn::Conv2d conv{nullptr};
+
+ private:
+  int64_t out_channels_;
+  int64_t group_size_;
+};
+TORCH_MODULE(Downsample);
+
 // diffusers HunyuanImageMidBlock with one layer: resnet, attention, resnet.
 class MidBlockImpl : public torch::nn::Module {
  public:
@@ -79,6 +99,24 @@ class MidBlockImpl : public torch::nn::Module {
   torch::nn::ModuleList attentions{nullptr};
 };
 TORCH_MODULE(MidBlock);
+
+// diffusers HunyuanImageEncoder2D: its output (2·latent channels) adds the
+// last width's channel groups averaged.
+class Encoder2DImpl : public torch::nn::Module {
+ public:
+  explicit Encoder2DImpl(const HunyuanImageConfig& config);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, in, H, W] -> [B, 2·Cz, H/s, W/s]
+
+  torch::nn::Conv2d conv_in{nullptr};
+  torch::nn::ModuleList down_blocks{nullptr};  // resnets and downsamplers, one flat list
+  MidBlock mid_block{nullptr};
+  torch::nn::GroupNorm norm_out{nullptr};
+  torch::nn::Conv2d conv_out{nullptr};
+
+ private:
+  int64_t group_size_;
+};
+TORCH_MODULE(Encoder2D);
 
 // diffusers HunyuanImageDecoder2D.
 class Decoder2DImpl : public torch::nn::Module {

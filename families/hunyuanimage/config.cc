@@ -31,6 +31,54 @@ std::vector<UpLayerSpec> HunyuanImageConfig::UpLayers() const {
   return layers;
 }
 
+std::vector<DownLayerSpec> HunyuanImageConfig::DownLayers() const {
+  // HunyuanImageEncoder2D: per level layers_per_block resnets, then a
+  // downsampler while i < log2(ratio) and i is not the last level; with
+  // downsample_match_channel it already has the next level's width.
+  const int64_t levels = static_cast<int64_t>(block_out_channels.size());
+  std::vector<DownLayerSpec> layers;
+  int64_t in = block_out_channels.front();
+  for (int64_t i = 0; i < levels; ++i) {
+    int64_t out = block_out_channels[i];
+    for (int64_t r = 0; r < layers_per_block; ++r) {
+      layers.push_back({false, in, out});
+      in = out;
+    }
+    if ((int64_t{1} << i) < spatial_compression_ratio && i != levels - 1) {
+      if (downsample_match_channel) out = block_out_channels[i + 1];
+      layers.push_back({true, in, out});
+      in = out;
+    }
+  }
+  return layers;
+}
+
+int64_t HunyuanImageConfig::downsamplers() const {
+  int64_t n = 0;
+  for (const DownLayerSpec& l : DownLayers()) n += l.downsample ? 1 : 0;
+  return n;
+}
+
+absl::Status HunyuanImageConfig::CheckEncoder() const {
+  const int64_t last = block_out_channels.back();
+  if (last % (2 * latent_channels) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the encoder's last width ", last, " is not a multiple of 2 x ",
+                                                   latent_channels, " latent channels (its output shortcut)"));
+  }
+  for (const DownLayerSpec& l : DownLayers()) {
+    if (!l.downsample && l.in_channels != l.out_channels) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an encoder resnet would go from ", l.in_channels, " to ", l.out_channels,
+                       " channels, which AutoencoderKLHunyuanImage cannot encode (set downsample_match_channel)"));
+    }
+    if (l.downsample && (l.out_channels % 4 != 0 || (4 * l.in_channels) % l.out_channels != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("a downsampler from ", l.in_channels, " to ", l.out_channels,
+                                                     " channels has no whole channel groups for its shortcut"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t HunyuanImageConfig::spatial_factor() const {
   int64_t f = 1;
   for (const UpLayerSpec& l : UpLayers()) f *= l.upsample ? 2 : 1;
@@ -54,6 +102,8 @@ absl::StatusOr<HunyuanImageConfig> HunyuanImageConfig::FromJson(const nlohmann::
   c.sample_size = r.Int("sample_size", c.sample_size);
   c.scaling_factor = r.Double("scaling_factor", c.scaling_factor);
   c.upsample_match_channel = r.Bool("upsample_match_channel", c.upsample_match_channel);
+  c.in_channels = r.Int("in_channels", c.in_channels);
+  c.downsample_match_channel = r.Bool("downsample_match_channel", c.downsample_match_channel);
   RETURN_IF_ERROR(r.status());
 
   if (c.block_out_channels.empty()) r.Fail("\"block_out_channels\" must not be empty");
@@ -101,7 +151,6 @@ absl::StatusOr<HunyuanImageConfig> HunyuanImageConfig::FromJson(const nlohmann::
                                                 "x; decoded as the levels say (as diffusers does)"));
   }
   RETURN_IF_ERROR(r.status());
-  r.Known({"in_channels", "downsample_match_channel"});  // the encoder side
   c.unread_keys = r.UnreadKeys();
   return c;
 }

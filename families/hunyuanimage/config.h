@@ -22,7 +22,15 @@ struct UpLayerSpec {
   int64_t out_channels = 0;
 };
 
+// One entry of HunyuanImageEncoder2D's flat down_blocks list, in encode order.
+struct DownLayerSpec {
+  bool downsample = false;  // HunyuanImageDownsample; otherwise HunyuanImageResnetBlock
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+};
+
 struct HunyuanImageConfig {
+  int64_t in_channels = 3;  // the image's (encoder side; required by diffusers, 3 when absent here)
   int64_t latent_channels = 0;
   int64_t out_channels = 0;
   // Encoder order; the decoder runs them reversed (widest first).
@@ -32,6 +40,7 @@ struct HunyuanImageConfig {
   int64_t sample_size = 0;  // pixels: diffusers' tile_sample_min_size
   double scaling_factor = 1.0;
   bool upsample_match_channel = true;
+  bool downsample_match_channel = true;
   // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
   std::vector<std::string> unread_keys;
   // Structure keys that disagree with the levels (ModelInfo::config_warnings).
@@ -44,6 +53,11 @@ struct HunyuanImageConfig {
   std::vector<int64_t> decoder_widths() const { return {block_out_channels.rbegin(), block_out_channels.rend()}; }
   // HunyuanImageDecoder2D's up_blocks as it builds them.
   std::vector<UpLayerSpec> UpLayers() const;
+  // HunyuanImageEncoder2D's down_blocks as it builds them.
+  std::vector<DownLayerSpec> DownLayers() const;
+  int64_t downsamplers() const;  // the encoder's: each halves the image
+  // OK when diffusers can build and run this config's encoder; why not otherwise.
+  absl::Status CheckEncoder() const;
   int64_t spatial_factor() const;  // 2^(upsamplers)
   // decoder.conv_in's shortcut: the latent's channels repeated this often.
   int64_t conv_in_repeats() const { return decoder_widths().front() / latent_channels; }

@@ -1,5 +1,7 @@
 #include "families/hunyuanimage/decoder.h"
 
+#include "families/hunyuanimage/encoder.h"
+
 #include <algorithm>
 
 #include <ATen/ATen.h>
@@ -54,7 +56,8 @@ void Register(Registry& registry) {
                        {{"decoder.conv_in.weight", 4},
                         {"decoder.norm_out.weight", 1},
                         {"decoder.mid_block.attentions.0.proj.weight", 4}},
-                       {}}}});
+                       {}}},
+                     &LoadHunyuanImageEncoder});
 }
 
 }  // namespace vaedecode::families::hunyuanimage

@@ -37,7 +37,7 @@ constexpr double kExactVsDenseImage = 1e-5;
 constexpr double kExactVsDenseVideo = 3e-5;  // more frames, more layers: the standard's video bound
 constexpr double kVsDiffusers = 1e-4;
 const std::vector<std::string> kClasses = {"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
-                                           "AutoencoderKLQwenImage"};
+                                           "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage"};
 
 struct EncodeCheck {
   std::string fixture;
@@ -200,6 +200,18 @@ TEST(ExactEncodeBeyondFixtures, WanClipsAtUnevenBandsAndFlooringSizes) {
     EXPECT_TRUE(RunSynthetic("wan21", wan21, world).ok()) << "wan21 at world size " << world;
     EXPECT_TRUE(RunSynthetic("wan22", wan22, world).ok()) << "wan22 at world size " << world;
     EXPECT_TRUE(RunSynthetic("qwenimage", qwen, world).ok()) << "qwenimage at world size " << world;
+  }
+}
+
+TEST(ExactEncodeBeyondFixtures, HunyuanImageAtUnevenBandsAndBatchTwo) {
+  // hunyuanimage21 (6 levels of 1 resnet, 5 downsamplers: 32x): conv_in +
+  // 2·6 resnet convs + 5 downsampler convs + 4 (mid block) + conv_out = 23
+  // halos; 2·6 + 5 (mid block) + norm_out = 18 GroupNorms; 1 K/V gather.
+  // 160 rows are 5 latent rows (3 + 2, 2 + 1 + 1 + 1 over 2 and 4 ranks).
+  const testing::ExpectedCollectives hunyuan{23, 18, 1};
+  for (int world : {2, 3, 4}) {
+    EXPECT_TRUE(RunSynthetic("hunyuanimage21", {{2, 3, 160, 64}, {1, 3, 128, 96}}, hunyuan, world).ok())
+        << "world size " << world;
   }
 }
 

@@ -14,7 +14,9 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
   keeps the norms and residual scales (so the residual stream) in float32
 - encodes: AutoencoderKLWan (Wan 2.1 and 2.2 layouts) with other widths,
   one resnet a level and time halved at other levels, clips of 2 and 3
-  chunks, batch 2: moments dense vs diffusers, exact over 3 ranks vs dense
+  chunks, batch 2: moments dense vs diffusers, exact over 3 ranks vs dense;
+  AutoencoderKLHunyuanImage's encoder with other widths, 2 resnets a level
+  and 3 downsamplers, batch 2
 - structure keys that disagree with the structure (AutoencoderKLWan's
   scale_factor_spatial/temporal, AutoencoderKLHunyuanImage's
   spatial_compression_ratio beyond its levels): diffusers decodes them as
@@ -218,6 +220,14 @@ def wan_encoders():
     check_encode_dense_and_exact(vae, folder, image, "wan22_encoder", ranks=3)
 
 
+def hunyuanimage_encoder():
+    vae, folder = build("hunyuanimage_encoder", "hunyuanimage21", "AutoencoderKLHunyuanImage",
+                        {"block_out_channels": [32, 64, 64, 64], "layers_per_block": 2,
+                         "spatial_compression_ratio": 8}, seed=31)
+    image = (np.random.default_rng(7).random((2, 3, 40, 24), dtype=np.float32) * 2 - 1)
+    check_encode_dense_and_exact(vae, folder, image, "hunyuanimage_encoder", ranks=3)
+
+
 def main():
     torch.set_num_threads(2)
     checks = Checks("diffusers_variants")
@@ -229,6 +239,7 @@ def main():
     checks.run("minimax_h3_other_windows_no_registers", minimax_h3_other_windows)
     checks.run("minimax_h3_bfloat16_mixed_precision", minimax_h3_bfloat16)
     checks.run("wan_encoders_other_structure", wan_encoders)
+    checks.run("hunyuanimage_encoder_other_structure", hunyuanimage_encoder)
     checks.run("wan21_scale_factors_disagreeing_with_the_blocks",
                disagreeing_structure_key("wan_scale_factors", "wan21", "AutoencoderKLWan",
                                          {"scale_factor_spatial": 16, "scale_factor_temporal": 2}, (1, 16, 3, 4, 5),

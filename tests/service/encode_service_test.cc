@@ -44,12 +44,13 @@ void ExpectLatent(const DecodeOutcome& out, const FloatTensor& expected, const s
 }
 
 TEST(EncodeServiceTest, EveryEncodeCaseMatchesDiffusersThroughGrpc) {
-  const std::vector<std::string> fixtures = {"sd_kl", "flux1_kl", "flux2_kl", "wan21", "wan22", "qwenimage"};
+  const std::vector<std::string> fixtures = {"sd_kl", "flux1_kl",  "flux2_kl",      "wan21",
+                                             "wan22", "qwenimage", "hunyuanimage21"};
   const std::string repo = FixtureRepository(fixtures);
   auto server = StartServing(RealWorkerFlags(repo, "cpu:2", 2, {"--chunk_bytes=4096"}), fixtures);
   ASSERT_NE(server, nullptr);
-  for (const EncodeCase& c :
-       EncodeCases({"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan", "AutoencoderKLQwenImage"})) {
+  for (const EncodeCase& c : EncodeCases({"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
+                                          "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage"})) {
     const std::string what = c.fixture + "/" + c.name;
     // The mean, AUTO: exact over the group's two ranks; the image in 1 KiB pieces.
     v1::EncodeRequest mean = ImageRequest(c.fixture, c.image_file);
