@@ -33,6 +33,12 @@ std::vector<RowLevel> DownsampledRowLevels(int64_t rows, int64_t downsamplers) {
   return levels;
 }
 
+std::vector<RowLevel> HalvedRowLevels(int64_t rows, int64_t downsamplers) {
+  std::vector<RowLevel> levels;
+  for (int64_t i = 0; i <= downsamplers; ++i) levels.push_back({rows >> i, int64_t{1} << (downsamplers - i)});
+  return levels;
+}
+
 absl::Status Encoder::ValidateImage(const at::Tensor& image) const {
   const EncoderInfo& m = info();
   return CheckInputTensor(image, {"image", m.diffusers_class, "encodes", m.in_channels, m.is_video});

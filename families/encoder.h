@@ -63,6 +63,10 @@ std::vector<parallel::ShardSpec> RowLevelSpecs(const std::vector<RowLevel>& leve
 // Downsample2D, WanResample's downsamplers): each floors.
 std::vector<RowLevel> DownsampledRowLevels(int64_t rows, int64_t downsamplers);
 
+// The same for downsamplers that fold 2 rows into one exactly (space-to-
+// depth: the Hunyuan families), `rows` a multiple of 2^downsamplers.
+std::vector<RowLevel> HalvedRowLevels(int64_t rows, int64_t downsamplers);
+
 class Encoder {
  public:
   virtual ~Encoder() = default;

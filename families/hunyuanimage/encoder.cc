@@ -59,11 +59,7 @@ std::vector<int64_t> HunyuanImageEncoder::LatentShape(const std::vector<int64_t>
 }
 
 std::vector<RowLevel> HunyuanImageEncoder::RowLevels(int64_t input_rows) const {
-  // Each level halves exactly (the sides are multiples of the factor).
-  std::vector<RowLevel> levels;
-  int64_t per = info().spatial_factor;
-  for (int64_t rows = input_rows; per >= 1; rows /= 2, per /= 2) levels.push_back({rows, per});
-  return levels;
+  return HalvedRowLevels(input_rows, config_.downsamplers());  // the sides are multiples of the factor
 }
 
 at::Tensor HunyuanImageEncoder::Moments(const at::Tensor& image, LayerOps& ops) {

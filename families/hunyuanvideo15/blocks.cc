@@ -77,6 +77,62 @@ at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
   return h_up + shortcut;
 }
 
+namespace {
+
+// [B, C, r1·F, 2H, 2W] -> [B, r1·4·C, F, H, W], channel ((dt·2 + dy)·2 + dx)·C + c
+// holding (r1·f + dt, 2y + dy, 2x + dx) of channel c (diffusers'
+// _dcae_downsample_rearrange; SubpixelMajorDepthToSpace's inverse).
+at::Tensor PackSubpixels(const at::Tensor& x, int64_t r1) {
+  const int64_t b = x.size(0), c = x.size(1), f = x.size(2) / r1, h = x.size(3) / 2, w = x.size(4) / 2;
+  TORCH_CHECK(f * r1 == x.size(2) && h * 2 == x.size(3) && w * 2 == x.size(4), "a ", r1, "x2x2 packing of ", x.sizes());
+  return x.reshape({b, c, f, r1, h, 2, w, 2}).permute({0, 3, 5, 7, 1, 2, 4, 6}).reshape({b, r1 * 4 * c, f, h, w});
+}
+
+// The mean of `x`'s channels in `groups` consecutive groups.
+at::Tensor GroupMean(const at::Tensor& x, int64_t groups) {
+  return x.view({x.size(0), groups, x.size(1) / groups, x.size(2), x.size(3), x.size(4)}).mean(2);
+}
+
+}  // namespace
+
+DownsampleImpl::DownsampleImpl(int64_t in_channels, int64_t out_channels, bool downsample_time)
+    : out_channels_(out_channels),
+      downsample_time_(downsample_time),
+      group_size_((downsample_time ? 8 : 4) * in_channels / out_channels) {
+  conv = register_module("conv", nn::ReplicateCausalConv3d(in_channels, out_channels / (downsample_time ? 8 : 4), 3));
+}
+
+at::Tensor DownsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  const at::Tensor h = conv->forward(x, ops);
+  if (!downsample_time_) return PackSubpixels(h, 1) + GroupMean(PackSubpixels(x, 1), out_channels_);
+  // The first frame alone (2x2, its channels twice), the rest 2x2x2.
+  const int64_t t = x.size(2);
+  const at::Tensor h_first = PackSubpixels(h.narrow(2, 0, 1), 1);
+  const at::Tensor packed = at::cat({at::cat({h_first, h_first}, 1), PackSubpixels(h.narrow(2, 1, t - 1), 2)}, 2);
+  const at::Tensor shortcut = at::cat({GroupMean(PackSubpixels(x.narrow(2, 0, 1), 1), out_channels_),
+                                       GroupMean(PackSubpixels(x.narrow(2, 1, t - 1), 2), out_channels_)},
+                                      2);
+  return packed + shortcut;
+}
+
+DownBlockImpl::DownBlockImpl(const DownBlockSpec& spec) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  for (int64_t i = 0; i < spec.num_layers; ++i) {
+    resnets->push_back(ResnetBlock(i == 0 ? spec.in_channels : spec.out_channels, spec.out_channels));
+  }
+  if (spec.downsample_out_channels > 0) {
+    downsamplers = register_module("downsamplers", torch::nn::ModuleList());
+    downsamplers->push_back(Downsample(spec.out_channels, spec.downsample_out_channels, spec.downsample_time));
+  }
+}
+
+at::Tensor DownBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<ResnetBlockImpl>()->forward(h, ops);
+  if (downsamplers) h = downsamplers[0]->as<DownsampleImpl>()->forward(h, ops);
+  return h;
+}
+
 MidBlockImpl::MidBlockImpl(int64_t channels) {
   resnets = register_module("resnets", torch::nn::ModuleList());
   attentions = register_module("attentions", torch::nn::ModuleList());
@@ -107,6 +163,25 @@ at::Tensor UpBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
   for (const auto& resnet : *resnets) h = resnet->as<ResnetBlockImpl>()->forward(h, ops);
   if (upsamplers) h = upsamplers[0]->as<UpsampleImpl>()->forward(h, ops);
   return h;
+}
+
+Encoder3DImpl::Encoder3DImpl(const HunyuanVideo15Config& c)
+    : group_size_(c.block_out_channels.back() / (2 * c.latent_channels)) {
+  conv_in = register_module("conv_in", nn::ReplicateCausalConv3d(c.in_channels, c.block_out_channels.front(), 3));
+  down_blocks = register_module("down_blocks", torch::nn::ModuleList());
+  for (const DownBlockSpec& spec : c.DownBlocks()) down_blocks->push_back(DownBlock(spec));
+  const int64_t last = c.block_out_channels.back();
+  mid_block = register_module("mid_block", MidBlock(last));
+  norm_out = register_module("norm_out", nn::ChannelRMSNorm(last, /*images=*/false));
+  conv_out = register_module("conv_out", nn::ReplicateCausalConv3d(last, 2 * c.latent_channels, 3));
+}
+
+at::Tensor Encoder3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = conv_in->forward(x, ops);
+  for (const auto& block : *down_blocks) h = block->as<DownBlockImpl>()->forward(h, ops);
+  h = mid_block->forward(h, ops);
+  const at::Tensor shortcut = GroupMean(h, h.size(1) / group_size_);
+  return conv_out->forward(at::silu(norm_out->forward(h)), ops) + shortcut;
 }
 
 Decoder3DImpl::Decoder3DImpl(const HunyuanVideo15Config& c) : conv_in_repeats_(c.conv_in_repeats()) {

@@ -11,6 +11,8 @@
 // queries, every frame's K/V band gathered once). The norms are channel RMS
 // norms (local: no statistics to merge), and the 1x1x1 convs, SiLU, the
 // channel-repeat shortcuts and the sub-pixel unpacking are local to a band.
+// The encoder's downsamplers pack 2x2 (2x2x2) pixels into channels: local
+// too, as bands are cut in whole latent rows (even rows at every level).
 
 #include <cstdint>
 
@@ -72,6 +74,36 @@ class UpsampleImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Upsample);
 
+// diffusers HunyuanVideo15Downsample: a causal conv to out/8 (out/4 without
+// time) channels packed 2x2x2 (2x2), sub-pixel-major, plus the input packed
+// the same way and averaged down to `out` channel groups; with time, the
+// first frame is packed 2x2 only (its conv channels twice, its shortcut
+// groups half as large: T -> 1 + (T - 1) / 2).
+class DownsampleImpl : public torch::nn::Module {
+ public:
+  DownsampleImpl(int64_t in_channels, int64_t out_channels, bool downsample_time);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  nn::ReplicateCausalConv3d conv{nullptr};
+
+ private:
+  int64_t out_channels_;
+  bool downsample_time_;
+  int64_t group_size_;
+};
+TORCH_MODULE(Downsample);
+
+// diffusers HunyuanVideo15DownBlock3D.
+class DownBlockImpl : public torch::nn::Module {
+ public:
+  explicit DownBlockImpl(const DownBlockSpec& spec);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  torch::nn::ModuleList resnets{nullptr};
+  torch::nn::ModuleList downsamplers{nullptr};  // absent without downsampling (diffusers' None)
+};
+TORCH_MODULE(DownBlock);
+
 // diffusers HunyuanVideo15MidBlock with one layer: resnet, attention, resnet.
 class MidBlockImpl : public torch::nn::Module {
  public:
@@ -93,6 +125,25 @@ class UpBlockImpl : public torch::nn::Module {
   torch::nn::ModuleList upsamplers{nullptr};  // absent without upsampling (diffusers' None)
 };
 TORCH_MODULE(UpBlock);
+
+// diffusers HunyuanVideo15Encoder3D (2·latent channels out, plus the last
+// width's channel groups averaged).
+class Encoder3DImpl : public torch::nn::Module {
+ public:
+  explicit Encoder3DImpl(const HunyuanVideo15Config& config);
+  // [B, in, 1 + tf·k, H, W] -> [B, 2·Cz, 1 + k, H/s, W/s]
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  nn::ReplicateCausalConv3d conv_in{nullptr};
+  torch::nn::ModuleList down_blocks{nullptr};
+  MidBlock mid_block{nullptr};
+  nn::ChannelRMSNorm norm_out{nullptr};
+  nn::ReplicateCausalConv3d conv_out{nullptr};
+
+ private:
+  int64_t group_size_;
+};
+TORCH_MODULE(Encoder3D);
 
 // diffusers HunyuanVideo15Decoder3D.
 class Decoder3DImpl : public torch::nn::Module {

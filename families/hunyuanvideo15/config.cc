@@ -27,6 +27,67 @@ std::string UpsamplerProblem(const UpBlockSpec& b) {
 
 }  // namespace
 
+std::vector<DownBlockSpec> HunyuanVideo15Config::DownBlocks() const {
+  // HunyuanVideo15Encoder3D: level i downsamples in space while
+  // i < log2(spatial ratio), in time too from log2(spatial / temporal ratio)
+  // on; with downsample_match_channel to the next level's width.
+  const int64_t levels = static_cast<int64_t>(block_out_channels.size());
+  std::vector<DownBlockSpec> blocks;
+  int64_t in = block_out_channels.front();
+  for (int64_t i = 0; i < levels; ++i) {
+    DownBlockSpec b;
+    b.in_channels = in;
+    b.out_channels = block_out_channels[i];
+    b.num_layers = layers_per_block;
+    if ((int64_t{1} << i) < spatial_compression_ratio) {
+      b.downsample_time = (int64_t{1} << i) * temporal_compression_ratio >= spatial_compression_ratio;
+      if (!downsample_match_channel) {
+        b.downsample_out_channels = b.out_channels;
+      } else {
+        b.downsample_out_channels = i + 1 < levels ? block_out_channels[i + 1] : -1;
+      }
+    }
+    in = b.downsample_out_channels > 0 ? b.downsample_out_channels : b.out_channels;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+int64_t HunyuanVideo15Config::encoder_spatial_factor() const {
+  int64_t f = 1;
+  for (const DownBlockSpec& b : DownBlocks()) f *= b.downsample_out_channels != 0 ? 2 : 1;
+  return f;
+}
+
+int64_t HunyuanVideo15Config::encoder_temporal_factor() const {
+  int64_t f = 1;
+  for (const DownBlockSpec& b : DownBlocks()) f *= b.downsample_out_channels != 0 && b.downsample_time ? 2 : 1;
+  return f;
+}
+
+absl::Status HunyuanVideo15Config::CheckEncoder() const {
+  if (block_out_channels.back() % (2 * latent_channels) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the encoder's last width ", block_out_channels.back(),
+                                                   " is not a multiple of 2 x ", latent_channels,
+                                                   " latent channels (its output shortcut)"));
+  }
+  for (const DownBlockSpec& b : DownBlocks()) {
+    if (b.downsample_out_channels < 0) {
+      return absl::InvalidArgumentError(
+          "the encoder's last level would downsample to block_out_channels[i + 1], which does not exist "
+          "(diffusers cannot build it)");
+    }
+    const int64_t factor = b.downsample_time ? 8 : 4;
+    if (b.downsample_out_channels > 0 &&
+        (b.downsample_out_channels % factor != 0 || (factor * b.out_channels) % b.downsample_out_channels != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("a downsampler from ", b.out_channels, " to ",
+                                                     b.downsample_out_channels,
+                                                     " channels has no whole channel groups for its shortcut"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<UpBlockSpec> HunyuanVideo15Config::UpBlocks() const {
   // HunyuanVideo15Decoder3D: level i upsamples (always 2x in space) while
   // i < log2(spatial ratio) or i < log2(temporal ratio), in time while
@@ -81,6 +142,8 @@ absl::StatusOr<HunyuanVideo15Config> HunyuanVideo15Config::FromJson(const nlohma
   c.spatial_compression_ratio = r.Int("spatial_compression_ratio", c.spatial_compression_ratio);
   c.temporal_compression_ratio = r.Int("temporal_compression_ratio", c.temporal_compression_ratio);
   c.upsample_match_channel = r.Bool("upsample_match_channel", c.upsample_match_channel);
+  c.in_channels = r.Int("in_channels", c.in_channels);
+  c.downsample_match_channel = r.Bool("downsample_match_channel", c.downsample_match_channel);
   c.scaling_factor = r.Double("scaling_factor", c.scaling_factor);
   RETURN_IF_ERROR(r.status());
 
@@ -125,7 +188,6 @@ absl::StatusOr<HunyuanVideo15Config> HunyuanVideo15Config::FromJson(const nlohma
                         c.temporal_compression_ratio, "x"));
   }
   RETURN_IF_ERROR(r.status());
-  r.Known({"in_channels", "downsample_match_channel"});  // the encoder side
   c.unread_keys = r.UnreadKeys();
   return c;
 }

@@ -25,7 +25,20 @@ struct UpBlockSpec {
   bool upsample_time = false;
 };
 
+// One HunyuanVideo15DownBlock3D of the encoder, in encode order.
+struct DownBlockSpec {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t num_layers = 0;
+  // The downsampler's width; 0 without one (diffusers' None), -1 when
+  // diffusers would index past block_out_channels (CheckEncoder refuses).
+  int64_t downsample_out_channels = 0;
+  bool downsample_time = false;
+};
+
 struct HunyuanVideo15Config {
+  int64_t in_channels = 3;  // the image's (encoder side)
+  bool downsample_match_channel = true;
   int64_t latent_channels = 32;
   int64_t out_channels = 3;
   // Encoder order; the decoder runs them reversed (widest first).
@@ -44,6 +57,12 @@ struct HunyuanVideo15Config {
   std::vector<int64_t> decoder_widths() const { return {block_out_channels.rbegin(), block_out_channels.rend()}; }
   // The up blocks as HunyuanVideo15Decoder3D builds them.
   std::vector<UpBlockSpec> UpBlocks() const;
+  // HunyuanVideo15Encoder3D's down blocks as it builds them.
+  std::vector<DownBlockSpec> DownBlocks() const;
+  int64_t encoder_spatial_factor() const;   // 2^(downsamplers)
+  int64_t encoder_temporal_factor() const;  // 2^(temporal downsamplers)
+  // OK when diffusers can build and run this config's encoder; why not otherwise.
+  absl::Status CheckEncoder() const;
   int64_t spatial_factor() const;   // 2^(upsamplers)
   int64_t temporal_factor() const;  // 2^(temporal upsamplers)
   // decoder.conv_in's shortcut: the latent's channels repeated this often.

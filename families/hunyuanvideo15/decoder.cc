@@ -1,5 +1,7 @@
 #include "families/hunyuanvideo15/decoder.h"
 
+#include "families/hunyuanvideo15/encoder.h"
+
 #include <algorithm>
 
 #include <ATen/ATen.h>
@@ -54,7 +56,8 @@ void Register(Registry& registry) {
        [](const ModelFiles& files, const LoadOptions& options) {
          return LoadModuleDecoder<HunyuanVideo15Decoder>(files, options, {{"encoder."}, {}});
        },
-       {{{"AutoencoderKLHunyuanVideo15"}, {{"decoder.conv_in.conv.weight", 5}, {"decoder.norm_out.gamma", 4}}, {}}}});
+       {{{"AutoencoderKLHunyuanVideo15"}, {{"decoder.conv_in.conv.weight", 5}, {"decoder.norm_out.gamma", 4}}, {}}},
+       &LoadHunyuanVideo15Encoder});
 }
 
 }  // namespace vaedecode::families::hunyuanvideo15

@@ -36,8 +36,9 @@ using parallel::testing::ExpectTensorClose;
 constexpr double kExactVsDenseImage = 1e-5;
 constexpr double kExactVsDenseVideo = 3e-5;  // more frames, more layers: the standard's video bound
 constexpr double kVsDiffusers = 1e-4;
-const std::vector<std::string> kClasses = {"AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
-                                           "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage"};
+const std::vector<std::string> kClasses = {
+    "AutoencoderKL",          "AutoencoderKLFlux2",        "AutoencoderKLWan",
+    "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage", "AutoencoderKLHunyuanVideo15"};
 
 struct EncodeCheck {
   std::string fixture;
@@ -211,6 +212,19 @@ TEST(ExactEncodeBeyondFixtures, HunyuanImageAtUnevenBandsAndBatchTwo) {
   const testing::ExpectedCollectives hunyuan{23, 18, 1};
   for (int world : {2, 3, 4}) {
     EXPECT_TRUE(RunSynthetic("hunyuanimage21", {{2, 3, 160, 64}, {1, 3, 128, 96}}, hunyuan, world).ok())
+        << "world size " << world;
+  }
+}
+
+TEST(ExactEncodeBeyondFixtures, HunyuanVideo15ClipsAtUnevenBands) {
+  // hunyuanvideo15 (5 levels of 1 resnet, 4 downsamplers, the last 2 in time
+  // too): conv_in + 2·5 resnet convs + 4 downsampler convs + 4 (mid block)
+  // + conv_out = 20 halos (replicate-padded causal 3x3x3); RMS norms are
+  // local; the frame-causal mid-block attention gathers K/V once. The whole
+  // clip at once: the count does not grow with frames.
+  const testing::ExpectedCollectives hunyuan{20, 0, 1};
+  for (int world : {2, 3, 4}) {
+    EXPECT_TRUE(RunSynthetic("hunyuanvideo15", {{2, 3, 5, 80, 32}, {1, 3, 9, 64, 48}}, hunyuan, world).ok())
         << "world size " << world;
   }
 }

@@ -16,7 +16,8 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
   one resnet a level and time halved at other levels, clips of 2 and 3
   chunks, batch 2: moments dense vs diffusers, exact over 3 ranks vs dense;
   AutoencoderKLHunyuanImage's encoder with other widths, 2 resnets a level
-  and 3 downsamplers, batch 2
+  and 3 downsamplers, batch 2; AutoencoderKLHunyuanVideo15's with 8x
+  spatial / 2x temporal compression, width-changing resnets, batch 2
 - structure keys that disagree with the structure (AutoencoderKLWan's
   scale_factor_spatial/temporal, AutoencoderKLHunyuanImage's
   spatial_compression_ratio beyond its levels): diffusers decodes them as
@@ -228,6 +229,18 @@ def hunyuanimage_encoder():
     check_encode_dense_and_exact(vae, folder, image, "hunyuanimage_encoder", ranks=3)
 
 
+def hunyuanvideo15_encoder():
+    vae, folder = build("hunyuanvideo15_encoder", "hunyuanvideo15", "AutoencoderKLHunyuanVideo15",
+                        {"block_out_channels": [16, 32, 32, 64], "layers_per_block": 2,
+                         "spatial_compression_ratio": 8, "temporal_compression_ratio": 2}, seed=37)
+    image = (np.random.default_rng(8).random((2, 3, 5, 32, 24), dtype=np.float32) * 2 - 1)
+    # diffusers' frame-causal attention mask does not broadcast over a batch
+    # of 2: its reference encodes one entry at a time (batch entries are
+    # independent; vaedecode encodes the batch at once).
+    vae.enable_slicing()
+    check_encode_dense_and_exact(vae, folder, image, "hunyuanvideo15_encoder", ranks=3)
+
+
 def main():
     torch.set_num_threads(2)
     checks = Checks("diffusers_variants")
@@ -240,6 +253,7 @@ def main():
     checks.run("minimax_h3_bfloat16_mixed_precision", minimax_h3_bfloat16)
     checks.run("wan_encoders_other_structure", wan_encoders)
     checks.run("hunyuanimage_encoder_other_structure", hunyuanimage_encoder)
+    checks.run("hunyuanvideo15_encoder_other_structure", hunyuanvideo15_encoder)
     checks.run("wan21_scale_factors_disagreeing_with_the_blocks",
                disagreeing_structure_key("wan_scale_factors", "wan21", "AutoencoderKLWan",
                                          {"scale_factor_spatial": 16, "scale_factor_temporal": 2}, (1, 16, 3, 4, 5),
