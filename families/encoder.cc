@@ -1,5 +1,7 @@
 #include "families/encoder.h"
 
+#include <algorithm>
+
 #include <torch/nn/module.h>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +52,21 @@ absl::Status Encoder::CheckExactSharding(const std::vector<int64_t>& image_shape
   if (latent_rows < world_size) {
     return absl::FailedPreconditionError(absl::StrCat("the latent has ", latent_rows, " rows, fewer than the ",
                                                       world_size, " ranks: some band would be empty"));
+  }
+  // The sharded ops tell the levels apart by a band's rows: a band with as
+  // many rows at two levels (a last band of one row where downsamplers round
+  // up) cannot be followed.
+  for (int rank = 0; rank < world_size; ++rank) {
+    std::vector<int64_t> seen;
+    for (const parallel::ShardSpec& spec : RowLevelSpecs(levels, rank, world_size)) {
+      const int64_t rows = spec.local_rows();
+      if (std::find(seen.begin(), seen.end(), rows) != seen.end()) {
+        return absl::FailedPreconditionError(absl::StrCat("rank ", rank, "'s band has ", rows,
+                                                          " rows at two resolutions of the encoder: "
+                                                          "encoded densely (another size or group shards)"));
+      }
+      seen.push_back(rows);
+    }
   }
   return absl::OkStatus();
 }

@@ -99,7 +99,8 @@ class Encoder {
   virtual std::vector<RowLevel> RowLevels(int64_t input_rows) const = 0;
 
   // OK when an image of this shape can be encoded exactly sharded over
-  // `world_size` row bands (every band keeps a latent row); otherwise why not.
+  // `world_size` row bands (every band keeps a latent row, and no band has
+  // the same rows at two levels); otherwise why not.
   virtual absl::Status CheckExactSharding(const std::vector<int64_t>& image_shape, int world_size) const;
 
   virtual void ToDtype(at::ScalarType dtype) = 0;

@@ -130,7 +130,7 @@ at::Tensor StridedConvWithRowPadding(const at::Tensor& x, const at::Tensor& weig
                 PadModeName(g.mode), " is not supported by the encoder ops");
     padded = at::pad(x, pads, PadModeName(g.mode));
   }
-  if (volumetric) return at::conv3d(padded, weight, bias, {1, g.stride, g.stride});
+  if (volumetric) return at::conv3d(padded, weight, bias, {g.stride_t, g.stride, g.stride});
   return at::conv2d(padded, weight, bias, {g.stride, g.stride});
 }
 

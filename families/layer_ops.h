@@ -40,6 +40,7 @@ struct ConvGeometry {
 // Downsample2D(padding=0) is {stride 2, pads (0, 1, 0, 1), zeros}.
 struct StridedConvGeometry {
   int64_t stride = 2;
+  int64_t stride_t = 1;  // a 5-D weight's stride in time (time is never sharded)
   int64_t pad_top = 0;
   int64_t pad_bottom = 0;
   int64_t pad_left = 0;

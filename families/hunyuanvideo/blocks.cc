@@ -97,6 +97,64 @@ at::Tensor HunyuanVideoUpBlock3DImpl::forward(const at::Tensor& x, LayerOps& ops
   return h;
 }
 
+HunyuanVideoDownsampleCausal3DImpl::HunyuanVideoDownsampleCausal3DImpl(int64_t channels, bool downsample_time,
+                                                                       bool downsample_space)
+    : downsample_time_(downsample_time), downsample_space_(downsample_space) {
+  conv = register_module("conv", nn::ReplicateCausalConv3d(channels, channels, 3));
+}
+
+at::Tensor HunyuanVideoDownsampleCausal3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  // Temporal replicate padding (2 copies of the first frame in front), then
+  // the rows and columns replicate-padded by one each side in the strided conv.
+  const at::Tensor padded = at::cat({x.narrow(2, 0, 1).repeat({1, 1, 2, 1, 1}), x}, 2);
+  StridedConvGeometry g;
+  g.stride = downsample_space_ ? 2 : 1;
+  g.stride_t = downsample_time_ ? 2 : 1;
+  g.pad_top = g.pad_bottom = g.pad_left = g.pad_right = 1;
+  g.mode = PaddingMode::kReplicate;
+  return ops.StridedConv(padded, conv->conv->weight, conv->conv->bias, g);
+}
+
+HunyuanVideoDownBlock3DImpl::HunyuanVideoDownBlock3DImpl(const DownBlockSpec& spec, int64_t groups, double eps) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  for (int64_t i = 0; i < spec.num_layers; ++i) {
+    resnets->push_back(
+        HunyuanVideoResnetBlockCausal3D(i == 0 ? spec.in_channels : spec.out_channels, spec.out_channels, groups, eps));
+  }
+  if (spec.downsample_time || spec.downsample_space) {
+    downsamplers = register_module("downsamplers", torch::nn::ModuleList());
+    downsamplers->push_back(
+        HunyuanVideoDownsampleCausal3D(spec.out_channels, spec.downsample_time, spec.downsample_space));
+  }
+}
+
+at::Tensor HunyuanVideoDownBlock3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<HunyuanVideoResnetBlockCausal3DImpl>()->forward(h, ops);
+  if (downsamplers) h = downsamplers[0]->as<HunyuanVideoDownsampleCausal3DImpl>()->forward(h, ops);
+  return h;
+}
+
+HunyuanVideoEncoder3DImpl::HunyuanVideoEncoder3DImpl(const HunyuanVideoConfig& c) {
+  const int64_t widest = c.block_out_channels.back();
+  conv_in = register_module("conv_in", nn::ReplicateCausalConv3d(c.in_channels, c.block_out_channels.front(), 3));
+  down_blocks = register_module("down_blocks", torch::nn::ModuleList());
+  for (const DownBlockSpec& spec : c.DownBlocks()) {
+    down_blocks->push_back(HunyuanVideoDownBlock3D(spec, c.norm_num_groups, kEps));
+  }
+  mid_block =
+      register_module("mid_block", HunyuanVideoMidBlock3D(widest, c.norm_num_groups, kEps, c.mid_block_add_attention));
+  conv_norm_out = register_module("conv_norm_out", nn::MakeGroupNorm(c.norm_num_groups, widest, kEps));
+  conv_out = register_module("conv_out", nn::ReplicateCausalConv3d(widest, 2 * c.latent_channels, 3));
+}
+
+at::Tensor HunyuanVideoEncoder3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = conv_in->forward(x, ops);
+  for (const auto& block : *down_blocks) h = block->as<HunyuanVideoDownBlock3DImpl>()->forward(h, ops);
+  h = mid_block->forward(h, ops);
+  return conv_out->forward(at::silu(nn::RunGroupNorm(ops, conv_norm_out, h)), ops);
+}
+
 HunyuanVideoDecoder3DImpl::HunyuanVideoDecoder3DImpl(const HunyuanVideoConfig& c) {
   const int64_t widest = c.block_out_channels.back();
   conv_in = register_module("conv_in", nn::ReplicateCausalConv3d(c.latent_channels, widest, 3));

@@ -82,6 +82,35 @@ class HunyuanVideoAttentionImpl : public autoencoder_kl::AttentionImpl {
 };
 TORCH_MODULE(HunyuanVideoAttention);
 
+// diffusers HunyuanVideoDownsampleCausal3D: the causal conv (replicate
+// padding: 2 first frames in front, 1 row and column each side) with stride
+// (2 or 1, 2 or 1, 2 or 1) and no further padding: ceil(T / 2) frames,
+// ceil(H / 2) rows. Sharded as a strided convolution (LayerOps::StridedConv:
+// a band's windows read one row of the band above).
+class HunyuanVideoDownsampleCausal3DImpl : public torch::nn::Module {
+ public:
+  HunyuanVideoDownsampleCausal3DImpl(int64_t channels, bool downsample_time, bool downsample_space);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  nn::ReplicateCausalConv3d conv{nullptr};  // its weights; the stride is applied here
+
+ private:
+  bool downsample_time_;
+  bool downsample_space_;
+};
+TORCH_MODULE(HunyuanVideoDownsampleCausal3D);
+
+// diffusers HunyuanVideoDownBlock3D.
+class HunyuanVideoDownBlock3DImpl : public torch::nn::Module {
+ public:
+  HunyuanVideoDownBlock3DImpl(const DownBlockSpec& spec, int64_t groups, double eps);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  torch::nn::ModuleList resnets{nullptr};
+  torch::nn::ModuleList downsamplers{nullptr};  // absent without downsampling (diffusers' None)
+};
+TORCH_MODULE(HunyuanVideoDownBlock3D);
+
 // diffusers HunyuanVideoMidBlock3D with one layer: resnet, attention (optional), resnet.
 class HunyuanVideoMidBlock3DImpl : public torch::nn::Module {
  public:
@@ -119,6 +148,20 @@ class HunyuanVideoUpBlock3DImpl : public torch::nn::Module {
   torch::nn::ModuleList upsamplers{nullptr};  // empty without upsampling
 };
 TORCH_MODULE(HunyuanVideoUpBlock3D);
+
+// diffusers HunyuanVideoEncoder3D (double_z: 2·latent channels out).
+class HunyuanVideoEncoder3DImpl : public torch::nn::Module {
+ public:
+  explicit HunyuanVideoEncoder3DImpl(const HunyuanVideoConfig& config);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, in, T, H, W] -> [B, 2·Cz, t, h, w]
+
+  nn::ReplicateCausalConv3d conv_in{nullptr};
+  torch::nn::ModuleList down_blocks{nullptr};
+  HunyuanVideoMidBlock3D mid_block{nullptr};
+  torch::nn::GroupNorm conv_norm_out{nullptr};
+  nn::ReplicateCausalConv3d conv_out{nullptr};
+};
+TORCH_MODULE(HunyuanVideoEncoder3D);
 
 // diffusers HunyuanVideoDecoder3D.
 class HunyuanVideoDecoder3DImpl : public torch::nn::Module {

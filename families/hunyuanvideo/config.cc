@@ -17,6 +17,54 @@ int64_t Log2(int64_t v) {
 
 }  // namespace
 
+std::vector<DownBlockSpec> HunyuanVideoConfig::DownBlocks() const {
+  // HunyuanVideoEncoder3D: spatial downsampling in the first log2(s) blocks;
+  // temporal (ratio 4) in the log2(t) blocks before the last, or (ratio 8)
+  // in the first log2(t).
+  const int64_t levels = static_cast<int64_t>(block_out_channels.size());
+  const int64_t spatial_layers = Log2(spatial_compression_ratio);
+  const int64_t time_layers = Log2(temporal_compression_ratio);
+  std::vector<DownBlockSpec> blocks;
+  int64_t out = block_out_channels.front();
+  for (int64_t i = 0; i < levels; ++i) {
+    DownBlockSpec b;
+    b.in_channels = out;
+    out = block_out_channels[i];
+    b.out_channels = out;
+    b.num_layers = layers_per_block;
+    b.downsample_space = i < spatial_layers;
+    b.downsample_time =
+        temporal_compression_ratio == 8 ? i < time_layers : i >= levels - 1 - time_layers && i != levels - 1;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+int64_t HunyuanVideoConfig::encoder_spatial_downsamplers() const {
+  int64_t n = 0;
+  for (const DownBlockSpec& b : DownBlocks()) n += b.downsample_space ? 1 : 0;
+  return n;
+}
+
+absl::Status HunyuanVideoConfig::CheckEncoder() const {
+  if (temporal_compression_ratio != 4 && temporal_compression_ratio != 8) {
+    return absl::InvalidArgumentError(absl::StrCat("temporal_compression_ratio ", temporal_compression_ratio,
+                                                   ": AutoencoderKLHunyuanVideo's encoder takes 4 or 8"));
+  }
+  if (!down_block_types.empty() && down_block_types.size() != block_out_channels.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("\"down_block_types\" has ", down_block_types.size(),
+                                                   " entries but \"block_out_channels\" has ",
+                                                   block_out_channels.size()));
+  }
+  for (const std::string& t : down_block_types) {
+    if (t != "HunyuanVideoDownBlock3D") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("down block type \"", t, "\" is not supported (only HunyuanVideoDownBlock3D)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<UpBlockSpec> HunyuanVideoConfig::UpBlocks() const {
   // HunyuanVideoDecoder3D: spatial upsampling in the first log2(s) blocks,
   // temporal in the log2(t) blocks before the last (time_compression_ratio 4).
@@ -103,7 +151,11 @@ absl::StatusOr<HunyuanVideoConfig> HunyuanVideoConfig::FromJson(const nlohmann::
                         c.temporal_compression_ratio, "x"));
   }
   RETURN_IF_ERROR(r.status());
-  r.Known({"in_channels", "down_block_types"});  // the encoder side
+  c.in_channels = r.Int("in_channels", c.in_channels);
+  if (json.contains("down_block_types") && !json["down_block_types"].is_null()) {
+    c.down_block_types = r.StringList("down_block_types", {});
+  }
+  RETURN_IF_ERROR(r.status());
   c.unread_keys = r.UnreadKeys();
   return c;
 }

@@ -25,7 +25,18 @@ struct UpBlockSpec {
   bool upsample_space = false;  // upsample_scale_factor H, W = 2
 };
 
+// One encoder down block (HunyuanVideoDownBlock3D), in encode order.
+struct DownBlockSpec {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t num_layers = 0;
+  bool downsample_time = false;   // the downsampler's stride in T is 2
+  bool downsample_space = false;  // its stride in H and W is 2
+};
+
 struct HunyuanVideoConfig {
+  int64_t in_channels = 3;                    // the image's (encoder side)
+  std::vector<std::string> down_block_types;  // every entry HunyuanVideoDownBlock3D (checked by CheckEncoder)
   int64_t latent_channels = 16;
   int64_t out_channels = 3;
   std::vector<int64_t> block_out_channels = {128, 256, 512, 512};
@@ -42,6 +53,12 @@ struct HunyuanVideoConfig {
   // AutoencoderKLHunyuanVideo.__init__'s tiling constants (not in config.json).
   static constexpr int64_t kTileSampleMinNumFrames = 16;
   static constexpr int64_t kTileSampleStrideNumFrames = 12;
+
+  // The down blocks as HunyuanVideoEncoder3D builds them.
+  std::vector<DownBlockSpec> DownBlocks() const;
+  int64_t encoder_spatial_downsamplers() const;  // each rounds the rows up: ceil(rows / 2)
+  // OK when diffusers can build this config's encoder; why not otherwise.
+  absl::Status CheckEncoder() const;
 
   // The up blocks as HunyuanVideoDecoder3D builds them.
   std::vector<UpBlockSpec> UpBlocks() const;

@@ -1,5 +1,7 @@
 #include "families/hunyuanvideo/decoder.h"
 
+#include "families/hunyuanvideo/encoder.h"
+
 #include <algorithm>
 
 #include <ATen/ATen.h>
@@ -92,12 +94,12 @@ absl::StatusOr<std::unique_ptr<Decoder>> LoadHunyuanVideo(const ModelFiles& file
 
 void Register(Registry& registry) {
   // Causal-conv wrappers with GroupNorm and a mid-block attention.
-  registry.Register({"hunyuanvideo",
-                     {"AutoencoderKLHunyuanVideo"},
-                     &LoadHunyuanVideo,
-                     {{{"AutoencoderKLHunyuanVideo"},
-                       {{"decoder.conv_in.conv.weight", 5}, {"decoder.conv_norm_out.weight", 1}},
-                       {}}}});
+  registry.Register(
+      {"hunyuanvideo",
+       {"AutoencoderKLHunyuanVideo"},
+       &LoadHunyuanVideo,
+       {{{"AutoencoderKLHunyuanVideo"}, {{"decoder.conv_in.conv.weight", 5}, {"decoder.conv_norm_out.weight", 1}}, {}}},
+       &LoadHunyuanVideoEncoder});
 }
 
 }  // namespace vaedecode::families::hunyuanvideo

@@ -55,10 +55,9 @@ absl::Status EncodeAndCheck(const EncodeCheck& c, families::Encoder& encoder, pa
   parallel::CountingCommunicator counting(comm);
   worker::EncodeJob job{c.image, families::PosteriorOutput::kMoments};
   ASSIGN_OR_RETURN(worker::GroupEncodeResult result, worker::EncodeWithGroup(encoder, counting, job));
-  const std::vector<int64_t> latent_shape = encoder.LatentShape(c.image.sizes().vec());
-  const int64_t latent_rows = latent_shape[latent_shape.size() - 2];
-  const worker::DecodeMode want =
-      world > 1 && latent_rows >= world ? worker::DecodeMode::kExact : worker::DecodeMode::kDense;
+  const worker::DecodeMode want = world > 1 && encoder.CheckExactSharding(c.image.sizes().vec(), world).ok()
+                                      ? worker::DecodeMode::kExact
+                                      : worker::DecodeMode::kDense;
   if (result.mode != want) {
     return absl::InternalError(absl::StrCat(c.what, ": mode ", worker::ModeName(result.mode), " (", result.reason,
                                             "), want ", worker::ModeName(want)));
@@ -227,6 +226,26 @@ TEST(ExactEncodeBeyondFixtures, HunyuanVideo15ClipsAtUnevenBands) {
     EXPECT_TRUE(RunSynthetic("hunyuanvideo15", {{2, 3, 5, 80, 32}, {1, 3, 9, 64, 48}}, hunyuan, world).ok())
         << "world size " << world;
   }
+}
+
+TEST(ExactEncodeBeyondFixtures, HunyuanVideoCeilRowsAndTemporalWindows) {
+  // hunyuanvideo (4 levels of 2 resnets, 3 spatial downsamplers that round
+  // up, 2 of them in time too), per encoded window: conv_in + 2·2·4 resnet
+  // convs + 3 downsamplers + 4 (mid block) + conv_out = 25 halos; 2·2·4 +
+  // 4 + 1 (attention) + 1 (conv_norm_out) = 22 GroupNorms; 1 K/V gather.
+  // 41 rows -> 21 -> 11 -> 6 (each ceil); 21 frames are diffusers' two
+  // temporal windows (frames 0-16 and 12-20), each encoded whole. At 4
+  // ranks the first's last band would be 1 row at every level: dense.
+  const std::vector<SyntheticEncode> encodes = {{{2, 3, 9, 41, 24}, {25, 22, 1}},
+                                                {{1, 3, 21, 32, 16}, {2 * 25, 2 * 22, 2}}};
+  for (int world : {2, 3, 4}) {
+    EXPECT_TRUE(RunSynthetic("hunyuanvideo", encodes, world).ok()) << "world size " << world;
+  }
+  absl::StatusOr<std::unique_ptr<families::Encoder>> encoder =
+      families::BuiltinFamilies().LoadEncoder(testing::FixturePath("hunyuanvideo"), {});
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  EXPECT_TRUE((*encoder)->CheckExactSharding({2, 3, 9, 41, 24}, 3).ok());
+  EXPECT_EQ((*encoder)->CheckExactSharding({2, 3, 9, 41, 24}, 4).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(ExactEncodeGroup, CancellationStopsEveryRankAndKeepsTheGroupInStep) {

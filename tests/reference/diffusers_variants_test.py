@@ -17,7 +17,10 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
   chunks, batch 2: moments dense vs diffusers, exact over 3 ranks vs dense;
   AutoencoderKLHunyuanImage's encoder with other widths, 2 resnets a level
   and 3 downsamplers, batch 2; AutoencoderKLHunyuanVideo15's with 8x
-  spatial / 2x temporal compression, width-changing resnets, batch 2
+  spatial / 2x temporal compression, width-changing resnets, batch 2;
+  AutoencoderKLHunyuanVideo's encoder on a 21-frame clip (diffusers'
+  temporal windows and their blend) with odd sizes (its downsamplers round
+  up), batch 2
 - structure keys that disagree with the structure (AutoencoderKLWan's
   scale_factor_spatial/temporal, AutoencoderKLHunyuanImage's
   spatial_compression_ratio beyond its levels): diffusers decodes them as
@@ -241,6 +244,13 @@ def hunyuanvideo15_encoder():
     check_encode_dense_and_exact(vae, folder, image, "hunyuanvideo15_encoder", ranks=3)
 
 
+def hunyuanvideo_encoder_temporal_windows():
+    vae, folder = build("hunyuanvideo_encoder", "hunyuanvideo", "AutoencoderKLHunyuanVideo",
+                        {"layers_per_block": 1}, seed=41)
+    image = (np.random.default_rng(9).random((2, 3, 21, 41, 26), dtype=np.float32) * 2 - 1)
+    check_encode_dense_and_exact(vae, folder, image, "hunyuanvideo_encoder", ranks=3)
+
+
 def main():
     torch.set_num_threads(2)
     checks = Checks("diffusers_variants")
@@ -254,6 +264,7 @@ def main():
     checks.run("wan_encoders_other_structure", wan_encoders)
     checks.run("hunyuanimage_encoder_other_structure", hunyuanimage_encoder)
     checks.run("hunyuanvideo15_encoder_other_structure", hunyuanvideo15_encoder)
+    checks.run("hunyuanvideo_encoder_temporal_windows_odd_sizes", hunyuanvideo_encoder_temporal_windows)
     checks.run("wan21_scale_factors_disagreeing_with_the_blocks",
                disagreeing_structure_key("wan_scale_factors", "wan21", "AutoencoderKLWan",
                                          {"scale_factor_spatial": 16, "scale_factor_temporal": 2}, (1, 16, 3, 4, 5),
