@@ -14,10 +14,20 @@
 #include "families/encoder.h"
 #include "families/model_files.h"
 #include "families/registry.h"
+#include "families/status_error.h"
 #include "families/weight_loading.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::families {
+
+// `config`, or a StatusError thrown when config.CheckEncoder() says
+// diffusers cannot build or run its encoder: for an encoder constructor's
+// member initialisers (Registry::LoadEncoder turns the throw into the status).
+template <typename ConfigT>
+const ConfigT& EncodableConfig(const ConfigT& config) {
+  if (absl::Status s = config.CheckEncoder(); !s.ok()) throw StatusError(s);
+  return config;
+}
 
 template <typename EncoderT>
 absl::StatusOr<std::unique_ptr<Encoder>> LoadModuleEncoder(const ModelFiles& files, const LoadOptions& options,

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rpc/status.h"
 
@@ -57,6 +58,15 @@ HttpReply TensorReply(std::string body, const std::vector<int64_t>& shape, const
   reply.body = std::move(body);
   reply.headers = {{"shape", JsonShape(shape)}, {"dtype", dtype}};
   return reply;
+}
+
+void AddCallHeaders(const std::string& request_id, const std::string& mode, double decode_ms, double queue_ms,
+                    HttpReply& reply) {
+  reply.headers.emplace_back("X-Request-Id", request_id);
+  reply.headers.emplace_back("X-Vaedecode-Mode", mode);
+  // The group's own times, as the streaming Decode's trailer has them.
+  reply.headers.emplace_back("X-Vaedecode-Decode-Ms", absl::StrFormat("%.1f", decode_ms));
+  reply.headers.emplace_back("X-Vaedecode-Queue-Ms", absl::StrFormat("%.1f", queue_ms));
 }
 
 }  // namespace vaedecode::server

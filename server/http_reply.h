@@ -29,6 +29,11 @@ int HttpStatusFor(absl::StatusCode code);
 
 // "[1, 4, 64, 64]": a shape as JSON.
 std::string JsonShape(const std::vector<int64_t>& shape);
+// The headers every remote_decode / remote_encode reply carries: the
+// request id, the mode the group used, its decode (encode) and queue times.
+void AddCallHeaders(const std::string& request_id, const std::string& mode, double decode_ms, double queue_ms,
+                    HttpReply& reply);
+
 // A raw tensor reply as remote_decode's and remote_encode's postprocess read
 // it: `body` with `shape` (a JSON list) and `dtype` (torch's name) headers.
 HttpReply TensorReply(std::string body, const std::vector<int64_t>& shape, const std::string& dtype);

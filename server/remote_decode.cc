@@ -6,7 +6,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rpc/latent_tensor.h"
 #include "rpc/modes.h"
@@ -283,11 +282,8 @@ HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
       break;
     }
   }
-  reply.headers.emplace_back("X-Request-Id", output.request_id);
-  reply.headers.emplace_back("X-Vaedecode-Mode", v1::Mode_Name(h.mode()));
-  // The group's own times, as the streaming Decode's trailer has them.
-  reply.headers.emplace_back("X-Vaedecode-Decode-Ms", absl::StrFormat("%.1f", output.trailer.timings().decode_ms()));
-  reply.headers.emplace_back("X-Vaedecode-Queue-Ms", absl::StrFormat("%.1f", output.trailer.timings().queue_ms()));
+  AddCallHeaders(output.request_id, v1::Mode_Name(h.mode()), output.trailer.timings().decode_ms(),
+                 output.trailer.timings().queue_ms(), reply);
   if (h.has_noise_seed()) reply.headers.emplace_back("X-Vaedecode-Noise-Seed", absl::StrCat(h.noise_seed()));
   return reply;
 }

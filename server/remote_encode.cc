@@ -6,7 +6,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "rpc/request_options.h"
 #include "rpc/status_macros.h"
 
@@ -96,10 +95,8 @@ HttpReply BuildRemoteEncodeReply(const RemoteEncodeCall& call, CollectedOutput o
     }
   }
   HttpReply reply = TensorReply(std::move(output.tensor), shape, "float32");
-  reply.headers.emplace_back("X-Request-Id", output.request_id);
-  reply.headers.emplace_back("X-Vaedecode-Mode", v1::Mode_Name(h.mode()));
-  reply.headers.emplace_back("X-Vaedecode-Decode-Ms", absl::StrFormat("%.1f", output.trailer.timings().decode_ms()));
-  reply.headers.emplace_back("X-Vaedecode-Queue-Ms", absl::StrFormat("%.1f", output.trailer.timings().queue_ms()));
+  AddCallHeaders(output.request_id, v1::Mode_Name(h.mode()), output.trailer.timings().decode_ms(),
+                 output.trailer.timings().queue_ms(), reply);
   if (h.has_sample_seed()) reply.headers.emplace_back("X-Vaedecode-Sample-Seed", absl::StrCat(h.sample_seed()));
   return reply;
 }

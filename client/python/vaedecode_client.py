@@ -206,9 +206,13 @@ class Decoded:
 
 def decode(stub, request, timeout_s=600.0):
     """Sends one DecodeRequest and assembles the stream; grpc.RpcError on a failed call."""
-    result = Decoded()
     start = time.perf_counter()
-    call = stub.Decode(request, timeout=timeout_s, wait_for_ready=True)
+    return collect(stub.Decode(request, timeout=timeout_s, wait_for_ready=True), start)
+
+
+def collect(call, start):
+    """Assembles a Decode or Encode call's stream into a Decoded; StreamError cancels the call."""
+    result = Decoded()
     try:
         for message in call:
             if result.first_chunk_s is None and message.WhichOneof("kind") == "chunk":
@@ -239,18 +243,8 @@ def encode_pieces(request, piece_bytes):
 
 def encode(stub, request, timeout_s=600.0, piece_bytes=4 << 20):
     """Streams one EncodeRequest in pieces and assembles the latent (result.array); grpc.RpcError on failure."""
-    result = Decoded()
     start = time.perf_counter()
-    call = stub.Encode(encode_pieces(request, piece_bytes), timeout=timeout_s, wait_for_ready=True)
-    try:
-        for message in call:
-            result.add(message)
-    except StreamError:
-        call.cancel()
-        raise
-    result.total_s = time.perf_counter() - start
-    result.finish()
-    return result
+    return collect(stub.Encode(encode_pieces(request, piece_bytes), timeout=timeout_s, wait_for_ready=True), start)
 
 
 def image_request(path, model):

@@ -4,16 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/module_encoder.h"
-#include "families/status_error.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::families::hunyuanimage {
 namespace {
-
-const HunyuanImageConfig& Checked(const HunyuanImageConfig& c) {
-  if (absl::Status s = c.CheckEncoder(); !s.ok()) throw StatusError(s);
-  return c;
-}
 
 EncoderInfo Describe(const HunyuanImageConfig& c) {
   EncoderInfo info;
@@ -34,7 +28,7 @@ HunyuanImageEncodeModuleImpl::HunyuanImageEncodeModuleImpl(const HunyuanImageCon
 }
 
 HunyuanImageEncoder::HunyuanImageEncoder(HunyuanImageConfig config)
-    : ModuleBackedEncoder(Describe(config)), config_(std::move(config)), module_(Checked(config_)) {
+    : ModuleBackedEncoder(Describe(config)), config_(std::move(config)), module_(EncodableConfig(config_)) {
   AdoptModule(*module_);
 }
 

@@ -1,5 +1,7 @@
 #include "families/hunyuanvideo/blocks.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "families/nn/modules.h"
@@ -95,6 +97,14 @@ at::Tensor HunyuanVideoUpBlock3DImpl::forward(const at::Tensor& x, LayerOps& ops
   for (const auto& resnet : *resnets) h = resnet->as<HunyuanVideoResnetBlockCausal3DImpl>()->forward(h, ops);
   for (const auto& up : *upsamplers) h = up->as<HunyuanVideoUpsampleCausal3DImpl>()->forward(h, ops);
   return h;
+}
+
+void BlendFramesIntoNext(const at::Tensor& prev, at::Tensor& tile, int64_t blend) {
+  const int64_t extent = std::min({prev.size(2), tile.size(2), blend});
+  for (int64_t x = 0; x < extent; ++x) {
+    const double w = static_cast<double>(x) / static_cast<double>(extent);
+    tile.select(2, x).copy_(prev.select(2, prev.size(2) - extent + x) * (1 - w) + tile.select(2, x) * w);
+  }
 }
 
 HunyuanVideoDownsampleCausal3DImpl::HunyuanVideoDownsampleCausal3DImpl(int64_t channels, bool downsample_time,

@@ -82,6 +82,11 @@ class HunyuanVideoAttentionImpl : public autoencoder_kl::AttentionImpl {
 };
 TORCH_MODULE(HunyuanVideoAttention);
 
+// diffusers' blend_t, in place: the first min(prev, tile, blend) frames of
+// `tile` move linearly from `prev`'s last frames to their own (frame x takes
+// x / extent of its own). Temporal windows of both the decode and the encode.
+void BlendFramesIntoNext(const at::Tensor& prev, at::Tensor& tile, int64_t blend);
+
 // diffusers HunyuanVideoDownsampleCausal3D: the causal conv (replicate
 // padding: 2 first frames in front, 1 row and column each side) with stride
 // (2 or 1, 2 or 1, 2 or 1) and no further padding: ceil(T / 2) frames,

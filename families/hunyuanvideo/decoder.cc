@@ -48,12 +48,7 @@ at::Tensor AutoencoderKLHunyuanVideoModuleImpl::Decode(const at::Tensor& z, Laye
       result.push_back(tile.narrow(2, 0, std::min(sample_stride + 1, tile.size(2))));
       continue;
     }
-    const at::Tensor& prev = row[i - 1];
-    const int64_t extent = std::min({prev.size(2), tile.size(2), config_.blend_frames()});
-    for (int64_t x = 0; x < extent; ++x) {
-      const double w = static_cast<double>(x) / static_cast<double>(extent);
-      tile.select(2, x).copy_(prev.select(2, prev.size(2) - extent + x) * (1 - w) + tile.select(2, x) * w);
-    }
+    BlendFramesIntoNext(row[i - 1], tile, config_.blend_frames());
     result.push_back(tile.narrow(2, 0, std::min(sample_stride, tile.size(2))));
   }
   at::Tensor out = at::cat(result, 2);

@@ -5,15 +5,9 @@
 #include <ATen/ATen.h>
 
 #include "families/module_encoder.h"
-#include "families/status_error.h"
 
 namespace vaedecode::families::hunyuanvideo {
 namespace {
-
-const HunyuanVideoConfig& Checked(const HunyuanVideoConfig& c) {
-  if (absl::Status s = c.CheckEncoder(); !s.ok()) throw StatusError(s);
-  return c;
-}
 
 EncoderInfo Describe(const HunyuanVideoConfig& c) {
   EncoderInfo info;
@@ -75,12 +69,7 @@ at::Tensor HunyuanVideoEncodeModuleImpl::Encode(const at::Tensor& x, LayerOps& o
       result.push_back(tile.narrow(2, 0, std::min(latent_stride + 1, tile.size(2))));
       continue;
     }
-    const at::Tensor& prev = row[i - 1];
-    const int64_t extent = std::min({prev.size(2), tile.size(2), blend});
-    for (int64_t f = 0; f < extent; ++f) {
-      const double w = static_cast<double>(f) / static_cast<double>(extent);
-      tile.select(2, f).copy_(prev.select(2, prev.size(2) - extent + f) * (1 - w) + tile.select(2, f) * w);
-    }
+    BlendFramesIntoNext(row[i - 1], tile, blend);
     result.push_back(tile.narrow(2, 0, std::min(latent_stride, tile.size(2))));
   }
   const at::Tensor out = at::cat(result, 2);
@@ -88,7 +77,7 @@ at::Tensor HunyuanVideoEncodeModuleImpl::Encode(const at::Tensor& x, LayerOps& o
 }
 
 HunyuanVideoEncoder::HunyuanVideoEncoder(HunyuanVideoConfig config)
-    : ModuleBackedEncoder(Describe(config)), config_(std::move(config)), module_(Checked(config_)) {
+    : ModuleBackedEncoder(Describe(config)), config_(std::move(config)), module_(EncodableConfig(config_)) {
   AdoptModule(*module_);
 }
 

@@ -4,16 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/module_encoder.h"
-#include "families/status_error.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::families::hunyuanvideo15 {
 namespace {
-
-const HunyuanVideo15Config& Checked(const HunyuanVideo15Config& c) {
-  if (absl::Status s = c.CheckEncoder(); !s.ok()) throw StatusError(s);
-  return c;
-}
 
 EncoderInfo Describe(const HunyuanVideo15Config& c) {
   EncoderInfo info;
@@ -42,7 +36,7 @@ HunyuanVideo15EncodeModuleImpl::HunyuanVideo15EncodeModuleImpl(const HunyuanVide
 }
 
 HunyuanVideo15Encoder::HunyuanVideo15Encoder(HunyuanVideo15Config config)
-    : ModuleBackedEncoder(Describe(config)), config_(std::move(config)), module_(Checked(config_)) {
+    : ModuleBackedEncoder(Describe(config)), config_(std::move(config)), module_(EncodableConfig(config_)) {
   AdoptModule(*module_);
 }
 
