@@ -215,15 +215,21 @@ absl::StatusOr<std::pair<at::Tensor, GroupDecodeResult>> GroupRuntime::EncodeSte
   return std::make_pair(*std::move(moments), figures);
 }
 
+bool GroupRuntime::EncoderAgreed(int64_t model_index) {
+  if (encoder_agreed_.empty()) encoder_agreed_.assign(models_.size(), false);
+  return encoder_agreed_[model_index];
+}
+
 absl::StatusOr<EncodeOutcome> GroupRuntime::ExecuteEncode(families::Encoder& encoder, const GroupJob& job,
                                                           const std::atomic<bool>* cancelled) {
   // The image was validated and prepared before: a bad image never reaches the peers.
   ASSIGN_OR_RETURN(GroupJob shared, BroadcastJob(*comm_, &job));
-  if (shared.encode.mode == DecodeMode::kExact && world_size_ > 1) {
-    // Every rank loads its own encoder; all of them agree before any
-    // encodes, so a rank that cannot (a file missing on its node, no
+  if (shared.encode.mode == DecodeMode::kExact && world_size_ > 1 && !EncoderAgreed(job.model_index)) {
+    // Every rank loads its own encoder; all of them agree before the first
+    // exact encode, so a rank that cannot (a file missing on its node, no
     // memory on its device) fails the request, not the group.
     ASSIGN_OR_RETURN(std::vector<int> failed, RanksWithoutTheirEncoder(*comm_, /*loaded=*/true));
+    encoder_agreed_[job.model_index] = failed.empty();
     if (!failed.empty()) {
       return InStep(absl::FailedPreconditionError(absl::StrCat(
           "rank", failed.size() > 1 ? "s " : " ", absl::StrJoin(failed, ", "), " of the group could not load model \"",
@@ -350,17 +356,20 @@ absl::Status GroupRuntime::ServeEncode(const GroupJob& job) {
     return absl::OkStatus();
   }
   absl::StatusOr<families::Encoder*> encoder = Encoder(job.model_index);
-  if (!encoder.ok()) {
-    spdlog::warn("event=encoder_load_failed model={} rank={} error=\"{}\"", models_[job.model_index].name, rank_,
-                 std::string(encoder.status().message()));
+  if (!EncoderAgreed(job.model_index)) {
+    if (!encoder.ok()) {
+      spdlog::warn("event=encoder_load_failed model={} rank={} error=\"{}\"", models_[job.model_index].name, rank_,
+                   std::string(encoder.status().message()));
+    }
+    // Agreed with every rank (ExecuteEncode): if any could not load, none encodes.
+    absl::StatusOr<std::vector<int>> failed = RanksWithoutTheirEncoder(*comm_, encoder.ok());
+    if (!failed.ok()) {
+      if (absl::Status s = RecoverOrBreak(failed.status()); broken_) return s;
+      return absl::OkStatus();
+    }
+    encoder_agreed_[job.model_index] = failed->empty();
+    if (!failed->empty()) return absl::OkStatus();
   }
-  // Agreed with every rank (ExecuteEncode): if any could not load, none encodes.
-  absl::StatusOr<std::vector<int>> failed = RanksWithoutTheirEncoder(*comm_, encoder.ok());
-  if (!failed.ok()) {
-    if (absl::Status s = RecoverOrBreak(failed.status()); broken_) return s;
-    return absl::OkStatus();
-  }
-  if (!failed->empty()) return absl::OkStatus();
   parallel::CountingCommunicator counting(*comm_);
   auto step = EncodeStep(**encoder, counting, job.encode, nullptr);
   if (!step.ok()) {

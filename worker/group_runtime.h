@@ -135,6 +135,9 @@ class GroupRuntime {
   absl::Status AnswerFailure(const absl::Status& failure);
   // Peers: an encode job; an error only when this rank cannot go on.
   absl::Status ServeEncode(const GroupJob& job);
+  // Whether every rank has confirmed model `model_index`'s encoder loaded
+  // (then exact encodes skip the agreement).
+  bool EncoderAgreed(int64_t model_index);
   void HeartbeatLoop();
   void MarkBroken(const absl::Status& why);
   // After a failure the group cannot serve on: the status to answer the job
@@ -166,6 +169,10 @@ class GroupRuntime {
   absl::Mutex encoders_mu_;
   // By model index; null until a model's first encode.
   std::vector<std::unique_ptr<families::Encoder>> encoders_ ABSL_GUARDED_BY(encoders_mu_);
+  // Models whose encoder every rank has confirmed loaded (each rank keeps
+  // the same list: it changes only on an agreement all of them saw). Only
+  // the thread running group jobs touches it (the leader's under mu_).
+  std::vector<bool> encoder_agreed_;
   absl::Mutex idle_mu_;
   int calls_in_progress_ ABSL_GUARDED_BY(idle_mu_) = 0;
 };

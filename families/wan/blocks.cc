@@ -153,7 +153,7 @@ WanResampleImpl::WanResampleImpl(int64_t dim, ResampleMode mode, int64_t out_dim
     time_conv = register_module("time_conv", MakeCausalConv(dim, dim * 2, {3, 1, 1}, {1, 0, 0}));
   }
   if (mode == ResampleMode::kDownsample3d) {
-    // Stride 2 in time, applied by keeping every other output frame.
+    // Stride 2 in time (DownsampleTime runs it as a strided conv).
     time_conv = register_module("time_conv", MakeCausalConv(dim, dim, {3, 1, 1}, {0, 0, 0}));
   }
 }
@@ -190,11 +190,13 @@ at::Tensor WanResampleImpl::DownsampleTime(const at::Tensor& x, LayerOps& ops, F
   at::Tensor keep = x.narrow(2, t - 1, 1).clone();
   const at::Tensor& old = slot.frames;
   const at::Tensor input = at::cat({old.narrow(2, old.size(2) - 1, 1), x}, 2);  // [B, C, 1 + T, H, W]
-  // (3,1,1) with stride 2 in time: the stride-1 outputs at even offsets.
-  at::Tensor y = time_conv->forward(input, ops);  // [B, C, T - 1, H, W]
-  y = y.slice(/*dim=*/2, /*start=*/0, /*end=*/y.size(2), /*step=*/2);
+  // (3,1,1) with stride 2 in time, no padding: row-local (no halo).
+  StridedConvGeometry g;
+  g.stride = 1;
+  g.stride_t = 2;
+  at::Tensor y = ops.StridedConv(input, time_conv->weight, time_conv->bias, g);  // [B, C, T / 2, H, W]
   slot.frames = std::move(keep);
-  return y;  // [B, C, T / 2, H, W]
+  return y;
 }
 
 at::Tensor WanResampleImpl::forward(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {

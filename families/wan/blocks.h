@@ -34,7 +34,8 @@
 // The encoder (WanEncoder3d) shards the same way, plus:
 //  - the downsamplers' per-frame pad (0, 1, 0, 1) + 3x3 stride-2 conv is a
 //    strided convolution (LayerOps::StridedConv: a band reads one row of the
-//    band below); their (3,1,1) stride-2 time_conv is row-local;
+//    band below); their (3,1,1) stride-2 time_conv is a strided convolution
+//    too, row-local (one row tall: no halo, no collective);
 //  - Wan 2.2's patchify and AvgDown3D shortcuts fold P (or 2) rows into one:
 //    local, because bands are cut in whole latent rows at every level
 //    (families/encoder.h RowLevelSpecs).
