@@ -1,5 +1,7 @@
 #include "tiling/calibration.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -241,7 +243,10 @@ absl::StatusOr<PeakProfile> LoadOrCalibrate(families::Decoder& decoder, const Pe
                             {"attention_transient", profile.attention_transient},
                             {"sides", profile.sides},
                             {"peaks", profile.peaks}};
-  const fs::path tmp = path.string() + ".tmp";
+  // Every rank of a group calibrates the same model at once: each writes its
+  // own temporary file (a shared one was renamed away under the others,
+  // which then warned), and the last rename wins with the same figures.
+  const fs::path tmp = absl::StrCat(path.string(), ".", getpid(), ".tmp");
   std::ofstream out(tmp);
   out << j.dump(2);
   out.close();
