@@ -24,6 +24,15 @@ at::Tensor DepthToSpace(const at::Tensor& x, const std::vector<int64_t>& s) {
       .reshape({b, -1, f * s[0], h * s[1], w * s[2]});
 }
 
+// The inverse: the downsamplers' space-to-depth, (c, f·st + i, y·sh + j,
+// x·sw + k) to channel c·st·sh·sw + i·sh·sw + j·sw + k of (f, y, x).
+at::Tensor SpaceToDepth(const at::Tensor& x, const std::vector<int64_t>& s) {
+  const int64_t b = x.size(0), c = x.size(1), f = x.size(2) / s[0], h = x.size(3) / s[1], w = x.size(4) / s[2];
+  return x.reshape({b, c, f, s[0], h, s[1], w, s[2]})
+      .permute({0, 1, 3, 5, 7, 2, 4, 6})  // [B, C, st, sh, sw, F, H, W]
+      .reshape({b, c * s[0] * s[1] * s[2], f, h, w});
+}
+
 // x · (1 + scale) + shift with per-channel [B, C, 1, 1, 1] modulation.
 at::Tensor Modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
   return x * (1 + scale) + shift;
@@ -37,8 +46,8 @@ at::Tensor PerChannelRMSNorm(const at::Tensor& x, double eps) {
 }
 
 LTX2VideoCausalConv3dImpl::LTX2VideoCausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel,
-                                                     PaddingMode mode)
-    : mode_(mode) {
+                                                     PaddingMode mode, int64_t stride)
+    : mode_(mode), stride_(stride) {
   conv = register_module("conv", MakeConv3d(in_channels, out_channels, kernel));
 }
 
@@ -51,6 +60,15 @@ at::Tensor LTX2VideoCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops
     const int64_t side = (kt - 1) / 2;
     padded = at::cat(
         {x.narrow(2, 0, 1).repeat({1, 1, side, 1, 1}), x, x.narrow(2, x.size(2) - 1, 1).repeat({1, 1, side, 1, 1})}, 2);
+  }
+  if (stride_ > 1) {
+    StridedConvGeometry g;
+    g.stride = stride_;
+    g.stride_t = stride_;
+    g.pad_top = g.pad_bottom = conv->weight.size(3) / 2;
+    g.pad_left = g.pad_right = conv->weight.size(4) / 2;
+    g.mode = mode_;
+    return ops.StridedConv(padded, conv->weight, conv->bias, g);
   }
   ConvGeometry g;
   g.padding_h = conv->weight.size(3) / 2;
@@ -194,6 +212,77 @@ at::Tensor LTX2VideoUpBlock3dImpl::forward(const at::Tensor& x, LayerOps& ops, c
   }
   for (const auto& resnet : *resnets) h = resnet->as<LTX2VideoResnetBlock3dImpl>()->forward(h, ops, temb, causal);
   return h;
+}
+
+LTX2VideoDownsampler3dImpl::LTX2VideoDownsampler3dImpl(int64_t in_channels, int64_t out_channels,
+                                                       std::vector<int64_t> stride, PaddingMode mode)
+    : stride_(std::move(stride)) {
+  const int64_t cells = stride_[0] * stride_[1] * stride_[2];
+  group_size_ = in_channels * cells / out_channels;
+  conv = register_module("conv", LTX2VideoCausalConv3d(in_channels, out_channels / cells, 3, mode));
+}
+
+at::Tensor LTX2VideoDownsampler3dImpl::forward(const at::Tensor& x, LayerOps& ops, bool causal) {
+  const at::Tensor h = stride_[0] > 1 ? at::cat({x.narrow(2, 0, stride_[0] - 1), x}, 2) : x;
+  at::Tensor residual = SpaceToDepth(h, stride_);
+  residual = residual.unflatten(1, {-1, group_size_}).mean(2);
+  return SpaceToDepth(conv->forward(h, ops, causal), stride_) + residual;
+}
+
+LTX2VideoDownBlock3DImpl::LTX2VideoDownBlock3DImpl(const DownBlockSpec& spec, double eps, PaddingMode mode) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  for (int64_t i = 0; i < spec.num_layers; ++i) {
+    resnets->push_back(
+        LTX2VideoResnetBlock3d(spec.in_channels, spec.in_channels, eps, /*timestep_conditioning=*/false, mode));
+  }
+  if (spec.downsample_type.empty()) return;
+  downsamplers = register_module("downsamplers", torch::nn::ModuleList());
+  if (spec.downsample_type == "conv") {
+    downsamplers->push_back(LTX2VideoCausalConv3d(spec.in_channels, spec.in_channels, 3, mode, /*stride=*/2));
+  } else {
+    downsamplers->push_back(LTX2VideoDownsampler3d(spec.in_channels, spec.out_channels, spec.stride, mode));
+  }
+}
+
+at::Tensor LTX2VideoDownBlock3DImpl::forward(const at::Tensor& x, LayerOps& ops, bool causal) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) {
+    h = resnet->as<LTX2VideoResnetBlock3dImpl>()->forward(h, ops, at::Tensor(), causal);
+  }
+  if (!downsamplers) return h;
+  for (const auto& down : *downsamplers) {
+    if (auto* folding = down->as<LTX2VideoDownsampler3dImpl>()) {
+      h = folding->forward(h, ops, causal);
+    } else {
+      h = down->as<LTX2VideoCausalConv3dImpl>()->forward(h, ops, causal);
+    }
+  }
+  return h;
+}
+
+LTX2VideoEncoder3dImpl::LTX2VideoEncoder3dImpl(const LTX2Config& c)
+    : causal_(c.encoder_causal), patch_size_(c.patch_size) {
+  const PaddingMode mode = c.encoder_spatial_padding;
+  conv_in = register_module(
+      "conv_in", LTX2VideoCausalConv3d(c.in_channels * c.patch_size * c.patch_size, c.latent_channels, 3, mode));
+  down_blocks = register_module("down_blocks", torch::nn::ModuleList());
+  for (const DownBlockSpec& spec : c.DownBlocks()) {
+    down_blocks->push_back(LTX2VideoDownBlock3D(spec, c.resnet_norm_eps, mode));
+  }
+  const int64_t mid = c.encoder_mid_channels();
+  mid_block = register_module("mid_block", LTX2VideoMidBlock3d(mid, c.layers_per_block.back(), c.resnet_norm_eps,
+                                                               /*timestep_conditioning=*/false, mode));
+  conv_out = register_module("conv_out", LTX2VideoCausalConv3d(mid, c.latent_channels + 1, 3, mode));
+}
+
+at::Tensor LTX2VideoEncoder3dImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  // LTX2VideoEncoder3d's patchify (patch_size_t 1) has Wan 2.2's channel order.
+  at::Tensor h = conv_in->forward(nn::Patchify(x, patch_size_), ops, causal_);
+  for (const auto& block : *down_blocks) h = block->as<LTX2VideoDownBlock3DImpl>()->forward(h, ops, causal_);
+  h = mid_block->forward(h, ops, at::Tensor(), causal_);
+  h = conv_out->forward(at::silu(PerChannelRMSNorm(h)), ops, causal_);  // [B, C + 1, T', h, w]
+  const int64_t c = h.size(1) - 1;
+  return at::cat({h.narrow(1, 0, c), h.narrow(1, c, 1).expand({-1, c, -1, -1, -1})}, 1);
 }
 
 LTX2VideoDecoder3dImpl::LTX2VideoDecoder3dImpl(const LTX2Config& c)

@@ -1,7 +1,7 @@
 #pragma once
 
-// LibTorch mirrors of the diffusers blocks AutoencoderKLLTX2Video's decoder is
-// built from (autoencoders/autoencoder_kl_ltx2.py). Children are registered
+// LibTorch mirrors of the diffusers blocks AutoencoderKLLTX2Video's decoder and
+// encoder are built from (autoencoders/autoencoder_kl_ltx2.py). Children are registered
 // under the diffusers attribute names, so named_parameters() equals the
 // diffusers state-dict keys (decoder.up_blocks.0.upsamplers.0.conv.conv.weight).
 //
@@ -33,6 +33,13 @@
 //    halo exchanges and the final row gather.
 // So the only condition is that every band keeps >= 1 row at the latent
 // resolution.
+//
+// The encoder shards the same way, bands cut in whole latent rows at every
+// row level (LTX2Encoder::RowLevels): its 3x3x3 convs are halo convolutions;
+// the patchify and the folding downsamplers' space-to-depth (conv then fold,
+// and the residual's group mean) turn each band's rows into rows/stride_h
+// rows locally; a "conv" downsampler is a stride-2 halo convolution; its
+// norms are per pixel. Halo exchanges are again its only collectives.
 
 #include <cstdint>
 #include <vector>
@@ -55,16 +62,20 @@ at::Tensor PerChannelRMSNorm(const at::Tensor& x, double eps = 1e-8);  // [B, C,
 
 // diffusers LTX2VideoCausalConv3d: a Conv3d ("conv") with spatial padding k//2
 // in `mode` inside the conv, and temporal padding by repeating the first frame
-// k-1 times (causal) or the first and last frames (k-1)/2 times each.
+// k-1 times (causal) or the first and last frames (k-1)/2 times each. With
+// `stride` 2 (the encoder's "conv" downsampler) it strides all three axes.
 class LTX2VideoCausalConv3dImpl : public torch::nn::Module {
  public:
-  LTX2VideoCausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel, PaddingMode mode);
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops, bool causal);  // [B, C, T, H, W] -> [B, C', T, H, W]
+  LTX2VideoCausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel, PaddingMode mode,
+                            int64_t stride = 1);
+  // [B, C, T, H, W] -> [B, C', T, H, W] (stride 1) or [B, C', ⌈T/2⌉, ⌈H/2⌉, ⌈W/2⌉]
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, bool causal);
 
   torch::nn::Conv3d conv{nullptr};
 
  private:
   PaddingMode mode_;
+  int64_t stride_;
 };
 TORCH_MODULE(LTX2VideoCausalConv3d);
 
@@ -156,6 +167,57 @@ class LTX2VideoUpBlock3dImpl : public torch::nn::Module {
   torch::nn::ModuleList resnets{nullptr};
 };
 TORCH_MODULE(LTX2VideoUpBlock3d);
+
+// diffusers LTX2VideoDownsampler3d: the first st-1 frames repeated in front,
+// a 3x3x3 conv to C_out / (st·sh·sw) channels folded space-to-depth by
+// (st, sh, sw), plus the input folded the same way and averaged over groups
+// of C_in·st·sh·sw / C_out channels.
+class LTX2VideoDownsampler3dImpl : public torch::nn::Module {
+ public:
+  LTX2VideoDownsampler3dImpl(int64_t in_channels, int64_t out_channels, std::vector<int64_t> stride, PaddingMode mode);
+  // [B, C, T, H, W] -> [B, C_out, (T + st - 1) / st, H / sh, W / sw]
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, bool causal);
+
+  LTX2VideoCausalConv3d conv{nullptr};
+
+ private:
+  std::vector<int64_t> stride_;
+  int64_t group_size_;
+};
+TORCH_MODULE(LTX2VideoDownsampler3d);
+
+// diffusers LTX2VideoDownBlock3D: the resnets, then the optional downsampler
+// (a folding LTX2VideoDownsampler3d, or a stride-2 conv for "conv").
+class LTX2VideoDownBlock3DImpl : public torch::nn::Module {
+ public:
+  LTX2VideoDownBlock3DImpl(const DownBlockSpec& spec, double eps, PaddingMode mode);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, bool causal);
+
+  torch::nn::ModuleList resnets{nullptr};
+  torch::nn::ModuleList downsamplers{nullptr};  // absent without spatio-temporal scaling
+};
+TORCH_MODULE(LTX2VideoDownBlock3D);
+
+// diffusers LTX2VideoEncoder3d: patchify, conv_in, the down blocks, the mid
+// block, RMS norm, SiLU, conv_out to latent_channels + 1, whose last channel
+// is the log-variance of every latent channel.
+class LTX2VideoEncoder3dImpl : public torch::nn::Module {
+ public:
+  explicit LTX2VideoEncoder3dImpl(const LTX2Config& config);  // config.CheckEncoder() passed
+  // [B, in_channels, T, H, W] -> moments [B, 2·latent_channels, T', H / s, W / s]:
+  // the mean, then the shared log-variance repeated, as diffusers concatenates them.
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+
+  LTX2VideoCausalConv3d conv_in{nullptr};
+  torch::nn::ModuleList down_blocks{nullptr};
+  LTX2VideoMidBlock3d mid_block{nullptr};
+  LTX2VideoCausalConv3d conv_out{nullptr};
+
+ private:
+  bool causal_;
+  int64_t patch_size_;
+};
+TORCH_MODULE(LTX2VideoEncoder3d);
 
 // diffusers LTX2VideoDecoder3d, ending in the unpatchify to pixels.
 class LTX2VideoDecoder3dImpl : public torch::nn::Module {

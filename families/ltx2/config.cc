@@ -1,6 +1,8 @@
 #include "families/ltx2/config.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -26,7 +28,15 @@ std::vector<bool> BoolOrList(const nlohmann::json& json, ConfigReader& r, const 
 std::vector<int64_t> StrideOf(const std::string& type) {
   if (type == "spatial") return {1, 2, 2};
   if (type == "temporal") return {2, 1, 1};
-  return {2, 2, 2};  // "spatiotemporal" (validated)
+  return {2, 2, 2};  // "spatiotemporal" or the encoder's "conv" (validated)
+}
+
+// The padding modes the row-sharded convs support, by diffusers' names.
+std::optional<PaddingMode> PaddingModeNamed(const std::string& name) {
+  if (name == "zeros") return PaddingMode::kZeros;
+  if (name == "reflect") return PaddingMode::kReflect;
+  if (name == "replicate") return PaddingMode::kReplicate;
+  return std::nullopt;
 }
 
 template <typename T>
@@ -62,6 +72,81 @@ std::vector<UpBlockSpec> LTX2Config::UpBlocks() const {
     blocks.push_back(b);
   }
   return blocks;
+}
+
+std::vector<DownBlockSpec> LTX2Config::DownBlocks() const {
+  std::vector<DownBlockSpec> blocks;
+  int64_t channels = latent_channels;  // conv_in widens to latent_channels
+  for (size_t i = 0; i < block_out_channels.size(); ++i) {
+    DownBlockSpec b;
+    b.in_channels = channels;
+    b.num_layers = layers_per_block[i];
+    b.stride = {1, 1, 1};
+    b.out_channels = channels;
+    if (spatio_temporal_scaling[i]) {
+      b.downsample_type = downsample_type[i];
+      b.stride = StrideOf(b.downsample_type);
+      if (b.downsample_type != "conv") b.out_channels = block_out_channels[i];
+    }
+    channels = b.out_channels;
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
+int64_t LTX2Config::encoder_mid_channels() const {
+  return block_out_channels.empty() ? latent_channels : block_out_channels.back();
+}
+
+absl::Status LTX2Config::CheckEncoder() const {
+  const size_t n = block_out_channels.size();
+  auto refuse = [](auto&&... why) {
+    return absl::FailedPreconditionError(absl::StrCat("this AutoencoderKLLTX2Video cannot encode: ", why...));
+  };
+  if (in_channels < 1) return refuse("in_channels must be positive");
+  if (layers_per_block.size() < std::max<size_t>(n, 1)) {
+    return refuse("\"layers_per_block\" has ", layers_per_block.size(), " entries for ", n,
+                  " down blocks and the mid block");
+  }
+  for (int64_t v : layers_per_block) {
+    if (v < 0) return refuse("\"layers_per_block\" must not be negative");
+  }
+  for (const auto& [key, have] : {std::pair<const char*, size_t>{"down_block_types", down_block_types.size()},
+                                  {"downsample_type", downsample_type.size()},
+                                  {"spatio_temporal_scaling", spatio_temporal_scaling.size()}}) {
+    if (have < n) return refuse("\"", key, "\" has ", have, " entries for ", n, " down blocks");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (down_block_types[i] != "LTX2VideoDownBlock3D") {
+      return refuse("down block type \"", down_block_types[i], "\" is unknown (LTX2VideoDownBlock3D)");
+    }
+    const std::string& t = downsample_type[i];
+    if (t != "conv" && t != "spatial" && t != "temporal" && t != "spatiotemporal") {
+      return refuse("downsample_type \"", t, "\" is unknown (conv, spatial, temporal, spatiotemporal)");
+    }
+    if (block_out_channels[i] < 1) return refuse("\"block_out_channels\" must be positive");
+  }
+  if (!PaddingModeNamed(encoder_spatial_padding_name)) {
+    return refuse("encoder_spatial_padding_mode \"", encoder_spatial_padding_name,
+                  "\" is not supported (zeros, reflect or replicate)");
+  }
+  // Each block is built from its own arithmetic; the widths must chain as
+  // the tensors do (diffusers fails at the first mismatching conv).
+  const std::vector<DownBlockSpec> blocks = DownBlocks();
+  for (size_t i = 0; i < n; ++i) {
+    const DownBlockSpec& b = blocks[i];
+    const int64_t cells = b.stride[0] * b.stride[1] * b.stride[2];
+    const bool folds = !b.downsample_type.empty() && b.downsample_type != "conv";
+    if (folds && (b.out_channels % cells != 0 || (b.in_channels * cells) % b.out_channels != 0)) {
+      return refuse("down block ", i, " cannot fold ", b.in_channels, " channels into ", b.out_channels, " by ",
+                    absl::StrJoin(b.stride, "x"));
+    }
+    if (b.out_channels != block_out_channels[i]) {
+      return refuse("down block ", i, " ends with ", b.out_channels, " channels but the next layer takes ",
+                    block_out_channels[i], " (a block without a folding downsampler keeps its width)");
+    }
+  }
+  return absl::OkStatus();
 }
 
 int64_t LTX2Config::final_channels() const { return UpBlocks().back().out_channels; }
@@ -107,12 +192,21 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
   c.decoder_causal = r.Bool("decoder_causal", c.decoder_causal);
   c.spatial_padding_name = r.String("decoder_spatial_padding_mode", c.spatial_padding_name);
 
-  if (c.spatial_padding_name == "zeros") {
-    c.spatial_padding = PaddingMode::kZeros;
-  } else if (c.spatial_padding_name == "reflect") {
-    c.spatial_padding = PaddingMode::kReflect;
-  } else if (c.spatial_padding_name == "replicate") {
-    c.spatial_padding = PaddingMode::kReplicate;
+  c.in_channels = r.Int("in_channels", c.in_channels);
+  c.block_out_channels = r.IntList("block_out_channels", c.block_out_channels);
+  c.layers_per_block = r.IntList("layers_per_block", c.layers_per_block);
+  c.down_block_types = r.StringList("down_block_types", c.down_block_types);
+  c.downsample_type = r.StringList("downsample_type", c.downsample_type);
+  if (json.is_object()) {
+    const size_t down = c.layers_per_block.empty() ? 0 : c.layers_per_block.size() - 1;
+    c.spatio_temporal_scaling = BoolOrList(json, r, "spatio_temporal_scaling", std::vector<bool>(down, true), down);
+  }
+  c.encoder_causal = r.Bool("encoder_causal", c.encoder_causal);
+  c.encoder_spatial_padding_name = r.String("encoder_spatial_padding_mode", c.encoder_spatial_padding_name);
+  c.encoder_spatial_padding = PaddingModeNamed(c.encoder_spatial_padding_name).value_or(PaddingMode::kZeros);
+
+  if (std::optional<PaddingMode> mode = PaddingModeNamed(c.spatial_padding_name)) {
+    c.spatial_padding = *mode;
   } else {
     r.Fail(absl::StrCat("decoder_spatial_padding_mode \"", c.spatial_padding_name,
                         "\" is not supported (zeros, reflect or replicate)"));
@@ -201,8 +295,6 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
     }
   }
   RETURN_IF_ERROR(r.status());
-  r.Known({"in_channels", "block_out_channels", "layers_per_block", "down_block_types", "downsample_type",
-           "spatio_temporal_scaling", "encoder_causal", "encoder_spatial_padding_mode"});  // the encoder side
   c.unread_keys = r.UnreadKeys();
   return c;
 }

@@ -149,5 +149,61 @@ TEST(LTX2Config, CompressionRatiosAreCheckedAgainstTheStructure) {
               ::testing::HasSubstr("spatial_compression_ratio 16 does not match the decoder, which upsamples 32x"));
 }
 
+TEST(LTX2Config, EncoderBlocksFollowDiffusersArithmetic) {
+  // Diffusers' defaults: conv_in widens to latent_channels (128), each
+  // folding downsampler to block_out_channels[i].
+  absl::StatusOr<LTX2Config> c = LTX2Config::FromJson(nlohmann::json::object(), "c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->CheckEncoder().ok()) << c->CheckEncoder();
+  const std::vector<DownBlockSpec> downs = c->DownBlocks();
+  ASSERT_EQ(downs.size(), 4u);
+  EXPECT_EQ(downs[0].in_channels, 128);
+  EXPECT_EQ(downs[0].out_channels, 256);
+  EXPECT_EQ(downs[0].stride, (std::vector<int64_t>{1, 2, 2}));
+  EXPECT_EQ(downs[1].stride, (std::vector<int64_t>{2, 1, 1}));
+  EXPECT_EQ(downs[3].num_layers, 2);
+  EXPECT_EQ(c->encoder_mid_channels(), 2048);
+  // A "conv" downsampler or none keeps the block's width.
+  nlohmann::json j = {{"block_out_channels", {128, 64}},
+                      {"layers_per_block", {1, 1, 1}},
+                      {"downsample_type", {"conv", "spatial"}},
+                      {"spatio_temporal_scaling", {true, false}}};
+  c = LTX2Config::FromJson(j, "c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->CheckEncoder().message(),
+              HasSubstr("down block 1 ends with 128 channels but the next layer takes 64"));
+  j["spatio_temporal_scaling"] = true;  // broadcast to every block, as diffusers does
+  c = LTX2Config::FromJson(j, "c");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->CheckEncoder().ok()) << c->CheckEncoder();
+  EXPECT_EQ(c->DownBlocks()[0].out_channels, 128);
+}
+
+TEST(LTX2Config, EncodersDiffusersCannotRunAreRefusedWithTheReason) {
+  struct Bad {
+    nlohmann::json change;
+    std::string why;
+  };
+  const std::vector<Bad> bad = {
+      {{{"downsample_type", {"spatial", "temporal", "pooling", "spatiotemporal"}}}, "\"pooling\" is unknown"},
+      {{{"down_block_types", {"LTX2VideoDownBlock3D", "DownBlock", "LTX2VideoDownBlock3D", "LTX2VideoDownBlock3D"}}},
+       "\"DownBlock\" is unknown"},
+      {{{"encoder_spatial_padding_mode", "circular"}}, "\"circular\" is not supported"},
+      {{{"block_out_channels", {256, 512, 1024, 2050}}}, "cannot fold 1024 channels into 2050"},
+      {{{"layers_per_block", {4, 6}}}, "\"layers_per_block\" has 2 entries for 4 down blocks"},
+      {{{"spatio_temporal_scaling", {true, true}}}, "\"spatio_temporal_scaling\" has 2 entries"},
+      {{{"in_channels", 0}}, "in_channels must be positive"},
+  };
+  for (const Bad& b : bad) {
+    nlohmann::json j = nlohmann::json::object();
+    j.update(b.change);
+    absl::StatusOr<LTX2Config> c = LTX2Config::FromJson(j, "c");
+    ASSERT_TRUE(c.ok()) << b.change.dump() << ": the decoder is unaffected: " << c.status();
+    const absl::Status s = c->CheckEncoder();
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << b.change.dump();
+    EXPECT_THAT(s.message(), HasSubstr(b.why)) << b.change.dump();
+  }
+}
+
 }  // namespace
 }  // namespace vaedecode::families::ltx2

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "families/ltx2/encoder.h"
 #include "families/weight_loading.h"
 #include "rpc/status_macros.h"
 
@@ -97,7 +98,8 @@ void Register(Registry& registry) {
                      &LoadLTX2,
                      {{{"AutoencoderKLLTX2Video", "AutoencoderKLLTXVideo"},
                        {{"decoder.conv_in.conv.weight", 5}, {"latents_mean", 1}},
-                       {"decoder.conv_norm_out.weight"}}}});
+                       {"decoder.conv_norm_out.weight"}}},
+                     &LoadLTX2Encoder});
 }
 
 }  // namespace vaedecode::families::ltx2

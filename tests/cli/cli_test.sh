@@ -68,11 +68,12 @@ import json, sys
 for f in json.load(open(sys.argv[1]))["fixtures"]:
     if f["diffusers_class"] not in ("AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
                                     "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage",
-                                    "AutoencoderKLHunyuanVideo15", "AutoencoderKLHunyuanVideo"):
+                                    "AutoencoderKLHunyuanVideo15", "AutoencoderKLHunyuanVideo",
+                                    "AutoencoderKLLTX2Video"):
         continue
     uses_sample = (f.get("pipeline_encode") or {}).get("posterior", "").startswith("sample")
     for c in f.get("encode_cases", []):
-        ranks = min(3, c["latent_shape"][-2])  # every band keeps a latent row
+        ranks = min(3, c["latent_shape"][-2])  # every band keeps a latent row (1 rank: dense)
         print(f["folder"], c["case"], c["image_file"], c["mean_file"], c["logvar_file"], c["sample_file"],
               c["sample_seed"], c.get("pipeline_encoded_file") or "-", "sample" if uses_sample else "mean", ranks)
 PY
@@ -92,8 +93,8 @@ while read -r folder name image mean logvar sample seed encoded posterior ranks;
   compare_tensor "$FIX/$mean" mean "$OUT/enc_${folder}_${name}.safetensors"
   compare_tensor "$FIX/$logvar" logvar "$OUT/enc_${folder}_${name}.safetensors"
   "$BIN" encode --model "$FIX/$folder" --image "$FIX/$image" --out "$OUT/enc_${folder}_${name}_exact.safetensors" \
-    --posterior sample --seed "$seed" --mode exact --ranks "$ranks" --timeout-s 60 | grep "mode=exact ranks=$ranks" \
-    > /dev/null \
+    --posterior sample --seed "$seed" --mode exact --ranks "$ranks" --timeout-s 60 \
+    | grep "mode=$([ "$ranks" -gt 1 ] && echo exact || echo dense) ranks=$ranks" > /dev/null \
     || fail "exact encode of $folder/$name"
   compare_tensor "$FIX/$sample" sample "$OUT/enc_${folder}_${name}_exact.safetensors" latent
   if [ "$encoded" != "-" ]; then
@@ -128,6 +129,9 @@ assert header["latent"]["shape"] == [1, 16, 1, h // 8, w // 8], (header, w, h)
 PY
 "$PY" -c "import numpy as np; np.save('$OUT/clip6.npy', np.zeros((1, 3, 6, 24, 40), np.float32))"
 expect_error 1 "1 + 4·k frames" encode --model "$FIX/wan21" --image "$OUT/clip6.npy" --out "$OUT/x.safetensors"
+expect_error 1 "1 + 8·k frames" encode --model "$FIX/ltx2_full" --image "$OUT/clip6.npy" --out "$OUT/x.safetensors"
+expect_error 1 "encoder" encode --model "$FIX/ltx2" --image "$FIX/ltx2_full/image.safetensors" \
+  --out "$OUT/x.safetensors"
 expect_error 1 "multiples of 16" encode --model "$FIX/wan22" --image "$FIX/wan21/image.safetensors" \
   --out "$OUT/x.safetensors"
 expect_error 1 "want .png" encode --model "$FIX/sd_kl" --image "$FIX/sd_kl/config.json" --out "$OUT/x.safetensors"

@@ -38,7 +38,8 @@ constexpr double kExactVsDenseVideo = 3e-5;  // more frames, more layers: the st
 constexpr double kVsDiffusers = 1e-4;
 const std::vector<std::string> kClasses = {
     "AutoencoderKL",          "AutoencoderKLFlux2",        "AutoencoderKLWan",
-    "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage", "AutoencoderKLHunyuanVideo15"};
+    "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage", "AutoencoderKLHunyuanVideo15",
+    "AutoencoderKLLTX2Video"};
 
 struct EncodeCheck {
   std::string fixture;
@@ -246,6 +247,20 @@ TEST(ExactEncodeBeyondFixtures, HunyuanVideoCeilRowsAndTemporalWindows) {
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   EXPECT_TRUE((*encoder)->CheckExactSharding({2, 3, 9, 41, 24}, 3).ok());
   EXPECT_EQ((*encoder)->CheckExactSharding({2, 3, 9, 41, 24}, 4).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ExactEncodeBeyondFixtures, LTX2ClipsAtUnevenBandsAndBatchTwo) {
+  // ltx2_full's encoder (patchify 4, 4 folding downsamplers, 32x; 0, 1, 1, 1
+  // resnets and 1 in the mid block): conv_in + 4 downsampler convs + 2·3
+  // resnet convs + 2 (mid block) + conv_out = 14 halos; its RMS norms and
+  // LayerNorms are per pixel and it has no attention: nothing else. 160
+  // rows are 5 latent rows (3 + 2, 2 + 2 + 1, 2 + 1 + 1 + 1); the whole clip
+  // at once, so the count does not grow with frames.
+  const testing::ExpectedCollectives ltx2{14, 0, 0};
+  for (int world : {2, 3, 4}) {
+    EXPECT_TRUE(RunSynthetic("ltx2_full", {{2, 3, 9, 160, 64}, {1, 3, 17, 128, 32}}, ltx2, world).ok())
+        << "world size " << world;
+  }
 }
 
 TEST(ExactEncodeGroup, CancellationStopsEveryRankAndKeepsTheGroupInStep) {

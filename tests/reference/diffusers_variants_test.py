@@ -20,7 +20,10 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
   spatial / 2x temporal compression, width-changing resnets, batch 2;
   AutoencoderKLHunyuanVideo's encoder on a 21-frame clip (diffusers'
   temporal windows and their blend) with odd sizes (its downsamplers round
-  up), batch 2
+  up), batch 2; AutoencoderKLLTX2Video's encoder with a stride-2 "conv"
+  downsampler (rounding rows up), reflect padding and a non-causal encoder
+  on an even-length clip, batch 2, and with patch size 2, a block without
+  a downsampler and other folding orders
 - structure keys that disagree with the structure (AutoencoderKLWan's
   scale_factor_spatial/temporal, AutoencoderKLHunyuanImage's
   spatial_compression_ratio beyond its levels): diffusers decodes them as
@@ -251,6 +254,25 @@ def hunyuanvideo_encoder_temporal_windows():
     check_encode_dense_and_exact(vae, folder, image, "hunyuanvideo_encoder", ranks=3)
 
 
+def ltx2_encoders():
+    # A "conv" downsampler first (it keeps 128 channels and rounds 23 rows up
+    # to 12, 10 frames up to 5), reflect padding, not causal: 92x64 -> 3x2.
+    vae, folder = build("ltx2_encoder_conv", "ltx2_full", "AutoencoderKLLTX2Video",
+                        {"downsample_type": ["conv", "spatial", "temporal", "spatiotemporal"],
+                         "block_out_channels": [128, 16, 32, 32], "layers_per_block": [1, 1, 0, 1, 2],
+                         "encoder_spatial_padding_mode": "reflect", "encoder_causal": False}, seed=43)
+    image = (np.random.default_rng(10).random((2, 3, 10, 92, 64), dtype=np.float32) * 2 - 1)
+    check_encode_dense_and_exact(vae, folder, image, "ltx2_encoder_conv", ranks=3)
+    # Patch size 2, block 2 without a downsampler: 16x spatial, 4x temporal.
+    vae, folder = build("ltx2_encoder_patch2", "ltx2_full", "AutoencoderKLLTX2Video",
+                        {"patch_size": 2, "block_out_channels": [16, 32, 32, 64], "layers_per_block": [1, 2, 1, 0, 1],
+                         "downsample_type": ["spatiotemporal", "spatial", "temporal", "spatiotemporal"],
+                         "spatio_temporal_scaling": [True, True, False, True],
+                         "spatial_compression_ratio": None, "temporal_compression_ratio": None}, seed=47)
+    image = (np.random.default_rng(11).random((1, 3, 9, 80, 48), dtype=np.float32) * 2 - 1)
+    check_encode_dense_and_exact(vae, folder, image, "ltx2_encoder_patch2", ranks=3)
+
+
 def main():
     torch.set_num_threads(2)
     checks = Checks("diffusers_variants")
@@ -265,6 +287,7 @@ def main():
     checks.run("hunyuanimage_encoder_other_structure", hunyuanimage_encoder)
     checks.run("hunyuanvideo15_encoder_other_structure", hunyuanvideo15_encoder)
     checks.run("hunyuanvideo_encoder_temporal_windows_odd_sizes", hunyuanvideo_encoder_temporal_windows)
+    checks.run("ltx2_encoders_other_structure", ltx2_encoders)
     checks.run("wan21_scale_factors_disagreeing_with_the_blocks",
                disagreeing_structure_key("wan_scale_factors", "wan21", "AutoencoderKLWan",
                                          {"scale_factor_spatial": 16, "scale_factor_temporal": 2}, (1, 16, 3, 4, 5),
