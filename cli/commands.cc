@@ -461,6 +461,7 @@ absl::Status RunEncode(const ParsedArgs& args, std::ostream& out) {
   ASSIGN_OR_RETURN(at::ScalarType dtype, families::ParseDtype(args.Get("dtype").value_or("float32")));
   RETURN_IF_ERROR(ApplyThreads(args));
   ASSIGN_OR_RETURN(job.image, formats::ReadImageInput(ResolveUserPath(*image_path)));
+  job.from_pixels = formats::IsPixelImagePath(ResolveUserPath(*image_path));
   const c10::Device device(c10::kCPU);  // the ranks' peaks are measured as a decode's are
   RETURN_IF_ERROR(device::PrepareComputeDevice(device));
   RETURN_IF_ERROR(device::InstallDeviceMemory(device).status());

@@ -77,8 +77,9 @@ void ModuleBackedEncoder::AdoptModule(torch::nn::Module& module) {
 }
 
 void ModuleBackedEncoder::ToDtype(at::ScalarType dtype) {
-  ConvertWeights(dtype);
-  dtype_ = dtype;
+  const at::ScalarType compute = info_.computes_in_float32 ? at::kFloat : dtype;
+  ConvertWeights(compute);
+  dtype_ = compute;
 }
 
 void ModuleBackedEncoder::ConvertWeights(at::ScalarType dtype) { parameters_module().to(dtype); }

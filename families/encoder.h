@@ -41,6 +41,14 @@ struct EncoderInfo {
   // 12 at 8x) rather than requiring multiples of spatial_factor.
   bool floors_sizes = true;
   int64_t parameter_count = 0;  // encoder-side parameters
+  // diffusers pins the encoder to float32 (_keep_in_fp32_modules): it
+  // encodes in float32 whatever dtype the model is served in.
+  bool computes_in_float32 = false;
+  // 8-bit pixels p become (p / 255 − pixel_mean[c]) / pixel_std[c] (the
+  // model's pixel convention, MiniMax-H3's ImageNet one) rather than
+  // p / 255 · 2 − 1 when these are set (one entry per channel).
+  std::vector<double> pixel_mean;
+  std::vector<double> pixel_std;
   // How a VAE latent becomes the denoiser's (`raw`), for humans.
   std::string vae_to_raw_formula;
 };

@@ -23,8 +23,12 @@ absl::StatusOr<at::Tensor> DecodeImageBytes(const std::string& bytes) {
   return ImageTensorFromPixels(pixels.width, pixels.height, pixels.channels, pixels.data.data());
 }
 
+bool IsPixelImagePath(const std::string& path) {
+  return absl::EndsWith(path, ".png") || absl::EndsWith(path, ".jpg") || absl::EndsWith(path, ".jpeg");
+}
+
 absl::StatusOr<at::Tensor> ReadImageInput(const std::string& path) {
-  if (absl::EndsWith(path, ".png") || absl::EndsWith(path, ".jpg") || absl::EndsWith(path, ".jpeg")) {
+  if (IsPixelImagePath(path)) {
     ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
     absl::StatusOr<at::Tensor> image = DecodeImageBytes(bytes);
     if (!image.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", image.status().message()));

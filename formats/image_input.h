@@ -21,6 +21,9 @@ at::Tensor ImageTensorFromPixels(int width, int height, int channels, const uint
 // makes them; INVALID_ARGUMENT naming what the bytes are not.
 absl::StatusOr<at::Tensor> DecodeImageBytes(const std::string& bytes);
 
+// True for the paths ReadImageInput decodes as 8-bit pixels (.png, .jpg, .jpeg).
+bool IsPixelImagePath(const std::string& path);
+
 // By extension: .png, .jpg / .jpeg through DecodeImageBytes; .safetensors
 // (one tensor, or the one named "image") and .npy as ReadTensorFile reads
 // them ([B, C, H, W] or [B, C, T, H, W], values in [-1, 1]).

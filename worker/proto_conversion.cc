@@ -98,6 +98,7 @@ absl::StatusOr<at::Tensor> ImageFromRequest(const v1::EncodeRequest& request) {
 EncodeJob EncodeJobFromRequest(const v1::EncodeRequest& request, at::Tensor image) {
   EncodeJob job;
   job.image = std::move(image);
+  job.from_pixels = !request.encoded_image().empty() || (request.has_image() && request.image().dtype() == v1::UINT8);
   job.posterior = request.posterior() == v1::POSTERIOR_SAMPLE    ? families::PosteriorOutput::kSample
                   : request.posterior() == v1::POSTERIOR_MOMENTS ? families::PosteriorOutput::kMoments
                                                                  : families::PosteriorOutput::kMean;

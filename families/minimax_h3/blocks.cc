@@ -160,4 +160,106 @@ at::Tensor ViTDecoderImpl::forward(const at::Tensor& z, LayerOps& ops) {
       .reshape({b, out, t * pt, h * p, w * p});
 }
 
+CausalConv3dImpl::CausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel, PaddingMode mode)
+    : mode_(mode) {
+  weight = register_parameter("weight", at::empty({out_channels, in_channels, kernel, kernel, kernel}));
+  bias = register_parameter("bias", at::zeros({out_channels}));
+}
+
+at::Tensor CausalConv3dImpl::CausalFrames(const at::Tensor& x) const {
+  const int64_t pad = weight.size(2) - 1;  // temporal_padding 2 for the 3-frame kernels, 0 for 1x1x1
+  return pad > 0 ? at::constant_pad_nd(x, {0, 0, 0, 0, pad, 0}, 0.0) : x;
+}
+
+at::Tensor CausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  ConvGeometry g;
+  g.padding_h = weight.size(3) / 2;
+  g.padding_w = weight.size(4) / 2;
+  g.mode = mode_;
+  return ops.Conv(CausalFrames(x), weight, bias, g);
+}
+
+at::Tensor CausalConv3dImpl::Downsample(const at::Tensor& x, LayerOps& ops, int64_t temporal_stride,
+                                        int64_t spatial_stride) {
+  StridedConvGeometry g;
+  g.stride = spatial_stride;
+  g.stride_t = temporal_stride;
+  if (spatial_stride == 2) g.pad_bottom = g.pad_right = 1;
+  g.mode = mode_;
+  return ops.StridedConv(CausalFrames(x), weight, bias, g);
+}
+
+at::Tensor FrameGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const at::Tensor& x) {
+  const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
+  const at::Tensor frames = x.permute({0, 2, 1, 3, 4}).reshape({b * t, c, h, w});
+  const at::Tensor y = nn::RunGroupNorm(ops, norm, frames);
+  return y.view({b, t, c, h, w}).permute({0, 2, 1, 3, 4}).contiguous();
+}
+
+EncoderResnetImpl::EncoderResnetImpl(int64_t in_channels, int64_t out_channels, const MiniMaxH3Config& c) {
+  const PaddingMode mode = c.encoder_padding;
+  norm1 = register_module("norm1", nn::MakeGroupNorm(c.norm_num_groups, in_channels, c.norm_eps));
+  conv1 = register_module("conv1", CausalConv3d(in_channels, out_channels, 3, mode));
+  norm2 = register_module("norm2", nn::MakeGroupNorm(c.norm_num_groups, out_channels, c.norm_eps));
+  conv2 = register_module("conv2", CausalConv3d(out_channels, out_channels, 3, mode));
+  if (in_channels != out_channels) {
+    conv_shortcut = register_module("conv_shortcut", CausalConv3d(in_channels, out_channels, 1, mode));
+  }
+}
+
+at::Tensor EncoderResnetImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = conv1->forward(at::silu(FrameGroupNorm(ops, norm1, x)), ops);
+  h = conv2->forward(at::silu(FrameGroupNorm(ops, norm2, h)), ops);
+  return (conv_shortcut ? conv_shortcut->forward(x, ops) : x) + h;
+}
+
+DownsampleImpl::DownsampleImpl(int64_t channels, int64_t temporal_stride, int64_t spatial_stride, PaddingMode mode)
+    : temporal_stride_(temporal_stride), spatial_stride_(spatial_stride) {
+  conv = register_module("conv", CausalConv3d(channels, channels, 3, mode));
+}
+
+at::Tensor DownsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  return conv->Downsample(x, ops, temporal_stride_, spatial_stride_);
+}
+
+EncoderDownBlockImpl::EncoderDownBlockImpl(int64_t in_channels, int64_t out_channels, int64_t temporal_factor,
+                                           int64_t spatial_factor, const MiniMaxH3Config& c) {
+  resnets = register_module("resnets", torch::nn::ModuleList());
+  for (int64_t j = 0; j < c.layers_per_block; ++j) {
+    resnets->push_back(EncoderResnet(j == 0 ? in_channels : out_channels, out_channels, c));
+  }
+  if (temporal_factor * spatial_factor > 1) {
+    downsamplers = register_module("downsamplers", torch::nn::ModuleList());
+    downsamplers->push_back(Downsample(out_channels, temporal_factor, spatial_factor, c.encoder_padding));
+  }
+}
+
+at::Tensor EncoderDownBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = x;
+  for (const auto& resnet : *resnets) h = resnet->as<EncoderResnetImpl>()->forward(h, ops);
+  if (downsamplers) {
+    for (const auto& down : *downsamplers) h = down->as<DownsampleImpl>()->forward(h, ops);
+  }
+  return h;
+}
+
+VideoEncoderImpl::VideoEncoderImpl(const MiniMaxH3Config& c) {
+  const std::vector<int64_t>& widths = c.block_out_channels;
+  conv_in = register_module("conv_in", CausalConv3d(c.in_channels, widths[0], 3, c.encoder_padding));
+  down_blocks = register_module("down_blocks", torch::nn::ModuleList());
+  for (size_t i = 0; i < widths.size(); ++i) {
+    // diffusers: block_in_channels = (widths[0],) + widths[:-1]
+    down_blocks->push_back(EncoderDownBlock(widths[i == 0 ? 0 : i - 1], widths[i], c.temporal_downsample_factors[i],
+                                            c.spatial_downsample_factors[i], c));
+  }
+  norm_out = register_module("norm_out", nn::MakeGroupNorm(c.norm_num_groups, widths.back(), c.norm_eps));
+  conv_out = register_module("conv_out", CausalConv3d(widths.back(), 2 * c.latent_channels, 3, c.encoder_padding));
+}
+
+at::Tensor VideoEncoderImpl::forward(const at::Tensor& x, LayerOps& ops) {
+  at::Tensor h = conv_in->forward(x, ops);
+  for (const auto& block : *down_blocks) h = block->as<EncoderDownBlockImpl>()->forward(h, ops);
+  return conv_out->forward(at::silu(FrameGroupNorm(ops, norm_out, h)), ops);
+}
+
 }  // namespace vaedecode::families::minimax_h3

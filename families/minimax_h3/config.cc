@@ -82,6 +82,30 @@ WindowPlan MiniMaxH3Config::Windows(int64_t latent_frames) const {
   return p;
 }
 
+absl::Status MiniMaxH3Config::CheckEncoder() const {
+  auto refuse = [](auto&&... why) {
+    return absl::FailedPreconditionError(absl::StrCat("this AutoencoderKLMiniMaxH3 cannot encode: ", why...));
+  };
+  const size_t n = block_out_channels.size();
+  if (n == 0) return refuse("\"block_out_channels\" is empty");
+  if (spatial_downsample_factors.size() < n || temporal_downsample_factors.size() < n) {
+    return refuse("the downsample factor lists have fewer entries than the ", n, " levels");
+  }
+  if (in_channels < 1 || layers_per_block < 0 || norm_num_groups < 1) {
+    return refuse("in_channels and norm_num_groups must be positive, layers_per_block non-negative");
+  }
+  for (int64_t width : block_out_channels) {
+    if (width < 1 || width > kMaxChannels || width % norm_num_groups != 0) {
+      return refuse("block width ", width, " is not a positive multiple of norm_num_groups (", norm_num_groups, ")");
+    }
+  }
+  if (spatial_padding_mode != "reflect" && spatial_padding_mode != "replicate" && spatial_padding_mode != "constant") {
+    return refuse("spatial_padding_mode \"", spatial_padding_mode,
+                  "\" is not supported (reflect, replicate or constant)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MiniMaxH3Config> MiniMaxH3Config::FromJson(const nlohmann::json& json, const std::string& source) {
   ConfigReader r(json, source);
   MiniMaxH3Config c;
@@ -140,8 +164,15 @@ absl::StatusOr<MiniMaxH3Config> MiniMaxH3Config::FromJson(const nlohmann::json& 
     r.Fail(absl::StrCat("decoder RoPE dim ", d, " gives a frequency count diffusers cannot use"));
   }
   RETURN_IF_ERROR(r.status());
-  r.Known({"in_channels", "block_out_channels", "layers_per_block", "norm_num_groups", "norm_eps",
-           "spatial_padding_mode"});  // the encoder side
+  c.in_channels = r.Int("in_channels", c.in_channels);
+  c.block_out_channels = r.IntList("block_out_channels", c.block_out_channels);
+  c.layers_per_block = r.Int("layers_per_block", c.layers_per_block);
+  c.norm_num_groups = r.Int("norm_num_groups", c.norm_num_groups);
+  c.norm_eps = r.Double("norm_eps", c.norm_eps);
+  c.spatial_padding_mode = r.String("spatial_padding_mode", c.spatial_padding_mode);
+  if (c.spatial_padding_mode == "constant") c.encoder_padding = PaddingMode::kZeros;
+  if (c.spatial_padding_mode == "replicate") c.encoder_padding = PaddingMode::kReplicate;
+  RETURN_IF_ERROR(r.status());
   c.unread_keys = r.UnreadKeys();
   return c;
 }

@@ -1,9 +1,10 @@
 #pragma once
 
 // Constructor arguments of diffusers' AutoencoderKLMiniMaxH3 that shape its
-// decode path (post_quant_conv, then a ViT decoder per temporal window), with
-// diffusers' defaults, and the window geometry its _decode derives from
-// clip_length and token_drop.
+// decode path (post_quant_conv, then a ViT decoder per temporal window) and
+// its encode path (a causal 3-D CNN per clip_length-frame clip, then
+// quant_conv), with diffusers' defaults, and the window geometry its _decode
+// derives from clip_length and token_drop.
 
 #include <cstdint>
 #include <string>
@@ -12,6 +13,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "absl/status/statusor.h"
+#include "families/layer_ops.h"
 
 namespace vaedecode::families::minimax_h3 {
 
@@ -44,6 +46,16 @@ struct MiniMaxH3Config {
   std::vector<double> latents_std = std::vector<double>(24, 1.0);
   // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
   std::vector<std::string> unread_keys;
+  // The encoder side (read always, checked by CheckEncoder when it is built).
+  int64_t in_channels = 3;
+  std::vector<int64_t> block_out_channels = {128, 256, 256, 512, 512, 1024};
+  int64_t layers_per_block = 2;
+  int64_t norm_num_groups = 32;
+  double norm_eps = 1e-6;
+  std::string spatial_padding_mode = "reflect";         // torch F.pad's name
+  PaddingMode encoder_padding = PaddingMode::kReflect;  // when the name is supported
+  // OK when diffusers builds and runs this encoder; why not otherwise.
+  absl::Status CheckEncoder() const;
 
   int64_t patch_size() const;    // prod(spatial_downsample_factors): pixels per latent row
   int64_t patch_size_t() const;  // prod(temporal_downsample_factors): frames per latent frame

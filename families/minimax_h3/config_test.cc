@@ -73,5 +73,28 @@ TEST(MiniMaxH3Config, BadRopeAndStatisticsAreRefused) {
   EXPECT_FALSE(MiniMaxH3Config::FromJson({{"decoder_num_attention_heads", 0}}, "c").ok());
 }
 
+TEST(MiniMaxH3Config, EncodersDiffusersCannotRunAreRefusedWithTheReason) {
+  absl::StatusOr<MiniMaxH3Config> released = MiniMaxH3Config::FromJson(nlohmann::json::object(), "c");
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_TRUE(released->CheckEncoder().ok()) << released->CheckEncoder();
+  EXPECT_EQ(released->encoder_padding, PaddingMode::kReflect);
+  const std::vector<std::pair<nlohmann::json, std::string>> bad = {
+      {{{"block_out_channels", {128, 256, 250}}}, "block width 250 is not a positive multiple of norm_num_groups"},
+      {{{"block_out_channels", nlohmann::json::array()}}, "\"block_out_channels\" is empty"},
+      {{{"spatial_downsample_factors", {2, 2}}}, "fewer entries than the 6 levels"},
+      {{{"spatial_padding_mode", "circular"}}, "\"circular\" is not supported"},
+      {{{"norm_num_groups", 0}}, "norm_num_groups must be positive"},
+  };
+  for (const auto& [change, why] : bad) {
+    absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson(change, "c");
+    if (!c.ok()) {
+      ADD_FAILURE() << change.dump() << ": the decoder does not read it: " << c.status();
+      continue;
+    }
+    EXPECT_EQ(c->CheckEncoder().code(), absl::StatusCode::kFailedPrecondition) << change.dump();
+    EXPECT_THAT(std::string(c->CheckEncoder().message()), ::testing::HasSubstr(why)) << change.dump();
+  }
+}
+
 }  // namespace
 }  // namespace vaedecode::families::minimax_h3

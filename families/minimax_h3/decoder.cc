@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "families/minimax_h3/encoder.h"
 #include "families/status_error.h"
 #include "rpc/status_macros.h"
 
@@ -162,7 +163,8 @@ void Register(Registry& registry) {
        [](const ModelFiles& files, const LoadOptions& options) {
          return LoadModuleDecoder<MiniMaxH3Decoder>(files, options, {{"encoder.", "quant_conv."}, {}});
        },
-       {{{"AutoencoderKLMiniMaxH3"}, {{"decoder.register_tokens", 3}, {"decoder.proj_in.weight", 2}}, {}}}});
+       {{{"AutoencoderKLMiniMaxH3"}, {{"decoder.register_tokens", 3}, {"decoder.proj_in.weight", 2}}, {}}},
+       &LoadMiniMaxH3Encoder});
 }
 
 }  // namespace vaedecode::families::minimax_h3

@@ -29,7 +29,7 @@ constexpr double kFp32Tolerance = 1e-4;
 
 // Families that decode but do not encode yet (issue 32).
 const std::vector<std::string>& ClassesWithoutAnEncoderYet() {
-  static const auto* classes = new std::vector<std::string>{"AutoencoderKLMiniMaxH3"};
+  static const auto* classes = new std::vector<std::string>{};
   return *classes;
 }
 
@@ -95,6 +95,21 @@ TEST_P(GoldenEncode, MatchesDiffusers) {
   job.posterior = c.pipeline_uses_sample ? families::PosteriorOutput::kSample : families::PosteriorOutput::kMean;
   const worker::EncodeResult raw = EncodeOrDie(**encoder, job);
   ExpectClose(raw.latent, ReadOrDie(c.pipeline_encoded_file, "latent"), what + " pipeline latent (raw)");
+}
+
+TEST(GoldenEncode, MiniMaxH3EncodesInFloat32WhateverDtypeItIsServedIn) {
+  // diffusers pins AutoencoderKLMiniMaxH3's encoder to float32
+  // (_keep_in_fp32_modules): served in bfloat16, it still matches the
+  // float32 fixture.
+  absl::StatusOr<std::unique_ptr<families::Encoder>> encoder =
+      families::BuiltinFamilies().LoadEncoder(testing::FixturePath("minimax_h3"), {});
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  (*encoder)->ToDtype(at::kBFloat16);
+  EXPECT_EQ((*encoder)->dtype(), at::kFloat);
+  const worker::EncodeResult mean =
+      EncodeOrDie(**encoder, {ReadOrDie(testing::FixturePath("minimax_h3/image.safetensors"), "image")});
+  ExpectClose(mean.latent, ReadOrDie(testing::FixturePath("minimax_h3/posterior_mean.safetensors"), "mean"),
+              "minimax_h3 served in bfloat16: mean");
 }
 
 TEST(GoldenEncode, RefusesMomentsInRawSpace) {

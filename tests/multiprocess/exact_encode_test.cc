@@ -39,7 +39,7 @@ constexpr double kVsDiffusers = 1e-4;
 const std::vector<std::string> kClasses = {
     "AutoencoderKL",          "AutoencoderKLFlux2",        "AutoencoderKLWan",
     "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage", "AutoencoderKLHunyuanVideo15",
-    "AutoencoderKLLTX2Video"};
+    "AutoencoderKLLTX2Video", "AutoencoderKLMiniMaxH3"};
 
 struct EncodeCheck {
   std::string fixture;
@@ -260,6 +260,29 @@ TEST(ExactEncodeBeyondFixtures, LTX2ClipsAtUnevenBandsAndBatchTwo) {
   for (int world : {2, 3, 4}) {
     EXPECT_TRUE(RunSynthetic("ltx2_full", {{2, 3, 9, 160, 64}, {1, 3, 17, 128, 32}}, ltx2, world).ok())
         << "world size " << world;
+  }
+}
+
+// minimax_h3's encoder (6 levels of 1 resnet, 4 downsamplers: 16x, 4x in
+// time) per encoded clip: conv_in + 2·6 resnet convs + 4 downsamplers +
+// conv_out = 18 halos (reflect-padded; the 1x1x1 shortcuts and quant_conv
+// none); 2·6 + norm_out = 13 per-frame GroupNorms, every frame's statistics
+// in one all-reduce; no attention. A single frame is one clip; a clip is
+// padded to whole 17-frame clips, each encoded on its own.
+testing::ExpectedCollectives MiniMaxPerClips(int64_t clips) { return {18 * clips, 13 * clips, 0}; }
+
+TEST(ExactEncodeBeyondFixtures, MiniMaxH3ClipsAtUnevenBandsAndCeilRows) {
+  // 53 rows -> 26 -> 13 -> 6 -> 3 (each floors: a bottom pad of 1, then
+  // stride 2; the last band takes the remainder and its pad reflects its
+  // own rows); 20 frames are 2 clips (7 latent frames after token_drop);
+  // batch 2 of single frames. At 4 ranks the 53-row clip has fewer latent
+  // rows than ranks: dense.
+  const std::vector<SyntheticEncode> encodes = {{{2, 3, 1, 80, 48}, MiniMaxPerClips(1)},
+                                                {{1, 3, 20, 64, 32}, MiniMaxPerClips(2)},
+                                                {{1, 3, 5, 53, 38}, MiniMaxPerClips(1)}};
+  for (int world : {2, 3, 4}) {
+    const absl::Status s = RunSynthetic("minimax_h3", encodes, world);
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
   }
 }
 

@@ -10,6 +10,8 @@ diffusers' encode fixtures and with diffusers itself at test time:
   - a PIL image (sent as PNG): the encode of diffusers' VaeImageProcessor's
     preprocessing of the same image, by diffusers' own AutoencoderKL;
   - a video model: a [B, C, T, H, W] clip, and a still image as one frame;
+  - MiniMax-H3: a PNG ImageNet-normalised, raw with seed 42 equal to the
+    released pipeline's conditioning latent (encode_vae_condition's recipe);
   - bad requests: the error remote_encode raises names the problem, and the
     server goes on encoding;
   - vaedecode_client --image (the gRPC Encode, streamed in pieces): the same
@@ -27,12 +29,15 @@ import numpy as np
 import requests
 import safetensors.torch
 import torch
-from diffusers import AutoencoderKL
+from diffusers import AutoencoderKL, AutoencoderKLMiniMaxH3
 from diffusers.image_processor import VaeImageProcessor
 from diffusers.utils.remote_utils import remote_encode
 from PIL import Image
 
 from protocol_harness import TMP, Checks, Server, fixture
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)  # MiniMaxH3ModularPipeline.pixel_mean / pixel_std
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 FLUX_SCALE, FLUX_SHIFT = 0.3611, 0.1159  # the flux1_kl fixture's config
 RUNFILES = pathlib.Path(os.environ["TEST_SRCDIR"]) / "vaedecode"
@@ -64,7 +69,7 @@ def encode_cases(folder):
 
 def main():
     torch.set_num_threads(2)
-    server = Server({"flux1": "flux1_kl", "sd": "sd_kl", "wan": "wan21"})
+    server = Server({"flux1": "flux1_kl", "sd": "sd_kl", "wan": "wan21", "minimax": "minimax_h3"})
     flux = f"{server.http}/models/flux1/encode"
     checks = Checks("remote_encode")
     image = load("flux1_kl", "image.safetensors", "image")
@@ -100,6 +105,28 @@ def main():
             want = vae.encode(pixels).latent_dist.mean
         assert tuple(out.shape) == (1, 4, 10, 6), tuple(out.shape)
         assert max_diff(out, want) <= 1e-4, max_diff(out, want)
+
+    def minimax_png_as_the_released_pipeline_encodes_it():
+        # MiniMax-H3's pixels are ImageNet-normalised: a PNG is, and raw with
+        # seed 42 is the conditioning latent of the modular pipeline's
+        # encode_vae_condition (its recipe, written out: the module imports
+        # transformers), computed here by diffusers' AutoencoderKLMiniMaxH3.
+        pixels = np.random.default_rng(4).integers(0, 256, (48, 80, 3), dtype=np.uint8)
+        got = remote_encode(f"{server.http}/models/minimax/encode?posterior=sample&seed=42&latent_space=raw",
+                            Image.fromarray(pixels))
+        vae = AutoencoderKLMiniMaxH3.from_pretrained(str(fixture("minimax_h3"))).eval()
+        x = torch.from_numpy(pixels).permute(2, 0, 1)[None, :, None].float().div(255.0)
+        x = (x - torch.tensor(IMAGENET_MEAN).view(1, -1, 1, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, -1, 1, 1, 1)
+        with torch.no_grad():
+            latents = vae.encode(x).latent_dist.sample(generator=torch.Generator().manual_seed(42))
+        latents = latents.to(torch.float16).float()
+        mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+        std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+        want = (latents - mean) / std
+        assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
+        # Rounded to float16 on both sides: equal but for the rare value on a rounding edge.
+        d = max_diff(got, want)
+        assert d <= 1e-3 and float((got - want).abs().mean()) <= 1e-5, d
 
     def video_clip_and_still_frame():
         clip = load("wan21", "image.safetensors", "image")
@@ -167,6 +194,7 @@ def main():
     checks.run("scaling_shift_and_seeded_sample", scaling_and_seeded_sample)
     checks.run("pil_image_as_diffusers_preprocesses_it", pil_image_as_diffusers_preprocesses_it)
     checks.run("video_clip_and_still_frame", video_clip_and_still_frame)
+    checks.run("minimax_png_as_the_released_pipeline_encodes_it", minimax_png_as_the_released_pipeline_encodes_it)
     checks.run("bad_requests_name_the_problem", bad_requests_name_the_problem)
     server.stop()
     sys.exit(checks.finish())

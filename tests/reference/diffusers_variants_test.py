@@ -23,7 +23,10 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
   up), batch 2; AutoencoderKLLTX2Video's encoder with a stride-2 "conv"
   downsampler (rounding rows up), reflect padding and a non-causal encoder
   on an even-length clip, batch 2, and with patch size 2, a block without
-  a downsampler and other folding orders
+  a downsampler and other folding orders; AutoencoderKLMiniMaxH3's encoder
+  with replicate padding, 2 resnets a level, 2 norm groups, other factors
+  and 9-frame clips (a 13-frame batch of 2 padded to 2 clips, token_drop 1),
+  tiling off in diffusers (its default tiles 256-pixel frames)
 - structure keys that disagree with the structure (AutoencoderKLWan's
   scale_factor_spatial/temporal, AutoencoderKLHunyuanImage's
   spatial_compression_ratio beyond its levels): diffusers decodes them as
@@ -273,6 +276,16 @@ def ltx2_encoders():
     check_encode_dense_and_exact(vae, folder, image, "ltx2_encoder_patch2", ranks=3)
 
 
+def minimax_h3_encoder():
+    vae, folder = build("minimax_encoder", "minimax_h3", "AutoencoderKLMiniMaxH3",
+                        {"block_out_channels": [8, 16, 16, 32], "layers_per_block": 2, "norm_num_groups": 2,
+                         "spatial_downsample_factors": [2, 2, 2, 1], "temporal_downsample_factors": [2, 1, 2, 1],
+                         "clip_length": 9, "token_drop": 1, "spatial_padding_mode": "replicate"}, seed=53)
+    vae.disable_tiling()
+    image = (np.random.default_rng(12).random((2, 3, 13, 40, 24), dtype=np.float32) * 2 - 1)
+    check_encode_dense_and_exact(vae, folder, image, "minimax_encoder", ranks=3)
+
+
 def main():
     torch.set_num_threads(2)
     checks = Checks("diffusers_variants")
@@ -288,6 +301,7 @@ def main():
     checks.run("hunyuanvideo15_encoder_other_structure", hunyuanvideo15_encoder)
     checks.run("hunyuanvideo_encoder_temporal_windows_odd_sizes", hunyuanvideo_encoder_temporal_windows)
     checks.run("ltx2_encoders_other_structure", ltx2_encoders)
+    checks.run("minimax_h3_encoder_other_structure", minimax_h3_encoder)
     checks.run("wan21_scale_factors_disagreeing_with_the_blocks",
                disagreeing_structure_key("wan_scale_factors", "wan21", "AutoencoderKLWan",
                                          {"scale_factor_spatial": 16, "scale_factor_temporal": 2}, (1, 16, 3, 4, 5),
