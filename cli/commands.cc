@@ -406,7 +406,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   AssemblingSink sink(assembled);
   worker::LeaderResponse response(sink, request, rpc::kDefaultMaxChunkBytes,
                                   decoder.OutputShape(group_job.plan.latent.sizes().vec()),
-                                  families::DecodeDtypeReason(decoder.info(), dtype));
+                                  families::DecodeDtypeReason(decoder.info(), dtype), decoder.info().pixels);
   const absl::Status streamed = response.Finish(group_job.plan, *outcome, runtime.world_size());
   if (!sink.status().ok()) return sink.status();  // the assembler's error, not the stream's "caller gone"
   if (!streamed.ok()) return streamed;

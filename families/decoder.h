@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "families/layer_ops.h"
+#include "families/pixel_convention.h"
 #include "rpc/output_frames.h"
 
 namespace vaedecode::families {
@@ -89,6 +90,9 @@ struct ModelInfo {
   // Where this decode differs from the reference pipeline's default, for
   // `info`, GetModel and the README ("" when it does not).
   std::string decode_note;
+  // What 8-bit pixels (PNG, JPEG, MP4, UINT8 outputs) are made from
+  // (MiniMax-H3: ImageNet-normalised samples).
+  PixelConvention pixels;
   // Config keys the decoder neither reads nor knows (a misspelt key, a key of
   // another class); loaders warn with them. diffusers ignores them too.
   std::vector<std::string> unread_config_keys;

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "families/layer_ops.h"
+#include "families/pixel_convention.h"
 #include "parallel/band_partition.h"
 
 namespace torch::nn {
@@ -44,11 +45,8 @@ struct EncoderInfo {
   // diffusers pins the encoder to float32 (_keep_in_fp32_modules): it
   // encodes in float32 whatever dtype the model is served in.
   bool computes_in_float32 = false;
-  // 8-bit pixels p become (p / 255 − pixel_mean[c]) / pixel_std[c] (the
-  // model's pixel convention, MiniMax-H3's ImageNet one) rather than
-  // p / 255 · 2 − 1 when these are set (one entry per channel).
-  std::vector<double> pixel_mean;
-  std::vector<double> pixel_std;
+  // What 8-bit pixels become (MiniMax-H3: ImageNet-normalised).
+  PixelConvention pixels;
   // How a VAE latent becomes the denoiser's (`raw`), for humans.
   std::string vae_to_raw_formula;
 };

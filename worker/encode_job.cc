@@ -38,17 +38,7 @@ absl::StatusOr<at::Tensor> PrepareImage(const families::Encoder& encoder, const 
   at::Tensor image;
   RETURN_IF_ERROR(families::CatchExceptions("image conversion", [&] {
     image = AsEncoderInput(encoder, job.image).to(encoder.device());
-    const families::EncoderInfo& info = encoder.info();
-    if (job.from_pixels && !info.pixel_mean.empty()) {
-      // p / 255, then the model's per-channel normalisation, in float32.
-      const int64_t c = static_cast<int64_t>(info.pixel_mean.size());
-      std::vector<int64_t> per_channel(image.dim(), 1);
-      per_channel[1] = c;
-      const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(image.device());
-      const at::Tensor mean = at::tensor(info.pixel_mean, at::kDouble).to(fp32).view(per_channel);
-      const at::Tensor std = at::tensor(info.pixel_std, at::kDouble).to(fp32).view(per_channel);
-      image = ((image.to(at::kFloat) + 1) / 2 - mean) / std;
-    }
+    if (job.from_pixels) image = encoder.info().pixels.FromSymmetric(image);
     image = image.to(encoder.dtype()).contiguous();
   }));
   return image;

@@ -27,8 +27,8 @@ struct EncodeJob {
   families::LatentSpace latent_space = families::LatentSpace::kVae;
   // The image came from 8-bit pixels p as p / 255 · 2 − 1 (PNG, JPEG,
   // UINT8): PrepareImage maps it to the model's pixel convention when that
-  // is another (EncoderInfo::pixel_mean / pixel_std). A float image is the
-  // encoder's input as it is, as vae.encode takes it.
+  // is another (EncoderInfo::pixels). A float image is the encoder's input
+  // as it is, as vae.encode takes it.
   bool from_pixels = false;
 };
 

@@ -98,9 +98,11 @@ class LeaderResponse::Writer {
 };
 
 LeaderResponse::LeaderResponse(ResponseSink& sink, const v1::DecodeRequest& request, int64_t max_chunk_bytes,
-                               std::vector<int64_t> out_shape, std::string dtype_note)
+                               std::vector<int64_t> out_shape, std::string dtype_note,
+                               const families::PixelConvention& pixels)
     : sink_(sink),
       request_(request),
+      encoding_(EncodingOf(request, pixels)),
       max_chunk_bytes_(max_chunk_bytes),
       out_shape_(std::move(out_shape)),
       dtype_note_(std::move(dtype_note)),
@@ -194,9 +196,9 @@ void LeaderResponse::QueueChunks(const at::Tensor& part, int64_t first_row, int6
   writer_->Run(
       [this, copy, first_row, first_frame] {
         if (over()) return;
-        const absl::Status status =
-            EmitChunks(copy->Wait(), EncodingOf(request_), max_chunk_bytes_,
-                       [&](v1::Chunk&& chunk) { return WriteChunk(std::move(chunk), first_row, first_frame); });
+        const absl::Status status = EmitChunks(copy->Wait(), encoding_, max_chunk_bytes_, [&](v1::Chunk&& chunk) {
+          return WriteChunk(std::move(chunk), first_row, first_frame);
+        });
         if (!status.ok()) {
           absl::MutexLock lock(&mu_);
           if (status.code() == absl::StatusCode::kCancelled) {

@@ -31,6 +31,7 @@
 #include "worker/decode_plan.h"
 #include "worker/group_runtime.h"
 #include "worker/output_progress.h"
+#include "worker/output_stream.h"
 
 namespace vaedecode::worker {
 
@@ -49,9 +50,10 @@ class LeaderResponse {
   static constexpr int64_t kMaxQueuedBytes = int64_t{256} << 20;
 
   // `out_shape`: the sample's shape (NCHW / NCTHW); `dtype_note`: why the
-  // model decodes in another dtype than asked ("" when it does not).
+  // model decodes in another dtype than asked ("" when it does not);
+  // `pixels`: the model's pixel convention (ModelInfo::pixels).
   LeaderResponse(ResponseSink& sink, const v1::DecodeRequest& request, int64_t max_chunk_bytes,
-                 std::vector<int64_t> out_shape, std::string dtype_note);
+                 std::vector<int64_t> out_shape, std::string dtype_note, const families::PixelConvention& pixels = {});
   // Waits for the writer (Finish normally has).
   ~LeaderResponse();
 
@@ -92,6 +94,7 @@ class LeaderResponse {
 
   ResponseSink& sink_;
   const v1::DecodeRequest& request_;
+  const OutputEncoding encoding_;
   const int64_t max_chunk_bytes_;
   const std::vector<int64_t> out_shape_;
   const std::string dtype_note_;

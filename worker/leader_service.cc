@@ -140,7 +140,7 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
 
   LeaderResponse response(call, request, run.max_chunk_bytes() > 0 ? run.max_chunk_bytes() : rpc::kDefaultMaxChunkBytes,
                           decoder.OutputShape(job.plan.latent.sizes().vec()),
-                          families::DecodeDtypeReason(decoder.info(), requested_dtype_));
+                          families::DecodeDtypeReason(decoder.info(), requested_dtype_), decoder.info().pixels);
   absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, call.cancel_flag(), response.Progress(job.plan));
   if (!outcome.ok()) return rpc::ToGrpcStatus(outcome.status());
   {

@@ -49,8 +49,9 @@ int64_t RowsPerChunk(int64_t bytes_per_row, int64_t max_chunk_bytes) {
 
 }  // namespace
 
-OutputEncoding EncodingOf(const v1::DecodeRequest& request) {
+OutputEncoding EncodingOf(const v1::DecodeRequest& request, const families::PixelConvention& pixels) {
   OutputEncoding encoding;
+  encoding.pixels = pixels;
   encoding.format = request.output_format();
   encoding.jpeg_quality = request.jpeg_quality() > 0 ? request.jpeg_quality() : formats::kDefaultJpegQuality;
   encoding.png_compression =
@@ -123,7 +124,8 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
     return absl::OkStatus();
   }
 
-  ASSIGN_OR_RETURN(const at::Tensor pixels, formats::ToImagePixels(sample));  // [B, T, H, W, C]
+  ASSIGN_OR_RETURN(const at::Tensor pixels,
+                   formats::ToImagePixels(encoding.pixels.ToSymmetric(sample)));  // [B, T, H, W, C]
   const size_t piece = static_cast<size_t>(std::max<int64_t>(1, max_chunk_bytes));
   if (format == v1::OUTPUT_MP4) {
     formats::Mp4Options mp4;

@@ -21,6 +21,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
+#include "families/pixel_convention.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::worker {
@@ -36,10 +37,14 @@ struct OutputEncoding {
   int jpeg_quality = 75;    // OUTPUT_JPEG only
   int png_compression = 6;  // OUTPUT_PNG only
   int fps = 16;             // OUTPUT_MP4 only
+  // The model's pixel convention (ModelInfo::pixels): 8-bit outputs are
+  // made from the sample in it (float outputs are the sample as it is).
+  families::PixelConvention pixels;
 };
 
-// The encoding a request names (its JPEG quality defaulted).
-OutputEncoding EncodingOf(const v1::DecodeRequest& request);
+// The encoding a request names (its JPEG quality defaulted) for a model
+// whose samples follow `pixels`.
+OutputEncoding EncodingOf(const v1::DecodeRequest& request, const families::PixelConvention& pixels = {});
 
 // Calls `emit` with each chunk; stops early (returning CANCELLED) when emit
 // returns false.

@@ -24,9 +24,11 @@ at::Tensor Sample(std::vector<int64_t> shape) {
   return (at::arange(n, at::kFloat) / static_cast<double>(n) * 2 - 1).reshape(shape);
 }
 
-std::vector<v1::Chunk> Emit(const at::Tensor& sample, v1::OutputFormat format, int64_t max_chunk_bytes) {
+std::vector<v1::Chunk> Emit(const at::Tensor& sample, v1::OutputFormat format, int64_t max_chunk_bytes,
+                            const families::PixelConvention& pixels = {}) {
   OutputEncoding encoding;
   encoding.format = format;
+  encoding.pixels = pixels;
   std::vector<v1::Chunk> chunks;
   const absl::Status s = EmitChunks(sample, encoding, max_chunk_bytes, [&](v1::Chunk&& c) {
     chunks.push_back(std::move(c));
@@ -37,12 +39,13 @@ std::vector<v1::Chunk> Emit(const at::Tensor& sample, v1::OutputFormat format, i
 }
 
 // Header + chunks + trailer through the assembler, as a client reads them.
-rpc::OutputAssembler Assemble(const at::Tensor& sample, v1::OutputFormat format, int64_t max_chunk_bytes) {
+rpc::OutputAssembler Assemble(const at::Tensor& sample, v1::OutputFormat format, int64_t max_chunk_bytes,
+                              const families::PixelConvention& pixels = {}) {
   rpc::OutputAssembler out;
   v1::DecodeResponse header;
   EXPECT_TRUE(DescribeOutput(sample, format, header.mutable_header()).ok());
   EXPECT_TRUE(out.Add(header).ok());
-  for (v1::Chunk& c : Emit(sample, format, max_chunk_bytes)) {
+  for (v1::Chunk& c : Emit(sample, format, max_chunk_bytes, pixels)) {
     v1::DecodeResponse m;
     *m.mutable_chunk() = std::move(c);
     const absl::Status s = out.Add(m);
@@ -88,6 +91,25 @@ TEST(EmitChunks, AssemblesBackToTheSampleInEveryTensorFormat) {
   const at::Tensor pixels =
       ((sample / 2 + 0.5).clamp(0, 1) * 255).round().to(at::kByte).permute({0, 2, 3, 4, 1}).contiguous();
   EXPECT_EQ(std::memcmp(u8.tensor_bytes().data(), pixels.data_ptr(), pixels.nbytes()), 0);
+}
+
+TEST(EmitChunks, PixelsFollowTheModelsConvention) {
+  // An ImageNet-normalised model (MiniMax-H3): its pipeline's postprocess,
+  // clamp(x · std + mean, 0, 1) · 255 rounded; float outputs stay the sample.
+  const families::PixelConvention imagenet{{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}};
+  const at::Tensor sample = Sample({1, 3, 2, 7, 5}) * 2;
+  rpc::OutputAssembler u8 = Assemble(sample, v1::OUTPUT_UINT8, 64, imagenet);
+  const at::Tensor mean = at::tensor({0.485f, 0.456f, 0.406f}).view({1, 3, 1, 1, 1});
+  const at::Tensor std = at::tensor({0.229f, 0.224f, 0.225f}).view({1, 3, 1, 1, 1});
+  const at::Tensor want =
+      ((sample * std + mean).clamp(0, 1) * 255).round().to(at::kByte).permute({0, 2, 3, 4, 1}).contiguous();
+  ASSERT_EQ(u8.tensor_bytes().size(), static_cast<size_t>(want.nbytes()));
+  const at::Tensor got = at::from_blob(const_cast<char*>(u8.tensor_bytes().data()), want.sizes(), at::kByte);
+  // (x · std + mean) · 2 − 1 then / 2 + 0.5 rounds a value on a .5 edge either way.
+  EXPECT_LE((got.to(at::kInt) - want.to(at::kInt)).abs().max().item<int>(), 1);
+  EXPECT_GT((got.to(at::kInt) - want.to(at::kInt)).eq(0).to(at::kFloat).mean().item<float>(), 0.99);
+  rpc::OutputAssembler f32 = Assemble(sample, v1::OUTPUT_FLOAT32, 64, imagenet);
+  EXPECT_EQ(std::memcmp(f32.tensor_bytes().data(), sample.data_ptr(), sample.nbytes()), 0);
 }
 
 TEST(EmitChunks, OneFilePerImageInPiecesAndOneVideoPerEntry) {

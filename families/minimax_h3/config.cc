@@ -82,6 +82,11 @@ WindowPlan MiniMaxH3Config::Windows(int64_t latent_frames) const {
   return p;
 }
 
+PixelConvention PipelinePixels(int64_t channels) {
+  if (channels != 3) return {};
+  return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}};
+}
+
 absl::Status MiniMaxH3Config::CheckEncoder() const {
   auto refuse = [](auto&&... why) {
     return absl::FailedPreconditionError(absl::StrCat("this AutoencoderKLMiniMaxH3 cannot encode: ", why...));

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "families/layer_ops.h"
+#include "families/pixel_convention.h"
 
 namespace vaedecode::families::minimax_h3 {
 
@@ -26,6 +27,10 @@ struct WindowPlan {
   int64_t trim_frames = 0;  // output frames cut at the end (from the pad copies)
   int64_t output_frames = 0;
 };
+
+// MiniMaxH3ModularPipeline's pixel convention (pixel_mean / pixel_std:
+// ImageNet's) for RGB; the [-1, 1] convention for other channel counts.
+PixelConvention PipelinePixels(int64_t channels);
 
 struct MiniMaxH3Config {
   int64_t latent_channels = 24;

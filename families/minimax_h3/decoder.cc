@@ -27,6 +27,7 @@ ModelInfo Describe(const MiniMaxH3Config& c, std::string config_json) {
   info.spatial_factor = c.patch_size();
   info.temporal_factor = c.patch_size_t();
   info.is_video = true;
+  info.pixels = PipelinePixels(c.out_channels);
   // Every decode runs one window at a time, none longer than
   // window_latent_frames: the memory model saturates at the shortest latent
   // whose (padded) first window is that long. With token_drop below

@@ -9,10 +9,6 @@
 namespace vaedecode::families::minimax_h3 {
 namespace {
 
-// MiniMaxH3ModularPipeline's pixel convention (ImageNet's).
-const std::vector<double> kPixelMean = {0.485, 0.456, 0.406};
-const std::vector<double> kPixelStd = {0.229, 0.224, 0.225};
-
 // A level's downsampler, when its factors are not both 1.
 bool HasDownsampler(const MiniMaxH3Config& c, size_t level) {
   return c.temporal_downsample_factors[level] * c.spatial_downsample_factors[level] > 1;
@@ -29,10 +25,7 @@ EncoderInfo Describe(const MiniMaxH3Config& c) {
   info.is_video = true;
   info.floors_sizes = false;
   info.computes_in_float32 = true;
-  if (c.in_channels == static_cast<int64_t>(kPixelMean.size())) {
-    info.pixel_mean = kPixelMean;
-    info.pixel_std = kPixelStd;
-  }
+  info.pixels = PipelinePixels(c.in_channels);
   info.vae_to_raw_formula = "(z.to(float16) - latents_mean) / latents_std per channel (latents_mean/std: config)";
   return info;
 }
