@@ -255,8 +255,9 @@ std::string Usage() {
          "--repeat N: decode_ms is the median of the N timed decodes (decode_ms_runs lists them).\n"
          "--halo-overlap on|off: exact convolutions compute while their halo rows travel (on, the default) or\n"
          "  wait for them first (off: for measuring the overlap; the output is exact either way).\n"
-         "encode: --image is .png / .jpg (preprocessed as diffusers does: p / 255 * 2 - 1) or .safetensors /\n"
-         "  .npy (one tensor [B, C, H, W], values in [-1, 1]); --out holds \"latent\" (the posterior's mean, or a\n"
+         "encode: --image is .png / .jpg (preprocessed as diffusers does: p / 255 * 2 - 1), .mp4 (every frame,\n"
+         "  for video models) or .safetensors / .npy (one tensor [B, C, H, W] or [B, C, T, H, W], the encoder's\n"
+         "  input, values in [-1, 1]); --out holds \"latent\" (the posterior's mean, or a\n"
          "  sample drawn as torch.Generator().manual_seed(--seed) draws it), or \"mean\" and \"logvar\" for\n"
          "  --posterior moments; --latent-space raw normalises it as the family's pipeline feeds its denoiser.\n"
          "request options (the service's, checked as it checks them):\n" +

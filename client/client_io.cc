@@ -99,7 +99,8 @@ absl::StatusOr<v1::Tensor> ReadOneTensor(const std::string& path, const std::str
 absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path) { return ReadOneTensor(path, "latent", "latent"); }
 
 absl::Status ReadImage(const std::string& path, v1::EncodeRequest& request) {
-  if (absl::EndsWith(path, ".png") || absl::EndsWith(path, ".jpg") || absl::EndsWith(path, ".jpeg")) {
+  if (absl::EndsWith(path, ".png") || absl::EndsWith(path, ".jpg") || absl::EndsWith(path, ".jpeg") ||
+      absl::EndsWith(path, ".mp4")) {
     std::ifstream in(path, std::ios::binary);
     std::stringstream bytes;
     bytes << in.rdbuf();
@@ -109,7 +110,7 @@ absl::Status ReadImage(const std::string& path, v1::EncodeRequest& request) {
   }
   if (!absl::EndsWith(path, ".safetensors") && !absl::EndsWith(path, ".npy")) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": images to encode are .png, .jpg, .jpeg, .safetensors or .npy"));
+        absl::StrCat(path, ": images to encode are .png, .jpg, .jpeg, .mp4, .safetensors or .npy"));
   }
   ASSIGN_OR_RETURN(*request.mutable_image(), ReadOneTensor(path, "image", "image"));
   return absl::OkStatus();

@@ -22,7 +22,7 @@ namespace vaedecode::client {
 absl::StatusOr<v1::Tensor> ReadLatent(const std::string& path);
 
 // Reads an image (or clip) to encode into `request`: a .png / .jpg / .jpeg
-// file's bytes as encoded_image (the server decodes it), or a tensor as
+// / .mp4 file's bytes as encoded_image (the server decodes it), or a tensor as
 // ReadLatent reads one (the one named "image" when there are several).
 absl::Status ReadImage(const std::string& path, v1::EncodeRequest& request);
 

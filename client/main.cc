@@ -45,7 +45,7 @@ ABSL_FLAG(std::string, latent, "", ".safetensors or .npy latent; empty: a seeded
 ABSL_FLAG(std::string, latent_shape, "1,4,32,32", "Shape of the demo latent");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent; with --image and --posterior=sample, the sample's seed");
 ABSL_FLAG(std::string, image, "",
-          "Encode instead: .png, .jpg, .safetensors or .npy image ([B, C, (T,) H, W] in [-1, 1]) to encode");
+          "Encode instead: .png, .jpg, .mp4, .safetensors or .npy image ([B, C, (T,) H, W] in [-1, 1]) to encode");
 ABSL_FLAG(int64_t, piece_bytes, 4 << 20, "Encode: the image is streamed in pieces of this many bytes");
 ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy, .png, .jpg or .mp4");
 ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       absl::StrCat("vaedecode_client --server=HOST:PORT [--model=NAME] [--latent=FILE | --latent_shape=B,C,H,W "
                    "--seed=S] --out=FILE.{safetensors,npy,png,jpg,mp4} [request options]\n"
-                   "       vaedecode_client --server=HOST:PORT --model=NAME --image=FILE.{png,jpg,safetensors,npy} "
+                   "       vaedecode_client --server=HOST:PORT --model=NAME --image=FILE.{png,jpg,mp4,safetensors,npy} "
                    "--out=FILE.{safetensors,npy} [--seed=S] [encode options]\nrequest options:\n",
                    vaedecode::rpc::OptionUsage(vaedecode::rpc::kClient), "encode options:\n",
                    vaedecode::rpc::EncodeOptionUsage(vaedecode::rpc::kClient)));

@@ -68,6 +68,8 @@ namespace {
   X(avformat, avformat_find_stream_info)      \
   X(avformat, av_find_best_stream)            \
   X(avformat, av_read_frame)                  \
+  X(avformat, av_find_input_format)           \
+  X(swscale, sws_isSupportedInput)            \
   X(swscale, sws_getContext)                  \
   X(swscale, sws_freeContext)                 \
   X(swscale, sws_scale)
@@ -110,7 +112,9 @@ const absl::StatusOr<Ffmpeg>& LoadFfmpeg() {
     if (!missing.empty()) {
       return new absl::StatusOr<Ffmpeg>(absl::UnavailableError(absl::StrCat("FFmpeg lacks:", missing)));
     }
-    ff.av_log_set_level(AV_LOG_ERROR);  // x264 and the muxer log at info level to stderr
+    // x264 and the muxer log at info level, the decoders every flaw of a
+    // client's bytes: errors come back as Status, never on stderr.
+    ff.av_log_set_level(AV_LOG_QUIET);
     return new absl::StatusOr<Ffmpeg>(ff);
   }();
   return *loaded;
@@ -201,6 +205,11 @@ Io MakeIo(MemoryFile* file, bool writable) {
 
 absl::Status Failed(const char* what, int code) {
   return absl::InternalError(absl::StrCat("MP4 ", what, ": ", AvError(code)));
+}
+
+// Reading a client's bytes: what fails is the bytes.
+absl::Status Unreadable(const char* what, int code) {
+  return absl::InvalidArgumentError(absl::StrCat("the MP4's ", what, " failed: ", AvError(code)));
 }
 
 }  // namespace
@@ -306,7 +315,7 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   return std::move(file.data);
 }
 
-absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
+absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes, size_t max_bytes) {
   if (!LoadFfmpeg().ok()) return LoadFfmpeg().status();
   MemoryFile file;
   file.data = bytes;
@@ -316,10 +325,11 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
   if (raw_format == nullptr) return absl::ResourceExhaustedError("MP4: no memory for the demuxer");
   raw_format->pb = io.get();
   raw_format->flags |= AVFMT_FLAG_CUSTOM_IO;
-  int rc = Ff().avformat_open_input(&raw_format, nullptr, nullptr, nullptr);
+  // The MP4 demuxer only (no probing for other formats in a client's bytes).
+  int rc = Ff().avformat_open_input(&raw_format, nullptr, Ff().av_find_input_format("mp4"), nullptr);
   if (rc < 0) return absl::InvalidArgumentError(absl::StrCat("not a readable MP4: ", AvError(rc)));
   std::unique_ptr<AVFormatContext*, void (*)(AVFormatContext**)> format(&raw_format, Ff().avformat_close_input);
-  if ((rc = Ff().avformat_find_stream_info(raw_format, nullptr)) < 0) return Failed("stream info", rc);
+  if ((rc = Ff().avformat_find_stream_info(raw_format, nullptr)) < 0) return Unreadable("stream info", rc);
   const int index = Ff().av_find_best_stream(raw_format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
   if (index < 0) return absl::InvalidArgumentError("the MP4 has no video stream");
   AVStream* stream = raw_format->streams[index];
@@ -327,12 +337,25 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
   if (decoder == nullptr) return absl::UnavailableError("no decoder for the MP4's video codec");
   Codec codec(Ff().avcodec_alloc_context3(decoder));
   if (!codec) return absl::ResourceExhaustedError("MP4: no memory for the decoder");
-  if ((rc = Ff().avcodec_parameters_to_context(codec.get(), stream->codecpar)) < 0) return Failed("decoder", rc);
-  if ((rc = Ff().avcodec_open2(codec.get(), decoder, nullptr)) < 0) return Failed("decoder", rc);
+  if ((rc = Ff().avcodec_parameters_to_context(codec.get(), stream->codecpar)) < 0) return Unreadable("decoder", rc);
+  if ((rc = Ff().avcodec_open2(codec.get(), decoder, nullptr)) < 0) return Unreadable("decoder", rc);
 
   DecodedVideo video;
   video.width = codec->width;
   video.height = codec->height;
+  if (video.width < 1 || video.height < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the MP4's video is ", video.width, "x", video.height));
+  }
+  const size_t frame_bytes = static_cast<size_t>(video.width) * static_cast<size_t>(video.height) * 3;
+  if (frame_bytes > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the MP4's ", video.width, "x", video.height,
+                                                   " frames are larger than ", max_bytes >> 20, " MiB each"));
+  }
+  const AVPixelFormat pixel_format = codec->pix_fmt;
+  // swscale aborts the process on a format it cannot read (or none).
+  if (pixel_format == AV_PIX_FMT_NONE || Ff().sws_isSupportedInput(pixel_format) <= 0) {
+    return absl::InvalidArgumentError("the MP4's video has a pixel format that cannot be converted to RGB");
+  }
   video.fps = av_q2d(stream->avg_frame_rate);
   Sws sws(Ff().sws_getContext(codec->width, codec->height, codec->pix_fmt, codec->width, codec->height,
                               AV_PIX_FMT_RGB24, kSwsFlags, nullptr, nullptr, nullptr));
@@ -343,8 +366,19 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
     while (true) {
       const int r = Ff().avcodec_receive_frame(codec.get(), frame.get());
       if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return absl::OkStatus();
-      if (r < 0) return Failed("decoding", r);
-      std::vector<uint8_t> rgb(static_cast<size_t>(video.width) * video.height * 3);
+      if (r < 0) return Unreadable("decoding", r);
+      // A stream may change size or format mid-way; the scaler is the first's.
+      if (frame->width != video.width || frame->height != video.height || frame->format != pixel_format) {
+        return absl::InvalidArgumentError(absl::StrCat("frame ", video.frames.size(), " of the MP4 is ", frame->width,
+                                                       "x", frame->height, ", its first ", video.width, "x",
+                                                       video.height, " (or another pixel format)"));
+      }
+      if (frame_bytes > max_bytes / (video.frames.size() + 1)) {
+        return absl::InvalidArgumentError(absl::StrCat("the MP4 decodes to more than ", max_bytes >> 20,
+                                                       " MiB of pixels (", video.frames.size() + 1, " frames of ",
+                                                       video.width, "x", video.height, ")"));
+      }
+      std::vector<uint8_t> rgb(frame_bytes);
       uint8_t* dst[1] = {rgb.data()};
       const int dst_stride[1] = {video.width * 3};
       Ff().sws_scale(sws.get(), frame->data, frame->linesize, 0, video.height, dst, dst_stride);
@@ -355,13 +389,13 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes) {
     if (packet->stream_index == index) {
       rc = Ff().avcodec_send_packet(codec.get(), packet.get());
       Ff().av_packet_unref(packet.get());
-      if (rc < 0) return Failed("decoding", rc);
+      if (rc < 0) return Unreadable("decoding", rc);
       RETURN_IF_ERROR(take());
     } else {
       Ff().av_packet_unref(packet.get());
     }
   }
-  if ((rc = Ff().avcodec_send_packet(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
+  if ((rc = Ff().avcodec_send_packet(codec.get(), nullptr)) < 0) return Unreadable("flushing", rc);
   RETURN_IF_ERROR(take());
   return video;
 }

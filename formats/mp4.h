@@ -1,10 +1,11 @@
 #pragma once
 
 // H.264 (yuv420p) MP4 writing in memory through FFmpeg's libavcodec (libx264)
-// and libavformat, and reading back (for tests and clients). FFmpeg is
-// loaded with dlopen on first use (Debian 12's libavcodec59, libavformat59,
-// libswscale6): where it is missing, both calls return UNAVAILABLE saying
-// what to install. FFmpeg's own logging is limited to errors, which come
+// and libavformat, and reading MP4s back (tests, clients, and a client's
+// clip to encode: those bytes are hostile, formats/image_bytes_fuzzer). FFmpeg
+// is loaded with dlopen on first use (Debian 12's libavcodec59,
+// libavformat59, libswscale6): where it is missing, both calls return
+// UNAVAILABLE saying what to install. FFmpeg logs nothing; its errors come
 // back as Status; nothing here throws. Thread-safe.
 
 #include <cstdint>
@@ -34,7 +35,10 @@ struct DecodedVideo {
   std::vector<std::vector<uint8_t>> frames;  // RGB HWC each
 };
 
-// Decodes every frame of an in-memory MP4's first video stream to RGB.
-absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes);
+// Decodes every frame of an in-memory MP4's first video stream to RGB. A
+// client's bytes: at most `max_bytes` of RGB frames (INVALID_ARGUMENT past
+// it, before decoding further), and every frame the size and pixel format
+// of the first (INVALID_ARGUMENT otherwise).
+absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes, size_t max_bytes = SIZE_MAX);
 
 }  // namespace vaedecode::formats

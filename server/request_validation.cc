@@ -261,16 +261,22 @@ absl::Status ValidateEncodeRequest(const v1::EncodeRequest& request, const v1::M
         absl::StrCat("request_id: ", request.request_id().size(), " characters; at most ", rpc::kMaxRequestIdLength));
   }
   if (request.has_image() == !request.encoded_image().empty()) {
-    return absl::InvalidArgumentError("image: send one of image (a tensor) and encoded_image (PNG or JPEG bytes)");
+    return absl::InvalidArgumentError("image: send one of image (a tensor) and encoded_image (PNG, JPEG or MP4 bytes)");
   }
   if (!request.has_image()) {
     // Admitted by the size its header declares (the pixels it decodes to);
     // the leader decodes it, at most formats::kMaxDecodedImageBytes.
-    absl::StatusOr<std::pair<int, int>> size = formats::EncodedImageSize(request.encoded_image());
+    absl::StatusOr<formats::DeclaredImageSize> size = formats::EncodedImageSize(request.encoded_image());
     if (!size.ok()) return absl::InvalidArgumentError(absl::StrCat("encoded_image: ", size.status().message()));
-    // A video model encodes it as a one-frame clip (worker/encode_job.h).
-    return CheckEncodeLimits(model, limits, 1, 1, size->second, size->first,
-                             absl::StrCat("encoded_image (", size->first, "x", size->second, ")"));
+    if (size->video && !model.is_video()) {
+      return absl::InvalidArgumentError(absl::StrCat("encoded_image: an MP4 is a clip, and model \"", model.name(),
+                                                     "\" encodes images (send a PNG or JPEG)"));
+    }
+    // A video model encodes a still image as a one-frame clip (worker/encode_job.h).
+    return CheckEncodeLimits(
+        model, limits, 1, size->frames, size->height, size->width,
+        absl::StrCat("encoded_image (", size->video ? absl::StrCat(size->frames, " frames of ") : "", size->width, "x",
+                     size->height, ")"));
   }
   const v1::Tensor& image = request.image();
   const bool pixels = image.dtype() == v1::UINT8;

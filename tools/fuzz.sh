@@ -9,7 +9,7 @@
 # Targets: the parsers a file or a client reaches.
 #   safetensors    formats/safetensors.h: model weights and latents
 #   npy            formats/npy.h: latents for the CLI and the client
-#   image_bytes    PNG / JPEG bytes of an Encode request (formats/image_input.h)
+#   image_bytes    PNG / JPEG / MP4 bytes of an Encode request (formats/image_bytes.h)
 #   remote_decode  an HTTP remote_decode POST: query, body, packed unpack,
 #                  validation and admission (server/remote_decode_fuzzer.cc)
 #   oip_infer      an OIP ModelInfer request: its protobuf, the translation,

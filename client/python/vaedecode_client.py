@@ -248,9 +248,9 @@ def encode(stub, request, timeout_s=600.0, piece_bytes=4 << 20):
 
 
 def image_request(path, model):
-    """An EncodeRequest for a .png / .jpg file (sent as is) or a .npy image in [-1, 1]."""
+    """An EncodeRequest for a .png / .jpg / .mp4 file (sent as is) or a .npy image in [-1, 1]."""
     request = pb2.EncodeRequest(model=model)
-    if path.endswith((".png", ".jpg", ".jpeg")):
+    if path.endswith((".png", ".jpg", ".jpeg", ".mp4")):
         with open(path, "rb") as f:
             request.encoded_image = f.read()
         return request
@@ -298,7 +298,7 @@ def parse_args(argv):
     ap.add_argument("--latent-shape", default="1,4,32,32", help="shape of the demo latent")
     ap.add_argument("--seed", type=int, default=None,
                     help="seed of the demo latent (default 0); with --image, of the posterior sample")
-    ap.add_argument("--image", default="", help="encode instead: a .png, .jpg or .npy image ([B, C, (T,) H, W] "
+    ap.add_argument("--image", default="", help="encode instead: a .png, .jpg, .mp4 or .npy image ([B, C, (T,) H, W] "
                                                 "in [-1, 1]); --out gets the latent as .npy")
     ap.add_argument("--posterior", choices=list(POSTERIORS), default="mean",
                     help="encode: the posterior's mean, a seeded sample, or the moments [B, 2C, ...]")

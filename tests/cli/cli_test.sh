@@ -136,7 +136,7 @@ expect_error 1 "multiples of 16" encode --model "$FIX/wan22" --image "$FIX/wan21
   --out "$OUT/x.safetensors"
 expect_error 1 "want .png" encode --model "$FIX/sd_kl" --image "$FIX/sd_kl/config.json" --out "$OUT/x.safetensors"
 cp "$FIX/sd_kl/config.json" "$OUT/fake.png"
-expect_error 1 "neither PNG nor JPEG" encode --model "$FIX/sd_kl" --image "$OUT/fake.png" --out "$OUT/x.safetensors"
+expect_error 1 "neither PNG, JPEG nor MP4" encode --model "$FIX/sd_kl" --image "$OUT/fake.png" --out "$OUT/x.safetensors"
 expect_error 1 "AutoencoderKL encodes 3" encode --model "$FIX/sd_kl" --image "$FIX/sd_kl/latent.safetensors" \
   --out "$OUT/x.safetensors"
 expect_error 1 "cannot encode" encode --model "$FIX/ltx2" --image "$FIX/sd_kl/image.safetensors" --out "$OUT/x.safetensors"
@@ -166,6 +166,10 @@ expect_error 1 "png-compression: \"10\"; use an integer 0..9" decode --png-compr
 "$BIN" decode --model "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" --out "$OUT/clip.mp4" --fps 8 \
   >/dev/null || fail "mp4 decode"
 [ "$(head -c 8 "$OUT/clip.mp4" | tail -c 4)" = "ftyp" ] || fail "clip.mp4 is not an MP4 file"
+echo "== an MP4 encodes as its frames (13 frames of 56x40 -> 4 latent frames of 7x5)"
+"$BIN" encode --model "$FIX/wan21" --image "$OUT/clip.mp4" --out "$OUT/from_mp4.safetensors" --mode exact --ranks 2 \
+  | grep "image_shape=\[1,3,13,56,40\] latent_shape=\[1,16,4,7,5\]" > /dev/null || fail "mp4 encode"
+expect_error 1 "must be 4-D" encode --model "$FIX/sd_kl" --image "$OUT/clip.mp4" --out "$OUT/x.safetensors"
 # The model's own scaling factor as the request's override: the family's
 # de-normalisation, bit for bit.
 sf=$("$BIN" info --model "$FIX/sd_kl" | sed -n 's/^scaling factor: //p')

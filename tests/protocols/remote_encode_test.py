@@ -10,6 +10,7 @@ diffusers' encode fixtures and with diffusers itself at test time:
   - a PIL image (sent as PNG): the encode of diffusers' VaeImageProcessor's
     preprocessing of the same image, by diffusers' own AutoencoderKL;
   - a video model: a [B, C, T, H, W] clip, and a still image as one frame;
+    an MP4 body as its frames (an image model and a lying header refused);
   - MiniMax-H3: a PNG ImageNet-normalised, raw with seed 42 equal to the
     released pipeline's conditioning latent (encode_vae_condition's recipe);
   - bad requests: the error remote_encode raises names the problem, and the
@@ -137,6 +138,32 @@ def main():
         frame = remote_encode(f"{server.http}/models/wan/encode", still)
         assert tuple(frame.shape) == (1, 16, 1, 6, 4), tuple(frame.shape)
 
+    def mp4_clip_encodes_as_its_frames():
+        # An MP4 body (the service's own MP4 of the wan21 latent, through
+        # vaedecode_client) encodes as its 13 frames, the same over HTTP and
+        # through the gRPC client's --image (that the frames are FFmpeg's
+        # decode to the bit: formats/image_input_test).
+        latent = fixture("wan21", "latent.safetensors")
+        mp4, by_client = TMP / "clip.mp4", TMP / "mp4_latent.safetensors"
+        server.client("--model=wan", f"--latent={latent}", f"--out={mp4}")
+        reply = requests.post(f"{server.http}/models/wan/encode", data=mp4.read_bytes())
+        assert reply.ok, (reply.status_code, reply.text)
+        shape = json.loads(reply.headers["shape"])
+        got = torch.frombuffer(bytearray(reply.content), dtype=torch.float32).reshape(shape)
+        assert tuple(got.shape) == (1, 16, 4, 7, 5), got.shape
+        line = server.client("--model=wan", f"--image={mp4}", f"--out={by_client}", "--piece_bytes=1024")
+        assert "mode=MODE_EXACT" in line, line
+        assert max_diff(safetensors.torch.load_file(str(by_client))["latent"], got) == 0.0
+        # An image model takes no clip; a lying MP4 is refused naming both sizes.
+        refused = requests.post(flux, data=mp4.read_bytes())
+        assert refused.status_code == 400 and "an MP4 is a clip" in refused.text, (refused.status_code, refused.text)
+        lying = bytearray(mp4.read_bytes())
+        stsz = lying.find(b"stsz")
+        lying[stsz + 4 + 8 + 3] += 2
+        refused = requests.post(f"{server.http}/models/wan/encode", data=bytes(lying))
+        assert refused.status_code == 400 and "but decodes to" in refused.text, (refused.status_code, refused.text)
+        assert max_diff(remote_encode(flux, image), mean) <= 1e-4  # still encoding
+
     def bad_requests_name_the_problem():
         expect_raises(lambda: remote_encode(flux, image.to(torch.float64)), "dtype", "float64")
         expect_raises(lambda: remote_encode(f"{flux}?latent_space=raw", image, scaling_factor=FLUX_SCALE),
@@ -195,6 +222,7 @@ def main():
     checks.run("pil_image_as_diffusers_preprocesses_it", pil_image_as_diffusers_preprocesses_it)
     checks.run("video_clip_and_still_frame", video_clip_and_still_frame)
     checks.run("minimax_png_as_the_released_pipeline_encodes_it", minimax_png_as_the_released_pipeline_encodes_it)
+    checks.run("mp4_clip_encodes_as_its_frames", mp4_clip_encodes_as_its_frames)
     checks.run("bad_requests_name_the_problem", bad_requests_name_the_problem)
     server.stop()
     sys.exit(checks.finish())

@@ -158,7 +158,7 @@ TEST(EncodeServiceTest, BadRequestsAreRefusedClearlyAndTheServerKeepsServing) {
     r.mutable_image()->clear_shape();
     for (int64_t d : {3, 68, 44}) r.mutable_image()->add_shape(d);
   });
-  with("not a PNG", grpc::StatusCode::INVALID_ARGUMENT, "neither PNG nor JPEG", [](auto& r) {
+  with("not a PNG", grpc::StatusCode::INVALID_ARGUMENT, "neither PNG, JPEG nor MP4", [](auto& r) {
     r.clear_image();
     r.set_encoded_image("GIF89a....");
   });
