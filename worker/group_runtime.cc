@@ -183,6 +183,25 @@ absl::StatusOr<families::Encoder*> GroupRuntime::Encoder(int64_t model_index) {
   return encoder.get();
 }
 
+absl::StatusOr<EncodePeakModel> GroupRuntime::EncodePeak(int64_t model_index) {
+  ASSIGN_OR_RETURN(families::Encoder * encoder, Encoder(model_index));
+  absl::MutexLock job_lock(&job_mu_);
+  if (encode_peaks_.empty()) encode_peaks_.resize(models_.size());
+  std::optional<EncodePeakModel>& peak = encode_peaks_[model_index];
+  if (!peak) {
+    device::DeviceMemory* memory = device::ProcessDeviceMemory();
+    if (memory == nullptr) return EncodePeakModel{};
+    const auto start = absl::Now();
+    ASSIGN_OR_RETURN(peak, CalibrateEncodePeak(*encoder, tiling::ProbeOf(*memory)));
+    spdlog::info(
+        "event=encode_calibrated model={} fixed_mib={:.1f} bytes_per_pixel={:.1f} bytes_per_pixel_pair={:.3g} "
+        "frame_growth={:.2f} ms={:.0f}",
+        models_[model_index].name, peak->fixed_bytes / 1048576.0, peak->bytes_per_pixel, peak->bytes_per_pixel_pair,
+        peak->frame_growth, absl::ToDoubleMilliseconds(absl::Now() - start));
+  }
+  return *peak;
+}
+
 absl::StatusOr<EncodeOutcome> GroupRuntime::RunEncode(const GroupJob& job, const std::atomic<bool>* cancelled) {
   // Loaded before the job starts: a model that cannot encode leaves the group untouched.
   ASSIGN_OR_RETURN(families::Encoder * encoder, Encoder(job.model_index));

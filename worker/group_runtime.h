@@ -20,6 +20,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "families/encoder.h"
 #include "parallel/communicator.h"
 #include "parallel/counting_communicator.h"
+#include "worker/encode_memory.h"
 #include "worker/group_decode.h"
 #include "worker/group_encode.h"
 #include "worker/group_job.h"
@@ -74,6 +76,12 @@ class GroupRuntime {
   // first encode job arrives), so decode-only models never hold one.
   // Thread-safe; FAILED_PRECONDITION for a model that cannot encode.
   absl::StatusOr<families::Encoder*> Encoder(int64_t model_index) ABSL_LOCKS_EXCLUDED(encoders_mu_);
+
+  // Leader: model `model_index`'s measured encode peaks (encode_memory.h),
+  // calibrated through the process's device memory meter on the first call,
+  // between jobs (the measurement holds the device alone); all zeros where
+  // the process has no meter.
+  absl::StatusOr<EncodePeakModel> EncodePeak(int64_t model_index) ABSL_LOCKS_EXCLUDED(job_mu_);
 
   // Leader only. As Run, for an encode job (kind kEncode; its plan made by
   // PlanEncode from an image prepared for Encoder(model_index)).
@@ -173,6 +181,8 @@ class GroupRuntime {
   // the same list: it changes only on an agreement all of them saw). Only
   // the thread running group jobs touches it (the leader's under mu_).
   std::vector<bool> encoder_agreed_;
+  // By model index; empty until a model's first EncodePeak.
+  std::vector<std::optional<EncodePeakModel>> encode_peaks_ ABSL_GUARDED_BY(job_mu_);
   absl::Mutex idle_mu_;
   int calls_in_progress_ ABSL_GUARDED_BY(idle_mu_) = 0;
 };

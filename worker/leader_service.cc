@@ -1,5 +1,6 @@
 #include "worker/leader_service.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -172,6 +173,16 @@ grpc::Status LeaderService::Encode(const internal::RunRequest& run, RunCall& cal
   group_job.model_index = model;
   group_job.encode = PlanEncode(**encoder, *prepared, mode == v1::MODE_DENSE ? DecodeMode::kDense : DecodeMode::kExact,
                                 runtime_.world_size());
+  // Where some rank has a memory bound, the plan must fit it (measured once per model).
+  const std::vector<int64_t> free_bytes = runtime_.free_bytes_per_rank();
+  if (std::any_of(free_bytes.begin(), free_bytes.end(), [](int64_t f) { return f >= 0; })) {
+    absl::StatusOr<EncodePeakModel> peak = runtime_.EncodePeak(model);
+    if (!peak.ok()) return rpc::ToGrpcStatus(peak.status());
+    if (absl::Status fits = CheckEncodeFits(**encoder, *peak, group_job.encode, free_bytes, runtime_.world_size());
+        !fits.ok()) {
+      return rpc::ToGrpcStatus(fits);
+    }
+  }
   absl::StatusOr<EncodeOutcome> outcome = runtime_.RunEncode(group_job, call.cancel_flag());
   if (!outcome.ok()) return rpc::ToGrpcStatus(outcome.status());
   absl::StatusOr<EncodeResult> result = FinishEncode(**encoder, outcome->moments, job);

@@ -121,5 +121,44 @@ TEST(MemoryModeTest, AutoPicksTiledWhenAShareDoesNotFitAndRefusesWhatCanNeverFit
   ExpectOk(Decode(server->stub(), SyntheticRequest("default", {1, 4, 8, 8}, "after")));
 }
 
+// A seeded float image [1, 3, side, side] in [-1, 1] to encode.
+v1::EncodeRequest SquareImage(int64_t side) {
+  v1::EncodeRequest r;
+  r.set_model("sd_kl");
+  v1::Tensor* t = r.mutable_image();
+  t->set_dtype(v1::FLOAT32);
+  for (int64_t d : {int64_t{1}, int64_t{3}, side, side}) t->add_shape(d);
+  std::vector<float> pixels(static_cast<size_t>(3 * side * side));
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>((i * 37) % 200) / 100.0f - 1.0f;
+  t->set_data(std::string(reinterpret_cast<const char*>(pixels.data()), pixels.size() * sizeof(float)));
+  return r;
+}
+
+TEST(MemoryModeTest, EncodesThatWouldNotFitAreRefusedWithTheNumbers) {
+  // sd_kl's encoder (16 channels at full resolution) at 768x768 needs far
+  // more than the 64 MiB budget of each rank (a 16-channel 768x768 float32
+  // activation alone is 36 MiB), even as one of two bands; at 64x64 it
+  // needs a few MiB. Its peaks are measured at the first encode.
+  const std::string repo = FixtureRepository({"sd_kl"});
+  std::unique_ptr<ServerProcess> server =
+      StartServing(RealWorkerFlags(repo, "cpu:2", 2, {"--memory_budget_mib=64"}), {"sd_kl"});
+  ASSERT_NE(server, nullptr);
+  const DecodeOutcome exact = Encode(server->stub(), SquareImage(768));
+  EXPECT_EQ(exact.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << exact.status.error_message();
+  EXPECT_THAT(exact.status.error_message(), HasSubstr("exact over 2 ranks needs about"));
+  EXPECT_THAT(exact.status.error_message(), HasSubstr("MiB free"));
+  v1::EncodeRequest dense_request = SquareImage(768);
+  dense_request.set_mode(v1::MODE_DENSE);
+  const DecodeOutcome dense = Encode(server->stub(), dense_request);
+  EXPECT_EQ(dense.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << dense.status.error_message();
+  EXPECT_THAT(dense.status.error_message(), HasSubstr("dense (dense was asked for) needs about"));
+  // What fits is encoded, exactly over both ranks, by the same server.
+  const DecodeOutcome small = Encode(server->stub(), SquareImage(64));
+  ASSERT_TRUE(small.status.ok()) << small.status.error_message();
+  ASSERT_TRUE(small.stream_error.ok()) << small.stream_error;
+  EXPECT_EQ(small.output.header().mode(), v1::MODE_EXACT);
+  EXPECT_EQ(Shape(small.output.header()), (std::vector<int64_t>{1, 4, 16, 16}));
+}
+
 }  // namespace
 }  // namespace vaedecode::testing
