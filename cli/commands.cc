@@ -178,10 +178,12 @@ std::string Figures(const families::Decoder& decoder, const worker::DecodePlan& 
 }
 
 // The request options the CLI offers (rpc/request_options.h: --latent-space,
-// --jpeg-quality, --fps, --scaling-factor, ...) into `request`, parsed and
-// range-checked by the table, as every front end does.
-absl::Status ParseRequestOptions(const ParsedArgs& args, v1::DecodeRequest& request) {
-  for (const rpc::OptionInfo& option : rpc::RequestOptions()) {
+// --jpeg-quality, --fps, --scaling-factor, ...; --posterior, --seed for an
+// encode) into `request`, parsed and range-checked by the table, as every
+// front end does.
+template <typename Request>
+absl::Status ParseRequestOptions(const ParsedArgs& args, absl::Span<const rpc::OptionInfo> options, Request& request) {
+  for (const rpc::OptionInfo& option : options) {
     if ((option.surfaces & rpc::kCli) == 0) continue;
     const std::string flag = option.CliFlag();
     std::optional<std::string> value = args.Get(flag.substr(2));
@@ -218,14 +220,17 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
          {"model", "latent", "out", "dtype", "threads", "latent-shape", "seed", "mode", "ranks", "timeout-s", "device",
           "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap"}},
         {"encode",
-         {"model", "image", "out", "posterior", "seed", "latent-space", "mode", "ranks", "dtype", "threads",
-          "timeout-s", "seeded-weights", "warmup", "repeat"}},
+         {"model", "image", "out", "mode", "ranks", "dtype", "threads", "timeout-s", "seeded-weights", "warmup",
+          "repeat"}},
         {"info", {"model"}},
         // Internal: a peer rank of `decode --mode exact`, started by the leader.
         {"rank", {"rank", "world", "store-port", "group", "model", "dtype", "threads", "timeout-s", "seeded-weights"}},
     };
     for (const rpc::OptionInfo& option : rpc::RequestOptions()) {
       if ((option.surfaces & rpc::kCli) != 0) (*f)["decode"].insert(option.CliFlag().substr(2));
+    }
+    for (const rpc::OptionInfo& option : rpc::EncodeOptions()) {
+      if ((option.surfaces & rpc::kCli) != 0) (*f)["encode"].insert(option.CliFlag().substr(2));
     }
     return f;
   }();
@@ -261,7 +266,8 @@ std::string Usage() {
          "  sample drawn as torch.Generator().manual_seed(--seed) draws it), or \"mean\" and \"logvar\" for\n"
          "  --posterior moments; --latent-space raw normalises it as the family's pipeline feeds its denoiser.\n"
          "request options (the service's, checked as it checks them):\n" +
-         rpc::OptionUsage(rpc::kCli);
+         rpc::OptionUsage(rpc::kCli) + "encode options (the service's, the same way):\n" +
+         rpc::EncodeOptionUsage(rpc::kCli);
 }
 
 absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
@@ -273,7 +279,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   v1::DecodeRequest request;
   ASSIGN_OR_RETURN(const v1::OutputFormat format, rpc::FormatForExtension(out_file));
   request.set_output_format(format);
-  RETURN_IF_ERROR(ParseRequestOptions(args, request));
+  RETURN_IF_ERROR(ParseRequestOptions(args, rpc::RequestOptions(), request));
   const std::string space_name = request.latent_space() == v1::LATENT_SPACE_RAW ? "raw" : "vae";
   ASSIGN_OR_RETURN(at::ScalarType dtype, families::ParseDtype(args.Get("dtype").value_or("float32")));
   RETURN_IF_ERROR(ApplyThreads(args));
@@ -431,19 +437,11 @@ absl::Status RunEncode(const ParsedArgs& args, std::ostream& out) {
   if (!model_path || !image_path || !out_path) {
     return absl::InvalidArgumentError("encode needs --model DIR, --image FILE and --out FILE.safetensors");
   }
-  worker::EncodeJob job;
-  ASSIGN_OR_RETURN(job.posterior, families::ParsePosteriorOutput(args.Get("posterior").value_or("mean")));
-  if (auto s = args.Get("seed")) {
-    uint64_t seed = 0;
-    if (!absl::SimpleAtoi(*s, &seed))
-      return absl::InvalidArgumentError(absl::StrCat("--seed must be an integer, got \"", *s, "\""));
-    job.seed = seed;
-  }
-  const std::string space = args.Get("latent-space").value_or("vae");
-  if (space != "vae" && space != "raw") {
-    return absl::InvalidArgumentError(absl::StrCat("--latent-space must be vae or raw, got \"", space, "\""));
-  }
-  job.latent_space = space == "raw" ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
+  // The encode options as every front end reads them (posterior, seed,
+  // latent space), into the request a service would get.
+  v1::EncodeRequest request;
+  RETURN_IF_ERROR(ParseRequestOptions(args, rpc::EncodeOptions(), request));
+  worker::EncodeJob job = worker::EncodeJobFromRequest(request, at::Tensor());
   const std::string mode = args.Get("mode").value_or("dense");
   if (mode != "dense" && mode != "exact") {
     return absl::InvalidArgumentError(absl::StrCat("--mode must be dense or exact for an encode, got \"", mode, "\""));
@@ -515,7 +513,8 @@ absl::Status RunEncode(const ParsedArgs& args, std::ostream& out) {
       << " image_shape=" << ShapeText(job.image.sizes())
       << " latent_shape=" << ShapeText((result.latent.defined() ? result.latent : result.mean).sizes())
       << " posterior=" << families::PosteriorOutputName(job.posterior)
-      << (result.seed ? absl::StrCat(" seed=", *result.seed) : "") << " space=" << space
+      << (result.seed ? absl::StrCat(" seed=", *result.seed) : "")
+      << " space=" << (job.latent_space == families::LatentSpace::kRaw ? "raw" : "vae")
       << " dtype=" << families::DtypeName(encoder->dtype()) << " mode=" << mode_used << " ranks=" << ranks
       << " threads=" << at::get_num_threads() << " time_ms=" << static_cast<int64_t>(ms)
       << " encode_ms=" << absl::StrFormat("%.1f", median) << " repeat=" << repeat << " peak_mib=["

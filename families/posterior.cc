@@ -7,13 +7,6 @@
 
 namespace vaedecode::families {
 
-absl::StatusOr<PosteriorOutput> ParsePosteriorOutput(const std::string& name) {
-  if (name == "mean") return PosteriorOutput::kMean;
-  if (name == "sample") return PosteriorOutput::kSample;
-  if (name == "moments") return PosteriorOutput::kMoments;
-  return absl::InvalidArgumentError(absl::StrCat("unknown posterior \"", name, "\" (mean, sample or moments)"));
-}
-
 std::string PosteriorOutputName(PosteriorOutput output) {
   switch (output) {
     case PosteriorOutput::kSample:

@@ -18,8 +18,6 @@ enum class PosteriorOutput {
   kMoments,  // mean and log-variance
 };
 
-// "mean", "sample", "moments"; INVALID_ARGUMENT naming the choices otherwise.
-absl::StatusOr<PosteriorOutput> ParsePosteriorOutput(const std::string& name);
 std::string PosteriorOutputName(PosteriorOutput output);
 
 struct Posterior {

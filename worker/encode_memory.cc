@@ -49,9 +49,10 @@ absl::StatusOr<EncodePeakModel> CalibrateEncodePeak(families::Encoder& encoder, 
   const double s01 = (peaks[1] - peaks[0]) / (pixels[1] - pixels[0]);
   const double s12 = (peaks[2] - peaks[1]) / (pixels[2] - pixels[1]);
   m.bytes_per_pixel_pair = std::max(0.0, (s12 - s01) / (pixels[2] - pixels[0]));
-  m.bytes_per_pixel = std::max({0.0, s01 - m.bytes_per_pixel_pair * (pixels[0] + pixels[1]), s12 - m.bytes_per_pixel_pair * (pixels[1] + pixels[2])});
-  m.fixed_bytes = std::max(0.0, peaks[0] - m.bytes_per_pixel * pixels[0] -
-                                    m.bytes_per_pixel_pair * pixels[0] * pixels[0]);
+  m.bytes_per_pixel = std::max({0.0, s01 - m.bytes_per_pixel_pair * (pixels[0] + pixels[1]),
+                                s12 - m.bytes_per_pixel_pair * (pixels[1] + pixels[2])});
+  m.fixed_bytes =
+      std::max(0.0, peaks[0] - m.bytes_per_pixel * pixels[0] - m.bytes_per_pixel_pair * pixels[0] * pixels[0]);
   if (info.is_video && info.temporal_factor > 1) {
     // At the middle size, where what grows with the image outweighs the fixed part.
     const int64_t side = 16 * info.spatial_factor;
@@ -71,8 +72,8 @@ int64_t ExactBandRows(const families::Encoder& encoder, int64_t image_rows, int 
   return std::min(image_rows, widest + 2);
 }
 
-int64_t PredictEncodePeak(const families::Encoder& encoder, const EncodePeakModel& m,
-                          const std::vector<int64_t>& shape, int64_t query_rows) {
+int64_t PredictEncodePeak(const families::Encoder& encoder, const EncodePeakModel& m, const std::vector<int64_t>& shape,
+                          int64_t query_rows) {
   const families::EncoderInfo& info = encoder.info();
   const double rows = static_cast<double>(shape[shape.size() - 2]);
   const double cols = static_cast<double>(shape.back());

@@ -39,9 +39,9 @@ struct Case {
 
 TEST(EncodeMemory, CoversMeasuredPeaksOfLargerEncodes) {
   const tiling::PeakProbe probe = CpuProbe();
-  for (const Case& c : std::vector<Case>{{"sd_kl", {1, 3, 160, 128}},          // attention at 40x32 latents
-                                         {"sd_kl", {2, 3, 96, 96}},            // batch 2
-                                         {"wan21", {1, 3, 9, 256, 256}},       // 3 chunks through the cache
+  for (const Case& c : std::vector<Case>{{"sd_kl", {1, 3, 160, 128}},               // attention at 40x32 latents
+                                         {"sd_kl", {2, 3, 96, 96}},                 // batch 2
+                                         {"wan21", {1, 3, 9, 256, 256}},            // 3 chunks through the cache
                                          {"ltx2_full", {1, 3, 17, 1024, 1024}}}) {  // the whole clip at once
     absl::StatusOr<std::unique_ptr<families::Encoder>> encoder =
         families::BuiltinFamilies().LoadEncoder(testing::FixturePath(c.fixture), {});
@@ -49,7 +49,8 @@ TEST(EncodeMemory, CoversMeasuredPeaksOfLargerEncodes) {
     absl::StatusOr<EncodePeakModel> model = CalibrateEncodePeak(**encoder, probe);
     ASSERT_TRUE(model.ok()) << model.status();
     const double measured = MeasuredPeak(**encoder, probe, c.shape);
-    const double predicted = static_cast<double>(PredictEncodePeak(**encoder, *model, c.shape, c.shape[c.shape.size() - 2]));
+    const double predicted =
+        static_cast<double>(PredictEncodePeak(**encoder, *model, c.shape, c.shape[c.shape.size() - 2]));
     std::cout << c.fixture << " " << c.shape.size() << "-D: measured " << measured / 1048576.0 << " MiB, predicted "
               << predicted / 1048576.0 << " MiB\n";
     EXPECT_GE(predicted, measured) << c.fixture;
