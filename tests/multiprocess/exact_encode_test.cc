@@ -36,10 +36,15 @@ using parallel::testing::ExpectTensorClose;
 constexpr double kExactVsDenseImage = 1e-5;
 constexpr double kExactVsDenseVideo = 3e-5;  // more frames, more layers: the standard's video bound
 constexpr double kVsDiffusers = 1e-4;
-const std::vector<std::string> kClasses = {
-    "AutoencoderKL",          "AutoencoderKLFlux2",        "AutoencoderKLWan",
-    "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage", "AutoencoderKLHunyuanVideo15",
-    "AutoencoderKLLTX2Video", "AutoencoderKLMiniMaxH3"};
+const std::vector<std::string> kClasses = {"AutoencoderKL",
+                                           "AutoencoderKLFlux2",
+                                           "AutoencoderKLWan",
+                                           "AutoencoderKLQwenImage",
+                                           "AutoencoderKLHunyuanImage",
+                                           "AutoencoderKLHunyuanVideo15",
+                                           "AutoencoderKLHunyuanVideo",
+                                           "AutoencoderKLLTX2Video",
+                                           "AutoencoderKLMiniMaxH3"};
 
 struct EncodeCheck {
   std::string fixture;
