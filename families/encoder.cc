@@ -35,6 +35,16 @@ std::vector<RowLevel> DownsampledRowLevels(int64_t rows, int64_t downsamplers) {
   return levels;
 }
 
+std::vector<RowLevel> RowLevelsOfRows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ratios) {
+  std::vector<RowLevel> levels(rows.size());
+  int64_t per_latent_row = 1;
+  for (size_t i = rows.size(); i-- > 0;) {
+    levels[i] = {rows[i], per_latent_row};
+    if (i > 0) per_latent_row *= ratios[i - 1];
+  }
+  return levels;
+}
+
 std::vector<RowLevel> HalvedRowLevels(int64_t rows, int64_t downsamplers) {
   std::vector<RowLevel> levels;
   for (int64_t i = 0; i <= downsamplers; ++i) levels.push_back({rows >> i, int64_t{1} << (downsamplers - i)});

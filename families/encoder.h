@@ -69,6 +69,12 @@ std::vector<parallel::ShardSpec> RowLevelSpecs(const std::vector<RowLevel>& leve
 // Downsample2D, WanResample's downsamplers): each floors.
 std::vector<RowLevel> DownsampledRowLevels(int64_t rows, int64_t downsamplers);
 
+// The levels of an encode whose levels have `rows` rows (input first, each
+// distinct), level i covering `ratios[i]` times level i+1's rows per latent
+// row (one ratio fewer than levels; 2 for a downsampler, the patch size for
+// a patchify).
+std::vector<RowLevel> RowLevelsOfRows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ratios);
+
 // The same for downsamplers that fold 2 rows into one exactly (space-to-
 // depth: the Hunyuan families), `rows` a multiple of 2^downsamplers.
 std::vector<RowLevel> HalvedRowLevels(int64_t rows, int64_t downsamplers);

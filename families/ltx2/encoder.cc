@@ -112,16 +112,12 @@ std::vector<int64_t> LTX2Encoder::LatentShape(const std::vector<int64_t>& image_
 }
 
 std::vector<RowLevel> LTX2Encoder::RowLevels(int64_t input_rows) const {
-  // Each level but the latent's covers twice the next one's rows per latent
-  // row, the input patch_size times the patchified level's.
+  // The input covers patch_size times the patchified level's rows, each
+  // level after it twice the next one's.
   const std::vector<int64_t> rows = RowsPerLevel(input_rows);
-  std::vector<RowLevel> levels(rows.size());
-  int64_t per_latent_row = 1;
-  for (size_t i = rows.size(); i-- > 0;) {
-    levels[i] = {rows[i], per_latent_row};
-    per_latent_row *= i == 1 && config_.patch_size > 1 ? config_.patch_size : 2;
-  }
-  return levels;
+  std::vector<int64_t> ratios(rows.size() - 1, 2);
+  if (config_.patch_size > 1) ratios[0] = config_.patch_size;
+  return RowLevelsOfRows(rows, ratios);
 }
 
 at::Tensor LTX2Encoder::Moments(const at::Tensor& image, LayerOps& ops) {

@@ -104,13 +104,7 @@ std::vector<int64_t> MiniMaxH3Encoder::LatentShape(const std::vector<int64_t>& i
 std::vector<RowLevel> MiniMaxH3Encoder::RowLevels(int64_t input_rows) const {
   // Each level covers twice the next one's rows per latent row.
   const std::vector<int64_t> rows = RowsPerLevel(input_rows);
-  std::vector<RowLevel> levels(rows.size());
-  int64_t per_latent_row = 1;
-  for (size_t i = rows.size(); i-- > 0;) {
-    levels[i] = {rows[i], per_latent_row};
-    per_latent_row *= 2;
-  }
-  return levels;
+  return RowLevelsOfRows(rows, std::vector<int64_t>(rows.size() - 1, 2));
 }
 
 absl::Status MiniMaxH3Encoder::CheckExactSharding(const std::vector<int64_t>& image_shape, int world_size) const {
