@@ -286,12 +286,15 @@ absl::StatusOr<LTX2Config> LTX2Config::FromJson(const nlohmann::json& json, cons
     }
   }
   RETURN_IF_ERROR(r.status());
-  // Structure keys, when present, checked against the structure (pipelines
-  // size latents from them).
+  // Structure keys against the structure: diffusers' decoder never reads
+  // them (pipelines size latents from them), so a mismatch decodes as the
+  // blocks say, with a warning naming what the structure implies.
   for (const auto& [key, actual] : {std::pair<const char*, int64_t>{"spatial_compression_ratio", c.spatial_factor()},
                                     {"temporal_compression_ratio", c.temporal_factor()}}) {
     if (json.contains(key) && !json[key].is_null() && r.Int(key, actual) != actual) {
-      r.Fail(absl::StrCat(key, " ", r.Int(key, actual), " does not match the decoder, which upsamples ", actual, "x"));
+      c.structure_warnings.push_back(absl::StrCat(key, " is ", r.Int(key, actual),
+                                                  " but the decoder's blocks upsample ", actual,
+                                                  "x; decoded as the blocks say (as diffusers does)"));
     }
   }
   RETURN_IF_ERROR(r.status());

@@ -92,6 +92,8 @@ struct LTX2Config {
   // padding mode the row-sharded convs support.
   // Config keys this decoder neither reads nor knows (ConfigReader::UnreadKeys).
   std::vector<std::string> unread_keys;
+  // Structure keys that disagree with the blocks (ModelInfo::config_warnings).
+  std::vector<std::string> structure_warnings;
 
   static absl::StatusOr<LTX2Config> FromJson(const nlohmann::json& config, const std::string& source);
 };

@@ -29,6 +29,7 @@ LTX2Decoder::LTX2Decoder(LTX2Config config, std::string config_json)
   info_.diffusers_class = "AutoencoderKLLTX2Video";
   info_.config_json = std::move(config_json);
   info_.unread_config_keys = config_.unread_keys;
+  info_.config_warnings = config_.structure_warnings;
   info_.latent_channels = config_.latent_channels;
   info_.out_channels = config_.out_channels;
   info_.spatial_factor = config_.spatial_factor();

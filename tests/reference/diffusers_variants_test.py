@@ -29,7 +29,8 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
   tiling off in diffusers (its default tiles 256-pixel frames)
 - structure keys that disagree with the structure (AutoencoderKLWan's
   scale_factor_spatial/temporal, AutoencoderKLHunyuanImage's
-  spatial_compression_ratio beyond its levels): diffusers decodes them as
+  spatial_compression_ratio beyond its levels, AutoencoderKLLTX2Video's
+  compression ratios): diffusers decodes them as
   the blocks say, and so must we, warning at load
 """
 
@@ -310,6 +311,11 @@ def main():
                disagreeing_structure_key("hunyuanimage_ratio", "hunyuanimage21", "AutoencoderKLHunyuanImage",
                                          {"spatial_compression_ratio": 64}, (1, 16, 3, 5),
                                          "spatial_compression_ratio is 64 but"))
+    checks.run("ltx2_compression_ratios_disagreeing_with_the_blocks",
+               disagreeing_structure_key("ltx2_ratios", "ltx2", "AutoencoderKLLTX2Video",
+                                         {"spatial_compression_ratio": 16, "temporal_compression_ratio": 4},
+                                         (1, 128, 2, 2, 3),
+                                         "spatial_compression_ratio is 16 but the decoder's blocks upsample 32x"))
     sys.exit(checks.finish())
 
 
