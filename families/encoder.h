@@ -47,6 +47,10 @@ struct EncoderInfo {
   bool computes_in_float32 = false;
   // What 8-bit pixels become (MiniMax-H3: ImageNet-normalised).
   PixelConvention pixels;
+  // 0, or: a clip of more than one frame is padded to whole clips of this
+  // many frames, encoded one after another (MiniMax-H3), so its memory is
+  // one clip's whatever its length.
+  int64_t clip_frames = 0;
   // How a VAE latent becomes the denoiser's (`raw`), for humans.
   std::string vae_to_raw_formula;
 };

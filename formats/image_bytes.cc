@@ -54,7 +54,14 @@ absl::StatusOr<Pixels> DecodeEncodedImage(const std::string& bytes) {
   }
   if (LooksLikeMp4(bytes)) {
     ASSIGN_OR_RETURN(const DeclaredImageSize declared, Mp4Size(bytes));
-    ASSIGN_OR_RETURN(DecodedVideo video, DecodeMp4(bytes, kMaxDecodedImageBytes));
+    // No more than it declared (what the server admitted it by).
+    const size_t declared_bytes =
+        static_cast<size_t>(declared.frames) * static_cast<size_t>(declared.width) * declared.height * 3;
+    // The decoder's frames are coded in blocks (H.264 16, HEVC up to 64
+    // pixels a side): it may hold that much more than the visible frame.
+    const auto coded = [](int64_t side) { return (side + 63) / 64 * 64; };
+    ASSIGN_OR_RETURN(DecodedVideo video,
+                     DecodeMp4(bytes, declared_bytes, coded(declared.width) * coded(declared.height)));
     if (video.width != declared.width || video.height != declared.height ||
         static_cast<int64_t>(video.frames.size()) != declared.frames) {
       return absl::InvalidArgumentError(absl::StrCat("the MP4 declares ", declared.frames, " frames of ",

@@ -315,7 +315,7 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   return std::move(file.data);
 }
 
-absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes, size_t max_bytes) {
+absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes, size_t max_bytes, int64_t max_frame_pixels) {
   if (!LoadFfmpeg().ok()) return LoadFfmpeg().status();
   MemoryFile file;
   file.data = bytes;
@@ -338,6 +338,7 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes, size_t max_byte
   Codec codec(Ff().avcodec_alloc_context3(decoder));
   if (!codec) return absl::ResourceExhaustedError("MP4: no memory for the decoder");
   if ((rc = Ff().avcodec_parameters_to_context(codec.get(), stream->codecpar)) < 0) return Unreadable("decoder", rc);
+  if (max_frame_pixels > 0) codec->max_pixels = max_frame_pixels;
   if ((rc = Ff().avcodec_open2(codec.get(), decoder, nullptr)) < 0) return Unreadable("decoder", rc);
 
   DecodedVideo video;

@@ -37,8 +37,10 @@ struct DecodedVideo {
 
 // Decodes every frame of an in-memory MP4's first video stream to RGB. A
 // client's bytes: at most `max_bytes` of RGB frames (INVALID_ARGUMENT past
-// it, before decoding further), and every frame the size and pixel format
-// of the first (INVALID_ARGUMENT otherwise).
-absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes, size_t max_bytes = SIZE_MAX);
+// it, before decoding further), every frame the size and pixel format of
+// the first (INVALID_ARGUMENT otherwise), and with `max_frame_pixels` > 0 the
+// decoder itself refuses larger frames (before it allocates for them).
+absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes, size_t max_bytes = SIZE_MAX,
+                                       int64_t max_frame_pixels = 0);
 
 }  // namespace vaedecode::formats

@@ -3,9 +3,11 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "absl/strings/str_format.h"
 #include "families/layer_ops.h"
+#include "families/status_error.h"
 #include "parallel/band_partition.h"
 #include "rpc/status_macros.h"
 #include "tiling/memory_model.h"
@@ -17,8 +19,11 @@ namespace {
 // The peak above what was live, of a dense encode of a seeded image.
 absl::StatusOr<double> MeasureEncode(families::Encoder& encoder, const tiling::PeakProbe& probe,
                                      std::vector<int64_t> shape) {
-  at::manual_seed(0);
-  const at::Tensor image = (at::rand(shape) * 2 - 1).to(encoder.device()).to(encoder.dtype());
+  at::Tensor image;
+  RETURN_IF_ERROR(families::CatchExceptions("calibration image", [&] {
+    const at::Generator seeded = at::detail::createCPUGenerator(0);  // not the process's generator
+    image = (at::rand(shape, seeded) * 2 - 1).to(encoder.device()).to(encoder.dtype());
+  }));
   families::DenseOps dense;
   probe.reset_peak();
   const int64_t live = probe.current_bytes();
@@ -65,9 +70,12 @@ absl::StatusOr<EncodePeakModel> CalibrateEncodePeak(families::Encoder& encoder, 
 
 int64_t ExactBandRows(const families::Encoder& encoder, int64_t image_rows, int world_size) {
   const std::vector<families::RowLevel> levels = encoder.RowLevels(image_rows);
+  const int64_t per = levels.front().per_latent_row;
   int64_t widest = 0;
   for (const parallel::Band& b : parallel::PartitionRows(levels.back().rows, world_size)) {
-    widest = std::max(widest, (b.end - b.begin) * levels.front().per_latent_row);
+    // The last band runs to the level's end (the rows a floor leaves).
+    const int64_t end = b.end == levels.back().rows ? image_rows : b.end * per;
+    widest = std::max(widest, end - b.begin * per);
   }
   return std::min(image_rows, widest + 2);
 }
@@ -81,7 +89,9 @@ int64_t PredictEncodePeak(const families::Encoder& encoder, const EncodePeakMode
   const double keys = rows * cols;
   double frame_scale = 1.0;
   if (info.is_video && shape.size() == 5 && info.temporal_factor > 0) {
-    const int64_t frames = shape[2];
+    // A clip encoded as whole clips one at a time holds one, as the
+    // calibration clip (1 + temporal_factor frames, padded to one) did.
+    const int64_t frames = info.clip_frames > 0 && shape[2] > 1 ? 1 + info.temporal_factor : shape[2];
     frame_scale += m.frame_growth * static_cast<double>(frames - 1) / static_cast<double>(info.temporal_factor);
   }
   const double grows = (m.bytes_per_pixel * queries + m.bytes_per_pixel_pair * queries * keys) * frame_scale;

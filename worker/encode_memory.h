@@ -14,7 +14,9 @@
 // it; a clip's frames multiply what grows with the image by
 // 1 + frame_growth · (frames − 1) / temporal_factor, frame_growth measured
 // on a clip of 1 + temporal_factor frames. kHeadroom (tiling) on
-// top, as for decodes. Every family is taken to grow linearly with frames
+// top, as for decodes. Clips encoded as whole clips one at a time
+// (EncoderInfo::clip_frames, MiniMax-H3) cost one clip; every other family
+// is taken to grow linearly with frames
 // (measured: Wan's chunked encode does too, for what it keeps of every
 // chunk), which overstates the windowed encoders' (HunyuanVideo, MiniMax-H3)
 // long clips. Attention kernels that stop holding whole score matrices at

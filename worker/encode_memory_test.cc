@@ -39,10 +39,11 @@ struct Case {
 
 TEST(EncodeMemory, CoversMeasuredPeaksOfLargerEncodes) {
   const tiling::PeakProbe probe = CpuProbe();
-  for (const Case& c : std::vector<Case>{{"sd_kl", {1, 3, 160, 128}},               // attention at 40x32 latents
-                                         {"sd_kl", {2, 3, 96, 96}},                 // batch 2
-                                         {"wan21", {1, 3, 9, 256, 256}},            // 3 chunks through the cache
-                                         {"ltx2_full", {1, 3, 17, 1024, 1024}}}) {  // the whole clip at once
+  for (const Case& c : std::vector<Case>{{"sd_kl", {1, 3, 160, 128}},             // attention at 40x32 latents
+                                         {"sd_kl", {2, 3, 96, 96}},               // batch 2
+                                         {"wan21", {1, 3, 9, 256, 256}},          // 3 chunks through the cache
+                                         {"ltx2_full", {1, 3, 17, 1024, 1024}},   // the whole clip at once
+                                         {"minimax_h3", {1, 3, 2, 256, 256}}}) {  // 2 frames: one whole clip
     absl::StatusOr<std::unique_ptr<families::Encoder>> encoder =
         families::BuiltinFamilies().LoadEncoder(testing::FixturePath(c.fixture), {});
     ASSERT_TRUE(encoder.ok()) << encoder.status();

@@ -183,14 +183,26 @@ absl::StatusOr<families::Encoder*> GroupRuntime::Encoder(int64_t model_index) {
   return encoder.get();
 }
 
-absl::StatusOr<EncodePeakModel> GroupRuntime::EncodePeak(int64_t model_index) {
+absl::StatusOr<GroupRuntime::EncodeRoom> GroupRuntime::EncodeRoomFor(int64_t model_index) {
   ASSIGN_OR_RETURN(families::Encoder * encoder, Encoder(model_index));
   absl::MutexLock job_lock(&job_mu_);
+  EncodeRoom room;
+  room.free_bytes_per_rank = free_bytes_per_rank();
+  device::DeviceMemory* memory = device::ProcessDeviceMemory();
+  if (memory == nullptr) return room;
+  if (!room.free_bytes_per_rank.empty() && room.free_bytes_per_rank[0] >= 0) {
+    room.free_bytes_per_rank[0] = memory->free_bytes();
+  }
+  if (!EncoderAgreed(model_index)) {
+    const int64_t weights = encoder->info().parameter_count * static_cast<int64_t>(c10::elementSize(encoder->dtype()));
+    for (size_t r = 1; r < room.free_bytes_per_rank.size(); ++r) {
+      int64_t& free = room.free_bytes_per_rank[r];
+      if (free >= 0) free = std::max<int64_t>(0, free - weights);
+    }
+  }
   if (encode_peaks_.empty()) encode_peaks_.resize(models_.size());
   std::optional<EncodePeakModel>& peak = encode_peaks_[model_index];
   if (!peak) {
-    device::DeviceMemory* memory = device::ProcessDeviceMemory();
-    if (memory == nullptr) return EncodePeakModel{};
     const auto start = absl::Now();
     ASSIGN_OR_RETURN(peak, CalibrateEncodePeak(*encoder, tiling::ProbeOf(*memory)));
     spdlog::info(
@@ -199,7 +211,8 @@ absl::StatusOr<EncodePeakModel> GroupRuntime::EncodePeak(int64_t model_index) {
         models_[model_index].name, peak->fixed_bytes / 1048576.0, peak->bytes_per_pixel, peak->bytes_per_pixel_pair,
         peak->frame_growth, absl::ToDoubleMilliseconds(absl::Now() - start));
   }
-  return *peak;
+  room.peak = *peak;
+  return room;
 }
 
 absl::StatusOr<EncodeOutcome> GroupRuntime::RunEncode(const GroupJob& job, const std::atomic<bool>* cancelled) {

@@ -77,11 +77,18 @@ class GroupRuntime {
   // Thread-safe; FAILED_PRECONDITION for a model that cannot encode.
   absl::StatusOr<families::Encoder*> Encoder(int64_t model_index) ABSL_LOCKS_EXCLUDED(encoders_mu_);
 
-  // Leader: model `model_index`'s measured encode peaks (encode_memory.h),
-  // calibrated through the process's device memory meter on the first call,
-  // between jobs (the measurement holds the device alone); all zeros where
-  // the process has no meter.
-  absl::StatusOr<EncodePeakModel> EncodePeak(int64_t model_index) ABSL_LOCKS_EXCLUDED(job_mu_);
+  // Leader: what an encode of model `model_index` may use and needs, between
+  // jobs: its measured peaks (encode_memory.h; calibrated through the
+  // process's device memory meter on the first call, all zeros without
+  // one), and every rank's free bytes now: the leader's read live (its
+  // encoder loaded), a peer's as last reported less the encoder's weights
+  // while the peers have not loaded it yet (they do with the model's first
+  // encode); −1 for ranks without a bound.
+  struct EncodeRoom {
+    EncodePeakModel peak;
+    std::vector<int64_t> free_bytes_per_rank;
+  };
+  absl::StatusOr<EncodeRoom> EncodeRoomFor(int64_t model_index) ABSL_LOCKS_EXCLUDED(job_mu_);
 
   // Leader only. As Run, for an encode job (kind kEncode; its plan made by
   // PlanEncode from an image prepared for Encoder(model_index)).

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "device/compute_device.h"
+#include "families/status_error.h"
 #include "rpc/leader_call.h"
 #include "rpc/status.h"
 #include "worker/decode_plan.h"
@@ -160,7 +161,11 @@ grpc::Status LeaderService::Encode(const internal::RunRequest& run, RunCall& cal
   if (model < 0) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown model \"", request.model(), "\""));
   }
-  absl::StatusOr<at::Tensor> image = ImageFromRequest(request);
+  // A large clip's float conversion can fail to allocate: a status, not a throw.
+  absl::StatusOr<at::Tensor> image = absl::InternalError("no image");
+  if (absl::Status s = families::CatchExceptions("image", [&] { image = ImageFromRequest(request); }); !s.ok()) {
+    return rpc::ToGrpcStatus(s);
+  }
   if (!image.ok()) return rpc::ToGrpcStatus(image.status());
   absl::StatusOr<families::Encoder*> encoder = runtime_.Encoder(model);
   if (!encoder.ok()) return rpc::ToGrpcStatus(encoder.status());
@@ -174,11 +179,12 @@ grpc::Status LeaderService::Encode(const internal::RunRequest& run, RunCall& cal
   group_job.encode = PlanEncode(**encoder, *prepared, mode == v1::MODE_DENSE ? DecodeMode::kDense : DecodeMode::kExact,
                                 runtime_.world_size());
   // Where some rank has a memory bound, the plan must fit it (measured once per model).
-  const std::vector<int64_t> free_bytes = runtime_.free_bytes_per_rank();
-  if (std::any_of(free_bytes.begin(), free_bytes.end(), [](int64_t f) { return f >= 0; })) {
-    absl::StatusOr<EncodePeakModel> peak = runtime_.EncodePeak(model);
-    if (!peak.ok()) return rpc::ToGrpcStatus(peak.status());
-    if (absl::Status fits = CheckEncodeFits(**encoder, *peak, group_job.encode, free_bytes, runtime_.world_size());
+  const std::vector<int64_t> reported = runtime_.free_bytes_per_rank();
+  if (std::any_of(reported.begin(), reported.end(), [](int64_t f) { return f >= 0; })) {
+    absl::StatusOr<GroupRuntime::EncodeRoom> room = runtime_.EncodeRoomFor(model);
+    if (!room.ok()) return rpc::ToGrpcStatus(room.status());
+    if (absl::Status fits =
+            CheckEncodeFits(**encoder, room->peak, group_job.encode, room->free_bytes_per_rank, runtime_.world_size());
         !fits.ok()) {
       return rpc::ToGrpcStatus(fits);
     }

@@ -23,6 +23,7 @@ EncoderInfo Describe(const MiniMaxH3Config& c) {
   info.spatial_factor = c.patch_size();
   info.temporal_factor = c.patch_size_t();
   info.is_video = true;
+  info.clip_frames = c.clip_length;
   info.floors_sizes = false;
   info.computes_in_float32 = true;
   info.pixels = PipelinePixels(c.in_channels);
@@ -54,7 +55,9 @@ std::vector<int64_t> MiniMaxH3Encoder::RowsPerLevel(int64_t pixels) const {
     if (!HasDownsampler(config_, i)) continue;
     // Stride 2 after a bottom pad of 1: floor(rows / 2). Other strides pad nothing,
     // so the 3-row kernel shrinks the rows (stride 1: by 2).
-    rows.push_back(s == 2 ? (rows.back() + 1 - 3) / 2 + 1 : (rows.back() - 3) / s + 1);
+    // (0 when the kernel no longer fits: diffusers' conv fails there.)
+    const int64_t span = s == 2 ? rows.back() + 1 : rows.back();
+    rows.push_back(span >= 3 ? (span - 3) / s + 1 : 0);
   }
   return rows;
 }
