@@ -27,7 +27,7 @@ absl::StatusOr<double> MeasureEncode(families::Encoder& encoder, const tiling::P
   families::DenseOps dense;
   probe.reset_peak();
   const int64_t live = probe.current_bytes();
-  ASSIGN_OR_RETURN(at::Tensor moments, EncodePrepared(encoder, image, dense));
+  RETURN_IF_ERROR(EncodePrepared(encoder, image, dense).status());
   return static_cast<double>(std::max<int64_t>(0, probe.peak_bytes() - live));
 }
 

@@ -130,7 +130,7 @@ at::Tensor LTX2Encoder::ToRawSpace(const at::Tensor& z) const {
   const auto type = z.scalar_type();
   const at::Tensor mean = module_->latents_mean.view({1, c, 1, 1, 1}).to(type);
   const at::Tensor std = module_->latents_std.view({1, c, 1, 1, 1}).to(type);
-  return (z - mean) * 1.0 / std;
+  return (z - mean) / std;  // the pipeline's scaling_factor argument is its default, 1.0
 }
 
 void LTX2Encoder::ConvertWeights(at::ScalarType dtype) { module_->encoder->to(dtype); }
