@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -211,6 +212,70 @@ class AssemblingSink final : public worker::ResponseSink {
   absl::Status status_;
 };
 
+// --stream-chunks 1,2,2: latent frames per chunk, which must add up to the
+// latent's; empty without the flag.
+absl::StatusOr<std::vector<int64_t>> StreamChunksFlag(const ParsedArgs& args, const at::Tensor& latent,
+                                                      const families::Decoder& decoder) {
+  std::optional<std::string> text = args.Get("stream-chunks");
+  if (!text) return std::vector<int64_t>();
+  absl::StatusOr<std::vector<int64_t>> chunks = ParseShape(*text);
+  if (!chunks.ok() || chunks->empty() || *std::min_element(chunks->begin(), chunks->end()) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stream-chunks must list positive latent frame counts (e.g. 1,2,2), got \"", *text, "\""));
+  }
+  RETURN_IF_ERROR(decoder.CheckStreaming());
+  const int64_t total = std::accumulate(chunks->begin(), chunks->end(), int64_t{0});
+  if (latent.dim() != 5 || total != latent.size(2)) {
+    return absl::InvalidArgumentError(absl::StrCat("--stream-chunks adds up to ", total,
+                                                   " latent frames; the latent has ",
+                                                   latent.dim() == 5 ? latent.size(2) : 1));
+  }
+  return *chunks;
+}
+
+// The latent decoded through one streaming session, `chunks` latent frames
+// at a time, each chunk a job on the group as the service runs a session's
+// (planned alone, decoded through the session's state on the ranks); one
+// line per chunk to `out`. The outcome: the chunks' frames concatenated,
+// their decode times and collectives summed, the last chunk's rank figures.
+absl::StatusOr<worker::DecodeOutcome> DecodeInChunks(worker::GroupRuntime& runtime, families::Decoder& decoder,
+                                                     const v1::DecodeRequest& request, const at::Tensor& latent,
+                                                     const worker::PlanningContext& planning,
+                                                     const std::vector<int64_t>& chunks, bool overlap_halo,
+                                                     std::ostream& out) {
+  constexpr int64_t kSessionId = 1;
+  worker::DecodeOutcome whole;
+  std::vector<at::Tensor> frames;
+  int64_t begin = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const worker::DecodeJob job = worker::JobFromRequest(request, latent.narrow(2, begin, chunks[i]));
+    worker::GroupJob group_job;
+    ASSIGN_OR_RETURN(group_job.plan, worker::PlanDecode(decoder, job, planning));
+    group_job.plan.overlap_halo = overlap_halo;
+    group_job.plan.session = {kSessionId, /*start=*/i == 0, 0};
+    ASSIGN_OR_RETURN(worker::DecodeOutcome chunk, runtime.Run(group_job));
+    frames.push_back(chunk.result.sample);
+    out << "chunk=" << i << " latent_frames=" << chunks[i] << " frames=" << chunk.result.sample.size(2)
+        << " mode=" << worker::ModeName(chunk.result.mode)
+        << " decode_ms=" << absl::StrFormat("%.1f", chunk.result.decode_ms)
+        << " collectives=" << chunk.comm.collectives() << " state_mib=["
+        << absl::StrJoin(chunk.ranks, ",",
+                         [](std::string* s, const worker::RankStats& r) {
+                           absl::StrAppend(s, Mib(static_cast<double>(r.session_state_bytes)));
+                         })
+        << "]\n";
+    const double decode_ms = whole.result.decode_ms + chunk.result.decode_ms;
+    const parallel::CommStats comm = whole.comm;
+    whole = std::move(chunk);
+    whole.result.decode_ms = decode_ms;
+    whole.comm += comm;
+    begin += chunks[i];
+  }
+  RETURN_IF_ERROR(runtime.CloseSession(kSessionId));
+  whole.result.sample = at::cat(frames, 2);
+  return whole;
+}
+
 }  // namespace
 
 const std::map<std::string, std::set<std::string>>& CommandFlags() {
@@ -218,7 +283,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
     auto* f = new std::map<std::string, std::set<std::string>>{
         {"decode",
          {"model", "latent", "out", "dtype", "threads", "latent-shape", "seed", "mode", "ranks", "timeout-s", "device",
-          "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap"}},
+          "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap", "stream-chunks"}},
         {"encode",
          {"model", "image", "out", "mode", "ranks", "dtype", "threads", "timeout-s", "seeded-weights", "warmup",
           "repeat"}},
@@ -246,6 +311,8 @@ std::string Usage() {
          "                   [--latent-shape 1,4,32,32 --seed N]   (demo latent when --latent is absent)\n"
          "                   [--seeded-weights SEED]   (--model's config.json alone, weights seeded)\n"
          "                   [--warmup W --repeat N]   (dense/tiled: W untimed decodes, then N timed)\n"
+         "                   [--stream-chunks 1,2,2]   (video: a streaming session, that many latent frames\n"
+         "                   per chunk; dense or exact)\n"
          "  vaedecode encode --model DIR --image FILE --out FILE.safetensors [--posterior mean|sample|moments]\n"
          "                   [--seed N] [--latent-space vae|raw] [--mode dense|exact] [--ranks N]\n"
          "                   [--dtype float32|bfloat16|float16] [--threads N] [--timeout-s S]\n"
@@ -258,6 +325,9 @@ std::string Usage() {
          "--budget-mib: memory the decode may use on the device beyond the loaded model; --mode tiled sizes\n"
          "  its tiles from the model's measured peak to fit it (allocations beyond it fail and retry smaller).\n"
          "--repeat N: decode_ms is the median of the N timed decodes (decode_ms_runs lists them).\n"
+         "--stream-chunks: decodes the latent as the service's DecodeSession does, chunk by chunk with the\n"
+         "  decoder's causal state carried between chunks, and prints each chunk's decode time; the output\n"
+         "  equals the decode without it.\n"
          "--halo-overlap on|off: exact convolutions compute while their halo rows travel (on, the default) or\n"
          "  wait for them first (off: for measuring the overlap; the output is exact either way).\n"
          "encode: --image is .png / .jpg (preprocessed as diffusers does: p / 255 * 2 - 1), .mp4 (every frame,\n"
@@ -359,6 +429,10 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   RETURN_IF_ERROR(rpc::ValidateDecodeOptions(request, model_info));
   RETURN_IF_ERROR(rpc::ValidateOutputFormat(request, model_info));
   const worker::DecodeJob job = worker::JobFromRequest(request, latent);
+  ASSIGN_OR_RETURN(const std::vector<int64_t> stream_chunks, StreamChunksFlag(args, latent, decoder));
+  if (!stream_chunks.empty() && (mode == "tiled" || warmup > 0 || repeat > 1)) {
+    return absl::InvalidArgumentError("--stream-chunks decodes dense or exact, once (no tiles, --warmup or --repeat)");
+  }
   // Budgets count beyond the loaded model (it is not the decode's), and
   // apply before the group reports its free memory.
   if (budget_mib > 0) {
@@ -383,7 +457,15 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   RunFigures run;
   worker::GroupJob group_job;
   absl::StatusOr<worker::DecodeOutcome> outcome;
-  for (int i = 0; i < warmup + repeat; ++i) {
+  if (!stream_chunks.empty()) {
+    // The whole latent's plan names the output (its shape, the header's mode).
+    planning.free_bytes_per_rank = runtime.free_bytes_per_rank();
+    ASSIGN_OR_RETURN(group_job.plan, worker::PlanDecode(decoder, job, planning));
+    outcome = DecodeInChunks(runtime, decoder, request, latent, planning, stream_chunks, halo_overlap == "on", out);
+    if (!outcome.ok()) return outcome.status();
+    run.decode_ms.push_back(outcome->result.decode_ms);
+  }
+  for (int i = 0; i < (stream_chunks.empty() ? warmup + repeat : 0); ++i) {
     outcome = absl::UnknownError("not run");  // the previous output is not the next decode's
     // One rank: its free bytes now (the previous run's output released);
     // a group: as its ranks last reported them, as the service plans.

@@ -50,6 +50,18 @@ absl::Status Decoder::CheckExactSharding(const std::vector<int64_t>&, int) const
   return absl::UnimplementedError(absl::StrCat(info().diffusers_class, " cannot be decoded exactly sharded"));
 }
 
+absl::Status Decoder::CheckStreaming() const {
+  const ModelInfo& m = info();
+  if (!m.is_video)
+    return absl::FailedPreconditionError(
+        absl::StrCat(m.diffusers_class, " is an image model: a session streams the frames of a video"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      m.diffusers_class,
+      " cannot be decoded chunk by chunk: its decoder carries no causal state from one latent frame to the next here"));
+}
+
+std::unique_ptr<DecodeStream> Decoder::OpenStream() { return nullptr; }
+
 std::vector<int64_t> Decoder::OutputShape(const std::vector<int64_t>& latent_shape) const {
   const ModelInfo& m = info();
   std::vector<int64_t> out = latent_shape;

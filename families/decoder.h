@@ -8,6 +8,7 @@
 // worker/decode_job.h is the one place that turns those into absl::Status.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -118,6 +119,27 @@ at::ScalarType DecodeDtype(const ModelInfo& info, at::ScalarType requested);
 // "" when it does not.
 std::string DecodeDtypeReason(const ModelInfo& info, at::ScalarType requested);
 
+// One clip decoded chunk by chunk (a streaming session's state on one rank:
+// its row band in exact mode): what a causal decoder carries from one latent
+// frame to the next (Wan's per-conv feature cache) lives here between
+// chunks. The chunks' outputs, concatenated on frames, are the whole clip's
+// Decode: the decoders that offer a stream decode a whole clip through one.
+//
+// Threading and errors as Decoder's; a chunk that threw leaves the state
+// undefined (the caller drops the stream and rebuilds it from the history).
+class DecodeStream {
+ public:
+  virtual ~DecodeStream() = default;
+  // The next latent frames of the clip, z: [B, C, t, h, w] (t >= 1) in VAE
+  // space and the decoder's dtype, every chunk of one batch, channels and
+  // size -> their output frames. Finished frames go to ops.FramesFinished.
+  virtual at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops) = 0;
+  // Bytes the state holds between chunks (on the decoder's device).
+  virtual int64_t state_bytes() const = 0;
+  // Latent frames decoded so far.
+  virtual int64_t latent_frames() const = 0;
+};
+
 class Decoder {
  public:
   virtual ~Decoder() = default;
@@ -154,6 +176,14 @@ class Decoder {
   // `world_size` row bands; otherwise the reason it cannot (the caller falls
   // back to dense and logs it). The family knows each layer's halo.
   virtual absl::Status CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const;
+
+  // OK when a clip can be decoded chunk by chunk (OpenStream), its frames
+  // equal to the whole clip's; otherwise why not (a decoder that is not
+  // causal in time, an image model).
+  virtual absl::Status CheckStreaming() const;
+  // A fresh stream (no latent frame seen) when CheckStreaming is OK; the
+  // stream uses this decoder's modules, which must outlive it.
+  virtual std::unique_ptr<DecodeStream> OpenStream();
 
   // Output shape for a latent shape (NCHW or NCTHW), from info()'s geometry.
   virtual std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const;

@@ -135,6 +135,14 @@ OpCounters CommStats::Total() const {
   return sum;
 }
 
+CommStats& CommStats::operator+=(const CommStats& other) {
+  for (size_t k = 0; k < by_kind.size(); ++k) {
+    for (size_t op = 0; op < by_kind[k].size(); ++op) by_kind[k][op] += other.by_kind[k][op];
+    blocked_ms[k] += other.blocked_ms[k];
+  }
+  return *this;
+}
+
 double CommStats::total_blocked_ms() const {
   double sum = 0;
   for (double ms : blocked_ms) sum += ms;

@@ -92,6 +92,8 @@ struct CommStats {
   // Milliseconds blocked in calls, by CallKind.
   std::array<double, kNumCallKinds> blocked_ms{};
   double total_blocked_ms() const;
+  // Adds another run's counts and times (a session's chunks, summed).
+  CommStats& operator+=(const CommStats& other);
 
   // One line: totals, then every non-zero (kind, op) cell, e.g.
   // "calls=3 local_calls=0 bytes=1.5KiB (sent=512 received=1024) failures=0;

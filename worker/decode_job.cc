@@ -41,9 +41,12 @@ absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, c
 }
 
 absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::Tensor& z,
-                                          const families::DecodeConditioning& conditioning, families::LayerOps& ops) {
+                                          const families::DecodeConditioning& conditioning, families::LayerOps& ops,
+                                          families::DecodeStream* stream) {
   at::Tensor sample;
-  RETURN_IF_ERROR(CatchExceptions("decode", [&] { sample = decoder.Decode(z, ops, conditioning); }));
+  RETURN_IF_ERROR(CatchExceptions("decode", [&] {
+    sample = stream != nullptr ? stream->DecodeChunk(z, ops) : decoder.Decode(z, ops, conditioning);
+  }));
   return sample;
 }
 

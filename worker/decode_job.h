@@ -46,9 +46,12 @@ struct PreparedLatent {
 absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, const DecodeJob& job);
 
 // Decodes a prepared latent through `ops`: RESOURCE_EXHAUSTED when memory
-// runs out, INTERNAL for other failures.
+// runs out, INTERNAL for other failures. With a `stream` (a session's, made
+// by decoder.OpenStream) the latent is the clip's next chunk, decoded
+// through it.
 absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::Tensor& z,
-                                          const families::DecodeConditioning& conditioning, families::LayerOps& ops);
+                                          const families::DecodeConditioning& conditioning, families::LayerOps& ops,
+                                          families::DecodeStream* stream = nullptr);
 
 // PrepareLatent, then DecodePrepared: one dense decode of a job.
 absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job, families::LayerOps& ops);

@@ -47,6 +47,18 @@ struct TileShape {
   bool stock = false;  // diffusers' stock layout instead of seam-free tiles
 };
 
+// A chunk of a streaming session (worker/session_streams.h): every rank
+// that decodes it runs it through the session's DecodeStream, which carries
+// the causal state from the session's earlier chunks.
+struct SessionStep {
+  int64_t id = 0;      // 0: not a session's chunk
+  bool start = false;  // the session's state begins afresh (its first chunk, or a replay)
+  // A replay (the state was lost with a rebuilt group): the latent is the
+  // session's history and then its new chunk; the output of these leading
+  // latent frames is decoded to rebuild the state and not returned.
+  int64_t replayed_latent_frames = 0;  // leader only
+};
+
 struct DecodePlan {
   DecodeMode mode = DecodeMode::kDense;
   std::string reason;  // why this mode and size: the header's mode_reason (leader only)
@@ -61,6 +73,7 @@ struct DecodePlan {
   // (ShardedLayerOps::set_overlap_halo); off only to measure the overlap.
   bool overlap_halo = true;
   int world_size = 1;
+  SessionStep session;
 };
 
 // What the plan is made against.

@@ -65,7 +65,7 @@ class FrameGatheringOps final : public families::ForwardingOps {
 using parallel::AbortWith;
 absl::StatusOr<ExactRows> DecodeExactBands(families::Decoder& decoder, parallel::Communicator& comm,
                                            const DecodePlan& plan, const std::atomic<bool>* cancelled,
-                                           const OutputProgress& progress) {
+                                           const OutputProgress& progress, families::DecodeStream* stream) {
   const at::Tensor& z = plan.latent;
   const int h_axis = static_cast<int>(z.dim()) - 2;
   const parallel::ShardSpec latent_spec =
@@ -77,7 +77,7 @@ absl::StatusOr<ExactRows> DecodeExactBands(families::Decoder& decoder, parallel:
   sharded.set_overlap_halo(plan.overlap_halo);
   FrameGatheringOps ops(sharded, comm, progress.frames_ready);
   absl::StatusOr<at::Tensor> rows =
-      DecodePrepared(decoder, z.narrow(h_axis, band.begin, band.size()).contiguous(), plan.conditioning, ops);
+      DecodePrepared(decoder, z.narrow(h_axis, band.begin, band.size()).contiguous(), plan.conditioning, ops, stream);
   // Every rank learns of a cancellation at the same op: still in step.
   if (!rows.ok() && rows.status().code() == absl::StatusCode::kCancelled) return InStep(rows.status());
   if (!rows.ok()) return AbortWith(comm, rows.status());

@@ -33,6 +33,7 @@ struct ExactRows {
 // `cancelled`, `progress`: the leader's (nullptr / empty on peers).
 absl::StatusOr<ExactRows> DecodeExactBands(families::Decoder& decoder, parallel::Communicator& comm,
                                            const DecodePlan& plan, const std::atomic<bool>* cancelled,
-                                           const OutputProgress& progress = {});
+                                           const OutputProgress& progress = {},
+                                           families::DecodeStream* stream = nullptr);
 
 }  // namespace vaedecode::worker

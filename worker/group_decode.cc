@@ -41,18 +41,20 @@ absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, par
       if (comm.rank() != kLeader) return result;
       families::CancellableDenseOps dense(options.cancelled);
       FramesToCallerOps ops(dense, options.progress.frames_ready);
-      absl::StatusOr<at::Tensor> sample = DecodePrepared(decoder, plan.latent, plan.conditioning, ops);
+      absl::StatusOr<at::Tensor> sample = DecodePrepared(decoder, plan.latent, plan.conditioning, ops, options.stream);
       if (!sample.ok()) return comm.world_size() > 1 ? LeaderOnly(sample.status()) : sample.status();
       result.sample = *sample;
       return result;
     }
     case DecodeMode::kExact: {
-      ASSIGN_OR_RETURN(ExactRows rows, DecodeExactBands(decoder, comm, plan, options.cancelled, options.progress));
+      ASSIGN_OR_RETURN(ExactRows rows,
+                       DecodeExactBands(decoder, comm, plan, options.cancelled, options.progress, options.stream));
       result.sample = rows.sample;
       result.gather_ms = rows.gather_ms;
       return result;
     }
     case DecodeMode::kTiled: {
+      if (options.stream != nullptr) return absl::InternalError("a session's chunk cannot be decoded in tiles");
       // Every rank rebuilds the tiles from the header's shape: the same plan everywhere.
       tiling::TilePlan tiles = PlanFromHeader(decoder, plan.latent.size(-2), plan.latent.size(-1), plan.tile_shape);
       // What an exhausted ladder's error says the plan was made against.
@@ -109,8 +111,10 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
   const double free = memory == nullptr ? -1 : static_cast<double>(memory->free_bytes());
   const double capacity = memory == nullptr ? -1 : static_cast<double>(memory->capacity_bytes());
   at::Tensor local =
-      at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes), free, capacity, mine.comm_ms}, at::kDouble)
-          .view({1, 5})
+      at::tensor({mine.decode_ms, static_cast<double>(mine.peak_bytes), free, capacity, mine.comm_ms,
+                  static_cast<double>(mine.session_state_bytes), static_cast<double>(mine.sessions_bytes)},
+                 at::kDouble)
+          .view({1, 7})
           .to(comm.device());
   std::vector<int64_t> ones(comm.world_size(), 1);
   ASSIGN_OR_RETURN(at::Tensor all, comm.world_size() == 1
@@ -127,6 +131,8 @@ absl::StatusOr<std::vector<RankStats>> GatherRankStats(parallel::Communicator& c
     stats.free_bytes = static_cast<int64_t>((all)[r][2].item<double>());
     stats.capacity_bytes = static_cast<int64_t>((all)[r][3].item<double>());
     stats.comm_ms = (all)[r][4].item<double>();
+    stats.session_state_bytes = static_cast<int64_t>((all)[r][5].item<double>());
+    stats.sessions_bytes = static_cast<int64_t>((all)[r][6].item<double>());
     out.push_back(stats);
   }
   return out;

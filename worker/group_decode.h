@@ -38,15 +38,21 @@ struct GroupDecodeResult {
   std::string tile_plan;   // tiled: DescribePlan of it
   int64_t peak_bytes = 0;  // this rank's allocator peak during the decode (0 if not counted)
   double comm_ms = 0;      // of decode_ms, blocked in communicator calls (set by the runtime)
+  // Bytes this rank holds for streaming sessions after the job: the job's
+  // own session, and every session (set by the runtime).
+  int64_t session_state_bytes = 0;
+  int64_t sessions_bytes = 0;
 };
 
 // One rank's figures for a decode, as the leader reports them.
 struct RankStats {
   double decode_ms = 0;
   int64_t peak_bytes = 0;
-  double comm_ms = 0;           // of decode_ms, blocked in communicator calls
-  int64_t free_bytes = -1;      // under this rank's memory budget; -1 when unbounded
-  int64_t capacity_bytes = -1;  // DeviceMemory::capacity_bytes; -1 when unbounded
+  double comm_ms = 0;               // of decode_ms, blocked in communicator calls
+  int64_t free_bytes = -1;          // under this rank's memory budget; -1 when unbounded
+  int64_t capacity_bytes = -1;      // DeviceMemory::capacity_bytes; -1 when unbounded
+  int64_t session_state_bytes = 0;  // the job's session's state on this rank
+  int64_t sessions_bytes = 0;       // every streaming session's state on this rank
 };
 
 struct ExecuteOptions {
@@ -57,6 +63,9 @@ struct ExecuteOptions {
   // leader's own exact band; exact and dense frames of frame-by-frame
   // decoders).
   OutputProgress progress;
+  // A session chunk's: this rank's state of the session (dense: the
+  // leader's; exact: every rank's band of it). Not for tiled plans.
+  families::DecodeStream* stream = nullptr;
 };
 
 absl::StatusOr<GroupDecodeResult> ExecutePlan(families::Decoder& decoder, parallel::Communicator& comm,

@@ -16,10 +16,13 @@ namespace {
 
 constexpr int64_t kMaxDims = 6;
 // Header: [kind, model, mode, dims, tile_rows, tile_cols, stock_tiles,
-//          overlap_halo, sizes x kMaxDims, dtype, has timestep, timestep's bits].
+//          overlap_halo, sizes x kMaxDims, dtype, has timestep, timestep's bits,
+//          session id, session start].
 constexpr int64_t kFixed = 8;
 constexpr int64_t kTimestep = kFixed + kMaxDims + 1;
-constexpr int64_t kHeaderLength = kTimestep + 2;
+constexpr int64_t kSession = kTimestep + 2;
+constexpr int64_t kHeaderLength = kSession + 2;
+constexpr int64_t kLastKind = static_cast<int64_t>(JobKind::kSessionClose);
 
 absl::StatusOr<at::ScalarType> DtypeFromCode(int64_t code) {
   switch (code) {
@@ -78,6 +81,8 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
     h[5] = plan.tile_shape.cols;
     h[6] = plan.tile_shape.stock ? 1 : 0;
     h[7] = plan.overlap_halo ? 1 : 0;
+    h[kSession] = plan.session.id;
+    h[kSession + 1] = plan.session.start ? 1 : 0;
     if (job->kind == JobKind::kEncode) h[2] = static_cast<int64_t>(job->encode.mode);
     if (HasPayload(job->kind, job->kind == JobKind::kEncode ? job->encode.mode : plan.mode)) {
       const at::Tensor& payload = Payload(*job);
@@ -103,7 +108,7 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   h = header.data_ptr<int64_t>();
 
   GroupJob out;
-  if (h[0] < 0 || h[0] > 3) return AbortWith(comm, absl::InternalError("bad job kind in a job header"));
+  if (h[0] < 0 || h[0] > kLastKind) return AbortWith(comm, absl::InternalError("bad job kind in a job header"));
   out.kind = static_cast<JobKind>(h[0]);
   out.model_index = h[1];
   if (h[2] < 0 || h[2] > 2) return AbortWith(comm, absl::InternalError("bad mode in a job header"));
@@ -111,6 +116,8 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   out.plan.tile_shape = {h[4], h[5], h[6] == 1};
   out.plan.overlap_halo = h[7] == 1;
   out.plan.world_size = comm.world_size();
+  out.plan.session.id = h[kSession];
+  out.plan.session.start = h[kSession + 1] == 1;
   if (out.kind == JobKind::kEncode) out.encode.mode = out.plan.mode;
   if (!HasPayload(out.kind, out.plan.mode)) {
     if (comm.rank() == kLeader && out.kind == JobKind::kEncode) out.encode = job->encode;  // the leader's own image

@@ -18,14 +18,17 @@
 
 namespace vaedecode::worker {
 
-enum class JobKind : int64_t { kDecode = 0, kHeartbeat = 1, kShutdown = 2, kEncode = 3 };
+// kSessionClose: every rank drops a streaming session's state (the plan's
+// session id; no payload).
+enum class JobKind : int64_t { kDecode = 0, kHeartbeat = 1, kShutdown = 2, kEncode = 3, kSessionClose = 4 };
 
 struct GroupJob {
   JobKind kind = JobKind::kDecode;
   int64_t model_index = 0;  // into the group's model list (same order on every rank)
-  // Only for kDecode. Peers receive its mode, latent, conditioning, tile
-  // shape and world size; the reason, noise seed and the leader's tile
-  // estimate stay on the leader.
+  // Only for kDecode (and kSessionClose's session id). Peers receive its
+  // mode, latent, conditioning, tile shape, world size and session id and
+  // start; the reason, noise seed, the leader's tile estimate and a replay's
+  // frame count stay on the leader.
   DecodePlan plan;
   // Only for kEncode: peers receive its mode and image.
   EncodePlan encode;

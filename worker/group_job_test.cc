@@ -1,7 +1,7 @@
 // BroadcastJob's round trip over a real two-rank Gloo group (two processes
 // on loopback): the peer rebuilds every field of the leader's plan that
 // peers need, bit for bit, an encode's mode and image, and the heartbeat and
-// shutdown kinds.
+// shutdown kinds, and a streaming session's id, start and close.
 
 #include "worker/group_job.h"
 
@@ -47,6 +47,7 @@ GroupJob LeaderJob(int world) {
   job.plan.latent = (at::arange(2 * 4 * 3 * 5 * 6, at::kFloat) / 7.0).reshape({2, 4, 3, 5, 6}).to(at::kBFloat16);
   job.plan.conditioning.timestep = 0.05;
   job.plan.reason = "leader only";
+  job.plan.session = {42, true, 3};
   return job;
 }
 
@@ -66,8 +67,18 @@ absl::Status RoundTrip(int rank, int world, int port) {
   RETURN_IF_ERROR(Expect(got.plan.latent.equal(sent.plan.latent), "latent values"));
   const double t = got.plan.conditioning.timestep.value_or(-1);
   RETURN_IF_ERROR(Expect(std::memcmp(&t, &*sent.plan.conditioning.timestep, sizeof(t)) == 0, "timestep bits"));
+  RETURN_IF_ERROR(Expect(got.plan.session.id == 42 && got.plan.session.start, "session id and start"));
   // What stays on the leader.
   RETURN_IF_ERROR(Expect(rank == kLeader ? got.plan.reason == "leader only" : got.plan.reason.empty(), "reason"));
+  RETURN_IF_ERROR(Expect(got.plan.session.replayed_latent_frames == (rank == kLeader ? 3 : 0), "replayed frames"));
+
+  // A session's close carries its id and nothing else.
+  GroupJob close;
+  close.kind = JobKind::kSessionClose;
+  close.plan.session.id = 77;
+  ASSIGN_OR_RETURN(GroupJob closed, BroadcastJob(*comm, rank == kLeader ? &close : nullptr));
+  RETURN_IF_ERROR(Expect(closed.kind == JobKind::kSessionClose && closed.plan.session.id == 77, "session close"));
+  RETURN_IF_ERROR(Expect(!closed.plan.latent.defined(), "a session close carries no latent"));
 
   // An encode: its mode and image travel; the decode plan's latent does not.
   GroupJob encode;

@@ -1,5 +1,6 @@
 #include "worker/group_runtime.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <ATen/ATen.h>
@@ -50,6 +51,14 @@ absl::StatusOr<std::vector<int>> RanksWithoutTheirEncoder(parallel::Communicator
 }
 
 }  // namespace
+
+int64_t ReplayedOutputFrames(const families::Decoder& decoder, const DecodePlan& plan) {
+  const int64_t replayed = plan.session.replayed_latent_frames;
+  if (replayed <= 0 || !plan.latent.defined()) return 0;
+  std::vector<int64_t> shape = plan.latent.sizes().vec();
+  shape[2] = replayed;
+  return decoder.OutputShape(shape)[2];
+}
 
 GroupRuntime::GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models,
                            absl::Duration heartbeat, std::unique_ptr<GroupRecovery> recovery)
@@ -284,16 +293,64 @@ absl::StatusOr<EncodeOutcome> GroupRuntime::ExecuteEncode(families::Encoder& enc
   return outcome;
 }
 
+absl::StatusOr<GroupDecodeResult> GroupRuntime::ExecuteOnRank(const GroupJob& shared,
+                                                              parallel::CountingCommunicator& counting,
+                                                              const ExecuteOptions& options) {
+  families::Decoder& decoder = *models_[shared.model_index].decoder;
+  const SessionStep& step = shared.plan.session;
+  // A dense chunk's state is the leader's alone.
+  const bool holds_state = step.id != 0 && (rank_ == kLeader || shared.plan.mode == DecodeMode::kExact);
+  ExecuteOptions with_stream = options;
+  if (holds_state) {
+    absl::StatusOr<families::DecodeStream*> stream = sessions_.Step(step, shared.model_index, decoder);
+    // The leader checked before broadcasting: a peer without the state is out of step.
+    if (!stream.ok()) return parallel::AbortWith(counting, absl::InternalError(stream.status().message()));
+    with_stream.stream = *stream;
+  }
+  absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, shared.plan, with_stream);
+  if (holds_state) sessions_.Finish(step.id, result.ok());
+  if (result.ok()) {
+    result->session_state_bytes = sessions_.StateBytes(step.id);
+    result->sessions_bytes = sessions_.TotalBytes();
+  }
+  return result;
+}
+
 absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
                                                     const OutputProgress& progress) {
   if (job.model_index < 0 || job.model_index >= static_cast<int64_t>(models_.size())) {
     return absl::InvalidArgumentError(absl::StrCat("no model with index ", job.model_index));
   }
+  const SessionStep& step = job.plan.session;
+  if (step.id != 0 && !step.start && !sessions_.LatentFrames(step.id)) {
+    // Before the peers hear of it (the group stays in step): the caller
+    // replays the session's history.
+    return InStep(absl::FailedPreconditionError(absl::StrCat(
+        "session ", step.id, "'s state is not held by this group (rebuilt, or a chunk failed): replay its history")));
+  }
+  if (step.id != 0 && job.plan.mode == DecodeMode::kTiled) {
+    return absl::InvalidArgumentError("a session's chunks are decoded dense or exact, not in tiles");
+  }
   families::Decoder& decoder = *models_[job.model_index].decoder;
+  if (step.start) RETURN_IF_ERROR(InStep(decoder.CheckStreaming()));
+  // A replay's leading frames rebuild the state; the caller has their output.
+  const int64_t skipped_frames = ReplayedOutputFrames(decoder, job.plan);
+  OutputProgress chunk_progress = progress;
+  if (skipped_frames > 0 && progress.frames_ready) {
+    chunk_progress.frames_ready = [&progress, skipped_frames](const at::Tensor& frames, int64_t first_frame) {
+      const int64_t end = first_frame + frames.size(2);
+      if (end <= skipped_frames) return;
+      const int64_t from = std::max<int64_t>(skipped_frames, first_frame);
+      progress.frames_ready(frames.narrow(2, from - first_frame, end - from), from - skipped_frames);
+    };
+  }
   // The plan was validated and prepared before: a bad latent never reaches the peers.
   ASSIGN_OR_RETURN(GroupJob shared, BroadcastJob(*comm_, &job));
   parallel::CountingCommunicator counting(*comm_);
-  absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, shared.plan, {cancelled, progress});
+  absl::StatusOr<GroupDecodeResult> result = ExecuteOnRank(shared, counting, {cancelled, chunk_progress});
+  if (result.ok() && skipped_frames > 0) {
+    result->sample = result->sample.narrow(2, skipped_frames, result->sample.size(2) - skipped_frames);
+  }
   if (!result.ok()) {
     if (world_size_ > 1 && IsLeaderOnlyRecoverable(result.status())) {
       // The peers are already in the statistics gather that ends every job:
@@ -330,6 +387,20 @@ bool GroupRuntime::WaitIdle(absl::Duration timeout) {
   return idle_mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
+absl::Status GroupRuntime::CloseSession(int64_t id) {
+  absl::MutexLock job_lock(&job_mu_);
+  absl::MutexLock lock(&mu_);
+  sessions_.Drop(id);
+  if (broken_ || world_size_ == 1) return absl::OkStatus();
+  GroupJob close;
+  close.kind = JobKind::kSessionClose;
+  close.plan.session.id = id;
+  absl::StatusOr<GroupJob> sent = BroadcastJob(*comm_, &close);
+  last_step_ = absl::Now();
+  if (!sent.ok()) MarkBroken(sent.status());
+  return sent.status();
+}
+
 void GroupRuntime::Shutdown() {
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
@@ -360,9 +431,12 @@ absl::Status GroupRuntime::ServeAsPeer() {
       if (absl::Status s = ServeEncode(*job); !s.ok()) return s;
       continue;
     }
-    families::Decoder& decoder = *models_[job->model_index].decoder;
+    if (job->kind == JobKind::kSessionClose) {
+      sessions_.Drop(job->plan.session.id);
+      continue;
+    }
     parallel::CountingCommunicator counting(*comm_);  // for the time the calls took
-    absl::StatusOr<GroupDecodeResult> result = ExecutePlan(decoder, counting, job->plan);
+    absl::StatusOr<GroupDecodeResult> result = ExecuteOnRank(*job, counting, {});
     if (!result.ok()) {
       if (IsGroupSafe(result.status(), world_size_)) continue;  // every rank saw the same
       if (absl::Status s = RecoverOrBreak(result.status()); broken_) return s;

@@ -39,6 +39,7 @@
 #include "worker/group_recovery.h"
 #include "worker/model_repository.h"
 #include "worker/output_progress.h"
+#include "worker/session_streams.h"
 
 namespace vaedecode::worker {
 
@@ -55,6 +56,10 @@ struct EncodeOutcome {
   std::vector<RankStats> ranks;  // every rank's time and peak memory
   parallel::CommStats comm;      // the leader's calls during the encode
 };
+
+// The output frames of a session replay's leading latent frames, which the
+// leader decodes and does not return (0 for any other plan).
+int64_t ReplayedOutputFrames(const families::Decoder& decoder, const DecodePlan& plan);
 
 class GroupRuntime {
  public:
@@ -112,6 +117,13 @@ class GroupRuntime {
   // job stops at its next op or collective); whether none is.
   bool WaitIdle(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(idle_mu_);
 
+  // Leader: ends streaming session `id` on every rank, freeing its state
+  // (a no-op where none is held). Thread-safe; queues like a job.
+  absl::Status CloseSession(int64_t id) ABSL_LOCKS_EXCLUDED(mu_);
+  // This rank's streaming sessions (a session chunk is a Run job whose
+  // plan has a SessionStep): their figures, readable at any time.
+  const SessionStreams& sessions() const { return sessions_; }
+
   // Leader: every rank's free bytes as last reported (after start-up and
   // after every group decode); -1 entries for ranks without a budget.
   std::vector<int64_t> free_bytes_per_rank() const ABSL_LOCKS_EXCLUDED(stats_mu_);
@@ -137,6 +149,11 @@ class GroupRuntime {
  private:
   absl::StatusOr<DecodeOutcome> Execute(const GroupJob& job, const std::atomic<bool>* cancelled,
                                         const OutputProgress& progress) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Any rank: runs a broadcast decode plan, through its session's stream
+  // when it is a session's chunk (kept, or dropped when the chunk fails);
+  // the figures of the job's session and of all sessions in the result.
+  absl::StatusOr<GroupDecodeResult> ExecuteOnRank(const GroupJob& shared, parallel::CountingCommunicator& counting,
+                                                  const ExecuteOptions& options);
   absl::StatusOr<EncodeOutcome> ExecuteEncode(families::Encoder& encoder, const GroupJob& job,
                                               const std::atomic<bool>* cancelled) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // This rank's part of a broadcast encode plan, timed (its figures for
@@ -192,6 +209,7 @@ class GroupRuntime {
   std::vector<std::optional<EncodePeakModel>> encode_peaks_ ABSL_GUARDED_BY(job_mu_);
   absl::Mutex idle_mu_;
   int calls_in_progress_ ABSL_GUARDED_BY(idle_mu_) = 0;
+  SessionStreams sessions_;
 };
 
 }  // namespace vaedecode::worker

@@ -40,6 +40,14 @@ bool IsDownsampling(ResampleMode mode) {
 
 }  // namespace
 
+int64_t FeatureCache::bytes() const {
+  int64_t total = 0;
+  for (const Slot& slot : slots_) {
+    if (slot.frames.defined()) total += static_cast<int64_t>(slot.frames.nbytes());
+  }
+  return total;
+}
+
 FeatureCache::Slot& FeatureCache::Next() {
   if (next_ == slots_.size()) slots_.emplace_back();
   return slots_[next_++];
@@ -432,15 +440,16 @@ AutoencoderKLWanImpl::AutoencoderKLWanImpl(const WanConfig& c) : patch_size_(c.p
   post_quant_conv = register_module("post_quant_conv", MakeCausalConv(c.z_dim, c.z_dim, {1, 1, 1}, {0, 0, 0}));
 }
 
-at::Tensor AutoencoderKLWanImpl::Decode(const at::Tensor& z, LayerOps& ops) {
-  const at::Tensor x = post_quant_conv->forward(z, ops);  // [B, z, T, h, w]
-  FeatureCache cache;
+at::Tensor AutoencoderKLWanImpl::DecodeFrames(const at::Tensor& z, LayerOps& ops, WanDecodeState& state) {
   std::vector<at::Tensor> chunks;
-  for (int64_t i = 0; i < x.size(2); ++i) {
+  for (int64_t i = 0; i < z.size(2); ++i) {
+    const at::Tensor x = post_quant_conv->forward(z.narrow(2, i, 1), ops);  // [B, z, 1, h, w]
+    FeatureCache& cache = state.cache;
     cache.BeginChunk();
-    const at::Tensor chunk = decoder->forward(x.narrow(2, i, 1), ops, cache, /*first_chunk=*/i == 0);
-    TORCH_CHECK(cache.used() == cache.size(), "chunk ", i, " visited ", cache.used(), " of ", cache.size(),
-                " cached layers");
+    const at::Tensor chunk = decoder->forward(x, ops, cache, /*first_chunk=*/state.latent_frames == 0);
+    TORCH_CHECK(cache.used() == cache.size(), "latent frame ", state.latent_frames, " visited ", cache.used(), " of ",
+                cache.size(), " cached layers");
+    ++state.latent_frames;
     // Unpatchify and clamp act frame by frame, so each chunk's frames are
     // final here: the caller may stream them before the next chunk decodes.
     chunks.push_back(at::clamp(nn::Unpatchify(chunk, patch_size_), -1.0, 1.0));  // [B, C, t, H, W]

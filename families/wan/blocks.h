@@ -76,10 +76,20 @@ class FeatureCache {
   // Slots visited in the current chunk / in total.
   size_t used() const { return next_; }
   size_t size() const { return slots_.size(); }
+  // Bytes the cached frames hold.
+  int64_t bytes() const;
 
  private:
   std::deque<Slot> slots_;
   size_t next_ = 0;
+};
+
+// A clip decoded so far: the feature cache carried from one latent frame to
+// the next, and how many latent frames it has seen (the first is decoded
+// alone into one frame).
+struct WanDecodeState {
+  FeatureCache cache;
+  int64_t latent_frames = 0;
 };
 
 // diffusers WanCausalConv3d: a Conv3d whose temporal padding is causal
@@ -312,9 +322,14 @@ TORCH_MODULE(AutoencoderKLWanEncode);
 class AutoencoderKLWanImpl : public torch::nn::Module {
  public:
   explicit AutoencoderKLWanImpl(const WanConfig& config);
-  // z: [B, z_dim, T, h, w] in VAE space -> [B, C, 1 + tf·(T-1), h·s, w·s], clamped to [-1, 1].
-  // A fresh feature cache per call: repeat decodes are independent.
-  at::Tensor Decode(const at::Tensor& z, LayerOps& ops);
+  // The next latent frames of a clip whose earlier frames `state` has
+  // seen: z: [B, z_dim, t, h, w] in VAE space -> their frames
+  // [B, C, t·tf (1 + tf·(t-1) for the clip's first), h·s, w·s], clamped to
+  // [-1, 1]. diffusers' _decode loop, one latent frame at a time
+  // (post_quant_conv too, so that any split of a clip into chunks computes
+  // exactly what the whole clip does); each frame's output goes to
+  // ops.FramesFinished as it is final.
+  at::Tensor DecodeFrames(const at::Tensor& z, LayerOps& ops, WanDecodeState& state);
 
   WanDecoder3d decoder{nullptr};
   WanCausalConv3d post_quant_conv{nullptr};  // 1x1x1

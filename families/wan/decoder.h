@@ -39,8 +39,12 @@ class WanDecoder final : public ModuleBackedDecoder {
 
   // The pipelines' de-normalisation: z / (1 / latents_std) + latents_mean, per channel.
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
-  // Fresh feature cache per call; the module holds no decode state.
+  // The whole clip through a fresh stream: the module holds no decode state.
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
+  // Causal in time: every Wan-lineage config streams (its feature cache is
+  // the stream's state).
+  absl::Status CheckStreaming() const override { return absl::OkStatus(); }
+  std::unique_ptr<DecodeStream> OpenStream() override;
 
   const WanConfig& config() const { return config_; }
   // The decode side of the diffusers model, named as its state dict

@@ -150,6 +150,33 @@ TEST(WanDecoder, RepeatDecodesStartWithAnEmptyCache) {
   EXPECT_TRUE(b1.equal(b2));
 }
 
+// A session's chunks, concatenated, are the whole clip's decode bit for bit,
+// however the clip is split; the cache is the state between chunks.
+TEST(WanDecoder, StreamedChunksEqualTheWholeClip) {
+  for (const WanConfig& c : {SmallConfig(), SmallResidualConfig()}) {
+    std::unique_ptr<WanDecoder> d = Make(c);
+    ASSERT_TRUE(d->CheckStreaming().ok());
+    DenseOps ops;
+    at::manual_seed(3);
+    const at::Tensor z = at::randn({2, 4, 4, 3, 2});
+    const at::Tensor whole = d->Decode(z, ops);
+    for (const std::vector<int64_t>& split : std::vector<std::vector<int64_t>>{{1, 1, 1, 1}, {2, 2}, {1, 3}, {3, 1}}) {
+      std::unique_ptr<DecodeStream> stream = d->OpenStream();
+      ASSERT_NE(stream, nullptr);
+      EXPECT_EQ(stream->state_bytes(), 0);
+      std::vector<at::Tensor> frames;
+      int64_t begin = 0;
+      for (int64_t t : split) {
+        frames.push_back(stream->DecodeChunk(z.narrow(2, begin, t).contiguous(), ops));
+        begin += t;
+        EXPECT_EQ(stream->latent_frames(), begin);
+        EXPECT_GT(stream->state_bytes(), 0);
+      }
+      EXPECT_TRUE(at::cat(frames, 2).equal(whole)) << "split of " << split.size() << " chunks";
+    }
+  }
+}
+
 // Counts the row-coupled ops and remembers every weight they were given.
 class RecordingOps final : public LayerOps {
  public:

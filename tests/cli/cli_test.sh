@@ -185,6 +185,42 @@ expect_error 1 "applies to raw latents" decode --scaling-factor 2 --out "$OUT/x.
 expect_error 1 "not timestep-conditioned" decode --decode-timestep 0.05 --out "$OUT/x.npy"
 expect_error 1 "mp4 needs a video model" decode --out "$OUT/x.mp4"
 
+echo "== streaming sessions: a clip decoded chunk by chunk equals the whole decode"
+# Dense: byte for byte. Exact over 3 ranks (uneven bands of 7 latent rows):
+# within 3e-5 of the dense whole clip. Batch 2 from a demo latent.
+stream_case() {  # name model-dir latent-args... -- chunkings...
+  local name=$1 model=$2
+  shift 2
+  local args=()
+  while [ "$1" != "--" ]; do args+=("$1"); shift; done
+  shift
+  "$BIN" decode --model "$model" "${args[@]}" --out "$OUT/${name}_whole.safetensors" >/dev/null || fail "$name whole decode"
+  for chunks in "$@"; do
+    local n lines
+    n=$(tr ',' '\n' <<<"$chunks" | grep -c .)
+    lines=$("$BIN" decode --model "$model" "${args[@]}" --stream-chunks "$chunks" --out "$OUT/${name}_s.safetensors")
+    [ "$(grep -c '^chunk=' <<<"$lines")" = "$n" ] || fail "$name --stream-chunks $chunks did not print $n chunk lines"
+    cmp -s "$OUT/${name}_whole.safetensors" "$OUT/${name}_s.safetensors" || fail "$name dense chunks $chunks differ from the whole clip"
+    "$BIN" decode --model "$model" "${args[@]}" --stream-chunks "$chunks" --mode exact --ranks 3 --timeout-s 60 \
+      --out "$OUT/${name}_sx.npy" | grep "mode=exact ranks=3" > /dev/null || fail "$name exact chunks $chunks"
+    verdict=$("$PY" "$FIX/compare.py" "$OUT/${name}_whole.safetensors" "$OUT/${name}_sx.npy" --atol 3e-5 --rtol 0 | tail -n 1)
+    case "$verdict" in *OK) ;; *) fail "$name exact chunks $chunks vs the whole clip: $verdict" ;; esac
+  done
+}
+stream_case wan21 "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" -- 1,1,1,1 1,3 2,2 4
+stream_case wan22 "$FIX/wan22" --latent "$FIX/wan22/latent.safetensors" -- 1,1
+stream_case wan21_b2 "$FIX/wan21" --latent-shape 2,16,3,7,5 --seed 3 -- 1,2 2,1
+"$BIN" decode --model "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" --stream-chunks 1,3 --out "$OUT/s.png" \
+  >/dev/null || fail "streamed PNG frames"
+[ -f "$OUT/s_f012.png" ] && [ ! -f "$OUT/s_f013.png" ] || fail "streamed PNG frames are not named as the whole clip's: $(ls "$OUT" | grep '^s_' | head -3)"
+expect_error 1 "adds up to 3 latent frames; the latent has 4" decode --model "$FIX/wan21" \
+  --latent "$FIX/wan21/latent.safetensors" --stream-chunks 1,2 --out "$OUT/x.npy"
+expect_error 1 "is an image model" decode --stream-chunks 1 --out "$OUT/x.npy"
+expect_error 1 "must list positive latent frame counts" decode --model "$FIX/wan21" \
+  --latent "$FIX/wan21/latent.safetensors" --stream-chunks 2,0,2 --out "$OUT/x.npy"
+expect_error 1 "no tiles" decode --model "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" --stream-chunks 4 \
+  --mode tiled --out "$OUT/x.npy"
+
 echo "== float16: force_upcast VAEs decode in float32, as diffusers' pipelines do"
 line=$("$BIN" decode --model "$FIX/sd_kl" --dtype float16 --out "$OUT/fp16.npy" | tail -n 1)
 [[ "$line" == *"dtype=float32 requested_dtype=float16 (force_upcast)"* ]] || fail "sd_kl in float16 was not upcast: $line"

@@ -1,0 +1,206 @@
+// Streaming sessions on a real worker group (GroupRuntime over real Gloo,
+// one process per rank): a clip sent as chunks, each chunk a job decoded
+// through the session's state on the ranks, equals the whole clip's decode
+// — dense bit for bit, exact (uneven bands, batch 2) within 3e-5 — at world
+// sizes 1-4; sessions interleave with each other and with whole decodes on
+// the same group; a lost state is refused until the history is replayed,
+// which gives the same frames; closing frees the state on every rank.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "formats/tensor_file.h"
+#include "parallel/testing/multi_process.h"
+#include "parallel/testing/tensor_checks.h"
+#include "rpc/status_macros.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "tests/multiprocess/group_decode_checks.h"
+#include "worker/decode_plan.h"
+#include "worker/group_runtime.h"
+
+namespace vaedecode {
+namespace {
+
+using parallel::testing::ExpectTensorClose;
+
+constexpr double kExactVsDense = 3e-5;
+
+absl::Status Expect(bool condition, const std::string& what) {
+  return condition ? absl::OkStatus() : absl::InternalError(what);
+}
+
+struct Session {
+  int64_t id;
+  std::vector<int64_t> chunks;  // latent frames per chunk
+};
+
+// The leader's side: plans and runs one chunk of session `id`.
+absl::StatusOr<worker::DecodeOutcome> RunChunk(worker::GroupRuntime& runtime, const at::Tensor& latent,
+                                               worker::DecodeMode mode, worker::SessionStep step) {
+  families::Decoder& decoder = *runtime.models()[0].decoder;
+  worker::PlanningContext planning;
+  planning.requested = mode;
+  planning.world_size = runtime.world_size();
+  worker::GroupJob job;
+  ASSIGN_OR_RETURN(job.plan, worker::PlanDecode(decoder, worker::DecodeJob{latent}, planning));
+  job.plan.session = step;
+  return runtime.Run(job);
+}
+
+absl::StatusOr<at::Tensor> WholeDecode(worker::GroupRuntime& runtime, const at::Tensor& latent,
+                                       worker::DecodeMode mode) {
+  ASSIGN_OR_RETURN(worker::DecodeOutcome outcome, RunChunk(runtime, latent, mode, {}));
+  return outcome.result.sample;
+}
+
+// Runs `sessions` over `latent` chunk by chunk, round robin (so sessions
+// interleave on the group), with a whole decode of another latent between
+// rounds; each session's frames, concatenated.
+absl::StatusOr<std::vector<at::Tensor>> RunInterleaved(worker::GroupRuntime& runtime, const at::Tensor& latent,
+                                                       worker::DecodeMode mode, const std::vector<Session>& sessions,
+                                                       const at::Tensor& other, const at::Tensor& other_expected) {
+  std::vector<std::vector<at::Tensor>> frames(sessions.size());
+  std::vector<int64_t> next(sessions.size(), 0), begin(sessions.size(), 0);
+  for (bool any = true; any;) {
+    any = false;
+    for (size_t s = 0; s < sessions.size(); ++s) {
+      if (next[s] == static_cast<int64_t>(sessions[s].chunks.size())) continue;
+      any = true;
+      const int64_t t = sessions[s].chunks[next[s]];
+      ASSIGN_OR_RETURN(worker::DecodeOutcome chunk,
+                       RunChunk(runtime, latent.narrow(2, begin[s], t), mode, {sessions[s].id, next[s] == 0, 0}));
+      const std::string what = absl::StrCat("session ", sessions[s].id, " chunk ", next[s]);
+      RETURN_IF_ERROR(Expect(chunk.result.mode == mode, what + ": mode"));
+      for (const worker::RankStats& r : chunk.ranks) {
+        // The state is the causal cache: held on the ranks that decode.
+        const bool holds = mode == worker::DecodeMode::kExact || &r == &chunk.ranks[0];
+        RETURN_IF_ERROR(Expect((r.session_state_bytes > 0) == holds, what + ": state bytes where it lives"));
+        RETURN_IF_ERROR(Expect(r.sessions_bytes >= r.session_state_bytes, what + ": all sessions' bytes"));
+      }
+      RETURN_IF_ERROR(Expect(runtime.sessions().LatentFrames(sessions[s].id) == begin[s] + t, what + ": frames"));
+      frames[s].push_back(chunk.result.sample);
+      begin[s] += t;
+      ++next[s];
+    }
+    if (other.defined()) {
+      ASSIGN_OR_RETURN(at::Tensor between, WholeDecode(runtime, other, mode));
+      RETURN_IF_ERROR(Expect(between.equal(other_expected), "a whole decode between chunks changed"));
+    }
+  }
+  std::vector<at::Tensor> out;
+  for (auto& f : frames) out.push_back(at::cat(f, 2));
+  return out;
+}
+
+absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& latent, const at::Tensor& other) {
+  const int world = runtime.world_size();
+  ASSIGN_OR_RETURN(at::Tensor dense_whole, WholeDecode(runtime, latent, worker::DecodeMode::kDense));
+  const int64_t frames = latent.size(2);
+  const std::vector<Session> sessions = {
+      {11, std::vector<int64_t>(frames, 1)}, {12, {1, frames - 1}}, {13, {frames - 1, 1}}, {14, {frames}}};
+  for (worker::DecodeMode mode : {worker::DecodeMode::kDense, worker::DecodeMode::kExact}) {
+    if (mode == worker::DecodeMode::kExact && world == 1) continue;
+    ASSIGN_OR_RETURN(at::Tensor other_expected, WholeDecode(runtime, other, mode));
+    ASSIGN_OR_RETURN(std::vector<at::Tensor> outs,
+                     RunInterleaved(runtime, latent, mode, sessions, other, other_expected));
+    for (size_t s = 0; s < sessions.size(); ++s) {
+      const std::string what = absl::StrCat(worker::ModeName(mode), " session of chunks ",
+                                            absl::StrJoin(sessions[s].chunks, ","), " at ", world, " ranks");
+      if (mode == worker::DecodeMode::kDense) {
+        RETURN_IF_ERROR(Expect(outs[s].equal(dense_whole), what + ": not bit-identical to the whole clip"));
+      } else {
+        RETURN_IF_ERROR(ExpectTensorClose(outs[s], dense_whole, kExactVsDense, 0, what));
+      }
+    }
+
+    // Lost state: session 11 closed (as after a rebuilt group) refuses its
+    // next chunk by name; a replay of its history with the chunk gives the
+    // chunk's frames as the unbroken session did.
+    for (const Session& s : sessions) RETURN_IF_ERROR(runtime.CloseSession(s.id));
+    RETURN_IF_ERROR(Expect(runtime.sessions().size() == 0, "closed sessions still held"));
+    ASSIGN_OR_RETURN(worker::DecodeOutcome first,
+                     RunChunk(runtime, latent.narrow(2, 0, 1), mode, {21, /*start=*/true, 0}));
+    RETURN_IF_ERROR(runtime.CloseSession(21));
+    absl::StatusOr<worker::DecodeOutcome> lost = RunChunk(runtime, latent.narrow(2, 1, 1), mode, {21, false, 0});
+    RETURN_IF_ERROR(Expect(!lost.ok() && lost.status().code() == absl::StatusCode::kFailedPrecondition &&
+                               absl::StrContains(lost.status().message(), "replay"),
+                           absl::StrCat("a chunk without its state: ", lost.status().ToString())));
+    ASSIGN_OR_RETURN(worker::DecodeOutcome replayed,
+                     RunChunk(runtime, latent.narrow(2, 0, 2), mode, {21, /*start=*/true, /*replayed=*/1}));
+    std::vector<at::Tensor> parts = {first.result.sample, replayed.result.sample};
+    if (frames > 2) {
+      ASSIGN_OR_RETURN(worker::DecodeOutcome rest,
+                       RunChunk(runtime, latent.narrow(2, 2, frames - 2), mode, {21, false, 0}));
+      parts.push_back(rest.result.sample);
+    }
+    const at::Tensor session = at::cat(parts, 2);
+    const std::string what = absl::StrCat(worker::ModeName(mode), " replayed session at ", world, " ranks");
+    if (mode == worker::DecodeMode::kDense) {
+      RETURN_IF_ERROR(Expect(session.equal(dense_whole), what + ": not bit-identical"));
+    } else {
+      RETURN_IF_ERROR(ExpectTensorClose(session, dense_whole, kExactVsDense, 0, what));
+    }
+    RETURN_IF_ERROR(runtime.CloseSession(21));
+    // Every rank freed its states: the next job's figures say so.
+    ASSIGN_OR_RETURN(worker::DecodeOutcome after, RunChunk(runtime, other, mode, {}));
+    for (const worker::RankStats& r : after.ranks) {
+      RETURN_IF_ERROR(Expect(r.sessions_bytes == 0, what + ": a rank still holds session state after the close"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct Case {
+  std::string fixture;
+  std::vector<int64_t> latent_shape;  // empty: the fixture's latent
+  int world;
+};
+
+class SessionDecode : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SessionDecode, ChunksEqualTheWholeClip) {
+  const Case c = GetParam();
+  absl::Status s = parallel::testing::RunRanks(
+      c.world,
+      [&c](int rank, int w, int port) -> absl::Status {
+        ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm,
+                         testing::JoinTestGroup(rank, w, port, "session-decode-test"));
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, testing::LoadFixtureDecoder(c.fixture));
+        std::vector<worker::NamedModel> models;
+        models.push_back({c.fixture, std::move(decoder), testing::FixturePath(c.fixture), std::nullopt});
+        worker::GroupRuntime runtime(std::move(comm), std::move(models), absl::Seconds(30));
+        if (rank != worker::kLeader) return runtime.ServeAsPeer();  // until the leader's Shutdown
+        at::Tensor latent;
+        if (c.latent_shape.empty()) {
+          ASSIGN_OR_RETURN(latent,
+                           formats::ReadTensorFile(testing::FixturePath(c.fixture + "/latent.safetensors"), "latent"));
+        } else {
+          at::manual_seed(5);
+          latent = at::randn(c.latent_shape);
+        }
+        at::manual_seed(6);
+        const at::Tensor other = at::randn({1, latent.size(1), 2, latent.size(3), latent.size(4)});
+        const absl::Status checked = LeaderChecks(runtime, latent, other);
+        runtime.Shutdown();
+        return checked;
+      },
+      absl::Seconds(300));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// wan21: 7 latent rows (uneven bands at 2-4 ranks), 4 frames; wan22: the
+// residual up blocks and the unpatchify; batch 2 with 3 frames.
+INSTANTIATE_TEST_SUITE_P(Wan, SessionDecode,
+                         ::testing::Values(Case{"wan21", {}, 1}, Case{"wan21", {}, 2}, Case{"wan21", {}, 3},
+                                           Case{"wan21", {}, 4}, Case{"wan22", {}, 2},
+                                           Case{"wan21", {2, 16, 3, 5, 4}, 3}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return absl::StrCat(info.param.fixture, info.param.latent_shape.empty() ? "" : "_b2", "_",
+                                               info.param.world, "_ranks");
+                         });
+
+}  // namespace
+}  // namespace vaedecode
