@@ -57,8 +57,8 @@ def main():
     state = {}
     for _ in range(args.rounds):
         for name, flags in modes:
-            whole_out = os.path.join(args.out, "whole.npy")
-            session_out = os.path.join(args.out, "session.npy")
+            whole_out = os.path.join(args.out, "whole.safetensors")
+            session_out = os.path.join(args.out, "session.safetensors")
             summary, _ = run(args, flags, whole_out)
             whole_ms[name].append(float(summary["decode_ms"]))
             summary, chunks = run(args, flags + ["--stream-chunks", one_by_one], session_out)

@@ -302,7 +302,7 @@ absl::StatusOr<GroupDecodeResult> GroupRuntime::ExecuteOnRank(const GroupJob& sh
   const bool holds_state = step.id != 0 && (rank_ == kLeader || shared.plan.mode == DecodeMode::kExact);
   ExecuteOptions with_stream = options;
   if (holds_state) {
-    absl::StatusOr<families::DecodeStream*> stream = sessions_.Step(step, shared.model_index, decoder);
+    absl::StatusOr<families::DecodeStream*> stream = sessions_.Step(shared.plan, shared.model_index, decoder);
     // The leader checked before broadcasting: a peer without the state is out of step.
     if (!stream.ok()) return parallel::AbortWith(counting, absl::InternalError(stream.status().message()));
     with_stream.stream = *stream;
@@ -322,14 +322,20 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
     return absl::InvalidArgumentError(absl::StrCat("no model with index ", job.model_index));
   }
   const SessionStep& step = job.plan.session;
-  if (step.id != 0 && !step.start && !sessions_.LatentFrames(step.id)) {
-    // Before the peers hear of it (the group stays in step): the caller
-    // replays the session's history.
-    return InStep(absl::FailedPreconditionError(absl::StrCat(
-        "session ", step.id, "'s state is not held by this group (rebuilt, or a chunk failed): replay its history")));
-  }
-  if (step.id != 0 && job.plan.mode == DecodeMode::kTiled) {
-    return absl::InvalidArgumentError("a session's chunks are decoded dense or exact, not in tiles");
+  if (step.id != 0) {
+    // Before the peers hear of it, so a refusal leaves the group in step: a
+    // lost state (the caller replays the session's history) or a chunk that
+    // does not fit the session's state; tiles have no session state.
+    RETURN_IF_ERROR(InStep(sessions_.Check(job.plan, job.model_index)));
+    if (job.plan.mode == DecodeMode::kTiled) {
+      return absl::InvalidArgumentError("a session's chunks are decoded dense or exact, not in tiles");
+    }
+    const int64_t replayed = step.replayed_latent_frames;
+    if (replayed < 0 || (replayed > 0 && (!step.start || replayed >= job.plan.latent.size(2)))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a replay starts the session and leaves latent frames to return; it replays ", replayed, " of ",
+                       job.plan.latent.size(2), step.start ? "" : " without starting the session"));
+    }
   }
   families::Decoder& decoder = *models_[job.model_index].decoder;
   if (step.start) RETURN_IF_ERROR(InStep(decoder.CheckStreaming()));
@@ -364,8 +370,14 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   }
   DecodeOutcome outcome{*std::move(result), {}, counting.stats()};
   outcome.result.comm_ms = counting.TakeCallMs();
-  ASSIGN_OR_RETURN(std::vector<RankStats> ranks, GatherRankStats(*comm_, outcome.result));
-  outcome.ranks = std::move(ranks);
+  absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, outcome.result);
+  if (!ranks.ok()) {
+    // The chunk did not reach its caller: a retry must replay, not go on
+    // from the state it advanced (every rank drops it).
+    if (step.id != 0) sessions_.Drop(step.id);
+    return ranks.status();
+  }
+  outcome.ranks = *std::move(ranks);
   RecordStats(outcome.ranks);
   ++decodes_;
   return outcome;
@@ -445,6 +457,7 @@ absl::Status GroupRuntime::ServeAsPeer() {
     result->comm_ms = counting.TakeCallMs();
     absl::StatusOr<std::vector<RankStats>> ranks = GatherRankStats(*comm_, *result);
     if (!ranks.ok()) {
+      if (job->plan.session.id != 0) sessions_.Drop(job->plan.session.id);  // as the leader does
       if (absl::Status s = RecoverOrBreak(ranks.status()); broken_) return s;
       continue;
     }

@@ -1,13 +1,58 @@
 #include "worker/session_streams.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
 
-absl::StatusOr<families::DecodeStream*> SessionStreams::Step(const SessionStep& step, int64_t model_index,
-                                                             families::Decoder& decoder) {
+namespace {
+
+// A chunk's latent shape without its frame count.
+std::vector<int64_t> ChunkShape(const at::Tensor& latent) {
+  std::vector<int64_t> shape = latent.sizes().vec();
+  if (shape.size() > 2) shape[2] = 0;
+  return shape;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::vector<std::string> dims;
+  for (int64_t d : shape) dims.push_back(d == 0 ? "T" : absl::StrCat(d));
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+}  // namespace
+
+absl::Status SessionStreams::Check(const DecodePlan& plan, int64_t model_index) const {
+  const SessionStep& step = plan.session;
+  if (step.start) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
+  auto it = held_.find(step.id);
+  if (it == held_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session ", step.id, "'s state is not held by this group (rebuilt, or a chunk failed): replay its history"));
+  }
+  const Held& held = it->second;
+  if (held.model_index != model_index) {
+    return absl::InvalidArgumentError(absl::StrCat("session ", step.id, " decodes another model"));
+  }
+  if (held.mode != plan.mode) {
+    return absl::InvalidArgumentError(absl::StrCat("session ", step.id, " decodes ", ModeName(held.mode),
+                                                   "; this chunk was planned ", ModeName(plan.mode)));
+  }
+  if (held.chunk_shape != ChunkShape(plan.latent) || held.dtype != plan.latent.scalar_type()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session ", step.id, "'s chunks are ", ShapeText(held.chunk_shape), " ", c10::toString(held.dtype),
+        "; this one is ", ShapeText(ChunkShape(plan.latent)), " ", c10::toString(plan.latent.scalar_type())));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<families::DecodeStream*> SessionStreams::Step(const DecodePlan& plan, int64_t model_index,
+                                                             families::Decoder& decoder) {
+  RETURN_IF_ERROR(Check(plan, model_index));
+  absl::MutexLock lock(&mu_);
+  const SessionStep& step = plan.session;
   if (step.start) {
     RETURN_IF_ERROR(decoder.CheckStreaming());
     std::unique_ptr<families::DecodeStream> stream = decoder.OpenStream();
@@ -15,18 +60,10 @@ absl::StatusOr<families::DecodeStream*> SessionStreams::Step(const SessionStep& 
       return absl::InternalError(absl::StrCat(decoder.info().diffusers_class, " says it streams but opened no stream"));
     }
     Held& held = held_[step.id];
-    held = Held{model_index, std::move(stream), 0, 0};
+    held = Held{model_index, plan.mode, ChunkShape(plan.latent), plan.latent.scalar_type(), std::move(stream), 0, 0};
     return held.stream.get();
   }
-  auto it = held_.find(step.id);
-  if (it == held_.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session ", step.id, "'s state is not held here (its group was rebuilt or a chunk failed)"));
-  }
-  if (it->second.model_index != model_index) {
-    return absl::InvalidArgumentError(absl::StrCat("session ", step.id, " decodes another model"));
-  }
-  return it->second.stream.get();
+  return held_.at(step.id).stream.get();
 }
 
 void SessionStreams::Finish(int64_t id, bool ok) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -27,12 +28,17 @@ namespace vaedecode::worker {
 
 class SessionStreams {
  public:
-  // The stream `step`'s chunk of model `model_index` decodes through: a
-  // fresh one for a start (replacing any the session held), else the one
-  // held. FAILED_PRECONDITION when none is held (the caller replays the
-  // session's history) or the decoder cannot stream; INVALID_ARGUMENT for
-  // a chunk of another model than the session's.
-  absl::StatusOr<families::DecodeStream*> Step(const SessionStep& step, int64_t model_index, families::Decoder& decoder)
+  // Whether `plan`'s chunk (of model `model_index`) may continue its
+  // session here: OK for a start; FAILED_PRECONDITION when no state is held
+  // (the caller replays the session's history); INVALID_ARGUMENT for a
+  // chunk whose model, mode, batch, channels, size or dtype differ from the
+  // session's first chunk (its state would not fit it). The leader asks
+  // before the chunk is broadcast, so a refusal leaves the group in step.
+  absl::Status Check(const DecodePlan& plan, int64_t model_index) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The stream `plan`'s chunk decodes through: a fresh one for a start
+  // (replacing any the session held, and recording what its chunks must
+  // keep), else the one held, after Check.
+  absl::StatusOr<families::DecodeStream*> Step(const DecodePlan& plan, int64_t model_index, families::Decoder& decoder)
       ABSL_LOCKS_EXCLUDED(mu_);
   // After a chunk: records the session's figures (ok), or drops its state,
   // which a failed chunk may have left half advanced.
@@ -50,6 +56,9 @@ class SessionStreams {
  private:
   struct Held {
     int64_t model_index = 0;
+    DecodeMode mode = DecodeMode::kDense;
+    std::vector<int64_t> chunk_shape;  // the latent's, frames set to 0
+    at::ScalarType dtype = at::kFloat;
     std::unique_ptr<families::DecodeStream> stream;
     int64_t latent_frames = 0;  // recorded after each chunk
     int64_t state_bytes = 0;

@@ -4,7 +4,9 @@
 // — dense bit for bit, exact (uneven bands, batch 2) within 3e-5 — at world
 // sizes 1-4; sessions interleave with each other and with whole decodes on
 // the same group; a lost state is refused until the history is replayed,
-// which gives the same frames; closing frees the state on every rank.
+// which gives the same frames; chunks that do not fit the session are
+// refused with the group still serving; closing frees the state on every
+// rank.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -39,7 +41,8 @@ struct Session {
 
 // The leader's side: plans and runs one chunk of session `id`.
 absl::StatusOr<worker::DecodeOutcome> RunChunk(worker::GroupRuntime& runtime, const at::Tensor& latent,
-                                               worker::DecodeMode mode, worker::SessionStep step) {
+                                               worker::DecodeMode mode, worker::SessionStep step,
+                                               const worker::OutputProgress& progress = {}) {
   families::Decoder& decoder = *runtime.models()[0].decoder;
   worker::PlanningContext planning;
   planning.requested = mode;
@@ -47,7 +50,7 @@ absl::StatusOr<worker::DecodeOutcome> RunChunk(worker::GroupRuntime& runtime, co
   worker::GroupJob job;
   ASSIGN_OR_RETURN(job.plan, worker::PlanDecode(decoder, worker::DecodeJob{latent}, planning));
   job.plan.session = step;
-  return runtime.Run(job);
+  return runtime.Run(job, nullptr, progress);
 }
 
 absl::StatusOr<at::Tensor> WholeDecode(worker::GroupRuntime& runtime, const at::Tensor& latent,
@@ -128,8 +131,19 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
     RETURN_IF_ERROR(Expect(!lost.ok() && lost.status().code() == absl::StatusCode::kFailedPrecondition &&
                                absl::StrContains(lost.status().message(), "replay"),
                            absl::StrCat("a chunk without its state: ", lost.status().ToString())));
+    // The frames streamed during the replay are the chunk's alone, numbered from its first.
+    std::vector<std::pair<at::Tensor, int64_t>> streamed;
+    worker::OutputProgress progress;
+    progress.frames_ready = [&streamed](const at::Tensor& f, int64_t first) { streamed.push_back({f.clone(), first}); };
     ASSIGN_OR_RETURN(worker::DecodeOutcome replayed,
-                     RunChunk(runtime, latent.narrow(2, 0, 2), mode, {21, /*start=*/true, /*replayed=*/1}));
+                     RunChunk(runtime, latent.narrow(2, 0, 2), mode, {21, /*start=*/true, /*replayed=*/1}, progress));
+    int64_t next_frame = 0;
+    for (const auto& [f, first] : streamed) {
+      RETURN_IF_ERROR(Expect(first == next_frame, "replayed frames streamed out of order or from the history"));
+      RETURN_IF_ERROR(Expect(f.equal(replayed.result.sample.narrow(2, first, f.size(2))), "streamed replay frames"));
+      next_frame += f.size(2);
+    }
+    RETURN_IF_ERROR(Expect(next_frame == replayed.result.sample.size(2), "the replay streamed every frame once"));
     std::vector<at::Tensor> parts = {first.result.sample, replayed.result.sample};
     if (frames > 2) {
       ASSIGN_OR_RETURN(worker::DecodeOutcome rest,
@@ -151,6 +165,36 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
     }
   }
   return absl::OkStatus();
+}
+
+// Chunks that do not fit their session's state, and replay counts that make
+// no sense, are refused before the group runs them; the group and the
+// session go on.
+absl::Status RefusalChecks(worker::GroupRuntime& runtime, const at::Tensor& latent) {
+  using worker::DecodeMode;
+  const auto refused = [](const absl::StatusOr<worker::DecodeOutcome>& r, absl::StatusCode code,
+                          const std::string& words, const std::string& what) {
+    return Expect(!r.ok() && r.status().code() == code && absl::StrContains(r.status().message(), words),
+                  absl::StrCat(what, ": ", r.status().ToString()));
+  };
+  ASSIGN_OR_RETURN(worker::DecodeOutcome first,
+                   RunChunk(runtime, latent.narrow(2, 0, 1), DecodeMode::kExact, {31, true, 0}));
+  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 1, 1), DecodeMode::kDense, {31, false, 0}),
+                          absl::StatusCode::kInvalidArgument, "decodes exact", "a dense chunk of an exact session"));
+  RETURN_IF_ERROR(refused(
+      RunChunk(runtime, latent.narrow(2, 1, 1).narrow(3, 0, latent.size(3) - 1), DecodeMode::kExact, {31, false, 0}),
+      absl::StatusCode::kInvalidArgument, "chunks are", "a chunk of another height"));
+  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 1, 1), DecodeMode::kExact, {31, false, 1}),
+                          absl::StatusCode::kInvalidArgument, "without starting", "a replay that does not start"));
+  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 0, 2), DecodeMode::kExact, {31, true, 2}),
+                          absl::StatusCode::kInvalidArgument, "replays 2 of 2", "a replay with nothing to return"));
+  // The session goes on where it was, exactly as the whole clip.
+  ASSIGN_OR_RETURN(worker::DecodeOutcome second,
+                   RunChunk(runtime, latent.narrow(2, 1, 1), DecodeMode::kExact, {31, false, 0}));
+  ASSIGN_OR_RETURN(at::Tensor whole, WholeDecode(runtime, latent.narrow(2, 0, 2), DecodeMode::kDense));
+  RETURN_IF_ERROR(ExpectTensorClose(at::cat({first.result.sample, second.result.sample}, 2), whole, kExactVsDense, 0,
+                                    "the session after refused chunks"));
+  return runtime.CloseSession(31);
 }
 
 struct Case {
@@ -183,7 +227,8 @@ TEST_P(SessionDecode, ChunksEqualTheWholeClip) {
         }
         at::manual_seed(6);
         const at::Tensor other = at::randn({1, latent.size(1), 2, latent.size(3), latent.size(4)});
-        const absl::Status checked = LeaderChecks(runtime, latent, other);
+        absl::Status checked = LeaderChecks(runtime, latent, other);
+        if (checked.ok() && w > 1) checked = RefusalChecks(runtime, latent);
         runtime.Shutdown();
         return checked;
       },
