@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <vector>
 
@@ -32,6 +31,7 @@
 #include "rpc/output_formats.h"
 #include "rpc/request_checks.h"
 #include "rpc/request_options.h"
+#include "rpc/session_stream.h"
 #include "rpc/status_macros.h"
 #include "tiling/calibration.h"
 #include "tiling/planner.h"
@@ -218,19 +218,8 @@ absl::StatusOr<std::vector<int64_t>> StreamChunksFlag(const ParsedArgs& args, co
                                                       const families::Decoder& decoder) {
   std::optional<std::string> text = args.Get("stream-chunks");
   if (!text) return std::vector<int64_t>();
-  absl::StatusOr<std::vector<int64_t>> chunks = ParseShape(*text);
-  if (!chunks.ok() || chunks->empty() || *std::min_element(chunks->begin(), chunks->end()) < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--stream-chunks must list positive latent frame counts (e.g. 1,2,2), got \"", *text, "\""));
-  }
   RETURN_IF_ERROR(decoder.CheckStreaming());
-  const int64_t total = std::accumulate(chunks->begin(), chunks->end(), int64_t{0});
-  if (latent.dim() != 5 || total != latent.size(2)) {
-    return absl::InvalidArgumentError(absl::StrCat("--stream-chunks adds up to ", total,
-                                                   " latent frames; the latent has ",
-                                                   latent.dim() == 5 ? latent.size(2) : 1));
-  }
-  return *chunks;
+  return rpc::ParseStreamChunks("--stream-chunks", *text, latent.dim() == 5 ? latent.size(2) : 1);
 }
 
 // The latent decoded through one streaming session, `chunks` latent frames

@@ -6,6 +6,12 @@
 //   vaedecode_client --server=127.0.0.1:50051 --latent=latent.safetensors --out=image.png
 //   vaedecode_client --server=… --latent_shape=1,4,32,32 --seed=0 --out=demo.png
 //   vaedecode_client --server=… --image=photo.png --out=latent.safetensors [--posterior=sample --seed=7]
+//   vaedecode_client --server=… --model=wan --latent=clip.safetensors --stream_chunks=1,2,2 --out=clip.npy
+//
+// --stream_chunks sends the latent through a DecodeSession, that many latent
+// frames per chunk (each once the chunk before it is decoded, as a
+// generator would), prints one line per chunk and writes the clip the
+// session's frames make (equal to the Decode without it).
 //
 // Prints one summary line; errors are one line on stderr and exit code 1
 // (2 for bad flags).
@@ -36,6 +42,7 @@
 #include "rpc/output_assembler.h"
 #include "rpc/output_formats.h"
 #include "rpc/request_options.h"
+#include "rpc/session_stream.h"
 #include "rpc/status_macros.h"
 #include "vaedecode/v1/vaedecode.grpc.pb.h"
 
@@ -46,6 +53,8 @@ ABSL_FLAG(std::string, latent_shape, "1,4,32,32", "Shape of the demo latent");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent; with --image and --posterior=sample, the sample's seed");
 ABSL_FLAG(std::string, image, "",
           "Encode instead: .png, .jpg, .mp4, .safetensors or .npy image ([B, C, (T,) H, W] in [-1, 1]) to encode");
+ABSL_FLAG(std::string, stream_chunks, "",
+          "Video latents: decode through a streaming session, sending this many latent frames per chunk (1,2,2)");
 ABSL_FLAG(int64_t, piece_bytes, 4 << 20, "Encode: the image is streamed in pieces of this many bytes");
 ABSL_FLAG(std::string, out, "", "Output file: .safetensors, .npy, .png, .jpg or .mp4");
 ABSL_FLAG(double, deadline_s, 600, "Call deadline in seconds");
@@ -293,6 +302,80 @@ int Encode(v1::VaeDecoder::Stub& stub, const OptionArgs& options, bool seed_give
   return 0;
 }
 
+// The latent of `request` through one DecodeSession, `chunks` latent frames
+// at a time; writes the clip like a Decode's output.
+int DecodeInSession(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& request, const std::vector<int64_t>& chunks,
+                    std::chrono::system_clock::time_point deadline) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(deadline);
+  ctx.set_wait_for_ready(true);
+  auto call = stub.DecodeSession(&ctx);
+  vaedecode::rpc::SessionAssembler session;
+  absl::Status stream_error;
+  // Reads up to the next message of `kind`; false when the stream ended.
+  const auto read_until = [&](v1::DecodeResponse::KindCase kind) {
+    v1::DecodeResponse message;
+    while (call->Read(&message)) {
+      if (stream_error.ok()) stream_error = session.Add(message);
+      if (!stream_error.ok()) ctx.TryCancel();
+      if (message.has_chunk_trailer()) {
+        const v1::ChunkTrailer& t = message.chunk_trailer();
+        std::cout << "chunk=" << t.chunk() << " first_frame=" << t.first_frame() << " frames=" << t.frames()
+                  << " queue_ms=" << t.timings().queue_ms() << " decode_ms=" << t.timings().decode_ms()
+                  << " stream_ms=" << t.timings().stream_ms() << " state_bytes=["
+                  << absl::StrJoin(t.state_bytes_per_rank(), ",") << "]"
+                  << (t.replayed_latent_frames() > 0 ? absl::StrCat(" replayed=", t.replayed_latent_frames()) : "")
+                  << "\n";
+      }
+      if (message.kind_case() == kind) return true;
+    }
+    return false;
+  };
+  v1::SessionRequest open;
+  *open.mutable_open() = vaedecode::rpc::SessionOpenFor(request);
+  bool going = call->Write(open) && read_until(v1::DecodeResponse::kSessionHeader);
+  int64_t begin = 0;
+  for (size_t i = 0; going && i < chunks.size(); ++i) {
+    v1::SessionRequest chunk;
+    *chunk.mutable_chunk() = vaedecode::rpc::LatentFrames(request.latent(), begin, chunks[i]);
+    begin += chunks[i];
+    going = call->Write(chunk) && read_until(v1::DecodeResponse::kChunkTrailer);
+  }
+  if (going) {
+    v1::SessionRequest close;
+    close.mutable_close();
+    call->Write(close);
+  }
+  call->WritesDone();
+  read_until(v1::DecodeResponse::KIND_NOT_SET);  // the rest of the stream
+  const grpc::Status status = call->Finish();
+  if (!stream_error.ok()) {
+    std::cerr << "vaedecode_client: bad stream from the server: " << stream_error.message() << "\n";
+    return 1;
+  }
+  if (!status.ok()) {
+    std::cerr << "vaedecode_client: " << StatusLine(status) << "\n";
+    return 1;
+  }
+  if (absl::Status s = session.Finish(); !s.ok()) {
+    std::cerr << "vaedecode_client: bad stream from the server: " << s.message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::vector<std::string>> written =
+      vaedecode::client::WriteOutput(ResolvePath(absl::GetFlag(FLAGS_out)), session.clip());
+  if (!written.ok()) {
+    std::cerr << "vaedecode_client: " << written.status().message() << "\n";
+    return 1;
+  }
+  const v1::SessionHeader& h = session.header();
+  const v1::Trailer& t = session.trailer();
+  std::cout << "session_id=" << h.session_id() << " shape=[" << absl::StrJoin(session.clip().header().shape(), ",")
+            << "] mode=" << v1::Mode_Name(h.mode()) << " degree=" << h.degree() << " chunks=" << t.session_chunks()
+            << " frames=" << t.session_frames() << " decode_ms=" << t.timings().decode_ms()
+            << " total_ms=" << t.timings().total_ms() << " wrote=" << absl::StrJoin(*written, ",") << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -350,6 +433,19 @@ int main(int argc, char** argv) {
   if (!request.ok()) {
     std::cerr << "vaedecode_client: " << request.status().message() << "\n";
     return 2;
+  }
+
+  if (const std::string chunks_text = absl::GetFlag(FLAGS_stream_chunks); !chunks_text.empty()) {
+    const auto& shape = request->latent().shape();
+    absl::StatusOr<std::vector<int64_t>> chunks =
+        vaedecode::rpc::ParseStreamChunks("--stream_chunks", chunks_text, shape.size() == 5 ? shape[2] : 1);
+    if (!chunks.ok() || shape.size() != 5) {
+      std::cerr << "vaedecode_client: "
+                << (chunks.ok() ? "--stream_chunks needs a video latent [B, C, T, H, W]" : chunks.status().message())
+                << "\n";
+      return 2;
+    }
+    return DecodeInSession(*stub, *request, *chunks, deadline);
   }
 
   grpc::ClientContext ctx;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "rpc/log_field.h"
 #include "rpc/status.h"
+#include "rpc/status_macros.h"
 #include "server/mode_selection.h"
 #include "server/request_validation.h"
 
@@ -221,7 +222,8 @@ DecodeService::DecodeService(DecodeServiceOptions options, Scheduler& scheduler,
       scheduler_(scheduler),
       catalog_(catalog),
       metrics_(metrics),
-      output_budget_(options_.max_output_buffer_bytes) {
+      output_budget_(options_.max_output_buffer_bytes),
+      sessions_(options_.sessions, catalog) {
   stall_watch_ = std::thread([this] { StallWatchLoop(); });
 }
 
@@ -264,6 +266,7 @@ void DecodeService::StallWatchLoop() {
     metrics_.SetOutputBufferBytes(output_budget_.used());
     const absl::Time now = absl::Now();
     CutSlowUploads(now);
+    CutIdleSessions(now);
     for (const std::shared_ptr<Job>& job : jobs) {
       const absl::Duration stalled = job->WriteStalledFor(now);
       const absl::Duration waited = job->WriteWaitTotal(now);
@@ -320,6 +323,85 @@ void DecodeService::CutSlowUploads(absl::Time now) {
   }
   absl::MutexLock lock(&watch_mu_);
   uploads_.insert(uploads_.end(), going_on.begin(), going_on.end());
+}
+
+std::shared_ptr<SessionClock> DecodeService::WatchSession(std::function<void()> end_idle, absl::Duration timeout) {
+  auto clock = std::make_shared<SessionClock>();
+  {
+    absl::MutexLock lock(&clock->mu);
+    clock->end_idle = std::move(end_idle);
+    clock->waiting_since = absl::Now();  // for the open
+    clock->timeout = timeout;
+  }
+  absl::MutexLock lock(&watch_mu_);
+  session_clocks_.push_back(clock);
+  return clock;
+}
+
+void DecodeService::CutIdleSessions(absl::Time now) {
+  std::vector<std::shared_ptr<SessionClock>> clocks;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    clocks.swap(session_clocks_);
+  }
+  std::vector<std::shared_ptr<SessionClock>> going_on;
+  for (const std::shared_ptr<SessionClock>& clock : clocks) {
+    absl::MutexLock lock(&clock->mu);
+    if (!clock->end_idle) continue;  // over
+    going_on.push_back(clock);
+    if (clock->timed_out || now - clock->waiting_since <= clock->timeout) continue;
+    // The session ends with its own status (a cancelled call would reach
+    // the client as a bare CANCELLED); the read in flight then fails.
+    clock->timed_out = true;
+    clock->end_idle();
+  }
+  absl::MutexLock lock(&watch_mu_);
+  session_clocks_.insert(session_clocks_.end(), going_on.begin(), going_on.end());
+}
+
+absl::StatusOr<v1::ModelInfo> DecodeService::LookupModel(const std::string& name) const {
+  if (name.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model: empty; available models: ", absl::StrJoin(catalog_.Names(), ", ")));
+  }
+  return catalog_.Lookup(name);
+}
+
+absl::Status DecodeService::CheckSessionChunk(const v1::DecodeRequest& request, const v1::ModelInfo& model) const {
+  RETURN_IF_ERROR(ValidateDecodeRequest(request, model));
+  return CheckAdmission(request, model, options_.admission);
+}
+
+void DecodeService::StartSessionJob(const Admission& admission, JobStream* stream, std::shared_ptr<void> keep_alive) {
+  StartJob(admission, stream, [this, keep_alive = std::move(keep_alive)](const Job& j, const absl::Status& s) {
+    if (j.TakePending()) metrics_.AddPending(j.model().name(), -1);
+    const JobReport r = j.report();
+    spdlog::debug("session_chunk id={} queue_ms={:.1f} decode_ms={:.1f} stream_ms={:.1f} status={}",
+                  rpc::LogValue(j.request_id()), r.timings.queue_ms(), r.timings.decode_ms(), r.timings.stream_ms(),
+                  rpc::StatusCodeName(s.code()));
+  });
+}
+
+namespace {
+// A session close job's stream: it writes nothing.
+class NoOutputStream final : public JobStream {
+ public:
+  void StartWrite(const v1::DecodeResponse*) override {}
+  void Finish(const absl::Status&) override {}
+  void Abort() override {}
+};
+}  // namespace
+
+void DecodeService::CloseSessionState(const std::shared_ptr<SessionRecord>& session, const v1::ModelInfo& model) {
+  static NoOutputStream no_output;
+  v1::DecodeRequest request;
+  request.set_model(model.name());
+  request.set_request_id(absl::StrCat(session->public_id(), "/close"));
+  auto job = std::make_shared<Job>(std::move(request), model, absl::Now(), absl::InfiniteFuture(), JobBuffering{});
+  job->SetSession(session, /*close=*/true);
+  job->Attach(&no_output, nullptr);
+  // Ahead of the queue and past its bound: it frees memory, and takes none.
+  if (!scheduler_.Requeue(job)) job->Finish(absl::UnavailableError("the server is stopping"));
 }
 
 void DecodeService::StopAccepting() { accepting_.store(false); }
@@ -418,9 +500,14 @@ DecodeService::Admission DecodeService::Admit(v1::DecodeRequest request, absl::T
 }
 
 void DecodeService::Start(const Admission& admission, JobStream* stream, std::shared_ptr<void> keep_alive) {
+  StartJob(admission, stream,
+           [this, protocol = admission.protocol, keep_alive = std::move(keep_alive)](
+               const Job& j, const absl::Status& s) { Report(j, s, protocol); });
+}
+
+void DecodeService::StartJob(const Admission& admission, JobStream* stream, Job::DoneCallback done) {
   const std::shared_ptr<Job>& job = admission.job;
-  job->Attach(stream, [this, protocol = admission.protocol, keep_alive = std::move(keep_alive)](
-                          const Job& j, const absl::Status& s) { Report(j, s, protocol); });
+  job->Attach(stream, std::move(done));
   absl::Status status = admission.status;
   if (status.ok()) {
     {

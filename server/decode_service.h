@@ -12,6 +12,10 @@
 // deadline) cancels the Job: out of the queue if queued, the leader's call
 // if running. The reactor deletes itself in OnDone.
 //
+// DecodeSession: one bidirectional reactor per session
+// (server/decode_session.cc); each chunk is a Job as a Decode is, pinned to
+// the session's group.
+//
 // Encode: one bidirectional reactor per call reads the image's pieces (at
 // most --max_message_bytes in all), then admits and queues the job as a
 // Decode's; its output streams the same way.
@@ -44,6 +48,7 @@
 #include "server/model_catalog.h"
 #include "server/request_validation.h"
 #include "server/scheduler.h"
+#include "server/session_registry.h"
 #include "vaedecode/v1/vaedecode.grpc.pb.h"
 
 namespace vaedecode::server {
@@ -70,6 +75,8 @@ struct DecodeServiceOptions {
   // upload watchdog cannot see it: the call's handler runs from its first
   // message on.
   absl::Duration upload_timeout = absl::Seconds(120);
+  // DecodeSession's limits (server/session_registry.h).
+  SessionLimits sessions;
 };
 
 // One Encode upload in progress, for the stall watch: it cancels the call
@@ -81,6 +88,18 @@ struct UploadClock {
   bool timed_out ABSL_GUARDED_BY(mu) = false;
 };
 
+// One DecodeSession call, for the stall watch: once the session has waited
+// longer than `timeout` for its client's next message, the watch calls
+// `end_idle` (under `mu`; the call clears it, under `mu`, before it is
+// destroyed).
+struct SessionClock {
+  absl::Mutex mu;
+  std::function<void()> end_idle ABSL_GUARDED_BY(mu);                     // empty once the call is over
+  absl::Time waiting_since ABSL_GUARDED_BY(mu) = absl::InfiniteFuture();  // reading the client's next message
+  absl::Duration timeout ABSL_GUARDED_BY(mu);
+  bool timed_out ABSL_GUARDED_BY(mu) = false;
+};
+
 class DecodeService final : public v1::VaeDecoder::CallbackService {
  public:
   DecodeService(DecodeServiceOptions options, Scheduler& scheduler, ModelCatalog& catalog, ServerMetrics& metrics);
@@ -89,6 +108,8 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   grpc::ServerWriteReactor<v1::DecodeResponse>* Decode(grpc::CallbackServerContext* context,
                                                        const v1::DecodeRequest* request) override;
   grpc::ServerBidiReactor<v1::EncodeRequest, v1::DecodeResponse>* Encode(grpc::CallbackServerContext* context) override;
+  grpc::ServerBidiReactor<v1::SessionRequest, v1::DecodeResponse>* DecodeSession(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context, const v1::ListModelsRequest* request,
                                        v1::ListModelsResponse* response) override;
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context, const v1::GetModelRequest* request,
@@ -133,6 +154,21 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
                                             std::string protocol, int64_t max_output_bytes, absl::Status refusal,
                                             std::function<void(CollectedOutput)> done);
 
+  // ---- for DecodeSession (server/decode_session.cc) ----------------------
+  // The model's description; INVALID_ARGUMENT for an empty name, else as
+  // the catalog says.
+  absl::StatusOr<v1::ModelInfo> LookupModel(const std::string& name) const;
+  // What Admit checks of a request against its model (a session's chunk).
+  absl::Status CheckSessionChunk(const v1::DecodeRequest& request, const v1::ModelInfo& model) const;
+  // Start for a session's chunk: no request log line or count of its own
+  // (the session has one).
+  void StartSessionJob(const Admission& admission, JobStream* stream, std::shared_ptr<void> keep_alive);
+  // Queues the job that frees `session`'s state on its group.
+  void CloseSessionState(const std::shared_ptr<SessionRecord>& session, const v1::ModelInfo& model);
+  // Watches a DecodeSession call: the stall watch calls `end_idle` once it
+  // has been idle too long.
+  std::shared_ptr<SessionClock> WatchSession(std::function<void()> end_idle, absl::Duration timeout);
+
   // Watches an Encode upload that starts now (the stall watch cancels it
   // past upload_timeout); the reactor clears `context` when it ends.
   std::shared_ptr<UploadClock> WatchUpload(grpc::CallbackServerContext* context);
@@ -159,6 +195,10 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   void StallWatchLoop();
   // Cancels Encode uploads still arriving past upload_timeout.
   void CutSlowUploads(absl::Time now);
+  // Ends sessions whose client has sent nothing for their idle timeout.
+  void CutIdleSessions(absl::Time now);
+  // Attaches `stream` and queues the admitted job, or finishes it with its refusal.
+  void StartJob(const Admission& admission, JobStream* stream, Job::DoneCallback done);
 
   const DecodeServiceOptions options_;
   Scheduler& scheduler_;
@@ -167,10 +207,12 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   std::atomic<bool> accepting_{true};
   std::atomic<int64_t> active_{0};
   OutputBudget output_budget_;
+  SessionRegistry sessions_;
 
   absl::Mutex watch_mu_;
   std::vector<std::weak_ptr<Job>> watched_ ABSL_GUARDED_BY(watch_mu_);
   std::vector<std::shared_ptr<UploadClock>> uploads_ ABSL_GUARDED_BY(watch_mu_);
+  std::vector<std::shared_ptr<SessionClock>> session_clocks_ ABSL_GUARDED_BY(watch_mu_);
   bool stopping_ ABSL_GUARDED_BY(watch_mu_) = false;
   std::thread stall_watch_;
 };

@@ -30,11 +30,16 @@ constexpr absl::Duration kMemoryPoll = absl::Milliseconds(250);
 // out of rotation: most stop within tens of ms, an exact decode within a
 // band's convolution (seconds on a loaded CPU); readiness should not flap.
 constexpr absl::Duration kReleaseGrace = absl::Seconds(5);
+// How often a session's chunk is retried after its group failed under it.
+constexpr int kSessionChunkRetries = 2;
 
 }  // namespace
 
 void GroupDispatcher::Run() {
-  const auto can_run = [this](const Job& job) { return g_.catalog.GroupServes(g_.options.name, job.model().name()); };
+  const auto can_run = [this](const Job& job) {
+    if (job.session() != nullptr && job.session()->group() != g_.options.name) return false;
+    return job.session_close() || g_.catalog.GroupServes(g_.options.name, job.model().name());
+  };
   while (true) {
     std::shared_ptr<LeaderConnection> leader;
     {
@@ -87,7 +92,31 @@ std::string GroupDispatcher::WaitBroken(const std::shared_ptr<LeaderConnection>&
   return leader->broken_reason;
 }
 
+void GroupDispatcher::CloseSession(const std::shared_ptr<LeaderConnection>& leader, const std::shared_ptr<Job>& job) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, absl::Now() + kStatusDeadline + g_.options.cancel_release_timeout);
+  internal::CloseSessionRequest request;
+  request.set_id(job->session()->id());
+  internal::CloseSessionResponse response;
+  const grpc::Status s = leader->stub->CloseSession(&ctx, request, &response);
+  // A group that failed meanwhile lost the state with its workers.
+  job->Finish(s.ok() || s.error_code() == grpc::StatusCode::UNAVAILABLE ? absl::OkStatus() : rpc::FromGrpcStatus(s));
+  g_.RefreshMemory(*leader);
+}
+
+bool GroupDispatcher::RetrySessionChunk(const std::shared_ptr<Job>& job, const std::string& why) {
+  if (job->session() == nullptr) return false;
+  job->session()->StateLost();
+  if (job->retries() >= kSessionChunkRetries) return false;
+  job->AddRetry();
+  spdlog::info("group={} event=session_chunk_retry session={} request_id={} retry={} reason={}", g_.options.name,
+               rpc::LogValue(job->session()->public_id()), rpc::LogValue(job->request_id()), job->retries(),
+               rpc::LogValue(why));
+  return g_.scheduler.Requeue(job);
+}
+
 void GroupDispatcher::RunJob(const std::shared_ptr<LeaderConnection>& leader, const std::shared_ptr<Job>& job) {
+  if (job->session_close()) return CloseSession(leader, job);
   const double queue_ms = Ms(absl::Now() - job->received());
   job->UpdateReport([&](JobReport& r) {
     r.group = g_.options.name;
@@ -95,6 +124,13 @@ void GroupDispatcher::RunJob(const std::shared_ptr<LeaderConnection>& leader, co
   });
   const std::optional<ModeChoice> choice = ChooseMode(leader, job);
   if (!choice) return;  // finished or requeued meanwhile
+  // A session's chunk continues the state this leader holds, or rebuilds it.
+  std::optional<internal::SessionStep> session;
+  if (job->session() != nullptr) {
+    absl::StatusOr<internal::SessionStep> step = job->session()->StepOn(leader->incarnation);
+    if (!step.ok()) return job->Finish(step.status());
+    session = *std::move(step);
+  }
 
   grpc::ClientContext ctx;
   SetDeadline(ctx, job->deadline());
@@ -124,7 +160,7 @@ void GroupDispatcher::RunJob(const std::shared_ptr<LeaderConnection>& leader, co
     g_.metrics.RecordQueueTime(queue_ms / 1000);
   }
   g_.metrics.AddInFlight(1);
-  const LeaderStream stream = ForwardStream(leader, ctx, job, choice->mode, queue_ms);
+  const LeaderStream stream = ForwardStream(leader, ctx, job, choice->mode, queue_ms, session ? &*session : nullptr);
   job->ClearCancelHook();
   unregister();
   g_.metrics.AddInFlight(-1);
@@ -132,7 +168,8 @@ void GroupDispatcher::RunJob(const std::shared_ptr<LeaderConnection>& leader, co
     absl::MutexLock lock(&g_.mu);
     g_.leader_may_be_busy = false;
   }
-  if (stream.client_gone || job->over()) {  // cancelled: the job finishes itself
+  if (stream.client_gone || job->over()) {                       // cancelled: the job finishes itself
+    if (job->session() != nullptr) job->session()->StateLost();  // the chunk may have advanced it
     AwaitLeaderIdle(leader, *job);
     return;
   }
@@ -141,6 +178,14 @@ void GroupDispatcher::RunJob(const std::shared_ptr<LeaderConnection>& leader, co
 
 std::optional<ModeChoice> GroupDispatcher::ChooseMode(const std::shared_ptr<LeaderConnection>& leader,
                                                       const std::shared_ptr<Job>& job) {
+  if (job->session() != nullptr) {
+    // Every chunk of a session in its mode (its state is laid out for it);
+    // its memory was admitted when the session opened.
+    ModeChoice choice;
+    choice.mode = job->session()->mode();
+    choice.reason = "the session's mode";
+    return choice;
+  }
   if (job->encode() != nullptr) {
     // Encodes are dense or exact as asked (AUTO: exact when the group has
     // ranks to share it); the leader falls back to dense for an image too
@@ -221,7 +266,8 @@ std::optional<ModeChoice> GroupDispatcher::ChooseMode(const std::shared_ptr<Lead
 
 GroupDispatcher::LeaderStream GroupDispatcher::ForwardStream(const std::shared_ptr<LeaderConnection>& leader,
                                                              grpc::ClientContext& ctx, const std::shared_ptr<Job>& job,
-                                                             v1::Mode mode, double queue_ms) {
+                                                             v1::Mode mode, double queue_ms,
+                                                             const internal::SessionStep* session) {
   LeaderStream stream;
   absl::Time first_message = absl::InfiniteFuture();
   std::unique_ptr<grpc::ClientReader<v1::DecodeResponse>> reader;
@@ -234,9 +280,11 @@ GroupDispatcher::LeaderStream GroupDispatcher::ForwardStream(const std::shared_p
     run.set_max_chunk_bytes(g_.options.max_chunk_bytes);
     run.unsafe_arena_set_allocated_request(const_cast<v1::DecodeRequest*>(&job->request()));
     if (job->encode() != nullptr) run.unsafe_arena_set_allocated_encode(const_cast<v1::EncodeRequest*>(job->encode()));
+    if (session != nullptr) run.unsafe_arena_set_allocated_session(const_cast<internal::SessionStep*>(session));
     reader = leader->stub->Run(&ctx, run);  // sends (serialises) the request
     run.unsafe_arena_release_request();
     if (job->encode() != nullptr) run.unsafe_arena_release_encode();
+    if (session != nullptr) run.unsafe_arena_release_session();
   }
   v1::DecodeResponse message;
   while (reader->Read(&message)) {
@@ -349,6 +397,7 @@ void GroupDispatcher::Conclude(const std::shared_ptr<LeaderConnection>& leader, 
     broken = leader->broken_reason;
   }
   if (!broken.empty()) {
+    if (RetrySessionChunk(job, broken)) return;
     job->Finish(absl::UnavailableError(absl::StrCat("worker group ", g_.options.name, " failed during the decode: ",
                                                     broken, "; the group is being rebuilt, retry")));
     return;
@@ -358,10 +407,15 @@ void GroupDispatcher::Conclude(const std::shared_ptr<LeaderConnection>& leader, 
     if (absl::IsUnavailable(s)) {
       // The leader died, or reported that its communicator failed.
       const std::string reason = ReportFailure(leader, std::string(s.message()));
+      if (RetrySessionChunk(job, reason)) return;
       job->Finish(absl::UnavailableError(absl::StrCat("worker group ", g_.options.name, " failed during the decode: ",
                                                       reason, "; the group is being rebuilt, retry")));
       return;
     }
+    // The leader lost the session's state (a chunk failed after advancing
+    // it): replayed on the next try.
+    if (absl::IsFailedPrecondition(s) && RetrySessionChunk(job, std::string(s.message()))) return;
+    if (job->session() != nullptr) job->session()->StateLost();
     job->Finish(s);
     return;
   }
@@ -379,6 +433,7 @@ void GroupDispatcher::Conclude(const std::shared_ptr<LeaderConnection>& leader, 
                           most_waited_ms / 1000);
   g_.metrics.RecordStreamTime(report.timings.stream_ms() / 1000);
   if (report.tile_retries > 0) g_.metrics.RecordTileRetries(job->model().name(), report.tile_retries);
+  if (job->session() != nullptr) job->session()->ChunkDone(leader->incarnation, job->request().latent());
   job->Finish(absl::OkStatus());
   g_.RefreshMemory(*leader);
 }

@@ -7,6 +7,10 @@
 // the mode, the chunk size), forwards the leader's stream into the job and
 // finishes it. A failure that looks like the group's (UNAVAILABLE) is
 // reported to the supervisor, which names the dead rank when it finds one.
+// A streaming session's jobs run only on the session's group: a chunk
+// continues the state the leader holds, or replays the session's history
+// where the leader is a new incarnation (server/session_record.h), and goes
+// back to the queue when the group fails under it.
 //
 // Threading: Run is the dispatcher thread's body, until the group stops.
 
@@ -19,6 +23,7 @@
 #include "server/group_state.h"
 #include "server/job.h"
 #include "server/mode_selection.h"
+#include "vaedecode/internal/worker.pb.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::server {
@@ -44,9 +49,18 @@ class GroupDispatcher {
     bool got_trailer = false;
     bool client_gone = false;  // the job's client stopped reading: the call was cancelled
   };
-  // Runs the job on the leader in `mode` and reads its stream into the job.
+  // Runs the job on the leader in `mode` (a session's chunk: as `session`
+  // says) and reads its stream into the job.
   LeaderStream ForwardStream(const std::shared_ptr<LeaderConnection>& leader, grpc::ClientContext& ctx,
-                             const std::shared_ptr<Job>& job, v1::Mode mode, double queue_ms);
+                             const std::shared_ptr<Job>& job, v1::Mode mode, double queue_ms,
+                             const internal::SessionStep* session);
+  // A session's close: the leader frees the session's state on every rank.
+  void CloseSession(const std::shared_ptr<LeaderConnection>& leader, const std::shared_ptr<Job>& job);
+  // A session chunk whose group failed under it (or lost its state) goes
+  // back to the queue, to run on the rebuilt group with the session's
+  // history replayed; false when it may not (retried enough, or the server
+  // is stopping), and the caller finishes it.
+  bool RetrySessionChunk(const std::shared_ptr<Job>& job, const std::string& why);
   // After a cancelled call: waits for the leader to stop, records the
   // release; takes the group out of rotation after 5 s, and has it
   // rebuilt past options.cancel_release_timeout.

@@ -48,6 +48,11 @@ Job::Job(v1::DecodeRequest envelope, v1::EncodeRequest encode, v1::ModelInfo mod
       deadline_(deadline),
       buffering_(buffering) {}
 
+void Job::SetSession(std::shared_ptr<SessionRecord> session, bool close) {
+  session_ = std::move(session);
+  session_close_ = close;
+}
+
 void Job::Attach(JobStream* stream, DoneCallback done) {
   stream_ = stream;
   done_ = std::move(done);
@@ -256,6 +261,9 @@ void Job::Perform(Action action) {
         absl::MutexLock lock(&mu_);
         status = final_status_;
       }
+      // Whatever the stream's Finish or the done callback releases, this
+      // Job lives until both have returned.
+      const std::shared_ptr<Job> keep = weak_from_this().lock();
       // After Finish the stream may be destroyed at any moment: not touched again.
       stream_->Finish(status);
       if (done_) done_(*this, status);

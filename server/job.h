@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/session_record.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::server {
@@ -97,7 +98,7 @@ struct JobReport {
   bool decoded = false;  // the leader sent its trailer
 };
 
-class Job {
+class Job : public std::enable_shared_from_this<Job> {
  public:
   using DoneCallback = std::function<void(const Job& job, const absl::Status& status)>;
 
@@ -113,6 +114,19 @@ class Job {
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
+
+  // A streaming session's job (before the job is shared): a chunk of
+  // `session` (its request holds the chunk's latent), or its close (the
+  // group frees the session's state). Either runs only on the session's
+  // group.
+  void SetSession(std::shared_ptr<SessionRecord> session, bool close);
+  // The session this job belongs to; nullptr for a Decode or Encode.
+  const std::shared_ptr<SessionRecord>& session() const { return session_; }
+  bool session_close() const { return session_close_; }
+  // How often the job went back to the queue after its group failed under
+  // it (a session's chunk is retried on the rebuilt group); dispatcher side.
+  int retries() const { return retries_.load(); }
+  void AddRetry() { retries_.fetch_add(1); }
 
   // Binds the client stream; once, before the job is shared. `done` runs
   // exactly once, right after the stream is finished, on whichever thread
@@ -194,6 +208,9 @@ class Job {
   const absl::Time received_;
   const absl::Time deadline_;
   const JobBuffering buffering_;
+  std::shared_ptr<SessionRecord> session_;  // set by SetSession
+  bool session_close_ = false;
+  std::atomic<int> retries_{0};
   JobStream* stream_ = nullptr;  // set by Attach
   DoneCallback done_;            // set by Attach
 

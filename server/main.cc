@@ -75,6 +75,15 @@ ABSL_FLAG(int, stream_stall_timeout_s, 30,
 ABSL_FLAG(int, stream_read_timeout_s, 120,
           "The most a call's output may wait for its client in all (its writes' waits summed); a slower reader "
           "is cancelled, so a steady slow reader cannot hold a group or buffered output longer");
+ABSL_FLAG(int, max_sessions_per_group, 8, "DecodeSession: sessions open at once on one worker group (0: none)");
+ABSL_FLAG(int, session_idle_timeout_s, 60,
+          "DecodeSession: a session whose client sends nothing for this long is ended and its state freed");
+ABSL_FLAG(int64_t, session_history_mib, 256,
+          "DecodeSession: latent history kept per session to rebuild its state after a worker dies; a session "
+          "past it goes on but cannot survive its group's rebuild");
+ABSL_FLAG(int64_t, session_state_budget_mib, 4096,
+          "DecodeSession: what open sessions' decoder states may hold on each rank of a group; a session that "
+          "would pass it is refused at open");
 ABSL_FLAG(std::string, http_listen, "",
           "HTTP address HOST:PORT for diffusers' remote_decode() (POST /, /models/NAME; GET /health); "
           "empty: off");
@@ -194,6 +203,10 @@ int main(int argc, char** argv) {
   options.http_header_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_header_timeout_s));
   options.http_body_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_body_timeout_s));
   options.upload_timeout = absl::Seconds(absl::GetFlag(FLAGS_upload_timeout_s));
+  options.sessions.max_sessions_per_group = absl::GetFlag(FLAGS_max_sessions_per_group);
+  options.sessions.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_session_idle_timeout_s));
+  options.sessions.max_history_bytes = absl::GetFlag(FLAGS_session_history_mib) << 20;
+  options.sessions.state_budget_bytes_per_rank = absl::GetFlag(FLAGS_session_state_budget_mib) << 20;
 
   absl::StatusOr<std::unique_ptr<vaedecode::server::Server>> server = vaedecode::server::Server::Create(options);
   if (!server.ok()) {

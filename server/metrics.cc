@@ -145,7 +145,32 @@ ServerMetrics::ServerMetrics(prometheus::Registry& registry)
                     .Name("vaedecode_rejected_requests_total")
                     .Help("Requests refused by size, by reason (message_too_large: over --max_message_bytes; "
                           "output_too_large: a unary reply's predicted output over its limit)")
+                    .Register(registry)),
+      sessions_open_(prometheus::BuildGauge()
+                         .Name("vaedecode_sessions_open")
+                         .Help("Streaming decode sessions (DecodeSession) open")
+                         .Register(registry)
+                         .Add({})),
+      session_state_(prometheus::BuildGauge()
+                         .Name("vaedecode_session_state_bytes")
+                         .Help("Bytes the open sessions' causal decoder states hold on the workers, all ranks")
+                         .Register(registry)
+                         .Add({})),
+      session_chunk_(prometheus::BuildHistogram()
+                         .Name("vaedecode_session_chunk_seconds")
+                         .Help("A session chunk's arrival to its trailer (queue, decode, stream)")
+                         .Register(registry)
+                         .Add({}, LatencyBuckets())),
+      session_first_frame_(prometheus::BuildHistogram()
+                               .Name("vaedecode_session_first_frame_seconds")
+                               .Help("A session's open to its first frame sent")
+                               .Register(registry)
+                               .Add({}, LatencyBuckets())),
+      sessions_(prometheus::BuildCounter()
+                    .Name("vaedecode_sessions_total")
+                    .Help("Streaming decode sessions ended, by status")
                     .Register(registry)) {
+  sessions_.Add({{"status", "OK"}});
   rejected_.Add({{"reason", "message_too_large"}});
   rejected_.Add({{"reason", "output_too_large"}});
 }
@@ -247,5 +272,12 @@ void ServerMetrics::SetOutputBufferBytes(int64_t bytes) { output_buffer_.Set(sta
 void ServerMetrics::RecordStalledStream() { stalled_.Increment(); }
 void ServerMetrics::RecordCancelRelease(double seconds) { cancel_release_.Observe(seconds); }
 void ServerMetrics::RecordRejected(const std::string& reason) { rejected_.Add({{"reason", reason}}).Increment(); }
+void ServerMetrics::AddSessionsOpen(int64_t delta) { sessions_open_.Increment(static_cast<double>(delta)); }
+void ServerMetrics::AddSessionStateBytes(int64_t delta) { session_state_.Increment(static_cast<double>(delta)); }
+void ServerMetrics::RecordSessionChunk(double seconds) { session_chunk_.Observe(seconds); }
+void ServerMetrics::RecordSessionFirstFrame(double seconds) { session_first_frame_.Observe(seconds); }
+void ServerMetrics::RecordSessionEnd(absl::StatusCode code) {
+  sessions_.Add({{"status", rpc::StatusCodeName(code)}}).Increment();
+}
 
 }  // namespace vaedecode::server

@@ -30,6 +30,13 @@
 //   vaedecode_grpc_calls_total{outcome}, vaedecode_grpc_connections_shed_total,
 //   vaedecode_http_connections, vaedecode_http_connections_refused_total:
 //                                                      what the ports see (server/port_counts.h)
+//   vaedecode_sessions_open                            gauge (DecodeSession calls open)
+//   vaedecode_session_state_bytes                      gauge (what open sessions' causal states hold,
+//                                                      summed over ranks, as their last chunks reported)
+//   vaedecode_session_chunk_seconds                    histogram (a session chunk's arrival to its
+//                                                      trailer: queue, decode, stream)
+//   vaedecode_session_first_frame_seconds              histogram (a session's open to its first frame sent)
+//   vaedecode_sessions_total{status}                   counter (sessions ended, by gRPC code name)
 //   vaedecode_rejected_requests_total{reason}          counter (message_too_large: over
 //                                                      --max_message_bytes; output_too_large: a
 //                                                      unary reply's predicted output over its limit)
@@ -110,6 +117,11 @@ class ServerMetrics {
   void RecordStalledStream();
   void RecordCancelRelease(double seconds);
   void RecordRejected(const std::string& reason);
+  void AddSessionsOpen(int64_t delta);
+  void AddSessionStateBytes(int64_t delta);
+  void RecordSessionChunk(double seconds);
+  void RecordSessionFirstFrame(double seconds);
+  void RecordSessionEnd(absl::StatusCode code);
 
  private:
   prometheus::Family<prometheus::Counter>& requests_;
@@ -139,6 +151,11 @@ class ServerMetrics {
   prometheus::Counter& stalled_;
   prometheus::Histogram& cancel_release_;
   prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Gauge& sessions_open_;
+  prometheus::Gauge& session_state_;
+  prometheus::Histogram& session_chunk_;
+  prometheus::Histogram& session_first_frame_;
+  prometheus::Family<prometheus::Counter>& sessions_;
   mutable absl::Mutex counters_mu_;
   std::map<std::string, ModelCounters> counters_ ABSL_GUARDED_BY(counters_mu_);
 };

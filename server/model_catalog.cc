@@ -197,4 +197,13 @@ bool ModelCatalog::GroupServes(const std::string& group, const std::string& mode
   return it != ready_groups_.end() && it->second.count(group) > 0;
 }
 
+std::vector<std::string> ModelCatalog::GroupsLoading(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> groups;
+  for (const auto& [group, served] : group_models_) {
+    if (served.count(model) > 0) groups.push_back(group);
+  }
+  return groups;
+}
+
 }  // namespace vaedecode::server

@@ -66,6 +66,9 @@ class ModelCatalog {
   // True when some ready group serves `name`.
   bool Serving(const std::string& name) const;
   bool GroupServes(const std::string& group, const std::string& model) const;
+  // The groups whose latest incarnation loaded `model` (ready now, or being
+  // rebuilt), sorted: where a streaming session may be pinned.
+  std::vector<std::string> GroupsLoading(const std::string& model) const;
 
  private:
   void Notify();

@@ -143,6 +143,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                                    " MiB) must hold a chunk and be at most --max_output_buffer_mib (",
                                                    options.max_output_buffer_bytes >> 20, " MiB)"));
   }
+  if (options.sessions.max_sessions_per_group < 0 || options.sessions.idle_timeout < absl::Seconds(1) ||
+      options.sessions.max_history_bytes < 0 || options.sessions.state_budget_bytes_per_rank < 0) {
+    return absl::InvalidArgumentError(
+        "--max_sessions_per_group, --session_history_mib and --session_state_budget_mib must not be negative, "
+        "--session_idle_timeout_s at least 1");
+  }
   if (options.stream_stall_timeout < absl::Seconds(1)) {
     return absl::InvalidArgumentError("--stream_stall_timeout_s must be at least 1");
   }
@@ -179,6 +185,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   service_options.stream_stall_timeout = options.stream_stall_timeout;
   service_options.stream_read_timeout = options.stream_read_timeout;
   service_options.upload_timeout = options.upload_timeout;
+  service_options.sessions = options.sessions;
   s->service_ = std::make_unique<DecodeService>(service_options, *s->scheduler_, *s->catalog_, *s->metrics_);
 
   if (!options.metrics_listen.empty()) {

@@ -96,6 +96,8 @@ struct ServerOptions {
   // (server/upload_watchdog.h); zero: off.
   absl::Duration upload_timeout = absl::Seconds(120);
   absl::Duration http_body_timeout = absl::Seconds(120);
+  // DecodeSession's limits (server/session_registry.h).
+  SessionLimits sessions;
 };
 
 // The bytes of gRPC's resource quota that `options` ask for.

@@ -263,6 +263,7 @@ absl::Status LeaderResponse::Finish(const DecodePlan& plan, const DecodeOutcome&
   for (const RankStats& r : outcome.ranks) {
     trailer->add_peak_bytes_per_rank(r.peak_bytes);
     trailer->add_collective_wait_ms_per_rank(r.comm_ms);
+    if (plan.session.id != 0) trailer->add_session_state_bytes_per_rank(r.session_state_bytes);
   }
   trailer->set_collectives(outcome.comm.collectives());
   trailer->set_tile_retries(result.tile_retries);

@@ -26,12 +26,18 @@ LeaderService::LeaderService(GroupRuntime& runtime, at::ScalarType requested_dty
     : runtime_(runtime),
       requested_dtype_(requested_dtype),
       profiles_(std::move(profiles)),
-      unavailable_(std::move(unavailable)) {}
+      unavailable_(std::move(unavailable)) {
+  device::UseComputeDevice(runtime_.device());
+  for (const NamedModel& m : runtime_.models()) {
+    session_state_bytes_per_latent_.push_back(MeasureSessionStateBytesPerLatent(*m.decoder));
+  }
+}
 
 grpc::Status LeaderService::Models(grpc::ServerContext*, const v1::ListModelsRequest*,
                                    v1::ListModelsResponse* response) {
   for (size_t i = 0; i < runtime_.models().size(); ++i) {
-    DescribeModel(runtime_.models()[i], profiles_[i], runtime_.world_size(), response->add_models());
+    DescribeModel(runtime_.models()[i], profiles_[i], runtime_.world_size(), response->add_models(),
+                  session_state_bytes_per_latent_[i]);
   }
   for (const UnavailableModel& m : unavailable_) {
     v1::UnavailableModel* u = response->add_unavailable();
@@ -51,6 +57,12 @@ grpc::Status LeaderService::Status(grpc::ServerContext*, const internal::StatusR
   absl::MutexLock lock(&stats_mu_);
   for (int64_t b : last_peak_bytes_) response->add_peak_bytes_per_rank(b);
   return grpc::Status::OK;
+}
+
+grpc::Status LeaderService::CloseSession(grpc::ServerContext*, const internal::CloseSessionRequest* request,
+                                         internal::CloseSessionResponse*) {
+  const GroupRuntime::Call busy(runtime_);
+  return rpc::ToGrpcStatus(runtime_.CloseSession(request->id()));
 }
 
 // One Run call: the reactor the stream is written through, and the thread
@@ -122,6 +134,21 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
   absl::StatusOr<at::Tensor> latent = LatentFromRequest(request.latent());
   if (!latent.ok()) return rpc::ToGrpcStatus(latent.status());
   families::Decoder& decoder = *runtime_.models()[model].decoder;
+  const internal::SessionStep& step = run.session();
+  if (run.has_session() && step.has_replay()) {
+    // The state is rebuilt from the session's history, decoded first.
+    absl::StatusOr<at::Tensor> history = LatentFromRequest(step.replay());
+    if (!history.ok()) return rpc::ToGrpcStatus(history.status());
+    if (history->dim() != latent->dim() || history->dim() != 5 || history->scalar_type() != latent->scalar_type()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a session's replay is not a latent like its chunk");
+    }
+    if (history->size(2) != step.latent_frames_done()) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("a session's replay holds ", history->size(2), " latent frames of ", step.latent_frames_done()));
+    }
+    latent = at::cat({*history, *latent}, 2);
+  }
 
   // The plan, once, here: every rank and every tile gets the same prepared latent.
   PlanningContext planning;
@@ -139,10 +166,21 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
   absl::StatusOr<DecodePlan> plan = PlanDecode(decoder, JobFromRequest(request, *std::move(latent)), planning);
   if (!plan.ok()) return rpc::ToGrpcStatus(plan.status());
   job.plan = *std::move(plan);
+  std::vector<int64_t> out_shape = decoder.OutputShape(job.plan.latent.sizes().vec());
+  if (run.has_session()) {
+    const int64_t replayed = step.has_replay() ? step.replay().shape(2) : 0;
+    job.plan.session = {step.id(), step.start(), replayed};
+    // The chunk's own frames: F(done + t) - F(done) of the session's clip.
+    std::vector<int64_t> done_shape = job.plan.latent.sizes().vec();
+    done_shape[2] = step.latent_frames_done();
+    const int64_t before = done_shape[2] > 0 ? decoder.OutputShape(done_shape)[2] : 0;
+    done_shape[2] = step.latent_frames_done() + job.plan.latent.size(2) - replayed;
+    out_shape[2] = decoder.OutputShape(done_shape)[2] - before;
+  }
 
   LeaderResponse response(call, request, run.max_chunk_bytes() > 0 ? run.max_chunk_bytes() : rpc::kDefaultMaxChunkBytes,
-                          decoder.OutputShape(job.plan.latent.sizes().vec()),
-                          families::DecodeDtypeReason(decoder.info(), requested_dtype_), decoder.info().pixels);
+                          out_shape, families::DecodeDtypeReason(decoder.info(), requested_dtype_),
+                          decoder.info().pixels);
   absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, call.cancel_flag(), response.Progress(job.plan));
   if (!outcome.ok()) return rpc::ToGrpcStatus(outcome.status());
   {

@@ -6,7 +6,9 @@
 // server chose in the RunRequest, the prepared latent, the tiles), runs it
 // on the group, and
 // streams the output as the public API's Header / Chunks / Trailer
-// (LeaderResponse).
+// (LeaderResponse). A streaming session's chunk (RunRequest.session) is
+// planned the same way with its SessionStep (a replay decodes the session's
+// history first), and streams the chunk's own frames.
 //
 // Threading: Run is a callback-API stream: each call decodes on a thread of
 // its own and writes through the reactor, and the caller's cancellation
@@ -39,6 +41,8 @@ class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run
                       v1::ListModelsResponse* response) override;
   grpc::Status Status(grpc::ServerContext* context, const internal::StatusRequest* request,
                       internal::StatusResponse* response) override;
+  grpc::Status CloseSession(grpc::ServerContext* context, const internal::CloseSessionRequest* request,
+                            internal::CloseSessionResponse* response) override;
 
  private:
   class RunCall;
@@ -51,6 +55,8 @@ class LeaderService final : public internal::GroupLeader::WithCallbackMethod_Run
   const at::ScalarType requested_dtype_;
   const std::vector<tiling::PeakProfile> profiles_;
   const std::vector<UnavailableModel> unavailable_;
+  // Per model: MeasureSessionStateBytesPerLatent, once at start.
+  std::vector<double> session_state_bytes_per_latent_;
   absl::Mutex stats_mu_;
   std::vector<int64_t> last_peak_bytes_ ABSL_GUARDED_BY(stats_mu_);
 };

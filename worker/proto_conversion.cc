@@ -12,7 +12,8 @@
 
 namespace vaedecode::worker {
 
-void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int world_size, v1::ModelInfo* out) {
+void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int world_size, v1::ModelInfo* out,
+                   double session_state_bytes_per_latent) {
   const families::ModelInfo& info = m.decoder->info();
   out->set_name(m.name);
   out->set_family(info.family);
@@ -49,6 +50,10 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   if (world_size > 1 && m.decoder->CheckExactSharding(probe, world_size).ok()) {
     out->add_supported_modes(v1::MODE_EXACT);
   }
+  const absl::Status streams = m.decoder->CheckStreaming();
+  out->set_streams(streams.ok());
+  out->set_streams_note(std::string(streams.message()));
+  out->set_session_state_bytes_per_latent(session_state_bytes_per_latent);
 }
 
 absl::StatusOr<at::Tensor> LatentFromRequest(const v1::Tensor& latent) {

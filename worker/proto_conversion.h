@@ -16,8 +16,10 @@
 namespace vaedecode::worker {
 
 // `m`'s ModelInfo as a group of `world_size` ranks serves it, with its
-// measured peaks (`profile`; zeros when not calibrated).
-void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int world_size, v1::ModelInfo* out);
+// measured peaks (`profile`; zeros when not calibrated) and session state
+// (MeasureSessionStateBytesPerLatent).
+void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int world_size, v1::ModelInfo* out,
+                   double session_state_bytes_per_latent = 0);
 
 // The latent of a request as a CPU tensor, or INVALID_ARGUMENT naming what
 // is wrong (rpc/latent_tensor.h, the checks the server ran before).

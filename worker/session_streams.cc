@@ -1,5 +1,12 @@
 #include "worker/session_streams.h"
 
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "families/layer_ops.h"
+#include "families/status_error.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "rpc/status_macros.h"
@@ -22,6 +29,24 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+double MeasureSessionStateBytesPerLatent(families::Decoder& decoder) {
+  if (!decoder.CheckStreaming().ok()) return 0;
+  constexpr int64_t kSide = 4;
+  int64_t most = 0;
+  const absl::Status measured = families::CatchExceptions("session state measure", [&] {
+    std::unique_ptr<families::DecodeStream> stream = decoder.OpenStream();
+    if (stream == nullptr) return;
+    families::DenseOps ops;
+    const at::Tensor z = at::zeros({1, decoder.info().latent_channels, 1, kSide, kSide},
+                                   at::TensorOptions().dtype(decoder.dtype()).device(decoder.device()));
+    for (int chunk = 0; chunk < 3; ++chunk) {
+      (void)stream->DecodeChunk(z, ops);
+      most = std::max(most, stream->state_bytes());
+    }
+  });
+  return measured.ok() ? static_cast<double>(most) / (kSide * kSide) : 0;
+}
 
 absl::Status SessionStreams::Check(const DecodePlan& plan, int64_t model_index) const {
   const SessionStep& step = plan.session;

@@ -26,6 +26,12 @@
 
 namespace vaedecode::worker {
 
+// The bytes of `decoder`'s session state per latent of B x H x W, measured
+// by streaming three one-frame chunks of a small zero latent (a state holds
+// a few frames of each causal layer's input, all proportional to the
+// area); 0 for a decoder that does not stream.
+double MeasureSessionStateBytesPerLatent(families::Decoder& decoder);
+
 class SessionStreams {
  public:
   // Whether `plan`'s chunk (of model `model_index`) may continue its

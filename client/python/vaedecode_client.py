@@ -11,6 +11,12 @@ grpc_python_plugin generate from proto/vaedecode/v1/vaedecode.proto:
         --latent latent.npy --latent-space raw --mode exact --out image.npy
     /usr/bin/python3 client/python/vaedecode_client.py --server … --model flux \\
         --image photo.png --posterior sample --seed 7 --out latent.npy
+    /usr/bin/python3 client/python/vaedecode_client.py --server … --model wan \\
+        --latent clip.npy --stream-chunks 1,2,2 --out clip.npy
+
+--stream-chunks sends a video latent through a DecodeSession, that many latent
+frames per chunk, each once the chunk before it is decoded (as a generator
+would), and writes the clip its frames make (equal to the Decode's).
 
 The stubs are imported from $VAEDECODE_PY_STUBS (e.g.
 $(bazel info bazel-bin)/client/python, the genrule's output) or from beside
@@ -25,6 +31,7 @@ code 1 (2 for bad arguments), gRPC failures as "CODE: message".
 import argparse
 import atexit
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -226,6 +233,92 @@ def collect(call, start):
     return result
 
 
+_STOP = object()
+
+
+def session_requests(request, chunks, ready):
+    """A DecodeSession's messages for the whole-latent DecodeRequest `request`: the open, then each chunk of
+    `chunks` latent frames once `ready` yields (the session's header, then each chunk's trailer), then the close."""
+    b, c, t, h, w = request.latent.shape
+    yield pb2.SessionRequest(open=pb2.SessionOpen(
+        model=request.model, latent_space=request.latent_space, output_format=request.output_format,
+        latent_dtype=request.latent.dtype, shape=[b, c, h, w], mode=request.mode, session_id=request.request_id,
+        jpeg_quality=request.jpeg_quality))
+    frames = np.frombuffer(request.latent.data, dtype=np.uint8).reshape(b * c, t, -1)  # C order: frames per (b, c)
+    begin = 0
+    for n in chunks:
+        if ready.get() is _STOP:
+            return
+        part = pb2.Tensor(dtype=request.latent.dtype, shape=[b, c, n, h, w], data=frames[:, begin:begin + n].tobytes())
+        yield pb2.SessionRequest(chunk=part)
+        begin += n
+    if ready.get() is not _STOP:
+        yield pb2.SessionRequest(close=pb2.SessionClose())
+
+
+def decode_session(stub, request, chunks, timeout_s=600.0, on_chunk=None):
+    """Decodes `request`'s video latent through one DecodeSession, `chunks` latent frames at a time; the clip
+    assembled as a Decode's (a Decoded, .chunk_trailers added). `on_chunk(trailer)` runs on each ChunkTrailer."""
+    if len(request.latent.shape) != 5 or sum(chunks) != request.latent.shape[2] or min(chunks) < 1:
+        raise ValueError(f"--stream-chunks {','.join(map(str, chunks))}: positive latent frame counts adding up "
+                         f"to the latent's {request.latent.shape[2] if len(request.latent.shape) == 5 else 1}")
+    start = time.perf_counter()
+    ready = queue.Queue()
+    call = stub.DecodeSession(session_requests(request, chunks, ready), timeout=timeout_s, wait_for_ready=True)
+    session_header, chunk_messages, chunk_trailers, trailer, first_chunk_s = None, [], [], None, None
+    try:
+        for message in call:
+            kind = message.WhichOneof("kind")
+            if trailer is not None:
+                raise StreamError("a message after the session's trailer")
+            if kind == "session_header" and session_header is None:
+                session_header = message.session_header
+                ready.put(None)
+            elif session_header is None:
+                raise StreamError(f"a {kind} before the session header")
+            elif kind == "chunk":
+                if first_chunk_s is None:
+                    first_chunk_s = time.perf_counter() - start
+                chunk_messages.append(message)
+            elif kind == "chunk_trailer":
+                t = message.chunk_trailer
+                done = sum(x.frames for x in chunk_trailers)
+                if t.chunk != len(chunk_trailers) or t.first_frame != done:
+                    raise StreamError(f"chunk trailer {t.chunk} (first frame {t.first_frame}) after {done} frames")
+                chunk_trailers.append(t)
+                if on_chunk:
+                    on_chunk(t)
+                ready.put(None)
+            elif kind == "trailer":
+                trailer = message.trailer
+            else:
+                raise StreamError(f"a {kind} in a session")
+    except StreamError:
+        call.cancel()
+        raise
+    finally:
+        for _ in range(len(chunks) + 2):
+            ready.put(_STOP)  # the request generator stops waiting
+    if session_header is None or trailer is None:
+        raise StreamError("the session ended without its header or trailer")
+    # The clip as one Decode's stream: a Header with the session's frames, its Chunks, the Trailer.
+    h = session_header
+    shape = list(h.shape)
+    shape[1 if h.output_format in (pb2.OUTPUT_UINT8, pb2.OUTPUT_PNG, pb2.OUTPUT_JPEG) else 2] = trailer.session_frames
+    result = Decoded()
+    result.add(pb2.DecodeResponse(header=pb2.Header(
+        request_id=h.session_id, shape=shape, dtype=h.dtype, output_format=h.output_format, mode=h.mode,
+        degree=h.degree, mode_reason=h.mode_reason, frames=trailer.session_frames, height=h.height, width=h.width)))
+    for m in chunk_messages:
+        result.add(m)
+    result.add(pb2.DecodeResponse(trailer=trailer))
+    result.finish()
+    result.first_chunk_s = first_chunk_s
+    result.total_s = time.perf_counter() - start
+    result.chunk_trailers = chunk_trailers
+    return result
+
+
 def encode_pieces(request, piece_bytes):
     """The Encode stream's messages: every field in the first, the image's bytes continued by the next."""
     tensor = request.HasField("image")
@@ -308,6 +401,8 @@ def parse_args(argv):
     ap.add_argument("--format", choices=list(FORMATS), default=None,
                     help="output format; default: png for a .png --out, else float32")
     ap.add_argument("--out", default="", help="output .npy (tensor formats) or .png")
+    ap.add_argument("--stream-chunks", default="",
+                    help="video latents: decode through a streaming session, this many latent frames per chunk (1,2,2)")
     ap.add_argument("--request-id", default="")
     ap.add_argument("--deadline-s", type=float, default=600.0)
     ap.add_argument("--list-models", action="store_true", help="print the server's models and exit")
@@ -386,7 +481,16 @@ def main(argv=None):
             model=args.model, latent=tensor, mode=MODES[args.mode], output_format=FORMATS[fmt],
             latent_space=pb2.LATENT_SPACE_RAW if args.latent_space == "raw" else pb2.LATENT_SPACE_VAE,
             request_id=args.request_id)
-        result = decode(stub, request, args.deadline_s)
+        if args.stream_chunks:
+            def report(t):
+                state = ",".join(map(str, t.state_bytes_per_rank))
+                print(f"chunk={t.chunk} first_frame={t.first_frame} frames={t.frames} queue_ms={t.timings.queue_ms:.1f} "
+                      f"decode_ms={t.timings.decode_ms:.1f} stream_ms={t.timings.stream_ms:.1f} state_bytes=[{state}]"
+                      + (f" replayed={t.replayed_latent_frames}" if t.replayed_latent_frames else ""))
+            chunks = [int(n) for n in args.stream_chunks.split(",")]
+            result = decode_session(stub, request, chunks, args.deadline_s, report)
+        else:
+            result = decode(stub, request, args.deadline_s)
         written = write_output(args.out, result)
     except grpc.RpcError as e:
         print(f"{prog}: {e.code().name}: {e.details()}", file=sys.stderr)

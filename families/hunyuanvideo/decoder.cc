@@ -77,6 +77,13 @@ HunyuanVideoDecoder::HunyuanVideoDecoder(HunyuanVideoConfig config, std::string 
 
 at::Tensor HunyuanVideoDecoder::ToVaeSpace(const at::Tensor& raw) const { return raw / config_.scaling_factor; }
 
+absl::Status HunyuanVideoDecoder::CheckStreaming() const {
+  return absl::FailedPreconditionError(
+      "AutoencoderKLHunyuanVideo cannot be decoded chunk by chunk: its GroupNorms take their statistics over every "
+      "frame of the clip, so each frame depends on the frames after it and no chunked decode equals the whole "
+      "decode");
+}
+
 at::Tensor HunyuanVideoDecoder::Decode(const at::Tensor& z, LayerOps& ops) {
   at::NoGradGuard no_grad;
   return module_->Decode(z.to(dtype()), ops);

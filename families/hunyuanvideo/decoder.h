@@ -52,6 +52,8 @@ class HunyuanVideoDecoder final : public ModuleDecoder<AutoencoderKLHunyuanVideo
 
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;  // z / scaling_factor
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
+  // Refused: the GroupNorms take statistics over every frame of the clip.
+  absl::Status CheckStreaming() const override;
 
   const HunyuanVideoConfig& config() const { return config_; }
 

@@ -70,6 +70,17 @@ at::Tensor LTX2Decoder::ToVaeSpace(const at::Tensor& raw) const {
   return raw * std / config_.scaling_factor + mean;
 }
 
+absl::Status LTX2Decoder::CheckStreaming() const {
+  if (!config_.decoder_causal) {
+    return absl::FailedPreconditionError(
+        "AutoencoderKLLTX2Video cannot be decoded chunk by chunk: its decoder is not causal in time (config "
+        "decoder_causal false, as released), so each frame depends on the frames after it");
+  }
+  return absl::FailedPreconditionError(
+      "AutoencoderKLLTX2Video's causal decoder does not stream here yet: its timestep conditioning and decode "
+      "noise are drawn for the whole clip");
+}
+
 at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops) { return Decode(z, ops, DecodeConditioning{}); }
 
 at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) {

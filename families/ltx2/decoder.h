@@ -51,6 +51,9 @@ class LTX2Decoder final : public ModuleDecoder<AutoencoderKLLTX2VideoModule> {
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) override;
+  // Refused: a non-causal decoder (the released configs), and the causal
+  // one's whole-clip timestep conditioning.
+  absl::Status CheckStreaming() const override;
 
   const LTX2Config& config() const { return config_; }
 

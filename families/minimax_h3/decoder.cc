@@ -113,6 +113,12 @@ at::Tensor MiniMaxH3Decoder::ToVaeSpace(const at::Tensor& raw) const {
   return raw * std + mean;
 }
 
+absl::Status MiniMaxH3Decoder::CheckStreaming() const {
+  return absl::FailedPreconditionError(
+      "AutoencoderKLMiniMaxH3 does not stream here yet: it decodes in windows whose last frames are cross-faded "
+      "with the next window's, so a chunk's frames are final only once the next window is decoded");
+}
+
 at::Tensor MiniMaxH3Decoder::Decode(const at::Tensor& latent, LayerOps& ops) {
   at::NoGradGuard no_grad;
   const WindowPlan plan = config_.Windows(latent.size(2));

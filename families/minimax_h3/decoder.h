@@ -53,6 +53,8 @@ class MiniMaxH3Decoder final : public ModuleDecoder<MiniMaxH3Module> {
   absl::Status ValidateLatent(const at::Tensor& latent) const override;
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;  // z * latents_std + latents_mean
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
+  // Refused: a window's last frames are cross-faded with the next window's.
+  absl::Status CheckStreaming() const override;
 
   const MiniMaxH3Config& config() const { return config_; }
 

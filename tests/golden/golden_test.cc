@@ -70,6 +70,36 @@ TEST_P(Golden, MatchesDiffusers) {
   std::cout << c.fixture << "/" << c.name << " from raw max abs error " << raw_max_abs << "\n";
 }
 
+// A decoder that streams (sessions: one latent frame at a time through its
+// DecodeStream) gives the whole decode's frames bit for bit; one that does
+// not says why, naming its class.
+TEST_P(Golden, StreamsFrameByFrameOrSaysWhyNot) {
+  const testing::FixtureCase& c = GetParam();
+  absl::StatusOr<std::unique_ptr<families::Decoder>> decoder =
+      families::BuiltinFamilies().Load(testing::FixturePath(c.fixture), {});
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  const absl::Status streams = (*decoder)->CheckStreaming();
+  if (!streams.ok()) {
+    EXPECT_EQ(streams.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(streams.message().find((*decoder)->info().diffusers_class), std::string::npos) << streams;
+    EXPECT_EQ((*decoder)->OpenStream(), nullptr);
+    return;
+  }
+  const at::Tensor latent = ReadOrDie(c.latent_file, "latent");
+  ASSERT_EQ(latent.dim(), 5) << "an image model streams";
+  const at::Tensor whole = DecodeOrDie(**decoder, latent, families::LatentSpace::kVae);
+  std::unique_ptr<families::DecodeStream> stream = (*decoder)->OpenStream();
+  ASSERT_NE(stream, nullptr);
+  families::DenseOps ops;
+  std::vector<at::Tensor> frames;
+  for (int64_t t = 0; t < latent.size(2); ++t) {
+    frames.push_back(stream->DecodeChunk(latent.narrow(2, t, 1), ops));
+    EXPECT_EQ(stream->latent_frames(), t + 1);
+    EXPECT_GT(stream->state_bytes(), 0);
+  }
+  EXPECT_TRUE(at::cat(frames, 2).equal(whole)) << c.fixture << "/" << c.name << ": streamed frames differ";
+}
+
 TEST_P(Golden, Bfloat16StaysNearReference) {
   // The fixtures README's bf16 gate: max abs <= 1, RMSE <= 0.05.
   const testing::FixtureCase& c = GetParam();

@@ -1,8 +1,8 @@
 // Streaming sessions on a real worker group (GroupRuntime over real Gloo,
 // one process per rank): a clip sent as chunks, each chunk a job decoded
 // through the session's state on the ranks, equals the whole clip's decode
-// — dense bit for bit, exact (uneven bands, batch 2) within 3e-5 — at world
-// sizes 1-4; sessions interleave with each other and with whole decodes on
+// — dense bit for bit, exact (uneven bands, batch 2) within 3e-5 of the whole
+// clip's exact decode — at world sizes 1-4; sessions interleave with each other and with whole decodes on
 // the same group; a lost state is refused until the history is replayed,
 // which gives the same frames; chunks that do not fit the session are
 // refused with the group still serving; closing frees the state on every
@@ -28,7 +28,13 @@ namespace {
 
 using parallel::testing::ExpectTensorClose;
 
-constexpr double kExactVsDense = 3e-5;
+// An exact session against the whole clip's exact decode (the issue's
+// contract: a session equals Decode in its mode).
+constexpr double kSessionVsWhole = 3e-5;
+// Exact whole vs dense whole, as wan_exact_decode_test bounds it (LibTorch's
+// CPU conv3d rounds a band differently from the whole; up to ~3.5e-5 seen on
+// AVX-512 machines).
+constexpr double kExactVsDense = 5e-5;
 
 absl::Status Expect(bool condition, const std::string& what) {
   return condition ? absl::OkStatus() : absl::InternalError(what);
@@ -106,6 +112,13 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
       {11, std::vector<int64_t>(frames, 1)}, {12, {1, frames - 1}}, {13, {frames - 1, 1}}, {14, {frames}}};
   for (worker::DecodeMode mode : {worker::DecodeMode::kDense, worker::DecodeMode::kExact}) {
     if (mode == worker::DecodeMode::kExact && world == 1) continue;
+    // A session equals the whole clip's decode in its mode (an exact one
+    // within float rounding: its chunks cut the convolutions' CPU bands
+    // elsewhere); exact whole decodes match dense ones (exact_decode_test).
+    ASSIGN_OR_RETURN(at::Tensor mode_whole, WholeDecode(runtime, latent, mode));
+    if (mode == worker::DecodeMode::kExact) {
+      RETURN_IF_ERROR(ExpectTensorClose(mode_whole, dense_whole, kExactVsDense, 0, "exact whole vs dense whole"));
+    }
     ASSIGN_OR_RETURN(at::Tensor other_expected, WholeDecode(runtime, other, mode));
     ASSIGN_OR_RETURN(std::vector<at::Tensor> outs,
                      RunInterleaved(runtime, latent, mode, sessions, other, other_expected));
@@ -115,7 +128,7 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
       if (mode == worker::DecodeMode::kDense) {
         RETURN_IF_ERROR(Expect(outs[s].equal(dense_whole), what + ": not bit-identical to the whole clip"));
       } else {
-        RETURN_IF_ERROR(ExpectTensorClose(outs[s], dense_whole, kExactVsDense, 0, what));
+        RETURN_IF_ERROR(ExpectTensorClose(outs[s], mode_whole, kSessionVsWhole, 0, what));
       }
     }
 
@@ -155,7 +168,7 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
     if (mode == worker::DecodeMode::kDense) {
       RETURN_IF_ERROR(Expect(session.equal(dense_whole), what + ": not bit-identical"));
     } else {
-      RETURN_IF_ERROR(ExpectTensorClose(session, dense_whole, kExactVsDense, 0, what));
+      RETURN_IF_ERROR(ExpectTensorClose(session, mode_whole, kSessionVsWhole, 0, what));
     }
     RETURN_IF_ERROR(runtime.CloseSession(21));
     // Every rank freed its states: the next job's figures say so.

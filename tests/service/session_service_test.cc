@@ -1,0 +1,334 @@
+// DecodeSession through the service, end to end: a vaedecode_server process
+// with a real two-rank vaedecode_worker group (Gloo on CPU) over the wan21
+// fixture. A clip sent chunk by chunk comes back equal to the whole clip's
+// Decode (dense: bit for bit; exact: within 3e-5) over several chunkings,
+// batch 2 and uneven bands; a session survives a worker killed between its
+// chunks (the rebuilt group replays its history) and one killed during a
+// chunk; both clients' session modes write the whole decode's clip;
+// sessions interleave with
+// each other and with Decodes; bad opens and chunks, and an idle session,
+// end with statuses that name the problem while the server keeps serving.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "formats/npy.h"
+#include "rpc/session_stream.h"
+#include "tests/fixtures/fixture_paths.h"
+#include "tests/service/service_checks.h"
+#include "tests/service/service_harness.h"
+
+namespace vaedecode::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+void ExpectReached(const absl::Status& s) { EXPECT_TRUE(s.ok()) << s; }
+
+// The test's open: `whole`'s, in `mode`, named `id` ("": the server names it).
+v1::SessionOpen OpenFor(const v1::DecodeRequest& whole, v1::Mode mode, const std::string& id = "") {
+  v1::SessionOpen open = rpc::SessionOpenFor(whole);
+  open.set_mode(mode);
+  open.set_session_id(id);
+  return open;
+}
+
+struct SessionOutcome {
+  grpc::Status status;
+  rpc::SessionAssembler stream;
+  absl::Status stream_error;
+};
+
+// One session: `open`, then `latent` in chunks of `chunks` latent frames
+// (each sent once the one before has its trailer; `after_chunk(i)` runs
+// once chunk i has its trailer, `on_frames(chunk)` on every Chunk message),
+// then a close.
+SessionOutcome RunSession(v1::VaeDecoder::Stub& stub, const v1::SessionOpen& open, const v1::Tensor& latent,
+                          const std::vector<int64_t>& chunks, const std::function<void(int64_t)>& after_chunk = nullptr,
+                          const std::function<void(const v1::Chunk&)>& on_frames = nullptr) {
+  SessionOutcome out;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(240)));
+  auto call = stub.DecodeSession(&ctx);
+  const auto read_until = [&](v1::DecodeResponse::KindCase kind) {
+    v1::DecodeResponse m;
+    while (call->Read(&m)) {
+      if (absl::Status s = out.stream.Add(m); !s.ok() && out.stream_error.ok()) out.stream_error = s;
+      if (m.has_chunk() && on_frames) on_frames(m.chunk());
+      if (m.kind_case() == kind) return true;
+    }
+    return false;
+  };
+  v1::SessionRequest first;
+  *first.mutable_open() = open;
+  bool going = call->Write(first) && read_until(v1::DecodeResponse::kSessionHeader);
+  int64_t begin = 0;
+  for (size_t i = 0; going && i < chunks.size(); ++i) {
+    v1::SessionRequest chunk;
+    *chunk.mutable_chunk() = rpc::LatentFrames(latent, begin, chunks[i]);
+    begin += chunks[i];
+    going = call->Write(chunk) && read_until(v1::DecodeResponse::kChunkTrailer);
+    if (going && after_chunk) after_chunk(static_cast<int64_t>(i));
+  }
+  if (going) {
+    v1::SessionRequest close;
+    close.mutable_close();
+    call->Write(close);
+  }
+  call->WritesDone();
+  read_until(v1::DecodeResponse::KIND_NOT_SET);  // to the end of the stream
+  out.status = call->Finish();
+  if (out.status.ok() && out.stream_error.ok()) out.stream_error = out.stream.Finish();
+  return out;
+}
+
+std::vector<float> ClipFloats(SessionOutcome& out) {
+  const std::string& bytes = out.stream.clip().tensor_bytes();
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+// The session's clip equals the whole clip's Decode: bit for bit (dense) or
+// within 3e-5 (exact).
+void ExpectClipEquals(SessionOutcome& out, const DecodeOutcome& whole, double tolerance, const std::string& what) {
+  ASSERT_TRUE(out.status.ok()) << what << ": " << out.status.error_message();
+  ASSERT_TRUE(out.stream_error.ok()) << what << ": " << out.stream_error;
+  ASSERT_TRUE(whole.status.ok()) << what << ": " << whole.status.error_message();
+  EXPECT_EQ(Shape(out.stream.clip().header()), Shape(whole.output.header())) << what;
+  EXPECT_LE(MaxAbsDiff(ClipFloats(out), AsFloats(whole)), tolerance) << what;
+}
+
+class SessionServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = StartServing(RealWorkerFlags(FixtureRepository({"wan21"}), "cpu:2", 2,
+                                           {"--session_idle_timeout_s=20", "--heartbeat_timeout_s=2"}),
+                           {"wan21"})
+                  .release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* SessionServiceTest::server_ = nullptr;
+
+TEST_F(SessionServiceTest, ChunksEqualTheWholeClipDenseAndExactOverSeveralChunkings) {
+  ASSERT_NE(server_, nullptr);
+  const v1::DecodeRequest whole = FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"));  // T = 4, H = 7
+  for (v1::Mode mode : {v1::MODE_DENSE, v1::MODE_EXACT}) {
+    v1::DecodeRequest request = whole;
+    request.set_mode(mode);
+    const DecodeOutcome reference = Decode(server_->stub(), request);
+    for (const std::vector<int64_t>& chunks : std::vector<std::vector<int64_t>>{{1, 1, 1, 1}, {2, 2}, {1, 3}, {4}}) {
+      const std::string what = absl::StrCat(v1::Mode_Name(mode), " chunks ", chunks.size(), " first ", chunks[0]);
+      SessionOutcome out = RunSession(server_->stub(), OpenFor(whole, mode), whole.latent(), chunks);
+      ExpectClipEquals(out, reference, mode == v1::MODE_DENSE ? 0.0 : 3e-5, what);
+      EXPECT_EQ(out.stream.header().mode(), mode) << what;
+      EXPECT_EQ(out.stream.header().degree(), mode == v1::MODE_EXACT ? 2 : 1) << what;
+      ASSERT_EQ(out.stream.chunk_trailers().size(), chunks.size()) << what;
+      // 1 + 4 (t - 1) frames for the first chunk, 4 t for the others.
+      EXPECT_EQ(out.stream.chunk_trailers()[0].frames(), 1 + 4 * (chunks[0] - 1)) << what;
+      EXPECT_EQ(out.stream.trailer().session_chunks(), static_cast<int64_t>(chunks.size())) << what;
+      EXPECT_EQ(out.stream.trailer().session_frames(), 13) << what;
+      for (const v1::ChunkTrailer& t : out.stream.chunk_trailers()) {
+        EXPECT_EQ(t.replayed_latent_frames(), 0) << what;
+        EXPECT_EQ(t.state_bytes_per_rank_size(), 2) << what;
+        // A dense session's state is on the leader; an exact one's on both.
+        EXPECT_GT(t.state_bytes_per_rank(0), 0) << what;
+        EXPECT_EQ(t.state_bytes_per_rank(1) > 0, mode == v1::MODE_EXACT) << what;
+      }
+    }
+  }
+}
+
+TEST_F(SessionServiceTest, ABatchOfTwoWithUnevenBandsInterleavedWithOtherCalls) {
+  ASSERT_NE(server_, nullptr);
+  const v1::DecodeRequest whole = SyntheticRequest("wan21", {2, 16, 3, 5, 6});
+  v1::DecodeRequest exact = whole;
+  exact.set_mode(v1::MODE_EXACT);
+  const DecodeOutcome reference = Decode(server_->stub(), exact);
+  const v1::DecodeRequest other = FixtureRequest("wan21", FixturePath("wan21/latent_t2.safetensors"));
+  const DecodeOutcome other_reference = Decode(server_->stub(), other);
+  // Two sessions and Decodes at once on the one group: every chunk is a job
+  // like the Decodes, and each session keeps its own state.
+  SessionOutcome a, b;
+  std::thread ta([&] { a = RunSession(server_->stub(), OpenFor(whole, v1::MODE_EXACT, "a"), whole.latent(), {1, 2}); });
+  std::thread tb([&] { b = RunSession(server_->stub(), OpenFor(whole, v1::MODE_AUTO, "b"), whole.latent(), {2, 1}); });
+  for (int i = 0; i < 3; ++i) {
+    const DecodeOutcome decoded = Decode(server_->stub(), other);
+    ExpectOk(decoded);
+    EXPECT_EQ(MaxAbsDiff(AsFloats(decoded), AsFloats(other_reference)), 0.0);
+  }
+  ta.join();
+  tb.join();
+  ExpectClipEquals(a, reference, 3e-5, "session a");
+  ExpectClipEquals(b, reference, 3e-5, "session b (auto: exact)");
+  EXPECT_EQ(b.stream.header().mode(), v1::MODE_EXACT);
+  EXPECT_EQ(b.stream.header().session_id(), "b");
+  ExpectReached(server_->WaitMetric("vaedecode_sessions_open", {}, 0));
+}
+
+TEST_F(SessionServiceTest, ASessionSurvivesAWorkerKilledBetweenItsChunks) {
+  ASSERT_NE(server_, nullptr);
+  const v1::DecodeRequest whole = FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"));
+  v1::DecodeRequest exact = whole;
+  exact.set_mode(v1::MODE_EXACT);
+  const DecodeOutcome reference = Decode(server_->stub(), exact);
+  std::string killed_group;
+  SessionOutcome out =
+      RunSession(server_->stub(), OpenFor(whole, v1::MODE_EXACT), whole.latent(), {1, 2, 1}, [&](int64_t chunk) {
+        if (chunk != 0) return;
+        const WorkerProcess peer = Rank(*server_, 1);
+        ASSERT_GT(peer.pid, 0);
+        killed_group = peer.group;
+        ASSERT_EQ(kill(peer.pid, SIGKILL), 0);
+      });
+  ExpectClipEquals(out, reference, 3e-5, "after the kill");
+  ASSERT_EQ(out.stream.chunk_trailers().size(), 3u);
+  // The chunk after the kill rebuilt the state from the one before.
+  EXPECT_EQ(out.stream.chunk_trailers()[1].replayed_latent_frames(), 1);
+  EXPECT_EQ(out.stream.chunk_trailers()[2].replayed_latent_frames(), 0);
+  EXPECT_FALSE(killed_group.empty());
+  EXPECT_THAT(server_->Log(), HasSubstr("replayed_latent_frames=1"));
+}
+
+// Killed while a chunk decodes, after some of its frames reached the client:
+// the chunk goes back to the queue, runs on the rebuilt group after the
+// session's history, and streams only the frames the client does not have
+// yet (a frame twice would break the assembled clip).
+TEST_F(SessionServiceTest, ASessionSurvivesAWorkerKilledDuringAChunk) {
+  ASSERT_NE(server_, nullptr);
+  // Large enough that a two-latent-frame chunk decodes for a while (its
+  // first four frames stream before its last four).
+  const v1::DecodeRequest whole = SyntheticRequest("wan21", {1, 16, 5, 24, 20});
+  v1::DecodeRequest exact = whole;
+  exact.set_mode(v1::MODE_EXACT);
+  const DecodeOutcome reference = Decode(server_->stub(), exact);
+  bool killed = false;
+  SessionOutcome out = RunSession(server_->stub(), OpenFor(whole, v1::MODE_EXACT, "killed-mid-chunk"), whole.latent(),
+                                  {1, 2, 2}, nullptr, [&](const v1::Chunk& c) {
+                                    // Chunk 1's first frames (1-4, from its first latent frame) are
+                                    // here; its second latent frame is decoding.
+                                    if (c.frame() != 1 || c.row_begin() != 0 || killed) return;
+                                    killed = true;
+                                    const WorkerProcess peer = Rank(*server_, 1);
+                                    ASSERT_GT(peer.pid, 0);
+                                    ASSERT_EQ(kill(peer.pid, SIGKILL), 0);
+                                  });
+  EXPECT_TRUE(killed);
+  ExpectClipEquals(out, reference, 3e-5, "killed during chunk 1");
+  ASSERT_EQ(out.stream.chunk_trailers().size(), 3u);
+  EXPECT_EQ(out.stream.chunk_trailers()[1].replayed_latent_frames(), 1);
+  EXPECT_THAT(server_->Log(), HasSubstr("event=session_chunk_retry session=killed-mid-chunk"));
+}
+
+// vaedecode_client --stream_chunks and the Python client's --stream-chunks
+// write the clip a Decode of the whole latent writes, byte for byte (dense).
+TEST_F(SessionServiceTest, BothClientsDecodeAClipInChunksAsTheWholeDecode) {
+  ASSERT_NE(server_, nullptr);
+  const std::string dir = TempDir("clients");
+  const std::string latent = FixturePath("wan21/latent.safetensors");
+  const FloatTensor t = ReadFloat(latent);
+  ASSERT_TRUE(
+      formats::WriteNpy(dir + "/latent.npy", formats::DType::kF32, t.shape, t.data.data(), t.data.size() * 4).ok());
+  const std::string common = absl::StrCat(" --server=", server_->address(), " --model=wan21 --mode=dense");
+  const std::string cpp = Runfile("client/vaedecode_client");
+  const std::string py = "/usr/bin/python3 " + Runfile("client/python/vaedecode_client.py");
+  const CommandResult whole = RunCommand(absl::StrCat(cpp, common, " --latent=", latent, " --out=", dir, "/whole.npy"));
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  const CommandResult cpp_session =
+      RunCommand(absl::StrCat(cpp, common, " --latent=", latent, " --stream_chunks=1,2,1 --out=", dir, "/cpp.npy"));
+  ASSERT_EQ(cpp_session.status, 0) << cpp_session.output;
+  EXPECT_THAT(cpp_session.output, HasSubstr("chunk=2 first_frame=9 frames=4"));
+  EXPECT_THAT(cpp_session.output, HasSubstr("chunks=3 frames=13"));
+  const CommandResult py_session = RunCommand(
+      absl::StrCat(py, common, " --latent=", dir, "/latent.npy", " --stream-chunks 2,2 --out=", dir, "/py.npy"));
+  ASSERT_EQ(py_session.status, 0) << py_session.output;
+  EXPECT_THAT(py_session.output, HasSubstr("chunk=1 first_frame=5 frames=8"));
+  absl::StatusOr<formats::NpyArray> want = formats::ReadNpy(dir + "/whole.npy");
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const char* file : {"cpp.npy", "py.npy"}) {
+    absl::StatusOr<formats::NpyArray> got = formats::ReadNpy(absl::StrCat(dir, "/", file));
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->shape, want->shape) << file;
+    EXPECT_TRUE(got->data == want->data) << file << ": the session's clip differs from the whole decode";
+  }
+  // Chunks that do not add up to the latent are refused before any call.
+  const CommandResult bad =
+      RunCommand(absl::StrCat(cpp, common, " --latent=", latent, " --stream_chunks=1,2 --out=", dir, "/bad.npy"));
+  EXPECT_EQ(WEXITSTATUS(bad.status), 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--stream_chunks adds up to 3 latent frames; the latent has 4"));
+}
+
+TEST_F(SessionServiceTest, BadSessionsAreRefusedByNameAndTheServerKeepsServing) {
+  ASSERT_NE(server_, nullptr);
+  const v1::DecodeRequest whole = FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"));
+  struct Case {
+    std::string name;
+    std::function<void(v1::SessionOpen&, v1::Tensor&)> mutate;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"unknown model", [](v1::SessionOpen& o, v1::Tensor&) { o.set_model("nope"); }, grpc::StatusCode::NOT_FOUND,
+       "nope"},
+      {"shape with frames", [](v1::SessionOpen& o, v1::Tensor&) { o.add_shape(3); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "[B, C, H, W]"},
+      {"mp4", [](v1::SessionOpen& o, v1::Tensor&) { o.set_output_format(v1::OUTPUT_MP4); },
+       grpc::StatusCode::INVALID_ARGUMENT, "OUTPUT_MP4"},
+      {"tiled", [](v1::SessionOpen& o, v1::Tensor&) { o.set_mode(v1::MODE_TILED); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "dense or exact"},
+      {"channels", [](v1::SessionOpen& o, v1::Tensor&) { o.set_shape(1, 4); }, grpc::StatusCode::INVALID_ARGUMENT,
+       "channel"},
+      {"chunk of another size", [](v1::SessionOpen&, v1::Tensor& t) { t.set_shape(3, 6); },
+       grpc::StatusCode::INVALID_ARGUMENT, "a session's chunks are [1, 16, t, 7, 5]"},
+      {"chunk of another dtype", [](v1::SessionOpen&, v1::Tensor& t) { t.set_dtype(v1::FLOAT16); },
+       grpc::StatusCode::INVALID_ARGUMENT, "FLOAT32 with t >= 1"},
+  };
+  for (const Case& c : cases) {
+    v1::SessionOpen open = OpenFor(whole, v1::MODE_DENSE);
+    v1::Tensor latent = whole.latent();
+    c.mutate(open, latent);
+    SessionOutcome out = RunSession(server_->stub(), open, latent, {latent.shape(2)});
+    EXPECT_EQ(out.status.error_code(), c.code) << c.name << ": " << out.status.error_message();
+    EXPECT_THAT(out.status.error_message(), HasSubstr(c.message)) << c.name;
+  }
+  // An idle session is ended, naming the timeout, and its room is freed.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    auto call = server_->stub().DecodeSession(&ctx);
+    v1::SessionRequest first;
+    *first.mutable_open() = OpenFor(whole, v1::MODE_DENSE, "idle");
+    first.mutable_open()->set_idle_timeout_ms(500);
+    ASSERT_TRUE(call->Write(first));
+    v1::DecodeResponse m;
+    ASSERT_TRUE(call->Read(&m));
+    EXPECT_TRUE(m.has_session_header());
+    while (call->Read(&m)) {
+    }
+    const grpc::Status status = call->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("idle timeout"));
+  }
+  ExpectReached(server_->WaitMetric("vaedecode_sessions_open", {}, 0));
+  ExpectReached(server_->WaitMetric("vaedecode_sessions_total", {"status=\"DEADLINE_EXCEEDED\""}, 1));
+  SessionOutcome fine = RunSession(server_->stub(), OpenFor(whole, v1::MODE_DENSE), whole.latent(), {2, 2});
+  EXPECT_TRUE(fine.status.ok()) << fine.status.error_message();
+  ExpectOk(Decode(server_->stub(), whole));
+}
+
+}  // namespace
+}  // namespace vaedecode::testing
