@@ -8,12 +8,14 @@
 // worker/decode_job.h is the one place that turns those into absl::Status.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/Device.h>
 
 #include "absl/status/status.h"
@@ -123,7 +125,8 @@ std::string DecodeDtypeReason(const ModelInfo& info, at::ScalarType requested);
 // its row band in exact mode): what a causal decoder carries from one latent
 // frame to the next (Wan's per-conv feature cache) lives here between
 // chunks. The chunks' outputs, concatenated on frames, are the whole clip's
-// Decode: the decoders that offer a stream decode a whole clip through one.
+// Decode (Wan decodes a whole clip through one stream: bit for bit;
+// HunyuanVideo 1.5 runs each layer over the whole clip: up to rounding).
 //
 // Threading and errors as Decoder's; a chunk that threw leaves the state
 // undefined (the caller drops the stream and rebuilds it from the history).
@@ -138,6 +141,29 @@ class DecodeStream {
   virtual int64_t state_bytes() const = 0;
   // Latent frames decoded so far.
   virtual int64_t latent_frames() const = 0;
+};
+
+// A DecodeStream whose state is a `State` (with `int64_t bytes() const`)
+// that `step(z, ops, state)` carries from chunk to chunk; no gradients.
+template <typename State>
+class StatefulDecodeStream final : public DecodeStream {
+ public:
+  using Step = std::function<at::Tensor(const at::Tensor& z, LayerOps& ops, State& state)>;
+  explicit StatefulDecodeStream(Step step) : step_(std::move(step)) {}
+
+  at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops) override {
+    at::NoGradGuard no_grad;
+    at::Tensor frames = step_(z, ops, state_);
+    latent_frames_ += z.size(2);
+    return frames;
+  }
+  int64_t state_bytes() const override { return state_.bytes(); }
+  int64_t latent_frames() const override { return latent_frames_; }
+
+ private:
+  const Step step_;
+  State state_;
+  int64_t latent_frames_ = 0;
 };
 
 class Decoder {

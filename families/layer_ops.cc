@@ -156,7 +156,9 @@ at::Tensor DenseOps::GroupNorm(const at::Tensor& x, int64_t num_groups, const at
 
 at::Tensor DenseOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const TokenLayout& layout) {
-  if (layout.kind == TokenLayout::Kind::kFrameCausal) return FrameCausalScaledDotProductAttention(q, k, v);
+  if (layout.kind == TokenLayout::Kind::kFrameCausal) {
+    return FrameCausalScaledDotProductAttention(q, k, v, layout.key_frames_before);
+  }
   return ScaledDotProductAttention(q, k, v);  // whole tensors: the shared tokens are just tokens
 }
 
@@ -192,13 +194,14 @@ at::Tensor CancellableDenseOps::Attention(const at::Tensor& q, const at::Tensor&
                                           const TokenLayout& layout) {
   CheckCancelled();
   if (layout.kind == TokenLayout::Kind::kFull) return ChunkedAttention(q, k, v);
-  TORCH_CHECK(q.dim() == 5 && k.dim() == 5 && v.dim() == 5 && q.size(2) == k.size(2),
-              "frame-causal attention takes [B, heads, T, N, D] tensors with the same frames");
+  const int64_t before = layout.key_frames_before;
+  CheckFrameCausalShapes(q, k, v, before);
   std::vector<at::Tensor> out;
   for (int64_t t = 0; t < q.size(2); ++t) {
     if (t > 0) CheckCancelled();
-    out.push_back(
-        ChunkedAttention(q.select(2, t), k.narrow(2, 0, t + 1).flatten(2, 3), v.narrow(2, 0, t + 1).flatten(2, 3)));
+    out.push_back(ChunkedAttention(q.select(2, t).contiguous(),
+                                   k.narrow(2, 0, before + t + 1).flatten(2, 3).contiguous(),
+                                   v.narrow(2, 0, before + t + 1).flatten(2, 3).contiguous()));
   }
   return at::stack(out, 2);
 }
@@ -222,13 +225,24 @@ at::Tensor CancellableDenseOps::ChunkedAttention(const at::Tensor& q, const at::
   return at::cat(parts, -2);
 }
 
-at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  TORCH_CHECK(q.dim() == 5 && k.dim() == 5 && v.dim() == 5 && q.size(2) == k.size(2),
-              "frame-causal attention takes [B, heads, T, N, D] tensors with the same frames");
+void CheckFrameCausalShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t key_frames_before) {
+  TORCH_CHECK(q.dim() == 5 && k.dim() == 5 && v.dim() == 5 && key_frames_before >= 0 &&
+                  k.size(2) == key_frames_before + q.size(2) && v.size(2) == k.size(2),
+              "frame-causal attention takes [B, heads, T, N, D] tensors, the keys' frames the queries' and ",
+              key_frames_before, " before them");
+}
+
+at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                int64_t key_frames_before) {
+  CheckFrameCausalShapes(q, k, v, key_frames_before);
   std::vector<at::Tensor> out;
   for (int64_t t = 0; t < q.size(2); ++t) {
-    out.push_back(ScaledDotProductAttention(q.select(2, t), k.narrow(2, 0, t + 1).flatten(2, 3),
-                                            v.narrow(2, 0, t + 1).flatten(2, 3)));
+    // Contiguous, so the kernel (and its rounding) depends on the sizes
+    // alone, not on how many frames the tensors they come from hold: a
+    // stream's chunks then compute what the whole clip does, batch > 1 too.
+    out.push_back(ScaledDotProductAttention(q.select(2, t).contiguous(),
+                                            k.narrow(2, 0, key_frames_before + t + 1).flatten(2, 3).contiguous(),
+                                            v.narrow(2, 0, key_frames_before + t + 1).flatten(2, 3).contiguous()));
   }
   return at::stack(out, 2);  // [B, heads, T, Nq, D]
 }

@@ -77,6 +77,10 @@ struct TokenLayout {
   // a row band's tokens are contiguous; `tokens_per_row` tokens make one row
   // of the sharded axis (W).
   int64_t tokens_per_row = 1;
+  // kFrameCausal only: the keys hold this many frames before the queries'
+  // first (a stream's earlier frames): query frame t is frame
+  // key_frames_before + t of the keys, against keys 0..key_frames_before + t.
+  int64_t key_frames_before = 0;
   // kFull only: the last `shared_tokens` tokens are held alike by every rank
   // (a ViT's register and CLS tokens). Every rank computes all its queries,
   // the shared ones included, against every band's keys plus the shared keys
@@ -84,9 +88,11 @@ struct TokenLayout {
   int64_t shared_tokens = 0;
 
   static TokenLayout Full(int64_t tokens_per_row, int64_t shared_tokens = 0) {
-    return {Kind::kFull, tokens_per_row, shared_tokens};
+    return {Kind::kFull, tokens_per_row, 0, shared_tokens};
   }
-  static TokenLayout FrameCausal(int64_t tokens_per_row) { return {Kind::kFrameCausal, tokens_per_row, 0}; }
+  static TokenLayout FrameCausal(int64_t tokens_per_row, int64_t key_frames_before = 0) {
+    return {Kind::kFrameCausal, tokens_per_row, key_frames_before, 0};
+  }
 };
 
 class LayerOps {
@@ -249,6 +255,13 @@ at::Tensor ScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, c
 // frames 0..t, each through ScaledDotProductAttention. Equal to diffusers'
 // softmax(q·kᵀ·scale + mask)·v over all T·Nk keys up to rounding: masked keys
 // contribute exp(-inf) = 0 there.
-at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// Throws unless q, k, v are frame-causal attention's [B, heads, T, N, D]
+// with `key_frames_before` more key (and value) frames than query frames.
+void CheckFrameCausalShapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t key_frames_before);
+
+// With `key_frames_before`, the keys hold that many frames before the
+// queries' first (TokenLayout::key_frames_before).
+at::Tensor FrameCausalScaledDotProductAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                int64_t key_frames_before = 0);
 
 }  // namespace vaedecode::families

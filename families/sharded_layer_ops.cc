@@ -248,7 +248,9 @@ std::pair<at::Tensor, at::Tensor> ShardedLayerOps::GatherBandKV(const at::Tensor
 
 at::Tensor ShardedLayerOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const TokenLayout& layout) {
-  if (layout.kind == TokenLayout::Kind::kFrameCausal) return FrameCausalAttention(q, k, v, layout.tokens_per_row);
+  if (layout.kind == TokenLayout::Kind::kFrameCausal) {
+    return FrameCausalAttention(q, k, v, layout.tokens_per_row, layout.key_frames_before);
+  }
   return FullAttention(q, k, v, layout);
 }
 
@@ -274,7 +276,7 @@ RowWindow ShardedLayerOps::GlobalRows(int64_t local_rows) {
 }
 
 at::Tensor ShardedLayerOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 int64_t tokens_per_row) {
+                                                 int64_t tokens_per_row, int64_t key_frames_before) {
   // [B, heads, T, N_band, D]: fold frames into the heads dim so that one
   // uneven all-gather along the token dim collects every frame's band.
   const int64_t b = k.size(0), heads = k.size(1), frames = k.size(2), local_tokens = k.size(3), d = k.size(4);
@@ -289,7 +291,7 @@ at::Tensor ShardedLayerOps::FrameCausalAttention(const at::Tensor& q, const at::
   TakeSignal(signal);
   const int64_t tokens = k_all.size(2);
   return FrameCausalScaledDotProductAttention(q, k_all.reshape({b, heads, frames, tokens, d}),
-                                              v_all.reshape({b, heads, frames, tokens, d}));
+                                              v_all.reshape({b, heads, frames, tokens, d}), key_frames_before);
 }
 
 }  // namespace vaedecode::families

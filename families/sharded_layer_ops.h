@@ -101,8 +101,8 @@ class ShardedLayerOps final : public LayerOps {
 
   std::pair<at::Tensor, at::Tensor> GatherBandKV(const at::Tensor& k, const at::Tensor& v, int64_t tokens_per_row);
   at::Tensor FullAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TokenLayout& layout);
-  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  int64_t tokens_per_row);
+  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t tokens_per_row,
+                                  int64_t key_frames_before);
 
   parallel::Communicator& comm_;
   parallel::ShardSpec latent_spec_;

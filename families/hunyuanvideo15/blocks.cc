@@ -13,7 +13,16 @@ at::Tensor RunPointwise(LayerOps& ops, const torch::nn::Conv3d& conv, const at::
   return ops.Conv(x, conv->weight, conv->bias, ConvGeometry{});
 }
 
+// The stream's kept frames, or none (the whole clip).
+nn::CausalFrames* FramesOf(StreamState* state) { return state != nullptr ? &state->frames : nullptr; }
+
 }  // namespace
+
+int64_t StreamState::bytes() const {
+  int64_t total = frames.bytes();
+  for (const auto& [layer, kv] : keys_values) total += kv.first.nbytes() + kv.second.nbytes();
+  return total;
+}
 
 ResnetBlockImpl::ResnetBlockImpl(int64_t in_channels, int64_t out_channels) {
   norm1 = register_module("norm1", nn::ChannelRMSNorm(in_channels, /*images=*/false));
@@ -25,9 +34,9 @@ ResnetBlockImpl::ResnetBlockImpl(int64_t in_channels, int64_t out_channels) {
   }
 }
 
-at::Tensor ResnetBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
-  at::Tensor h = conv1->forward(at::silu(norm1->forward(x)), ops);
-  h = conv2->forward(at::silu(norm2->forward(h)), ops);
+at::Tensor ResnetBlockImpl::forward(const at::Tensor& x, LayerOps& ops, StreamState* state) {
+  at::Tensor h = conv1->forward(at::silu(norm1->forward(x)), ops, FramesOf(state));
+  h = conv2->forward(at::silu(norm2->forward(h)), ops, FramesOf(state));
   return h + (conv_shortcut ? RunPointwise(ops, conv_shortcut, x) : x);
 }
 
@@ -39,7 +48,7 @@ AttnBlockImpl::AttnBlockImpl(int64_t channels) {
   proj_out = register_module("proj_out", MakePointwiseConv3d(channels, channels));
 }
 
-at::Tensor AttnBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
+at::Tensor AttnBlockImpl::forward(const at::Tensor& x, LayerOps& ops, StreamState* state) {
   const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
   const at::Tensor normed = norm->forward(x);
   // [B, C, T, H, W] -> [B, 1, T, H·W, C]: one head, each frame's pixels
@@ -47,8 +56,20 @@ at::Tensor AttnBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
   auto tokens = [&](const torch::nn::Conv3d& conv) {
     return RunPointwise(ops, conv, normed).permute({0, 2, 3, 4, 1}).reshape({b, 1, t, h * w, c});
   };
-  const at::Tensor attended =
-      ops.Attention(tokens(to_q), tokens(to_k), tokens(to_v), TokenLayout::FrameCausal(/*tokens_per_row=*/w));
+  at::Tensor keys = tokens(to_k), values = tokens(to_v);
+  int64_t before = 0;
+  if (state != nullptr) {
+    // A stream's queries attend to every frame so far: the earlier chunks'
+    // keys and values go in front (this rank's rows, as the new ones).
+    auto [it, first] = state->keys_values.try_emplace(this);
+    if (!first) {
+      before = it->second.first.size(2);
+      keys = at::cat({it->second.first, keys}, 2);
+      values = at::cat({it->second.second, values}, 2);
+    }
+    it->second = {keys, values};
+  }
+  const at::Tensor attended = ops.Attention(tokens(to_q), keys, values, TokenLayout::FrameCausal(w, before));
   const at::Tensor video = attended.reshape({b, t, h, w, c}).permute({0, 4, 1, 2, 3});
   return RunPointwise(ops, proj_out, video) + x;
 }
@@ -58,8 +79,14 @@ UpsampleImpl::UpsampleImpl(int64_t in_channels, int64_t out_channels, bool upsam
   conv = register_module("conv", nn::ReplicateCausalConv3d(in_channels, out_channels * (upsample_time ? 8 : 4), 3));
 }
 
-at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
-  const at::Tensor h = conv->forward(x, ops);
+at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops, StreamState* state) {
+  const at::Tensor h = conv->forward(x, ops, FramesOf(state));
+  // The clip's first frame is special; a stream's later chunks have none.
+  const bool clip_start = state == nullptr || state->past_first_frame.insert(this).second;
+  if (upsample_time_ && !clip_start) {
+    return nn::SubpixelMajorDepthToSpace(h, 2, 2, 2) +
+           nn::SubpixelMajorDepthToSpace(x, 2, 2, 2).repeat_interleave(repeats_, 1);
+  }
   if (!upsample_time_) {
     return nn::SubpixelMajorDepthToSpace(h, 1, 2, 2) +
            nn::SubpixelMajorDepthToSpace(x.repeat_interleave(repeats_, 1), 1, 2, 2);
@@ -141,10 +168,10 @@ MidBlockImpl::MidBlockImpl(int64_t channels) {
   resnets->push_back(ResnetBlock(channels, channels));
 }
 
-at::Tensor MidBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
-  at::Tensor h = resnets[0]->as<ResnetBlockImpl>()->forward(x, ops);
-  h = attentions[0]->as<AttnBlockImpl>()->forward(h, ops);
-  return resnets[1]->as<ResnetBlockImpl>()->forward(h, ops);
+at::Tensor MidBlockImpl::forward(const at::Tensor& x, LayerOps& ops, StreamState* state) {
+  at::Tensor h = resnets[0]->as<ResnetBlockImpl>()->forward(x, ops, state);
+  h = attentions[0]->as<AttnBlockImpl>()->forward(h, ops, state);
+  return resnets[1]->as<ResnetBlockImpl>()->forward(h, ops, state);
 }
 
 UpBlockImpl::UpBlockImpl(const UpBlockSpec& spec) {
@@ -158,10 +185,10 @@ UpBlockImpl::UpBlockImpl(const UpBlockSpec& spec) {
   }
 }
 
-at::Tensor UpBlockImpl::forward(const at::Tensor& x, LayerOps& ops) {
+at::Tensor UpBlockImpl::forward(const at::Tensor& x, LayerOps& ops, StreamState* state) {
   at::Tensor h = x;
-  for (const auto& resnet : *resnets) h = resnet->as<ResnetBlockImpl>()->forward(h, ops);
-  if (upsamplers) h = upsamplers[0]->as<UpsampleImpl>()->forward(h, ops);
+  for (const auto& resnet : *resnets) h = resnet->as<ResnetBlockImpl>()->forward(h, ops, state);
+  if (upsamplers) h = upsamplers[0]->as<UpsampleImpl>()->forward(h, ops, state);
   return h;
 }
 
@@ -194,11 +221,11 @@ Decoder3DImpl::Decoder3DImpl(const HunyuanVideo15Config& c) : conv_in_repeats_(c
   conv_out = register_module("conv_out", nn::ReplicateCausalConv3d(widths.back(), c.out_channels, 3));
 }
 
-at::Tensor Decoder3DImpl::forward(const at::Tensor& z, LayerOps& ops) {
-  at::Tensor h = conv_in->forward(z, ops) + z.repeat_interleave(conv_in_repeats_, 1);
-  h = mid_block->forward(h, ops);
-  for (const auto& block : *up_blocks) h = block->as<UpBlockImpl>()->forward(h, ops);
-  return conv_out->forward(at::silu(norm_out->forward(h)), ops);
+at::Tensor Decoder3DImpl::forward(const at::Tensor& z, LayerOps& ops, StreamState* state) {
+  at::Tensor h = conv_in->forward(z, ops, FramesOf(state)) + z.repeat_interleave(conv_in_repeats_, 1);
+  h = mid_block->forward(h, ops, state);
+  for (const auto& block : *up_blocks) h = block->as<UpBlockImpl>()->forward(h, ops, state);
+  return conv_out->forward(at::silu(norm_out->forward(h)), ops, FramesOf(state));
 }
 
 }  // namespace vaedecode::families::hunyuanvideo15

@@ -15,6 +15,9 @@
 // too, as bands are cut in whole latent rows (even rows at every level).
 
 #include <cstdint>
+#include <map>
+#include <set>
+#include <utility>
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
@@ -28,11 +31,25 @@
 
 namespace vaedecode::families::hunyuanvideo15 {
 
+// What a stream (a clip decoded chunk by chunk: HunyuanVideo15Decoder::OpenStream)
+// carries through the decoder from one chunk to the next: the causal convs'
+// last input frames, the mid block's attention keys and values of every
+// frame so far (this rank's rows; its queries attend to all of them), and
+// which temporal upsamplers are past the clip's first frame. The decoder's
+// norms are per position, so nothing else couples frames. nullptr in the
+// forwards below: the whole clip at once.
+struct StreamState {
+  nn::CausalFrames frames;
+  std::map<const void*, std::pair<at::Tensor, at::Tensor>> keys_values;  // [B, 1, T, N, C] each
+  std::set<const void*> past_first_frame;
+  int64_t bytes() const;
+};
+
 // diffusers HunyuanVideo15ResnetBlock.
 class ResnetBlockImpl : public torch::nn::Module {
  public:
   ResnetBlockImpl(int64_t in_channels, int64_t out_channels);
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, StreamState* state = nullptr);
 
   nn::ChannelRMSNorm norm1{nullptr};
   nn::ReplicateCausalConv3d conv1{nullptr};
@@ -47,7 +64,7 @@ TORCH_MODULE(ResnetBlock);
 class AttnBlockImpl : public torch::nn::Module {
  public:
   explicit AttnBlockImpl(int64_t channels);
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, StreamState* state = nullptr);
 
   nn::ChannelRMSNorm norm{nullptr};
   torch::nn::Conv3d to_q{nullptr};
@@ -64,7 +81,7 @@ TORCH_MODULE(AttnBlock);
 class UpsampleImpl : public torch::nn::Module {
  public:
   UpsampleImpl(int64_t in_channels, int64_t out_channels, bool upsample_time);
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, StreamState* state = nullptr);
 
   nn::ReplicateCausalConv3d conv{nullptr};
 
@@ -108,7 +125,7 @@ TORCH_MODULE(DownBlock);
 class MidBlockImpl : public torch::nn::Module {
  public:
   explicit MidBlockImpl(int64_t channels);
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, StreamState* state = nullptr);
 
   torch::nn::ModuleList resnets{nullptr};
   torch::nn::ModuleList attentions{nullptr};
@@ -119,7 +136,7 @@ TORCH_MODULE(MidBlock);
 class UpBlockImpl : public torch::nn::Module {
  public:
   explicit UpBlockImpl(const UpBlockSpec& spec);
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, StreamState* state = nullptr);
 
   torch::nn::ModuleList resnets{nullptr};
   torch::nn::ModuleList upsamplers{nullptr};  // absent without upsampling (diffusers' None)
@@ -149,8 +166,9 @@ TORCH_MODULE(Encoder3D);
 class Decoder3DImpl : public torch::nn::Module {
  public:
   explicit Decoder3DImpl(const HunyuanVideo15Config& config);
-  // [B, Cz, T, h, w] -> [B, out, 1 + tf·(T - 1), h·s, w·s]
-  at::Tensor forward(const at::Tensor& z, LayerOps& ops);
+  // [B, Cz, T, h, w] -> [B, out, 1 + tf·(T - 1), h·s, w·s]; a stream's
+  // later chunks -> [B, out, tf·T, h·s, w·s].
+  at::Tensor forward(const at::Tensor& z, LayerOps& ops, StreamState* state = nullptr);
 
   nn::ReplicateCausalConv3d conv_in{nullptr};
   MidBlock mid_block{nullptr};

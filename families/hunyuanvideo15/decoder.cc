@@ -47,6 +47,13 @@ at::Tensor HunyuanVideo15Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
   return module_->decoder->forward(z.to(dtype()), ops);
 }
 
+std::unique_ptr<DecodeStream> HunyuanVideo15Decoder::OpenStream() {
+  return std::make_unique<StatefulDecodeStream<StreamState>>(
+      [&decoder = *module_->decoder, dtype = dtype()](const at::Tensor& z, LayerOps& ops, StreamState& state) {
+        return decoder.forward(z.to(dtype), ops, &state);
+      });
+}
+
 void Register(Registry& registry) {
   // Causal-conv wrappers (".conv.") like HunyuanVideo, but RMS norms with
   // `gamma` and "norm_out" where HunyuanVideo has GroupNorm "conv_norm_out".

@@ -7,6 +7,8 @@
 // broadcasts to (B, B, L, L)); with enable_slicing it decodes one entry at a
 // time, which is what a batch here computes (entries never mix). `raw`
 // latents are de-normalised as HunyuanVideo15Pipeline does: z / scaling_factor.
+// It streams (sessions): a clip decoded chunk by chunk through a StreamState
+// gives the whole decode's frames.
 
 #include <memory>
 #include <string>
@@ -38,6 +40,10 @@ class HunyuanVideo15Decoder final : public ModuleDecoder<HunyuanVideo15Module> {
 
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;  // z / scaling_factor
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
+  // Causal in time: the convs pad with the frames before, the attention is
+  // frame-causal and the norms are per position (StreamState).
+  absl::Status CheckStreaming() const override { return absl::OkStatus(); }
+  std::unique_ptr<DecodeStream> OpenStream() override;
 
   const HunyuanVideo15Config& config() const { return config_; }
 

@@ -48,10 +48,28 @@ ReplicateCausalConv3dImpl::ReplicateCausalConv3dImpl(int64_t in_channels, int64_
   conv = register_module("conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in_channels, out_channels, kernel)));
 }
 
-at::Tensor ReplicateCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops) {
+at::Tensor CausalFrames::Extend(const void* layer, const at::Tensor& x, int64_t keep) {
+  auto it = kept_.find(layer);
+  const at::Tensor before = it != kept_.end() ? it->second : x.narrow(2, 0, 1).repeat({1, 1, keep, 1, 1});
+  const at::Tensor extended = at::cat({before, x}, 2);
+  // A copy: a view would keep the whole extended input alive.
+  kept_[layer] = extended.narrow(2, extended.size(2) - keep, keep).clone();
+  return extended;
+}
+
+int64_t CausalFrames::bytes() const {
+  int64_t total = 0;
+  for (const auto& [layer, frames] : kept_) total += static_cast<int64_t>(frames.nbytes());
+  return total;
+}
+
+at::Tensor ReplicateCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops, CausalFrames* frames) {
   const int64_t kt = conv->weight.size(2);
-  // Temporal replicate padding: k-1 copies of the first frame in front.
-  const at::Tensor padded = kt > 1 ? at::cat({x.narrow(2, 0, 1).repeat({1, 1, kt - 1, 1, 1}), x}, 2) : x;
+  // Temporal replicate padding: k-1 copies of the first frame in front (a
+  // stream's later chunks: the frames before them).
+  const at::Tensor padded = kt <= 1             ? x
+                            : frames != nullptr ? frames->Extend(this, x, kt - 1)
+                                                : at::cat({x.narrow(2, 0, 1).repeat({1, 1, kt - 1, 1, 1}), x}, 2);
   ConvGeometry g;
   g.padding_h = conv->weight.size(3) / 2;
   g.padding_w = conv->weight.size(4) / 2;

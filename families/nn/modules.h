@@ -6,6 +6,7 @@
 // reshapes. A family borrows these, never another family's blocks.
 
 #include <cstdint>
+#include <map>
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
@@ -52,14 +53,35 @@ TORCH_MODULE(ChannelRMSNorm);
 // half is done here (time is never sharded); the spatial half is the conv's
 // own ConvGeometry, so a sharded conv replicates only at the global top and
 // bottom and reads the neighbours' rows at interior band edges.
+//
+// A stream (a clip decoded chunk by chunk) passes `frames`: the conv's
+// k-1 frames in front are then the last ones of its input so far (the clip's
+// first chunk still replicates its first frame), so the chunks' outputs are
+// the whole clip's.
+class CausalFrames;
 class ReplicateCausalConv3dImpl : public torch::nn::Module {
  public:
   ReplicateCausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel);
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops);  // [B, C, T, H, W] -> [B, C', T, H, W]
+  // [B, C, T, H, W] -> [B, C', T, H, W]
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, CausalFrames* frames = nullptr);
 
   torch::nn::Conv3d conv{nullptr};
 };
 TORCH_MODULE(ReplicateCausalConv3d);
+
+// What a stream's causal layers keep between chunks: for each layer (by its
+// address), the last frames of its temporally padded input.
+class CausalFrames {
+ public:
+  // `x` with the `keep` frames before it: those `layer` kept from the
+  // previous chunk, or at the clip's start `keep` copies of its first frame;
+  // keeps the last `keep` frames of the result for the next chunk.
+  at::Tensor Extend(const void* layer, const at::Tensor& x, int64_t keep);
+  int64_t bytes() const;
+
+ private:
+  std::map<const void*, at::Tensor> kept_;
+};
 
 // F.interpolate(x, scale_factor=..., mode="nearest"): [B, C, H, W] by
 // `factor_s` in H and W (`factor_t` must be 1), or [B, C, T, H, W] by

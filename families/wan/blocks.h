@@ -90,6 +90,7 @@ class FeatureCache {
 struct WanDecodeState {
   FeatureCache cache;
   int64_t latent_frames = 0;
+  int64_t bytes() const { return cache.bytes(); }
 };
 
 // diffusers WanCausalConv3d: a Conv3d whose temporal padding is causal

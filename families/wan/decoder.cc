@@ -72,29 +72,13 @@ at::Tensor WanDecoder::ToVaeSpace(const at::Tensor& raw) const {
   return raw.to(at::kFloat) / inv_std + mean;
 }
 
-namespace {
-
 // diffusers' chunk loop with its feature cache kept between calls.
-class WanDecodeStream final : public DecodeStream {
- public:
-  WanDecodeStream(AutoencoderKLWanImpl& module, at::ScalarType dtype) : module_(module), dtype_(dtype) {}
-
-  at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops) override {
-    at::NoGradGuard no_grad;
-    return module_.DecodeFrames(z.to(dtype_), ops, state_);
-  }
-  int64_t state_bytes() const override { return state_.cache.bytes(); }
-  int64_t latent_frames() const override { return state_.latent_frames; }
-
- private:
-  AutoencoderKLWanImpl& module_;
-  const at::ScalarType dtype_;
-  WanDecodeState state_;
-};
-
-}  // namespace
-
-std::unique_ptr<DecodeStream> WanDecoder::OpenStream() { return std::make_unique<WanDecodeStream>(*module_, dtype()); }
+std::unique_ptr<DecodeStream> WanDecoder::OpenStream() {
+  return std::make_unique<StatefulDecodeStream<WanDecodeState>>(
+      [&module = *module_, dtype = dtype()](const at::Tensor& z, LayerOps& ops, WanDecodeState& state) {
+        return module.DecodeFrames(z.to(dtype), ops, state);
+      });
+}
 
 at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) { return OpenStream()->DecodeChunk(z, ops); }
 

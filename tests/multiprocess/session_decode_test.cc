@@ -104,7 +104,25 @@ absl::StatusOr<std::vector<at::Tensor>> RunInterleaved(worker::GroupRuntime& run
   return out;
 }
 
+// A dense session against the whole clip's dense decode: 0 is bit for bit.
+// Wan decodes frame by frame either way (the same conv calls); HunyuanVideo
+// 1.5's whole decode runs each conv over the whole clip, and LibTorch's CPU
+// conv3d rounds by the input's extent (and the CPU's conv bands split a
+// large call): equal up to rounding (1.4e-6 seen at batch 2).
+double DenseSessionTolerance(const families::Decoder& decoder) {
+  return decoder.info().family == "hunyuanvideo15" ? 1e-5 : 0.0;
+}
+
+// Whether `session` equals `whole` within `tolerance` (0: bit for bit).
+absl::Status ExpectSessionEquals(const at::Tensor& session, const at::Tensor& whole, double tolerance,
+                                 const std::string& what) {
+  if (tolerance > 0) return ExpectTensorClose(session, whole, tolerance, 0, what);
+  return Expect(session.equal(whole), absl::StrCat(what, ": not bit-identical to the whole clip; max abs diff ",
+                                                   (session - whole).abs().max().item<double>()));
+}
+
 absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& latent, const at::Tensor& other) {
+  const double dense_tolerance = DenseSessionTolerance(*runtime.models()[0].decoder);
   const int world = runtime.world_size();
   ASSIGN_OR_RETURN(at::Tensor dense_whole, WholeDecode(runtime, latent, worker::DecodeMode::kDense));
   const int64_t frames = latent.size(2);
@@ -126,7 +144,7 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
       const std::string what = absl::StrCat(worker::ModeName(mode), " session of chunks ",
                                             absl::StrJoin(sessions[s].chunks, ","), " at ", world, " ranks");
       if (mode == worker::DecodeMode::kDense) {
-        RETURN_IF_ERROR(Expect(outs[s].equal(dense_whole), what + ": not bit-identical to the whole clip"));
+        RETURN_IF_ERROR(ExpectSessionEquals(outs[s], dense_whole, dense_tolerance, what));
       } else {
         RETURN_IF_ERROR(ExpectTensorClose(outs[s], mode_whole, kSessionVsWhole, 0, what));
       }
@@ -156,7 +174,10 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
       RETURN_IF_ERROR(Expect(f.equal(replayed.result.sample.narrow(2, first, f.size(2))), "streamed replay frames"));
       next_frame += f.size(2);
     }
-    RETURN_IF_ERROR(Expect(next_frame == replayed.result.sample.size(2), "the replay streamed every frame once"));
+    // (A decoder that finishes frames before the chunk ends streams them;
+    // the others stream nothing until the decode is done.)
+    RETURN_IF_ERROR(Expect(streamed.empty() || next_frame == replayed.result.sample.size(2),
+                           "the replay streamed every frame once"));
     std::vector<at::Tensor> parts = {first.result.sample, replayed.result.sample};
     if (frames > 2) {
       ASSIGN_OR_RETURN(worker::DecodeOutcome rest,
@@ -166,7 +187,7 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
     const at::Tensor session = at::cat(parts, 2);
     const std::string what = absl::StrCat(worker::ModeName(mode), " replayed session at ", world, " ranks");
     if (mode == worker::DecodeMode::kDense) {
-      RETURN_IF_ERROR(Expect(session.equal(dense_whole), what + ": not bit-identical"));
+      RETURN_IF_ERROR(ExpectSessionEquals(session, dense_whole, dense_tolerance, what));
     } else {
       RETURN_IF_ERROR(ExpectTensorClose(session, mode_whole, kSessionVsWhole, 0, what));
     }
@@ -251,10 +272,14 @@ TEST_P(SessionDecode, ChunksEqualTheWholeClip) {
 
 // wan21: 7 latent rows (uneven bands at 2-4 ranks), 4 frames; wan22: the
 // residual up blocks and the unpatchify; batch 2 with 3 frames.
+// hunyuanvideo15: 3 latent rows, 5 frames (causal convs' kept frames, the
+// mid block's keys and values of earlier chunks, the first-frame upsample);
+// batch 2 with 4 frames and 5 rows at 3 ranks.
 INSTANTIATE_TEST_SUITE_P(Wan, SessionDecode,
                          ::testing::Values(Case{"wan21", {}, 1}, Case{"wan21", {}, 2}, Case{"wan21", {}, 3},
                                            Case{"wan21", {}, 4}, Case{"wan22", {}, 2},
-                                           Case{"wan21", {2, 16, 3, 5, 4}, 3}),
+                                           Case{"wan21", {2, 16, 3, 5, 4}, 3}, Case{"hunyuanvideo15", {}, 1},
+                                           Case{"hunyuanvideo15", {}, 2}, Case{"hunyuanvideo15", {2, 8, 4, 5, 4}, 3}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return absl::StrCat(info.param.fixture, info.param.latent_shape.empty() ? "" : "_b2", "_",
                                                info.param.world, "_ranks");

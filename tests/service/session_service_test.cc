@@ -42,6 +42,12 @@ v1::SessionOpen OpenFor(const v1::DecodeRequest& whole, v1::Mode mode, const std
   return open;
 }
 
+// The whole clip's Decode in `mode`: what a session in that mode must equal.
+DecodeOutcome WholeDecode(v1::VaeDecoder::Stub& stub, v1::DecodeRequest request, v1::Mode mode) {
+  request.set_mode(mode);
+  return Decode(stub, request);
+}
+
 struct SessionOutcome {
   grpc::Status status;
   rpc::SessionAssembler stream;
@@ -111,9 +117,9 @@ void ExpectClipEquals(SessionOutcome& out, const DecodeOutcome& whole, double to
 class SessionServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = StartServing(RealWorkerFlags(FixtureRepository({"wan21"}), "cpu:2", 2,
+    server_ = StartServing(RealWorkerFlags(FixtureRepository({"wan21", "hunyuanvideo15", "sd_kl"}), "cpu:2", 2,
                                            {"--session_idle_timeout_s=20", "--heartbeat_timeout_s=2"}),
-                           {"wan21"})
+                           {"wan21", "hunyuanvideo15", "sd_kl"})
                   .release();
   }
   static void TearDownTestSuite() {
@@ -128,9 +134,7 @@ TEST_F(SessionServiceTest, ChunksEqualTheWholeClipDenseAndExactOverSeveralChunki
   ASSERT_NE(server_, nullptr);
   const v1::DecodeRequest whole = FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"));  // T = 4, H = 7
   for (v1::Mode mode : {v1::MODE_DENSE, v1::MODE_EXACT}) {
-    v1::DecodeRequest request = whole;
-    request.set_mode(mode);
-    const DecodeOutcome reference = Decode(server_->stub(), request);
+    const DecodeOutcome reference = WholeDecode(server_->stub(), whole, mode);
     for (const std::vector<int64_t>& chunks : std::vector<std::vector<int64_t>>{{1, 1, 1, 1}, {2, 2}, {1, 3}, {4}}) {
       const std::string what = absl::StrCat(v1::Mode_Name(mode), " chunks ", chunks.size(), " first ", chunks[0]);
       SessionOutcome out = RunSession(server_->stub(), OpenFor(whole, mode), whole.latent(), chunks);
@@ -153,12 +157,38 @@ TEST_F(SessionServiceTest, ChunksEqualTheWholeClipDenseAndExactOverSeveralChunki
   }
 }
 
+// HunyuanVideo 1.5 streams too (causal convs' kept frames, the mid block's
+// keys and values of earlier chunks); its whole decode runs each conv over
+// the whole clip, so dense sessions equal it up to rounding. An image model
+// and a video model that cannot stream say why.
+TEST_F(SessionServiceTest, HunyuanVideo15StreamsAndModelsThatCannotSayWhy) {
+  ASSERT_NE(server_, nullptr);
+  const v1::DecodeRequest whole = FixtureRequest("hunyuanvideo15", FixturePath("hunyuanvideo15/latent.safetensors"));
+  for (v1::Mode mode : {v1::MODE_DENSE, v1::MODE_EXACT}) {
+    const DecodeOutcome reference = WholeDecode(server_->stub(), whole, mode);
+    SessionOutcome out = RunSession(server_->stub(), OpenFor(whole, mode), whole.latent(), {1, 2, 2});
+    ExpectClipEquals(out, reference, mode == v1::MODE_DENSE ? 1e-5 : 3e-5,
+                     absl::StrCat("hunyuanvideo15 ", v1::Mode_Name(mode)));
+    EXPECT_EQ(out.stream.trailer().session_frames(), 17);
+  }
+  v1::ListModelsResponse models;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(server_->stub().ListModels(&ctx, v1::ListModelsRequest(), &models).ok());
+  for (const v1::ModelInfo& m : models.models()) {
+    EXPECT_EQ(m.streams(), m.name() != "sd_kl") << m.name();
+    EXPECT_EQ(m.session_state_bytes_per_latent() > 0, m.streams()) << m.name();
+  }
+  v1::SessionOpen image = OpenFor(whole, v1::MODE_DENSE);
+  image.set_model("sd_kl");
+  SessionOutcome refused = RunSession(server_->stub(), image, whole.latent(), {1});
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.status.error_message();
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("is an image model"));
+}
+
 TEST_F(SessionServiceTest, ABatchOfTwoWithUnevenBandsInterleavedWithOtherCalls) {
   ASSERT_NE(server_, nullptr);
   const v1::DecodeRequest whole = SyntheticRequest("wan21", {2, 16, 3, 5, 6});
-  v1::DecodeRequest exact = whole;
-  exact.set_mode(v1::MODE_EXACT);
-  const DecodeOutcome reference = Decode(server_->stub(), exact);
+  const DecodeOutcome reference = WholeDecode(server_->stub(), whole, v1::MODE_EXACT);
   const v1::DecodeRequest other = FixtureRequest("wan21", FixturePath("wan21/latent_t2.safetensors"));
   const DecodeOutcome other_reference = Decode(server_->stub(), other);
   // Two sessions and Decodes at once on the one group: every chunk is a job
@@ -183,9 +213,7 @@ TEST_F(SessionServiceTest, ABatchOfTwoWithUnevenBandsInterleavedWithOtherCalls) 
 TEST_F(SessionServiceTest, ASessionSurvivesAWorkerKilledBetweenItsChunks) {
   ASSERT_NE(server_, nullptr);
   const v1::DecodeRequest whole = FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"));
-  v1::DecodeRequest exact = whole;
-  exact.set_mode(v1::MODE_EXACT);
-  const DecodeOutcome reference = Decode(server_->stub(), exact);
+  const DecodeOutcome reference = WholeDecode(server_->stub(), whole, v1::MODE_EXACT);
   std::string killed_group;
   SessionOutcome out =
       RunSession(server_->stub(), OpenFor(whole, v1::MODE_EXACT), whole.latent(), {1, 2, 1}, [&](int64_t chunk) {
@@ -213,9 +241,7 @@ TEST_F(SessionServiceTest, ASessionSurvivesAWorkerKilledDuringAChunk) {
   // Large enough that a two-latent-frame chunk decodes for a while (its
   // first four frames stream before its last four).
   const v1::DecodeRequest whole = SyntheticRequest("wan21", {1, 16, 5, 24, 20});
-  v1::DecodeRequest exact = whole;
-  exact.set_mode(v1::MODE_EXACT);
-  const DecodeOutcome reference = Decode(server_->stub(), exact);
+  const DecodeOutcome reference = WholeDecode(server_->stub(), whole, v1::MODE_EXACT);
   bool killed = false;
   SessionOutcome out = RunSession(server_->stub(), OpenFor(whole, v1::MODE_EXACT, "killed-mid-chunk"), whole.latent(),
                                   {1, 2, 2}, nullptr, [&](const v1::Chunk& c) {
