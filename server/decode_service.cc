@@ -367,11 +367,6 @@ absl::StatusOr<v1::ModelInfo> DecodeService::LookupModel(const std::string& name
   return catalog_.Lookup(name);
 }
 
-absl::Status DecodeService::CheckSessionChunk(const v1::DecodeRequest& request, const v1::ModelInfo& model) const {
-  RETURN_IF_ERROR(ValidateDecodeRequest(request, model));
-  return CheckAdmission(request, model, options_.admission);
-}
-
 void DecodeService::StartSessionJob(const Admission& admission, JobStream* stream, std::shared_ptr<void> keep_alive) {
   StartJob(admission, stream, [this, keep_alive = std::move(keep_alive)](const Job& j, const absl::Status& s) {
     if (j.TakePending()) metrics_.AddPending(j.model().name(), -1);

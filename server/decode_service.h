@@ -158,8 +158,7 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   // The model's description; INVALID_ARGUMENT for an empty name, else as
   // the catalog says.
   absl::StatusOr<v1::ModelInfo> LookupModel(const std::string& name) const;
-  // What Admit checks of a request against its model (a session's chunk).
-  absl::Status CheckSessionChunk(const v1::DecodeRequest& request, const v1::ModelInfo& model) const;
+  const AdmissionLimits& admission_limits() const { return options_.admission; }
   // Start for a session's chunk: no request log line or count of its own
   // (the session has one).
   void StartSessionJob(const Admission& admission, JobStream* stream, std::shared_ptr<void> keep_alive);

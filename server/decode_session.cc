@@ -32,6 +32,7 @@
 #include "rpc/status_macros.h"
 #include "server/decode_service.h"
 #include "server/request_validation.h"
+#include "server/session_requests.h"
 
 namespace vaedecode::server {
 namespace {
@@ -42,8 +43,6 @@ std::string NewSessionId() {
   std::lock_guard<std::mutex> lock(mu);
   return absl::StrFormat("s%016x", gen());
 }
-
-int64_t DtypeBytes(v1::DType dtype) { return dtype == v1::FLOAT32 ? 4 : 2; }
 
 class SessionReactor;
 
@@ -261,96 +260,30 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     ReadNext();
   }
 
-  // The open against its model; sets model_, mode_, state_bytes_per_rank_.
+  // The open against its model; sets model_, mode_, mode_reason_ and
+  // state_bytes_per_rank_.
   absl::Status Validate() {
     if (!accepting_.load()) return absl::UnavailableError("the server is draining; retry on another replica");
     absl::StatusOr<v1::ModelInfo> model = service_.LookupModel(open_.model());
     if (!model.ok()) return model.status();
     model_ = *std::move(model);
-    if (!model_.streams()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("model \"", model_.name(), "\" cannot be decoded in a session: ", model_.streams_note()));
-    }
-    if (open_.shape_size() != 4) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "shape: the latent's shape without its frames is [B, C, H, W]; got ", open_.shape_size(), " dimensions"));
-    }
-    if (open_.output_format() == v1::OUTPUT_MP4) {
-      return absl::InvalidArgumentError(
-          "output_format: OUTPUT_MP4 needs the clip's end; a session streams tensors, uint8, PNG or JPEG frames");
-    }
-    if (open_.mode() == v1::MODE_TILED) {
-      return absl::InvalidArgumentError("mode: a session decodes dense or exact (its state is not tiled)");
-    }
-    // Everything else as a one-frame Decode of the same latent would be checked.
-    v1::DecodeRequest probe = ChunkRequest(0);
-    v1::Tensor* latent = probe.mutable_latent();
-    latent->set_dtype(open_.latent_dtype());
-    for (int i = 0; i < 4; ++i) latent->add_shape(open_.shape(i));
-    latent->mutable_shape()->Add(1);
-    // [B, C, H, W, 1] -> [B, C, 1, H, W]
-    latent->set_shape(4, open_.shape(3));
-    latent->set_shape(3, open_.shape(2));
-    latent->set_shape(2, 1);
-    int64_t elements = 1;
-    for (int64_t d : latent->shape()) {
-      if (d <= 0 || d > (int64_t{1} << 20)) {
-        return absl::InvalidArgumentError(absl::StrCat("shape: dimensions must be positive and sane; got [",
-                                                       absl::StrJoin(open_.shape(), ", "), "]"));
-      }
-      elements *= d;
-      if (elements > (int64_t{1} << 31)) return absl::InvalidArgumentError("shape: the latent is too large");
-    }
-    latent->mutable_data()->resize(static_cast<size_t>(elements * DtypeBytes(open_.latent_dtype())));
-    RETURN_IF_ERROR(service_.CheckSessionChunk(probe, model_));
-    const bool exact_supported =
-        std::count(model_.supported_modes().begin(), model_.supported_modes().end(), v1::MODE_EXACT) > 0;
-    if (open_.mode() == v1::MODE_EXACT || (open_.mode() == v1::MODE_AUTO && exact_supported && group_size_ > 1)) {
-      mode_ = v1::MODE_EXACT;
-      mode_reason_ = open_.mode() == v1::MODE_AUTO ? "auto: exact over the group" : "requested";
-    } else {
-      mode_ = v1::MODE_DENSE;
-      mode_reason_ = open_.mode() == v1::MODE_AUTO ? "auto: the group has one rank" : "requested";
-    }
-    const double area = static_cast<double>(open_.shape(0) * open_.shape(2) * open_.shape(3));
-    const int64_t ranks = mode_ == v1::MODE_EXACT ? group_size_ : 1;
-    state_bytes_per_rank_ = static_cast<int64_t>(model_.session_state_bytes_per_latent() * area / ranks);
+    ASSIGN_OR_RETURN(const SessionPlan plan,
+                     ValidateSessionOpen(open_, model_, group_size_, service_.admission_limits()));
+    mode_ = plan.mode;
+    mode_reason_ = plan.mode_reason;
+    state_bytes_per_rank_ = plan.state_bytes_per_rank;
     return absl::OkStatus();
   }
 
-  // A chunk's request; `index` names it in the logs.
-  v1::DecodeRequest ChunkRequest(int64_t index) const {
-    v1::DecodeRequest request;
-    request.set_model(open_.model());
-    request.set_latent_space(open_.latent_space());
-    request.set_mode(mode_);
-    request.set_output_format(open_.output_format());
-    request.set_request_id(absl::StrCat(open_.session_id(), "/", index));
-    request.set_jpeg_quality(open_.jpeg_quality());
-    if (open_.has_png_compression()) request.set_png_compression(open_.png_compression());
-    if (open_.has_scaling_factor()) request.set_scaling_factor(open_.scaling_factor());
-    if (open_.has_shift_factor()) request.set_shift_factor(open_.shift_factor());
-    return request;
-  }
-
   void RunChunk(const v1::Tensor& chunk) {
-    const bool fits = chunk.shape_size() == 5 && chunk.dtype() == open_.latent_dtype() &&
-                      chunk.shape(0) == open_.shape(0) && chunk.shape(1) == open_.shape(1) && chunk.shape(2) >= 1 &&
-                      chunk.shape(3) == open_.shape(2) && chunk.shape(4) == open_.shape(3);
-    if (!fits) {
-      return End(absl::InvalidArgumentError(
-          absl::StrCat("chunk: a session's chunks are [", open_.shape(0), ", ", open_.shape(1), ", t, ", open_.shape(2),
-                       ", ", open_.shape(3), "] ", v1::DType_Name(open_.latent_dtype()), " with t >= 1; got [",
-                       absl::StrJoin(chunk.shape(), ", "), "] ",
-                       v1::DType_IsValid(chunk.dtype()) ? v1::DType_Name(chunk.dtype()) : "?")));
-    }
+    if (absl::Status fits = ValidateSessionChunk(open_, chunk); !fits.ok()) return End(fits);
     int64_t index;
     {
       absl::MutexLock lock(&mu_);
       index = chunks_;
       chunk_arrived_ = absl::Now();
     }
-    v1::DecodeRequest request = ChunkRequest(index);
+    v1::DecodeRequest request = SessionChunkRequest(open_, mode_, index);
     *request.mutable_latent() = chunk;
     DecodeService::Admission admission =
         service_.Admit(std::move(request), absl::Now(), rpc::CallDeadline(*context_), "grpc");

@@ -31,11 +31,16 @@ std::vector<v1::ModelInfo> MakeModels() {
   video.set_family("wan");
   video.set_is_video(true);
   video.set_temporal_factor(4);
+  video.set_streams(true);  // DecodeSession
+  video.set_session_state_bytes_per_latent(4096);
   models.push_back(video);
 
   v1::ModelInfo ltx = video;  // timestep-conditioned
   ltx.set_name("ltx");
   ltx.set_family("ltx2");
+  ltx.set_streams(false);
+  ltx.set_streams_note("its decoder is not causal");
+  ltx.set_session_state_bytes_per_latent(0);
   ltx.set_latent_channels(128);
   ltx.set_spatial_factor(32);
   ltx.set_temporal_factor(8);
@@ -43,6 +48,9 @@ std::vector<v1::ModelInfo> MakeModels() {
   models.push_back(ltx);
 
   v1::ModelInfo windows = video;  // MiniMax-H3's output frame table
+  windows.set_streams(false);
+  windows.set_streams_note("cross-faded windows");
+  windows.set_session_state_bytes_per_latent(0);
   windows.set_name("windows");
   windows.set_family("minimax_h3");
   windows.set_spatial_factor(16);

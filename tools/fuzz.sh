@@ -17,6 +17,9 @@
 #   oip_rest       an OIP HTTP/REST infer request: its JSON header and binary
 #                  tensors, the same path, and the JSON or binary reply
 #                  (server/oip_rest_fuzzer.cc)
+#   session_request a DecodeSession's open and chunk: their protobufs, the
+#                  session checks and the chunk's Decode validation and
+#                  admission (server/session_request_fuzzer.cc)
 #
 # Environment:
 #   FUZZ_OUTPUT_BASE  Bazel output base for the clang build (default
@@ -51,9 +54,10 @@ declare -A targets=(
   [remote_decode]="//server:remote_decode_fuzzer server/testdata/remote_decode_corpus server/testdata/remote_decode.dict 4096"
   [oip_infer]="//server:oip_infer_fuzzer server/testdata/oip_infer_corpus - 4096"
   [oip_rest]="//server:oip_rest_fuzzer server/testdata/oip_rest_corpus server/testdata/oip_rest.dict 4096"
+  [session_request]="//server:session_request_fuzzer server/testdata/session_request_corpus - 4096"
 )
 names=("$@")
-if [ ${#names[@]} -eq 0 ]; then names=(safetensors npy image_bytes remote_decode oip_infer oip_rest); fi
+if [ ${#names[@]} -eq 0 ]; then names=(safetensors npy image_bytes remote_decode oip_infer oip_rest session_request); fi
 labels=()
 for name in "${names[@]}"; do
   [ -n "${targets[$name]:-}" ] || { echo "$0: unknown target $name (${!targets[*]})" >&2; exit 2; }

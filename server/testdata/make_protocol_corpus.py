@@ -4,6 +4,11 @@
   oip_infer_corpus/      model byte, serialized inference.ModelInferRequest
   oip_rest_corpus/       model byte, Inference-Header-Content-Length as 4
                          little-endian bytes (0xffffffff: absent), POST body
+  session_request_corpus/ model byte, group-size byte, the open's length as 2
+                         little-endian bytes, a SessionRequest (open), a
+                         SessionRequest (chunk); with vaedecode's own stubs
+                         (bazel build //client/python:stubs; found under
+                         bazel-bin/client/python)
 
 Run with the pinned venv (tools/python_env.sh: numpy, tritonclient's
 generated protobuf classes, whose field numbers are the protocol's):
@@ -20,12 +25,15 @@ crash-<what> files, so every test run replays them.
 import json
 import pathlib
 import struct
+import sys
 import zlib
 
 import numpy as np
 from tritonclient.grpc import service_pb2
 
 HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE.parents[1] / "bazel-bin" / "client" / "python"))
+from vaedecode.v1 import vaedecode_pb2 as v1  # noqa: E402
 IMAGE, FLUX2, VIDEO, LTX, WINDOWS, HALF, RGBA = range(7)
 
 
@@ -179,15 +187,42 @@ def oip_rest_seeds():
     yield "not_json", HALF, None, b'{"inputs": [{"name": "latent", "shape": [1, "4"], "data": [[[[[[[[[[1]]]]]]]]]]'
 
 
+def session_request(model, group, open_fields, chunk_shape, dtype=None, data=None):
+    open_message = v1.SessionRequest(open=v1.SessionOpen(**open_fields)).SerializeToString()
+    dtype = dtype if dtype is not None else open_fields.get("latent_dtype", v1.FLOAT32)
+    if data is None:
+        data = floats(chunk_shape, np.float16 if dtype == v1.FLOAT16 else np.float32)
+    chunk = v1.SessionRequest(chunk=v1.Tensor(dtype=dtype, shape=list(chunk_shape), data=data)).SerializeToString()
+    return bytes([model, group]) + struct.pack("<H", len(open_message)) + open_message + chunk
+
+
+def session_request_seeds():
+    base = dict(model="m", latent_dtype=v1.FLOAT32, shape=[1, 16, 2, 3], output_format=v1.OUTPUT_FLOAT32)
+    yield "dense", session_request(VIDEO, 0, dict(base, mode=v1.MODE_DENSE), (1, 16, 2, 2, 3))
+    yield "auto_exact_png", session_request(VIDEO, 1, dict(base, output_format=v1.OUTPUT_PNG, png_compression=1),
+                                            (1, 16, 1, 2, 3))
+    yield "raw_scaling", session_request(VIDEO, 3, dict(base, latent_space=v1.LATENT_SPACE_RAW, scaling_factor=0.5,
+                                                        shift_factor=0.1, idle_timeout_ms=500), (1, 16, 3, 2, 3))
+    yield "half_batch", session_request(VIDEO, 1, dict(base, latent_dtype=v1.FLOAT16, shape=[2, 16, 1, 2],
+                                                       mode=v1.MODE_EXACT), (2, 16, 1, 1, 2))
+    yield "wrong_chunk", session_request(VIDEO, 0, base, (1, 16, 1, 3, 2))
+    yield "short_data", session_request(VIDEO, 0, base, (1, 16, 1, 2, 3), data=b"\0" * 12)
+    yield "mp4_refused", session_request(VIDEO, 0, dict(base, output_format=v1.OUTPUT_MP4), (1, 16, 1, 2, 3))
+    yield "not_streaming", session_request(LTX, 0, dict(base, shape=[1, 128, 1, 1]), (1, 128, 1, 1, 1))
+    yield "image_model", session_request(IMAGE, 0, base, (1, 16, 1, 2, 3))
+
+
 def main():
     for name, corpus in (("remote_decode_corpus", remote_decode_seeds()), ("oip_infer_corpus", oip_seeds()),
-                         ("oip_rest_corpus", oip_rest_seeds())):
+                         ("oip_rest_corpus", oip_rest_seeds()), ("session_request_corpus", session_request_seeds())):
         folder = HERE / name
         folder.mkdir(exist_ok=True)
         for seed in corpus:
             if name == "remote_decode_corpus":
                 label, model, target, body = seed
                 data = bytes([model]) + target.encode() + b"\n" + body
+            elif name == "session_request_corpus":
+                label, data = seed
             elif name == "oip_infer_corpus":
                 label, model, request = seed
                 data = bytes([model]) + request.SerializeToString()

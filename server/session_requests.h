@@ -1,0 +1,46 @@
+#pragma once
+
+// What the frontend checks of a DecodeSession before anything runs: the
+// open against its model (as a one-frame Decode of the same latent would be
+// checked, plus what a session needs), and each chunk against the open; and
+// the DecodeRequest a chunk becomes. Pure functions (thread-safe), fuzzed
+// with the request bytes a client sends (server/session_request_fuzzer.cc).
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/request_validation.h"
+#include "vaedecode/v1/vaedecode.pb.h"
+
+namespace vaedecode::server {
+
+// What an accepted open decides.
+struct SessionPlan {
+  v1::Mode mode = v1::MODE_DENSE;  // every chunk's: DENSE or EXACT
+  std::string mode_reason;
+  // The state admission counts on each rank that holds it (the model's
+  // measured bytes per latent × B × H × W, shared by an exact session's
+  // ranks).
+  int64_t state_bytes_per_rank = 0;
+};
+
+// FAILED_PRECONDITION for a model that cannot stream (with its reason);
+// INVALID_ARGUMENT naming the field for a shape other than [B, C, H, W]
+// with sane dimensions, MP4 output, tiled mode, or anything a one-frame
+// Decode of that latent would be refused for (ValidateDecodeRequest,
+// CheckAdmission). AUTO is exact on a group of more than one rank when the
+// model shards, else dense.
+absl::StatusOr<SessionPlan> ValidateSessionOpen(const v1::SessionOpen& open, const v1::ModelInfo& model, int group_size,
+                                                const AdmissionLimits& limits);
+
+// INVALID_ARGUMENT unless `chunk` is [B, C, t, H, W] with t >= 1 in the
+// open's dtype, B, C, H and W (its bytes are the Decode's checks).
+absl::Status ValidateSessionChunk(const v1::SessionOpen& open, const v1::Tensor& chunk);
+
+// The Decode request of chunk `index` of the session `open` opened, in
+// `mode`, without its latent (the caller moves the chunk in).
+v1::DecodeRequest SessionChunkRequest(const v1::SessionOpen& open, v1::Mode mode, int64_t index);
+
+}  // namespace vaedecode::server
