@@ -228,7 +228,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
         idle_timeout_ = std::min(idle_timeout_, absl::Milliseconds(open_.idle_timeout_ms()));
       }
       absl::StatusOr<std::shared_ptr<SessionRecord>> record =
-          registry_.Open(open_.session_id(), open_.model(), mode_, state_bytes_per_rank_);
+          registry_.Open(open_.session_id(), open_.model(), mode_, state_bytes_per_rank_, chunk_peak_bytes_);
       if (record.ok()) {
         record_ = *std::move(record);
         metrics_.AddSessionsOpen(1);
@@ -272,6 +272,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     mode_ = plan.mode;
     mode_reason_ = plan.mode_reason;
     state_bytes_per_rank_ = plan.state_bytes_per_rank;
+    chunk_peak_bytes_ = plan.chunk_peak_bytes;
     return absl::OkStatus();
   }
 
@@ -417,6 +418,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   v1::Mode mode_ = v1::MODE_DENSE;
   std::string mode_reason_;
   int64_t state_bytes_per_rank_ = 0;
+  int64_t chunk_peak_bytes_ = 0;
   std::shared_ptr<SessionRecord> record_;
 
   absl::Mutex mu_;

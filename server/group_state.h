@@ -63,6 +63,10 @@ class GroupState {
   // The last call was cancelled and the leader did not report idle in time:
   // it may still be finishing its op.
   bool leader_may_be_busy ABSL_GUARDED_BY(mu) = false;
+  // The tightest rank's capacity (what a decode may use with nothing else
+  // on its device) as the leader last reported it; -1: unbounded or not
+  // reported yet.
+  int64_t capacity_bytes_per_rank ABSL_GUARDED_BY(mu) = -1;
 
   // Sleeps up to `d` unless stopping; false when stopping.
   bool SleepUnlessStopping(absl::Duration d) ABSL_LOCKS_EXCLUDED(mu);

@@ -339,6 +339,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     g.max_chunk_bytes = options.chunk_bytes;
     s->groups_.push_back(std::make_unique<WorkerGroup>(g, *s->scheduler_, *s->catalog_, *s->metrics_));
   }
+  // Sessions are admitted against the memory each group last reported.
+  s->service_->SetGroupCapacity([groups = &s->groups_](const std::string& name) -> int64_t {
+    for (const std::unique_ptr<WorkerGroup>& g : *groups) {
+      if (g->name() == name) return g->capacity_bytes_per_rank();
+    }
+    return -1;
+  });
   for (auto& g : s->groups_) g->Start();
   spdlog::info(
       "event=listening address={} port={} tls={} metrics_port={} http_port={} groups={} group_size={} "

@@ -10,6 +10,7 @@
 // catalog's), so gRPC's callback threads call them.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,15 +39,25 @@ struct SessionLimits {
 
 class SessionRegistry {
  public:
+  // A group's tightest rank's capacity (what a decode may use with nothing
+  // else on its device); -1: unbounded or unknown.
+  using GroupCapacity = std::function<int64_t(const std::string& group)>;
+
   SessionRegistry(SessionLimits limits, ModelCatalog& catalog) : limits_(limits), catalog_(catalog) {}
 
+  // Set once, before the first Open (the server's groups).
+  void SetGroupCapacity(GroupCapacity capacity) { capacity_ = std::move(capacity); }
+
   // Opens a session of `model` in `mode` whose state is expected to hold
-  // `state_bytes_per_rank` on each rank that holds it; RESOURCE_EXHAUSTED
+  // `state_bytes_per_rank` on each rank that holds it, and whose one-frame
+  // chunk is estimated to peak at `chunk_peak_bytes` per rank: a group has
+  // room when its open sessions' states, this one and a chunk's peak fit the
+  // capacity it reported (and the states the budget). RESOURCE_EXHAUSTED
   // (saying which limit) when no group has room, UNAVAILABLE when no group
   // loaded the model.
   absl::StatusOr<std::shared_ptr<SessionRecord>> Open(const std::string& public_id, const std::string& model,
-                                                      v1::Mode mode, int64_t state_bytes_per_rank)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                                      v1::Mode mode, int64_t state_bytes_per_rank,
+                                                      int64_t chunk_peak_bytes = 0) ABSL_LOCKS_EXCLUDED(mu_);
   // The session ended: its room is free again.
   void Close(const SessionRecord& session) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -60,6 +71,7 @@ class SessionRegistry {
   };
   const SessionLimits limits_;
   ModelCatalog& catalog_;
+  GroupCapacity capacity_;
   mutable absl::Mutex mu_;
   std::map<std::string, GroupLoad> load_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "rpc/status_macros.h"
+#include "server/mode_selection.h"
 
 namespace vaedecode::server {
 namespace {
@@ -91,6 +92,8 @@ absl::StatusOr<SessionPlan> ValidateSessionOpen(const v1::SessionOpen& open, con
   const double area = static_cast<double>(open.shape(0) * open.shape(2) * open.shape(3));
   const int64_t ranks = plan.mode == v1::MODE_EXACT ? group_size : 1;
   plan.state_bytes_per_rank = static_cast<int64_t>(model.session_state_bytes_per_latent() * area / ranks);
+  const PeakEstimates peaks = EstimatePeaks(probe, model, group_size);
+  plan.chunk_peak_bytes = plan.mode == v1::MODE_EXACT ? peaks.exact_rank : peaks.dense;
   return plan;
 }
 

@@ -24,6 +24,9 @@ struct SessionPlan {
   // measured bytes per latent × B × H × W, shared by an exact session's
   // ranks).
   int64_t state_bytes_per_rank = 0;
+  // A one-latent-frame chunk's estimated decode peak per rank in `mode`
+  // (the memory model, server/mode_selection.h).
+  int64_t chunk_peak_bytes = 0;
 };
 
 // FAILED_PRECONDITION for a model that cannot stream (with its reason);

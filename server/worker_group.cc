@@ -1,5 +1,7 @@
 #include "server/worker_group.h"
 
+#include <algorithm>
+
 #include <grpcpp/grpcpp.h>
 
 #include "vaedecode/internal/worker.grpc.pb.h"
@@ -24,6 +26,14 @@ void GroupState::RefreshMemory(const LeaderConnection& leader) {
   SetDeadline(ctx, absl::Now() + kStatusDeadline);
   internal::StatusResponse status;
   if (!leader.stub->Status(&ctx, internal::StatusRequest(), &status).ok()) return;
+  int64_t capacity = -1;
+  for (int64_t c : status.capacity_bytes_per_rank()) {
+    if (c >= 0) capacity = capacity < 0 ? c : std::min(capacity, c);
+  }
+  {
+    absl::MutexLock lock(&mu);
+    capacity_bytes_per_rank = capacity;
+  }
   // Ranks report what they can measure; missing figures leave the gauges as they are.
   for (size_t r = 0; r < options.devices.size(); ++r) {
     if (r < static_cast<size_t>(status.free_bytes_per_rank_size())) {
@@ -40,6 +50,11 @@ WorkerGroup::WorkerGroup(WorkerGroupOptions options, Scheduler& scheduler, Model
     : state_(std::move(options), scheduler, catalog, metrics) {}
 
 WorkerGroup::~WorkerGroup() { Stop(); }
+
+int64_t WorkerGroup::capacity_bytes_per_rank() const {
+  absl::MutexLock lock(&state_.mu);
+  return state_.capacity_bytes_per_rank;
+}
 
 void WorkerGroup::Start() {
   state_.metrics.SetGroupReady(state_.options.name, false);

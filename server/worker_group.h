@@ -50,6 +50,8 @@ class WorkerGroup {
   bool ready() const;
   // A job is running on the group.
   bool busy() const;
+  // The tightest rank's capacity as last reported; -1: unbounded or unknown.
+  int64_t capacity_bytes_per_rank() const;
 
  private:
   GroupState state_;

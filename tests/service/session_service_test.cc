@@ -298,6 +298,22 @@ TEST_F(SessionServiceTest, BothClientsDecodeAClipInChunksAsTheWholeDecode) {
   EXPECT_THAT(bad.output, HasSubstr("--stream_chunks adds up to 3 latent frames; the latent has 4"));
 }
 
+// Admission counts the memory each group reported: on ranks of a 16 MiB
+// budget, a session whose measured state and one-frame chunk do not fit is
+// refused at open, naming the numbers, while a small one streams.
+TEST(SessionAdmission, ASessionThatWouldNotFitItsGroupsMemoryIsRefusedAtOpen) {
+  auto server =
+      StartServing(RealWorkerFlags(FixtureRepository({"wan21"}), "cpu:2", 2, {"--memory_budget_mib=16"}), {"wan21"});
+  ASSERT_NE(server, nullptr);
+  const v1::DecodeRequest large = SyntheticRequest("wan21", {1, 16, 2, 96, 96});
+  SessionOutcome refused = RunSession(server->stub(), OpenFor(large, v1::MODE_DENSE), large.latent(), {1, 1});
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.status.error_message();
+  EXPECT_THAT(refused.status.error_message(), HasSubstr("has the memory"));
+  const v1::DecodeRequest small = FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"));
+  SessionOutcome fine = RunSession(server->stub(), OpenFor(small, v1::MODE_DENSE), small.latent(), {2, 2});
+  EXPECT_TRUE(fine.status.ok()) << fine.status.error_message();
+}
+
 TEST_F(SessionServiceTest, BadSessionsAreRefusedByNameAndTheServerKeepsServing) {
   ASSERT_NE(server_, nullptr);
   const v1::DecodeRequest whole = FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"));
