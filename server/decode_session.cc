@@ -21,6 +21,10 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -61,11 +65,20 @@ class ChunkStream final : public JobStream {
   const int64_t chunk_;
   const int64_t first_frame_;
   int64_t frames_ = 0;
-  // Chunks forwarded to the client, and seen in the leader's current try:
-  // a chunk retried after its group failed streams its frames again, which
-  // the client already has.
-  int64_t forwarded_ = 0;
-  int64_t seen_this_try_ = 0;
+  // A chunk retried after its group failed streams its frames again; the
+  // client has some of them. Tensor outputs come in row bands, the same on
+  // every try: a band already forwarded (batch, frame, first row) is
+  // skipped. An encoded file (PNG, JPEG) may come in pieces whose bytes
+  // differ between tries (an exact decode's rounding), so a file's pieces
+  // are held until it is whole (its last piece is followed by another
+  // file's or the trailer) and forwarded then; a retry skips the files
+  // forwarded and drops the one it held.
+  void FlushFile();
+  std::set<std::tuple<int64_t, int64_t, int64_t>> bands_;
+  std::set<std::pair<int64_t, int64_t>> whole_files_;
+  std::optional<std::pair<int64_t, int64_t>> held_file_;
+  std::vector<v1::DecodeResponse> held_pieces_;
+  bool trailer_sent_ = false;
 };
 
 class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, v1::DecodeResponse> {
@@ -92,6 +105,16 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
       absl::MutexLock lock(&clock_->mu);
       clock_->waiting_since = absl::InfiniteFuture();
     }
+    // The session may have ended meanwhile (a cancel, the idle watch): then
+    // the message is not acted on.
+    if (!Enter()) return Pump();
+    HandleRead(ok);
+    Leave();
+  }
+
+  // A message read (ok) or the end of the client's stream; between Enter
+  // and Leave, so the session cannot conclude under it.
+  void HandleRead(bool ok) {
     if (!ok) {
       // The client half-closed (a close without its message) or the call ended.
       if (record_ == nullptr) return End(ReadFailure("before opening the session"));
@@ -168,7 +191,11 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     }
   }
   void ChunkTrailer(const v1::ChunkTrailer& trailer) {
+    int64_t most = 0;
+    for (int64_t b : trailer.state_bytes_per_rank()) most = std::max(most, b);
+    absl::Status grown = registry_.Grow(*record_, most);
     absl::MutexLock lock(&mu_);
+    if (!grown.ok() && outgrown_.ok()) outgrown_ = grown;
     frames_ += trailer.frames();
     decode_ms_ += trailer.timings().decode_ms();
     collectives_ += trailer.collectives();
@@ -179,16 +206,26 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     state_bytes_ = state;
   }
   void ChunkFinished(const absl::Status& status) {
-    absl::Time arrived;
+    bool read_next = false;
+    absl::Status overgrown;
     {
       absl::MutexLock lock(&mu_);
       chunk_job_ = nullptr;
-      arrived = chunk_arrived_;
-      if (status.ok()) ++chunks_;
+      if (status.ok()) {
+        ++chunks_;
+        metrics_.RecordSessionChunk(absl::ToDoubleSeconds(absl::Now() - chunk_arrived_));
+      }
+      // Busy from here to the read's start, so that a cancel meanwhile
+      // cannot conclude (and free) the session under this thread.
+      read_next = status.ok() && !ending_ && outgrown_.ok();
+      if (status.ok() && !outgrown_.ok()) overgrown = outgrown_;
+      if (read_next) ++busy_;
     }
     if (!status.ok()) return End(status);  // End pumps: the session may finish now
-    metrics_.RecordSessionChunk(absl::ToDoubleSeconds(absl::Now() - arrived));
+    if (!overgrown.ok()) return End(overgrown);
+    if (!read_next) return Pump();  // ended meanwhile: it concludes now
     ReadNext();
+    Leave();
   }
   void CancelCall() { context_->TryCancel(); }
 
@@ -204,6 +241,22 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     std::optional<v1::DecodeResponse> message;
     std::function<void(bool)> done;
   };
+
+  // Enter: false once the session is ending (the caller drops what it was
+  // about to do); else the session cannot conclude until Leave.
+  bool Enter() {
+    absl::MutexLock lock(&mu_);
+    if (ending_) return false;
+    ++busy_;
+    return true;
+  }
+  void Leave() {
+    {
+      absl::MutexLock lock(&mu_);
+      --busy_;
+    }
+    Pump();  // last: the session may conclude (and be freed) here
+  }
 
   absl::Status ReadFailure(const std::string& when) {
     return absl::CancelledError(absl::StrCat("the client's stream ended ", when));
@@ -293,6 +346,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     int64_t first_frame;
     {
       absl::MutexLock lock(&mu_);
+      if (ending_) return;  // cancelled meanwhile: the chunk is not started
       first_frame = frames_;
       chunk_job_ = admission.job;
     }
@@ -335,7 +389,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
         absl::MutexLock lock(&mu_);
         if (writing_ || finished_) return;
         if (out_.empty()) {
-          if (!ending_ || chunk_job_ != nullptr) return;
+          if (!ending_ || chunk_job_ != nullptr || busy_ > 0) return;
           finished_ = true;
           finish = true;
         } else {
@@ -429,6 +483,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   std::shared_ptr<Job> chunk_job_ ABSL_GUARDED_BY(mu_);
   absl::Time chunk_arrived_ ABSL_GUARDED_BY(mu_);
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;           // callbacks between Enter and Leave
+  absl::Status outgrown_ ABSL_GUARDED_BY(mu_);  // the states outgrew the group (Grow)
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   // The session's figures, for the final trailer and the log line.
@@ -441,23 +497,47 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   absl::Time first_frame_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
 };
 
+void ChunkStream::FlushFile() {
+  if (!held_file_) return;
+  whole_files_.insert(*held_file_);
+  held_file_.reset();
+  if (!held_pieces_.empty()) session_.FirstFrame();
+  for (v1::DecodeResponse& piece : held_pieces_) session_.Send(std::move(piece), nullptr);
+  held_pieces_.clear();
+}
+
 void ChunkStream::StartWrite(const v1::DecodeResponse* message) {
   const auto written = [this](bool ok) { job_.OnWriteDone(ok); };
   if (message->has_header()) {
-    // The session's header said it all; a header starts a (re)try.
+    // The session's header said it all; a later header starts a retry,
+    // whose file in hand was not forwarded.
     frames_ = message->header().frames();
-    seen_this_try_ = 0;
+    held_file_.reset();
+    held_pieces_.clear();
     return session_.Send(std::nullopt, written);
   }
   if (message->has_chunk()) {
-    if (seen_this_try_++ < forwarded_) return session_.Send(std::nullopt, written);
-    ++forwarded_;
+    const v1::Chunk& c = message->chunk();
     v1::DecodeResponse renumbered = *message;
-    renumbered.mutable_chunk()->set_frame(first_frame_ + message->chunk().frame());
+    renumbered.mutable_chunk()->set_frame(first_frame_ + c.frame());
+    if (rpc::FindOutputFormat(job_.request().output_format())->encoded) {
+      const std::pair<int64_t, int64_t> file{c.batch_index(), c.frame()};
+      if (whole_files_.count(file) == 0) {
+        if (held_file_ != file) FlushFile();  // the file before is whole
+        held_file_ = file;
+        held_pieces_.push_back(std::move(renumbered));
+      }
+      return session_.Send(std::nullopt, written);
+    }
+    if (!bands_.insert({c.batch_index(), c.frame(), c.row_begin()}).second) {
+      return session_.Send(std::nullopt, written);  // forwarded before the retry
+    }
     session_.FirstFrame();
     return session_.Send(std::move(renumbered), written);
   }
-  if (message->has_trailer()) {
+  if (message->has_trailer() && !trailer_sent_) {
+    FlushFile();
+    trailer_sent_ = true;
     const v1::Trailer& t = message->trailer();
     v1::DecodeResponse answer;
     v1::ChunkTrailer* trailer = answer.mutable_chunk_trailer();
@@ -471,7 +551,7 @@ void ChunkStream::StartWrite(const v1::DecodeResponse* message) {
     session_.ChunkTrailer(*trailer);
     return session_.Send(std::move(answer), written);
   }
-  session_.Send(std::nullopt, written);
+  session_.Send(std::nullopt, written);  // a second trailer (a retried chunk's): the client has one
 }
 
 void ChunkStream::Finish(const absl::Status& status) { session_.ChunkFinished(status); }

@@ -397,6 +397,13 @@ void GroupDispatcher::Conclude(const std::shared_ptr<LeaderConnection>& leader, 
     broken = leader->broken_reason;
   }
   if (!broken.empty()) {
+    if (job->session() != nullptr && stream.finished.ok() && stream.got_header && stream.got_trailer) {
+      // The chunk reached its client whole before the group broke: done. Its
+      // state went with the group, so the next chunk replays.
+      job->session()->ChunkDone(leader->incarnation, job->request().latent());
+      job->session()->StateLost();
+      return job->Finish(absl::OkStatus());
+    }
     if (RetrySessionChunk(job, broken)) return;
     job->Finish(absl::UnavailableError(absl::StrCat("worker group ", g_.options.name, " failed during the decode: ",
                                                     broken, "; the group is being rebuilt, retry")));

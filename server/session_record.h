@@ -15,6 +15,7 @@
 // Shared (std::shared_ptr) by the session's call, the registry and its chunk
 // jobs. Thread-safe.
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,7 +39,11 @@ class SessionRecord {
   const std::string& public_id() const { return public_id_; }
   const std::string& group() const { return group_; }
   v1::Mode mode() const { return mode_; }
-  int64_t state_bytes_per_rank() const { return state_bytes_per_rank_; }
+  // What the registry counts for the session's state on each rank: the
+  // admitted estimate, then what its chunks reported (it grows where the
+  // state does: HunyuanVideo 1.5's attention keeps every frame's keys).
+  int64_t state_bytes_per_rank() const { return state_bytes_per_rank_.load(); }
+  void set_state_bytes_per_rank(int64_t bytes) { state_bytes_per_rank_.store(bytes); }
 
   // The SessionStep of the next chunk on leader `incarnation`: it continues
   // the state that incarnation holds, or starts it afresh, replaying the
@@ -62,7 +67,7 @@ class SessionRecord {
   const std::string public_id_;
   const std::string group_;
   const v1::Mode mode_;
-  const int64_t state_bytes_per_rank_;
+  std::atomic<int64_t> state_bytes_per_rank_;
   const int64_t max_history_bytes_;
 
   mutable absl::Mutex mu_;

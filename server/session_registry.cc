@@ -68,6 +68,26 @@ absl::StatusOr<std::shared_ptr<SessionRecord>> SessionRegistry::Open(const std::
                                          limits_.max_history_bytes);
 }
 
+absl::Status SessionRegistry::Grow(SessionRecord& session, int64_t state_bytes_per_rank) {
+  const int64_t capacity = capacity_ ? capacity_(session.group()) : -1;
+  absl::MutexLock lock(&mu_);
+  GroupLoad& load = load_[session.group()];
+  load.state_bytes_per_rank += state_bytes_per_rank - session.state_bytes_per_rank();
+  session.set_state_bytes_per_rank(state_bytes_per_rank);
+  if (load.state_bytes_per_rank > limits_.state_budget_bytes_per_rank) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the sessions' decoder states on group ", session.group(), " grew to ", load.state_bytes_per_rank,
+                     " bytes per rank, past --session_state_budget_mib (", limits_.state_budget_bytes_per_rank,
+                     "); this session (", state_bytes_per_rank, " bytes per rank) ends after its last chunk"));
+  }
+  if (capacity >= 0 && load.state_bytes_per_rank > capacity) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the sessions' decoder states on group ", session.group(), " grew to ", load.state_bytes_per_rank,
+        " bytes per rank, past the ", capacity, " its ranks hold; this session ends after its last chunk"));
+  }
+  return absl::OkStatus();
+}
+
 void SessionRegistry::Close(const SessionRecord& session) {
   absl::MutexLock lock(&mu_);
   GroupLoad& load = load_[session.group()];

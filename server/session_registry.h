@@ -58,6 +58,10 @@ class SessionRegistry {
   absl::StatusOr<std::shared_ptr<SessionRecord>> Open(const std::string& public_id, const std::string& model,
                                                       v1::Mode mode, int64_t state_bytes_per_rank,
                                                       int64_t chunk_peak_bytes = 0) ABSL_LOCKS_EXCLUDED(mu_);
+  // A chunk of `session` left `state_bytes_per_rank` held on its most loaded
+  // rank: counted from now on; RESOURCE_EXHAUSTED (naming the limit) when
+  // its group's states have outgrown the budget or the group's capacity.
+  absl::Status Grow(SessionRecord& session, int64_t state_bytes_per_rank) ABSL_LOCKS_EXCLUDED(mu_);
   // The session ended: its room is free again.
   void Close(const SessionRecord& session) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -260,6 +260,31 @@ TEST_F(SessionServiceTest, ASessionSurvivesAWorkerKilledDuringAChunk) {
   EXPECT_THAT(server_->Log(), HasSubstr("event=session_chunk_retry session=killed-mid-chunk"));
 }
 
+// The same with PNG frames: a file is forwarded once whole, so the retry
+// neither repeats nor truncates one (dense: the files are the Decode's, byte
+// for byte).
+TEST_F(SessionServiceTest, PngFramesSurviveAWorkerKilledDuringAChunk) {
+  ASSERT_NE(server_, nullptr);
+  v1::DecodeRequest whole = SyntheticRequest("wan21", {1, 16, 5, 24, 20});
+  whole.set_output_format(v1::OUTPUT_PNG);
+  const DecodeOutcome reference = WholeDecode(server_->stub(), whole, v1::MODE_DENSE);
+  ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
+  bool killed = false;
+  SessionOutcome out = RunSession(server_->stub(), OpenFor(whole, v1::MODE_DENSE, "png-killed"), whole.latent(),
+                                  {1, 2, 2}, nullptr, [&](const v1::Chunk& c) {
+                                    if (c.frame() != 1 || killed) return;
+                                    killed = true;
+                                    const WorkerProcess peer = Rank(*server_, 1);
+                                    ASSERT_GT(peer.pid, 0);
+                                    ASSERT_EQ(kill(peer.pid, SIGKILL), 0);
+                                  });
+  EXPECT_TRUE(killed);
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  ASSERT_TRUE(out.stream_error.ok()) << out.stream_error;
+  EXPECT_EQ(out.stream.clip().images(), reference.output.images());
+  EXPECT_THAT(server_->Log(), HasSubstr("event=session_chunk_retry session=png-killed"));
+}
+
 // vaedecode_client --stream_chunks and the Python client's --stream-chunks
 // write the clip a Decode of the whole latent writes, byte for byte (dense).
 TEST_F(SessionServiceTest, BothClientsDecodeAClipInChunksAsTheWholeDecode) {
