@@ -159,6 +159,7 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   // the catalog says.
   absl::StatusOr<v1::ModelInfo> LookupModel(const std::string& name) const;
   const AdmissionLimits& admission_limits() const { return options_.admission; }
+  int64_t max_request_bytes() const { return options_.max_request_bytes; }
   // Where sessions learn each group's memory (once, before serving).
   void SetGroupCapacity(SessionRegistry::GroupCapacity capacity) { sessions_.SetGroupCapacity(std::move(capacity)); }
   // Start for a session's chunk: no request log line or count of its own

@@ -320,8 +320,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     absl::StatusOr<v1::ModelInfo> model = service_.LookupModel(open_.model());
     if (!model.ok()) return model.status();
     model_ = *std::move(model);
-    ASSIGN_OR_RETURN(const SessionPlan plan,
-                     ValidateSessionOpen(open_, model_, group_size_, service_.admission_limits()));
+    ASSIGN_OR_RETURN(
+        const SessionPlan plan,
+        ValidateSessionOpen(open_, model_, group_size_, service_.admission_limits(), service_.max_request_bytes()));
     mode_ = plan.mode;
     mode_reason_ = plan.mode_reason;
     state_bytes_per_rank_ = plan.state_bytes_per_rank;

@@ -37,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   server::AdmissionLimits limits;
   limits.max_output_pixels = int64_t{1} << 24;
   const v1::SessionOpen& open = open_message.open();
-  absl::StatusOr<server::SessionPlan> plan = server::ValidateSessionOpen(open, model, group_size, limits);
+  absl::StatusOr<server::SessionPlan> plan =
+      server::ValidateSessionOpen(open, model, group_size, limits, /*max_chunk_bytes=*/int64_t{1} << 20);
   if (!plan.ok()) {
     server::FuzzRequire(!plan.status().message().empty());
     return 0;

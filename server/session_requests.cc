@@ -34,7 +34,7 @@ v1::DecodeRequest SessionChunkRequest(const v1::SessionOpen& open, v1::Mode mode
 }
 
 absl::StatusOr<SessionPlan> ValidateSessionOpen(const v1::SessionOpen& open, const v1::ModelInfo& model, int group_size,
-                                                const AdmissionLimits& limits) {
+                                                const AdmissionLimits& limits, int64_t max_chunk_bytes) {
   if (!model.streams()) {
     return absl::FailedPreconditionError(
         absl::StrCat("model \"", model.name(), "\" cannot be decoded in a session: ", model.streams_note()));
@@ -70,7 +70,13 @@ absl::StatusOr<SessionPlan> ValidateSessionOpen(const v1::SessionOpen& open, con
     }
     elements *= d;
   }
-  latent->mutable_data()->resize(static_cast<size_t>(elements * DtypeBytes(open.latent_dtype())));
+  const int64_t frame_bytes = elements * DtypeBytes(open.latent_dtype());
+  if (frame_bytes > max_chunk_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("shape: one latent frame of [", absl::StrJoin(open.shape(), ", "),
+                                                     "] is ", frame_bytes, " bytes, more than a chunk may carry (",
+                                                     max_chunk_bytes, ", --max_message_bytes)"));
+  }
+  latent->mutable_data()->resize(static_cast<size_t>(frame_bytes));
   RETURN_IF_ERROR(ValidateDecodeRequest(probe, model));
   RETURN_IF_ERROR(CheckAdmission(probe, model, limits));
 

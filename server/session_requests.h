@@ -33,10 +33,12 @@ struct SessionPlan {
 // INVALID_ARGUMENT naming the field for a shape other than [B, C, H, W]
 // with sane dimensions, MP4 output, tiled mode, or anything a one-frame
 // Decode of that latent would be refused for (ValidateDecodeRequest,
-// CheckAdmission). AUTO is exact on a group of more than one rank when the
+// CheckAdmission). RESOURCE_EXHAUSTED when one latent frame is more than
+// `max_chunk_bytes` (no chunk could carry it; the checks' one-frame latent
+// is never larger). AUTO is exact on a group of more than one rank when the
 // model shards, else dense.
 absl::StatusOr<SessionPlan> ValidateSessionOpen(const v1::SessionOpen& open, const v1::ModelInfo& model, int group_size,
-                                                const AdmissionLimits& limits);
+                                                const AdmissionLimits& limits, int64_t max_chunk_bytes);
 
 // INVALID_ARGUMENT unless `chunk` is [B, C, t, H, W] with t >= 1 in the
 // open's dtype, B, C, H and W (its bytes are the Decode's checks).

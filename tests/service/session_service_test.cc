@@ -357,6 +357,12 @@ TEST_F(SessionServiceTest, BadSessionsAreRefusedByNameAndTheServerKeepsServing) 
        grpc::StatusCode::INVALID_ARGUMENT, "OUTPUT_MP4"},
       {"tiled", [](v1::SessionOpen& o, v1::Tensor&) { o.set_mode(v1::MODE_TILED); }, grpc::StatusCode::INVALID_ARGUMENT,
        "dense or exact"},
+      {"a frame no message can carry",
+       [](v1::SessionOpen& o, v1::Tensor&) {
+         o.set_shape(2, 4096);
+         o.set_shape(3, 4096);
+       },
+       grpc::StatusCode::RESOURCE_EXHAUSTED, "more than a chunk may carry"},
       {"channels", [](v1::SessionOpen& o, v1::Tensor&) { o.set_shape(1, 4); }, grpc::StatusCode::INVALID_ARGUMENT,
        "channel"},
       {"chunk of another size", [](v1::SessionOpen&, v1::Tensor& t) { t.set_shape(3, 6); },
