@@ -8,6 +8,7 @@
 #include "families/ltx2/decoder.h"
 #include "families/minimax_h3/decoder.h"
 #include "families/qwenimage/decoder.h"
+#include "families/qwenimage21/decoder.h"
 #include "families/wan/decoder.h"
 
 namespace vaedecode::families {
@@ -18,6 +19,7 @@ const Registry& BuiltinFamilies() {
     autoencoder_kl::Register(*r);
     wan::Register(*r);
     qwenimage::Register(*r);
+    qwenimage21::Register(*r);
     flux2::Register(*r);
     ltx2::Register(*r);
     hunyuanvideo::Register(*r);

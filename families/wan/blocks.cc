@@ -60,7 +60,35 @@ WanCausalConv3dImpl::WanCausalConv3dImpl(int64_t in_channels, int64_t out_channe
       pad_h_(padding[1]),
       pad_w_(padding[2]) {}
 
+void WanCausalConv3dImpl::FoldTime() {
+  if (folded()) return;
+  // Module::parameters_ holds the registered handle; both must be replaced.
+  at::NoGradGuard no_grad;
+  // The last temporal tap is the one a single frame meets (the others see
+  // the causal zero padding). A copy, not a view: Module::to() rebases it.
+  at::Tensor image_weight = weight.select(2, weight.size(2) - 1).clone();  // [O, I, kh, kw]
+  image_weight.set_requires_grad(weight.requires_grad());
+  parameters_["weight"] = image_weight;
+  weight = image_weight;
+  causal_pad_t_ = 0;
+}
+
+void FoldCausalConvsToImageConvs(torch::nn::Module& root) {
+  for (const auto& module : root.modules(/*include_self=*/false)) {
+    if (auto* conv = module->as<WanCausalConv3dImpl>()) conv->FoldTime();
+  }
+}
+
 at::Tensor WanCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& cache) {
+  if (folded()) {
+    // diffusers squeezes the frame away, pads (H, W) and runs nn.Conv2d.
+    TORCH_CHECK(x.size(2) == 1 && !cache.defined(), "an image conv (Qwen-Image-2.1) got ", x.size(2), " frames",
+                cache.defined() ? " and a feature cache" : "");
+    ConvGeometry g;
+    g.padding_h = pad_h_;
+    g.padding_w = pad_w_;
+    return ops.Conv(x.squeeze(2), weight, bias, g).unsqueeze(2);  // [B, C', 1, H, W]
+  }
   at::Tensor input = x;
   int64_t front = causal_pad_t_;
   if (cache.defined() && front > 0) {
@@ -78,6 +106,8 @@ at::Tensor WanCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops, cons
 
 at::Tensor WanCausalConv3dImpl::ForwardCached(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
   FeatureCache::Slot& slot = cache.Next();
+  // An image conv has no later frame to keep anything for.
+  if (folded()) return forward(x, ops);
   at::Tensor keep = FramesToKeep(x, slot);
   const bool cached = slot.state == FeatureCache::Slot::State::kFrames;
   at::Tensor out = forward(x, ops, cached ? slot.frames : at::Tensor());
@@ -189,9 +219,10 @@ at::Tensor WanResampleImpl::UpsampleTime(const at::Tensor& x, LayerOps& ops, Fea
 at::Tensor WanResampleImpl::DownsampleTime(const at::Tensor& x, LayerOps& ops, FeatureCache& cache) {
   FeatureCache::Slot& slot = cache.Next();
   if (slot.state == FeatureCache::Slot::State::kEmpty) {
-    // The first chunk stays one frame; it is kept for the next chunk.
+    // The first chunk stays one frame; it is kept for the next chunk (an
+    // image-only encoder has none).
     slot.state = FeatureCache::Slot::State::kFrames;
-    slot.frames = x.clone();
+    if (!time_conv->folded()) slot.frames = x.clone();
     return x;
   }
   const int64_t t = x.size(2);
@@ -413,6 +444,7 @@ AutoencoderKLWanEncodeImpl::AutoencoderKLWanEncodeImpl(const WanConfig& c)
     : patch_size_(c.patch()), temporal_factor_(c.temporal_factor()) {
   encoder = register_module("encoder", WanEncoder3d(c));
   quant_conv = register_module("quant_conv", MakeCausalConv(2 * c.z_dim, 2 * c.z_dim, {1, 1, 1}, {0, 0, 0}));
+  if (c.image_convs) FoldCausalConvsToImageConvs(*this);
 }
 
 at::Tensor AutoencoderKLWanEncodeImpl::Encode(const at::Tensor& x, LayerOps& ops) {
@@ -438,6 +470,7 @@ at::Tensor AutoencoderKLWanEncodeImpl::Encode(const at::Tensor& x, LayerOps& ops
 AutoencoderKLWanImpl::AutoencoderKLWanImpl(const WanConfig& c) : patch_size_(c.patch()) {
   decoder = register_module("decoder", WanDecoder3d(c));
   post_quant_conv = register_module("post_quant_conv", MakeCausalConv(c.z_dim, c.z_dim, {1, 1, 1}, {0, 0, 0}));
+  if (c.image_convs) FoldCausalConvsToImageConvs(*this);
 }
 
 at::Tensor AutoencoderKLWanImpl::DecodeFrames(const at::Tensor& z, LayerOps& ops, WanDecodeState& state) {

@@ -2,7 +2,10 @@
 
 // LibTorch mirrors of the diffusers blocks AutoencoderKLWan's decoder and
 // encoder are built from (autoencoders/autoencoder_kl_wan.py);
-// AutoencoderKLQwenImage's blocks are the same classes renamed. Children are registered under the
+// AutoencoderKLQwenImage's blocks are the same classes renamed, and
+// AutoencoderKLQwenImage21's are Wan 2.2's with every causal conv folded to
+// a 2-D conv of the single frame (FoldCausalConvsToImageConvs: the same
+// row sharding, no time). Children are registered under the
 // diffusers attribute names, so named_parameters() equals the diffusers
 // state-dict keys.
 //
@@ -107,12 +110,23 @@ class WanCausalConv3dImpl : public torch::nn::Conv3dImpl {
   // consumes one slot, pads with its frames, leaves x's last 2 frames there.
   at::Tensor ForwardCached(const at::Tensor& x, LayerOps& ops, FeatureCache& cache);
 
+  // Qwen-Image-2.1's QwenImage21CausalConv3d: the same layer as a 2-D conv
+  // of the single frame (its weight becomes [out, in, kh, kw], as its
+  // checkpoints store it; the temporal taps are gone). A folded conv takes
+  // one-frame inputs only, and never a cache.
+  void FoldTime();
+  bool folded() const { return weight.dim() == 4; }
+
  private:
   int64_t causal_pad_t_;  // frames of zeros in front without a cache
   int64_t pad_h_;
   int64_t pad_w_;
 };
 TORCH_MODULE(WanCausalConv3d);
+
+// Folds every WanCausalConv3d under `root` (WanCausalConv3dImpl::FoldTime):
+// the Wan blocks as Qwen-Image-2.1's image-only modules.
+void FoldCausalConvsToImageConvs(torch::nn::Module& root);
 
 // diffusers WanResidualBlock (dropout inactive in eval).
 class WanResidualBlockImpl : public torch::nn::Module {

@@ -132,23 +132,28 @@ absl::StatusOr<WanConfig> WanConfig::FromJson(const nlohmann::json& json, const 
   c.scale_factor_spatial = r.Int("scale_factor_spatial", c.scale_factor_spatial);
   c.Check(r);
   RETURN_IF_ERROR(r.status());
-  // Structure keys against the structure: diffusers' decoder never reads
-  // them (pipelines size latents from them), so a mismatch decodes as the
-  // blocks say, with a warning naming what the structure implies.
-  const bool spatial_set = json.contains("scale_factor_spatial") && !json["scale_factor_spatial"].is_null();
-  const bool temporal_set = json.contains("scale_factor_temporal") && !json["scale_factor_temporal"].is_null();
-  if (spatial_set && c.scale_factor_spatial != c.spatial_factor()) {
-    c.structure_warnings.push_back(absl::StrCat("scale_factor_spatial is ", c.scale_factor_spatial,
-                                                " but the decoder's blocks upsample ", c.spatial_factor(),
-                                                "x in space; decoded as the blocks say (as diffusers does)"));
-  }
-  if (temporal_set && c.scale_factor_temporal != c.temporal_factor()) {
-    c.structure_warnings.push_back(absl::StrCat("scale_factor_temporal is ", c.scale_factor_temporal,
-                                                " but the decoder's blocks upsample ", c.temporal_factor(),
-                                                "x in time; decoded as the blocks say (as diffusers does)"));
-  }
+  c.NoteStructureKeys(json);
   c.unread_keys = r.UnreadKeys();
   return c;
+}
+
+void WanConfig::NoteStructureKeys(const nlohmann::json& json) {
+  // diffusers' decoder never reads them (pipelines size latents from them),
+  // so a mismatch decodes as the blocks say, with a warning naming what the
+  // structure implies.
+  const bool spatial_set = json.contains("scale_factor_spatial") && !json["scale_factor_spatial"].is_null();
+  const bool temporal_set = json.contains("scale_factor_temporal") && !json["scale_factor_temporal"].is_null();
+  if (spatial_set && scale_factor_spatial != spatial_factor()) {
+    structure_warnings.push_back(absl::StrCat("scale_factor_spatial is ", scale_factor_spatial,
+                                              " but the decoder's blocks upsample ", spatial_factor(),
+                                              "x in space; decoded as the blocks say (as diffusers does)"));
+  }
+  // An image-only model has no time to upsample.
+  if (temporal_set && !image_convs && scale_factor_temporal != temporal_factor()) {
+    structure_warnings.push_back(absl::StrCat("scale_factor_temporal is ", scale_factor_temporal,
+                                              " but the decoder's blocks upsample ", temporal_factor(),
+                                              "x in time; decoded as the blocks say (as diffusers does)"));
+  }
 }
 
 }  // namespace vaedecode::families::wan

@@ -40,6 +40,9 @@ struct WanFamily {
   // Wan's I2V pipelines multiply by 1 / latents_std (a float32 reciprocal);
   // Qwen-Image's edit pipelines divide by latents_std.
   bool encode_divides_by_std = false;
+  // Wan's pipelines de-normalise with z / (1 / latents_std) + latents_mean;
+  // Qwen-Image-2.1's with z * latents_std + latents_mean.
+  bool decode_multiplies_by_std = false;
 };
 
 // "wan": AutoencoderKLWan with WanUpBlock (2.1) or WanResidualUpBlock (2.2).
@@ -62,6 +65,10 @@ struct WanConfig {
   // Channels of the decoder's conv_out: C·P·P with a patch size P.
   int64_t out_channels = 3;
   std::optional<int64_t> patch_size;  // null: no unpatchify
+  // Qwen-Image-2.1 (AutoencoderKLQwenImage21): every causal conv is its
+  // image specialisation, a 2-D conv on the single frame (checkpoint weights
+  // [out, in, kh, kw]), so latents and images have exactly one frame.
+  bool image_convs = false;
   // As configured; informational (the factors below follow from the structure).
   int64_t scale_factor_temporal = 4;
   int64_t scale_factor_spatial = 8;
@@ -98,6 +105,10 @@ struct WanConfig {
   // Records every structural problem in `r` (shared by the config parsers
   // of all families built on these blocks).
   void Check(ConfigReader& r) const;
+
+  // Records in structure_warnings the set scale_factor_spatial/temporal keys
+  // that disagree with the blocks (decoded as the blocks say).
+  void NoteStructureKeys(const nlohmann::json& json);
 
   // Parses and validates an AutoencoderKLWan config.json (`source` names the
   // file in errors).

@@ -39,11 +39,17 @@ ModelInfo Describe(const WanFamily& family, const WanConfig& config, std::string
   info.latent_channels = config.z_dim;
   info.out_channels = config.image_channels();
   info.spatial_factor = config.spatial_factor();
-  info.temporal_factor = config.temporal_factor();
+  // An image-only model (Qwen-Image-2.1) decodes its one frame to one.
+  info.temporal_factor = config.image_convs ? 1 : config.temporal_factor();
   info.is_video = true;
   info.peak_latent_frames = 1;  // frame by frame, through the causal cache
+  // diffusers' tiles: 256-pixel tiles every 192 pixels, in latents (Wan 2.2
+  // and Qwen-Image-2.1 compress 16x: 16 every 12, not Wan 2.1's 32 every 24).
+  info.stock_tile = std::max<int64_t>(1, 256 / info.spatial_factor);
+  info.stock_stride = std::max<int64_t>(1, 192 / info.spatial_factor);
   info.scaling_factor = 1.0;
-  info.raw_to_vae_formula = "z / (1 / latents_std) + latents_mean";
+  info.raw_to_vae_formula =
+      family.decode_multiplies_by_std ? "z * latents_std + latents_mean" : "z / (1 / latents_std) + latents_mean";
   return info;
 }
 
@@ -53,6 +59,7 @@ ModelInfo Describe(const WanFamily& family, const WanConfig& config, std::string
 WanDecoder::WanDecoder(const WanFamily& family, WanConfig config, std::string config_json)
     : ModuleBackedDecoder(Describe(family, config, std::move(config_json)), /*latent_halo_rows=*/1),
       config_(std::move(config)),
+      multiplies_by_std_(family.decode_multiplies_by_std),
       module_(std::make_shared<AutoencoderKLWanImpl>(config_)) {
   AdoptModule(*module_);
 }
@@ -61,26 +68,52 @@ WanDecoder::~WanDecoder() = default;
 
 torch::nn::Module& WanDecoder::parameters_module() { return *module_; }
 
+absl::Status WanDecoder::ValidateLatent(const at::Tensor& latent) const {
+  RETURN_IF_ERROR(Decoder::ValidateLatent(latent));
+  if (config_.image_convs && latent.size(2) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a latent of ", latent.size(2), " frames cannot be decoded by ",
+                                                   info().diffusers_class,
+                                                   ": it decodes images (T = 1; its convolutions are 2-D)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WanDecoder::CheckStreaming() const {
+  if (!config_.image_convs) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(info().diffusers_class, " decodes single images (T = 1): there are no frames to stream"));
+}
+
 at::Tensor WanDecoder::ToVaeSpace(const at::Tensor& raw) const {
-  // As WanPipeline / QwenImagePipeline write it, in fp32:
-  // std = 1.0 / tensor(latents_std); latents / std + mean.
   const int64_t c = config_.z_dim;
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(raw.device());
   const at::Tensor mean = at::tensor(config_.latents_mean, at::kDouble).to(fp32).view({1, c, 1, 1, 1});
+  if (multiplies_by_std_) {
+    // QwenImage21Pipeline: latents * tensor(latents_std) + tensor(latents_mean), in fp32.
+    const at::Tensor std = at::tensor(config_.latents_std, at::kDouble).to(fp32).view({1, c, 1, 1, 1});
+    return raw.to(at::kFloat) * std + mean;
+  }
+  // As WanPipeline / QwenImagePipeline write it, in fp32:
+  // std = 1.0 / tensor(latents_std); latents / std + mean.
   const at::Tensor inv_std =
       at::reciprocal(at::tensor(config_.latents_std, at::kDouble).to(fp32)).view({1, c, 1, 1, 1});
   return raw.to(at::kFloat) / inv_std + mean;
 }
 
-// diffusers' chunk loop with its feature cache kept between calls.
 std::unique_ptr<DecodeStream> WanDecoder::OpenStream() {
+  if (!CheckStreaming().ok()) return nullptr;
+  return NewStream();
+}
+
+// diffusers' chunk loop with its feature cache kept between calls.
+std::unique_ptr<DecodeStream> WanDecoder::NewStream() {
   return std::make_unique<StatefulDecodeStream<WanDecodeState>>(
       [&module = *module_, dtype = dtype()](const at::Tensor& z, LayerOps& ops, WanDecodeState& state) {
         return module.DecodeFrames(z.to(dtype), ops, state);
       });
 }
 
-at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) { return OpenStream()->DecodeChunk(z, ops); }
+at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) { return NewStream()->DecodeChunk(z, ops); }
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadWanFamily(const WanFamily& family, const WanConfig& config,
                                                        const ModelFiles& files, const LoadOptions& options) {

@@ -3,8 +3,9 @@
 // The Wan family: diffusers' AutoencoderKLWan decode path (post_quant_conv,
 // then WanDecoder3d one latent frame at a time with a causal feature cache,
 // the Wan 2.2 unpatchify, the clamp to [-1, 1]) for Wan 2.1 and Wan 2.2
-// configs. Qwen-Image (families/qwenimage) builds the same decoder from its
-// own config and names the block types it accepts.
+// configs. Qwen-Image (families/qwenimage) and Qwen-Image-2.1
+// (families/qwenimage21, image-only 2-D convs) build the same decoder from
+// their own configs and name the block types they accept.
 //
 // This header is free of torch::nn so that families built on Wan stay cheap
 // to compile; the modules are in families/wan/blocks.h.
@@ -41,9 +42,11 @@ class WanDecoder final : public ModuleBackedDecoder {
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
   // The whole clip through a fresh stream: the module holds no decode state.
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
-  // Causal in time: every Wan-lineage config streams (its feature cache is
-  // the stream's state).
-  absl::Status CheckStreaming() const override { return absl::OkStatus(); }
+  // Also: one frame for an image-only model (Qwen-Image-2.1).
+  absl::Status ValidateLatent(const at::Tensor& latent) const override;
+  // Causal in time: every Wan-lineage video config streams (its feature
+  // cache is the stream's state); the image-only one refuses.
+  absl::Status CheckStreaming() const override;
   std::unique_ptr<DecodeStream> OpenStream() override;
 
   const WanConfig& config() const { return config_; }
@@ -54,8 +57,11 @@ class WanDecoder final : public ModuleBackedDecoder {
 
  private:
   WanDecoder(const WanFamily& family, WanConfig config, std::string config_json);
+  // A stream for any config: Decode runs the whole clip through one.
+  std::unique_ptr<DecodeStream> NewStream();
 
   WanConfig config_;
+  bool multiplies_by_std_;
   std::shared_ptr<AutoencoderKLWanImpl> module_;
 };
 

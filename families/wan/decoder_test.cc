@@ -74,7 +74,7 @@ TEST_P(WanParameterNames, AreTheDiffusersDecodeKeys) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, WanParameterNames,
                          // decoder.* + 2 post_quant_conv.* (fixtures README)
                          ::testing::Values(std::make_tuple("wan21", 108u), std::make_tuple("wan22", 110u),
-                                           std::make_tuple("qwenimage", 108u)),
+                                           std::make_tuple("qwenimage", 108u), std::make_tuple("qwenimage21", 132u)),
                          [](const auto& info) { return std::get<0>(info.param); });
 
 TEST(WanDecoder, ModelInfoFollowsTheFixtureConfigs) {
@@ -241,6 +241,33 @@ TEST(WanDecoder, ValidatesFiveDimensionalLatents) {
   EXPECT_THAT(std::string(d->ValidateLatent(at::zeros({1, 3, 1, 3, 3})).message()),
               HasSubstr("latent has 3 channels; AutoencoderKLWan expects 4"));
   EXPECT_TRUE(d->ValidateLatent(at::zeros({1, 4, 1, 3, 3})).ok());
+}
+
+TEST(WanDecoder, QwenImage21IsAnImageModelWithTwoDimensionalConvs) {
+  absl::StatusOr<std::unique_ptr<Decoder>> loaded = BuiltinFamilies().Load(testing::FixturePath("qwenimage21"), {});
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto* d = dynamic_cast<WanDecoder*>(loaded->get());
+  ASSERT_NE(d, nullptr);
+  const ModelInfo& info = d->info();
+  EXPECT_EQ(info.family, "qwenimage21");
+  EXPECT_EQ(info.out_channels, 4);
+  EXPECT_EQ(info.spatial_factor, 16);
+  EXPECT_EQ(info.temporal_factor, 1);
+  EXPECT_EQ(info.raw_to_vae_formula, "z * latents_std + latents_mean");
+  // diffusers' 256-pixel tiles every 192 pixels, at 16x.
+  EXPECT_EQ(info.stock_tile, 16);
+  EXPECT_EQ(info.stock_stride, 12);
+  EXPECT_EQ(d->module().named_parameters()["decoder.conv_in.weight"].dim(), 4);
+  EXPECT_TRUE(d->ValidateLatent(at::zeros({1, 64, 1, 3, 3})).ok());
+  EXPECT_THAT(std::string(d->ValidateLatent(at::zeros({1, 64, 2, 3, 3})).message()),
+              HasSubstr("a latent of 2 frames cannot be decoded by AutoencoderKLQwenImage21"));
+  const absl::Status streams = d->CheckStreaming();
+  EXPECT_EQ(streams.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(d->OpenStream(), nullptr);
+  // raw: its pipeline's latents * std + mean (not Wan's / (1 / std)).
+  const at::Tensor raw = at::ones({1, 64, 1, 1, 1});
+  const at::Tensor vae = d->ToVaeSpace(raw);
+  EXPECT_FLOAT_EQ(vae[0][0][0][0][0].item<float>(), 3.2001f + 0.5126f);
 }
 
 TEST(WanDecoderSharding, EveryBandNeedsOneLatentRow) {

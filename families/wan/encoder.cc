@@ -20,7 +20,7 @@ EncoderInfo Describe(const WanFamily& family, const WanConfig& c) {
   info.in_channels = c.in_channels / (c.patch() * c.patch());
   info.latent_channels = c.z_dim;
   info.spatial_factor = c.spatial_factor();
-  info.temporal_factor = c.temporal_factor();
+  info.temporal_factor = c.image_convs ? 1 : c.temporal_factor();
   info.is_video = true;
   // Wan 2.2's patchify and AvgDown3D shortcuts need whole multiples.
   info.floors_sizes = !c.is_residual && c.patch() == 1;
@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<WanEncoder>> WanEncoder::Create(const WanFamily& 
     return absl::InvalidArgumentError(absl::StrCat(
         family.diffusers_class, " config has \"attn_scales\"; diffusers cannot encode with encoder attention blocks"));
   }
-  if (config.temporal_factor() != kChunkFrames) {
+  if (!config.image_convs && config.temporal_factor() != kChunkFrames) {
     return absl::InvalidArgumentError(absl::StrCat(family.diffusers_class, " config halves time ",
                                                    config.temporal_factor(), "x (\"temperal_downsample\"); ",
                                                    "diffusers' encode feeds chunks of ", kChunkFrames,
@@ -69,6 +69,11 @@ absl::Status WanEncoder::ValidateImage(const at::Tensor& image) const {
   RETURN_IF_ERROR(Encoder::ValidateImage(image));
   const EncoderInfo& m = info();
   const int64_t frames = image.size(2), rows = image.size(3), cols = image.size(4);
+  if (config_.image_convs && frames != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a clip of ", frames, " frames cannot be encoded by ",
+                                                   m.diffusers_class,
+                                                   ": it encodes images (T = 1; its convolutions are 2-D)"));
+  }
   if ((frames - 1) % kChunkFrames != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a clip of ", frames, " frames cannot be encoded by ", m.diffusers_class, ": it takes 1 + ", kChunkFrames,

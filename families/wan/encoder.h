@@ -27,11 +27,12 @@ class WanEncoder final : public ModuleBackedEncoder {
  public:
   // An encoder with default-initialised weights (callers load or fill
   // them). INVALID_ARGUMENT for configs diffusers cannot encode with
-  // (attention at attn_scales, a temporal factor other than its 4-frame chunks).
+  // (attention at attn_scales, a video encoder's temporal factor other than
+  // its 4-frame chunks).
   static absl::StatusOr<std::unique_ptr<WanEncoder>> Create(const WanFamily& family, WanConfig config);
   ~WanEncoder() override;
 
-  // Also: 1 + 4·k frames; Wan 2.2 (patchify, AvgDown3D) needs sides that
+  // Also: 1 + 4·k frames (one for an image-only model); Wan 2.2 (patchify, AvgDown3D) needs sides that
   // are multiples of its spatial factor, Wan 2.1 floors like AutoencoderKL.
   absl::Status ValidateImage(const at::Tensor& image) const override;
   std::vector<int64_t> LatentShape(const std::vector<int64_t>& image_shape) const override;

@@ -40,6 +40,7 @@ const std::vector<std::string> kClasses = {"AutoencoderKL",
                                            "AutoencoderKLFlux2",
                                            "AutoencoderKLWan",
                                            "AutoencoderKLQwenImage",
+                                           "AutoencoderKLQwenImage21",
                                            "AutoencoderKLHunyuanImage",
                                            "AutoencoderKLHunyuanVideo15",
                                            "AutoencoderKLHunyuanVideo",
@@ -202,10 +203,15 @@ TEST(ExactEncodeBeyondFixtures, WanClipsAtUnevenBandsAndFlooringSizes) {
                                               {{1, 3, 9, 80, 16}, WanPerChunks(9)}};
   // Qwen-Image: RGBA single frames, 44 -> 22 -> 11 -> 5 rows.
   const std::vector<SyntheticEncode> qwen = {{{2, 4, 1, 44, 24}, WanPerChunks(1)}};
+  // Qwen-Image-2.1: 2-D convs, 5 levels (1 + 5·2·2 + 4 + 4 + 1 = 30 halos),
+  // AvgDown3D shortcuts; 80 rows are 5 latent rows, 112 are 7; batch 2.
+  const testing::ExpectedCollectives qwen21_image{30, 0, 1};
+  const std::vector<SyntheticEncode> qwen21 = {{{2, 4, 1, 80, 48}, qwen21_image}, {{1, 4, 1, 112, 32}, qwen21_image}};
   for (int world : {2, 3, 4}) {
     EXPECT_TRUE(RunSynthetic("wan21", wan21, world).ok()) << "wan21 at world size " << world;
     EXPECT_TRUE(RunSynthetic("wan22", wan22, world).ok()) << "wan22 at world size " << world;
     EXPECT_TRUE(RunSynthetic("qwenimage", qwen, world).ok()) << "qwenimage at world size " << world;
+    EXPECT_TRUE(RunSynthetic("qwenimage21", qwen21, world).ok()) << "qwenimage21 at world size " << world;
   }
 }
 

@@ -1,7 +1,8 @@
 // Exact (layer-wise sharded) decode equals the dense decode for the Wan
-// lineage, with real worker processes over real Gloo: every Wan 2.1 / 2.2 and
-// Qwen-Image fixture at world sizes 1-4 (latent heights 7, 5, 17 and 13, so
-// bands are uneven; 1, 2 and 4 latent frames; batch 2), synthetic batch-2
+// lineage, with real worker processes over real Gloo: every Wan 2.1 / 2.2,
+// Qwen-Image and Qwen-Image-2.1 fixture at world sizes 1-4 (latent heights
+// 7, 5, 17, 13, 7 and 3, so bands are uneven; 1, 2 and 4 latent frames;
+// batch 2), synthetic batch-2
 // several-frame latents, repeat decodes in one group (the causal feature
 // cache starts empty on every call), and collective counts derived from the
 // layer structure.
@@ -39,7 +40,7 @@ using parallel::testing::ExpectTensorClose;
 // is off by O(0.1).
 constexpr double kExactVsDense = 5e-5;
 constexpr double kVsDiffusers = 1e-4;
-const std::vector<std::string> kClasses = {"AutoencoderKLWan", "AutoencoderKLQwenImage"};
+const std::vector<std::string> kClasses = {"AutoencoderKLWan", "AutoencoderKLQwenImage", "AutoencoderKLQwenImage21"};
 
 absl::StatusOr<std::unique_ptr<parallel::Communicator>> Join(int rank, int world, int port) {
   return testing::JoinTestGroup(rank, world, port, "wan-exact-decode-test");
@@ -55,10 +56,11 @@ absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixture(const std::string
 // checks it against the dense decode and, when given, diffusers' output.
 absl::StatusOr<Checked> DecodeAndCheck(families::Decoder& decoder, parallel::Communicator& comm,
                                        const at::Tensor& latent, const std::string& expected_file,
-                                       const std::string& what) {
+                                       const std::string& what, const std::string& want_mode = "") {
   testing::GroupCheckOptions o;
   o.expected_file = expected_file;
   o.what = what;
+  o.want_mode = want_mode;
   o.exact_vs_dense = kExactVsDense;
   o.vs_diffusers = kVsDiffusers;
   return testing::DecodeWithGroupAndCheck(decoder, comm, latent, o);
@@ -72,13 +74,15 @@ class WanExactDecode : public ::testing::TestWithParam<testing::FixtureCaseAtWor
 
 TEST_P(WanExactDecode, EqualsDenseAndDiffusers) {
   const auto& [c, world] = GetParam();
+  // A latent of fewer rows than ranks (qwenimage21/b2 at 4) decodes dense.
+  const std::string want_mode = testing::WantModeForRows(c, world);
   absl::Status s = parallel::testing::RunRanks(
       world,
-      [&c = c](int rank, int w, int port) -> absl::Status {
+      [&c = c, &want_mode](int rank, int w, int port) -> absl::Status {
         ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, LoadFixture(c.fixture));
         ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, Join(rank, w, port));
         ASSIGN_OR_RETURN(at::Tensor latent, LeaderLatent(c, rank));
-        return DecodeAndCheck(*decoder, *comm, latent, c.expected_file, c.fixture + "/" + c.name).status();
+        return DecodeAndCheck(*decoder, *comm, latent, c.expected_file, c.fixture + "/" + c.name, want_mode).status();
       },
       absl::Seconds(120));
   EXPECT_TRUE(s.ok()) << s;
@@ -88,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, WanExactDecode, ::testing::ValuesIn(testing::
                          testing::FixtureCaseAtWorldName);
 
 TEST(WanExactDecodeCoverage, EveryWanAndQwenImageFixtureIsTested) {
-  EXPECT_GE(testing::FixtureCases(kClasses).size(), 5u);
+  EXPECT_GE(testing::FixtureCases(kClasses).size(), 7u);
 }
 
 // Batch 2 with several latent frames (no such fixture): exact vs dense only.
@@ -125,7 +129,9 @@ INSTANTIATE_TEST_SUITE_P(BatchTwoSeveralFrames, WanExactDecodeSynthetic,
                              // Residual up blocks, DupUp3D shortcuts and the unpatchify; bands 3,2,2.
                              SyntheticCase{"wan22", {2, 48, 3, 7, 4}, 3},
                              // Qwen-Image decoding a short video (its decoder is causal 3D too).
-                             SyntheticCase{"qwenimage", {2, 16, 2, 6, 3}, 2}),
+                             SyntheticCase{"qwenimage", {2, 16, 2, 6, 3}, 2},
+                             // Qwen-Image-2.1's 2-D convs and 5 levels; bands 2,2,1.
+                             SyntheticCase{"qwenimage21", {2, 64, 1, 5, 3}, 3}),
                          [](const ::testing::TestParamInfo<SyntheticCase>& info) { return info.param.fixture; });
 
 // Collectives of one exact decode at world size > 1, from the layer
@@ -141,16 +147,19 @@ INSTANTIATE_TEST_SUITE_P(BatchTwoSeveralFrames, WanExactDecodeSynthetic,
 // gather per latent frame: each chunk's frames go to the leader as they
 // finish (it streams them). For the fixtures (4 levels, 2 res blocks): 33
 // halo + 1 K/V + 1 gather = 35 per frame, so 4 frames (wan21/main) make
-// 140, 2 frames (wan22/main) 70, 1 frame (qwenimage/b2) 35; none at world
-// size 1. The job broadcast before the decode is counted apart.
-constexpr int64_t kHaloPerFrame = 1 + 4 + 4 * 3 * 2 + 3 + 1;
+// 140, 2 frames (wan22/main) 70, 1 frame (qwenimage/b2) 35; Qwen-Image-2.1
+// (5 levels, its 2-D convs halo alike) 40 + 1 + 1 for its one frame; none at
+// world size 1. The job broadcast before the decode is counted apart.
+int64_t HaloPerFrame(int64_t levels) { return 1 + 4 + levels * 3 * 2 + (levels - 1) + 1; }
 
 TEST(WanExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
   struct Case {
     std::string fixture, name;
     int64_t frames;
+    int64_t levels;
   };
-  const std::vector<Case> cases = {{"wan21", "main", 4}, {"wan22", "main", 2}, {"qwenimage", "b2", 1}};
+  const std::vector<Case> cases = {
+      {"wan21", "main", 4, 4}, {"wan22", "main", 2, 4}, {"qwenimage", "b2", 1, 4}, {"qwenimage21", "main", 1, 5}};
   for (const Case& k : cases) {
     testing::FixtureCase c;
     for (const testing::FixtureCase& f : testing::FixtureCases(kClasses)) {
@@ -169,7 +178,7 @@ TEST(WanExactDecodeGroup, RepeatDecodesInOneGroupAndCountCollectives) {
               ASSIGN_OR_RETURN(Checked checked, DecodeAndCheck(*decoder, *comm, latent, c.expected_file, c.fixture));
               const parallel::CommStats& st = checked.stats;
               const bool sharded = w > 1;
-              const int64_t halo = sharded ? kHaloPerFrame * k.frames : 0;
+              const int64_t halo = sharded ? HaloPerFrame(k.levels) * k.frames : 0;
               const int64_t kv = sharded ? k.frames : 0;
               const int64_t want = sharded ? halo + kv + k.frames : 0;
               if (st.collectives() != want || st.ForKind(parallel::CallKind::kHalo).calls != halo ||

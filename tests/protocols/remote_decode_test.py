@@ -62,7 +62,7 @@ def expect_raises(fn, *needles):
 
 
 def main():
-    server = Server({"flux1": "flux1_kl", "sd": "sd_kl", "wan": "wan21"})
+    server = Server({"flux1": "flux1_kl", "sd": "sd_kl", "wan": "wan21", "qwen21": "qwenimage21"})
     flux = f"{server.http}/models/flux1"
     checks = Checks("remote_decode")
     pipeline_latent = load(fixture("flux1_kl", "pipeline_latent.safetensors"))
@@ -148,6 +148,16 @@ def main():
                             return_type="pt")
         ref = load(fixture("sd_kl", "expected_b2.safetensors"))
         assert tuple(out.shape) == tuple(ref.shape) and max_diff(out, ref) <= 1e-4, max_diff(out, ref)
+
+    def rgba_image_model_pt_matches_grpc_and_diffusers():
+        # Qwen-Image-2.1 (RGBA, 16x): remote_decode's do_scaling applies its pipeline's formula.
+        raw_path = fixture("qwenimage21", "pipeline_latent.safetensors")
+        out = remote_decode(f"{server.http}/models/qwen21", load(raw_path), output_type="pt", return_type="pt")
+        ref = load(fixture("qwenimage21", "expected.safetensors"))
+        assert tuple(out.shape) == tuple(ref.shape) == (1, 4, 1, 112, 64), out.shape
+        assert max_diff(out, ref) <= 1e-4, max_diff(out, ref)
+        grpc_out = torch.from_numpy(np.load(grpc_decode("qwen21", raw_path, "qwen21.npy", "--latent_space=raw")))
+        assert max_diff(out, grpc_out) <= 1e-6, max_diff(out, grpc_out)
 
     wan = f"{server.http}/models/wan"
 

@@ -9,6 +9,8 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
 - AutoencoderKLHunyuanImage and AutoencoderKLHunyuanVideo15 with other
   widths, two resnets per level and upsample_match_channel off (batch 2,
   which diffusers decodes one entry at a time for HunyuanVideo 1.5)
+- AutoencoderKLQwenImage21 in RGB with other widths, levels, statistics
+  and temporal flags, 1 resnet a level: decode and encode, batch 2
 - AutoencoderKLMiniMaxH3 with other window geometry (clip_length 16,
   token_drop 2) and no register tokens, and in bfloat16, where diffusers
   keeps the norms and residual scales (so the residual stream) in float32
@@ -172,6 +174,23 @@ def hunyuanvideo15_other_structure_batch_two():
     check_dense_and_exact(vae, folder, latent, "hunyuanvideo15_structure", ranks=2)
 
 
+def qwenimage21_other_structure():
+    # RGB, 4 levels (8x), 1 resnet a level, time "halved" at levels 0 and 2 (the
+    # DupUp3D shortcuts drop their first copies on the single frame), other
+    # widths and statistics; decode and encode, batch 2, exact over 3 ranks.
+    rng = np.random.default_rng(31)
+    vae, folder = build("qwenimage21_structure", "qwenimage21", "AutoencoderKLQwenImage21",
+                        {"base_dim": 6, "decoder_base_dim": 8, "dim_mult": [1, 2, 2, 2], "num_res_blocks": 1,
+                         "temperal_downsample": [True, False, True], "in_channels": 3, "out_channels": 3,
+                         "z_dim": 8, "latents_mean": rng.standard_normal(8).round(3).tolist(),
+                         "latents_std": (rng.random(8) + 0.5).round(3).tolist(), "scale_factor_spatial": 8},
+                        seed=31)
+    latent = rng.standard_normal((2, 8, 1, 5, 3), dtype=np.float32)
+    check_dense_and_exact(vae, folder, latent, "qwenimage21_structure", ranks=3)
+    image = (rng.random((2, 3, 1, 40, 24), dtype=np.float32) * 2 - 1)
+    check_encode_dense_and_exact(vae, folder, image, "qwenimage21_structure_encoder", ranks=3)
+
+
 def minimax_h3_other_windows():
     vae, folder = build("minimax_windows", "minimax_h3", "AutoencoderKLMiniMaxH3",
                         {"clip_length": 16, "token_drop": 2, "decoder_num_register_tokens": 0}, seed=3)
@@ -295,6 +314,7 @@ def main():
     checks.run("ltx2_causal_reflect_padding", ltx2_causal("reflect"))
     checks.run("hunyuanimage21_other_structure", hunyuanimage_other_structure)
     checks.run("hunyuanvideo15_other_structure_batch_two", hunyuanvideo15_other_structure_batch_two)
+    checks.run("qwenimage21_other_structure_rgb", qwenimage21_other_structure)
     checks.run("minimax_h3_other_windows_no_registers", minimax_h3_other_windows)
     checks.run("minimax_h3_bfloat16_mixed_precision", minimax_h3_bfloat16)
     checks.run("wan_encoders_other_structure", wan_encoders)
