@@ -11,6 +11,7 @@ and bytes per decode.
 
     bazel build //:vaedecode && python3 bench/decode_bench.py [--sizes 32,64] [--rounds 2]
     python3 bench/decode_bench.py --model ../shared/fixtures/wan21 --shapes 1,16,5,32,32
+    python3 bench/decode_bench.py --model bench/models/qwenimage21 --seeded-weights 1 --shapes 1,64,1,16,16
 """
 import argparse
 import os
@@ -28,10 +29,12 @@ CONFIGS = [
 COUNT_ONLY = [("exact, 4 ranks x 1 thread (counts)", ["--threads", "1", "--mode", "exact", "--ranks", "4"])]
 
 
-def run(binary, shape, flags, out_dir, model):
+def run(binary, shape, flags, out_dir, model, seeded_weights=None):
     cmd = [binary, "decode", "--latent-shape", shape, "--out", os.path.join(out_dir, "bench.npy")] + flags
     if model:
         cmd += ["--model", model]
+    if seeded_weights is not None:
+        cmd += ["--seeded-weights", str(seeded_weights)]
     line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     fields = dict(re.findall(r"(\w+)=(\[[^\]]*\]|\{[^}]*\}|\S+)", line))
     return fields, line
@@ -43,6 +46,8 @@ def main():
     ap.add_argument("--sizes", default="32,64", help="square SD latents 1x4xNxN")
     ap.add_argument("--shapes", default="", help="explicit latent shapes, ';'-separated (overrides --sizes)")
     ap.add_argument("--model", default="", help="a diffusers VAE folder (default: the embedded model)")
+    ap.add_argument("--seeded-weights", type=int, default=None,
+                    help="seed the model's weights (a bench/models folder has a config.json only)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default="/tmp/vaedecode-bench")
     args = ap.parse_args()
@@ -56,11 +61,11 @@ def main():
         last = {}
         for _ in range(args.rounds):
             for name, flags in CONFIGS:
-                fields, line = run(args.binary, shape, flags, args.out, args.model)
+                fields, line = run(args.binary, shape, flags, args.out, args.model, args.seeded_weights)
                 times[name].append(float(fields["decode_ms"]))
                 last[name] = fields
         for name, flags in COUNT_ONLY:
-            fields, _ = run(args.binary, shape, flags, args.out, args.model)
+            fields, _ = run(args.binary, shape, flags, args.out, args.model, args.seeded_weights)
             last[name] = fields
         base = statistics.median(times[CONFIGS[0][0]])
         sample = last[CONFIGS[0][0]].get("sample_shape", "?")

@@ -42,6 +42,7 @@
 #include "rpc/output_assembler.h"
 #include "rpc/output_formats.h"
 #include "rpc/request_options.h"
+#include "rpc/session_client.h"
 #include "rpc/session_stream.h"
 #include "rpc/status_macros.h"
 #include "vaedecode/v1/vaedecode.grpc.pb.h"
@@ -309,58 +310,27 @@ int DecodeInSession(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& request
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline);
   ctx.set_wait_for_ready(true);
-  auto call = stub.DecodeSession(&ctx);
-  vaedecode::rpc::SessionAssembler session;
-  absl::Status stream_error;
-  // Reads up to the next message of `kind`; false when the stream ended.
-  const auto read_until = [&](v1::DecodeResponse::KindCase kind) {
-    v1::DecodeResponse message;
-    while (call->Read(&message)) {
-      if (stream_error.ok()) stream_error = session.Add(message);
-      if (!stream_error.ok()) ctx.TryCancel();
-      if (message.has_chunk_trailer()) {
-        const v1::ChunkTrailer& t = message.chunk_trailer();
-        std::cout << "chunk=" << t.chunk() << " first_frame=" << t.first_frame() << " frames=" << t.frames()
-                  << " queue_ms=" << t.timings().queue_ms() << " decode_ms=" << t.timings().decode_ms()
-                  << " stream_ms=" << t.timings().stream_ms() << " state_bytes=["
-                  << absl::StrJoin(t.state_bytes_per_rank(), ",") << "]"
-                  << (t.replayed_latent_frames() > 0 ? absl::StrCat(" replayed=", t.replayed_latent_frames()) : "")
-                  << "\n";
-      }
-      if (message.kind_case() == kind) return true;
-    }
-    return false;
+  vaedecode::rpc::SessionCallbacks callbacks;
+  callbacks.on_message = [](const v1::DecodeResponse& message) {
+    if (!message.has_chunk_trailer()) return;
+    const v1::ChunkTrailer& t = message.chunk_trailer();
+    std::cout << "chunk=" << t.chunk() << " first_frame=" << t.first_frame() << " frames=" << t.frames()
+              << " queue_ms=" << t.timings().queue_ms() << " decode_ms=" << t.timings().decode_ms()
+              << " stream_ms=" << t.timings().stream_ms() << " state_bytes=["
+              << absl::StrJoin(t.state_bytes_per_rank(), ",") << "]"
+              << (t.replayed_latent_frames() > 0 ? absl::StrCat(" replayed=", t.replayed_latent_frames()) : "") << "\n";
   };
-  v1::SessionRequest open;
-  *open.mutable_open() = vaedecode::rpc::SessionOpenFor(request);
-  bool going = call->Write(open) && read_until(v1::DecodeResponse::kSessionHeader);
-  int64_t begin = 0;
-  for (size_t i = 0; going && i < chunks.size(); ++i) {
-    v1::SessionRequest chunk;
-    *chunk.mutable_chunk() = vaedecode::rpc::LatentFrames(request.latent(), begin, chunks[i]);
-    begin += chunks[i];
-    going = call->Write(chunk) && read_until(v1::DecodeResponse::kChunkTrailer);
-  }
-  if (going) {
-    v1::SessionRequest close;
-    close.mutable_close();
-    call->Write(close);
-  }
-  call->WritesDone();
-  read_until(v1::DecodeResponse::KIND_NOT_SET);  // the rest of the stream
-  const grpc::Status status = call->Finish();
-  if (!stream_error.ok()) {
-    std::cerr << "vaedecode_client: bad stream from the server: " << stream_error.message() << "\n";
+  vaedecode::rpc::SessionCall call = vaedecode::rpc::RunDecodeSession(
+      stub, ctx, vaedecode::rpc::SessionOpenFor(request), request.latent(), chunks, callbacks);
+  if (!call.status.ok()) {
+    std::cerr << "vaedecode_client: " << StatusLine(call.status) << "\n";
     return 1;
   }
-  if (!status.ok()) {
-    std::cerr << "vaedecode_client: " << StatusLine(status) << "\n";
+  if (!call.stream_error.ok()) {
+    std::cerr << "vaedecode_client: bad stream from the server: " << call.stream_error.message() << "\n";
     return 1;
   }
-  if (absl::Status s = session.Finish(); !s.ok()) {
-    std::cerr << "vaedecode_client: bad stream from the server: " << s.message() << "\n";
-    return 1;
-  }
+  vaedecode::rpc::SessionAssembler& session = call.stream;
   absl::StatusOr<std::vector<std::string>> written =
       vaedecode::client::WriteOutput(ResolvePath(absl::GetFlag(FLAGS_out)), session.clip());
   if (!written.ok()) {

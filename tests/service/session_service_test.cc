@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "formats/npy.h"
+#include "rpc/session_client.h"
 #include "rpc/session_stream.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/service/service_checks.h"
@@ -48,11 +49,7 @@ DecodeOutcome WholeDecode(v1::VaeDecoder::Stub& stub, v1::DecodeRequest request,
   return Decode(stub, request);
 }
 
-struct SessionOutcome {
-  grpc::Status status;
-  rpc::SessionAssembler stream;
-  absl::Status stream_error;
-};
+using SessionOutcome = rpc::SessionCall;
 
 // One session: `open`, then `latent` in chunks of `chunks` latent frames
 // (each sent once the one before has its trailer; `after_chunk(i)` runs
@@ -61,40 +58,16 @@ struct SessionOutcome {
 SessionOutcome RunSession(v1::VaeDecoder::Stub& stub, const v1::SessionOpen& open, const v1::Tensor& latent,
                           const std::vector<int64_t>& chunks, const std::function<void(int64_t)>& after_chunk = nullptr,
                           const std::function<void(const v1::Chunk&)>& on_frames = nullptr) {
-  SessionOutcome out;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(240)));
-  auto call = stub.DecodeSession(&ctx);
-  const auto read_until = [&](v1::DecodeResponse::KindCase kind) {
-    v1::DecodeResponse m;
-    while (call->Read(&m)) {
-      if (absl::Status s = out.stream.Add(m); !s.ok() && out.stream_error.ok()) out.stream_error = s;
-      if (m.has_chunk() && on_frames) on_frames(m.chunk());
-      if (m.kind_case() == kind) return true;
-    }
-    return false;
-  };
-  v1::SessionRequest first;
-  *first.mutable_open() = open;
-  bool going = call->Write(first) && read_until(v1::DecodeResponse::kSessionHeader);
-  int64_t begin = 0;
-  for (size_t i = 0; going && i < chunks.size(); ++i) {
-    v1::SessionRequest chunk;
-    *chunk.mutable_chunk() = rpc::LatentFrames(latent, begin, chunks[i]);
-    begin += chunks[i];
-    going = call->Write(chunk) && read_until(v1::DecodeResponse::kChunkTrailer);
-    if (going && after_chunk) after_chunk(static_cast<int64_t>(i));
+  rpc::SessionCallbacks callbacks;
+  callbacks.after_chunk = after_chunk;
+  if (on_frames) {
+    callbacks.on_message = [&on_frames](const v1::DecodeResponse& m) {
+      if (m.has_chunk()) on_frames(m.chunk());
+    };
   }
-  if (going) {
-    v1::SessionRequest close;
-    close.mutable_close();
-    call->Write(close);
-  }
-  call->WritesDone();
-  read_until(v1::DecodeResponse::KIND_NOT_SET);  // to the end of the stream
-  out.status = call->Finish();
-  if (out.status.ok() && out.stream_error.ok()) out.stream_error = out.stream.Finish();
-  return out;
+  return rpc::RunDecodeSession(stub, ctx, open, latent, chunks, callbacks);
 }
 
 std::vector<float> ClipFloats(SessionOutcome& out) {
