@@ -3,6 +3,7 @@
 #include "families/autoencoder_kl/decoder.h"
 #include "families/flux2/decoder.h"
 #include "families/hunyuanimage/decoder.h"
+#include "families/hunyuanimage3/decoder.h"
 #include "families/hunyuanvideo/decoder.h"
 #include "families/hunyuanvideo15/decoder.h"
 #include "families/ltx2/decoder.h"
@@ -24,6 +25,7 @@ const Registry& BuiltinFamilies() {
     ltx2::Register(*r);
     hunyuanvideo::Register(*r);
     hunyuanimage::Register(*r);
+    hunyuanimage3::Register(*r);
     hunyuanvideo15::Register(*r);
     minimax_h3::Register(*r);
     return r;

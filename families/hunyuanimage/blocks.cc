@@ -56,27 +56,14 @@ at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
   return h + nn::SubpixelMajorDepthToSpace(x.repeat_interleave(repeats_, 1), 1, 2, 2);
 }
 
-namespace {
-
-// [B, C, H, W] -> [B, 4C, H/2, W/2], channel (2·dy + dx)·C + c holding pixel
-// (2y + dy, 2x + dx) of channel c: SubpixelMajorDepthToSpace's inverse.
-at::Tensor SubpixelMajorSpaceToDepth(const at::Tensor& x) {
-  const int64_t b = x.size(0), c = x.size(1), h = x.size(2) / 2, w = x.size(3) / 2;
-  TORCH_CHECK(h * 2 == x.size(2) && w * 2 == x.size(3), "a 2x2 space-to-depth of ", x.size(2), "x", x.size(3));
-  return x.reshape({b, c, h, 2, w, 2}).permute({0, 3, 5, 1, 2, 4}).reshape({b, 4 * c, h, w});
-}
-
-}  // namespace
-
-DownsampleImpl::DownsampleImpl(int64_t in_channels, int64_t out_channels)
-    : out_channels_(out_channels), group_size_(4 * in_channels / out_channels) {
+DownsampleImpl::DownsampleImpl(int64_t in_channels, int64_t out_channels) : out_channels_(out_channels) {
   conv = register_module("conv", nn::MakeConv2d(in_channels, out_channels / 4, 3));
 }
 
 at::Tensor DownsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
-  const at::Tensor h = SubpixelMajorSpaceToDepth(nn::RunConv2d(ops, conv, x));  // [B, out, H/2, W/2]
-  const at::Tensor shortcut = SubpixelMajorSpaceToDepth(x);                     // [B, 4·in, H/2, W/2]
-  return h + shortcut.view({x.size(0), out_channels_, group_size_, h.size(2), h.size(3)}).mean(2);
+  const at::Tensor h = nn::SubpixelMajorSpaceToDepth(nn::RunConv2d(ops, conv, x), 1, 2, 2);  // [B, out, H/2, W/2]
+  const at::Tensor shortcut = nn::SubpixelMajorSpaceToDepth(x, 1, 2, 2);                     // [B, 4·in, H/2, W/2]
+  return h + nn::ChannelGroupMean(shortcut, out_channels_);
 }
 
 MidBlockImpl::MidBlockImpl(int64_t channels) {
@@ -120,8 +107,7 @@ at::Tensor Encoder2DImpl::forward(const at::Tensor& x, LayerOps& ops) {
     }
   }
   h = mid_block->forward(h, ops);
-  const int64_t b = h.size(0), c = h.size(1), rows = h.size(2), cols = h.size(3);
-  const at::Tensor residual = h.view({b, c / group_size_, group_size_, rows, cols}).mean(2);
+  const at::Tensor residual = nn::ChannelGroupMean(h, h.size(1) / group_size_);
   h = nn::RunConv2d(ops, conv_out, at::silu(nn::RunGroupNorm(ops, norm_out, h)));
   return h + residual;
 }

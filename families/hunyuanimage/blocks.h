@@ -85,7 +85,6 @@ class DownsampleImpl : public torch::nn::Module {
 
  private:
   int64_t out_channels_;
-  int64_t group_size_;
 };
 TORCH_MODULE(Downsample);
 

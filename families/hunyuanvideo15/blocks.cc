@@ -104,24 +104,6 @@ at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops, StreamState
   return h_up + shortcut;
 }
 
-namespace {
-
-// [B, C, r1·F, 2H, 2W] -> [B, r1·4·C, F, H, W], channel ((dt·2 + dy)·2 + dx)·C + c
-// holding (r1·f + dt, 2y + dy, 2x + dx) of channel c (diffusers'
-// _dcae_downsample_rearrange; SubpixelMajorDepthToSpace's inverse).
-at::Tensor PackSubpixels(const at::Tensor& x, int64_t r1) {
-  const int64_t b = x.size(0), c = x.size(1), f = x.size(2) / r1, h = x.size(3) / 2, w = x.size(4) / 2;
-  TORCH_CHECK(f * r1 == x.size(2) && h * 2 == x.size(3) && w * 2 == x.size(4), "a ", r1, "x2x2 packing of ", x.sizes());
-  return x.reshape({b, c, f, r1, h, 2, w, 2}).permute({0, 3, 5, 7, 1, 2, 4, 6}).reshape({b, r1 * 4 * c, f, h, w});
-}
-
-// The mean of `x`'s channels in `groups` consecutive groups.
-at::Tensor GroupMean(const at::Tensor& x, int64_t groups) {
-  return x.view({x.size(0), groups, x.size(1) / groups, x.size(2), x.size(3), x.size(4)}).mean(2);
-}
-
-}  // namespace
-
 DownsampleImpl::DownsampleImpl(int64_t in_channels, int64_t out_channels, bool downsample_time)
     : out_channels_(out_channels),
       downsample_time_(downsample_time),
@@ -131,14 +113,18 @@ DownsampleImpl::DownsampleImpl(int64_t in_channels, int64_t out_channels, bool d
 
 at::Tensor DownsampleImpl::forward(const at::Tensor& x, LayerOps& ops) {
   const at::Tensor h = conv->forward(x, ops);
-  if (!downsample_time_) return PackSubpixels(h, 1) + GroupMean(PackSubpixels(x, 1), out_channels_);
+  if (!downsample_time_)
+    return nn::SubpixelMajorSpaceToDepth(h, 1, 2, 2) +
+           nn::ChannelGroupMean(nn::SubpixelMajorSpaceToDepth(x, 1, 2, 2), out_channels_);
   // The first frame alone (2x2, its channels twice), the rest 2x2x2.
   const int64_t t = x.size(2);
-  const at::Tensor h_first = PackSubpixels(h.narrow(2, 0, 1), 1);
-  const at::Tensor packed = at::cat({at::cat({h_first, h_first}, 1), PackSubpixels(h.narrow(2, 1, t - 1), 2)}, 2);
-  const at::Tensor shortcut = at::cat({GroupMean(PackSubpixels(x.narrow(2, 0, 1), 1), out_channels_),
-                                       GroupMean(PackSubpixels(x.narrow(2, 1, t - 1), 2), out_channels_)},
-                                      2);
+  const at::Tensor h_first = nn::SubpixelMajorSpaceToDepth(h.narrow(2, 0, 1), 1, 2, 2);
+  const at::Tensor packed =
+      at::cat({at::cat({h_first, h_first}, 1), nn::SubpixelMajorSpaceToDepth(h.narrow(2, 1, t - 1), 2, 2, 2)}, 2);
+  const at::Tensor shortcut =
+      at::cat({nn::ChannelGroupMean(nn::SubpixelMajorSpaceToDepth(x.narrow(2, 0, 1), 1, 2, 2), out_channels_),
+               nn::ChannelGroupMean(nn::SubpixelMajorSpaceToDepth(x.narrow(2, 1, t - 1), 2, 2, 2), out_channels_)},
+              2);
   return packed + shortcut;
 }
 
@@ -207,7 +193,7 @@ at::Tensor Encoder3DImpl::forward(const at::Tensor& x, LayerOps& ops) {
   at::Tensor h = conv_in->forward(x, ops);
   for (const auto& block : *down_blocks) h = block->as<DownBlockImpl>()->forward(h, ops);
   h = mid_block->forward(h, ops);
-  const at::Tensor shortcut = GroupMean(h, h.size(1) / group_size_);
+  const at::Tensor shortcut = nn::ChannelGroupMean(h, h.size(1) / group_size_);
   return conv_out->forward(at::silu(norm_out->forward(h)), ops) + shortcut;
 }
 

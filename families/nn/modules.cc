@@ -1,6 +1,7 @@
 #include "families/nn/modules.h"
 
 #include <cmath>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -23,6 +24,18 @@ at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2dImpl& conv, const at:
   ConvGeometry g;
   g.padding_h = (conv.weight.size(2) - 1) / 2;
   g.padding_w = (conv.weight.size(3) - 1) / 2;
+  return ops.Conv(x, conv.weight, conv.bias, g);
+}
+
+torch::nn::Conv3d MakeConv3d(int64_t in, int64_t out, int64_t kernel) {
+  return torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel).padding((kernel - 1) / 2));
+}
+
+at::Tensor RunConv3d(LayerOps& ops, const torch::nn::Conv3dImpl& conv, const at::Tensor& x) {
+  ConvGeometry g;
+  g.padding_t = (conv.weight.size(2) - 1) / 2;
+  g.padding_h = (conv.weight.size(3) - 1) / 2;
+  g.padding_w = (conv.weight.size(4) - 1) / 2;
   return ops.Conv(x, conv.weight, conv.bias, g);
 }
 
@@ -107,6 +120,30 @@ at::Tensor SubpixelMajorDepthToSpace(const at::Tensor& x, int64_t rt, int64_t rh
   at::Tensor y = x.reshape({b, rt, rh, rw, c, t, h, w});  // [B, dt, dy, dx, C, T, H, W]
   y = y.permute({0, 4, 5, 1, 6, 2, 7, 3});                // [B, C, T, dt, H, dy, W, dx]
   return y.reshape({b, c, t * rt, h * rh, w * rw});
+}
+
+at::Tensor ChannelGroupMean(const at::Tensor& x, int64_t groups) {
+  std::vector<int64_t> shape = x.sizes().vec();
+  TORCH_CHECK(groups > 0 && shape[1] % groups == 0, shape[1], " channels in ", groups, " groups");
+  shape[1] /= groups;
+  shape.insert(shape.begin() + 1, groups);  // [B, groups, C / groups, ...]
+  return x.view(shape).mean(2);
+}
+
+at::Tensor SubpixelMajorSpaceToDepth(const at::Tensor& x, int64_t rt, int64_t rh, int64_t rw) {
+  const int64_t b = x.size(0), c = x.size(1);
+  if (x.dim() == 4) {
+    TORCH_CHECK(rt == 1, "a 4-D space-to-depth has no time axis");
+    const int64_t h = x.size(2) / rh, w = x.size(3) / rw;
+    TORCH_CHECK(h * rh == x.size(2) && w * rw == x.size(3), "a ", rh, "x", rw, " space-to-depth of ", x.sizes());
+    return x.reshape({b, c, h, rh, w, rw}).permute({0, 3, 5, 1, 2, 4}).reshape({b, rh * rw * c, h, w});
+  }
+  const int64_t t = x.size(2) / rt, h = x.size(3) / rh, w = x.size(4) / rw;
+  TORCH_CHECK(t * rt == x.size(2) && h * rh == x.size(3) && w * rw == x.size(4), "a ", rt, "x", rh, "x", rw,
+              " space-to-depth of ", x.sizes());
+  return x.reshape({b, c, t, rt, h, rh, w, rw})
+      .permute({0, 3, 5, 7, 1, 2, 4, 6})  // [B, dt, dy, dx, C, T, H, W]
+      .reshape({b, rt * rh * rw * c, t, h, w});
 }
 
 at::Tensor UpsampleNearest(const at::Tensor& x, int64_t factor_t, int64_t factor_s) {

@@ -28,6 +28,15 @@ at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2dImpl& conv, const at:
 inline at::Tensor RunConv2d(LayerOps& ops, const torch::nn::Conv2d& conv, const at::Tensor& x) {
   return RunConv2d(ops, *conv, x);
 }
+// nn.Conv3d(in, out, kernel, padding=(kernel - 1) / 2): stride 1, "same",
+// zero padding on both sides of T, H and W (not causal).
+torch::nn::Conv3d MakeConv3d(int64_t in, int64_t out, int64_t kernel);
+// Such a conv module through `ops` (time is padded, never sharded).
+at::Tensor RunConv3d(LayerOps& ops, const torch::nn::Conv3dImpl& conv, const at::Tensor& x);
+inline at::Tensor RunConv3d(LayerOps& ops, const torch::nn::Conv3d& conv, const at::Tensor& x) {
+  return RunConv3d(ops, *conv, x);
+}
+
 // A GroupNorm module through `ops` (merged statistics when sharded).
 at::Tensor RunGroupNorm(LayerOps& ops, const torch::nn::GroupNorm& norm, const at::Tensor& x);
 
@@ -107,5 +116,12 @@ at::Tensor Patchify(const at::Tensor& x, int64_t patch_size);
 // dt, y·rh + dy, x·rw + dx) from input channel ((dt·rh + dy)·rw + dx)·C + c.
 // `rt` must be 1 for a 4-D x. Row-local: each input row becomes rh rows.
 at::Tensor SubpixelMajorDepthToSpace(const at::Tensor& x, int64_t rt, int64_t rh, int64_t rw);
+// The mean of [B, C, ...]'s channels in `groups` consecutive groups:
+// [B, groups, ...] (the Hunyuan downsamplers' and encoders' shortcuts). Local.
+at::Tensor ChannelGroupMean(const at::Tensor& x, int64_t groups);
+// SubpixelMajorDepthToSpace's inverse, the Hunyuan downsamplers' space-to-depth: [B, C, (T·rt,)
+// H·rh, W·rw] -> [B, rt·rh·rw·C, (T,) H, W]. Row-local: every rh input rows
+// become one output row (the sides must be multiples of the factors).
+at::Tensor SubpixelMajorSpaceToDepth(const at::Tensor& x, int64_t rt, int64_t rh, int64_t rw);
 
 }  // namespace vaedecode::families::nn

@@ -42,4 +42,25 @@ TEST(Patchify, IsUnpatchifysInverseWithDiffusersChannelOrder) {
   EXPECT_TRUE(at::equal(Patchify(x, 1), x));
 }
 
+TEST(SubpixelMajorSpaceToDepth, IsDepthToSpacesInverseWithSubpixelMajorChannels) {
+  const at::Tensor image = at::arange(2 * 3 * 4 * 6, at::kFloat).reshape({2, 3, 4, 6});
+  const at::Tensor packed = SubpixelMajorSpaceToDepth(image, 1, 2, 2);  // [2, 12, 2, 3]
+  ASSERT_EQ(packed.sizes(), (std::vector<int64_t>{2, 12, 2, 3}));
+  // Channel (dy·2 + dx)·C + c holds pixel (2y + dy, 2x + dx) of channel c.
+  EXPECT_TRUE(at::equal(packed.select(1, (1 * 2 + 0) * 3 + 2), image.select(1, 2).slice(1, 1, 4, 2).slice(2, 0, 6, 2)));
+  EXPECT_TRUE(at::equal(SubpixelMajorDepthToSpace(packed, 1, 2, 2), image));
+  const at::Tensor clip = at::arange(1 * 2 * 4 * 4 * 2, at::kFloat).reshape({1, 2, 4, 4, 2});
+  const at::Tensor packed_clip = SubpixelMajorSpaceToDepth(clip, 2, 2, 2);  // [1, 16, 2, 2, 1]
+  ASSERT_EQ(packed_clip.sizes(), (std::vector<int64_t>{1, 16, 2, 2, 1}));
+  // Channel ((dt·2 + dy)·2 + dx)·C + c holds (2t + dt, 2y + dy, 2x + dx).
+  EXPECT_EQ(packed_clip[0][((1 * 2 + 1) * 2 + 1) * 2 + 1][1][0][0].item<float>(), clip[0][1][3][1][1].item<float>());
+  EXPECT_TRUE(at::equal(SubpixelMajorDepthToSpace(packed_clip, 2, 2, 2), clip));
+}
+
+TEST(ChannelGroupMean, AveragesConsecutiveChannels) {
+  const at::Tensor x = at::arange(6, at::kFloat).reshape({1, 6, 1, 1});
+  const at::Tensor m = ChannelGroupMean(x, 2);  // channels {0,1,2} and {3,4,5}
+  EXPECT_TRUE(at::equal(m.flatten(), at::tensor({1.0f, 4.0f})));
+}
+
 }  // namespace vaedecode::families::nn

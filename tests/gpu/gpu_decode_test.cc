@@ -28,6 +28,7 @@
 #include "parallel/testing/tensor_checks.h"
 #include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
+#include "tests/fixtures/fixture_tensors.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
 #include "worker/group_decode.h"
@@ -107,11 +108,13 @@ absl::StatusOr<GpuCase> DecodeCaseOnGpu(const testing::FixtureCase& c, at::Scala
   absl::StatusOr<at::Tensor> latent = formats::ReadTensorFile(c.latent_file, "latent");
   RETURN_IF_ERROR(expected.status());
   RETURN_IF_ERROR(latent.status());
+  const bool video = (*decoder)->info().is_video;
   families::DenseOps ops;
-  absl::StatusOr<at::Tensor> sample = worker::RunDecode(**decoder, {*latent, families::LatentSpace::kVae}, ops);
+  absl::StatusOr<at::Tensor> sample =
+      worker::RunDecode(**decoder, {testing::InFamilyRank(*latent, video), families::LatentSpace::kVae}, ops);
   RETURN_IF_ERROR(sample.status());
   if (!sample->is_cuda()) return absl::InternalError("the decode did not run on the GPU");
-  return GpuCase{*std::move(decoder), *expected, *sample};
+  return GpuCase{*std::move(decoder), testing::InFamilyRank(*expected, video), *sample};
 }
 
 class GpuFixture : public ::testing::TestWithParam<testing::FixtureCase> {};
@@ -156,7 +159,7 @@ TEST_P(GpuFixture, DecodesOnTheGpu) {
 
     absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinNcclGroup(rank, 1, port);
     RETURN_IF_ERROR(comm.status());
-    absl::StatusOr<at::Tensor> latent = testing::LeaderLatent(c.latent_file, rank);
+    absl::StatusOr<at::Tensor> latent = testing::LeaderLatent(c.latent_file, rank, *run->decoder);
     RETURN_IF_ERROR(latent.status());
     testing::GroupCheckOptions check;
     check.expected_file = c.expected_file;

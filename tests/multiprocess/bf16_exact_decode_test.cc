@@ -14,6 +14,7 @@
 #include "parallel/testing/multi_process.h"
 #include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
+#include "tests/fixtures/fixture_tensors.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/group_decode.h"
 
@@ -54,7 +55,7 @@ TEST_P(Bf16ExactDecode, StaysWithinTheBf16GateAndNearDense) {
         ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder,
                          testing::LoadFixtureDecoder(c.fixture, at::kBFloat16));
         ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, testing::JoinTestGroup(rank, w, port, kGroup));
-        ASSIGN_OR_RETURN(at::Tensor latent, testing::LeaderLatent(c.latent_file, rank));
+        ASSIGN_OR_RETURN(at::Tensor latent, testing::LeaderLatent(c.latent_file, rank, *decoder));
         testing::GroupCheckOptions o;
         o.what = absl::StrCat(c.fixture, "/", c.name, " in bf16");
         o.exact_vs_dense = kMaxAbsVsDiffusers;  // the RMSE checks below are the real bounds
@@ -63,7 +64,8 @@ TEST_P(Bf16ExactDecode, StaysWithinTheBf16GateAndNearDense) {
         ASSIGN_OR_RETURN(testing::GroupDecodeCheck checked,
                          testing::DecodeWithGroupAndCheck(*decoder, *comm, latent, o));
         if (rank != worker::kLeader) return absl::OkStatus();
-        ASSIGN_OR_RETURN(at::Tensor expected, formats::ReadTensorFile(c.expected_file, "sample"));
+        ASSIGN_OR_RETURN(at::Tensor expected_file, formats::ReadTensorFile(c.expected_file, "sample"));
+        const at::Tensor expected = testing::InFamilyRank(expected_file, decoder->info().is_video);
         families::DenseOps dense;
         ASSIGN_OR_RETURN(at::Tensor dense_bf16, worker::RunDecode(*decoder, worker::DecodeJob{latent}, dense));
         const double vs_diffusers = Rmse(checked.sample, expected), vs_dense = Rmse(checked.sample, dense_bf16);

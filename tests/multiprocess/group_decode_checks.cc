@@ -14,6 +14,7 @@
 #include "parallel/testing/tensor_checks.h"
 #include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
+#include "tests/fixtures/fixture_tensors.h"
 #include "worker/decode_job.h"
 #include "worker/group_decode.h"
 #include "worker/group_job.h"
@@ -41,6 +42,11 @@ absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixtureDecoder(const std:
 absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank) {
   if (rank != worker::kLeader) return at::Tensor();
   return formats::ReadTensorFile(file, "latent");
+}
+
+absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank, const families::Decoder& decoder) {
+  ASSIGN_OR_RETURN(at::Tensor latent, LeaderLatent(file, rank));
+  return latent.defined() ? InFamilyRank(latent, decoder.info().is_video) : latent;
 }
 
 absl::StatusOr<worker::GroupDecodeResult> PlanAndExecute(families::Decoder& decoder,
@@ -82,7 +88,8 @@ absl::StatusOr<GroupDecodeCheck> DecodeWithGroupAndCheck(families::Decoder& deco
       parallel::testing::ExpectTensorClose(result.sample, reference, options.exact_vs_dense, 0, where + " vs dense"));
   std::cout << where << ": max abs error vs dense " << parallel::testing::MaxAbsError(result.sample, reference);
   if (!options.expected_file.empty()) {
-    ASSIGN_OR_RETURN(at::Tensor expected, formats::ReadTensorFile(options.expected_file, "sample"));
+    ASSIGN_OR_RETURN(at::Tensor expected_file, formats::ReadTensorFile(options.expected_file, "sample"));
+    const at::Tensor expected = InFamilyRank(expected_file, decoder.info().is_video);
     // diffusers' output is float32; a bf16 decode is compared in float32.
     RETURN_IF_ERROR(parallel::testing::ExpectTensorClose(result.sample.to(expected.scalar_type()), expected,
                                                          options.vs_diffusers, 0, where + " vs diffusers"));
@@ -101,7 +108,7 @@ absl::Status CheckFixtureCase(const FixtureCase& c, int rank, int world, int por
   for (const bool raw : {false, true}) {
     const std::string& file = raw ? c.pipeline_latent_file : c.latent_file;
     if (file.empty()) continue;
-    ASSIGN_OR_RETURN(at::Tensor latent, LeaderLatent(file, rank));
+    ASSIGN_OR_RETURN(at::Tensor latent, LeaderLatent(file, rank, *decoder));
     options.space = raw ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
     options.what = absl::StrCat(c.fixture, "/", c.name, raw ? " (raw)" : "");
     ASSIGN_OR_RETURN(GroupDecodeCheck checked, DecodeWithGroupAndCheck(*decoder, *comm, latent, options));

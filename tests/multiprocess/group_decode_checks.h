@@ -34,6 +34,8 @@ absl::StatusOr<std::unique_ptr<families::Decoder>> LoadFixtureDecoder(const std:
 
 // The file's latent on the leader; an undefined tensor on peers (they receive it).
 absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank);
+// The same in the rank `decoder` takes (fixture_tensors.h: InFamilyRank).
+absl::StatusOr<at::Tensor> LeaderLatent(const std::string& file, int rank, const families::Decoder& decoder);
 
 // The service's path: the leader plans `leader_job` for the group
 // (worker::PlanDecode: exact when the latent shards, else dense), broadcasts

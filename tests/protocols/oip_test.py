@@ -67,7 +67,7 @@ def expect_error(fn, *needles):
 
 def main():
     # A 2 MiB message limit (256 KiB chunks) so a modest output overflows it.
-    server = Server({"flux1": "flux1_kl", "wan": "wan21", "qwen21": "qwenimage21"},
+    server = Server({"flux1": "flux1_kl", "wan": "wan21", "qwen21": "qwenimage21", "hunyuan3": "hunyuanimage3"},
                     extra_flags=["--max_message_bytes=2097152", "--chunk_bytes=262144"])
     client = grpcclient.InferenceServerClient(url=server.grpc)
     checks = Checks("oip")
@@ -132,6 +132,16 @@ def main():
         assert png.dtype == np.object_ and png.size == 1, (png.dtype, png.shape)
         image = Image.open(io.BytesIO(png.reshape(-1)[0]))
         assert image.mode == "RGBA" and image.size == (64, 112), (image.mode, image.size)
+
+    def release_code_model_in_every_mode():
+        # Hunyuan Image 3 (its release's AutoencoderKLConv3D): the pipeline's [B, C, h, w]
+        # latents; the release's vae.decode output without its one-frame axis.
+        raw = load(fixture("hunyuanimage3", "pipeline_latent.safetensors"))
+        ref = load(fixture("hunyuanimage3", "expected.safetensors"))[:, :, 0]
+        for mode in ("dense", "exact", "tiled"):
+            out = infer(client, "hunyuan3", raw, latent_space="raw", mode=mode)
+            assert out.shape == ref.shape == (1, 3, 28, 20), (mode, out.shape)
+            assert np.abs(out - ref).max() <= 1e-4, (mode, np.abs(out - ref).max())
 
     def fp16_input_uint8_output():
         latent = load(fixture("flux1_kl", "latent.safetensors"))
@@ -209,8 +219,8 @@ def main():
         assert config.parameters["latent_datatypes"].string_value == "FP32,FP16,BF16"
         assert "BYTES" in config.parameters["sample_datatypes"].string_value
         index = client.get_model_repository_index()
-        assert sorted((m.name, m.state) for m in index.models) == [("flux1", "READY"), ("qwen21", "READY"),
-                                                                    ("wan", "READY")], index
+        assert sorted((m.name, m.state) for m in index.models) == [("flux1", "READY"), ("hunyuan3", "READY"),
+                                                                    ("qwen21", "READY"), ("wan", "READY")], index
         stats = {s.name: s for s in client.get_inference_statistics().model_stats}
         assert stats["flux1"].execution_count >= 4 and stats["wan"].execution_count >= 2, stats
         assert stats["flux1"].inference_stats.compute_infer.ns > 0 and stats["flux1"].last_inference > 0

@@ -62,7 +62,8 @@ def expect_raises(fn, *needles):
 
 
 def main():
-    server = Server({"flux1": "flux1_kl", "sd": "sd_kl", "wan": "wan21", "qwen21": "qwenimage21"})
+    server = Server({"flux1": "flux1_kl", "sd": "sd_kl", "wan": "wan21", "qwen21": "qwenimage21",
+                     "hunyuan3": "hunyuanimage3"})
     flux = f"{server.http}/models/flux1"
     checks = Checks("remote_decode")
     pipeline_latent = load(fixture("flux1_kl", "pipeline_latent.safetensors"))
@@ -158,6 +159,19 @@ def main():
         assert max_diff(out, ref) <= 1e-4, max_diff(out, ref)
         grpc_out = torch.from_numpy(np.load(grpc_decode("qwen21", raw_path, "qwen21.npy", "--latent_space=raw")))
         assert max_diff(out, grpc_out) <= 1e-6, max_diff(out, grpc_out)
+
+    def release_code_model_pt_and_png():
+        # Hunyuan Image 3: its pipeline's latents in, its pipeline's image out (the release's
+        # vae.decode output without the one-frame axis), as a tensor and as the gRPC PNG.
+        raw_path = fixture("hunyuanimage3", "pipeline_latent.safetensors")
+        url = f"{server.http}/models/hunyuan3"
+        out = remote_decode(url, load(raw_path), output_type="pt", return_type="pt")
+        ref = load(fixture("hunyuanimage3", "expected.safetensors"))[:, :, 0]
+        assert tuple(out.shape) == tuple(ref.shape) == (1, 3, 28, 20), out.shape
+        assert max_diff(out, ref) <= 1e-4, max_diff(out, ref)
+        image = remote_decode(url, load(raw_path), output_type="pil", image_format="png")
+        png = grpc_decode("hunyuan3", raw_path, "hunyuan3.png", "--latent_space=raw")
+        assert np.array_equal(np.asarray(image), np.asarray(Image.open(png).convert("RGB")))
 
     wan = f"{server.http}/models/wan"
 
