@@ -23,8 +23,10 @@
 #include "client/client_io.h"
 #include "device/compute_device.h"
 #include "device/device_memory.h"
+#include "families/builtin_families.h"
 #include "formats/image_input.h"
 #include "formats/tensor_file.h"
+#include "formats/wav.h"
 #include "rpc/leader_call.h"
 #include "rpc/modes.h"
 #include "rpc/output_assembler.h"
@@ -302,6 +304,9 @@ std::string Usage() {
          "                   [--warmup W --repeat N]   (dense/tiled: W untimed decodes, then N timed)\n"
          "                   [--stream-chunks 1,2,2]   (video: a streaming session, that many latent frames\n"
          "                   per chunk; dense or exact)\n"
+         "  vaedecode decode --model AUDIO_VAE_DIR --latent FILE --out FILE.wav|.safetensors|.npy\n"
+         "                   [--latent-space vae|raw] [--wav-encoding pcm16|float32]   (an audio VAE's\n"
+         "                   latent [B, C, L] to its waveform; a WAV per batch entry)\n"
          "  vaedecode encode --model DIR --image FILE --out FILE.safetensors [--posterior mean|sample|moments]\n"
          "                   [--seed N] [--latent-space vae|raw] [--mode dense|exact] [--ranks N]\n"
          "                   [--dtype float32|bfloat16|float16] [--threads N] [--timeout-s S]\n"
@@ -329,7 +334,80 @@ std::string Usage() {
          rpc::EncodeOptionUsage(rpc::kCli);
 }
 
+// `decode` of an audio VAE's latent [B, C, L]: densely on this process
+// (audio latents are small; no plan, group or image output), written as a
+// WAV file (.wav: 16-bit PCM, or float32 with --wav-encoding float32; a
+// batch entry's channels in one file, a file per entry, `stem_<i>.wav`) or
+// the float32 waveform [B, channels, samples] ("sample", with the sample
+// rate in the line printed).
+absl::Status RunAudioDecode(const ParsedArgs& args, std::ostream& out) {
+  std::optional<std::string> out_path = args.Get("out");
+  if (!out_path) return absl::InvalidArgumentError("decode needs --out FILE (.wav, .safetensors or .npy for audio)");
+  const std::string out_file = ResolveUserPath(*out_path);
+  const bool wav = absl::EndsWith(out_file, ".wav");
+  if (!wav && !absl::EndsWith(out_file, ".safetensors") && !absl::EndsWith(out_file, ".npy")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out ", *out_path, ": an audio VAE decodes to .wav, .safetensors or .npy"));
+  }
+  const std::string encoding = args.Get("wav-encoding").value_or("pcm16");
+  if (encoding != "pcm16" && encoding != "float32") {
+    return absl::InvalidArgumentError(absl::StrCat("--wav-encoding must be pcm16 or float32, got \"", encoding, "\""));
+  }
+  const std::string space = args.Get("latent-space").value_or("vae");
+  if (space != "vae" && space != "raw") {
+    return absl::InvalidArgumentError(absl::StrCat("--latent-space must be vae or raw, got \"", space, "\""));
+  }
+  if (args.Get("mode").value_or("dense") != "dense") {
+    return absl::InvalidArgumentError("an audio VAE decodes dense (its latents are small): drop --mode");
+  }
+  RETURN_IF_ERROR(ApplyThreads(args));
+  ASSIGN_OR_RETURN(const std::optional<uint64_t> seeded_weights, SeededWeightsFlag(args));
+  ASSIGN_OR_RETURN(worker::NamedModel model, LoadModel(args.Get("model"), at::kFloat, seeded_weights));
+  std::optional<std::string> latent_path = args.Get("latent");
+  if (!latent_path) return absl::InvalidArgumentError("decode of an audio VAE needs --latent FILE ([B, C, L])");
+  ASSIGN_OR_RETURN(at::Tensor latent, formats::ReadTensorFile(ResolveUserPath(*latent_path), "latent"));
+  const auto start = std::chrono::steady_clock::now();
+  families::DenseOps ops;
+  ASSIGN_OR_RETURN(
+      at::Tensor sample,
+      worker::RunDecode(*model.decoder,
+                        {latent, space == "raw" ? families::LatentSpace::kRaw : families::LatentSpace::kVae}, ops));
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  sample = sample.to(at::kFloat).contiguous();  // [B, channels, samples]
+  const families::ModelInfo& info = model.decoder->info();
+  std::vector<std::string> written;
+  if (!wav) {
+    RETURN_IF_ERROR(formats::WriteTensorFile(out_file, "sample", sample));
+    written.push_back(out_file);
+  } else {
+    const std::string stem = out_file.substr(0, out_file.size() - 4);
+    for (int64_t b = 0; b < sample.size(0); ++b) {
+      // Interleaved: [samples, channels], frame-major.
+      const at::Tensor frames = sample[b].transpose(0, 1).contiguous();
+      const float* data = frames.data_ptr<float>();
+      const std::vector<float> samples(data, data + frames.numel());
+      const std::string file = sample.size(0) == 1 ? out_file : absl::StrCat(stem, "_", b, ".wav");
+      RETURN_IF_ERROR(
+          formats::WriteWav(file, samples, sample.size(1), info.sample_rate,
+                            encoding == "float32" ? formats::WavEncoding::kFloat32 : formats::WavEncoding::kPcm16));
+      written.push_back(file);
+    }
+  }
+  out << "decoded model=" << model.name << " family=" << info.family << " latent=" << *latent_path
+      << " latent_shape=" << ShapeText(latent.sizes()) << " space=" << space
+      << " sample_shape=" << ShapeText(sample.sizes()) << " sample_rate=" << info.sample_rate
+      << " seconds=" << static_cast<double>(sample.size(2)) / info.sample_rate
+      << " dtype=float32 device=cpu mode=dense ranks=1 threads=" << at::get_num_threads()
+      << " time_ms=" << static_cast<int64_t>(ms) << " out=" << absl::StrJoin(written, ",") << "\n";
+  return absl::OkStatus();
+}
+
 absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
+  // An audio VAE has its own, short path.
+  if (std::optional<std::string> model_path = args.Get("model"); model_path && !model_path->empty()) {
+    ASSIGN_OR_RETURN(const bool audio, families::BuiltinFamilies().DecodesAudio(ResolveUserPath(*model_path)));
+    if (audio) return RunAudioDecode(args, out);
+  }
   std::optional<std::string> out_path = args.Get("out");
   if (!out_path) return absl::InvalidArgumentError("decode needs --out FILE (.safetensors, .npy, .png, .jpg or .mp4)");
   const std::string out_file = ResolveUserPath(*out_path);

@@ -8,6 +8,7 @@
 #include "families/hunyuanvideo15/decoder.h"
 #include "families/ltx2/decoder.h"
 #include "families/minimax_h3/decoder.h"
+#include "families/minimax_h3_audio/decoder.h"
 #include "families/qwenimage/decoder.h"
 #include "families/qwenimage21/decoder.h"
 #include "families/wan/decoder.h"
@@ -28,6 +29,7 @@ const Registry& BuiltinFamilies() {
     hunyuanimage3::Register(*r);
     hunyuanvideo15::Register(*r);
     minimax_h3::Register(*r);
+    minimax_h3_audio::Register(*r);
     return r;
   }();
   return *registry;

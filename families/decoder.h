@@ -58,6 +58,12 @@ struct ModelInfo {
   // output-size prediction both read it.
   rpc::OutputFrameTable output_frames;
   bool is_video = false;  // latents are NCTHW when true, NCHW otherwise
+  // An audio VAE (MiniMax-H3's): latents [B, C, L] decode to waveforms
+  // [B, out_channels, samples] at `sample_rate`, about `samples_per_latent`
+  // samples per latent frame. Not served yet; the CLI decodes it.
+  bool is_audio = false;
+  int64_t sample_rate = 0;
+  int64_t samples_per_latent = 0;
   // Latent frames a decode holds at once, for its memory (tiling/
   // memory_model.h): 1 for images and frame-by-frame decoders (Wan's causal
   // cache), a temporal window, or 0 for the whole clip.

@@ -115,6 +115,13 @@ absl::StatusOr<std::pair<std::unique_ptr<ModelFiles>, const FamilyRegistration*>
   return std::make_pair(std::move(files), family);
 }
 
+absl::StatusOr<bool> Registry::DecodesAudio(const std::string& path) const {
+  LoadOptions config_only;
+  config_only.seeded_weights = 0;  // the weights are not read
+  ASSIGN_OR_RETURN(auto opened, Open(path, config_only));
+  return opened.second->audio;
+}
+
 absl::StatusOr<std::unique_ptr<Encoder>> Registry::LoadEncoder(const std::string& path,
                                                                const LoadOptions& options) const {
   ASSIGN_OR_RETURN(auto opened, Open(path, options));

@@ -64,6 +64,8 @@ struct FamilyRegistration {
   std::vector<KeySignature> signatures;
   // Null for a family that has no encoder yet.
   EncoderFactory encoder_factory;
+  // An audio VAE: its latents decode to waveforms (ModelInfo::is_audio).
+  bool audio = false;
 };
 
 class Registry {
@@ -77,6 +79,10 @@ class Registry {
   // Opens a model folder and builds its decoder: NOT_FOUND for a missing
   // folder, INVALID_ARGUMENT for an unsupported class or malformed files.
   absl::StatusOr<std::unique_ptr<Decoder>> Load(const std::string& path, const LoadOptions& options) const;
+
+  // Whether the model folder's class is an audio VAE's (from its config
+  // alone; the weights are not read). Errors as Load's.
+  absl::StatusOr<bool> DecodesAudio(const std::string& path) const;
 
   // Opens a model folder and builds its encoder, in float32 or
   // options.dtype: as Load, and FAILED_PRECONDITION for a family without an

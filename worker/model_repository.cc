@@ -69,6 +69,13 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
       out.unavailable.push_back({name, std::string(decoder.status().message())});
       continue;
     }
+    if ((*decoder)->info().is_audio) {
+      // Requests, outputs and the memory model are images' and clips'.
+      out.unavailable.push_back({name, absl::StrCat((*decoder)->info().diffusers_class,
+                                                    " is an audio VAE, which the service does not serve yet; "
+                                                    "`vaedecode decode` decodes its latents")});
+      continue;
+    }
     for (const std::string& w : ConfigWarnings((*decoder)->info())) out.warnings.push_back(absl::StrCat(name, ": ", w));
     out.models.push_back({name, *std::move(decoder), (fs::path(repository) / name).string()});
   }

@@ -3,7 +3,8 @@
 # `decode` (dense, exact over 3 local ranks, raw latent space) and every
 # encode case of the families that encode through `encode` (moments dense,
 # a seeded sample exact over 3 ranks, raw over 2), compared with diffusers'
-# output by the fixtures' own compare.py; encoding a PNG; PNG naming; one-line
+# output by the fixtures' own compare.py; MiniMax-H3's audio VAE to its
+# waveform and to WAVs; encoding a PNG; PNG naming; one-line
 # errors and non-zero exits for malformed input; a rank killed mid-decode
 # fails the whole group promptly and leaves no process behind.
 set -uo pipefail
@@ -67,7 +68,7 @@ encode_cases=$("$PY" - "$FIX/index.json" <<'PY'
 import json, sys
 for f in json.load(open(sys.argv[1]))["fixtures"]:
     if f["diffusers_class"] not in ("AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
-                                    "AutoencoderKLQwenImage", "AutoencoderKLHunyuanImage",
+                                    "AutoencoderKLQwenImage", "AutoencoderKLQwenImage21", "AutoencoderKLHunyuanImage",
                                     "AutoencoderKLHunyuanVideo15", "AutoencoderKLHunyuanVideo",
                                     "AutoencoderKLLTX2Video", "AutoencoderKLMiniMaxH3"):
         continue
@@ -326,6 +327,37 @@ expect_error 1 "budget-mib must be a positive integer" decode --mode tiled --bud
 expect_error 1 "this build has no CUDA backend" decode --device cuda:0 --out "$OUT/x.npy"
 
 echo "== a rank killed mid-decode fails the group without hanging or orphans"
+# Audio (MiniMax-H3's waveform VAE): the waveform tensor, from the VAE and the
+# raw latents, and 16-bit WAVs, one per batch entry, at its sample rate.
+for name in main m1; do
+  echo "== audio minimax_h3_audio/$name"
+  suffix=$([ "$name" = main ] && echo "" || echo "_$name")
+  AUD="$FIX/minimax_h3_audio"
+  "$BIN" decode --model "$AUD" --latent "$AUD/latent$suffix.safetensors" --out "$OUT/audio_$name.safetensors" \
+    | grep "sample_rate=32000" > /dev/null || fail "audio decode of minimax_h3_audio/$name"
+  compare "$AUD/expected$suffix.safetensors" "$OUT/audio_$name.safetensors"
+  "$BIN" decode --model "$AUD" --latent "$AUD/pipeline_latent$suffix.safetensors" --latent-space raw \
+    --out "$OUT/audio_${name}_raw.npy" > /dev/null || fail "raw audio decode of minimax_h3_audio/$name"
+  compare "$AUD/expected$suffix.safetensors" "$OUT/audio_${name}_raw.npy"
+done
+"$BIN" decode --model "$FIX/minimax_h3_audio" --latent "$FIX/minimax_h3_audio/latent.safetensors" \
+  --out "$OUT/audio.wav" > /dev/null || fail "WAV decode of minimax_h3_audio"
+"$PY" - "$OUT" "$FIX/minimax_h3_audio/expected.safetensors" <<'PY' || fail "the WAVs do not hold the waveforms"
+import sys, wave, numpy as np, json, struct
+out, expected = sys.argv[1], sys.argv[2]
+with open(expected, "rb") as f:  # safetensors: the "sample" tensor, float32
+    n = struct.unpack("<Q", f.read(8))[0]; header = json.loads(f.read(n)); blob = f.read()
+meta = header["sample"]; lo, hi = meta["data_offsets"]
+ref = np.frombuffer(blob[lo:hi], dtype=np.float32).reshape(meta["shape"])  # [2, 1, 4000]
+for b in range(ref.shape[0]):
+    w = wave.open(f"{out}/audio_{b}.wav")
+    assert (w.getnchannels(), w.getframerate(), w.getsampwidth(), w.getnframes()) == (1, 32000, 2, 4000)
+    pcm = np.frombuffer(w.readframes(4000), dtype="<i2").astype(np.float32) / 32767
+    assert np.abs(pcm - ref[b, 0]).max() <= 1 / 32767 + 1e-4, np.abs(pcm - ref[b, 0]).max()
+PY
+expect_error 1 "an audio VAE decodes to .wav, .safetensors or .npy" decode --model "$FIX/minimax_h3_audio" \
+  --latent "$FIX/minimax_h3_audio/latent.safetensors" --out "$OUT/audio.png"
+
 start=$(date +%s)
 "$BIN" decode --latent-shape 1,4,40,40 --mode exact --ranks 3 --timeout-s 30 --out "$OUT/killed.npy" \
   > "$OUT/killed.log" 2>&1 &

@@ -30,7 +30,9 @@ constexpr double kFp32Tolerance = 1e-4;
 
 // Families that decode but do not encode yet (issue 32).
 const std::vector<std::string>& ClassesWithoutAnEncoderYet() {
-  static const auto* classes = new std::vector<std::string>{};
+  // MiniMax-H3's audio VAE decodes; its DAC encoder with the causal-attention
+  // pre_block is issue 33's next step.
+  static const auto* classes = new std::vector<std::string>{"AutoencoderKLMiniMaxH3Audio"};
   return *classes;
 }
 

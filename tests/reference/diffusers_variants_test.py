@@ -11,6 +11,9 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
   which diffusers decodes one entry at a time for HunyuanVideo 1.5)
 - AutoencoderKLQwenImage21 in RGB with other widths, levels, statistics
   and temporal flags, 1 resnet a level: decode and encode, batch 2
+- AutoencoderKLMiniMaxH3Audio with other BigVGAN rates (one adding a
+  sample), widths, AMP kernels and dilations and statistics, batch 2, from
+  VAE and raw latents, through the CLI's audio path
 - AutoencoderKLMiniMaxH3 with other window geometry (clip_length 16,
   token_drop 2) and no register tokens, and in bfloat16, where diffusers
   keeps the norms and residual scales (so the residual stream) in float32
@@ -191,6 +194,33 @@ def qwenimage21_other_structure():
     check_encode_dense_and_exact(vae, folder, image, "qwenimage21_structure_encoder", ranks=3)
 
 
+def minimax_h3_audio_other_structure():
+    # BigVGAN with other rates and widths (an upsampler whose kernel - rate is odd adds a sample),
+    # two AMP kernels with other dilations, 16 latent channels with their own statistics; batch
+    # 2; from the VAE latent and the raw one, to the waveform, dense (audio is not sharded).
+    rng = np.random.default_rng(41)
+    vae, folder = build("minimax_audio_structure", "minimax_h3_audio", "AutoencoderKLMiniMaxH3Audio",
+                        {"decoder_dim": 16, "decoder_rates": [8, 5, 4, 5], "decoder_kernel_sizes": [16, 10, 8, 9],
+                         "resblock_kernel_sizes": [3, 5], "resblock_dilation_sizes": [[1, 2], [1, 3]],
+                         "latent_dim": 64, "latent_channels": 16, "num_attention_heads": 2,
+                         "latents_mean": rng.standard_normal(16).round(3).tolist(),
+                         "latents_std": (rng.random(16) + 0.5).round(3).tolist(), "sampling_rate": 24000}, seed=41)
+    latent = rng.standard_normal((2, 16, 4), dtype=np.float32)
+    want = reference(vae, latent)
+    got, line = cli_decode(folder, latent, "minimax_audio_structure")
+    assert "sample_rate=24000" in line, line
+    d = max_diff(got, want)
+    assert d <= DENSE_TOLERANCE, f"audio vs diffusers: max |diff| {d:.3g} > {DENSE_TOLERANCE}"
+    config = json.loads((folder / "config.json").read_text())
+    mean = np.array(config["latents_mean"], dtype=np.float32).reshape(1, 16, 1)
+    std = np.array(config["latents_std"], dtype=np.float32).reshape(1, 16, 1)
+    raw = ((latent - mean) / std).astype(np.float32)  # what the pipeline de-normalises back
+    from_raw, _ = cli_decode(folder, raw, "minimax_audio_structure_raw", "--latent-space", "raw")
+    r = max_diff(from_raw, reference(vae, (raw * std + mean).astype(np.float32)))
+    assert r <= DENSE_TOLERANCE, f"raw audio vs diffusers: max |diff| {r:.3g}"
+    print(f"  minimax_audio_structure: vs diffusers {d:.3g}, raw {r:.3g}, waveform {list(want.shape)}")
+
+
 def minimax_h3_other_windows():
     vae, folder = build("minimax_windows", "minimax_h3", "AutoencoderKLMiniMaxH3",
                         {"clip_length": 16, "token_drop": 2, "decoder_num_register_tokens": 0}, seed=3)
@@ -315,6 +345,7 @@ def main():
     checks.run("hunyuanimage21_other_structure", hunyuanimage_other_structure)
     checks.run("hunyuanvideo15_other_structure_batch_two", hunyuanvideo15_other_structure_batch_two)
     checks.run("qwenimage21_other_structure_rgb", qwenimage21_other_structure)
+    checks.run("minimax_h3_audio_other_structure", minimax_h3_audio_other_structure)
     checks.run("minimax_h3_other_windows_no_registers", minimax_h3_other_windows)
     checks.run("minimax_h3_bfloat16_mixed_precision", minimax_h3_bfloat16)
     checks.run("wan_encoders_other_structure", wan_encoders)

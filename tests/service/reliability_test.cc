@@ -853,7 +853,8 @@ std::vector<std::string> WarningsAndErrors(const std::string& log) {
 // worker (norm_num_groups 0), widths whose convolutions would take 36 TB,
 // a folder that is a symlink loop, a dangling link — are unavailable by
 // name (ListModels, the per-model health, the error of a request for them,
-// a metric and one log line each say why); sd_kl is served from the same
+// a metric and one log line each say why), and so is an audio VAE (not
+// served yet); sd_kl is served from the same
 // repository. Before, the first killed every worker with SIGFPE and the
 // server stayed NOT_SERVING without naming the model.
 TEST(ReliabilityTest, ModelsThatCannotLoadAreUnavailableByNameAndTheOthersAreServed) {
@@ -868,6 +869,8 @@ TEST(ReliabilityTest, ModelsThatCannotLoadAreUnavailableByNameAndTheOthersAreSer
   WriteModelFolder(repo + "/too_wide", too_wide, "sd_kl");
   std::filesystem::create_directory_symlink(repo + "/loop", repo + "/loop");
   std::filesystem::create_directory_symlink(repo + "/missing", repo + "/dangling");
+  // An audio VAE loads, but the service does not serve audio yet: it says so.
+  std::filesystem::create_directory_symlink(FixturePath("minimax_h3_audio"), repo + "/audio");
 
   auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1), {"sd_kl"});
   ASSERT_NE(server, nullptr);
@@ -887,7 +890,8 @@ TEST(ReliabilityTest, ModelsThatCannotLoadAreUnavailableByNameAndTheOthersAreSer
   EXPECT_THAT(reasons["too_wide"], HasSubstr("its weights allow"));
   EXPECT_THAT(reasons["loop"], HasSubstr("Too many levels of symbolic links"));
   EXPECT_THAT(reasons["dangling"], HasSubstr("No such file or directory"));
-  EXPECT_EQ(reasons.size(), 4u);
+  EXPECT_THAT(reasons["audio"], HasSubstr("is an audio VAE, which the service does not serve yet"));
+  EXPECT_EQ(reasons.size(), 5u);
 
   for (const auto& [name, reason] : reasons) {
     absl::StatusOr<bool> model_serving = server->Serving(kModelHealth + name);

@@ -1,0 +1,90 @@
+#include "families/minimax_h3_audio/decoder.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace vaedecode::families::minimax_h3_audio {
+namespace {
+
+ModelInfo Describe(const MiniMaxH3AudioConfig& c, std::string config_json) {
+  ModelInfo info;
+  info.family = "minimax_h3_audio";
+  info.diffusers_class = "AutoencoderKLMiniMaxH3Audio";
+  info.config_json = std::move(config_json);
+  info.unread_config_keys = c.unread_keys;
+  info.latent_channels = c.latent_channels;
+  info.out_channels = 1;  // mono; stereo is a batch of 2
+  info.is_audio = true;
+  info.sample_rate = c.sampling_rate;
+  info.samples_per_latent = c.hop();
+  info.spatial_tiling = false;
+  info.raw_to_vae_formula = "z * latents_std + latents_mean";
+  return info;
+}
+
+}  // namespace
+
+MiniMaxH3AudioModuleImpl::MiniMaxH3AudioModuleImpl(const MiniMaxH3AudioConfig& c) {
+  dec_in_proj =
+      register_module("dec_in_proj", torch::nn::Conv1d(torch::nn::Conv1dOptions(c.latent_channels, c.latent_dim, 1)));
+  decoder = register_module("decoder", BigVGANDecoder(c));
+}
+
+MiniMaxH3AudioDecoder::MiniMaxH3AudioDecoder(MiniMaxH3AudioConfig config, std::string config_json)
+    : ModuleDecoder(MiniMaxH3AudioModule(config), Describe(config, std::move(config_json)), /*latent_halo_rows=*/0),
+      config_(std::move(config)) {}
+
+absl::Status MiniMaxH3AudioDecoder::ValidateLatent(const at::Tensor& latent) const {
+  const char* cls = "AutoencoderKLMiniMaxH3Audio";
+  if (latent.dim() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat("latent must be 3-D [B, C, L] for ", cls, ", got shape [",
+                                                   absl::StrJoin(latent.sizes(), ", "), "]"));
+  }
+  if (latent.size(1) != config_.latent_channels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("latent has ", latent.size(1), " channels; ", cls, " expects ", config_.latent_channels));
+  }
+  if (latent.size(0) < 1 || latent.size(2) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("latent has an empty dimension: shape [", absl::StrJoin(latent.sizes(), ", "), "]"));
+  }
+  if (!latent.is_floating_point()) return absl::InvalidArgumentError("latent must be a floating-point tensor");
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> MiniMaxH3AudioDecoder::OutputShape(const std::vector<int64_t>& latent_shape) const {
+  return {latent_shape[0], 1, config_.Samples(latent_shape[2])};
+}
+
+at::Tensor MiniMaxH3AudioDecoder::ToVaeSpace(const at::Tensor& raw) const {
+  if (config_.latents_mean.empty()) return raw.to(at::kFloat);  // a config without statistics: as given
+  const int64_t c = config_.latent_channels;
+  const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(raw.device());
+  // MiniMaxH3AudioDecodeStep: latents * std + mean, the statistics viewed (1, C, 1) in float32.
+  const at::Tensor mean = at::tensor(config_.latents_mean, at::kDouble).to(fp32).view({1, c, 1});
+  const at::Tensor std = at::tensor(config_.latents_std, at::kDouble).to(fp32).view({1, c, 1});
+  return raw.to(at::kFloat) * std + mean;
+}
+
+at::Tensor MiniMaxH3AudioDecoder::Decode(const at::Tensor& z, LayerOps&) {
+  at::NoGradGuard no_grad;
+  return module_->decoder->forward(module_->dec_in_proj->forward(z.to(at::kFloat)));  // [B, 1, samples]
+}
+
+void Register(Registry& registry) {
+  registry.Register(
+      {"minimax_h3_audio",
+       {"AutoencoderKLMiniMaxH3Audio"},
+       [](const ModelFiles& files, const LoadOptions& options) {
+         // The encoder side (encoder, pre_block, the posterior heads) is never read by decode.
+         return LoadModuleDecoder<MiniMaxH3AudioDecoder>(files, options,
+                                                         {{"encoder.", "pre_block.", "mean_proj.", "logs_proj."}, {}});
+       },
+       {{{"AutoencoderKLMiniMaxH3Audio"}, {{"dec_in_proj.weight", 3}, {"decoder.conv_pre.weight_v", 3}}, {}}},
+       /*encoder_factory=*/nullptr,
+       /*audio=*/true});
+}
+
+}  // namespace vaedecode::families::minimax_h3_audio
