@@ -274,7 +274,7 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
     auto* f = new std::map<std::string, std::set<std::string>>{
         {"decode",
          {"model", "latent", "out", "dtype", "threads", "latent-shape", "seed", "mode", "ranks", "timeout-s", "device",
-          "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap", "stream-chunks"}},
+          "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap", "stream-chunks", "wav-encoding"}},
         {"encode",
          {"model", "image", "out", "mode", "ranks", "dtype", "threads", "timeout-s", "seeded-weights", "warmup",
           "repeat"}},
@@ -680,13 +680,18 @@ absl::Status RunInfo(const ParsedArgs& args, std::ostream& out) {
       << "family: " << m.family << " (diffusers " << m.diffusers_class << ")\n"
       << "parameters: " << m.parameter_count << "\n"
       << "latent channels: " << m.latent_channels << "\n"
-      << "output channels: " << m.out_channels << "\n"
-      << "spatial factor: " << m.spatial_factor << "\n";
+      << "output channels: " << m.out_channels << "\n";
+  if (m.is_audio) {
+    out << "audio: latents [B, C, L] to waveforms at " << m.sample_rate << " Hz, " << m.samples_per_latent
+        << " samples per latent frame; decoded dense in float32 (not served by vaedecode_server yet)\n";
+  } else {
+    out << "spatial factor: " << m.spatial_factor << "\n";
+  }
   if (m.is_video) out << "temporal factor: " << m.temporal_factor << "\n";
   out << "scaling factor: " << m.scaling_factor << "\n"
       << "shift factor: " << (m.shift_factor ? absl::StrCat(*m.shift_factor) : "none") << "\n"
       << "raw latent space: " << m.raw_to_vae_formula << "\n";
-  if (!m.spatial_tiling) out << "tiled mode: not available (decoded whole or exactly sharded)\n";
+  if (!m.spatial_tiling && !m.is_audio) out << "tiled mode: not available (decoded whole or exactly sharded)\n";
   if (!m.decode_note.empty()) out << "note: " << m.decode_note << "\n";
   out << "libtorch: " << worker::LibTorchSummary() << "\n"
       << "config: " << m.config_json << "\n";

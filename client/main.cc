@@ -322,12 +322,13 @@ int DecodeInSession(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& request
   };
   vaedecode::rpc::SessionCall call = vaedecode::rpc::RunDecodeSession(
       stub, ctx, vaedecode::rpc::SessionOpenFor(request), request.latent(), chunks, callbacks);
-  if (!call.status.ok()) {
-    std::cerr << "vaedecode_client: " << StatusLine(call.status) << "\n";
-    return 1;
-  }
+  // A protocol error cancels the call: name it, not the CANCELLED it causes.
   if (!call.stream_error.ok()) {
     std::cerr << "vaedecode_client: bad stream from the server: " << call.stream_error.message() << "\n";
+    return 1;
+  }
+  if (!call.status.ok()) {
+    std::cerr << "vaedecode_client: " << StatusLine(call.status) << "\n";
     return 1;
   }
   vaedecode::rpc::SessionAssembler& session = call.stream;

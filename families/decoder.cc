@@ -27,11 +27,17 @@ std::string DtypeName(at::ScalarType dtype) {
 }
 
 at::ScalarType DecodeDtype(const ModelInfo& info, at::ScalarType requested) {
+  if (info.is_audio) return at::kFloat;
   return requested == at::kHalf && info.force_upcast ? at::kFloat : requested;
 }
 
 std::string DecodeDtypeReason(const ModelInfo& info, at::ScalarType requested) {
   if (DecodeDtype(info, requested) == requested) return "";
+  if (info.is_audio) {
+    return absl::StrCat("decoded in float32: ", info.diffusers_class,
+                        " keeps its decoder in float32 (diffusers' _keep_in_fp32_modules; it degrades audibly in "
+                        "reduced precision)");
+  }
   return absl::StrCat("decoded in float32, not float16: the VAE's config sets force_upcast (", info.diffusers_class,
                       " overflows in float16; diffusers' pipelines upcast it too)");
 }

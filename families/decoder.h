@@ -120,7 +120,8 @@ absl::StatusOr<at::ScalarType> ParseDtype(const std::string& name);
 
 // The dtype a model decodes in when `requested` is asked for, as diffusers'
 // pipelines choose it: float32 instead of float16 when the config sets
-// force_upcast; `requested` otherwise.
+// force_upcast, float32 always for an audio VAE (its
+// _keep_in_fp32_modules); `requested` otherwise.
 at::ScalarType DecodeDtype(const ModelInfo& info, at::ScalarType requested);
 
 // Why DecodeDtype differs from `requested` (for response headers and logs);

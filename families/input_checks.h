@@ -18,9 +18,10 @@ struct InputRule {
   std::string verb;             // "expects", "encodes": "<class> <verb> <channels>"
   int64_t channels = 0;
   bool is_video = false;  // [B, C, T, H, W] when true, [B, C, H, W] otherwise
+  bool is_audio = false;  // [B, C, L] (an audio VAE's latent)
 };
 
-// INVALID_ARGUMENT naming the problem: a rank other than 4 (5 for video), a
+// INVALID_ARGUMENT naming the problem: a rank other than 4 (5 for video, 3 for audio), a
 // channel count other than rule.channels, an empty dimension, a
 // non-floating dtype.
 absl::Status CheckInputTensor(const at::Tensor& t, const InputRule& rule);

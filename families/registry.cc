@@ -117,7 +117,7 @@ absl::StatusOr<std::pair<std::unique_ptr<ModelFiles>, const FamilyRegistration*>
 
 absl::StatusOr<bool> Registry::DecodesAudio(const std::string& path) const {
   LoadOptions config_only;
-  config_only.seeded_weights = 0;  // the weights are not read
+  config_only.seeded_weights = 0;  // set (any seed): Open skips the weights
   ASSIGN_OR_RETURN(auto opened, Open(path, config_only));
   return opened.second->audio;
 }

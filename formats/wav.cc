@@ -36,23 +36,40 @@ absl::StatusOr<std::string> EncodeWav(const std::vector<float>& samples, int64_t
         absl::StrCat("WAV: ", samples.size(), " samples are not whole frames of ", channels, " channels"));
   }
   const uint32_t bytes_per_sample = encoding == WavEncoding::kPcm16 ? 2 : 4;
+  const uint64_t block_align = static_cast<uint64_t>(channels) * bytes_per_sample;
+  const uint64_t byte_rate = static_cast<uint64_t>(sample_rate) * block_align;
+  if (block_align > 0xffff || byte_rate > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("WAV: ", channels, " channels at ", sample_rate,
+                                                   " Hz do not fit a WAV header's block align and byte rate"));
+  }
   const uint64_t data_bytes = static_cast<uint64_t>(samples.size()) * bytes_per_sample;
-  if (data_bytes > std::numeric_limits<uint32_t>::max() - 36) {
+  if (data_bytes > std::numeric_limits<uint32_t>::max() - 58) {
     return absl::InvalidArgumentError(
         absl::StrCat("WAV: ", data_bytes, " bytes of samples exceed a RIFF file's 4 GiB"));
   }
+  // PCM: the canonical 16-byte fmt chunk. IEEE float: an 18-byte one
+  // (cbSize 0) and a fact chunk with the frame count, as the format asks of
+  // non-PCM data (strict readers want both).
+  const bool pcm = encoding == WavEncoding::kPcm16;
+  const uint32_t header_bytes = pcm ? 44 : 58;
   std::string out;
-  out.reserve(44 + data_bytes);
+  out.reserve(header_bytes + data_bytes);
   out += "RIFF";
-  PutU32(out, static_cast<uint32_t>(36 + data_bytes));
+  PutU32(out, static_cast<uint32_t>(header_bytes - 8 + data_bytes));
   out += "WAVEfmt ";
-  PutU32(out, 16);                                       // fmt chunk size
-  PutU16(out, encoding == WavEncoding::kPcm16 ? 1 : 3);  // PCM, IEEE float
+  PutU32(out, pcm ? 16 : 18);  // fmt chunk size
+  PutU16(out, pcm ? 1 : 3);    // PCM, IEEE float
   PutU16(out, static_cast<uint32_t>(channels));
   PutU32(out, static_cast<uint32_t>(sample_rate));
-  PutU32(out, static_cast<uint32_t>(sample_rate * channels * bytes_per_sample));  // byte rate
-  PutU16(out, static_cast<uint32_t>(channels * bytes_per_sample));                // block align
-  PutU16(out, bytes_per_sample * 8);                                              // bits per sample
+  PutU32(out, static_cast<uint32_t>(byte_rate));
+  PutU16(out, static_cast<uint32_t>(block_align));
+  PutU16(out, bytes_per_sample * 8);  // bits per sample
+  if (!pcm) {
+    PutU16(out, 0);  // cbSize
+    out += "fact";
+    PutU32(out, 4);
+    PutU32(out, static_cast<uint32_t>(samples.size() / static_cast<size_t>(channels)));
+  }
   out += "data";
   PutU32(out, static_cast<uint32_t>(data_bytes));
   for (float s : samples) {

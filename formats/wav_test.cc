@@ -41,13 +41,22 @@ TEST(Wav, Pcm16HeaderAndClampedRoundedSamples) {
   EXPECT_EQ(I16(*wav, 50), -8192);  // round(-0.25 · 32767) = -8191.75
 }
 
-TEST(Wav, Float32KeepsTheSamples) {
+TEST(Wav, Float32KeepsTheSamplesAfterAFactChunk) {
   absl::StatusOr<std::string> wav = EncodeWav({0.125f, -2.0f}, 1, 24000, WavEncoding::kFloat32);
   ASSERT_TRUE(wav.ok()) << wav.status();
-  EXPECT_EQ(I16(*wav, 20), 3);  // IEEE float
+  ASSERT_EQ(wav->size(), 58u + 8u);
+  EXPECT_EQ(U32(*wav, 4), 50u + 8u);
+  EXPECT_EQ(U32(*wav, 16), 18u);  // fmt chunk with cbSize
+  EXPECT_EQ(I16(*wav, 20), 3);    // IEEE float
   EXPECT_EQ(I16(*wav, 34), 32);
+  EXPECT_EQ(I16(*wav, 36), 0);  // cbSize
+  EXPECT_EQ(wav->substr(38, 4), "fact");
+  EXPECT_EQ(U32(*wav, 42), 4u);
+  EXPECT_EQ(U32(*wav, 46), 2u);  // frames
+  EXPECT_EQ(wav->substr(50, 4), "data");
+  EXPECT_EQ(U32(*wav, 54), 8u);
   float second;
-  std::memcpy(&second, wav->data() + 48, 4);
+  std::memcpy(&second, wav->data() + 62, 4);
   EXPECT_EQ(second, -2.0f);  // not clamped
 }
 
@@ -56,6 +65,8 @@ TEST(Wav, RefusesWhatIsNotWholeFrames) {
               HasSubstr("not whole frames"));
   EXPECT_FALSE(EncodeWav({}, 0, 8000, WavEncoding::kPcm16).ok());
   EXPECT_FALSE(EncodeWav({}, 1, 0, WavEncoding::kPcm16).ok());
+  EXPECT_THAT(std::string(EncodeWav({}, 20000, 48000, WavEncoding::kFloat32).status().message()),
+              HasSubstr("do not fit a WAV header"));
 }
 
 }  // namespace

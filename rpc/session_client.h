@@ -29,7 +29,9 @@ struct SessionCallbacks {
 
 struct SessionCall {
   grpc::Status status;        // the call's
-  absl::Status stream_error;  // the first protocol error in the answers, or Finish()'s
+  // The first protocol error in the answers (the call is then CANCELLED:
+  // report this one first), or Finish()'s.
+  absl::Status stream_error;
   SessionAssembler stream;    // the answers; its clip() assembled when both are OK
 };
 

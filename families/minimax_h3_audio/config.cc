@@ -103,14 +103,12 @@ absl::StatusOr<MiniMaxH3AudioConfig> MiniMaxH3AudioConfig::FromJson(const nlohma
                           c.decoder_rates[i]));
     }
   }
-  for (size_t j = 0; j < c.resblock_kernel_sizes.size() && j < c.resblock_dilation_sizes.size(); ++j) {
-    // A dilated conv padded (k·d - d) // 2 keeps the length only when d·(k - 1) is even; otherwise
-    // diffusers' residual add fails.
-    for (int64_t d : c.resblock_dilation_sizes[j]) {
-      if ((d * (c.resblock_kernel_sizes[j] - 1)) % 2 != 0) {
-        r.Fail(absl::StrCat("AMP block ", j, ": kernel ", c.resblock_kernel_sizes[j], " at dilation ", d,
-                            " changes the length, which diffusers' residual cannot add"));
-      }
+  for (size_t j = 0; j < c.resblock_kernel_sizes.size(); ++j) {
+    // Every AMP block has an undilated conv padded (k - 1) // 2: an even k
+    // shortens the signal, and diffusers' residual add fails.
+    if (c.resblock_kernel_sizes[j] % 2 == 0) {
+      r.Fail(absl::StrCat("AMP block ", j, ": kernel ", c.resblock_kernel_sizes[j],
+                          " is even, which changes the length; diffusers' residual cannot add it"));
     }
   }
   if (c.sampling_rate < 1) r.Fail("\"sampling_rate\" must be positive");

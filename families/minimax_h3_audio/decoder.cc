@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "families/input_checks.h"
 
 namespace vaedecode::families::minimax_h3_audio {
 namespace {
@@ -37,21 +37,9 @@ MiniMaxH3AudioDecoder::MiniMaxH3AudioDecoder(MiniMaxH3AudioConfig config, std::s
       config_(std::move(config)) {}
 
 absl::Status MiniMaxH3AudioDecoder::ValidateLatent(const at::Tensor& latent) const {
-  const char* cls = "AutoencoderKLMiniMaxH3Audio";
-  if (latent.dim() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat("latent must be 3-D [B, C, L] for ", cls, ", got shape [",
-                                                   absl::StrJoin(latent.sizes(), ", "), "]"));
-  }
-  if (latent.size(1) != config_.latent_channels) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("latent has ", latent.size(1), " channels; ", cls, " expects ", config_.latent_channels));
-  }
-  if (latent.size(0) < 1 || latent.size(2) < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("latent has an empty dimension: shape [", absl::StrJoin(latent.sizes(), ", "), "]"));
-  }
-  if (!latent.is_floating_point()) return absl::InvalidArgumentError("latent must be a floating-point tensor");
-  return absl::OkStatus();
+  InputRule rule{"latent", info().diffusers_class, "expects", config_.latent_channels};
+  rule.is_audio = true;
+  return CheckInputTensor(latent, rule);
 }
 
 std::vector<int64_t> MiniMaxH3AudioDecoder::OutputShape(const std::vector<int64_t>& latent_shape) const {
@@ -59,7 +47,9 @@ std::vector<int64_t> MiniMaxH3AudioDecoder::OutputShape(const std::vector<int64_
 }
 
 at::Tensor MiniMaxH3AudioDecoder::ToVaeSpace(const at::Tensor& raw) const {
-  if (config_.latents_mean.empty()) return raw.to(at::kFloat);  // a config without statistics: as given
+  // No statistics, no raw space (the latent conversion reports the throw as an error).
+  TORCH_CHECK(!config_.latents_mean.empty(),
+              "AutoencoderKLMiniMaxH3Audio's config has no latents_mean/latents_std: its latents have no raw space");
   const int64_t c = config_.latent_channels;
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(raw.device());
   // MiniMaxH3AudioDecodeStep: latents * std + mean, the statistics viewed (1, C, 1) in float32.

@@ -8,7 +8,8 @@
 // does: z * latents_std + latents_mean, per channel.
 //
 // Decoded densely in float32 whatever dtype the model is served in
-// (diffusers' _keep_in_fp32_modules: BigVGAN degrades audibly in bf16).
+// (DecodeDtype; diffusers' _keep_in_fp32_modules: BigVGAN degrades audibly
+// in bf16).
 // Audio is not served by the service yet (worker/model_repository.cc says
 // so); `vaedecode decode` decodes it.
 
@@ -50,10 +51,6 @@ class MiniMaxH3AudioDecoder final : public ModuleDecoder<MiniMaxH3AudioModule> {
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
 
   const MiniMaxH3AudioConfig& config() const { return config_; }
-
- protected:
-  // The weights stay float32 (see above).
-  void ConvertWeights(at::ScalarType) override {}
 
  private:
   MiniMaxH3AudioConfig config_;

@@ -10,6 +10,7 @@
 #include "families/builtin_families.h"
 #include "families/model_files.h"
 #include "formats/tensor_file.h"
+#include "worker/decode_job.h"
 #include "tests/fixtures/fixture_paths.h"
 
 namespace vaedecode::families::minimax_h3_audio {
@@ -61,8 +62,12 @@ TEST(MiniMaxH3AudioDecoder, DescribesAWaveformAndStaysFloat32) {
   absl::StatusOr<at::Tensor> expected =
       formats::ReadTensorFile(testing::FixturePath("minimax_h3_audio/expected.safetensors"), "sample");
   ASSERT_TRUE(latent.ok() && expected.ok());
+  EXPECT_EQ((*bf16)->dtype(), at::kFloat);
+  EXPECT_THAT(DecodeDtypeReason((*bf16)->info(), at::kBFloat16), HasSubstr("_keep_in_fp32_modules"));
   DenseOps ops;
-  const at::Tensor sample = (*bf16)->Decode(*latent, ops);
+  absl::StatusOr<at::Tensor> decoded = worker::RunDecode(**bf16, {*latent}, ops);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const at::Tensor& sample = *decoded;
   EXPECT_EQ(sample.scalar_type(), at::kFloat);
   EXPECT_LE((sample - *expected).abs().max().item<double>(), 1e-4);
 }

@@ -89,7 +89,9 @@ at::Tensor WanDecoder::ToVaeSpace(const at::Tensor& raw) const {
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(raw.device());
   const at::Tensor mean = at::tensor(config_.latents_mean, at::kDouble).to(fp32).view({1, c, 1, 1, 1});
   if (multiplies_by_std_) {
-    // QwenImage21Pipeline: latents * tensor(latents_std) + tensor(latents_mean), in fp32.
+    // QwenImage21Pipeline: latents * latents_std + latents_mean, the statistics in
+    // the VAE's dtype; here in float32 (a reduced-precision decoder's latents are
+    // de-normalised in float32, then cast).
     const at::Tensor std = at::tensor(config_.latents_std, at::kDouble).to(fp32).view({1, c, 1, 1, 1});
     return raw.to(at::kFloat) * std + mean;
   }

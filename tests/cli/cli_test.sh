@@ -326,7 +326,6 @@ expect_error 1 "out of memory" decode --model "$FIX/sd_kl" --latent-shape 1,4,72
 expect_error 1 "budget-mib must be a positive integer" decode --mode tiled --budget-mib 0 --out "$OUT/x.npy"
 expect_error 1 "this build has no CUDA backend" decode --device cuda:0 --out "$OUT/x.npy"
 
-echo "== a rank killed mid-decode fails the group without hanging or orphans"
 # Audio (MiniMax-H3's waveform VAE): the waveform tensor, from the VAE and the
 # raw latents, and 16-bit WAVs, one per batch entry, at its sample rate.
 for name in main m1; do
@@ -355,9 +354,33 @@ for b in range(ref.shape[0]):
     pcm = np.frombuffer(w.readframes(4000), dtype="<i2").astype(np.float32) / 32767
     assert np.abs(pcm - ref[b, 0]).max() <= 1 / 32767 + 1e-4, np.abs(pcm - ref[b, 0]).max()
 PY
+"$BIN" decode --model "$FIX/minimax_h3_audio" --latent "$FIX/minimax_h3_audio/latent_m1.safetensors" \
+  --out "$OUT/audio_f32.wav" --wav-encoding float32 > /dev/null || fail "float32 WAV decode of minimax_h3_audio"
+"$PY" - "$OUT/audio_f32.wav" "$OUT/audio_m1.safetensors" <<'PY' || fail "the float32 WAV does not hold the waveform"
+import sys, struct, json, numpy as np
+wav = open(sys.argv[1], "rb").read()
+assert wav[:4] == b"RIFF" and wav[8:12] == b"WAVE"
+chunks, at = {}, 12
+while at + 8 <= len(wav):  # the RIFF chunks, as a strict reader walks them
+    kind, size = wav[at:at + 4], struct.unpack("<I", wav[at + 4:at + 8])[0]
+    chunks[kind] = wav[at + 8:at + 8 + size]
+    at += 8 + size + (size & 1)
+fmt, channels, rate = struct.unpack("<HHI", chunks[b"fmt "][:8])
+assert (fmt, channels, rate) == (3, 1, 32000), (fmt, channels, rate)
+pcm = np.frombuffer(chunks[b"data"], dtype="<f4")
+assert struct.unpack("<I", chunks[b"fact"])[0] == pcm.size
+with open(sys.argv[2], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]; header = json.loads(f.read(n)); blob = f.read()
+lo, hi = header["sample"]["data_offsets"]
+ref = np.frombuffer(blob[lo:hi], dtype=np.float32).reshape(-1)
+assert pcm.shape == ref.shape and np.array_equal(pcm, ref), (pcm.shape, ref.shape)
+PY
+"$BIN" info --model "$FIX/minimax_h3_audio" | grep "audio: latents \[B, C, L\] to waveforms at 32000 Hz, 800 samples" \
+  > /dev/null || fail "info does not describe the audio VAE"
 expect_error 1 "an audio VAE decodes to .wav, .safetensors or .npy" decode --model "$FIX/minimax_h3_audio" \
   --latent "$FIX/minimax_h3_audio/latent.safetensors" --out "$OUT/audio.png"
 
+echo "== a rank killed mid-decode fails the group without hanging or orphans"
 start=$(date +%s)
 "$BIN" decode --latent-shape 1,4,40,40 --mode exact --ranks 3 --timeout-s 30 --out "$OUT/killed.npy" \
   > "$OUT/killed.log" 2>&1 &

@@ -890,7 +890,7 @@ TEST(ReliabilityTest, ModelsThatCannotLoadAreUnavailableByNameAndTheOthersAreSer
   EXPECT_THAT(reasons["too_wide"], HasSubstr("its weights allow"));
   EXPECT_THAT(reasons["loop"], HasSubstr("Too many levels of symbolic links"));
   EXPECT_THAT(reasons["dangling"], HasSubstr("No such file or directory"));
-  EXPECT_THAT(reasons["audio"], HasSubstr("is an audio VAE, which the service does not serve yet"));
+  EXPECT_THAT(reasons["audio"], HasSubstr("an audio VAE, which the service does not serve yet"));
   EXPECT_EQ(reasons.size(), 5u);
 
   for (const auto& [name, reason] : reasons) {
