@@ -28,11 +28,11 @@ struct SessionCallbacks {
 };
 
 struct SessionCall {
-  grpc::Status status;        // the call's
+  grpc::Status status;  // the call's
   // The first protocol error in the answers (the call is then CANCELLED:
   // report this one first), or Finish()'s.
   absl::Status stream_error;
-  SessionAssembler stream;    // the answers; its clip() assembled when both are OK
+  SessionAssembler stream;  // the answers; its clip() assembled when both are OK
 };
 
 // Runs the session on `ctx` (its deadline and options the caller's): sends

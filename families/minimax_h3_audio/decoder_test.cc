@@ -10,8 +10,8 @@
 #include "families/builtin_families.h"
 #include "families/model_files.h"
 #include "formats/tensor_file.h"
-#include "worker/decode_job.h"
 #include "tests/fixtures/fixture_paths.h"
+#include "worker/decode_job.h"
 
 namespace vaedecode::families::minimax_h3_audio {
 namespace {
