@@ -353,10 +353,10 @@ absl::Status RunAudioDecode(const ParsedArgs& args, std::ostream& out) {
   if (encoding != "pcm16" && encoding != "float32") {
     return absl::InvalidArgumentError(absl::StrCat("--wav-encoding must be pcm16 or float32, got \"", encoding, "\""));
   }
-  const std::string space = args.Get("latent-space").value_or("vae");
-  if (space != "vae" && space != "raw") {
-    return absl::InvalidArgumentError(absl::StrCat("--latent-space must be vae or raw, got \"", space, "\""));
-  }
+  // The request options (--latent-space, --scaling-factor, ...) as the service reads them.
+  v1::DecodeRequest request;
+  RETURN_IF_ERROR(ParseRequestOptions(args, rpc::RequestOptions(), request));
+  const std::string space = request.latent_space() == v1::LATENT_SPACE_RAW ? "raw" : "vae";
   if (args.Get("mode").value_or("dense") != "dense") {
     return absl::InvalidArgumentError("an audio VAE decodes dense (its latents are small): drop --mode");
   }
@@ -368,10 +368,7 @@ absl::Status RunAudioDecode(const ParsedArgs& args, std::ostream& out) {
   ASSIGN_OR_RETURN(at::Tensor latent, formats::ReadTensorFile(ResolveUserPath(*latent_path), "latent"));
   const auto start = std::chrono::steady_clock::now();
   families::DenseOps ops;
-  ASSIGN_OR_RETURN(
-      at::Tensor sample,
-      worker::RunDecode(*model.decoder,
-                        {latent, space == "raw" ? families::LatentSpace::kRaw : families::LatentSpace::kVae}, ops));
+  ASSIGN_OR_RETURN(at::Tensor sample, worker::RunDecode(*model.decoder, worker::JobFromRequest(request, latent), ops));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   sample = sample.to(at::kFloat).contiguous();  // [B, channels, samples]
   const families::ModelInfo& info = model.decoder->info();

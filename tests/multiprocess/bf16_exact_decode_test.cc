@@ -35,10 +35,13 @@ double Rmse(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kFloat) - b.to(at::kFloat)).pow(2).mean().sqrt().item<double>();
 }
 
+// Every fixture's main case but an audio VAE's, which is neither sharded
+// nor decoded in bf16 (it keeps float32).
 std::vector<testing::FixtureCase> MainCases() {
   std::vector<testing::FixtureCase> out;
   for (const testing::FixtureCase& c : testing::AllFixtureCases()) {
-    if (c.name == "main") out.push_back(c);
+    const absl::StatusOr<bool> audio = families::BuiltinFamilies().DecodesAudio(testing::FixturePath(c.fixture));
+    if (c.name == "main" && !(audio.ok() && *audio)) out.push_back(c);
   }
   return out;
 }
@@ -47,10 +50,6 @@ class Bf16ExactDecode : public ::testing::TestWithParam<testing::FixtureCase> {}
 
 TEST_P(Bf16ExactDecode, StaysWithinTheBf16GateAndNearDense) {
   const testing::FixtureCase c = GetParam();
-  if (absl::StatusOr<bool> audio = families::BuiltinFamilies().DecodesAudio(testing::FixturePath(c.fixture));
-      audio.ok() && *audio) {
-    GTEST_SKIP() << c.fixture << ": an audio VAE decodes dense, in float32";
-  }
   absl::StatusOr<at::Tensor> probe = formats::ReadTensorFile(c.latent_file, "latent");
   ASSERT_TRUE(probe.ok()) << probe.status();
   const int world = probe->size(-2) >= 3 ? 3 : 2;
