@@ -306,7 +306,8 @@ std::string Usage() {
          "                   per chunk; dense or exact)\n"
          "  vaedecode decode --model AUDIO_VAE_DIR --latent FILE --out FILE.wav|.safetensors|.npy\n"
          "                   [--latent-space vae|raw] [--wav-encoding pcm16|float32]   (an audio VAE's\n"
-         "                   latent [B, C, L] to its waveform; a WAV per batch entry)\n"
+         "                   latent [B, C, L], or LTX-2's [B, C, L, M], to its waveform; a WAV per batch\n"
+         "                   entry; --audio-output mel: LTX-2's mel spectrogram, to a tensor file)\n"
          "  vaedecode encode --model DIR --image FILE --out FILE.safetensors [--posterior mean|sample|moments]\n"
          "                   [--seed N] [--latent-space vae|raw] [--mode dense|exact] [--ranks N]\n"
          "                   [--dtype float32|bfloat16|float16] [--threads N] [--timeout-s S]\n"
@@ -339,7 +340,9 @@ std::string Usage() {
 // WAV file (.wav: 16-bit PCM, or float32 with --wav-encoding float32; a
 // batch entry's channels in one file, a file per entry, `stem_<i>.wav`) or
 // the float32 waveform [B, channels, samples] ("sample", with the sample
-// rate in the line printed).
+// rate in the line printed). An audio VAE with a vocoder (LTX-2) writes its
+// mel spectrogram [B, C, frames, bins] instead with --audio-output mel (or
+// always, when the folder has no vocoder): tensor files only.
 absl::Status RunAudioDecode(const ParsedArgs& args, std::ostream& out) {
   std::optional<std::string> out_path = args.Get("out");
   if (!out_path) return absl::InvalidArgumentError("decode needs --out FILE (.wav, .safetensors or .npy for audio)");
@@ -370,8 +373,15 @@ absl::Status RunAudioDecode(const ParsedArgs& args, std::ostream& out) {
   families::DenseOps ops;
   ASSIGN_OR_RETURN(at::Tensor sample, worker::RunDecode(*model.decoder, worker::JobFromRequest(request, latent), ops));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  sample = sample.to(at::kFloat).contiguous();  // [B, channels, samples]
+  sample = sample.to(at::kFloat).contiguous();  // [B, channels, samples], or a mel spectrogram [B, C, frames, bins]
   const families::ModelInfo& info = model.decoder->info();
+  const bool mel = sample.dim() == 4;
+  if (mel && wav) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out ", *out_path, ": ", model.name, " decoded a mel spectrogram ",
+                     info.sample_rate == 0 ? "(its folder has no vocoder)" : "(--audio-output mel)",
+                     ", not a waveform: write it to .safetensors or .npy"));
+  }
   std::vector<std::string> written;
   if (!wav) {
     RETURN_IF_ERROR(formats::WriteTensorFile(out_file, "sample", sample));
@@ -392,9 +402,10 @@ absl::Status RunAudioDecode(const ParsedArgs& args, std::ostream& out) {
   }
   out << "decoded model=" << model.name << " family=" << info.family << " latent=" << *latent_path
       << " latent_shape=" << ShapeText(latent.sizes()) << " space=" << space
-      << " sample_shape=" << ShapeText(sample.sizes()) << " sample_rate=" << info.sample_rate
-      << " seconds=" << static_cast<double>(sample.size(2)) / info.sample_rate
-      << " dtype=float32 device=cpu mode=dense ranks=1 threads=" << at::get_num_threads()
+      << " sample_shape=" << ShapeText(sample.sizes()) << " output=" << (mel ? "mel" : "waveform")
+      << " sample_rate=" << info.sample_rate;
+  if (!mel) out << " seconds=" << static_cast<double>(sample.size(2)) / info.sample_rate;
+  out << " dtype=float32 device=cpu mode=dense ranks=1 threads=" << at::get_num_threads()
       << " time_ms=" << static_cast<int64_t>(ms) << " out=" << absl::StrJoin(written, ",") << "\n";
   return absl::OkStatus();
 }
@@ -678,8 +689,11 @@ absl::Status RunInfo(const ParsedArgs& args, std::ostream& out) {
       << "parameters: " << m.parameter_count << "\n"
       << "latent channels: " << m.latent_channels << "\n"
       << "output channels: " << m.out_channels << "\n";
-  if (m.is_audio) {
-    out << "audio: latents [B, C, L] to waveforms at " << m.sample_rate << " Hz, " << m.samples_per_latent
+  if (m.is_audio && m.sample_rate == 0) {
+    out << "audio: latents to mel spectrograms (no vocoder); decoded dense in float32 (not served by "
+           "vaedecode_server yet)\n";
+  } else if (m.is_audio) {
+    out << "audio: latents to waveforms at " << m.sample_rate << " Hz, " << m.samples_per_latent
         << " samples per latent frame; decoded dense in float32 (not served by vaedecode_server yet)\n";
   } else {
     out << "spatial factor: " << m.spatial_factor << "\n";

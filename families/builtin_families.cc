@@ -7,6 +7,7 @@
 #include "families/hunyuanvideo/decoder.h"
 #include "families/hunyuanvideo15/decoder.h"
 #include "families/ltx2/decoder.h"
+#include "families/ltx2_audio/decoder.h"
 #include "families/minimax_h3/decoder.h"
 #include "families/minimax_h3_audio/decoder.h"
 #include "families/qwenimage/decoder.h"
@@ -30,6 +31,7 @@ const Registry& BuiltinFamilies() {
     hunyuanvideo15::Register(*r);
     minimax_h3::Register(*r);
     minimax_h3_audio::Register(*r);
+    ltx2_audio::Register(*r);
     return r;
   }();
   return *registry;

@@ -108,6 +108,27 @@ std::vector<int64_t> ConfigReader::IntList(const char* key, const std::vector<in
   return OptionalIntList(key).value_or(fallback);
 }
 
+std::vector<std::vector<int64_t>> ConfigReader::IntLists(const char* key,
+                                                         const std::vector<std::vector<int64_t>>& fallback) {
+  const nlohmann::json* v = Find(key);
+  if (v == nullptr) return fallback;
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& list : v->is_array() ? *v : nlohmann::json::array()) {
+    std::vector<int64_t> items;
+    for (const auto& item : list.is_array() ? list : nlohmann::json::array()) {
+      if (!item.is_number_integer()) break;
+      items.push_back(item.get<int64_t>());
+    }
+    if (!list.is_array() || items.size() != list.size()) break;
+    out.push_back(std::move(items));
+  }
+  if (!v->is_array() || out.size() != v->size()) {
+    TypeError(key, "a list of lists of integers");
+    return fallback;
+  }
+  return out;
+}
+
 std::optional<std::vector<double>> ConfigReader::OptionalDoubleList(const char* key) {
   const nlohmann::json* v = Find(key);
   if (v == nullptr) return std::nullopt;

@@ -32,6 +32,8 @@ class ConfigReader {
   std::vector<int64_t> IntList(const char* key, const std::vector<int64_t>& fallback);
   std::optional<std::vector<int64_t>> OptionalIntList(const char* key);
   std::optional<std::vector<double>> OptionalDoubleList(const char* key);
+  // A list of lists of integers (BigVGAN-lineage dilations, [[1, 3, 5], ...]).
+  std::vector<std::vector<int64_t>> IntLists(const char* key, const std::vector<std::vector<int64_t>>& fallback);
   std::vector<std::string> StringList(const char* key, const std::vector<std::string>& fallback);
   std::vector<bool> BoolList(const char* key, const std::vector<bool>& fallback);
 

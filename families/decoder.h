@@ -33,11 +33,16 @@ enum class LatentSpace {
 };
 
 // Per-request inputs of a decode beyond the latent: diffusers'
-// vae.decode(z, temb) for timestep-conditioned decoders (LTX).
+// vae.decode(z, temb) for timestep-conditioned decoders (LTX), and which
+// stage an audio VAE with a vocoder returns.
 struct DecodeConditioning {
   // The decode timestep (LTX2Pipeline's decode_timestep); unset: 0.0, the
   // pipeline's default. Ignored by decoders that are not conditioned.
   std::optional<double> timestep;
+  // An audio VAE followed by a vocoder (LTX-2's): the mel spectrogram
+  // [B, C, frames, mel_bins] vae.decode gives, instead of the vocoder's
+  // waveform. Ignored by every other decoder.
+  bool mel_spectrogram = false;
 };
 
 struct ModelInfo {
@@ -58,9 +63,11 @@ struct ModelInfo {
   // output-size prediction both read it.
   rpc::OutputFrameTable output_frames;
   bool is_video = false;  // latents are NCTHW when true, NCHW otherwise
-  // An audio VAE (MiniMax-H3's): latents [B, C, L] decode to waveforms
-  // [B, out_channels, samples] at `sample_rate`, about `samples_per_latent`
-  // samples per latent frame. Not served yet; the CLI decodes it.
+  // An audio VAE: latents decode to waveforms [B, out_channels, samples] at
+  // `sample_rate`, about `samples_per_latent` samples per latent frame
+  // (MiniMax-H3's from [B, C, L]; LTX-2's from [B, C, L, M] through its mel
+  // spectrogram and vocoder, or to the mel spectrogram alone when the folder
+  // has no vocoder: sample_rate 0 then). Not served yet; the CLI decodes it.
   bool is_audio = false;
   int64_t sample_rate = 0;
   int64_t samples_per_latent = 0;

@@ -7,7 +7,10 @@ namespace vaedecode::families {
 
 absl::Status CheckInputTensor(const at::Tensor& t, const InputRule& rule) {
   const int64_t want_dims = rule.is_audio ? 3 : rule.is_video ? 5 : 4;
-  const char* layout = rule.is_audio ? "[B, C, L]" : rule.is_video ? "[B, C, T, H, W]" : "[B, C, H, W]";
+  const char* layout = rule.is_audio         ? "[B, C, L]"
+                       : rule.is_video       ? "[B, C, T, H, W]"
+                       : rule.is_spectrogram ? "[B, C, L, M]"
+                                             : "[B, C, H, W]";
   if (t.dim() != want_dims) {
     return absl::InvalidArgumentError(absl::StrCat(rule.noun, " must be ", want_dims, "-D ", layout, " for ",
                                                    rule.diffusers_class, ", got shape [",

@@ -17,8 +17,9 @@ struct InputRule {
   std::string diffusers_class;  // the model's class
   std::string verb;             // "expects", "encodes": "<class> <verb> <channels>"
   int64_t channels = 0;
-  bool is_video = false;  // [B, C, T, H, W] when true, [B, C, H, W] otherwise
-  bool is_audio = false;  // [B, C, L] (an audio VAE's latent)
+  bool is_video = false;        // [B, C, T, H, W] when true, [B, C, H, W] otherwise
+  bool is_audio = false;        // [B, C, L] (an audio VAE's latent)
+  bool is_spectrogram = false;  // [B, C, L, M] (a mel spectrogram, or LTX-2 audio's latent)
 };
 
 // INVALID_ARGUMENT naming the problem: a rank other than 4 (5 for video, 3 for audio), a

@@ -1,5 +1,7 @@
 #include "families/module_backed_decoder.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <utility>
 
 #include <torch/nn/module.h>
@@ -30,6 +32,10 @@ void ModuleBackedDecoder::ToDevice(const c10::Device& device) {
 }
 
 absl::Status ModuleBackedDecoder::CheckExactSharding(const std::vector<int64_t>& latent_shape, int world_size) const {
+  if (info_.is_audio) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        info_.diffusers_class, " is an audio VAE: decoded densely on one process (its latents are small)"));
+  }
   return CheckRowBands(latent_shape, world_size, info_.is_video ? 5 : 4, latent_halo_rows_);
 }
 

@@ -108,6 +108,14 @@ std::vector<OptionInfo> MakeTable() {
        0,
        "drawn (and returned)",
        "LTX: the decode noise's seed"});
+  add({"audio_output",
+       OptionKind::kChoice,
+       kHttp | kOip | kCli | kClient,
+       {{v1::AUDIO_OUTPUT_WAVEFORM, {"waveform"}}, {v1::AUDIO_OUTPUT_MEL, {"mel"}}},
+       0,
+       0,
+       "",
+       "audio VAEs with a vocoder (LTX-2): the waveform, or the mel spectrogram it is made from"});
   return t;
 }
 

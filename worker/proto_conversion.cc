@@ -119,6 +119,7 @@ DecodeJob JobFromRequest(const v1::DecodeRequest& request, at::Tensor latent) {
   job.latent_space =
       request.latent_space() == v1::LATENT_SPACE_RAW ? families::LatentSpace::kRaw : families::LatentSpace::kVae;
   if (request.has_decode_timestep()) job.conditioning.timestep = request.decode_timestep();
+  job.conditioning.mel_spectrogram = request.audio_output() == v1::AUDIO_OUTPUT_MEL;
   // LTX2Pipeline's decode noise scale defaults to its decode timestep.
   job.noise_scale = request.has_decode_noise_scale() ? request.decode_noise_scale() : request.decode_timestep();
   if (request.has_noise_seed()) job.noise_seed = request.noise_seed();

@@ -6,13 +6,6 @@ namespace vaedecode::families::minimax_h3_audio {
 namespace {
 
 constexpr int64_t kRatio = MiniMaxH3AudioConfig::kActivationRatio;
-constexpr int64_t kTaps = MiniMaxH3AudioConfig::kFilterTaps;
-
-// A depthwise filter for C channels: [1, 1, K] -> [C, 1, K].
-at::Tensor Depthwise(const at::Tensor& filter, int64_t channels) {
-  return filter.expand({channels, 1, filter.size(2)});
-}
-
 }  // namespace
 
 WeightNormConv1dImpl::WeightNormConv1dImpl(const Options& o) : options_(o) {
@@ -33,18 +26,7 @@ at::Tensor WeightNormConv1dImpl::forward(const at::Tensor& x) {
   return at::conv1d(x, weight, bias, {options_.stride}, {options_.padding}, {options_.dilation});
 }
 
-SnakeBetaImpl::SnakeBetaImpl(int64_t channels) {
-  alpha = register_parameter("alpha", at::zeros({channels}));
-  beta = register_parameter("beta", at::zeros({channels}));
-}
-
-at::Tensor SnakeBetaImpl::forward(const at::Tensor& x) {
-  const at::Tensor a = at::exp(alpha.view({1, -1, 1}));
-  const at::Tensor b = at::exp(beta.view({1, -1, 1}));
-  return x + at::reciprocal(b + 1e-9) * at::sin(a * x).pow(2);
-}
-
-FilterImpl::FilterImpl() { filter = register_buffer("filter", at::zeros({1, 1, kTaps})); }
+FilterImpl::FilterImpl() { filter = register_buffer("filter", at::zeros({1, 1, MiniMaxH3AudioConfig::kFilterTaps})); }
 
 DownSample1dImpl::DownSample1dImpl() { lowpass = register_module("lowpass", Filter()); }
 
@@ -55,23 +37,8 @@ Activation1dImpl::Activation1dImpl(int64_t channels) {
 }
 
 at::Tensor Activation1dImpl::forward(const at::Tensor& x) {
-  const int64_t channels = x.size(1);
-  // MiniMaxH3AudioUpSample1d(ratio 2, K taps): replicate-pad K/2 - 1, a
-  // transposed depthwise conv by 2 (times 2), then crop to 2·L samples.
-  const int64_t pad = kTaps / kRatio - 1;
-  const int64_t crop_left = pad * kRatio + (kTaps - kRatio) / 2;
-  const int64_t crop_right = pad * kRatio + (kTaps - kRatio + 1) / 2;
-  at::Tensor h = at::pad(x, {pad, pad}, "replicate");
-  h = at::conv_transpose1d(h, Depthwise(upsample->filter, channels), at::Tensor(), at::IntArrayRef{kRatio},
-                           at::IntArrayRef{0}, at::IntArrayRef{0}, channels) *
-      kRatio;
-  h = h.narrow(2, crop_left, h.size(2) - crop_left - crop_right);
-  h = act->forward(h);
-  // MiniMaxH3AudioLowPassFilter1d(stride 2): replicate-pad (K/2 - 1, K/2) for an even K, a strided depthwise conv.
-  const int64_t left = kTaps / 2 - (kTaps % 2 == 0 ? 1 : 0), right = kTaps / 2;
-  h = at::pad(h, {left, right}, "replicate");
-  return at::conv1d(h, Depthwise(downsample->lowpass->filter, channels), at::Tensor(), at::IntArrayRef{kRatio},
-                    at::IntArrayRef{0}, at::IntArrayRef{1}, channels);
+  return nn::LowPassDownsample1d(act->forward(nn::AntiAliasUpsample1d(x, upsample->filter, kRatio)),
+                                 downsample->lowpass->filter, kRatio);
 }
 
 AMPBlockImpl::AMPBlockImpl(int64_t channels, int64_t kernel, const std::vector<int64_t>& dilations) {

@@ -21,6 +21,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "families/minimax_h3_audio/config.h"
+#include "families/nn/modules.h"
 
 namespace vaedecode::families::minimax_h3_audio {
 
@@ -43,15 +44,7 @@ class WeightNormConv1dImpl : public torch::nn::Module {
 };
 TORCH_MODULE(WeightNormConv1d);
 
-// diffusers MiniMaxH3AudioSnakeBeta: x + sin²(e^alpha · x) / (e^beta + 1e-9), per channel.
-class SnakeBetaImpl : public torch::nn::Module {
- public:
-  explicit SnakeBetaImpl(int64_t channels);
-  at::Tensor forward(const at::Tensor& x);
-
-  at::Tensor alpha, beta;
-};
-TORCH_MODULE(SnakeBeta);
+using nn::SnakeBeta;
 
 // A module holding one Kaiser-sinc `filter` buffer [1, 1, taps].
 class FilterImpl : public torch::nn::Module {

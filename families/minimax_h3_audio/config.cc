@@ -45,23 +45,8 @@ absl::StatusOr<MiniMaxH3AudioConfig> MiniMaxH3AudioConfig::FromJson(const nlohma
   c.sampling_rate = r.Int("sampling_rate", c.sampling_rate);
   c.latents_mean = r.OptionalDoubleList("latents_mean").value_or(std::vector<double>{});
   c.latents_std = r.OptionalDoubleList("latents_std").value_or(std::vector<double>{});
-  r.Known({"resblock_dilation_sizes"});  // a list of lists: read below
+  c.resblock_dilation_sizes = r.IntLists("resblock_dilation_sizes", c.resblock_dilation_sizes);
   RETURN_IF_ERROR(r.status());
-  if (json.contains("resblock_dilation_sizes") && !json["resblock_dilation_sizes"].is_null()) {
-    const nlohmann::json& d = json["resblock_dilation_sizes"];
-    c.resblock_dilation_sizes.clear();
-    bool ok = d.is_array();
-    for (const nlohmann::json& block : ok ? d : nlohmann::json::array()) {
-      std::vector<int64_t> dilations;
-      ok &= block.is_array();
-      for (const nlohmann::json& x : block.is_array() ? block : nlohmann::json::array()) {
-        ok &= x.is_number_integer();
-        if (x.is_number_integer()) dilations.push_back(x.get<int64_t>());
-      }
-      c.resblock_dilation_sizes.push_back(dilations);
-    }
-    if (!ok) r.Fail("\"resblock_dilation_sizes\" must be a list of lists of integers");
-  }
 
   auto positive = [](const std::vector<int64_t>& v) {
     for (int64_t x : v) {

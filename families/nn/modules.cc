@@ -155,4 +155,34 @@ at::Tensor UpsampleNearest(const at::Tensor& x, int64_t factor_t, int64_t factor
   return at::upsample_nearest3d(x, {x.size(2) * factor_t, x.size(3) * factor_s, x.size(4) * factor_s});
 }
 
+at::Tensor AntiAliasUpsample1d(const at::Tensor& x, const at::Tensor& filter, int64_t ratio) {
+  const int64_t channels = x.size(1), taps = filter.size(2);
+  const int64_t pad = taps / ratio - 1;
+  const int64_t crop_left = pad * ratio + (taps - ratio) / 2;
+  const int64_t crop_right = pad * ratio + (taps - ratio + 1) / 2;
+  const at::Tensor h =
+      at::conv_transpose1d(at::pad(x, {pad, pad}, "replicate"), filter.to(x.scalar_type()).expand({channels, 1, taps}),
+                           at::Tensor(), at::IntArrayRef{ratio}, at::IntArrayRef{0}, at::IntArrayRef{0}, channels) *
+      ratio;
+  return h.narrow(2, crop_left, h.size(2) - crop_left - crop_right);
+}
+
+at::Tensor LowPassDownsample1d(const at::Tensor& x, const at::Tensor& filter, int64_t ratio) {
+  const int64_t channels = x.size(1), taps = filter.size(2);
+  const at::Tensor h = at::pad(x, {taps / 2 + taps % 2 - 1, taps / 2}, "replicate");
+  return at::conv1d(h, filter.expand({channels, 1, taps}), at::Tensor(), at::IntArrayRef{ratio}, at::IntArrayRef{0},
+                    at::IntArrayRef{1}, channels);
+}
+
+SnakeBetaImpl::SnakeBetaImpl(int64_t channels, bool use_beta) {
+  alpha = register_parameter("alpha", at::zeros({channels}));
+  if (use_beta) beta = register_parameter("beta", at::zeros({channels}));
+}
+
+at::Tensor SnakeBetaImpl::forward(const at::Tensor& x) {
+  const at::Tensor a = at::exp(alpha.view({1, -1, 1}));
+  const at::Tensor amplitude = beta.defined() ? at::exp(beta.view({1, -1, 1})) : a;
+  return x + at::reciprocal(amplitude + 1e-9) * at::sin(a * x).pow(2);
+}
+
 }  // namespace vaedecode::families::nn

@@ -124,4 +124,24 @@ at::Tensor ChannelGroupMean(const at::Tensor& x, int64_t groups);
 // become one output row (the sides must be multiples of the factors).
 at::Tensor SubpixelMajorSpaceToDepth(const at::Tensor& x, int64_t rt, int64_t rh, int64_t rw);
 
+// BigVGAN's anti-aliased resampling of [B, C, L] signals (diffusers'
+// UpSample1d and DownSample1d, MiniMax-H3 audio's and LTX-2's vocoder's):
+// depthwise over the channels with a Kaiser-sinc `filter` [1, 1, K] as the
+// checkpoint stores it. Up: replicate-pad K/ratio - 1 per side, a transposed
+// conv by `ratio` times `ratio`, cropped to ratio·L samples. Down: replicate-
+// pad (K/2 + K%2 - 1, K/2), a low-pass conv of stride `ratio`.
+at::Tensor AntiAliasUpsample1d(const at::Tensor& x, const at::Tensor& filter, int64_t ratio);
+at::Tensor LowPassDownsample1d(const at::Tensor& x, const at::Tensor& filter, int64_t ratio);
+
+// diffusers' SnakeBeta (logscale): x + sin²(e^alpha · x) / (e^beta + 1e-9) per
+// channel of [B, C, L]; Snake (use_beta false) divides by e^alpha instead.
+class SnakeBetaImpl : public torch::nn::Module {
+ public:
+  explicit SnakeBetaImpl(int64_t channels, bool use_beta = true);
+  at::Tensor forward(const at::Tensor& x);
+
+  at::Tensor alpha, beta;  // beta undefined for Snake
+};
+TORCH_MODULE(SnakeBeta);
+
 }  // namespace vaedecode::families::nn

@@ -375,10 +375,47 @@ lo, hi = header["sample"]["data_offsets"]
 ref = np.frombuffer(blob[lo:hi], dtype=np.float32).reshape(-1)
 assert pcm.shape == ref.shape and np.array_equal(pcm, ref), (pcm.shape, ref.shape)
 PY
-"$BIN" info --model "$FIX/minimax_h3_audio" | grep "audio: latents \[B, C, L\] to waveforms at 32000 Hz, 800 samples" \
+"$BIN" info --model "$FIX/minimax_h3_audio" | grep "audio: latents to waveforms at 32000 Hz, 800 samples" \
   > /dev/null || fail "info does not describe the audio VAE"
 expect_error 1 "an audio VAE decodes to .wav, .safetensors or .npy" decode --model "$FIX/minimax_h3_audio" \
   --latent "$FIX/minimax_h3_audio/latent.safetensors" --out "$OUT/audio.png"
+
+# LTX-2's audio VAE and vocoder: the waveform by default (from the VAE latent
+# and the pipeline's packed raw latent), the mel spectrogram on request, and
+# a stereo WAV at the vocoder's rate.
+LTA="$FIX/ltx2_audio"
+for name in main b2; do
+  echo "== audio ltx2_audio/$name"
+  suffix=$([ "$name" = main ] && echo "" || echo "_$name")
+  "$BIN" decode --model "$LTA" --latent "$LTA/latent$suffix.safetensors" --out "$OUT/ltx2a_$name.safetensors" \
+    | grep "output=waveform sample_rate=24000" > /dev/null || fail "audio decode of ltx2_audio/$name"
+  compare "$LTA/waveform$suffix.safetensors" "$OUT/ltx2a_$name.safetensors"
+  "$BIN" decode --model "$LTA" --latent "$LTA/pipeline_latent$suffix.safetensors" --latent-space raw \
+    --out "$OUT/ltx2a_${name}_raw.npy" > /dev/null || fail "raw audio decode of ltx2_audio/$name"
+  compare "$LTA/waveform$suffix.safetensors" "$OUT/ltx2a_${name}_raw.npy"
+  "$BIN" decode --model "$LTA" --latent "$LTA/latent$suffix.safetensors" --audio-output mel \
+    --out "$OUT/ltx2a_${name}_mel.safetensors" | grep "output=mel" > /dev/null || fail "mel decode of ltx2_audio/$name"
+  compare "$LTA/expected$suffix.safetensors" "$OUT/ltx2a_${name}_mel.safetensors"
+done
+"$BIN" decode --model "$LTA" --latent "$LTA/latent.safetensors" --out "$OUT/ltx2a.wav" > /dev/null \
+  || fail "WAV decode of ltx2_audio"
+"$PY" - "$OUT/ltx2a.wav" "$LTA/waveform.safetensors" <<'PY' || fail "the stereo WAV does not hold the waveform"
+import sys, wave, numpy as np, json, struct
+with open(sys.argv[2], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]; header = json.loads(f.read(n)); blob = f.read()
+lo, hi = header["sample"]["data_offsets"]
+ref = np.frombuffer(blob[lo:hi], dtype=np.float32).reshape(header["sample"]["shape"])  # [1, 2, 5040]
+w = wave.open(sys.argv[1])
+assert (w.getnchannels(), w.getframerate(), w.getsampwidth(), w.getnframes()) == (2, 24000, 2, 5040)
+pcm = np.frombuffer(w.readframes(5040), dtype="<i2").astype(np.float32).reshape(5040, 2).T / 32767
+assert np.abs(pcm - ref[0]).max() <= 1 / 32767 + 1e-4, np.abs(pcm - ref[0]).max()
+PY
+expect_error 1 "decoded a mel spectrogram (--audio-output mel), not a waveform" decode --model "$LTA" \
+  --latent "$LTA/latent.safetensors" --audio-output mel --out "$OUT/mel.wav"
+expect_error 1 "--audio-output: \"spectrum\"; use waveform or mel" decode --model "$LTA" --latent "$LTA/latent.safetensors" --audio-output spectrum \
+  --out "$OUT/mel.npy"
+"$BIN" info --model "$LTA" | grep "audio: latents to waveforms at 24000 Hz, 960 samples" > /dev/null \
+  || fail "info does not describe LTX-2's audio VAE"
 
 echo "== a rank killed mid-decode fails the group without hanging or orphans"
 start=$(date +%s)

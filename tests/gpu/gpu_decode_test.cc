@@ -29,6 +29,7 @@
 #include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/fixtures/fixture_tensors.h"
+#include "tests/fixtures/sharded_fixture_cases.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/decode_job.h"
 #include "worker/group_decode.h"
@@ -190,7 +191,7 @@ std::string CaseName(const ::testing::TestParamInfo<testing::FixtureCase>& info)
   return info.param.fixture + "_" + info.param.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixture, ::testing::ValuesIn(testing::AllFixtureCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Fixtures, GpuFixture, ::testing::ValuesIn(testing::ShardedFixtureCases()), CaseName);
 
 class GpuExact : public ::testing::TestWithParam<int> {};
 
@@ -199,7 +200,7 @@ TEST_P(GpuExact, ShardedOverGpusEqualsDense) {
   RunOnGpus(world, absl::Seconds(600), [world](int rank, int port) -> absl::Status {
     absl::StatusOr<std::unique_ptr<parallel::Communicator>> comm = JoinNcclGroup(rank, world, port);
     RETURN_IF_ERROR(comm.status());
-    for (const testing::FixtureCase& c : testing::AllFixtureCases()) {
+    for (const testing::FixtureCase& c : testing::ShardedFixtureCases()) {
       absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = GpuDecoder(c.fixture, rank);
       RETURN_IF_ERROR(decoder.status());
       absl::StatusOr<at::Tensor> latent = testing::LeaderLatent(c.latent_file, rank);

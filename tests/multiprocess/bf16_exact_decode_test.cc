@@ -16,6 +16,7 @@
 #include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/fixtures/fixture_tensors.h"
+#include "tests/fixtures/sharded_fixture_cases.h"
 #include "tests/multiprocess/group_decode_checks.h"
 #include "worker/group_decode.h"
 
@@ -35,13 +36,11 @@ double Rmse(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kFloat) - b.to(at::kFloat)).pow(2).mean().sqrt().item<double>();
 }
 
-// Every fixture's main case but an audio VAE's, which is neither sharded
-// nor decoded in bf16 (it keeps float32).
+// Every sharded fixture's main case.
 std::vector<testing::FixtureCase> MainCases() {
   std::vector<testing::FixtureCase> out;
-  for (const testing::FixtureCase& c : testing::AllFixtureCases()) {
-    const absl::StatusOr<bool> audio = families::BuiltinFamilies().DecodesAudio(testing::FixturePath(c.fixture));
-    if (c.name == "main" && !(audio.ok() && *audio)) out.push_back(c);
+  for (const testing::FixtureCase& c : testing::ShardedFixtureCases()) {
+    if (c.name == "main") out.push_back(c);
   }
   return out;
 }
