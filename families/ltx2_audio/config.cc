@@ -28,6 +28,10 @@ int64_t LTX2AudioConfig::MelFrames(int64_t latent_frames) const {
 
 absl::Status LTX2AudioConfig::CheckEncoder() const {
   if (in_channels < 1) return absl::InvalidArgumentError("\"in_channels\" must be positive to encode");
+  if (!double_z) {
+    // DiagonalGaussianDistribution would split the latent channels themselves into a mean and a log-variance.
+    return absl::InvalidArgumentError("\"double_z\" false: the encoder makes no log-variance to sample with");
+  }
   return absl::OkStatus();
 }
 

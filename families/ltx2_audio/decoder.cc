@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/input_checks.h"
+#include "families/ltx2_audio/encoder.h"
 #include "families/model_files.h"
 #include "rpc/status_macros.h"
 
@@ -176,7 +177,7 @@ void Register(Registry& registry) {
                      {kClass},
                      &LoadLTX2Audio,
                      {{{kClass}, {{"decoder.conv_in.conv.weight", 4}, {"latents_mean", 1}}, {}}},
-                     /*encoder_factory=*/nullptr,
+                     &LoadLTX2AudioEncoder,
                      /*audio=*/true});
 }
 

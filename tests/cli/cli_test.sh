@@ -70,11 +70,13 @@ for f in json.load(open(sys.argv[1]))["fixtures"]:
     if f["diffusers_class"] not in ("AutoencoderKL", "AutoencoderKLFlux2", "AutoencoderKLWan",
                                     "AutoencoderKLQwenImage", "AutoencoderKLQwenImage21", "AutoencoderKLHunyuanImage",
                                     "AutoencoderKLHunyuanVideo15", "AutoencoderKLHunyuanVideo",
-                                    "AutoencoderKLLTX2Video", "AutoencoderKLMiniMaxH3"):
+                                    "AutoencoderKLLTX2Video", "AutoencoderKLMiniMaxH3", "AutoencoderKLLTX2Audio"):
         continue
     uses_sample = (f.get("pipeline_encode") or {}).get("posterior", "").startswith("sample")
     for c in f.get("encode_cases", []):
         ranks = min(3, c["latent_shape"][-2])  # every band keeps a latent row (1 rank: dense)
+        if f["diffusers_class"] == "AutoencoderKLLTX2Audio":
+            ranks = 1  # audio encodes densely on one process
         print(f["folder"], c["case"], c["image_file"], c["mean_file"], c["logvar_file"], c["sample_file"],
               c["sample_seed"], c.get("pipeline_encoded_file") or "-", "sample" if uses_sample else "mean", ranks)
 PY
