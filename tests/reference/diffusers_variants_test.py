@@ -14,6 +14,12 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
 - AutoencoderKLMiniMaxH3Audio with other BigVGAN rates (one adding a
   sample), widths, AMP kernels and dilations and statistics, batch 2, from
   VAE and raw latents, through the CLI's audio path
+- AutoencoderKLLTX2Audio with GroupNorm, no causal axis, attention at two
+  levels and the mid block, 2 levels and mel_bins null (no vocoder: the mel
+  spectrogram), and with the width axis causal, 4 levels (cropped to 4L - 3
+  frames) and other statistics, followed by an LTX2Vocoder with
+  anti-aliased SnakeBeta, other factors and a clamp: waveform and mel, batch
+  2, VAE and packed raw latents; both encoders, moments vs diffusers
 - AutoencoderKLMiniMaxH3 with other window geometry (clip_length 16,
   token_drop 2) and no register tokens, and in bfloat16, where diffusers
   keeps the norms and residual scales (so the residual stream) in float32
@@ -221,6 +227,77 @@ def minimax_h3_audio_other_structure():
     print(f"  minimax_audio_structure: vs diffusers {d:.3g}, raw {r:.3g}, waveform {list(want.shape)}")
 
 
+def ltx2_audio_other_structures():
+    from diffusers.pipelines.ltx2.vocoder import LTX2Vocoder
+
+    def check_encoder(vae, folder, image, name):
+        with torch.no_grad():
+            posterior = vae.encode(torch.from_numpy(image)).latent_dist
+        mean, logvar, line = cli_encode(folder, image, name)
+        d = max(max_diff(mean, posterior.mean.numpy()), max_diff(logvar, posterior.logvar.numpy()))
+        assert d <= DENSE_TOLERANCE, f"{name}: encode vs diffusers: max |diff| {d:.3g}"
+        return d
+
+    rng = np.random.default_rng(59)
+    # GroupNorm needs the causal axis "none"; attention where the resolution is 64 and 128.
+    vae, folder = build("ltx2_audio_group", "ltx2_audio", "AutoencoderKLLTX2Audio",
+                        {"norm_type": "group", "causality_axis": "none", "base_channels": 32, "ch_mult": [1, 2],
+                         "num_res_blocks": 1, "attn_resolutions": [64, 128], "resolution": 128,
+                         "mid_block_add_attention": True, "latent_channels": 3, "mel_bins": None}, seed=59)
+    latent = rng.standard_normal((2, 3, 5, 3), dtype=np.float32)
+    want = reference(vae, latent)
+    got, line = cli_decode(folder, latent, "ltx2_audio_group")
+    assert "output=mel" in line, line
+    d = max_diff(got, want)
+    assert d <= DENSE_TOLERANCE, f"group-norm mel vs diffusers: max |diff| {d:.3g}"
+    e = check_encoder(vae, folder, (rng.random((2, 2, 13, 10), dtype=np.float32) * 2 - 1), "ltx2_audio_group_encoder")
+    print(f"  ltx2_audio_group: mel vs diffusers {d:.3g}, encode {e:.3g}, mel {list(want.shape)}")
+
+    # Causal in width, 4 levels (8x frames, cropped to 4L - 3), 12 mel bins, its own statistics;
+    # the vocoder anti-aliases SnakeBeta (its filter buffers saved as diffusers makes them).
+    vae, folder = build("ltx2_audio_width", "ltx2_audio", "AutoencoderKLLTX2Audio",
+                        {"causality_axis": "width", "ch_mult": [1, 2, 2, 2], "base_channels": 6,
+                         "latent_channels": 3, "mel_bins": 12}, seed=61)
+    features = vae.latents_mean.numel()  # base_channels: 6 = 3 channels x 2 latent mel bins
+    with torch.no_grad():
+        vae.latents_mean.copy_(torch.from_numpy(rng.standard_normal(features, dtype=np.float32)))
+        vae.latents_std.copy_(torch.from_numpy(rng.random(features, dtype=np.float32) + 0.5))
+    vae.save_pretrained(str(folder))
+    torch.manual_seed(67)
+    vocoder = LTX2Vocoder(in_channels=24, hidden_channels=16, upsample_kernel_sizes=[8, 6, 4],
+                          upsample_factors=[4, 3, 2], resnet_kernel_sizes=[3, 5], resnet_dilations=[[1, 2], [1, 3]],
+                          act_fn="snakebeta", antialias=True, antialias_kernel_size=8, final_act_fn="clamp",
+                          output_sampling_rate=16000).eval()
+    with torch.no_grad():
+        for p in vocoder.parameters():
+            if float(p.min()) == float(p.max()):
+                p.add_(torch.randn_like(p) * 0.1)
+    vocoder.save_pretrained(str(folder / "vocoder"))
+    latent = rng.standard_normal((2, 3, 4, 2), dtype=np.float32)
+    with torch.no_grad():
+        mel = vae.decode(torch.from_numpy(latent)).sample
+        want = vocoder(mel).numpy()
+    got, line = cli_decode(folder, latent, "ltx2_audio_width")
+    assert "output=waveform sample_rate=16000" in line, line
+    d = max_diff(got, want)
+    assert d <= DENSE_TOLERANCE, f"waveform vs diffusers: max |diff| {d:.3g}"
+    got_mel, _ = cli_decode(folder, latent, "ltx2_audio_width_mel", "--audio-output", "mel")
+    m = max_diff(got_mel, mel.numpy())
+    assert m <= DENSE_TOLERANCE, f"mel vs diffusers: max |diff| {m:.3g}"
+    mean, std = vae.latents_mean.numpy(), vae.latents_std.numpy()
+    packed = latent.transpose(0, 2, 1, 3).reshape(2, 4, features)  # _pack_audio_latents
+    raw = ((packed - mean) / std).astype(np.float32)  # what the pipeline de-normalises back
+    from_raw, _ = cli_decode(folder, raw, "ltx2_audio_width_raw", "--latent-space", "raw")
+    unpacked = (raw * std + mean).astype(np.float32).reshape(2, 4, 3, 2).transpose(0, 2, 1, 3)
+    with torch.no_grad():
+        want_raw = vocoder(vae.decode(torch.from_numpy(np.ascontiguousarray(unpacked))).sample).numpy()
+    r = max_diff(from_raw, want_raw)
+    assert r <= DENSE_TOLERANCE, f"raw waveform vs diffusers: max |diff| {r:.3g}"
+    e = check_encoder(vae, folder, (rng.random((2, 2, 19, 12), dtype=np.float32) * 2 - 1), "ltx2_audio_width_encoder")
+    print(f"  ltx2_audio_width: waveform vs diffusers {d:.3g}, mel {m:.3g}, raw {r:.3g}, encode {e:.3g}, "
+          f"waveform {list(want.shape)}")
+
+
 def minimax_h3_other_windows():
     vae, folder = build("minimax_windows", "minimax_h3", "AutoencoderKLMiniMaxH3",
                         {"clip_length": 16, "token_drop": 2, "decoder_num_register_tokens": 0}, seed=3)
@@ -346,6 +423,7 @@ def main():
     checks.run("hunyuanvideo15_other_structure_batch_two", hunyuanvideo15_other_structure_batch_two)
     checks.run("qwenimage21_other_structure_rgb", qwenimage21_other_structure)
     checks.run("minimax_h3_audio_other_structure", minimax_h3_audio_other_structure)
+    checks.run("ltx2_audio_other_structures_with_a_snake_vocoder", ltx2_audio_other_structures)
     checks.run("minimax_h3_other_windows_no_registers", minimax_h3_other_windows)
     checks.run("minimax_h3_bfloat16_mixed_precision", minimax_h3_bfloat16)
     checks.run("wan_encoders_other_structure", wan_encoders)
