@@ -103,4 +103,101 @@ at::Tensor BigVGANDecoderImpl::forward(const at::Tensor& x) {
   return at::clamp(h, -1.0, 1.0);
 }
 
+Snake1dImpl::Snake1dImpl(int64_t channels) { alpha = register_parameter("alpha", at::ones({1, channels, 1})); }
+
+at::Tensor Snake1dImpl::forward(const at::Tensor& x) {
+  return x + at::reciprocal(alpha + 1e-9) * at::sin(alpha * x).pow(2);
+}
+
+DacSequenceImpl::DacSequenceImpl() { block = register_module("block", torch::nn::ModuleList()); }
+
+at::Tensor DacSequenceImpl::forward(const at::Tensor& x) {
+  at::Tensor h = x;
+  for (const auto& m : *block) {
+    if (auto* snake = m->as<Snake1dImpl>()) {
+      h = snake->forward(h);
+    } else if (auto* conv = m->as<WeightNormConv1dImpl>()) {
+      h = conv->forward(h);
+    } else {
+      h = m->as<DacSequenceImpl>()->forward(h);
+    }
+  }
+  if (!residual) return h;
+  // A residual unit: the input centre-cropped to the block's length, plus the block.
+  const int64_t pad = (x.size(-1) - h.size(-1)) / 2;
+  return (pad > 0 ? x.narrow(-1, pad, x.size(-1) - 2 * pad) : x) + h;
+}
+
+namespace {
+
+WeightNormConv1d DacConv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
+  return WeightNormConv1d(WeightNormConv1dImpl::Options{in, out, kernel, stride, padding, dilation, true, false});
+}
+
+// MiniMaxH3AudioResidualUnit: Snake, dilated k7 conv, Snake, k1 conv, plus the (cropped) input.
+DacSequence ResidualUnit(int64_t dim, int64_t dilation) {
+  DacSequence unit;
+  unit->residual = true;
+  unit->block->push_back(Snake1d(dim));
+  unit->block->push_back(DacConv(dim, dim, 7, 1, (7 - 1) * dilation / 2, dilation));
+  unit->block->push_back(Snake1d(dim));
+  unit->block->push_back(DacConv(dim, dim, 1, 1, 0, 1));
+  return unit;
+}
+
+}  // namespace
+
+DacSequence MakeDacEncoder(const MiniMaxH3AudioConfig& c) {
+  DacSequence encoder;
+  int64_t dim = c.encoder_dim;
+  encoder->block->push_back(DacConv(1, dim, 7, 1, 3, 1));
+  for (int64_t stride : c.encoder_rates) {
+    dim *= 2;
+    // MiniMaxH3AudioEncoderBlock: residual units at dilations 1, 3, 9, Snake, a strided conv doubling the width.
+    DacSequence stage;
+    for (int64_t dilation : {1, 3, 9}) stage->block->push_back(ResidualUnit(dim / 2, dilation));
+    stage->block->push_back(Snake1d(dim / 2));
+    stage->block->push_back(DacConv(dim / 2, dim, 2 * stride, stride, (stride + 1) / 2, 1));
+    encoder->block->push_back(stage);
+  }
+  encoder->block->push_back(Snake1d(dim));
+  encoder->block->push_back(DacConv(dim, c.latent_dim, 3, 1, 1, 1));
+  return encoder;
+}
+
+AttnProjectionImpl::AttnProjectionImpl(int64_t in_dim, int64_t out_dim, int64_t heads)
+    : heads_(heads), out_dim_(out_dim) {
+  const auto layer_norm = [](int64_t dim) { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim})); };
+  norm1 = register_module("norm1", layer_norm(in_dim));
+  attn = register_module("attn", std::make_shared<torch::nn::Module>());
+  qkv = attn->register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(in_dim, 3 * in_dim).bias(false)));
+  q_bias = attn->register_parameter("q_bias", at::zeros({in_dim}));
+  v_bias = attn->register_parameter("v_bias", at::zeros({in_dim}));
+  zero_k_bias = attn->register_buffer("zero_k_bias", at::zeros({in_dim}));
+  attn_proj = attn->register_module("proj", torch::nn::Linear(out_dim, out_dim));
+  proj = register_module("proj", torch::nn::Linear(in_dim, out_dim));
+  norm3 = register_module("norm3", layer_norm(in_dim));
+  norm2 = register_module("norm2", layer_norm(out_dim));
+  mlp = register_module("mlp", std::make_shared<torch::nn::Module>());
+  mlp_norm = mlp->register_module("norm", layer_norm(out_dim));
+  w0 = mlp->register_module("w0", torch::nn::Linear(out_dim, 2 * out_dim));
+  w1 = mlp->register_module("w1", torch::nn::Linear(out_dim, 2 * out_dim));
+  w2 = mlp->register_module("w2", torch::nn::Linear(2 * out_dim, out_dim));
+}
+
+at::Tensor AttnProjectionImpl::forward(const at::Tensor& x) {
+  const int64_t b = x.size(0), l = x.size(1), width = x.size(2), head_dim = width / heads_;
+  // MiniMaxH3AudioAttnProcessor: one fused projection, the key's bias zero.
+  const at::Tensor a = norm1->forward(x);
+  const at::Tensor fused = at::linear(a, qkv->weight, at::cat({q_bias, zero_k_bias, v_bias}));
+  const std::vector<at::Tensor> qkv_parts =
+      fused.reshape({b, l, 3, heads_, head_dim}).permute({2, 0, 3, 1, 4}).unbind(0);
+  at::Tensor attended = at::scaled_dot_product_attention(qkv_parts[0], qkv_parts[1], qkv_parts[2], {}, 0.0,
+                                                         /*is_causal=*/true);  // [B, H, L, D]
+  attended = at::adaptive_avg_pool1d(attended.mean(1), {out_dim_});            // heads averaged, D pooled: [B, L, out]
+  const at::Tensor h = proj->forward(norm3->forward(x)) + attn_proj->forward(attended);
+  const at::Tensor n = mlp_norm->forward(norm2->forward(h));
+  return h + w2->forward(at::gelu(w0->forward(n), "tanh") * w1->forward(n));
+}
+
 }  // namespace vaedecode::families::minimax_h3_audio

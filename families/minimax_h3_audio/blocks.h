@@ -18,6 +18,8 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
 #include "families/minimax_h3_audio/config.h"
@@ -105,5 +107,56 @@ class BigVGANDecoderImpl : public torch::nn::Module {
   int64_t kernels_per_stage_;
 };
 TORCH_MODULE(BigVGANDecoder);
+
+// --- The encode side (a DAC encoder, then the causal-attention pre_block) ---
+
+// diffusers MiniMaxH3AudioSnake1d: x + sin²(alpha · x) / (alpha + 1e-9), alpha [1, C, 1] (not log-scaled).
+class Snake1dImpl : public torch::nn::Module {
+ public:
+  explicit Snake1dImpl(int64_t channels);
+  at::Tensor forward(const at::Tensor& x);
+
+  at::Tensor alpha;
+};
+TORCH_MODULE(Snake1d);
+
+// A DAC encoder's children as its nn.Sequential `block` numbers them: Snake1d
+// and WeightNormConv1d modules, the residual units and encoder blocks (each a
+// `block` of their own) run in order.
+class DacSequenceImpl : public torch::nn::Module {
+ public:
+  DacSequenceImpl();
+  at::Tensor forward(const at::Tensor& x);
+
+  torch::nn::ModuleList block{nullptr};
+  // A residual unit's: x + block(x), x centre-cropped to the block's length.
+  bool residual = false;
+};
+TORCH_MODULE(DacSequence);
+
+// diffusers MiniMaxH3AudioEncoder: [B, 1, samples] -> [B, latent_dim, samples / hop].
+DacSequence MakeDacEncoder(const MiniMaxH3AudioConfig& config);
+
+// diffusers MiniMaxH3AudioAttnProjection (`pre_block`), on [B, L, latent_dim]:
+// proj(norm3(x)) + attn(norm1(x)) -> [B, L, latent_channels], plus a
+// pre-norm GeGLU MLP. The attention is causal, its heads mean-pooled and the
+// head width adaptively average-pooled to latent_channels.
+class AttnProjectionImpl : public torch::nn::Module {
+ public:
+  AttnProjectionImpl(int64_t in_dim, int64_t out_dim, int64_t heads);
+  at::Tensor forward(const at::Tensor& x);
+
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
+  std::shared_ptr<torch::nn::Module> attn;  // attn.qkv, attn.q_bias, attn.v_bias, attn.zero_k_bias, attn.proj
+  torch::nn::Linear qkv{nullptr}, attn_proj{nullptr}, proj{nullptr};
+  at::Tensor q_bias, v_bias, zero_k_bias;
+  std::shared_ptr<torch::nn::Module> mlp;  // mlp.norm, mlp.w0, mlp.w1, mlp.w2
+  torch::nn::LayerNorm mlp_norm{nullptr};
+  torch::nn::Linear w0{nullptr}, w1{nullptr}, w2{nullptr};
+
+ private:
+  int64_t heads_, out_dim_;
+};
+TORCH_MODULE(AttnProjection);
 
 }  // namespace vaedecode::families::minimax_h3_audio

@@ -20,6 +20,19 @@ int64_t Product(const std::vector<int64_t>& v) {
 
 int64_t MiniMaxH3AudioConfig::hop() const { return Product(decoder_rates); }
 
+absl::Status MiniMaxH3AudioConfig::CheckEncoder() const {
+  const int64_t stages = static_cast<int64_t>(encoder_rates.size());
+  if (encoder_dim < 1 || stages >= 32 || (encoder_dim << stages) > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoder_dim ", encoder_dim, " doubled by ", stages, " encoder stages is not a width"));
+  }
+  if (num_attention_heads < 1 || latent_dim % num_attention_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the pre_block's ", num_attention_heads,
+                                                   " attention heads do not divide latent_dim ", latent_dim));
+  }
+  return absl::OkStatus();
+}
+
 int64_t MiniMaxH3AudioConfig::Samples(int64_t latent_frames) const {
   int64_t length = latent_frames;
   for (size_t i = 0; i < decoder_rates.size(); ++i) {
@@ -33,8 +46,8 @@ absl::StatusOr<MiniMaxH3AudioConfig> MiniMaxH3AudioConfig::FromJson(const nlohma
                                                                     const std::string& source) {
   ConfigReader r(json, source);
   MiniMaxH3AudioConfig c;
-  r.Int("encoder_dim", 64);         // the encoder's
-  r.Int("num_attention_heads", 8);  // the encoder's pre_block
+  c.encoder_dim = r.Int("encoder_dim", c.encoder_dim);
+  c.num_attention_heads = r.Int("num_attention_heads", c.num_attention_heads);
   c.encoder_rates = r.IntList("encoder_rates", c.encoder_rates);
   c.latent_dim = r.Int("latent_dim", c.latent_dim);
   c.latent_channels = r.Int("latent_channels", c.latent_channels);

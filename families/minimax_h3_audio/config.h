@@ -15,7 +15,9 @@
 namespace vaedecode::families::minimax_h3_audio {
 
 struct MiniMaxH3AudioConfig {
+  int64_t encoder_dim = 64;                              // the DAC encoder's first width, doubled every stage
   std::vector<int64_t> encoder_rates = {2, 4, 4, 5, 5};  // their product is the hop (samples per latent)
+  int64_t num_attention_heads = 8;                       // the encoder's pre_block
   int64_t latent_dim = 2048;                             // dec_in_proj's output, BigVGAN's input
   int64_t latent_channels = 32;
   int64_t decoder_dim = 1024;  // BigVGAN's first width, halved by every upsampler
@@ -34,7 +36,9 @@ struct MiniMaxH3AudioConfig {
   static constexpr int64_t kActivationRatio = 2;
   static constexpr int64_t kFilterTaps = 12;
 
-  int64_t hop() const;  // samples per latent frame: prod(decoder_rates)
+  int64_t hop() const;
+  // The encode side's own limits (diffusers builds it, but cannot run it).
+  absl::Status CheckEncoder() const;  // samples per latent frame: prod(decoder_rates)
   // Samples `latent_frames` decode to: hop · latent_frames when every
   // upsampler's kernel - rate is even (the released model's), a few more otherwise.
   int64_t Samples(int64_t latent_frames) const;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "families/input_checks.h"
+#include "families/minimax_h3_audio/encoder.h"
 
 namespace vaedecode::families::minimax_h3_audio {
 namespace {
@@ -73,7 +74,7 @@ void Register(Registry& registry) {
                                                          {{"encoder.", "pre_block.", "mean_proj.", "logs_proj."}, {}});
        },
        {{{"AutoencoderKLMiniMaxH3Audio"}, {{"dec_in_proj.weight", 3}, {"decoder.conv_pre.weight_v", 3}}, {}}},
-       /*encoder_factory=*/nullptr,
+       &LoadMiniMaxH3AudioEncoder,
        /*audio=*/true});
 }
 

@@ -1,5 +1,7 @@
 #include "families/minimax_h3_audio/decoder.h"
 
+#include "families/minimax_h3_audio/encoder.h"
+
 #include <map>
 
 #include <ATen/ATen.h>
@@ -33,6 +35,20 @@ TEST(MiniMaxH3AudioDecoder, ParametersAndFilterBuffersAreTheDiffusersDecodeKeys)
   for (const auto& item : decoder.module()->named_buffers()) have[item.key()] = item.value().sizes().vec();
   EXPECT_EQ(have, want);
   EXPECT_EQ(want.size(), 306u);  // 82 of them the Kaiser-sinc filter buffers
+
+  // The encode side: every other key.
+  MiniMaxH3AudioEncoder encoder(*config);
+  std::map<std::string, std::vector<int64_t>> want_encoder, have_encoder;
+  for (const auto& [name, view] : (*files)->tensors()) {
+    if (!want.count(name)) want_encoder[name] = view->shape;
+  }
+  for (const auto& item : encoder.parameters_module().named_parameters()) {
+    have_encoder[item.key()] = item.value().sizes().vec();
+  }
+  for (const auto& item : encoder.parameters_module().named_buffers()) {
+    have_encoder[item.key()] = item.value().sizes().vec();
+  }
+  EXPECT_EQ(have_encoder, want_encoder);
 }
 
 TEST(MiniMaxH3AudioDecoder, DescribesAWaveformAndStaysFloat32) {

@@ -13,7 +13,9 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
   and temporal flags, 1 resnet a level: decode and encode, batch 2
 - AutoencoderKLMiniMaxH3Audio with other BigVGAN rates (one adding a
   sample), widths, AMP kernels and dilations and statistics, batch 2, from
-  VAE and raw latents, through the CLI's audio path
+  VAE and raw latents, through the CLI's audio path; its DAC encoder with
+  other rates and widths and a 2-head pre_block, on a waveform of no whole
+  hops
 - AutoencoderKLLTX2Audio with GroupNorm, no causal axis, attention at two
   levels and the mid block, 2 levels and mel_bins null (no vocoder: the mel
   spectrogram), and with the width axis causal, 4 levels (cropped to 4L - 3
@@ -208,7 +210,8 @@ def minimax_h3_audio_other_structure():
     vae, folder = build("minimax_audio_structure", "minimax_h3_audio", "AutoencoderKLMiniMaxH3Audio",
                         {"decoder_dim": 16, "decoder_rates": [8, 5, 4, 5], "decoder_kernel_sizes": [16, 10, 8, 9],
                          "resblock_kernel_sizes": [3, 5], "resblock_dilation_sizes": [[1, 2], [1, 3]],
-                         "latent_dim": 64, "latent_channels": 16, "num_attention_heads": 2,
+                         "latent_dim": 64, "latent_channels": 16, "num_attention_heads": 2, "encoder_dim": 4,
+                         "encoder_rates": [8, 4, 5, 5],
                          "latents_mean": rng.standard_normal(16).round(3).tolist(),
                          "latents_std": (rng.random(16) + 0.5).round(3).tolist(), "sampling_rate": 24000}, seed=41)
     latent = rng.standard_normal((2, 16, 4), dtype=np.float32)
@@ -224,7 +227,15 @@ def minimax_h3_audio_other_structure():
     from_raw, _ = cli_decode(folder, raw, "minimax_audio_structure_raw", "--latent-space", "raw")
     r = max_diff(from_raw, reference(vae, (raw * std + mean).astype(np.float32)))
     assert r <= DENSE_TOLERANCE, f"raw audio vs diffusers: max |diff| {r:.3g}"
-    print(f"  minimax_audio_structure: vs diffusers {d:.3g}, raw {r:.3g}, waveform {list(want.shape)}")
+    # The encoder: 2 heads, other rates (hop 800 in 4 stages), a waveform that is not whole hops.
+    waveform = (rng.random((2, 1, 3001), dtype=np.float32) * 2 - 1)
+    with torch.no_grad():
+        posterior = vae.encode(torch.from_numpy(waveform)).latent_dist
+    mean, logvar, _ = cli_encode(folder, waveform, "minimax_audio_structure_encoder")
+    e = max(max_diff(mean, posterior.mean.numpy()), max_diff(logvar, 2 * posterior.logs.numpy()))
+    assert e <= DENSE_TOLERANCE, f"audio encode vs diffusers: max |diff| {e:.3g}"
+    print(f"  minimax_audio_structure: vs diffusers {d:.3g}, raw {r:.3g}, encode {e:.3g}, "
+          f"waveform {list(want.shape)}")
 
 
 def ltx2_audio_other_structures():
