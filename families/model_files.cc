@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,24 @@ constexpr const char* kWeights = "diffusion_pytorch_model.safetensors";
 constexpr const char* kIndex = "diffusion_pytorch_model.safetensors.index.json";
 constexpr const char* kFp16Weights = "diffusion_pytorch_model.fp16.safetensors";
 constexpr const char* kFp16Index = "diffusion_pytorch_model.fp16.safetensors.index.json";
+// A whole model's checkpoint, with its VAE under kEmbeddedPrefix.
+constexpr const char* kModelWeights = "model.safetensors";
+constexpr const char* kModelIndex = "model.safetensors.index.json";
+constexpr const char* kEmbeddedPrefix = "vae.";
+
+// The VAE class of a model released as one checkpoint, by its config's
+// "architectures" (its "vae" object names no class).
+const char* EmbeddedVaeClass(const nlohmann::json& config) {
+  static const std::map<std::string, const char*> kClasses = {{"HunyuanImage3ForCausalMM", "AutoencoderKLConv3D"}};
+  const auto it = config.find("architectures");
+  if (it == config.end() || !it->is_array()) return nullptr;
+  for (const nlohmann::json& a : *it) {
+    if (!a.is_string()) continue;
+    const auto found = kClasses.find(a.get<std::string>());
+    if (found != kClasses.end()) return found->second;
+  }
+  return nullptr;
+}
 
 bool IsFile(const fs::path& p) {
   std::error_code ec;
@@ -82,15 +101,42 @@ absl::StatusOr<std::unique_ptr<ModelFiles>> ModelFiles::Open(const std::string& 
     return absl::InvalidArgumentError(absl::StrCat(files->config_path_, ": not a JSON object"));
   }
 
+  // A whole model's release: its "vae" object is the config, `vae.*` its tensors.
+  std::string prefix;
+  const auto vae = files->config_->find("vae");
+  if (!files->config_->contains("_class_name") && vae != files->config_->end() && vae->is_object()) {
+    const char* embedded_class = EmbeddedVaeClass(*files->config_);
+    if (embedded_class == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(files->config_path_,
+                                                     ": a model config with a \"vae\" section, but its "
+                                                     "\"architectures\" name no model whose VAE vaedecode knows"));
+    }
+    nlohmann::json section = *vae;
+    if (!section.contains("_class_name")) section["_class_name"] = embedded_class;
+    *files->config_ = std::move(section);
+    prefix = kEmbeddedPrefix;
+  }
+
   if (needed == Weights::kIgnored) return files;
-  ASSIGN_OR_RETURN(std::vector<std::string> weights, FindWeightFiles(dir));
+  std::vector<std::string> weights;
+  if (prefix.empty()) {
+    ASSIGN_OR_RETURN(weights, FindWeightFiles(dir));
+  } else if (IsFile(dir / kModelIndex)) {
+    ASSIGN_OR_RETURN(weights, formats::ReadShardIndex((dir / kModelIndex).string(), prefix));
+  } else if (IsFile(dir / kModelWeights)) {
+    weights = {(dir / kModelWeights).string()};
+  } else {
+    return absl::NotFoundError(absl::StrCat("no ", kModelIndex, " or ", kModelWeights, " in ", dir.string()));
+  }
   files->weight_files_ = weights;
 
   std::vector<std::string> duplicates;
   for (const std::string& weight_file : files->weight_files_) {
     ASSIGN_OR_RETURN(std::unique_ptr<formats::SafetensorsFile> shard, formats::SafetensorsFile::Open(weight_file));
     for (const formats::TensorView& view : shard->tensors()) {
-      if (!files->tensors_.emplace(view.name, &view).second) duplicates.push_back(view.name);
+      if (view.name.compare(0, prefix.size(), prefix) != 0) continue;  // the rest of a whole model
+      const std::string name = view.name.substr(prefix.size());
+      if (!files->tensors_.emplace(name, &view).second) duplicates.push_back(view.name);
     }
     files->shards_.push_back(std::move(shard));
   }

@@ -2,8 +2,13 @@
 
 // A diffusers VAE as it is on disk: `config.json` plus
 // `diffusion_pytorch_model.safetensors` (or a sharded `*.safetensors.index.json`),
-// in a `vae/` folder or a model root that holds one. Weights stay memory-mapped;
-// tensors() views point into the mappings and live as long as this object.
+// in a `vae/` folder or a model root that holds one. Or a model released as
+// one checkpoint with its VAE inside (Hunyuan Image 3: a root config.json
+// whose "vae" object is the VAE's config, and `vae.*` tensors in
+// model.safetensors or the shards model.safetensors.index.json names): the
+// config is that object, the tensors those without the prefix, and only the
+// shards holding them are opened. Weights stay memory-mapped; tensors()
+// views point into the mappings and live as long as this object.
 
 #include <map>
 #include <memory>

@@ -553,7 +553,8 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorV
 // ---------------------------------------------------------------------------
 // Sharded checkpoints.
 
-absl::StatusOr<std::vector<std::string>> ReadShardIndex(const std::string& index_json_path) {
+absl::StatusOr<std::vector<std::string>> ReadShardIndex(const std::string& index_json_path,
+                                                        std::string_view key_prefix) {
   const std::string label = QuoteForError(index_json_path);
   auto error = [&label](auto&&... parts) { return absl::InvalidArgumentError(Cat(label, ": ", parts...)); };
   ASSIGN_OR_RETURN(std::string text, ReadFileToString(index_json_path));
@@ -578,8 +579,9 @@ absl::StatusOr<std::vector<std::string>> ReadShardIndex(const std::string& index
         shard.find("..") != std::string::npos || shard.find('\0') != std::string::npos) {
       return error(tensor, "shard name '", QuoteForError(shard), "' is not a plain file name in the index's folder");
     }
-    shards.insert(shard);
+    if (it.key().compare(0, key_prefix.size(), key_prefix) == 0) shards.insert(shard);
   }
+  if (shards.empty()) return error("no tensor named \"", QuoteForError(std::string(key_prefix)), "...\"");
   std::error_code ec;
   const std::filesystem::path absolute = std::filesystem::absolute(index_json_path, ec);
   if (ec) return error("cannot make the path absolute: ", ec.message());

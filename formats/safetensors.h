@@ -124,7 +124,10 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorV
 // ({"metadata": {...}, "weight_map": {"tensor": "shard.safetensors", ...}})
 // and returns the distinct shard files, as absolute paths in the index's
 // folder, sorted by file name. Shard names must be plain file names: "/", "\"
-// or ".." anywhere in one is an error (no path traversal).
-absl::StatusOr<std::vector<std::string>> ReadShardIndex(const std::string& index_json_path);
+// or ".." anywhere in one is an error (no path traversal). A `key_prefix`
+// keeps only the shards holding a tensor whose name starts with it (a
+// model's `vae.` part of a whole-model checkpoint).
+absl::StatusOr<std::vector<std::string>> ReadShardIndex(const std::string& index_json_path,
+                                                        std::string_view key_prefix = "");
 
 }  // namespace vaedecode::formats

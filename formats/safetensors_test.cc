@@ -468,6 +468,20 @@ TEST(ShardIndexTest, ReadsDistinctShardsInOrder) {
                                                dir + "/model-00002-of-00002.safetensors"}));
 }
 
+TEST(ShardIndexTest, AKeyPrefixKeepsTheShardsHoldingIt) {
+  const std::string dir = TempPath("sharded_prefix");
+  ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
+  const std::string index = dir + "/model.safetensors.index.json";
+  WriteBytes(index, R"({"weight_map": {"model.a": "model-00001-of-00003.safetensors",
+                                        "vae.b": "model-00003-of-00003.safetensors",
+                                        "model.vae.c": "model-00002-of-00003.safetensors"}})");
+  auto shards = ReadShardIndex(index, "vae.");
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  EXPECT_EQ(*shards, (std::vector<std::string>{dir + "/model-00003-of-00003.safetensors"}));
+  EXPECT_THAT(std::string(ReadShardIndex(index, "audio_vae.").status().message()),
+              HasSubstr("no tensor named \"audio_vae....\""));
+}
+
 TEST(ShardIndexTest, RelativeIndexPathIsResolved) {
   const std::string dir = TempPath("sharded_rel");
   ASSERT_EQ(system(("mkdir -p " + dir).c_str()), 0);
