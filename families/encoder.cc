@@ -57,6 +57,10 @@ absl::Status Encoder::ValidateImage(const at::Tensor& image) const {
 }
 
 absl::Status Encoder::CheckExactSharding(const std::vector<int64_t>& image_shape, int world_size) const {
+  if (info().is_audio) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        info().diffusers_class, " is an audio VAE: encoded densely on one process (its inputs are small)"));
+  }
   const std::vector<RowLevel> levels = RowLevels(image_shape[image_shape.size() - 2]);
   const int64_t latent_rows = levels.back().rows;
   if (latent_rows < world_size) {

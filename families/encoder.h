@@ -45,6 +45,9 @@ struct EncoderInfo {
   // diffusers pins the encoder to float32 (_keep_in_fp32_modules): it
   // encodes in float32 whatever dtype the model is served in.
   bool computes_in_float32 = false;
+  // An audio VAE's (a waveform or mel spectrogram in): encoded densely on
+  // one process, so exact sharding is refused.
+  bool is_audio = false;
   // What 8-bit pixels become (MiniMax-H3: ImageNet-normalised).
   PixelConvention pixels;
   // 0, or: a clip of more than one frame is padded to whole clips of this

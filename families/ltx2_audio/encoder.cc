@@ -20,6 +20,7 @@ EncoderInfo Describe(const LTX2AudioConfig& c) {
   info.latent_channels = c.latent_channels;
   info.spatial_factor = int64_t{1} << (c.levels() - 1);
   info.computes_in_float32 = true;
+  info.is_audio = true;
   info.vae_to_raw_formula =
       "packed [B, L, C*M] (x.transpose(1, 2).flatten(2, 3)): (x - latents_mean) / latents_std over the C*M features";
   return info;
@@ -105,11 +106,6 @@ at::Tensor LTX2AudioEncoder::ToRawSpace(const at::Tensor& latent) const {
 
 std::vector<RowLevel> LTX2AudioEncoder::RowLevels(int64_t input_rows) const {
   return RowLevelsOfRows(Sizes(input_rows, 2), std::vector<int64_t>(config_.levels() - 1, 2));
-}
-
-absl::Status LTX2AudioEncoder::CheckExactSharding(const std::vector<int64_t>&, int) const {
-  return absl::FailedPreconditionError(
-      absl::StrCat(kClass, " is an audio VAE: encoded densely on one process (its spectrograms are small)"));
 }
 
 absl::StatusOr<std::unique_ptr<Encoder>> LoadLTX2AudioEncoder(const ModelFiles& files, const LoadOptions& options) {

@@ -45,8 +45,6 @@ class LTX2AudioEncoder final : public ModuleBackedEncoder {
   at::Tensor ToRawSpace(const at::Tensor& latent) const override;  // packed, (x - mean) / std
   absl::Status CheckRawLatentShape(const std::vector<int64_t>& latent_shape) const override;
   std::vector<RowLevel> RowLevels(int64_t input_rows) const override;
-  // Always refused: audio encodes densely on one process.
-  absl::Status CheckExactSharding(const std::vector<int64_t>& image_shape, int world_size) const override;
   torch::nn::Module& parameters_module() override { return *module_; }
 
  private:

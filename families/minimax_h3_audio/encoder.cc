@@ -19,6 +19,7 @@ EncoderInfo Describe(const MiniMaxH3AudioConfig& c) {
   info.in_channels = 1;
   info.latent_channels = c.latent_channels;
   info.computes_in_float32 = true;
+  info.is_audio = true;
   info.vae_to_raw_formula = "(z - latents_mean) / latents_std per channel";
   return info;
 }
@@ -80,11 +81,6 @@ at::Tensor MiniMaxH3AudioEncoder::ToRawSpace(const at::Tensor& latent) const {
 
 std::vector<RowLevel> MiniMaxH3AudioEncoder::RowLevels(int64_t input_rows) const {
   return {RowLevel{input_rows, 1}};  // one level: never sharded (CheckExactSharding)
-}
-
-absl::Status MiniMaxH3AudioEncoder::CheckExactSharding(const std::vector<int64_t>&, int) const {
-  return absl::FailedPreconditionError(
-      absl::StrCat(kClass, " is an audio VAE: encoded densely on one process (its waveforms are small)"));
 }
 
 absl::StatusOr<std::unique_ptr<Encoder>> LoadMiniMaxH3AudioEncoder(const ModelFiles& files,

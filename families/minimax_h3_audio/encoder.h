@@ -48,8 +48,6 @@ class MiniMaxH3AudioEncoder final : public ModuleBackedEncoder {
   at::Tensor ToRawSpace(const at::Tensor& latent) const override;
   absl::Status CheckRawLatentShape(const std::vector<int64_t>& latent_shape) const override;
   std::vector<RowLevel> RowLevels(int64_t input_rows) const override;
-  // Always refused: audio encodes densely on one process.
-  absl::Status CheckExactSharding(const std::vector<int64_t>& shape, int world_size) const override;
   torch::nn::Module& parameters_module() override { return *module_; }
 
  private:
