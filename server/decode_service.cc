@@ -15,6 +15,7 @@
 #include "rpc/status_macros.h"
 #include "server/mode_selection.h"
 #include "server/request_validation.h"
+#include "server/session_close.h"
 
 namespace vaedecode::server {
 namespace {
@@ -223,7 +224,7 @@ DecodeService::DecodeService(DecodeServiceOptions options, Scheduler& scheduler,
       catalog_(catalog),
       metrics_(metrics),
       output_budget_(options_.max_output_buffer_bytes),
-      sessions_(options_.sessions, catalog) {
+      sessions_(std::make_shared<SessionRegistry>(options_.sessions, catalog)) {
   stall_watch_ = std::thread([this] { StallWatchLoop(); });
 }
 
@@ -377,24 +378,8 @@ void DecodeService::StartSessionJob(const Admission& admission, JobStream* strea
   });
 }
 
-namespace {
-// A session close job's stream: it writes nothing.
-class NoOutputStream final : public JobStream {
- public:
-  void StartWrite(const v1::DecodeResponse*) override {}
-  void Finish(const absl::Status&) override {}
-  void Abort() override {}
-};
-}  // namespace
-
 void DecodeService::CloseSessionState(const std::shared_ptr<SessionRecord>& session, const v1::ModelInfo& model) {
-  static NoOutputStream no_output;
-  v1::DecodeRequest request;
-  request.set_model(model.name());
-  request.set_request_id(absl::StrCat(session->public_id(), "/close"));
-  auto job = std::make_shared<Job>(std::move(request), model, absl::Now(), absl::InfiniteFuture(), JobBuffering{});
-  job->SetSession(session, /*close=*/true);
-  job->Attach(&no_output, nullptr);
+  const std::shared_ptr<Job> job = MakeSessionCloseJob(session, model, sessions_);
   // Ahead of the queue and past its bound: it frees memory, and takes none.
   if (!scheduler_.Requeue(job)) job->Finish(absl::UnavailableError("the server is stopping"));
 }

@@ -161,11 +161,12 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   const AdmissionLimits& admission_limits() const { return options_.admission; }
   int64_t max_request_bytes() const { return options_.max_request_bytes; }
   // Where sessions learn each group's memory (once, before serving).
-  void SetGroupCapacity(SessionRegistry::GroupCapacity capacity) { sessions_.SetGroupCapacity(std::move(capacity)); }
+  void SetGroupCapacity(SessionRegistry::GroupCapacity capacity) { sessions_->SetGroupCapacity(std::move(capacity)); }
   // Start for a session's chunk: no request log line or count of its own
   // (the session has one).
   void StartSessionJob(const Admission& admission, JobStream* stream, std::shared_ptr<void> keep_alive);
-  // Queues the job that frees `session`'s state on its group.
+  // Queues the job that frees `session`'s state on its group; the session's
+  // room in the registry is given back when that job is done.
   void CloseSessionState(const std::shared_ptr<SessionRecord>& session, const v1::ModelInfo& model);
   // Watches a DecodeSession call: the stall watch calls `end_idle` once it
   // has been idle too long.
@@ -209,7 +210,9 @@ class DecodeService final : public v1::VaeDecoder::CallbackService {
   std::atomic<bool> accepting_{true};
   std::atomic<int64_t> active_{0};
   OutputBudget output_budget_;
-  SessionRegistry sessions_;
+  // Shared with the session close jobs, which give a session's room back
+  // once its state is freed (server/session_close.h), maybe after this service.
+  std::shared_ptr<SessionRegistry> sessions_;
 
   absl::Mutex watch_mu_;
   std::vector<std::weak_ptr<Job>> watched_ ABSL_GUARDED_BY(watch_mu_);

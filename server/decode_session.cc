@@ -415,8 +415,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     }
   }
 
-  // The session is over: its room and state are freed, it is logged, and
-  // the call finishes.
+  // The session is over: its state is freed (and then its room), it is
+  // logged, and the call finishes.
   void Conclude() {
     absl::Status status;
     int64_t chunks, frames, collectives, replayed, state_bytes;
@@ -434,7 +434,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
       first_frame_at = first_frame_at_;
     }
     if (record_ != nullptr) {
-      registry_.Close(*record_);
+      // Its room in the registry is given back once the close job has freed the state.
       service_.CloseSessionState(record_, model_);
       metrics_.AddSessionsOpen(-1);
       metrics_.AddSessionStateBytes(-state_bytes);
@@ -563,7 +563,7 @@ void ChunkStream::Abort() { session_.CancelCall(); }
 
 grpc::ServerBidiReactor<v1::SessionRequest, v1::DecodeResponse>* DecodeService::DecodeSession(
     grpc::CallbackServerContext* context) {
-  return new SessionReactor(context, *this, sessions_, metrics_, options_.group_size, active_, accepting_);
+  return new SessionReactor(context, *this, *sessions_, metrics_, options_.group_size, active_, accepting_);
 }
 
 }  // namespace vaedecode::server

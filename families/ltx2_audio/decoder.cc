@@ -31,7 +31,6 @@ ModelInfo Describe(const LTX2AudioConfig& c, const std::optional<LTX2VocoderConf
     info.out_channels = vocoder->out_channels;
     info.sample_rate = vocoder->output_sampling_rate;
     info.samples_per_latent = LTX2AudioConfig::kLatentDownsampleFactor * vocoder->hop();
-    info.decode_note = "decodes to the vocoder's waveform (the mel spectrogram on request)";
     info.unread_config_keys.insert(info.unread_config_keys.end(), vocoder->unread_keys.begin(),
                                    vocoder->unread_keys.end());
   } else {
@@ -42,7 +41,7 @@ ModelInfo Describe(const LTX2AudioConfig& c, const std::optional<LTX2VocoderConf
 }
 
 // The folder's vocoder: `vocoder/` inside the VAE's folder, or beside it
-// (the LTX-2 repository's audio_vae/ + vocoder/). nullopt when neither has a config.
+// (the LTX-2 repository's audio_vae/ + vocoder/); null when neither has a config.
 absl::StatusOr<std::unique_ptr<ModelFiles>> OpenVocoder(const ModelFiles& files, const LoadOptions& options) {
   namespace fs = std::filesystem;
   const fs::path dir(files.vae_dir());
