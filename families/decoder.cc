@@ -35,8 +35,8 @@ std::string DecodeDtypeReason(const ModelInfo& info, at::ScalarType requested) {
   if (DecodeDtype(info, requested) == requested) return "";
   if (info.is_audio) {
     return absl::StrCat("decoded in float32: ", info.diffusers_class,
-                        " keeps its decoder in float32 (diffusers' _keep_in_fp32_modules; it degrades audibly in "
-                        "reduced precision)");
+                        " is an audio VAE, which vaedecode always runs in float32 (its latents are small; "
+                        "MiniMax-H3's degrades audibly in reduced precision, so diffusers keeps it in float32)");
   }
   return absl::StrCat("decoded in float32, not float16: the VAE's config sets force_upcast (", info.diffusers_class,
                       " overflows in float16; diffusers' pipelines upcast it too)");

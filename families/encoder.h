@@ -42,8 +42,9 @@ struct EncoderInfo {
   // 12 at 8x) rather than requiring multiples of spatial_factor.
   bool floors_sizes = true;
   int64_t parameter_count = 0;  // encoder-side parameters
-  // diffusers pins the encoder to float32 (_keep_in_fp32_modules): it
-  // encodes in float32 whatever dtype the model is served in.
+  // It encodes in float32 whatever dtype the model is served in: diffusers
+  // pins it there (_keep_in_fp32_modules), or it is an audio VAE, which
+  // vaedecode always runs in float32.
   bool computes_in_float32 = false;
   // An audio VAE's (a waveform or mel spectrogram in): encoded densely on
   // one process, so exact sharding is refused.

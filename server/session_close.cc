@@ -18,13 +18,13 @@ class NoOutputStream final : public JobStream {
 
 std::shared_ptr<Job> MakeSessionCloseJob(const std::shared_ptr<SessionRecord>& session, const v1::ModelInfo& model,
                                          std::shared_ptr<SessionRegistry> registry) {
-  static NoOutputStream no_output;
+  static auto* const no_output = new NoOutputStream;  // never destroyed: a close job may finish at exit
   v1::DecodeRequest request;
   request.set_model(model.name());
   request.set_request_id(absl::StrCat(session->public_id(), "/close"));
   auto job = std::make_shared<Job>(std::move(request), model, absl::Now(), absl::InfiniteFuture(), JobBuffering{});
   job->SetSession(session, /*close=*/true);
-  job->Attach(&no_output, [registry = std::move(registry), session](const Job&, const absl::Status&) {
+  job->Attach(no_output, [registry = std::move(registry), session](const Job&, const absl::Status&) {
     registry->Close(*session);
   });
   return job;

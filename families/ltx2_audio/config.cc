@@ -15,6 +15,7 @@ constexpr int64_t kGroupNormGroups = 32;
 // Beyond these no checkpoint exists and the shape arithmetic would overflow.
 constexpr int64_t kMaxLevels = 16;
 constexpr int64_t kMaxStages = 16;
+constexpr int64_t kMaxWidth = int64_t{1} << 24;
 
 bool AllPositive(const std::vector<int64_t>& v) {
   return !v.empty() && std::all_of(v.begin(), v.end(), [](int64_t x) { return x >= 1; });
@@ -89,16 +90,22 @@ absl::StatusOr<LTX2AudioConfig> LTX2AudioConfig::FromJson(const nlohmann::json& 
   if (c.base_channels < 1 || c.output_channels < 1 || c.latent_channels < 1 || c.num_res_blocks < 0) {
     r.Fail("base_channels, output_channels and latent_channels must be positive, num_res_blocks not negative");
   }
-  if (c.group_norm && c.base_channels >= 1) {
-    for (int64_t m : c.ch_mult) {
-      if ((c.base_channels * m) % kGroupNormGroups != 0) {
-        r.Fail(absl::StrCat("norm_type \"group\": block width ", c.base_channels * m, " is not a multiple of ",
-                            kGroupNormGroups, " groups"));
-        break;
-      }
+  // Every block width: base_channels (the encoder's first) and base_channels · each multiplier.
+  std::vector<int64_t> widths = {c.base_channels};
+  for (int64_t m : c.ch_mult) {
+    if (c.base_channels >= 1 && m >= 1 && m <= kMaxWidth / c.base_channels) widths.push_back(c.base_channels * m);
+  }
+  if (c.base_channels > kMaxWidth || widths.size() != c.ch_mult.size() + 1) {
+    r.Fail(absl::StrCat("base_channels x ch_mult must stay within ", kMaxWidth, " channels"));
+  }
+  for (int64_t width : c.group_norm ? widths : std::vector<int64_t>{}) {
+    if (width % kGroupNormGroups != 0) {
+      r.Fail(absl::StrCat("norm_type \"group\": block width ", width, " is not a multiple of ", kGroupNormGroups,
+                          " groups"));
+      break;
     }
   }
-  if (c.mel_bins < 0) r.Fail("\"mel_bins\" must be positive (or null)");
+  if (!mel_null && c.mel_bins < 1) r.Fail("\"mel_bins\" must be positive (or null)");
   if (c.sample_rate < 1 || c.mel_hop_length < 1) r.Fail("sample_rate and mel_hop_length must be positive");
   RETURN_IF_ERROR(r.status());
   c.unread_keys = r.UnreadKeys();

@@ -30,6 +30,11 @@ TEST(LTX2AudioConfig, RefusesWhatDiffusersCannotBuild) {
   EXPECT_THAT(message({{"norm_type", "group"}, {"causality_axis", "none"}, {"base_channels", 8}}),
               HasSubstr("not a multiple of 32 groups"));
   EXPECT_THAT(message({{"norm_type", "layer"}}), HasSubstr("\"group\" or \"pixel\""));
+  // The encoder's first width is base_channels itself, normalised by 32 groups too.
+  EXPECT_THAT(message({{"norm_type", "group"}, {"causality_axis", "none"}, {"base_channels", 48}, {"ch_mult", {2, 4}}}),
+              HasSubstr("block width 48 is not a multiple of 32 groups"));
+  EXPECT_THAT(message({{"ch_mult", {int64_t{1} << 40}}}), HasSubstr("must stay within"));
+  EXPECT_THAT(message({{"mel_bins", 0}}), HasSubstr("\"mel_bins\" must be positive (or null)"));
   EXPECT_THAT(message({{"ch_mult", std::vector<int>{}}}), HasSubstr("\"ch_mult\" must be 1 to 16"));
   EXPECT_TRUE(LTX2AudioConfig::FromJson({{"mel_bins", nullptr}}, "c").ok());
   EXPECT_EQ(LTX2AudioConfig::FromJson({{"mel_bins", nullptr}}, "c")->mel_bins, 0);

@@ -44,9 +44,11 @@ ModelInfo Describe(const LTX2AudioConfig& c, const std::optional<LTX2VocoderConf
 // (the LTX-2 repository's audio_vae/ + vocoder/); null when neither has a config.
 absl::StatusOr<std::unique_ptr<ModelFiles>> OpenVocoder(const ModelFiles& files, const LoadOptions& options) {
   namespace fs = std::filesystem;
-  const fs::path dir(files.vae_dir());
+  // Absolute and without a trailing separator, so "audio_vae/" and "." have a parent folder.
+  std::error_code ec;
+  fs::path dir = fs::absolute(files.vae_dir(), ec).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();
   for (const fs::path& candidate : {dir / "vocoder", dir.parent_path() / "vocoder"}) {
-    std::error_code ec;
     if (!fs::is_regular_file(candidate / "config.json", ec)) continue;
     // The class first (a folder of another vocoder class is refused by name, whatever its weights).
     ASSIGN_OR_RETURN(std::unique_ptr<ModelFiles> config_only,

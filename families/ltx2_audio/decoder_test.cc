@@ -129,6 +129,10 @@ TEST(LTX2AudioDecoder, FindsTheVocoderBesideTheVaeAsLTX2ShipsItOrDecodesToTheMel
   absl::StatusOr<std::unique_ptr<Decoder>> beside = BuiltinFamilies().Load(Layout("beside", false, true), {});
   ASSERT_TRUE(beside.ok()) << beside.status();
   EXPECT_EQ((*beside)->info().sample_rate, 24000);
+  // As a shell completes the folder's name: with a trailing slash.
+  absl::StatusOr<std::unique_ptr<Decoder>> slash = BuiltinFamilies().Load(Layout("slash", false, true) + "/", {});
+  ASSERT_TRUE(slash.ok()) << slash.status();
+  EXPECT_EQ((*slash)->info().sample_rate, 24000);
   EXPECT_EQ((*beside)->OutputShape({2, 4, 4, 2}), (std::vector<int64_t>{2, 2, 3120}));
 
   absl::StatusOr<std::unique_ptr<Decoder>> none = BuiltinFamilies().Load(Layout("none", false, false), {});

@@ -22,7 +22,7 @@ int64_t MiniMaxH3AudioConfig::hop() const { return Product(decoder_rates); }
 
 absl::Status MiniMaxH3AudioConfig::CheckEncoder() const {
   const int64_t stages = static_cast<int64_t>(encoder_rates.size());
-  if (encoder_dim < 1 || stages >= 32 || (encoder_dim << stages) > (int64_t{1} << 24)) {
+  if (encoder_dim < 1 || stages >= 24 || encoder_dim > ((int64_t{1} << 24) >> stages)) {
     return absl::InvalidArgumentError(
         absl::StrCat("encoder_dim ", encoder_dim, " doubled by ", stages, " encoder stages is not a width"));
   }

@@ -36,9 +36,9 @@ struct MiniMaxH3AudioConfig {
   static constexpr int64_t kActivationRatio = 2;
   static constexpr int64_t kFilterTaps = 12;
 
-  int64_t hop() const;
+  int64_t hop() const;  // samples per latent frame: prod(decoder_rates)
   // The encode side's own limits (diffusers builds it, but cannot run it).
-  absl::Status CheckEncoder() const;  // samples per latent frame: prod(decoder_rates)
+  absl::Status CheckEncoder() const;
   // Samples `latent_frames` decode to: hop · latent_frames when every
   // upsampler's kernel - rate is even (the released model's), a few more otherwise.
   int64_t Samples(int64_t latent_frames) const;

@@ -79,7 +79,7 @@ TEST(MiniMaxH3AudioDecoder, DescribesAWaveformAndStaysFloat32) {
       formats::ReadTensorFile(testing::FixturePath("minimax_h3_audio/expected.safetensors"), "sample");
   ASSERT_TRUE(latent.ok() && expected.ok());
   EXPECT_EQ((*bf16)->dtype(), at::kFloat);
-  EXPECT_THAT(DecodeDtypeReason((*bf16)->info(), at::kBFloat16), HasSubstr("_keep_in_fp32_modules"));
+  EXPECT_THAT(DecodeDtypeReason((*bf16)->info(), at::kBFloat16), HasSubstr("always runs in float32"));
   DenseOps ops;
   absl::StatusOr<at::Tensor> decoded = worker::RunDecode(**bf16, {*latent}, ops);
   ASSERT_TRUE(decoded.ok()) << decoded.status();

@@ -6,7 +6,9 @@
 // to the posterior [B, latent_channels, ceil(samples / hop)]. Its posterior
 // heads give a mean and a log standard deviation (mean_proj, logs_proj):
 // Moments returns the log-variance 2·logs, so the sample is
-// mean + exp(logs)·noise as diffusers draws it. `raw` is the pipeline's
+// mean + exp(logs)·noise as diffusers draws it while logs is within
+// [-15, 10] (DiagonalGaussian's clamp of the log-variance to [-30, 20],
+// which diffusers' own log-std posterior does not apply). `raw` is the pipeline's
 // (mean - latents_mean) / latents_std per channel. Dense, float32, on one
 // process.
 
