@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <optional>
+
 #include <ATen/Parallel.h>
 
 #include "absl/strings/numbers.h"
@@ -52,7 +54,12 @@ LocalGroup::~LocalGroup() {
 }
 
 absl::StatusOr<std::unique_ptr<LocalGroup>> LocalGroup::Start(const GroupLaunch& launch, worker::NamedModel model) {
-  ASSIGN_OR_RETURN(int port, launch.ranks > 1 ? rpc::PickFreePort() : absl::StatusOr<int>(0));
+  // Held until this process (rank 0) has joined, so its store listens on it.
+  std::optional<rpc::ReservedPort> reserved;
+  if (launch.ranks > 1) {
+    ASSIGN_OR_RETURN(reserved, rpc::ReservedPort::Take());
+  }
+  const int port = reserved ? reserved->port() : 0;
   const std::string group = absl::StrCat("cli-", getpid());
   const std::string self = rpc::SelfExecutable();
 

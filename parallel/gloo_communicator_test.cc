@@ -1,5 +1,7 @@
 #include "parallel/gloo_communicator.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -601,11 +603,37 @@ TEST(GlooCommunicatorTest, GroupsSharingAStoreDoNotInterfere) {
   EXPECT_TRUE(status.ok()) << status;
 }
 
-TEST(StoreTest, PickFreePortAndPortValidation) {
-  absl::StatusOr<int> port = rpc::PickFreePort();
-  ASSERT_TRUE(port.ok()) << port.status();
-  EXPECT_GT(*port, 0);
-  EXPECT_LE(*port, 65535);
+TEST(StoreTest, AReservedPortIsKeptFromOthersButNotFromTheStore) {
+  absl::StatusOr<rpc::ReservedPort> reserved = rpc::ReservedPort::Take();
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+  const int port = reserved->port();
+  EXPECT_GT(port, 0);
+  EXPECT_LE(port, 65535);
+  // Another socket cannot bind it while it is reserved...
+  const int other = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(other, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_NE(::bind(other, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ::close(other);
+  // ...but the store's master binds it and serves a client.
+  TcpStoreOptions master;
+  master.port = port;
+  master.is_master = true;
+  master.timeout = absl::Seconds(5);
+  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> store = ConnectTcpStore(master);
+  ASSERT_TRUE(store.ok()) << store.status();
+  (*store)->set("k", std::vector<uint8_t>{3});
+  TcpStoreOptions client = master;
+  client.is_master = false;
+  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> connected = ConnectTcpStore(client);
+  ASSERT_TRUE(connected.ok()) << connected.status();
+  EXPECT_EQ((*connected)->get("k"), std::vector<uint8_t>{3});
+}
+
+TEST(StoreTest, PortZeroIsRefused) {
   TcpStoreOptions options;
   options.port = 0;
   EXPECT_EQ(ConnectTcpStore(options).status().code(), absl::StatusCode::kInvalidArgument);
@@ -634,8 +662,9 @@ std::vector<std::string> ListeningAddresses(int port) {
 }
 
 TEST(StoreTest, TheMasterListensOnItsHostOnly) {
-  absl::StatusOr<int> port = rpc::PickFreePort();
-  ASSERT_TRUE(port.ok()) << port.status();
+  absl::StatusOr<rpc::ReservedPort> reserved = rpc::ReservedPort::Take();
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+  const absl::StatusOr<int> port = reserved->port();
   TcpStoreOptions options;
   options.port = *port;
   options.is_master = true;

@@ -26,7 +26,7 @@ struct TcpStoreOptions {
   // every interface, unauthenticated); clients connect to it.
   std::string host = "127.0.0.1";
   // Every process of the group must use the same port, so 0 (any port) is
-  // rejected; the caller picks one (rpc::PickFreePort) and hands it to all ranks.
+  // rejected; the caller reserves one (rpc::ReservedPort) and hands it to all ranks.
   int port = 0;
   // This process hosts the store. The server lives as long as the returned
   // store object; the other ranks connect to it as clients.

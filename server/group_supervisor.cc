@@ -146,7 +146,9 @@ absl::StatusOr<std::shared_ptr<LeaderConnection>> GroupSupervisor::Launch(int ge
                                                                           v1::ListModelsResponse& models) {
   const int world = static_cast<int>(g_.options.devices.size());
   const std::string incarnation = absl::StrCat(g_.options.name, "-inc", generation);
-  ASSIGN_OR_RETURN(int port, rpc::PickFreePort());
+  // Held until Launch returns, by when rank 0's store listens on it.
+  ASSIGN_OR_RETURN(rpc::ReservedPort reserved, rpc::ReservedPort::Take());
+  const int port = reserved.port();
   const std::string socket_path = absl::StrCat(g_.options.socket_dir, "/", incarnation, ".sock");
   std::error_code ec;
   std::filesystem::remove(socket_path, ec);

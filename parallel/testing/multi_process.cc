@@ -145,7 +145,9 @@ absl::StatusOr<std::vector<RankOutcome>> RunRanksCollect(const RunRanksOptions& 
   if (options.world_size < 1) {
     return absl::InvalidArgumentError("RunRanks: world_size must be >= 1");
   }
-  ASSIGN_OR_RETURN(int port, rpc::PickFreePort());
+  // Held until every child is reaped (rank 0 binds its store beside it).
+  ASSIGN_OR_RETURN(rpc::ReservedPort reserved, rpc::ReservedPort::Take());
+  const int port = reserved.port();
 
   // Buffered output would otherwise be written once by every child too.
   std::fflush(nullptr);

@@ -31,8 +31,9 @@
 
 namespace vaedecode::parallel::testing {
 
-// body(rank, world_size, store_port): store_port is a free loopback port
-// picked by the parent for the group's TCPStore (rank 0 hosts it).
+// body(rank, world_size, store_port): store_port is a loopback port the
+// parent holds reserved (rpc::ReservedPort) for the group's TCPStore until
+// every rank has exited; rank 0 hosts the store on it.
 using RankBody = std::function<absl::Status(int rank, int world_size, int store_port)>;
 
 struct RunRanksOptions {
