@@ -690,11 +690,10 @@ absl::Status RunInfo(const ParsedArgs& args, std::ostream& out) {
       << "latent channels: " << m.latent_channels << "\n"
       << "output channels: " << m.out_channels << "\n";
   if (m.is_audio && m.sample_rate == 0) {
-    out << "audio: latents to mel spectrograms (no vocoder); decoded dense in float32 (not served by "
-           "vaedecode_server yet)\n";
+    out << "audio: latents to mel spectrograms (no vocoder); decoded dense in float32\n";
   } else if (m.is_audio) {
     out << "audio: latents to waveforms at " << m.sample_rate << " Hz, " << m.samples_per_latent
-        << " samples per latent frame; decoded dense in float32 (not served by vaedecode_server yet)\n";
+        << " samples per latent frame; decoded dense in float32\n";
   } else {
     out << "spatial factor: " << m.spatial_factor << "\n";
   }

@@ -180,8 +180,8 @@ absl::StatusOr<std::vector<std::string>> WriteOutput(const std::string& path, co
       written.push_back(name);
       return absl::OkStatus();
     };
-    if (format->chunking == rpc::Chunking::kFilePerVideo) {
-      // One video per batch entry: FILE.mp4, or FILE_<b>.mp4 for a batch.
+    if (format->chunking == rpc::Chunking::kFilePerEntry) {
+      // One file per batch entry (a video, a WAV): FILE.ext, or FILE_<b>.ext for a batch.
       for (size_t b = 0; b < output.images().size(); ++b) {
         RETURN_IF_ERROR(
             write(output.images().size() == 1 ? path : absl::StrCat(stem, "_", b, ext), output.images()[b]));

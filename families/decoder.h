@@ -67,10 +67,14 @@ struct ModelInfo {
   // `sample_rate`, about `samples_per_latent` samples per latent frame
   // (MiniMax-H3's from [B, C, L]; LTX-2's from [B, C, L, M] through its mel
   // spectrogram and vocoder, or to the mel spectrogram alone when the folder
-  // has no vocoder: sample_rate 0 then). Not served yet; the CLI decodes it.
+  // has no vocoder: sample_rate 0 then). Decoded dense, on one rank.
   bool is_audio = false;
   int64_t sample_rate = 0;
   int64_t samples_per_latent = 0;
+  // An audio latent [B, C, L, M]'s M (LTX-2's latent mel bins, as its
+  // decoder takes them); 0 for [B, C, L]. Peak calibration decodes
+  // [1, C, L(, M)] latents of a few lengths L.
+  int64_t latent_bins = 0;
   // Latent frames a decode holds at once, for its memory (tiling/
   // memory_model.h): 1 for images and frame-by-frame decoders (Wan's causal
   // cache), a temporal window, or 0 for the whole clip.
@@ -227,6 +231,13 @@ class Decoder {
 
   // Output shape for a latent shape (NCHW or NCTHW), from info()'s geometry.
   virtual std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const;
+  // The same for a decode with `conditioning` (an audio VAE asked for its mel
+  // spectrogram returns that instead of the waveform).
+  virtual std::vector<int64_t> OutputShapeFor(const std::vector<int64_t>& latent_shape,
+                                              const DecodeConditioning& conditioning) const {
+    (void)conditioning;
+    return OutputShape(latent_shape);
+  }
 };
 
 // Converts a float32-loaded decoder to DecodeDtype(decoder.info(), requested).

@@ -11,9 +11,11 @@ extern "C" {
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +40,8 @@ namespace {
   X(avutil, av_frame_make_writable)           \
   X(avutil, av_opt_set)                       \
   X(avutil, av_opt_set_int)                   \
+  X(avutil, av_channel_layout_default)        \
+  X(avutil, av_channel_layout_copy)           \
   X(avcodec, avcodec_find_encoder_by_name)    \
   X(avcodec, avcodec_find_decoder)            \
   X(avcodec, avcodec_alloc_context3)          \
@@ -212,6 +216,95 @@ absl::Status Unreadable(const char* what, int code) {
   return absl::InvalidArgumentError(absl::StrCat("the MP4's ", what, " failed: ", AvError(code)));
 }
 
+// The audio track: AAC-LC (FFmpeg's native encoder), stereo, at the
+// waveform's own rate, as diffusers' encode_video writes LTX-2's audio.
+struct AudioTrack {
+  Codec codec;
+  AVStream* stream = nullptr;
+};
+
+absl::Status CheckAudio(const Mp4Audio& audio) {
+  if (audio.samples == nullptr || audio.frames < 1) return absl::InvalidArgumentError("MP4 audio: no samples");
+  if (audio.channels != 1 && audio.channels != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MP4 audio: mono or stereo waveforms are muxed; this one has ", audio.channels, " channels"));
+  }
+  if (audio.sample_rate < 8000 || audio.sample_rate > 96000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MP4 audio: AAC takes 8000..96000 Hz; the waveform is at ", audio.sample_rate, " Hz"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AudioTrack> OpenAudioTrack(AVFormatContext* format, const Mp4Audio& audio) {
+  const AVCodec* aac = Ff().avcodec_find_encoder_by_name("aac");
+  if (aac == nullptr) return absl::UnavailableError("this FFmpeg has no AAC encoder");
+  AudioTrack track{Codec(Ff().avcodec_alloc_context3(aac)), nullptr};
+  if (!track.codec) return absl::ResourceExhaustedError("MP4: no memory for the audio encoder");
+  AVCodecContext* c = track.codec.get();
+  c->sample_fmt = AV_SAMPLE_FMT_FLTP;
+  c->sample_rate = audio.sample_rate;
+  Ff().av_channel_layout_default(&c->ch_layout, 2);  // mono is written on both channels
+  c->bit_rate = 192000;
+  c->time_base = AVRational{1, audio.sample_rate};
+  c->flags |= AV_CODEC_FLAG_BITEXACT;
+  if (format->oformat->flags & AVFMT_GLOBALHEADER) c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  int rc = Ff().avcodec_open2(c, aac, nullptr);
+  if (rc < 0) return Failed("audio encoder", rc);
+  track.stream = Ff().avformat_new_stream(format, nullptr);
+  if (track.stream == nullptr) return absl::ResourceExhaustedError("MP4: no memory for the audio stream");
+  track.stream->time_base = c->time_base;
+  if ((rc = Ff().avcodec_parameters_from_context(track.stream->codecpar, c)) < 0) return Failed("audio stream", rc);
+  return track;
+}
+
+// Every sample, in frames of the encoder's size (the last one shorter).
+// Quantised to 16 bits first, then to the encoder's float planes (x / 32768),
+// as the pipeline's s16 frame goes through FFmpeg's resampler.
+absl::Status WriteAudio(AVFormatContext* format, AudioTrack& track, const Mp4Audio& audio) {
+  AVCodecContext* c = track.codec.get();
+  Frame frame(Ff().av_frame_alloc());
+  Packet packet(Ff().av_packet_alloc());
+  if (!frame || !packet) return absl::ResourceExhaustedError("MP4: no memory for the audio frames");
+  const int64_t frame_size = c->frame_size > 0 ? c->frame_size : 1024;
+  frame->format = c->sample_fmt;
+  frame->sample_rate = c->sample_rate;
+  frame->nb_samples = static_cast<int>(frame_size);
+  int rc = Ff().av_channel_layout_copy(&frame->ch_layout, &c->ch_layout);
+  if (rc < 0) return Failed("audio frame", rc);
+  if ((rc = Ff().av_frame_get_buffer(frame.get(), 0)) < 0) return Failed("audio frame", rc);
+  const auto drain = [&]() -> absl::Status {
+    while (true) {
+      const int r = Ff().avcodec_receive_packet(c, packet.get());
+      if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return absl::OkStatus();
+      if (r < 0) return Failed("audio encoding", r);
+      Ff().av_packet_rescale_ts(packet.get(), c->time_base, track.stream->time_base);
+      packet->stream_index = track.stream->index;
+      const int w = Ff().av_interleaved_write_frame(format, packet.get());
+      if (w < 0) return Failed("writing audio", w);
+    }
+  };
+  for (int64_t start = 0; start < audio.frames; start += frame_size) {
+    const int64_t n = std::min(frame_size, audio.frames - start);
+    if ((rc = Ff().av_frame_make_writable(frame.get())) < 0) return Failed("audio frame", rc);
+    frame->nb_samples = static_cast<int>(n);
+    for (int ch = 0; ch < 2; ++ch) {
+      auto* plane = reinterpret_cast<float*>(frame->data[ch]);
+      const int from = std::min(ch, audio.channels - 1);
+      for (int64_t i = 0; i < n; ++i) {
+        const float sample = audio.samples[(start + i) * audio.channels + from];
+        const float x = std::isfinite(sample) ? std::clamp(sample, -1.0f, 1.0f) : 0.0f;
+        plane[i] = static_cast<float>(static_cast<int16_t>(x * 32767.0f)) / 32768.0f;
+      }
+    }
+    frame->pts = start;
+    if ((rc = Ff().avcodec_send_frame(c, frame.get())) < 0) return Failed("audio encoding", rc);
+    RETURN_IF_ERROR(drain());
+  }
+  if ((rc = Ff().avcodec_send_frame(c, nullptr)) < 0) return Failed("audio flushing", rc);
+  return drain();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const uint8_t* rgb,
@@ -225,6 +318,7 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   if (options.fps < 1 || options.fps > 240) {
     return absl::InvalidArgumentError(absl::StrCat("fps must be 1..240, got ", options.fps));
   }
+  if (options.audio) RETURN_IF_ERROR(CheckAudio(*options.audio));
   const AVCodec* h264 = Ff().avcodec_find_encoder_by_name("libx264");
   if (h264 == nullptr) return absl::UnavailableError("this FFmpeg has no libx264 H.264 encoder");
 
@@ -262,6 +356,11 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   stream->time_base = codec->time_base;
   stream->avg_frame_rate = codec->framerate;
   if ((rc = Ff().avcodec_parameters_from_context(stream->codecpar, codec.get())) < 0) return Failed("stream", rc);
+  std::optional<AudioTrack> audio;
+  if (options.audio) {
+    ASSIGN_OR_RETURN(AudioTrack track, OpenAudioTrack(format.get(), *options.audio));
+    audio = std::move(track);
+  }
   if ((rc = Ff().avformat_write_header(format.get(), nullptr)) < 0) return Failed("header", rc);
 
   // Bit-exact: swscale otherwise picks SIMD paths by the buffers' alignment,
@@ -310,6 +409,7 @@ absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const u
   }
   if ((rc = Ff().avcodec_send_frame(codec.get(), nullptr)) < 0) return Failed("flushing", rc);
   RETURN_IF_ERROR(drain());
+  if (audio) RETURN_IF_ERROR(WriteAudio(format.get(), *audio, *options.audio));
   if ((rc = Ff().av_write_trailer(format.get())) < 0) return Failed("trailer", rc);
   Ff().avio_flush(io.get());
   return std::move(file.data);
@@ -333,6 +433,16 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes, size_t max_byte
   const int index = Ff().av_find_best_stream(raw_format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
   if (index < 0) return absl::InvalidArgumentError("the MP4 has no video stream");
   AVStream* stream = raw_format->streams[index];
+  DecodedVideo video;
+  // The audio track, described from the container (not decoded).
+  if (const int a = Ff().av_find_best_stream(raw_format, AVMEDIA_TYPE_AUDIO, -1, -1, nullptr, 0); a >= 0) {
+    const AVStream* audio = raw_format->streams[a];
+    video.audio_channels = audio->codecpar->ch_layout.nb_channels;
+    video.audio_sample_rate = audio->codecpar->sample_rate;
+    if (audio->duration > 0 && audio->time_base.den > 0) {
+      video.audio_seconds = static_cast<double>(audio->duration) * audio->time_base.num / audio->time_base.den;
+    }
+  }
   const AVCodec* decoder = Ff().avcodec_find_decoder(stream->codecpar->codec_id);
   if (decoder == nullptr) return absl::UnavailableError("no decoder for the MP4's video codec");
   Codec codec(Ff().avcodec_alloc_context3(decoder));
@@ -341,7 +451,6 @@ absl::StatusOr<DecodedVideo> DecodeMp4(const std::string& bytes, size_t max_byte
   if (max_frame_pixels > 0) codec->max_pixels = max_frame_pixels;
   if ((rc = Ff().avcodec_open2(codec.get(), decoder, nullptr)) < 0) return Unreadable("decoder", rc);
 
-  DecodedVideo video;
   video.width = codec->width;
   video.height = codec->height;
   if (video.width < 1 || video.height < 1) {

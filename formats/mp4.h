@@ -9,6 +9,7 @@
 // back as Status; nothing here throws. Thread-safe.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,13 +20,29 @@ namespace vaedecode::formats {
 // Frame rate when a request names none.
 inline constexpr int kDefaultVideoFps = 16;
 
+// A waveform to mux beside the video: `frames` samples of `channels` (1 or
+// 2) interleaved, frame-major, floats in [-1, 1] at `sample_rate` (8 kHz to
+// 96 kHz). Not owned.
+struct Mp4Audio {
+  const float* samples = nullptr;
+  int64_t frames = 0;
+  int channels = 0;
+  int sample_rate = 0;
+};
+
 struct Mp4Options {
   int fps = kDefaultVideoFps;
   int crf = 18;  // x264's constant rate factor: 0 lossless .. 51 worst; 18 is visually lossless
+  // An audio track, written whole after the video as diffusers'
+  // encode_video writes LTX-2's: stereo AAC-LC (mono on both channels) at
+  // the waveform's rate, its samples clipped to [-1, 1] and quantised to 16
+  // bits first, as the pipeline's s16 frame is.
+  std::optional<Mp4Audio> audio;
 };
 
 // Encodes `frames` RGB images of width x height (even sizes: 4:2:0 chroma),
-// HWC row-major one after another, as an MP4 with one H.264 stream.
+// HWC row-major one after another, as an MP4 with one H.264 stream (and
+// options.audio's AAC stream).
 absl::StatusOr<std::string> EncodeMp4(int width, int height, int frames, const uint8_t* rgb, const Mp4Options& options);
 
 struct DecodedVideo {
@@ -33,6 +50,10 @@ struct DecodedVideo {
   int height = 0;
   double fps = 0;
   std::vector<std::vector<uint8_t>> frames;  // RGB HWC each
+  // Its audio track as the container describes it (0 when it has none).
+  int audio_channels = 0;
+  int audio_sample_rate = 0;
+  double audio_seconds = 0;
 };
 
 // Decodes every frame of an in-memory MP4's first video stream to RGB. A

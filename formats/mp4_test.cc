@@ -49,6 +49,43 @@ TEST(Mp4Test, EncodesFramesThatDecodeBack) {
   }
 }
 
+TEST(Mp4Test, AnAudioTrackIsMuxedWholeBesideTheVideo) {
+  const int width = 32, height = 16, frames = 8, fps = 8;
+  const std::vector<uint8_t> clip = Clip(width, height, frames);
+  // 1.25 s of a 440 Hz tone at 24 kHz: longer than the video's second, all written.
+  const int rate = 24000;
+  const int64_t samples = rate * 5 / 4;
+  for (const int channels : {1, 2}) {
+    std::vector<float> wave(static_cast<size_t>(samples * channels));
+    for (int64_t i = 0; i < samples; ++i) {
+      for (int c = 0; c < channels; ++c) wave[i * channels + c] = 0.5f * std::sin(6.2831853f * 440 * i / rate + c);
+    }
+    Mp4Options options;
+    options.fps = fps;
+    options.audio = Mp4Audio{wave.data(), samples, channels, rate};
+    absl::StatusOr<std::string> mp4 = EncodeMp4(width, height, frames, clip.data(), options);
+    ASSERT_TRUE(mp4.ok()) << mp4.status();
+    absl::StatusOr<DecodedVideo> video = DecodeMp4(*mp4);
+    ASSERT_TRUE(video.ok()) << video.status();
+    EXPECT_EQ(video->frames.size(), static_cast<size_t>(frames));
+    EXPECT_EQ(video->audio_channels, 2);  // stereo, mono on both channels
+    EXPECT_EQ(video->audio_sample_rate, rate);
+    // The whole waveform (AAC frames of 1024 samples round its end up).
+    EXPECT_NEAR(video->audio_seconds, 1.25, 1024.0 / rate) << channels;
+  }
+  // Without audio, none.
+  absl::StatusOr<std::string> silent = EncodeMp4(width, height, frames, clip.data(), Mp4Options{});
+  ASSERT_TRUE(silent.ok());
+  EXPECT_EQ(DecodeMp4(*silent)->audio_channels, 0);
+  // What AAC cannot hold is refused.
+  std::vector<float> one(16, 0.0f);
+  Mp4Options bad;
+  bad.audio = Mp4Audio{one.data(), 4, 4, rate};
+  EXPECT_EQ(EncodeMp4(width, height, frames, clip.data(), bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad.audio = Mp4Audio{one.data(), 16, 1, 200000};
+  EXPECT_EQ(EncodeMp4(width, height, frames, clip.data(), bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Mp4Test, SameFramesSameBytes) {
   const std::vector<uint8_t> clip = Clip(16, 16, 3);
   absl::StatusOr<std::string> a = EncodeMp4(16, 16, 3, clip.data(), Mp4Options{});

@@ -30,7 +30,7 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
   header_ = header;
   has_header_ = true;
   const int rank = header.shape_size();
-  if (rank != 4 && rank != 5) {
+  if (rank != 3 && rank != 4 && rank != 5) {
     return absl::InvalidArgumentError(absl::StrCat("header: shape of rank ", rank));
   }
   for (int64_t d : header.shape()) {
@@ -42,12 +42,17 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
   const auto& s = header.shape();
   const OutputFormatInfo* format = FindOutputFormat(header.output_format());
   if (format == nullptr) return absl::InvalidArgumentError("header: unknown output format");
-  video_file_ = format->chunking == Chunking::kFilePerVideo;
+  file_per_entry_ = format->chunking == Chunking::kFilePerEntry;
   encoded_ = format->encoded;
   channels_last_ = format->channels_last;
   elem_ = ElementSize(format->dtype);
   batch_ = s[0];
-  if (channels_last_) {  // [B, (T,) H, W, C]
+  if (rank == 3) {  // a waveform [B, C, S]: S rows (samples) of one column
+    channels_ = s[1];
+    frames_ = 1;
+    height_ = s[2];
+    width_ = 1;
+  } else if (channels_last_) {  // [B, (T,) H, W, C]
     frames_ = video ? s[1] : 1;
     height_ = s[video ? 2 : 1];
     width_ = s[video ? 3 : 2];
@@ -60,7 +65,7 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
   }
   const int64_t images = batch_ * frames_;
   if (encoded_) {
-    images_.assign(video_file_ ? batch_ : images, "");
+    images_.assign(file_per_entry_ ? batch_ : images, "");
     return absl::OkStatus();
   }
   const int64_t total = images * channels_ * height_ * width_ * elem_;
@@ -76,11 +81,11 @@ absl::Status OutputAssembler::AddChunk(const v1::Chunk& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk: batch ", c.batch_index(), " frame ", c.frame(), " outside the header's shape"));
   }
-  if (video_file_ && c.frame() != 0) {
+  if (file_per_entry_ && c.frame() != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("chunk: an MP4 piece of frame ", c.frame(), " (videos are frame 0)"));
+        absl::StrCat("chunk: a file piece of frame ", c.frame(), " (a batch entry's file is frame 0)"));
   }
-  const int64_t image = video_file_ ? c.batch_index() : c.batch_index() * frames_ + c.frame();
+  const int64_t image = file_per_entry_ ? c.batch_index() : c.batch_index() * frames_ + c.frame();
   if (encoded_) {
     if (c.data().empty()) return absl::InvalidArgumentError("chunk: an empty image piece");
     // Pieces of one image file are consecutive; an image never comes back later.

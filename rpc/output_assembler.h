@@ -10,7 +10,8 @@
 // channel, in the header shape's layout restricted to those rows:
 //   FLOAT32/FLOAT16, shape [B, C, H, W] or [B, C, T, H, W]: [C, rows, W]
 //   UINT8,           shape [B, H, W, C] or [B, T, H, W, C]: [rows, W, C]
-// For PNG and JPEG, a chunk is one file of one image / frame (for MP4, of one
+//   an audio waveform, shape [B, C, S]: [C, rows], its rows being samples
+// For PNG and JPEG, a chunk is one file of one image / frame (for MP4 and WAV, of one
 // batch entry's video, frame 0), or a piece of one
 // when the file is larger than the chunk limit (consecutive chunks of the
 // same image and frame, concatenated in order).
@@ -62,8 +63,8 @@ class OutputAssembler {
   // Geometry of tensor outputs.
   int64_t batch_ = 0, channels_ = 0, frames_ = 0, height_ = 0, width_ = 0, elem_ = 0;
   bool channels_last_ = false;
-  bool encoded_ = false;     // PNG, JPEG or MP4 files
-  bool video_file_ = false;  // MP4: one file per batch entry
+  bool encoded_ = false;         // PNG, JPEG or MP4 files
+  bool file_per_entry_ = false;  // MP4, WAV: one file per batch entry
   std::string tensor_;
   std::vector<int64_t> rows_seen_;  // per (b, t): rows received
   std::vector<std::string> images_;

@@ -19,7 +19,7 @@ std::vector<OutputFormatInfo> MakeTable() {
        false,
        false,
        {},
-       false,
+       {},
        Chunking::kRowBands,
        "application/octet-stream",
        {},
@@ -32,7 +32,7 @@ std::vector<OutputFormatInfo> MakeTable() {
        false,
        false,
        {},
-       false,
+       {},
        Chunking::kRowBands,
        "application/octet-stream",
        {},
@@ -45,7 +45,7 @@ std::vector<OutputFormatInfo> MakeTable() {
        false,
        true,
        {1, 3, 4},
-       false,
+       {OutputKind::kImage, OutputKind::kVideo},
        Chunking::kRowBands,
        "application/octet-stream",
        {},
@@ -58,7 +58,7 @@ std::vector<OutputFormatInfo> MakeTable() {
        true,
        true,
        {1, 3, 4},
-       false,
+       {OutputKind::kImage, OutputKind::kVideo},
        Chunking::kFilePerImage,
        "image/png",
        {".png"},
@@ -71,7 +71,7 @@ std::vector<OutputFormatInfo> MakeTable() {
        true,
        true,
        {1, 3},
-       false,
+       {OutputKind::kImage, OutputKind::kVideo},
        Chunking::kFilePerImage,
        "image/jpeg",
        {".jpg", ".jpeg"},
@@ -84,12 +84,38 @@ std::vector<OutputFormatInfo> MakeTable() {
        true,
        true,
        {3},
-       true,
-       Chunking::kFilePerVideo,
+       {OutputKind::kVideo},
+       Chunking::kFilePerEntry,
        "video/mp4",
        {".mp4"},
        "BYTES",
        "video models: one H.264 yuv420p MP4 per batch entry"},
+      {v1::OUTPUT_WAV,
+       "wav",
+       {},
+       v1::FLOAT32,
+       true,
+       false,
+       {},
+       {OutputKind::kWaveform},
+       Chunking::kFilePerEntry,
+       "audio/wav",
+       {".wav"},
+       "BYTES",
+       "audio VAEs: one 16-bit PCM WAV per batch entry, its channels interleaved"},
+      {v1::OUTPUT_WAV_FLOAT32,
+       "wav_float32",
+       {},
+       v1::FLOAT32,
+       true,
+       false,
+       {},
+       {OutputKind::kWaveform},
+       Chunking::kFilePerEntry,
+       "audio/wav",
+       {".wav"},
+       "BYTES",
+       "the same with 32-bit float samples"},
   };
 }
 
@@ -150,21 +176,55 @@ int64_t ElementSize(v1::DType dtype) {
   }
 }
 
-absl::Status CheckOutputFits(v1::OutputFormat format, int64_t channels, bool video, absl::string_view subject) {
+const char* OutputKindName(OutputKind kind) {
+  switch (kind) {
+    case OutputKind::kImage:
+      return "images";
+    case OutputKind::kVideo:
+      return "video";
+    case OutputKind::kWaveform:
+      return "audio waveforms";
+    case OutputKind::kSpectrogram:
+      return "mel spectrograms";
+  }
+  return "?";
+}
+
+OutputKind OutputKindOf(const v1::ModelInfo& model, const v1::DecodeRequest& request) {
+  if (model.is_audio()) {
+    return model.sample_rate() == 0 || request.audio_output() == v1::AUDIO_OUTPUT_MEL ? OutputKind::kSpectrogram
+                                                                                      : OutputKind::kWaveform;
+  }
+  return model.is_video() ? OutputKind::kVideo : OutputKind::kImage;
+}
+
+absl::Status CheckOutputFits(v1::OutputFormat format, int64_t channels, OutputKind kind, absl::string_view subject) {
   const OutputFormatInfo* f = FindOutputFormat(format);
   if (f == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("output_format: unknown value ", static_cast<int>(format)));
   }
+  if (!f->kinds.empty() && std::find(f->kinds.begin(), f->kinds.end(), kind) == f->kinds.end()) {
+    std::vector<std::string> fitting;  // the formats this output can be written in
+    for (const OutputFormatInfo& other : Table()) {
+      if (other.kinds.empty() || std::find(other.kinds.begin(), other.kinds.end(), kind) != other.kinds.end()) {
+        fitting.push_back(other.name);
+      }
+    }
+    std::vector<std::string> needs;
+    for (OutputKind k : f->kinds) needs.push_back(OutputKindName(k));
+    return absl::InvalidArgumentError(absl::StrCat("output_format: ", f->name, " holds ", absl::StrJoin(needs, " or "),
+                                                   "; ", subject, " decodes ", OutputKindName(kind), " (use ",
+                                                   absl::StrJoin(fitting, ", "), ")"));
+  }
   const bool channels_ok = f->channels.empty() || channels == 0 ||
                            std::find(f->channels.begin(), f->channels.end(), channels) != f->channels.end();
-  if (channels_ok && (!f->video_only || video)) return absl::OkStatus();
+  if (channels_ok) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "output_format: ", f->name, " needs ", f->video_only ? "a video model with " : "",
+      "output_format: ", f->name, " needs ",
       f->channels.size() == 1
           ? absl::StrCat(f->channels[0])
           : absl::StrCat(absl::StrJoin(f->channels.begin(), f->channels.end() - 1, ", "), " or ", f->channels.back()),
-      " output channels; ", subject, " ", f->video_only && !video ? "decodes images" : absl::StrCat("has ", channels),
-      f->video_only || f->format == v1::OUTPUT_JPEG ? " (use png)" : ""));
+      " output channels; ", subject, " has ", channels, f->format == v1::OUTPUT_JPEG ? " (use png)" : ""));
 }
 
 }  // namespace vaedecode::rpc

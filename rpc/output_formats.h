@@ -23,9 +23,17 @@ namespace vaedecode::rpc {
 
 // How a format's chunks carry the output (vaedecode.v1.Chunk).
 enum class Chunking {
-  kRowBands,      // row bands of each image and frame, as they become final
+  kRowBands,      // row bands of each image and frame (sample ranges of a waveform), as they become final
   kFilePerImage,  // one file per image and frame (possibly in pieces)
-  kFilePerVideo,  // one file per batch entry, every frame in it: sent once the clip is done
+  kFilePerEntry,  // one file per batch entry (an MP4's every frame, a WAV's every sample): sent once it is done
+};
+
+// What a decode makes, which decides the formats it can be written in.
+enum class OutputKind {
+  kImage,        // [B, C, H, W]
+  kVideo,        // [B, C, T, H, W]
+  kWaveform,     // [B, channels, samples] (an audio VAE)
+  kSpectrogram,  // [B, C, frames, mel_bins] (an audio VAE's mel stage)
 };
 
 struct OutputFormatInfo {
@@ -36,7 +44,7 @@ struct OutputFormatInfo {
   bool encoded;                      // files (PNG, JPEG, MP4), not a tensor
   bool channels_last;                // [B, (T,) H, W, C] rather than the sample's [B, C, (T,) H, W]
   std::vector<int64_t> channels;     // the output channels it can hold; empty: any
-  bool video_only;
+  std::vector<OutputKind> kinds;     // the outputs it can hold; empty: any
   Chunking chunking;
   std::string mime_type;                // of one file, or of the raw tensor
   std::vector<std::string> extensions;  // of the client's and CLI's --out files; empty: .safetensors / .npy
@@ -59,9 +67,16 @@ absl::StatusOr<v1::OutputFormat> FormatForExtension(absl::string_view path);
 // UINT8 1); 0 for an unknown value.
 int64_t ElementSize(v1::DType dtype);
 
-// INVALID_ARGUMENT when an output of `channels` (0 when unknown), video or
-// not, cannot be written in `format`: naming the format, what it needs and
-// what `subject` (e.g. `model "sd"`) has.
-absl::Status CheckOutputFits(v1::OutputFormat format, int64_t channels, bool video, absl::string_view subject);
+// INVALID_ARGUMENT when an output of `channels` (0 when unknown) and `kind`
+// cannot be written in `format`: naming the format, what it needs and what
+// `subject` (e.g. `model "sd"`) has.
+absl::Status CheckOutputFits(v1::OutputFormat format, int64_t channels, OutputKind kind, absl::string_view subject);
+
+// What a model's decode of `request` makes: a video model's clips, an audio
+// VAE's waveform or (asked, or without a vocoder) mel spectrogram, images.
+OutputKind OutputKindOf(const v1::ModelInfo& model, const v1::DecodeRequest& request);
+
+// "images", "video", "audio waveforms", "mel spectrograms": for messages.
+const char* OutputKindName(OutputKind kind);
 
 }  // namespace vaedecode::rpc

@@ -59,8 +59,31 @@ absl::Status ValidateDecodeOptions(const v1::DecodeRequest& request, const v1::M
 }
 
 absl::Status ValidateOutputFormat(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
-  return CheckOutputFits(request.output_format(), model.out_channels(), model.is_video(),
-                         absl::StrCat("model \"", model.name(), "\""));
+  if (!v1::AudioOutput_IsValid(request.audio_output())) {
+    return absl::InvalidArgumentError(absl::StrCat("audio_output: unknown value ", request.audio_output()));
+  }
+  if (request.audio_output() == v1::AUDIO_OUTPUT_MEL && !model.is_audio()) {
+    return absl::InvalidArgumentError(absl::StrCat("audio_output: MEL is an audio VAE's mel spectrogram; model \"",
+                                                   model.name(), "\" decodes ", model.is_video() ? "video" : "images"));
+  }
+  // An audio VAE's output has as many channels as its waveform or mel
+  // spectrogram; the formats that take it take any.
+  return CheckOutputFits(request.output_format(), model.is_audio() ? 0 : model.out_channels(),
+                         OutputKindOf(model, request), absl::StrCat("model \"", model.name(), "\""));
+}
+
+bool HasMuxedAudio(const v1::DecodeRequest& request) {
+  return request.has_audio_latent() || !request.audio_model().empty();
+}
+
+v1::DecodeRequest MuxedAudioRequest(const v1::DecodeRequest& request) {
+  v1::DecodeRequest audio;
+  audio.set_model(request.audio_model());
+  audio.set_request_id(request.request_id());
+  audio.set_latent_space(request.audio_latent_space());
+  audio.set_output_format(v1::OUTPUT_FLOAT32);
+  *audio.mutable_latent() = request.audio_latent();
+  return audio;
 }
 
 }  // namespace vaedecode::rpc

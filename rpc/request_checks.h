@@ -32,7 +32,16 @@ absl::Status ValidateDecodeNoise(const v1::DecodeRequest& request, const v1::Mod
 absl::Status ValidateDecodeOptions(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
 // An output format the model's output cannot be written as (the channels
-// and video rules of rpc/output_formats.h).
+// and kinds of rpc/output_formats.h), or audio_output MEL asked of a model
+// that is not an audio VAE.
 absl::Status ValidateOutputFormat(const v1::DecodeRequest& request, const v1::ModelInfo& model);
+
+// Whether a request carries an audio latent to mux into its MP4.
+bool HasMuxedAudio(const v1::DecodeRequest& request);
+
+// The decode of a request's muxed audio, as a request of its own: a copy of
+// the audio latent (small), audio_model, audio_latent_space, the waveform as
+// float32. What the server validates and the leader decodes.
+v1::DecodeRequest MuxedAudioRequest(const v1::DecodeRequest& request);
 
 }  // namespace vaedecode::rpc

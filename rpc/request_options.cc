@@ -57,7 +57,7 @@ std::vector<OptionInfo> MakeTable() {
   add({"mode", OptionKind::kChoice, kHttp | kOip | kClient, ModeChoices(), 0, 0, "",
        "how the group decodes: auto (chosen from free memory), dense, exact (row bands over the group) or tiled"});
   add({"output_format", OptionKind::kChoice, kOip | kClient, FormatChoices(), 0, 0, "",
-       "what comes back: float32, float16, uint8 tensors, or png / jpeg / mp4 files"});
+       "what comes back: float32, float16, uint8 tensors, or png / jpeg / mp4 / wav / wav_float32 files"});
   add({"jpeg_quality", OptionKind::kInteger, kHttp | kOip | kCli | kClient, {}, 1, 100, "75", "JPEG quality"});
   add({"png_compression",
        OptionKind::kInteger,

@@ -53,12 +53,39 @@ TEST(OutputFormatsTest, ExtensionsAndFits) {
   EXPECT_EQ(FormatForExtension("x.jpeg").value(), v1::OUTPUT_JPEG);
   EXPECT_EQ(FormatForExtension("x.npy").value(), v1::OUTPUT_FLOAT32);
   EXPECT_THAT(Message(FormatForExtension("x.gif").status()), HasSubstr(".safetensors, .npy, .png"));
-  EXPECT_TRUE(CheckOutputFits(v1::OUTPUT_PNG, 4, false, "m").ok());
-  EXPECT_THAT(Message(CheckOutputFits(v1::OUTPUT_JPEG, 4, false, "model \"m\"")),
+  EXPECT_EQ(FormatForExtension("x.wav").value(), v1::OUTPUT_WAV);
+  EXPECT_TRUE(CheckOutputFits(v1::OUTPUT_PNG, 4, OutputKind::kImage, "m").ok());
+  EXPECT_THAT(Message(CheckOutputFits(v1::OUTPUT_JPEG, 4, OutputKind::kImage, "model \"m\"")),
               HasSubstr("jpeg needs 1 or 3 output channels; model \"m\" has 4 (use png)"));
-  EXPECT_THAT(Message(CheckOutputFits(v1::OUTPUT_MP4, 3, false, "model \"m\"")),
-              HasSubstr("mp4 needs a video model with 3 output channels; model \"m\" decodes images"));
-  EXPECT_TRUE(CheckOutputFits(v1::OUTPUT_FLOAT32, 7, true, "m").ok());
+  EXPECT_THAT(Message(CheckOutputFits(v1::OUTPUT_MP4, 3, OutputKind::kImage, "model \"m\"")),
+              HasSubstr("mp4 holds video; model \"m\" decodes images (use float32, float16, uint8, png, jpeg)"));
+  EXPECT_TRUE(CheckOutputFits(v1::OUTPUT_FLOAT32, 7, OutputKind::kVideo, "m").ok());
+  // Audio: waveforms are tensors or WAV files; a mel spectrogram a tensor.
+  EXPECT_TRUE(CheckOutputFits(v1::OUTPUT_WAV, 0, OutputKind::kWaveform, "m").ok());
+  EXPECT_TRUE(CheckOutputFits(v1::OUTPUT_FLOAT16, 2, OutputKind::kSpectrogram, "m").ok());
+  EXPECT_THAT(Message(CheckOutputFits(v1::OUTPUT_PNG, 0, OutputKind::kWaveform, "model \"a\"")),
+              HasSubstr("png holds images or video; model \"a\" decodes audio waveforms (use float32, float16, wav, "
+                        "wav_float32)"));
+  EXPECT_THAT(Message(CheckOutputFits(v1::OUTPUT_WAV_FLOAT32, 0, OutputKind::kSpectrogram, "model \"a\"")),
+              HasSubstr("wav_float32 holds audio waveforms; model \"a\" decodes mel spectrograms (use float32, "
+                        "float16)"));
+  EXPECT_THAT(Message(CheckOutputFits(v1::OUTPUT_WAV, 3, OutputKind::kImage, "model \"m\"")),
+              HasSubstr("wav holds audio waveforms; model \"m\" decodes images"));
+}
+
+TEST(OutputFormatsTest, TheKindOfAModelsOutput) {
+  v1::ModelInfo model;
+  v1::DecodeRequest request;
+  EXPECT_EQ(OutputKindOf(model, request), OutputKind::kImage);
+  model.set_is_video(true);
+  EXPECT_EQ(OutputKindOf(model, request), OutputKind::kVideo);
+  model.set_is_video(false);
+  model.set_is_audio(true);
+  EXPECT_EQ(OutputKindOf(model, request), OutputKind::kSpectrogram);  // no vocoder: no sample rate
+  model.set_sample_rate(24000);
+  EXPECT_EQ(OutputKindOf(model, request), OutputKind::kWaveform);
+  request.set_audio_output(v1::AUDIO_OUTPUT_MEL);
+  EXPECT_EQ(OutputKindOf(model, request), OutputKind::kSpectrogram);
 }
 
 TEST(RequestOptionsTest, EveryRowIsAFieldOfItsKind) {

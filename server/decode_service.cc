@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "rpc/log_field.h"
+#include "rpc/request_checks.h"
 #include "rpc/status.h"
 #include "rpc/status_macros.h"
 #include "server/mode_selection.h"
@@ -458,6 +459,14 @@ DecodeService::Admission DecodeService::Admit(v1::DecodeRequest request, absl::T
     if (found.ok()) {
       model = *std::move(found);
       status = ValidateDecodeRequest(request, model);
+      if (status.ok() && rpc::HasMuxedAudio(request)) {
+        const absl::StatusOr<v1::ModelInfo> audio_model = catalog_.Lookup(request.audio_model());
+        status = ValidateMuxedAudio(request, audio_model);
+        if (status.ok()) {  // its values too (a NaN would make noise)
+          status = CheckAdmission(rpc::MuxedAudioRequest(request), *audio_model, options_.admission);
+          if (!status.ok()) status = absl::Status(status.code(), absl::StrCat("audio_", status.message()));
+        }
+      }
       if (status.ok()) status = CheckAdmission(request, model, options_.admission);
       if (status.ok()) {
         GroupResources every_group;

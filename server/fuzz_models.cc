@@ -69,6 +69,21 @@ std::vector<v1::ModelInfo> MakeModels() {
   rgba.set_name("rgba");
   rgba.set_out_channels(4);
   models.push_back(rgba);
+
+  v1::ModelInfo audio;  // LTX-2's audio VAE with its vocoder: [B, C, L, M] or packed raw [B, L, C·M]
+  audio.set_name("audio");
+  audio.set_family("ltx2_audio");
+  audio.set_is_audio(true);
+  audio.set_latent_channels(8);
+  audio.set_raw_latent_channels(8);
+  audio.set_latent_bins(16);
+  audio.set_out_channels(2);
+  audio.set_sample_rate(24000);
+  audio.set_samples_per_latent(960);
+  audio.set_scaling_factor(1.0);
+  audio.set_dtype("float32");
+  audio.set_streams_note("an audio VAE");
+  models.push_back(audio);
   return models;
 }
 

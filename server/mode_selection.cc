@@ -33,16 +33,22 @@ std::string SupportedList(const v1::ModelInfo& model) {
 PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInfo& model, int degree) {
   const auto& shape = request.latent().shape();
   PeakEstimates e;
+  const tiling::PeakCosts costs{model.fixed_peak_bytes(), model.peak_bytes_per_latent(), model.attention_fixed_bytes(),
+                                model.attention_bytes_per_latent(), model.attention_bytes_per_latent_pair()};
+  if (model.is_audio()) {
+    // Calibrated on [1, C, L(, M)] latents as L rows of one column (tiling/
+    // calibration.h); decoded dense.
+    const tiling::MemoryModel memory{costs, 1, 1};
+    e.dense = tiling::DensePeakBytes(memory, {shape.empty() ? 1 : shape[0], 1, AudioLatentFrames(request, model), 1});
+    e.exact_rank = e.floor_tile = e.dense;
+    return e;
+  }
   if (shape.size() < 4) return e;
   // The decoder sees VAE-space latents: a packed raw latent unpacks first.
   const int64_t patch = request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1 ? model.raw_patch() : 1;
   const tiling::LatentExtent latent{shape[0], shape.size() == 5 ? shape[2] : 1, patch * shape[shape.size() - 2],
                                     patch * shape[shape.size() - 1]};
-  const tiling::MemoryModel memory{
-      {model.fixed_peak_bytes(), model.peak_bytes_per_latent(), model.attention_fixed_bytes(),
-       model.attention_bytes_per_latent(), model.attention_bytes_per_latent_pair()},
-      model.temporal_factor(),
-      model.peak_latent_frames()};
+  const tiling::MemoryModel memory{costs, model.temporal_factor(), model.peak_latent_frames()};
   // The leader also holds the gathered (or blended) float32 output.
   const int64_t output = PredictOutputSize(request, model).pixels() * model.out_channels() * 4;
   e.dense = tiling::DensePeakBytes(memory, latent);

@@ -285,18 +285,30 @@ absl::Status FillModelInferResponse(CollectedOutput output, inference::ModelInfe
   (*response->mutable_parameters())["queue_ms"].set_double_param(output.trailer.timings().queue_ms());
   if (h.has_noise_seed()) (*response->mutable_parameters())["noise_seed"].set_uint64_param(h.noise_seed());
   if (h.has_sample_seed()) (*response->mutable_parameters())["sample_seed"].set_uint64_param(h.sample_seed());
+  if (h.sample_rate() > 0) (*response->mutable_parameters())["sample_rate"].set_int64_param(h.sample_rate());
   return absl::OkStatus();
 }
 
 namespace {
 
-// [B, C, (T,) H, W] with -1 for what any request may choose.
+// [B, C, (T,) H, W] with -1 for what any request may choose; an audio
+// VAE's [B, C, L] or [B, C, L, M].
 std::vector<int64_t> LatentDims(const v1::ModelInfo& model) {
+  if (model.is_audio()) {
+    return model.latent_bins() > 0 ? std::vector<int64_t>{-1, model.latent_channels(), -1, -1}
+                                   : std::vector<int64_t>{-1, model.latent_channels(), -1};
+  }
   return model.is_video() ? std::vector<int64_t>{-1, model.latent_channels(), -1, -1, -1}
                           : std::vector<int64_t>{-1, model.latent_channels(), -1, -1};
 }
 
+// An audio VAE's default output: the waveform [B, channels, samples], or
+// without a vocoder the mel spectrogram [B, C, frames, mel_bins].
 std::vector<int64_t> SampleDims(const v1::ModelInfo& model) {
+  if (model.is_audio()) {
+    return model.sample_rate() > 0 ? std::vector<int64_t>{-1, model.out_channels(), -1}
+                                   : std::vector<int64_t>{-1, model.out_channels(), -1, -1};
+  }
   std::vector<int64_t> dims = LatentDims(model);
   dims[1] = model.out_channels();
   return dims;
@@ -331,7 +343,8 @@ inference::ModelConfig DescribeConfig(const v1::ModelInfo& model) {
   auto* in = c.add_input();
   in->set_name(kInput);
   in->set_data_type(inference::TYPE_FP32);
-  in->set_format(model.is_video() ? inference::ModelInput::FORMAT_NONE : inference::ModelInput::FORMAT_NCHW);
+  in->set_format(model.is_video() || model.is_audio() ? inference::ModelInput::FORMAT_NONE
+                                                      : inference::ModelInput::FORMAT_NCHW);
   for (int64_t d : LatentDims(model)) in->add_dims(d);
   auto* out = c.add_output();
   out->set_name(kOutput);
@@ -341,10 +354,12 @@ inference::ModelConfig DescribeConfig(const v1::ModelInfo& model) {
   p["latent_datatypes"].set_string_value("FP32,FP16,BF16");
   p["sample_datatypes"].set_string_value(
       "FP32 (output_format float32, the default), FP16 (float16), UINT8 (uint8, channels last), "
-      "BYTES (png, jpeg: one file per image or frame; mp4: one video per batch entry)");
+      "BYTES (png, jpeg: one file per image or frame; mp4: one video per batch entry; wav, wav_float32: one WAV "
+      "per batch entry)");
   p["diffusers_class"].set_string_value(model.diffusers_class());
   p["dtype"].set_string_value(model.dtype());
   p["raw_to_vae"].set_string_value(model.raw_to_vae_formula());
+  if (model.sample_rate() > 0) p["sample_rate"].set_string_value(absl::StrCat(model.sample_rate()));
   return c;
 }
 

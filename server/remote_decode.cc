@@ -137,7 +137,7 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   // whose VAE-space form is the same 2x2 scatter.
   ASSIGN_OR_RETURN(const std::string* height, SingleQueryParam(params, "height"));
   ASSIGN_OR_RETURN(const std::string* width, SingleQueryParam(params, "width"));
-  if (shape.size() == 3) {
+  if (shape.size() == 3 && !model.is_audio()) {  // an audio VAE's [B, C, L] or packed [B, L, C·M] is its own
     if (height == nullptr || width == nullptr) {
       return BadQueryParam("height/width", "a packed latent [B, tokens, channels] needs the image's height and width");
     }
@@ -165,10 +165,35 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   ASSIGN_OR_RETURN(const std::string* output_type, SingleQueryParam(params, "output_type"));
   ASSIGN_OR_RETURN(const std::string* image_format, SingleQueryParam(params, "image_format"));
   ASSIGN_OR_RETURN(const std::string* partial, SingleQueryParam(params, "partial_postprocess"));
-  const std::string type = output_type == nullptr ? "pil" : *output_type;
+  const std::string type = output_type == nullptr ? (model.is_audio() ? "wav" : "pil") : *output_type;
   bool partial_postprocess = false;
   if (partial != nullptr) {
     ASSIGN_OR_RETURN(partial_postprocess, ParseBoolQueryParam("partial_postprocess", *partial));
+  }
+  ASSIGN_OR_RETURN(const std::string* wav_encoding, SingleQueryParam(params, "wav_encoding"));
+  if (wav_encoding != nullptr && type != "wav") return BadQueryParam("wav_encoding", "applies to output_type=wav");
+  if (model.is_audio()) {
+    if (partial_postprocess) {
+      return BadQueryParam("partial_postprocess",
+                           absl::StrCat("model \"", model.name(), "\" is an audio VAE: no pixels"));
+    }
+    if (type == "wav") {
+      if (shape[0] != 1) {
+        return BadQueryParam("output_type", absl::StrCat("wav returns one file; this latent has a batch of ", shape[0],
+                                                         " (send them one by one, or use output_type=pt)"));
+      }
+      const std::string encoding = wav_encoding == nullptr ? "pcm16" : *wav_encoding;
+      if (encoding != "pcm16" && encoding != "float32") {
+        return BadQueryParam("wav_encoding", absl::StrCat("\"", encoding, "\"; use pcm16 or float32"));
+      }
+      r.set_output_format(encoding == "pcm16" ? v1::OUTPUT_WAV : v1::OUTPUT_WAV_FLOAT32);
+      call.reply = RemoteReply::kAudioFile;
+      return call;
+    }
+    if (type != "pt") {
+      return BadQueryParam("output_type",
+                           absl::StrCat("\"", type, "\": model \"", model.name(), "\" is an audio VAE; use wav or pt"));
+    }
   }
   ASSIGN_OR_RETURN(const std::string* output_dtype, SingleQueryParam(params, "output_dtype"));
   if (output_dtype != nullptr && (type != "pt" || partial_postprocess)) {
@@ -244,9 +269,10 @@ HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
       reply.body = std::move(output.images[0]);
       break;
     case RemoteReply::kVideoFile:
+    case RemoteReply::kAudioFile:
       if (output.images.size() != 1) {
         return ErrorReply(
-            absl::InternalError(absl::StrCat("expected one video, the decode made ", output.images.size())));
+            absl::InternalError(absl::StrCat("expected one file, the decode made ", output.images.size())));
       }
       reply.content_type = format->mime_type;
       reply.body = std::move(output.images[0]);
@@ -285,6 +311,7 @@ HttpReply BuildRemoteDecodeReply(RemoteReply kind, CollectedOutput output) {
   AddCallHeaders(output.request_id, v1::Mode_Name(h.mode()), output.trailer.timings().decode_ms(),
                  output.trailer.timings().queue_ms(), reply);
   if (h.has_noise_seed()) reply.headers.emplace_back("X-Vaedecode-Noise-Seed", absl::StrCat(h.noise_seed()));
+  if (h.sample_rate() > 0) reply.headers.emplace_back("X-Vaedecode-Sample-Rate", absl::StrCat(h.sample_rate()));
   return reply;
 }
 

@@ -13,7 +13,8 @@
 // FLUX.2's [B, (H/16)·(W/16), 128] flattened raw latent. Extensions:
 // latent_space (vae, raw), mode (auto, dense, exact, tiled), jpeg_quality,
 // png_compression (0..9), fps (MP4), decode_timestep / decode_noise_scale / noise_seed (LTX),
-// output_dtype (pt: float32, float16).
+// output_dtype (pt: float32, float16); audio VAEs: audio_output (waveform,
+// mel), output_type wav with wav_encoding (pcm16, float32).
 //
 // Replies (what postprocess_decode reads):
 //   pil, image model     one JPEG/PNG file (batch 1)
@@ -21,6 +22,10 @@
 //   pt                   float32 (or output_dtype) [B, C, H, W] / [B, C, T, H, W] in [-1, 1]
 //   pt + partial_postprocess  uint8 [B, H, W, C] (video: [B·T, H, W, C])
 //   mp4, video model     one H.264 MP4 file (batch 1; fps settable)
+//   pt, audio VAE        float32 (or output_dtype) waveform [B, channels, samples]
+//                        (mel spectrogram [B, C, frames, bins] with audio_output=mel)
+//   wav, audio VAE       one WAV file (batch 1), the default for audio VAEs
+// A waveform's replies carry its rate in X-Vaedecode-Sample-Rate.
 // tensors with `shape` (a JSON list) and `dtype` headers; errors as
 // {"error": "..."} with an HTTP status from the absl code.
 //
@@ -48,6 +53,7 @@ enum class RemoteReply {
   kTensor,       // pt: the decoder output
   kPixels,       // pt + partial_postprocess: uint8 channels-last
   kVideoFile,    // mp4 on a video model: the MP4 file
+  kAudioFile,    // wav on an audio VAE: the WAV file
 };
 
 struct RemoteDecodeCall {

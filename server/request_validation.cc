@@ -26,11 +26,70 @@ std::string ShapeString(const google::protobuf::RepeatedField<int64_t>& shape) {
 
 }  // namespace
 
+int64_t AudioLatentFrames(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
+  const auto& shape = request.latent().shape();
+  if (shape.size() == 4) return shape[2];  // [B, C, L, M]
+  if (shape.size() != 3) return 0;
+  return model.latent_bins() > 0 ? shape[1] : shape[2];  // packed [B, L, C·M], or [B, C, L]
+}
+
+namespace {
+
+// An audio VAE's latent: [B, C, L]; or [B, C, L, M] and, raw, the pipeline's
+// packed [B, L, C·M] (the decoder checks the bins against its statistics
+// and vocoder).
+absl::Status ValidateAudioLatent(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
+  const v1::Tensor& latent = request.latent();
+  const bool raw = request.latent_space() == v1::LATENT_SPACE_RAW;
+  const int64_t c = model.latent_channels();
+  if (model.latent_bins() == 0) {
+    if (latent.shape_size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat("latent.shape: model \"", model.name(),
+                                                     "\" (an audio VAE) takes [B, C, L] latents, got ",
+                                                     ShapeString(latent.shape())));
+    }
+    if (c > 0 && latent.shape(1) != c) {
+      return absl::InvalidArgumentError(absl::StrCat("latent.shape: model \"", model.name(), "\" takes ", c,
+                                                     " latent channels, got ", latent.shape(1), " in ",
+                                                     ShapeString(latent.shape())));
+    }
+    return absl::OkStatus();
+  }
+  if (latent.shape_size() == 4) {
+    if (c > 0 && latent.shape(1) != c) {
+      return absl::InvalidArgumentError(absl::StrCat("latent.shape: model \"", model.name(), "\" takes ", c,
+                                                     " latent channels, got ", latent.shape(1), " in ",
+                                                     ShapeString(latent.shape())));
+    }
+    return absl::OkStatus();
+  }
+  if (latent.shape_size() == 3 && raw) {
+    if (c > 0 && latent.shape(2) % c != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("latent.shape: a packed raw latent [B, L, C*M] for model \"",
+                                                     model.name(), "\" has C*M a multiple of its ", c,
+                                                     " latent channels; got ", ShapeString(latent.shape())));
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "latent.shape: model \"", model.name(), "\" (an audio VAE) takes [B, C, L, M] latents",
+      raw ? " or the pipeline's packed [B, L, C*M]" : " (the pipeline's packed [B, L, C*M] with latent_space RAW)",
+      ", got ", ShapeString(latent.shape())));
+}
+
+}  // namespace
+
 absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
   RETURN_IF_ERROR(rpc::ValidateDecodeOptions(request, model));
   if (!request.has_latent()) return absl::InvalidArgumentError("latent: missing");
   const v1::Tensor& latent = request.latent();
   RETURN_IF_ERROR(rpc::CheckLatentDtype(latent));
+  if (model.is_audio()) {
+    ASSIGN_OR_RETURN(const int64_t numel, rpc::CountLatentElements(latent));
+    RETURN_IF_ERROR(ValidateAudioLatent(request, model));
+    RETURN_IF_ERROR(rpc::CheckLatentBytes(latent, numel));
+    return rpc::ValidateOutputFormat(request, model);
+  }
   const int want_rank = model.is_video() ? 5 : 4;
   if (latent.shape_size() != want_rank) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -51,9 +110,47 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
   return rpc::ValidateOutputFormat(request, model);
 }
 
+absl::Status ValidateMuxedAudio(const v1::DecodeRequest& request, const absl::StatusOr<v1::ModelInfo>& audio_model) {
+  if (request.output_format() != v1::OUTPUT_MP4) {
+    return absl::InvalidArgumentError(
+        "audio_latent: an audio track is muxed into an MP4 (output_format MP4); decode it on its own otherwise");
+  }
+  if (request.audio_model().empty()) return absl::InvalidArgumentError("audio_model: empty; name the audio VAE");
+  if (!request.has_audio_latent()) return absl::InvalidArgumentError("audio_latent: missing");
+  if (!audio_model.ok()) {
+    return absl::Status(audio_model.status().code(), absl::StrCat("audio_model: ", audio_model.status().message()));
+  }
+  if (!audio_model->is_audio() || audio_model->sample_rate() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("audio_model: \"", audio_model->name(), "\" is not ",
+                     audio_model->is_audio() ? "an audio VAE with a vocoder (no waveform)" : "an audio VAE"));
+  }
+  const v1::DecodeRequest audio = rpc::MuxedAudioRequest(request);
+  if (absl::Status s = ValidateDecodeRequest(audio, *audio_model); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("audio_", s.message()));  // "audio_latent.shape: ..."
+  }
+  const int64_t audio_batch = request.audio_latent().shape(0), video_batch = request.latent().shape(0);
+  const bool stereo_pairs = audio_model->out_channels() == 1 && audio_batch == 2 * video_batch;
+  if (audio_batch != video_batch && !stereo_pairs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audio_latent.shape: a batch of ", audio_batch, " beside the video latent's ", video_batch,
+        audio_model->out_channels() == 1 ? absl::StrCat(" (a mono model's stereo: ", 2 * video_batch, ")") : ""));
+  }
+  return absl::OkStatus();
+}
+
 OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
   OutputSize out;
   const auto& shape = request.latent().shape();
+  if (model.is_audio()) {
+    // A waveform's samples as the rows of one column (a mel spectrogram has
+    // fewer values than the waveform it is vocoded to: a bound).
+    if (shape.size() < 3) return out;
+    out.batch = shape[0];
+    out.height = AudioLatentFrames(request, model) * std::max<int64_t>(1, model.samples_per_latent());
+    out.width = 1;
+    return out;
+  }
   if (shape.size() < 4) return out;
   const int64_t patch = request.latent_space() == v1::LATENT_SPACE_RAW && model.raw_patch() > 1 ? model.raw_patch() : 1;
   const int64_t f = std::max<int64_t>(1, model.spatial_factor());

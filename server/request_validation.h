@@ -27,6 +27,14 @@ namespace vaedecode::server {
 // written as (rpc::ValidateOutputFormat).
 absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
+// A request's muxed audio (rpc::HasMuxedAudio) against its audio model (the
+// catalog's entry for request.audio_model()): an MP4 output, an audio VAE with
+// a vocoder, its latent valid for it (ValidateDecodeRequest's checks) and of
+// the video latent's batch B, or for a mono model 2B (MiniMax-H3's stereo:
+// entries 2b and 2b + 1 are entry b's left and right channels, as its
+// pipeline passes the two channels as a batch).
+absl::Status ValidateMuxedAudio(const v1::DecodeRequest& request, const absl::StatusOr<v1::ModelInfo>& audio_model);
+
 // The decoded output's size for a latent that passed ValidateDecodeRequest:
 // a packed raw latent unpacks by the model's raw patch first; video frames
 // follow the model's output frame table (rpc/output_frames.h), the
@@ -38,7 +46,12 @@ struct OutputSize {
   int64_t width = 0;
   int64_t pixels() const { return batch * frames * height * width; }
 };
+// An audio VAE's: the waveform's samples as `height` (width 1, one frame).
 OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelInfo& model);
+
+// An audio VAE's latent frames L in a request's latent ([B, C, L],
+// [B, C, L, M] or the packed raw [B, L, C·M]); 0 for another rank.
+int64_t AudioLatentFrames(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
 // The bytes of a tensor output (FLOAT32, FLOAT16, UINT8) for a request that
 // passed ValidateDecodeRequest: output pixels × the model's output channels

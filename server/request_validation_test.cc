@@ -98,7 +98,7 @@ TEST(RequestValidationTest, NamesTheProblem) {
   EXPECT_THAT(std::string(ValidateDecodeRequest(jpeg, rgba).message()), HasSubstr("jpeg needs 1 or 3"));
   v1::DecodeRequest mp4 = Request({1, 16, 5, 7});
   mp4.set_output_format(v1::OUTPUT_MP4);
-  EXPECT_THAT(std::string(ValidateDecodeRequest(mp4, Model(false)).message()), HasSubstr("mp4 needs a video model"));
+  EXPECT_THAT(std::string(ValidateDecodeRequest(mp4, Model(false)).message()), HasSubstr("mp4 holds video"));
   v1::DecodeRequest clip = Request({1, 16, 3, 5, 7});
   clip.set_output_format(v1::OUTPUT_MP4);
   EXPECT_TRUE(ValidateDecodeRequest(clip, Model(true)).ok());

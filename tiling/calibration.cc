@@ -130,6 +130,16 @@ std::string ProfileKey(const families::Decoder& decoder, const std::string& back
                          TORCH_VERSION);
 }
 
+namespace {
+
+// An audio VAE is calibrated on latents [1, C, L(, M)] whose length L stands
+// for a side: its "area" is L (the memory model's rows, one column).
+int64_t AudioLength(const families::ModelInfo& info, int64_t side) {
+  return side * std::max<int64_t>(1, info.min_latent_frames);
+}
+
+}  // namespace
+
 absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProbe& probe,
                                       const std::vector<int64_t>& sides, const std::string& backend) {
   if (sides.size() < 2 ||
@@ -147,6 +157,10 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
   for (int64_t side : sides) {
     std::vector<int64_t> shape = {1, info.latent_channels, side, side};
     if (info.is_video) shape.insert(shape.begin() + 2, frames);
+    if (info.is_audio) {
+      shape = {1, info.latent_channels, AudioLength(info, side)};
+      if (info.latent_bins > 0) shape.push_back(info.latent_bins);
+    }
     double peak = 0, attention_live = 0, attention_transient = 0;
     try {
       const at::Tensor z = at::zeros(shape, at::TensorOptions().dtype(decoder.dtype()).device(decoder.device()));
@@ -170,7 +184,7 @@ absl::StatusOr<PeakProfile> Calibrate(families::Decoder& decoder, const PeakProb
   }
   std::vector<double> areas, transient_per_latent;
   for (size_t i = 0; i < sides.size(); ++i) {
-    areas.push_back(static_cast<double>(sides[i] * sides[i]));
+    areas.push_back(static_cast<double>(info.is_audio ? AudioLength(info, sides[i]) : sides[i] * sides[i]));
     transient_per_latent.push_back(profile.attention_transient[i] / areas.back());
   }
   std::tie(profile.fixed_bytes, profile.bytes_per_latent) = LinearBound(areas, profile.peaks);

@@ -224,6 +224,16 @@ absl::StatusOr<GroupRuntime::EncodeRoom> GroupRuntime::EncodeRoomFor(int64_t mod
   return room;
 }
 
+absl::StatusOr<at::Tensor> GroupRuntime::DecodeOnLeader(int64_t model_index, const DecodeJob& job,
+                                                        const std::atomic<bool>* cancelled) {
+  absl::MutexLock job_lock(&job_mu_);
+  if (model_index < 0 || model_index >= static_cast<int64_t>(models_.size())) {
+    return absl::InternalError("DecodeOnLeader: no such model");
+  }
+  families::CancellableDenseOps ops(cancelled);
+  return RunDecode(*models_[model_index].decoder, job, ops);
+}
+
 absl::StatusOr<EncodeOutcome> GroupRuntime::RunEncode(const GroupJob& job, const std::atomic<bool>* cancelled) {
   // Loaded before the job starts: a model that cannot encode leaves the group untouched.
   ASSIGN_OR_RETURN(families::Encoder * encoder, Encoder(job.model_index));

@@ -95,6 +95,12 @@ class GroupRuntime {
   };
   absl::StatusOr<EncodeRoom> EncodeRoomFor(int64_t model_index) ABSL_LOCKS_EXCLUDED(job_mu_);
 
+  // Leader only: a dense decode of model `model_index` on the leader alone,
+  // between the group's jobs (an audio track muxed beside a video: small, no
+  // collectives, the peers untouched). Its failure is the request's.
+  absl::StatusOr<at::Tensor> DecodeOnLeader(int64_t model_index, const DecodeJob& job,
+                                            const std::atomic<bool>* cancelled = nullptr) ABSL_LOCKS_EXCLUDED(job_mu_);
+
   // Leader only. As Run, for an encode job (kind kEncode; its plan made by
   // PlanEncode from an image prepared for Encoder(model_index)).
   absl::StatusOr<EncodeOutcome> RunEncode(const GroupJob& job, const std::atomic<bool>* cancelled = nullptr)

@@ -99,16 +99,21 @@ class LeaderResponse::Writer {
 
 LeaderResponse::LeaderResponse(ResponseSink& sink, const v1::DecodeRequest& request, int64_t max_chunk_bytes,
                                std::vector<int64_t> out_shape, std::string dtype_note,
-                               const families::PixelConvention& pixels)
+                               const families::PixelConvention& pixels, int64_t sample_rate)
     : sink_(sink),
       request_(request),
-      encoding_(EncodingOf(request, pixels)),
+      encoding_(EncodingOf(request, pixels, sample_rate)),
       max_chunk_bytes_(max_chunk_bytes),
       out_shape_(std::move(out_shape)),
       dtype_note_(std::move(dtype_note)),
       writer_(std::make_unique<Writer>()) {}
 
 LeaderResponse::~LeaderResponse() { writer_->Drain(); }
+
+void LeaderResponse::MuxAudio(at::Tensor waveform, int64_t sample_rate) {
+  encoding_.audio = std::move(waveform);
+  encoding_.audio_sample_rate = sample_rate;
+}
 
 bool LeaderResponse::over() const {
   absl::MutexLock lock(&mu_);
@@ -126,7 +131,7 @@ bool LeaderResponse::StreamsFrames(const DecodePlan& plan) const {
   // Chunks go batch entry by batch entry: a second entry's frames would wait
   // for the first's, so only one entry streams early. An MP4 needs every frame.
   const rpc::OutputFormatInfo* f = rpc::FindOutputFormat(request_.output_format());
-  return plan.mode != DecodeMode::kTiled && f != nullptr && f->chunking != rpc::Chunking::kFilePerVideo &&
+  return plan.mode != DecodeMode::kTiled && f != nullptr && f->chunking != rpc::Chunking::kFilePerEntry &&
          out_shape_.size() == 5 && out_shape_[0] == 1 && out_shape_[2] > 1;
 }
 
@@ -156,6 +161,7 @@ bool LeaderResponse::QueueHeader(DecodeMode mode, const std::string& reason, con
   header->set_mode_reason(dtype_note_.empty() ? reason : absl::StrCat(reason, "; ", dtype_note_));
   header->set_tile_plan(tile_plan);
   if (plan.noise_seed) header->set_noise_seed(*plan.noise_seed);
+  if (out_shape_.size() == 3) header->set_sample_rate(encoding_.sample_rate);  // a waveform
   header_queued_ = true;
   if (absl::Status s = DescribeOutput(out_shape_, request_.output_format(), header); !s.ok()) {
     absl::MutexLock lock(&mu_);

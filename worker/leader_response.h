@@ -51,10 +51,17 @@ class LeaderResponse {
 
   // `out_shape`: the sample's shape (NCHW / NCTHW); `dtype_note`: why the
   // model decodes in another dtype than asked ("" when it does not);
-  // `pixels`: the model's pixel convention (ModelInfo::pixels).
+  // `pixels`: the model's pixel convention (ModelInfo::pixels);
+  // `sample_rate`: an audio VAE's (ModelInfo::sample_rate), for a waveform's
+  // header and WAV files.
   LeaderResponse(ResponseSink& sink, const v1::DecodeRequest& request, int64_t max_chunk_bytes,
-                 std::vector<int64_t> out_shape, std::string dtype_note, const families::PixelConvention& pixels = {});
+                 std::vector<int64_t> out_shape, std::string dtype_note, const families::PixelConvention& pixels = {},
+                 int64_t sample_rate = 0);
   // Waits for the writer (Finish normally has).
+  // An audio track (a waveform [B, channels, samples] on the CPU at
+  // `sample_rate`) muxed into each batch entry's MP4; before any output.
+  void MuxAudio(at::Tensor waveform, int64_t sample_rate);
+
   ~LeaderResponse();
 
   // Whether `plan` streams row bands (RowsDuringDecode) or frames
@@ -94,7 +101,7 @@ class LeaderResponse {
 
   ResponseSink& sink_;
   const v1::DecodeRequest& request_;
-  const OutputEncoding encoding_;
+  OutputEncoding encoding_;  // MuxAudio adds the audio before any output
   const int64_t max_chunk_bytes_;
   const std::vector<int64_t> out_shape_;
   const std::string dtype_note_;

@@ -11,6 +11,7 @@
 #include "device/compute_device.h"
 #include "families/status_error.h"
 #include "rpc/leader_call.h"
+#include "rpc/request_checks.h"
 #include "rpc/status.h"
 #include "worker/decode_plan.h"
 #include "worker/encode_job.h"
@@ -134,6 +135,36 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
   absl::StatusOr<at::Tensor> latent = LatentFromRequest(request.latent());
   if (!latent.ok()) return rpc::ToGrpcStatus(latent.status());
   families::Decoder& decoder = *runtime_.models()[model].decoder;
+  // An audio track to mux: its waveform first, on the leader alone.
+  at::Tensor audio;
+  int64_t audio_rate = 0;
+  if (rpc::HasMuxedAudio(request)) {
+    const int audio_model = runtime_.FindModel(request.audio_model());
+    if (audio_model < 0) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("audio_model: unknown model \"", request.audio_model(), "\""));
+    }
+    const families::ModelInfo& info = runtime_.models()[audio_model].decoder->info();
+    if (!info.is_audio || info.sample_rate == 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("audio_model: \"", request.audio_model(), "\" decodes no waveform"));
+    }
+    const v1::DecodeRequest audio_request = rpc::MuxedAudioRequest(request);
+    absl::StatusOr<at::Tensor> audio_latent = LatentFromRequest(audio_request.latent());
+    if (!audio_latent.ok()) return rpc::ToGrpcStatus(audio_latent.status());
+    absl::StatusOr<at::Tensor> waveform = runtime_.DecodeOnLeader(
+        audio_model, JobFromRequest(audio_request, *std::move(audio_latent)), call.cancel_flag());
+    if (!waveform.ok()) {
+      return rpc::ToGrpcStatus(
+          absl::Status(waveform.status().code(), absl::StrCat("audio: ", waveform.status().message())));
+    }
+    audio = waveform->to(at::kFloat).cpu().contiguous();  // [B, channels, samples]
+    // A mono model's stereo (MiniMax-H3): entries 2b, 2b + 1 are clip b's left and right.
+    if (const int64_t clips = request.latent().shape(0); audio.size(0) == 2 * clips && audio.size(1) == 1) {
+      audio = audio.view({clips, 2, audio.size(2)});
+    }
+    audio_rate = info.sample_rate;
+  }
   const internal::SessionStep& step = run.session();
   if (run.has_session() && step.has_replay()) {
     // The state is rebuilt from the session's history, decoded first.
@@ -166,7 +197,7 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
   absl::StatusOr<DecodePlan> plan = PlanDecode(decoder, JobFromRequest(request, *std::move(latent)), planning);
   if (!plan.ok()) return rpc::ToGrpcStatus(plan.status());
   job.plan = *std::move(plan);
-  std::vector<int64_t> out_shape = decoder.OutputShape(job.plan.latent.sizes().vec());
+  std::vector<int64_t> out_shape = decoder.OutputShapeFor(job.plan.latent.sizes().vec(), job.plan.conditioning);
   if (run.has_session()) {
     const int64_t replayed = step.has_replay() ? step.replay().shape(2) : 0;
     job.plan.session = {step.id(), step.start(), replayed};
@@ -180,7 +211,8 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
 
   LeaderResponse response(call, request, run.max_chunk_bytes() > 0 ? run.max_chunk_bytes() : rpc::kDefaultMaxChunkBytes,
                           out_shape, families::DecodeDtypeReason(decoder.info(), requested_dtype_),
-                          decoder.info().pixels);
+                          decoder.info().pixels, decoder.info().sample_rate);
+  if (audio.defined()) response.MuxAudio(audio, audio_rate);
   absl::StatusOr<DecodeOutcome> outcome = runtime_.Run(job, call.cancel_flag(), response.Progress(job.plan));
   if (!outcome.ok()) return rpc::ToGrpcStatus(outcome.status());
   {

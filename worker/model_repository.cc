@@ -64,13 +64,6 @@ absl::StatusOr<LoadedRepository> LoadRepository(const std::string& repository, a
   options.dtype = dtype;
   for (const std::string& name : names) {
     const std::string path = (fs::path(repository) / name).string();
-    // Requests, outputs and the memory model are images' and clips': an
-    // audio VAE is listed unavailable from its config, its weights unread.
-    if (absl::StatusOr<bool> audio = families::BuiltinFamilies().DecodesAudio(path); audio.ok() && *audio) {
-      out.unavailable.push_back(
-          {name, "an audio VAE, which the service does not serve yet; `vaedecode decode` decodes its latents"});
-      continue;
-    }
     absl::StatusOr<std::unique_ptr<families::Decoder>> decoder = families::BuiltinFamilies().Load(path, options);
     if (!decoder.ok()) {
       out.unavailable.push_back({name, std::string(decoder.status().message())});

@@ -9,23 +9,33 @@
 #include "formats/mp4.h"
 #include "formats/png.h"
 #include "formats/tensor_file.h"
+#include "formats/wav.h"
 #include "rpc/output_formats.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::worker {
 namespace {
 
+// An output as images of rows: a waveform [B, C, S] is one image per batch
+// entry of S rows (its samples) and one column.
 struct Geometry {
   int64_t batch, channels, frames, height, width;
-  bool video;
+  rpc::OutputKind kind;
+  bool video() const { return kind == rpc::OutputKind::kVideo; }
 };
 
 absl::StatusOr<Geometry> GeometryOf(const std::vector<int64_t>& s) {
+  if (s.size() == 3) return Geometry{s[0], s[1], 1, s[2], 1, rpc::OutputKind::kWaveform};
   if (s.size() != 4 && s.size() != 5) {
     return absl::InternalError(absl::StrCat("decoded sample has ", s.size(), " dimensions"));
   }
   const bool video = s.size() == 5;
-  return Geometry{s[0], s[1], video ? s[2] : 1, s[s.size() - 2], s[s.size() - 1], video};
+  return Geometry{s[0],
+                  s[1],
+                  video ? s[2] : 1,
+                  s[s.size() - 2],
+                  s[s.size() - 1],
+                  video ? rpc::OutputKind::kVideo : rpc::OutputKind::kImage};
 }
 
 absl::StatusOr<Geometry> GeometryOf(const at::Tensor& sample) { return GeometryOf(sample.sizes().vec()); }
@@ -49,9 +59,11 @@ int64_t RowsPerChunk(int64_t bytes_per_row, int64_t max_chunk_bytes) {
 
 }  // namespace
 
-OutputEncoding EncodingOf(const v1::DecodeRequest& request, const families::PixelConvention& pixels) {
+OutputEncoding EncodingOf(const v1::DecodeRequest& request, const families::PixelConvention& pixels,
+                          int64_t sample_rate) {
   OutputEncoding encoding;
   encoding.pixels = pixels;
+  encoding.sample_rate = sample_rate;
   encoding.format = request.output_format();
   encoding.jpeg_quality = request.jpeg_quality() > 0 ? request.jpeg_quality() : formats::kDefaultJpegQuality;
   encoding.png_compression =
@@ -80,12 +92,15 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
     for (int64_t s : shape) header->add_shape(s);
   } else {
     header->add_shape(g.batch);
-    if (g.video) header->add_shape(g.frames);
+    if (g.video()) header->add_shape(g.frames);
     header->add_shape(g.height);
     header->add_shape(g.width);
     header->add_shape(g.channels);
   }
-  return rpc::CheckOutputFits(format, g.channels, g.video, "the decoded sample");
+  // Channels are the model's to fit (rpc::ValidateOutputFormat); an audio
+  // output's formats take any.
+  return rpc::CheckOutputFits(format, g.kind == rpc::OutputKind::kWaveform ? 0 : g.channels, g.kind,
+                              "the decoded sample");
 }
 
 absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encoding, int64_t max_chunk_bytes,
@@ -113,7 +128,7 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
     const int64_t step = RowsPerChunk(row_bytes, max_chunk_bytes);
     for (int64_t b = 0; b < g.batch; ++b) {
       for (int64_t f = 0; f < g.frames; ++f) {
-        at::Tensor image = g.video ? values[b].select(1, f) : values[b];  // [C, H, W]
+        at::Tensor image = g.video() ? values[b].select(1, f) : values[b];  // [C, H, W], a waveform's [C, S]
         for (int64_t r0 = 0; r0 < g.height; r0 += step) {
           const int64_t r1 = std::min(g.height, r0 + step);
           const at::Tensor rows = image.narrow(1, r0, r1 - r0).contiguous();
@@ -124,14 +139,39 @@ absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encodin
     return absl::OkStatus();
   }
 
+  const size_t piece = static_cast<size_t>(std::max<int64_t>(1, max_chunk_bytes));
+  if (format == v1::OUTPUT_WAV || format == v1::OUTPUT_WAV_FLOAT32) {
+    for (int64_t b = 0; b < g.batch; ++b) {
+      // Interleaved: [samples, channels], frame-major.
+      const at::Tensor frames = sample[b].to(at::kFloat).transpose(0, 1).contiguous();
+      const float* data = frames.data_ptr<float>();
+      ASSIGN_OR_RETURN(
+          std::string wav,
+          formats::EncodeWav(std::vector<float>(data, data + frames.numel()), g.channels, encoding.sample_rate,
+                             format == v1::OUTPUT_WAV ? formats::WavEncoding::kPcm16 : formats::WavEncoding::kFloat32));
+      for (size_t offset = 0; offset < wav.size(); offset += piece) {
+        const size_t n = std::min(piece, wav.size() - offset);
+        if (!send(b, 0, 0, g.height, wav.data() + offset, n)) return cancelled;
+      }
+    }
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(const at::Tensor pixels,
                    formats::ToImagePixels(encoding.pixels.ToSymmetric(sample)));  // [B, T, H, W, C]
-  const size_t piece = static_cast<size_t>(std::max<int64_t>(1, max_chunk_bytes));
   if (format == v1::OUTPUT_MP4) {
     formats::Mp4Options mp4;
     mp4.fps = encoding.fps;
     for (int64_t b = 0; b < g.batch; ++b) {
       const at::Tensor clip = pixels[b].contiguous();  // [T, H, W, 3]
+      at::Tensor audio;                                // [samples, channels], interleaved
+      if (encoding.audio.defined()) {
+        if (encoding.audio.size(0) != g.batch) {
+          return absl::InternalError("the audio track's batch is not the video's");
+        }
+        audio = encoding.audio[b].to(at::kFloat).transpose(0, 1).contiguous();
+        mp4.audio = formats::Mp4Audio{audio.data_ptr<float>(), audio.size(0), static_cast<int>(audio.size(1)),
+                                      static_cast<int>(encoding.audio_sample_rate)};
+      }
       ASSIGN_OR_RETURN(std::string video,
                        formats::EncodeMp4(static_cast<int>(g.width), static_cast<int>(g.height),
                                           static_cast<int>(g.frames), clip.data_ptr<uint8_t>(), mp4));

@@ -13,6 +13,10 @@
 //  - OUTPUT_PNG / OUTPUT_JPEG: one image per (b, f); its bytes split over
 //    consecutive chunks when larger than the limit (same b and f, rows 0..H).
 //  - OUTPUT_MP4: one video per b (every frame), split the same way (f = 0).
+//  - An audio VAE's waveform [B, C, S] is one image of S rows (samples) and
+//    one column per b: a tensor chunk holds samples [r0, r1) of every channel
+//    ([C, rows]); OUTPUT_WAV / OUTPUT_WAV_FLOAT32 one WAV file per b, its
+//    channels interleaved, split like an MP4.
 
 #include <cstdint>
 #include <functional>
@@ -37,14 +41,20 @@ struct OutputEncoding {
   int jpeg_quality = 75;    // OUTPUT_JPEG only
   int png_compression = 6;  // OUTPUT_PNG only
   int fps = 16;             // OUTPUT_MP4 only
+  int64_t sample_rate = 0;  // OUTPUT_WAV*: the waveform's samples per second
+  // OUTPUT_MP4: an audio track for each batch entry, a waveform
+  // [B, channels, samples] float32 on the CPU at audio_sample_rate.
+  at::Tensor audio;
+  int64_t audio_sample_rate = 0;
   // The model's pixel convention (ModelInfo::pixels): 8-bit outputs are
   // made from the sample in it (float outputs are the sample as it is).
   families::PixelConvention pixels;
 };
 
 // The encoding a request names (its JPEG quality defaulted) for a model
-// whose samples follow `pixels`.
-OutputEncoding EncodingOf(const v1::DecodeRequest& request, const families::PixelConvention& pixels = {});
+// whose samples follow `pixels` (an audio VAE's waveform: at `sample_rate`).
+OutputEncoding EncodingOf(const v1::DecodeRequest& request, const families::PixelConvention& pixels = {},
+                          int64_t sample_rate = 0);
 
 // Calls `emit` with each chunk; stops early (returning CANCELLED) when emit
 // returns false.

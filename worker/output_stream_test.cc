@@ -140,7 +140,7 @@ TEST(EmitChunks, StopsWhenTheReaderIsGoneAndRefusesWhatCannotBeWritten) {
   EXPECT_THAT(std::string(DescribeOutput(Sample({1, 2, 4, 4}), v1::OUTPUT_PNG, &header).message()),
               HasSubstr("png needs 1, 3 or 4 output channels; the decoded sample has 2"));
   EXPECT_THAT(std::string(DescribeOutput(Sample({1, 3, 4, 4}), v1::OUTPUT_MP4, &header).message()),
-              HasSubstr("mp4 needs a video model"));
+              HasSubstr("mp4 holds video"));
 }
 
 }  // namespace

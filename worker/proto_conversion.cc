@@ -26,6 +26,10 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   out->set_spatial_factor(info.spatial_factor);
   out->set_temporal_factor(info.temporal_factor);
   out->set_is_video(info.is_video);
+  out->set_is_audio(info.is_audio);
+  out->set_sample_rate(info.sample_rate);
+  out->set_samples_per_latent(info.samples_per_latent);
+  out->set_latent_bins(info.latent_bins);
   for (int64_t frames : info.output_frames.frames) out->add_output_frame_table(frames);
   out->set_output_frame_period(info.output_frames.period);
   out->set_output_frames_per_period(info.output_frames.frames_per_period);
@@ -47,7 +51,7 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   // A one-row latent is always shardable if the family shards at all.
   const std::vector<int64_t> probe = info.is_video ? std::vector<int64_t>{1, info.latent_channels, 1, 64, 64}
                                                    : std::vector<int64_t>{1, info.latent_channels, 64, 64};
-  if (world_size > 1 && m.decoder->CheckExactSharding(probe, world_size).ok()) {
+  if (world_size > 1 && !info.is_audio && m.decoder->CheckExactSharding(probe, world_size).ok()) {
     out->add_supported_modes(v1::MODE_EXACT);
   }
   const absl::Status streams = m.decoder->CheckStreaming();

@@ -1,5 +1,6 @@
 #include "families/ltx2_audio/decoder.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <ATen/ATen.h>
@@ -8,6 +9,7 @@
 #include "families/input_checks.h"
 #include "families/ltx2_audio/encoder.h"
 #include "families/model_files.h"
+#include "families/status_error.h"
 #include "rpc/status_macros.h"
 
 namespace vaedecode::families::ltx2_audio {
@@ -25,6 +27,12 @@ ModelInfo Describe(const LTX2AudioConfig& c, const std::optional<LTX2VocoderConf
   info.latent_channels = c.latent_channels;
   info.is_audio = true;
   info.spatial_tiling = false;
+  // Latent mel bins the decoder takes: enough to upsample to mel_bins, or
+  // (mel_bins null) what the vocoder's input needs (ValidateLatent's rule).
+  const int64_t upsample = int64_t{1} << (c.levels() - 1);
+  info.latent_bins = c.mel_bins > 0 ? (c.mel_bins + upsample - 1) / upsample
+                     : vocoder      ? std::max<int64_t>(1, vocoder->in_channels / c.output_channels)
+                                    : 16;
   info.raw_to_vae_formula =
       "packed [B, L, C*M]: x * latents_std + latents_mean over the C*M features, then unpacked to [B, C, L, M]";
   if (vocoder) {
@@ -142,9 +150,14 @@ absl::Status LTX2AudioDecoder::ValidateLatent(const at::Tensor& latent) const {
 }
 
 std::vector<int64_t> LTX2AudioDecoder::OutputShape(const std::vector<int64_t>& shape) const {
+  return OutputShapeFor(shape, {});
+}
+
+std::vector<int64_t> LTX2AudioDecoder::OutputShapeFor(const std::vector<int64_t>& shape,
+                                                      const DecodeConditioning& conditioning) const {
   const bool packed = shape.size() == 3;
   const int64_t frames = config_.MelFrames(packed ? shape[1] : shape[2]);
-  if (vocoder_) return {shape[0], vocoder_->out_channels, vocoder_->Samples(frames)};
+  if (vocoder_ && !conditioning.mel_spectrogram) return {shape[0], vocoder_->out_channels, vocoder_->Samples(frames)};
   return {shape[0], config_.output_channels, frames, MelBins(packed ? shape[2] / config_.latent_channels : shape[3])};
 }
 
@@ -158,8 +171,11 @@ at::Tensor LTX2AudioDecoder::ToVaeSpace(const at::Tensor& raw) const {
   // _pack_audio_latents for a 4-D latent: [B, C, L, M] -> [B, L, C·M].
   const at::Tensor packed = raw.dim() == 4 ? raw.transpose(1, 2).flatten(2, 3) : raw;
   const at::Tensor& mean = module_->vae->latents_mean;
-  TORCH_CHECK(packed.size(2) == mean.numel(), kClass, "'s latents_mean/latents_std cover ", mean.numel(),
-              " packed features (channels x latent mel bins); this latent has ", packed.size(2));
+  if (packed.size(2) != mean.numel()) {  // the request's fault, not the decoder's
+    throw StatusError(absl::InvalidArgumentError(
+        absl::StrCat("latent: ", kClass, "'s latents_mean/latents_std cover ", mean.numel(),
+                     " packed features (channels x latent mel bins); this raw latent has ", packed.size(2))));
+  }
   const at::Tensor x = packed.to(at::kFloat) * module_->vae->latents_std.to(packed.device()) + mean.to(packed.device());
   return Unpacked(x).contiguous();
 }

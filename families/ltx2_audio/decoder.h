@@ -60,6 +60,8 @@ class LTX2AudioDecoder final : public ModuleDecoder<LTX2AudioModule> {
   absl::Status ValidateLatent(const at::Tensor& latent) const override;
   // The waveform's shape (the mel's without a vocoder).
   std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const override;
+  std::vector<int64_t> OutputShapeFor(const std::vector<int64_t>& latent_shape,
+                                      const DecodeConditioning& conditioning) const override;
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;  // [B, C, L, M]
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) override;

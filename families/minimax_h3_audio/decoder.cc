@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "families/input_checks.h"
 #include "families/minimax_h3_audio/encoder.h"
+#include "families/status_error.h"
 
 namespace vaedecode::families::minimax_h3_audio {
 namespace {
@@ -48,9 +49,12 @@ std::vector<int64_t> MiniMaxH3AudioDecoder::OutputShape(const std::vector<int64_
 }
 
 at::Tensor MiniMaxH3AudioDecoder::ToVaeSpace(const at::Tensor& raw) const {
-  // No statistics, no raw space (the latent conversion reports the throw as an error).
-  TORCH_CHECK(!config_.latents_mean.empty(),
-              "AutoencoderKLMiniMaxH3Audio's config has no latents_mean/latents_std: its latents have no raw space");
+  // No statistics, no raw space: the request's fault.
+  if (config_.latents_mean.empty()) {
+    throw StatusError(absl::InvalidArgumentError(
+        "latent_space: AutoencoderKLMiniMaxH3Audio's config has no latents_mean/latents_std: its latents have no raw "
+        "space (send latent_space VAE)"));
+  }
   const int64_t c = config_.latent_channels;
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(raw.device());
   // MiniMaxH3AudioDecodeStep: latents * std + mean, the statistics viewed (1, C, 1) in float32.

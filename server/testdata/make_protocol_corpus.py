@@ -18,7 +18,8 @@ generated protobuf classes, whose field numbers are the protocol's):
 Model bytes index server/fuzz_models.cc: 0 image (FLUX.1-like, 16 ch),
 1 flux2 (packed raw, 128 raw ch), 2 video (Wan-like), 3 ltx (timestep
 conditioned), 4 windows (MiniMax-H3 frame table), 5 half (float16, 4 ch),
-6 rgba (4 output channels). Crashes the fuzzers find are added by hand as
+6 rgba (4 output channels), 7 audio (LTX-2's audio VAE and vocoder:
+[B, 8, L, 16] or packed raw [B, L, 128] to a 24 kHz stereo waveform). Crashes the fuzzers find are added by hand as
 crash-<what> files, so every test run replays them.
 """
 
@@ -34,7 +35,7 @@ from tritonclient.grpc import service_pb2
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE.parents[1] / "bazel-bin" / "client" / "python"))
 from vaedecode.v1 import vaedecode_pb2 as v1  # noqa: E402
-IMAGE, FLUX2, VIDEO, LTX, WINDOWS, HALF, RGBA = range(7)
+IMAGE, FLUX2, VIDEO, LTX, WINDOWS, HALF, RGBA, AUDIO = range(8)
 
 
 def query(shape, **params):
@@ -80,6 +81,12 @@ def remote_decode_seeds():
         "output_type=pt&x=%zz%", floats((1, 16, 1, 1))
     yield "bad_values", IMAGE, query([1, -16, 0], dtype="int8", fps=999, jpeg_quality=0, mode="fast"), b"\x00" * 3
     # remote_encode: the same fuzzer reads every input as an encode too.
+    yield "audio_pt", AUDIO, query([1, 8, 3, 16], dtype="float32", output_type="pt", do_scaling="False"), \
+        floats((1, 8, 3, 16))
+    yield "audio_packed_raw_wav", AUDIO, query([1, 3, 128], dtype="float32", latent_space="raw",
+                                               wav_encoding="float32"), floats((1, 3, 128))
+    yield "audio_mel_wav", AUDIO, query([2, 8, 1, 16], dtype="bfloat16", output_type="wav", audio_output="mel",
+                                        partial_postprocess="True"), floats((2, 8, 1, 16), np.float16)
     yield "encode_png", IMAGE, "/encode?scaling_factor=0.18215&posterior=sample&seed=7", png(16, 16)
     yield "encode_tensor", IMAGE, query([1, 3, 16, 16], dtype="float32", mode="exact"), floats((1, 3, 16, 16))
     yield "encode_uint8_video", VIDEO, query([1, 5, 16, 16, 3], dtype="uint8", latent_space="raw"), \
@@ -135,6 +142,10 @@ def oip_seeds():
     yield "windows_float16", WINDOWS, infer_request("FP32", (1, 16, 4, 1, 1), raw=floats((1, 16, 4, 1, 1)),
                                                     output_format="float16")
     both = infer_request("FP32", (1, 16, 1, 1), raw=floats((1, 16, 1, 1)), fp32=[1.0] * 16)
+    yield "audio_wav", AUDIO, infer_request("FP32", (2, 8, 2, 16), raw=floats((2, 8, 2, 16)), output_format="wav",
+                                            audio_output="waveform")
+    yield "audio_mel_png", AUDIO, infer_request("FP16", (1, 3, 128), raw=floats((1, 3, 128), np.float16),
+                                                output_format="png", audio_output="mel", latent_space="raw")
     yield "raw_and_typed", IMAGE, both
     classified = infer_request("FP32", (1, 16, 1, 1), raw=floats((1, 16, 1, 1)))
     classified.outputs[0].parameters["classification"].int64_param = 3
@@ -208,6 +219,7 @@ def session_request_seeds():
     yield "wrong_chunk", session_request(VIDEO, 0, base, (1, 16, 1, 3, 2))
     yield "short_data", session_request(VIDEO, 0, base, (1, 16, 1, 2, 3), data=b"\0" * 12)
     yield "mp4_refused", session_request(VIDEO, 0, dict(base, output_format=v1.OUTPUT_MP4), (1, 16, 1, 2, 3))
+    yield "audio_refused", session_request(AUDIO, 0, dict(base, shape=[1, 8, 16]), (1, 8, 2, 16))
     yield "not_streaming", session_request(LTX, 0, dict(base, shape=[1, 128, 1, 1]), (1, 128, 1, 1, 1))
     yield "image_model", session_request(IMAGE, 0, base, (1, 16, 1, 2, 3))
 

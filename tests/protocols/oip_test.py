@@ -176,7 +176,7 @@ def main():
         expect_error(lambda: client.infer("flux1", [wrong_name]), "INVALID_ARGUMENT", "expected one input \"latent\"")
         expect_error(lambda: infer(client, "flux1", latent, colour="red"), "parameter \"colour\": unknown")
         expect_error(lambda: infer(client, "flux1", latent, output_format="gif"), "use float32, float16, uint8")
-        expect_error(lambda: infer(client, "flux1", latent, output_format="mp4"), "mp4 needs a video model")
+        expect_error(lambda: infer(client, "flux1", latent, output_format="mp4"), "mp4 holds video")
         expect_error(lambda: infer(client, "flux1", latent[:, :4]), "takes 16 latent channels, got 4")
         expect_error(lambda: infer(client, "nope", latent), "NOT_FOUND", "flux1")
         versioned = grpcclient.InferInput("latent", list(latent.shape), "FP32")

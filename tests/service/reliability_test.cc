@@ -869,9 +869,6 @@ TEST(ReliabilityTest, ModelsThatCannotLoadAreUnavailableByNameAndTheOthersAreSer
   WriteModelFolder(repo + "/too_wide", too_wide, "sd_kl");
   std::filesystem::create_directory_symlink(repo + "/loop", repo + "/loop");
   std::filesystem::create_directory_symlink(repo + "/missing", repo + "/dangling");
-  // An audio VAE loads, but the service does not serve audio yet: it says so.
-  std::filesystem::create_directory_symlink(FixturePath("minimax_h3_audio"), repo + "/audio");
-
   auto server = StartServing(RealWorkerFlags(repo, "cpu:1", 1), {"sd_kl"});
   ASSERT_NE(server, nullptr);
   absl::StatusOr<bool> serving = server->Serving("");
@@ -890,8 +887,7 @@ TEST(ReliabilityTest, ModelsThatCannotLoadAreUnavailableByNameAndTheOthersAreSer
   EXPECT_THAT(reasons["too_wide"], HasSubstr("its weights allow"));
   EXPECT_THAT(reasons["loop"], HasSubstr("Too many levels of symbolic links"));
   EXPECT_THAT(reasons["dangling"], HasSubstr("No such file or directory"));
-  EXPECT_THAT(reasons["audio"], HasSubstr("an audio VAE, which the service does not serve yet"));
-  EXPECT_EQ(reasons.size(), 5u);
+  EXPECT_EQ(reasons.size(), 4u);
 
   for (const auto& [name, reason] : reasons) {
     absl::StatusOr<bool> model_serving = server->Serving(kModelHealth + name);
