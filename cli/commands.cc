@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <optional>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -44,6 +47,7 @@
 #include "worker/group_encode.h"
 #include "worker/group_runtime.h"
 #include "worker/leader_response.h"
+#include "worker/output_stream.h"
 #include "worker/proto_conversion.h"
 #include "worker/runtime_info.h"
 
@@ -272,9 +276,13 @@ absl::StatusOr<worker::DecodeOutcome> DecodeInChunks(worker::GroupRuntime& runti
 const std::map<std::string, std::set<std::string>>& CommandFlags() {
   static const auto* flags = [] {
     auto* f = new std::map<std::string, std::set<std::string>>{
-        {"decode",
-         {"model", "latent", "out", "dtype", "threads", "latent-shape", "seed", "mode", "ranks", "timeout-s", "device",
-          "budget-mib", "seeded-weights", "warmup", "repeat", "halo-overlap", "stream-chunks", "wav-encoding"}},
+        {"decode", {"model",          "latent",        "out",
+                    "dtype",          "threads",       "latent-shape",
+                    "seed",           "mode",          "ranks",
+                    "timeout-s",      "device",        "budget-mib",
+                    "seeded-weights", "warmup",        "repeat",
+                    "halo-overlap",   "stream-chunks", "wav-encoding",
+                    "audio-latent",   "audio-model",   "audio-latent-space"}},
         {"encode",
          {"model", "image", "out", "mode", "ranks", "dtype", "threads", "timeout-s", "seeded-weights", "warmup",
           "repeat"}},
@@ -304,6 +312,9 @@ std::string Usage() {
          "                   [--warmup W --repeat N]   (dense/tiled: W untimed decodes, then N timed)\n"
          "                   [--stream-chunks 1,2,2]   (video: a streaming session, that many latent frames\n"
          "                   per chunk; dense or exact)\n"
+         "                   [--audio-latent FILE [--audio-model DIR] [--audio-latent-space vae|raw]]\n"
+         "                   (.mp4: the audio VAE's waveform muxed as an AAC track; DIR defaults to the\n"
+         "                   audio_vae/ folder beside --model's, as LTX-2's repository has it)\n"
          "  vaedecode decode --model AUDIO_VAE_DIR --latent FILE --out FILE.wav|.safetensors|.npy\n"
          "                   [--latent-space vae|raw] [--wav-encoding pcm16|float32]   (an audio VAE's\n"
          "                   latent [B, C, L], or LTX-2's [B, C, L, M], to its waveform; a WAV per batch\n"
@@ -410,6 +421,45 @@ absl::Status RunAudioDecode(const ParsedArgs& args, std::ostream& out) {
   return absl::OkStatus();
 }
 
+// decode --audio-latent: the audio VAE's waveform for an .mp4's audio track
+// and its rate, as the service's leader decodes it (dense, float32).
+absl::StatusOr<std::pair<at::Tensor, int64_t>> DecodeMuxedAudio(const ParsedArgs& args, v1::OutputFormat format,
+                                                                int64_t clips) {
+  if (format != v1::OUTPUT_MP4) {
+    return absl::InvalidArgumentError("--audio-latent is muxed into a video: --out must be .mp4");
+  }
+  std::string model_path;
+  if (std::optional<std::string> given = args.Get("audio-model")) {
+    model_path = ResolveUserPath(*given);
+  } else if (std::optional<std::string> video = args.Get("model")) {
+    std::string folder = ResolveUserPath(*video);
+    while (folder.size() > 1 && folder.back() == '/') folder.pop_back();
+    model_path = (std::filesystem::path(folder).parent_path() / "audio_vae").string();
+  } else {
+    return absl::InvalidArgumentError("--audio-latent needs --audio-model DIR (the embedded model has no audio)");
+  }
+  ASSIGN_OR_RETURN(const bool audio, families::BuiltinFamilies().DecodesAudio(model_path));
+  if (!audio) return absl::InvalidArgumentError(absl::StrCat("--audio-model ", model_path, " is not an audio VAE"));
+  ASSIGN_OR_RETURN(worker::NamedModel model, LoadModel(model_path, at::kFloat, std::nullopt));
+  const families::ModelInfo& info = model.decoder->info();
+  if (info.sample_rate == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--audio-model ", model_path, " has no vocoder: it decodes to a mel spectrogram, not audio"));
+  }
+  v1::DecodeRequest request;
+  const std::string space = args.Get("audio-latent-space").value_or("vae");
+  if (space != "vae" && space != "raw") {
+    return absl::InvalidArgumentError(absl::StrCat("--audio-latent-space must be vae or raw, got \"", space, "\""));
+  }
+  request.set_latent_space(space == "raw" ? v1::LATENT_SPACE_RAW : v1::LATENT_SPACE_VAE);
+  ASSIGN_OR_RETURN(at::Tensor latent, formats::ReadTensorFile(ResolveUserPath(*args.Get("audio-latent")), "latent"));
+  families::DenseOps ops;
+  ASSIGN_OR_RETURN(at::Tensor waveform,
+                   worker::RunDecode(*model.decoder, worker::JobFromRequest(request, latent), ops));
+  ASSIGN_OR_RETURN(at::Tensor track, worker::MuxableAudio(waveform, clips));
+  return std::make_pair(track, info.sample_rate);
+}
+
 absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   // An audio VAE has its own, short path.
   if (std::optional<std::string> model_path = args.Get("model"); model_path && !model_path->empty()) {
@@ -484,6 +534,15 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
     }
     latent = DemoLatent(shape, seed);
     latent_name = absl::StrCat("demo(seed=", seed, ")");
+  }
+
+  // An audio latent to mux: decoded first, densely in float32 on this process.
+  at::Tensor muxed_audio;
+  int64_t muxed_audio_rate = 0;
+  if (args.Get("audio-latent")) {
+    ASSIGN_OR_RETURN(std::tie(muxed_audio, muxed_audio_rate), DecodeMuxedAudio(args, format, latent.size(0)));
+  } else if (args.Get("audio-model") || args.Get("audio-latent-space")) {
+    return absl::InvalidArgumentError("--audio-model and --audio-latent-space go with --audio-latent");
   }
 
   const auto start = std::chrono::steady_clock::now();
@@ -571,6 +630,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   worker::LeaderResponse response(sink, request, rpc::kDefaultMaxChunkBytes,
                                   decoder.OutputShape(group_job.plan.latent.sizes().vec()),
                                   families::DecodeDtypeReason(decoder.info(), dtype), decoder.info().pixels);
+  if (muxed_audio.defined()) response.MuxAudio(muxed_audio, muxed_audio_rate);
   const absl::Status streamed = response.Finish(group_job.plan, *outcome, runtime.world_size());
   if (!sink.status().ok()) return sink.status();  // the assembler's error, not the stream's "caller gone"
   if (!streamed.ok()) return streamed;

@@ -158,11 +158,9 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
       return rpc::ToGrpcStatus(
           absl::Status(waveform.status().code(), absl::StrCat("audio: ", waveform.status().message())));
     }
-    audio = waveform->to(at::kFloat).cpu().contiguous();  // [B, channels, samples]
-    // A mono model's stereo (MiniMax-H3): entries 2b, 2b + 1 are clip b's left and right.
-    if (const int64_t clips = request.latent().shape(0); audio.size(0) == 2 * clips && audio.size(1) == 1) {
-      audio = audio.view({clips, 2, audio.size(2)});
-    }
+    absl::StatusOr<at::Tensor> track = MuxableAudio(*waveform, request.latent().shape(0));
+    if (!track.ok()) return rpc::ToGrpcStatus(track.status());
+    audio = *std::move(track);
     audio_rate = info.sample_rate;
   }
   const internal::SessionStep& step = run.session();

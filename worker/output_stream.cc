@@ -103,6 +103,20 @@ absl::Status DescribeOutput(const std::vector<int64_t>& shape, v1::OutputFormat 
                               "the decoded sample");
 }
 
+absl::StatusOr<at::Tensor> MuxableAudio(const at::Tensor& waveform, int64_t clips) {
+  if (waveform.dim() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an audio track is a waveform [B, channels, samples]; the audio decoded to ", waveform.dim(), " dimensions"));
+  }
+  at::Tensor audio = waveform.to(at::kFloat).cpu().contiguous();
+  if (audio.size(0) == 2 * clips && audio.size(1) == 1) return audio.view({clips, 2, audio.size(2)});
+  if (audio.size(0) != clips) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("audio_latent: a batch of ", audio.size(0), " beside ", clips, " video clip(s)"));
+  }
+  return audio;
+}
+
 absl::Status EmitChunks(const at::Tensor& decoded, const OutputEncoding& encoding, int64_t max_chunk_bytes,
                         const std::function<bool(v1::Chunk&&)>& emit) {
   const v1::OutputFormat format = encoding.format;

@@ -25,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "families/pixel_convention.h"
 #include "vaedecode/v1/vaedecode.pb.h"
 
@@ -55,6 +56,13 @@ struct OutputEncoding {
 // whose samples follow `pixels` (an audio VAE's waveform: at `sample_rate`).
 OutputEncoding EncodingOf(const v1::DecodeRequest& request, const families::PixelConvention& pixels = {},
                           int64_t sample_rate = 0);
+
+// An audio model's decoded waveform [B', channels, samples] as the audio
+// tracks of `clips` MP4s: float32 on the CPU, [clips, channels, samples].
+// B' is `clips`, or for a mono model 2 · clips (MiniMax-H3's stereo: entries
+// 2b and 2b + 1 are clip b's left and right channels); INVALID_ARGUMENT
+// otherwise.
+absl::StatusOr<at::Tensor> MuxableAudio(const at::Tensor& waveform, int64_t clips);
 
 // Calls `emit` with each chunk; stops early (returning CANCELLED) when emit
 // returns false.

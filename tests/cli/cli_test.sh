@@ -188,7 +188,7 @@ cmp -s "$OUT/scaled.npy" "$OUT/unscaled.npy" || fail "--scaling-factor $sf is no
 ! cmp -s "$OUT/scaled1.npy" "$OUT/unscaled.npy" || fail "--scaling-factor 1 changed nothing"
 expect_error 1 "applies to raw latents" decode --scaling-factor 2 --out "$OUT/x.npy"
 expect_error 1 "not timestep-conditioned" decode --decode-timestep 0.05 --out "$OUT/x.npy"
-expect_error 1 "mp4 needs a video model" decode --out "$OUT/x.mp4"
+expect_error 1 "mp4 holds video" decode --out "$OUT/x.mp4"
 
 echo "== streaming sessions: a clip decoded chunk by chunk equals the whole decode"
 # Dense: byte for byte. Exact over 3 ranks (uneven bands of 7 latent rows):
@@ -420,6 +420,72 @@ expect_error 1 "--audio-output: \"spectrum\"; use waveform or mel" decode --mode
   --out "$OUT/mel.npy"
 "$BIN" info --model "$LTA" | grep "audio: latents to waveforms at 24000 Hz, 960 samples" > /dev/null \
   || fail "info does not describe LTX-2's audio VAE"
+
+echo "== an audio latent muxed into the video's MP4"
+# LTX-2's repository layout: vae/ and audio_vae/ (its vocoder/ inside), so
+# --audio-model defaults to the audio VAE beside the video's.
+mkdir -p "$OUT/ltx2_repo"
+ln -sfn "$FIX/ltx2_full" "$OUT/ltx2_repo/vae"
+ln -sfn "$LTA" "$OUT/ltx2_repo/audio_vae"
+"$BIN" decode --model "$OUT/ltx2_repo/vae/" --latent "$FIX/ltx2_full/latent_b2.safetensors" \
+  --audio-latent "$LTA/latent_b2.safetensors" --out "$OUT/ltx2_av.mp4" > /dev/null || fail "muxed MP4 of LTX-2"
+"$BIN" decode --model "$FIX/minimax_h3" --latent "$FIX/minimax_h3/latent.safetensors" \
+  --audio-latent "$FIX/minimax_h3_audio/pipeline_latent.safetensors" --audio-latent-space raw \
+  --audio-model "$FIX/minimax_h3_audio" --out "$OUT/minimax_av.mp4" > /dev/null || fail "muxed MP4 of MiniMax-H3"
+# The tracks as the container describes them: an H.264 video of the clip's
+# frames and a stereo AAC track of every audio sample (AAC pads to its
+# 1024-sample frames).
+"$PY" - "$OUT/ltx2_av_0.mp4:1:24000:3120" "$OUT/ltx2_av_1.mp4:1:24000:3120" \
+  "$OUT/minimax_av.mp4:30:$(grep -o '"sampling_rate": *[0-9]*' "$FIX/minimax_h3_audio/config.json" | grep -o '[0-9]*$'):4000" \
+  <<'PY' || fail "a muxed MP4 lacks a track or its length"
+import struct, sys
+
+def boxes(data, start, end):
+    while start + 8 <= end:
+        size, kind = struct.unpack(">I4s", data[start:start + 8])
+        yield kind.decode("latin-1"), start + 8, start + size
+        start += size
+
+def find(data, start, end, kind):
+    return [(s, e) for k, s, e in boxes(data, start, end) if k == kind]
+
+for arg in sys.argv[1:]:
+    path, frames, rate, samples = arg.split(":")
+    data = open(path, "rb").read()
+    (ms, me), = find(data, 0, len(data), "moov")
+    tracks = {}
+    for ts, te in find(data, ms, me, "trak"):
+        (ds, de), = find(data, ts, te, "mdia")
+        (hs, he), = find(data, ds, de, "hdlr")
+        handler = data[hs + 8:hs + 12].decode()
+        (mhs, mhe), = find(data, ds, de, "mdhd")
+        version = data[mhs]
+        timescale, duration = struct.unpack(">IQ" if version else ">II", data[mhs + (20 if version else 12):mhs + (32 if version else 20)])
+        (ns, ne), = find(data, ds, de, "minf")
+        (ss, se), = find(data, ns, ne, "stbl")
+        (ds2, de2), = find(data, ss, se, "stsd")
+        entry = data[ds2 + 8 + 4:ds2 + 8 + 8].decode()
+        (ts2, te2), = find(data, ss, se, "stts")
+        count, = struct.unpack(">I", data[ts2 + 4:ts2 + 8])
+        samples_in = sum(struct.unpack(">I", data[ts2 + 8 + 8 * i:ts2 + 12 + 8 * i])[0] for i in range(count))
+        tracks[handler] = (entry, timescale, duration, samples_in, ds2 + 8)
+    assert set(tracks) == {"vide", "soun"}, (path, set(tracks))
+    entry, timescale, duration, _, at = tracks["soun"]
+    assert entry == "mp4a", (path, entry)
+    channels, = struct.unpack(">H", data[at + 8 + 16:at + 8 + 18])
+    assert channels == 2, (path, channels)
+    assert timescale == int(rate), (path, timescale, rate)
+    assert abs(duration - int(samples)) < 1024 + 1024, (path, duration, samples)
+    entry, timescale, duration, video_frames, _ = tracks["vide"]
+    assert entry == "avc1", (path, entry)
+    assert video_frames == int(frames), (path, video_frames, frames)
+PY
+expect_error 1 "--audio-latent is muxed into a video: --out must be .mp4" decode --model "$FIX/ltx2_full" \
+  --latent "$FIX/ltx2_full/latent.safetensors" --audio-latent "$LTA/latent.safetensors" --audio-model "$LTA" \
+  --out "$OUT/x.npy"
+expect_error 1 "audio_latent: a batch of 2 beside 1 video clip(s)" decode --model "$FIX/ltx2_full" \
+  --latent "$FIX/ltx2_full/latent.safetensors" --audio-latent "$LTA/latent_b2.safetensors" --audio-model "$LTA" \
+  --out "$OUT/x.mp4"
 
 echo "== a rank killed mid-decode fails the group without hanging or orphans"
 start=$(date +%s)
