@@ -116,6 +116,14 @@ std::vector<OptionInfo> MakeTable() {
        0,
        "",
        "audio VAEs with a vocoder (LTX-2): the waveform, or the mel spectrogram it is made from"});
+  add({"audio_latent_space",
+       OptionKind::kChoice,
+       kHttp | kOip | kClient,
+       {{v1::LATENT_SPACE_VAE, {"vae"}}, {v1::LATENT_SPACE_RAW, {"raw"}}},
+       0,
+       0,
+       "",
+       "an audio latent muxed into the MP4: its space, as latent_space"});
   return t;
 }
 

@@ -460,12 +460,7 @@ DecodeService::Admission DecodeService::Admit(v1::DecodeRequest request, absl::T
       model = *std::move(found);
       status = ValidateDecodeRequest(request, model);
       if (status.ok() && rpc::HasMuxedAudio(request)) {
-        const absl::StatusOr<v1::ModelInfo> audio_model = catalog_.Lookup(request.audio_model());
-        status = ValidateMuxedAudio(request, audio_model);
-        if (status.ok()) {  // its values too (a NaN would make noise)
-          status = CheckAdmission(rpc::MuxedAudioRequest(request), *audio_model, options_.admission);
-          if (!status.ok()) status = absl::Status(status.code(), absl::StrCat("audio_", status.message()));
-        }
+        status = ValidateMuxedAudio(request, catalog_.Lookup(request.audio_model()), options_.admission);
       }
       if (status.ok()) status = CheckAdmission(request, model, options_.admission);
       if (status.ok()) {

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace vaedecode::server {
 namespace {
 
@@ -87,11 +89,20 @@ std::vector<v1::ModelInfo> MakeModels() {
   return models;
 }
 
+const std::vector<v1::ModelInfo>& Models() {
+  static const std::vector<v1::ModelInfo>* models = new std::vector<v1::ModelInfo>(MakeModels());
+  return *models;
+}
+
 }  // namespace
 
-const v1::ModelInfo& FuzzModel(uint8_t selector) {
-  static const std::vector<v1::ModelInfo>* models = new std::vector<v1::ModelInfo>(MakeModels());
-  return (*models)[selector % models->size()];
+const v1::ModelInfo& FuzzModel(uint8_t selector) { return Models()[selector % Models().size()]; }
+
+absl::StatusOr<v1::ModelInfo> FuzzModelNamed(const std::string& name) {
+  for (const v1::ModelInfo& m : Models()) {
+    if (m.name() == name) return m;
+  }
+  return absl::NotFoundError(absl::StrCat("unknown model \"", name, "\""));
 }
 
 }  // namespace vaedecode::server

@@ -8,12 +8,18 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <string>
+
+#include "absl/status/statusor.h"
 
 #include "vaedecode/v1/vaedecode.pb.h"
 
 namespace vaedecode::server {
 
 const v1::ModelInfo& FuzzModel(uint8_t selector);
+
+// The fuzz model of that name (a request's audio_model), or NOT_FOUND.
+absl::StatusOr<v1::ModelInfo> FuzzModelNamed(const std::string& name);
 
 // Aborts (a crash the fuzzer reports, with its input) unless `condition`.
 inline void FuzzRequire(bool condition) {

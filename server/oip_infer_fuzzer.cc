@@ -17,6 +17,7 @@
 
 #include "inference/grpc_predict_v2.pb.h"
 #include "rpc/latent_tensor.h"
+#include "rpc/request_checks.h"
 #include "server/fuzz_models.h"
 #include "server/oip_translation.h"
 #include "server/request_validation.h"
@@ -53,6 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       server::AdmissionLimits limits;
       limits.max_output_pixels = int64_t{1} << 24;
       status = server::CheckAdmission(*decode, model, limits);
+      if (status.ok() && rpc::HasMuxedAudio(*decode)) {
+        status = server::ValidateMuxedAudio(*decode, server::FuzzModelNamed(decode->audio_model()), limits);
+      }
       server::FuzzRequire(server::PredictTensorOutputBytes(*decode, model) >= 0);
     }
   }

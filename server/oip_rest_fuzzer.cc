@@ -19,6 +19,7 @@
 #include <string>
 
 #include "rpc/latent_tensor.h"
+#include "rpc/request_checks.h"
 #include "server/fuzz_models.h"
 #include "server/oip_rest.h"
 #include "server/oip_translation.h"
@@ -58,6 +59,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       server::AdmissionLimits limits;
       limits.max_output_pixels = int64_t{1} << 24;
       status = server::CheckAdmission(*decode, model, limits);
+      if (status.ok() && rpc::HasMuxedAudio(*decode)) {
+        status = server::ValidateMuxedAudio(*decode, server::FuzzModelNamed(decode->audio_model()), limits);
+      }
     }
   }
   if (!status.ok()) server::FuzzRequire(!status.message().empty());

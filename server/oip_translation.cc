@@ -20,6 +20,9 @@ constexpr char kOutput[] = "sample";
 constexpr char kEncodeInput[] = "image";
 constexpr char kEncodeOutput[] = "latent";
 constexpr char kOperation[] = "operation";
+// A decode's second input and its model: an audio latent muxed into the MP4.
+constexpr char kAudioInput[] = "audio_latent";
+constexpr char kAudioModel[] = "audio_model";
 // Triton's request parameters that clients may send: not ours to refuse.
 const std::set<std::string>& TritonParameters() {
   static const auto* names = new std::set<std::string>{"sequence_id", "sequence_start",     "sequence_end", "priority",
@@ -58,6 +61,13 @@ rpc::OptionValue ValueOf(const inference::InferParameter& p) {
 // Applies one request parameter to `r`: a request option
 // (rpc/request_options.h) or one of Triton's own, which are ignored.
 absl::Status ApplyParameter(const std::string& name, const inference::InferParameter& p, v1::DecodeRequest& r) {
+  if (name == kAudioModel) {
+    if (p.parameter_choice_case() != inference::InferParameter::kStringParam) {
+      return BadParameter(name, "the audio VAE's name, a string");
+    }
+    r.set_audio_model(p.string_param());
+    return absl::OkStatus();
+  }
   const rpc::OptionInfo* option = rpc::FindRequestOption(name);
   if (option != nullptr && option->name == name && (option->surfaces & rpc::kOip) != 0) {
     if (absl::Status s = rpc::SetOption(*option, ValueOf(p), r); !s.ok()) {
@@ -70,7 +80,8 @@ absl::Status ApplyParameter(const std::string& name, const inference::InferParam
   for (const rpc::OptionInfo& o : rpc::RequestOptions()) {
     if ((o.surfaces & rpc::kOip) != 0) names.push_back(o.name);
   }
-  return BadParameter(name, absl::StrCat("unknown; vaedecode takes ", absl::StrJoin(names, ", "), " and ", kOperation));
+  return BadParameter(name, absl::StrCat("unknown; vaedecode takes ", absl::StrJoin(names, ", "), ", ", kAudioModel,
+                                         " and ", kOperation));
 }
 
 // The same for an encode: an rpc::EncodeOptions() row, or Triton's own.
@@ -90,15 +101,24 @@ absl::Status ApplyEncodeParameter(const std::string& name, const inference::Infe
       name, absl::StrCat("unknown for an encode; vaedecode takes ", absl::StrJoin(names, ", "), " and ", kOperation));
 }
 
-// The one input, named `input_name`, and outputs named `output_name` only
-// (with no parameters but the HTTP binding's binary_data).
+// The input named `input_name` (and the one named `optional_input`, when
+// given and sent), each once, and outputs named `output_name` only (with no
+// parameters but the HTTP binding's binary_data).
 absl::Status CheckInputsAndOutputs(const inference::ModelInferRequest& request, const v1::ModelInfo& model,
-                                   const char* input_name, const char* output_name) {
-  if (request.inputs_size() != 1 || request.inputs(0).name() != input_name) {
-    std::vector<std::string> names;
-    for (const auto& in : request.inputs()) names.push_back(absl::StrCat("\"", in.name(), "\""));
+                                   const char* input_name, const char* output_name,
+                                   const char* optional_input = nullptr) {
+  std::vector<std::string> names;
+  int required = 0, optional = 0;
+  for (const auto& in : request.inputs()) {
+    names.push_back(absl::StrCat("\"", in.name(), "\""));
+    required += in.name() == input_name ? 1 : 0;
+    optional += optional_input != nullptr && in.name() == optional_input ? 1 : 0;
+  }
+  if (required != 1 || optional > 1 || required + optional != request.inputs_size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("inputs: expected one input \"", input_name, "\", got [", absl::StrJoin(names, ", "), "]"));
+        absl::StrCat("inputs: expected one input \"", input_name, "\"",
+                     optional_input != nullptr ? absl::StrCat(" (and optionally \"", optional_input, "\")") : "",
+                     ", got [", absl::StrJoin(names, ", "), "]"));
   }
   for (const auto& out : request.outputs()) {
     if (out.name() != output_name) {
@@ -115,31 +135,41 @@ absl::Status CheckInputsAndOutputs(const inference::ModelInferRequest& request, 
                        "; the output's form is the request parameter output_format"));
     }
   }
-  const auto& input = request.inputs(0);
-  for (const auto& [name, value] : input.parameters()) {
-    // binary_data_size: the HTTP binding's framing, consumed there.
-    if (name == "binary_data_size") continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input \"", input_name, "\": parameter \"", name, "\" is not supported",
-        name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served: send the tensor's bytes)" : ""));
+  for (const auto& input : request.inputs()) {
+    for (const auto& [name, value] : input.parameters()) {
+      // binary_data_size: the HTTP binding's framing, consumed there.
+      if (name == "binary_data_size") continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input \"", input.name(), "\": parameter \"", name, "\" is not supported",
+          name.rfind("shared_memory", 0) == 0 ? " (shared memory is not served: send the tensor's bytes)" : ""));
+    }
+    if (request.raw_input_contents_size() > 0 && HasTypedContents(input.contents())) {
+      return absl::InvalidArgumentError(absl::StrCat("input \"", input.name(),
+                                                     "\": both raw_input_contents and typed contents; send the tensor "
+                                                     "once (the protocol allows one or the other)"));
+    }
   }
-  if (request.raw_input_contents_size() > 0 && HasTypedContents(input.contents())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "input \"", input_name,
-        "\": both raw_input_contents and typed contents; send the tensor once (the protocol allows one or the other)"));
-  }
-  if (request.raw_input_contents_size() > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(), " entries for one input"));
+  if (request.raw_input_contents_size() > 0 && request.raw_input_contents_size() != request.inputs_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("raw_input_contents: ", request.raw_input_contents_size(),
+                                                   " entries for ", request.inputs_size(), " input(s)"));
   }
   return absl::OkStatus();
 }
 
-// The input's bytes into `data`: raw_input_contents, or fp32_contents for FP32.
-absl::Status ReadInputData(const inference::ModelInferRequest& request, const char* input_name, std::string* data) {
-  const auto& input = request.inputs(0);
-  if (request.raw_input_contents_size() == 1) {
-    *data = request.raw_input_contents(0);
+// Where the input named `name` is among the request's (-1: not sent).
+int InputIndex(const inference::ModelInferRequest& request, const char* name) {
+  for (int i = 0; i < request.inputs_size(); ++i) {
+    if (request.inputs(i).name() == name) return i;
+  }
+  return -1;
+}
+
+// Input `index`'s bytes into `data`: raw_input_contents, or fp32_contents for FP32.
+absl::Status ReadInputData(const inference::ModelInferRequest& request, int index, std::string* data) {
+  const auto& input = request.inputs(index);
+  const std::string& input_name = input.name();
+  if (request.raw_input_contents_size() > 0) {
+    *data = request.raw_input_contents(index);
     return absl::OkStatus();
   }
   if (input.datatype() == "FP32" && input.contents().fp32_contents_size() > 0) {
@@ -150,6 +180,23 @@ absl::Status ReadInputData(const inference::ModelInferRequest& request, const ch
   }
   return absl::InvalidArgumentError(
       absl::StrCat("input \"", input_name, "\": no data (send raw_input_contents, or fp32_contents for FP32)"));
+}
+
+// A latent input (FP32, FP16 or BF16) as a v1::Tensor.
+absl::Status ReadLatentInput(const inference::ModelInferRequest& request, int index, v1::Tensor* latent) {
+  const auto& input = request.inputs(index);
+  if (input.datatype() == "FP32") {
+    latent->set_dtype(v1::FLOAT32);
+  } else if (input.datatype() == "FP16") {
+    latent->set_dtype(v1::FLOAT16);
+  } else if (input.datatype() == "BF16") {
+    latent->set_dtype(v1::BFLOAT16);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input \"", input.name(), "\": datatype ", input.datatype(), "; use FP32, FP16 or BF16"));
+  }
+  for (int64_t d : input.shape()) latent->add_shape(d);
+  return ReadInputData(request, index, latent->mutable_data());
 }
 
 // Triton's BYTES tensors on the wire: each element a 4-byte little-endian
@@ -176,21 +223,11 @@ absl::StatusOr<v1::DecodeRequest> TranslateModelInfer(const inference::ModelInfe
   v1::DecodeRequest r;
   r.set_model(model.name());
   r.set_request_id(request.id());
-  RETURN_IF_ERROR(CheckInputsAndOutputs(request, model, kInput, kOutput));
-  const auto& input = request.inputs(0);
-  v1::Tensor* latent = r.mutable_latent();
-  if (input.datatype() == "FP32") {
-    latent->set_dtype(v1::FLOAT32);
-  } else if (input.datatype() == "FP16") {
-    latent->set_dtype(v1::FLOAT16);
-  } else if (input.datatype() == "BF16") {
-    latent->set_dtype(v1::BFLOAT16);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input \"latent\": datatype ", input.datatype(), "; use FP32, FP16 or BF16"));
+  RETURN_IF_ERROR(CheckInputsAndOutputs(request, model, kInput, kOutput, kAudioInput));
+  RETURN_IF_ERROR(ReadLatentInput(request, InputIndex(request, kInput), r.mutable_latent()));
+  if (const int audio = InputIndex(request, kAudioInput); audio >= 0) {
+    RETURN_IF_ERROR(ReadLatentInput(request, audio, r.mutable_audio_latent()));
   }
-  for (int64_t d : input.shape()) latent->add_shape(d);
-  RETURN_IF_ERROR(ReadInputData(request, kInput, latent->mutable_data()));
   for (const auto& [name, value] : request.parameters()) {
     RETURN_IF_ERROR(ApplyParameter(name, value, r));
   }
@@ -254,7 +291,7 @@ absl::StatusOr<v1::EncodeRequest> TranslateModelInferEncode(const inference::Mod
           absl::StrCat("input \"image\": datatype ", input.datatype(), "; use FP32, FP16, BF16, UINT8 or BYTES"));
     }
     for (int64_t d : input.shape()) image->add_shape(d);
-    RETURN_IF_ERROR(ReadInputData(request, kEncodeInput, image->mutable_data()));
+    RETURN_IF_ERROR(ReadInputData(request, 0, image->mutable_data()));
   }
   for (const auto& [name, value] : request.parameters()) {
     RETURN_IF_ERROR(ApplyEncodeParameter(name, value, r));

@@ -158,6 +158,30 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
                                               flattened ? Packing::kFlatten : Packing::kPatches2x2, &unpacked));
     shape = unpacked;
   }
+  // An audio latent to mux into the MP4: its bytes follow the video
+  // latent's in the body.
+  ASSIGN_OR_RETURN(const std::vector<int64_t> audio_shape, RepeatedPositiveQueryParam(params, "audio_shape"));
+  ASSIGN_OR_RETURN(const std::string* audio_model, SingleQueryParam(params, "audio_model"));
+  const bool muxed = !audio_shape.empty() || audio_model != nullptr;
+  if (muxed) {
+    if (audio_shape.empty() || audio_model == nullptr) {
+      return BadQueryParam("audio_model/audio_shape", "an audio latent needs both (its bytes follow the latent's)");
+    }
+    int64_t video_bytes = element_size;
+    for (int64_t d : shape) {
+      if (__builtin_mul_overflow(video_bytes, d, &video_bytes)) return BadQueryParam("shape", "too large");
+    }
+    if (video_bytes > static_cast<int64_t>(body.size())) {
+      return BadQueryParam("shape", absl::StrCat("the latent needs ", video_bytes, " bytes; the body has ", body.size(),
+                                                 " (the audio latent's bytes follow the latent's)"));
+    }
+    r.set_audio_model(*audio_model);
+    v1::Tensor* audio = r.mutable_audio_latent();
+    audio->set_dtype(r.latent().dtype());  // one dtype for the body
+    for (int64_t d : audio_shape) audio->add_shape(d);
+    audio->set_data(body.substr(static_cast<size_t>(video_bytes)));
+    body.resize(static_cast<size_t>(video_bytes));
+  }
   for (int64_t d : shape) r.mutable_latent()->add_shape(d);
   r.mutable_latent()->set_data(std::move(body));
 
@@ -246,9 +270,11 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
     }
     r.set_output_format(v1::OUTPUT_MP4);
     call.reply = RemoteReply::kVideoFile;
+    return call;
   } else {
     return BadQueryParam("output_type", absl::StrCat("\"", type, "\"; use pil, pt or mp4"));
   }
+  if (muxed) return BadQueryParam("audio_model", "an audio latent is muxed into output_type=mp4");
   return call;
 }
 

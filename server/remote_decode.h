@@ -14,7 +14,9 @@
 // latent_space (vae, raw), mode (auto, dense, exact, tiled), jpeg_quality,
 // png_compression (0..9), fps (MP4), decode_timestep / decode_noise_scale / noise_seed (LTX),
 // output_dtype (pt: float32, float16); audio VAEs: audio_output (waveform,
-// mel), output_type wav with wav_encoding (pcm16, float32).
+// mel), output_type wav with wav_encoding (pcm16, float32); mp4 with an
+// audio track: audio_model, audio_shape (repeated), audio_latent_space, the
+// audio latent's bytes (in `dtype`) following the latent's in the body.
 //
 // Replies (what postprocess_decode reads):
 //   pil, image model     one JPEG/PNG file (batch 1)

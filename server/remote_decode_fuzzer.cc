@@ -19,6 +19,7 @@
 #include <string>
 
 #include "rpc/latent_tensor.h"
+#include "rpc/request_checks.h"
 #include "server/fuzz_models.h"
 #include "server/http_query.h"
 #include "server/remote_decode.h"
@@ -60,6 +61,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       server::AdmissionLimits limits;
       limits.max_output_pixels = int64_t{1} << 24;
       status = server::CheckAdmission(request, model, limits);
+      if (status.ok() && rpc::HasMuxedAudio(request)) {
+        status = server::ValidateMuxedAudio(request, server::FuzzModelNamed(request.audio_model()), limits);
+      }
       server::FuzzRequire(server::PredictTensorOutputBytes(request, model) >= 0);
     }
   }

@@ -110,7 +110,8 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
   return rpc::ValidateOutputFormat(request, model);
 }
 
-absl::Status ValidateMuxedAudio(const v1::DecodeRequest& request, const absl::StatusOr<v1::ModelInfo>& audio_model) {
+absl::Status ValidateMuxedAudio(const v1::DecodeRequest& request, const absl::StatusOr<v1::ModelInfo>& audio_model,
+                                const AdmissionLimits& limits) {
   if (request.output_format() != v1::OUTPUT_MP4) {
     return absl::InvalidArgumentError(
         "audio_latent: an audio track is muxed into an MP4 (output_format MP4); decode it on its own otherwise");
@@ -135,6 +136,9 @@ absl::Status ValidateMuxedAudio(const v1::DecodeRequest& request, const absl::St
     return absl::InvalidArgumentError(absl::StrCat(
         "audio_latent.shape: a batch of ", audio_batch, " beside the video latent's ", video_batch,
         audio_model->out_channels() == 1 ? absl::StrCat(" (a mono model's stereo: ", 2 * video_batch, ")") : ""));
+  }
+  if (absl::Status s = CheckAdmission(audio, *audio_model, limits); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("audio_", s.message()));
   }
   return absl::OkStatus();
 }

@@ -27,14 +27,6 @@ namespace vaedecode::server {
 // written as (rpc::ValidateOutputFormat).
 absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
-// A request's muxed audio (rpc::HasMuxedAudio) against its audio model (the
-// catalog's entry for request.audio_model()): an MP4 output, an audio VAE with
-// a vocoder, its latent valid for it (ValidateDecodeRequest's checks) and of
-// the video latent's batch B, or for a mono model 2B (MiniMax-H3's stereo:
-// entries 2b and 2b + 1 are entry b's left and right channels, as its
-// pipeline passes the two channels as a batch).
-absl::Status ValidateMuxedAudio(const v1::DecodeRequest& request, const absl::StatusOr<v1::ModelInfo>& audio_model);
-
 // The decoded output's size for a latent that passed ValidateDecodeRequest:
 // a packed raw latent unpacks by the model's raw patch first; video frames
 // follow the model's output frame table (rpc/output_frames.h), the
@@ -94,6 +86,17 @@ absl::StatusOr<AdmissionLimits> ParseOutputPixelLimits(const std::string& flag);
 // float16 decode (with the count and the first element), unless allowed.
 absl::Status CheckAdmission(const v1::DecodeRequest& request, const v1::ModelInfo& model,
                             const AdmissionLimits& limits);
+
+// A request's muxed audio (rpc::HasMuxedAudio) against its audio model (the
+// catalog's entry for request.audio_model()): an MP4 output, an audio VAE with
+// a vocoder, its latent valid for it (ValidateDecodeRequest's checks) and of
+// the video latent's batch B, or for a mono model 2B (MiniMax-H3's stereo:
+// entries 2b and 2b + 1 are entry b's left and right channels, as its
+// pipeline passes the two channels as a batch).
+// Then its values, as CheckAdmission checks a latent's (a NaN would make
+// noise).
+absl::Status ValidateMuxedAudio(const v1::DecodeRequest& request, const absl::StatusOr<v1::ModelInfo>& audio_model,
+                                const AdmissionLimits& limits);
 
 // An encode request against its model before queueing, INVALID_ARGUMENT
 // naming the field: its enums, one of image / encoded_image, the image

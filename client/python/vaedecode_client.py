@@ -151,14 +151,19 @@ class Decoded:
 
     def _add_header(self, h):
         self.header = h
-        if len(h.shape) not in (4, 5) or min(h.shape) < 1:
+        # [B, C, (T,) H, W] images and clips, or an audio VAE's waveform
+        # [B, channels, samples]: its samples are the rows of one column.
+        waveform = len(h.shape) == 3 and h.output_format in (pb2.OUTPUT_FLOAT32, pb2.OUTPUT_FLOAT16)
+        if (len(h.shape) not in (4, 5) and not waveform) or min(h.shape) < 1:
             raise StreamError(f"header shape {list(h.shape)}")
         if h.output_format not in OUTPUT_NUMPY:
             raise StreamError(f"unknown output format {h.output_format}")
         b = h.shape[0]
         self.channels_last = h.output_format in (pb2.OUTPUT_UINT8, pb2.OUTPUT_PNG)
         self.frames = 1
-        if self.channels_last:  # [B, (T,) H, W, C]
+        if waveform:
+            self.channels, self.height, self.width = h.shape[1], h.shape[2], 1
+        elif self.channels_last:  # [B, (T,) H, W, C]
             self.height, self.width, self.channels = h.shape[-3:]
             if len(h.shape) == 5:
                 self.frames = h.shape[1]

@@ -87,6 +87,9 @@ def remote_decode_seeds():
                                                wav_encoding="float32"), floats((1, 3, 128))
     yield "audio_mel_wav", AUDIO, query([2, 8, 1, 16], dtype="bfloat16", output_type="wav", audio_output="mel",
                                         partial_postprocess="True"), floats((2, 8, 1, 16), np.float16)
+    yield "video_mp4_audio", VIDEO, query([1, 16, 2, 1, 2], dtype="float32", output_type="mp4", audio_model="audio") \
+        + "&audio_shape=1&audio_shape=8&audio_shape=3&audio_shape=16&audio_latent_space=raw", \
+        floats((1, 16, 2, 1, 2)) + floats((1, 8, 3, 16), seed=1)
     yield "encode_png", IMAGE, "/encode?scaling_factor=0.18215&posterior=sample&seed=7", png(16, 16)
     yield "encode_tensor", IMAGE, query([1, 3, 16, 16], dtype="float32", mode="exact"), floats((1, 3, 16, 16))
     yield "encode_uint8_video", VIDEO, query([1, 5, 16, 16, 3], dtype="uint8", latent_space="raw"), \
@@ -146,6 +149,11 @@ def oip_seeds():
                                             audio_output="waveform")
     yield "audio_mel_png", AUDIO, infer_request("FP16", (1, 3, 128), raw=floats((1, 3, 128), np.float16),
                                                 output_format="png", audio_output="mel", latent_space="raw")
+    two = infer_request("FP32", (1, 16, 2, 1, 1), raw=floats((1, 16, 2, 1, 1)), output_format="mp4",
+                        audio_model="audio")
+    two.inputs.add(name="audio_latent", datatype="FP32", shape=[1, 8, 2, 16])
+    two.raw_input_contents.append(floats((1, 8, 2, 16), seed=2))
+    yield "video_mp4_audio", VIDEO, two
     yield "raw_and_typed", IMAGE, both
     classified = infer_request("FP32", (1, 16, 1, 1), raw=floats((1, 16, 1, 1)))
     classified.outputs[0].parameters["classification"].int64_param = 3

@@ -11,15 +11,25 @@ its vocoder, compared with the diffusers fixtures:
   - OIP (tritonclient's gRPC client): FP32 waveforms with the sample_rate
     response parameter, BYTES WAV files with output_format wav, the model's
     metadata [B, C, L] in and [B, channels, samples] out;
+  - an audio latent muxed into a video's MP4 (LTX-2's video and audio): over
+    HTTP (output_type=mp4, audio_model, audio_shape, the audio latent's bytes
+    after the video latent's) and OIP (a second input "audio_latent", the
+    parameter audio_model), read back by PyAV (FFmpeg): an H.264 stream of
+    the clip's frames and a stereo AAC stream of the whole waveform;
   - vaedecode_client --out a.wav: a WAV per batch entry (a_0.wav, a_1.wav);
+    the Python client's .npy of the waveform;
   - bad requests name the problem; the server keeps serving.
 """
 
 import io
 import json
+import os
+import pathlib
 import struct
+import subprocess
 import sys
 
+import av
 import numpy as np
 import requests
 import safetensors.numpy
@@ -76,7 +86,8 @@ def expect_oip_error(fn, *needles):
 
 
 def main():
-    server = Server({"minimax_audio": "minimax_h3_audio", "ltx2_audio": "ltx2_audio", "sd": "sd_kl"})
+    server = Server({"minimax_audio": "minimax_h3_audio", "ltx2_audio": "ltx2_audio", "sd": "sd_kl",
+                     "ltx2_video": "ltx2_full"})
     checks = Checks("audio_protocols")
     minimax_latent = load("minimax_h3_audio", "latent.safetensors")
     minimax_wave = load("minimax_h3_audio", "expected.safetensors")
@@ -186,6 +197,54 @@ def main():
         # Still serving.
         assert infer("ltx2_audio", ltx2_latent).as_numpy("sample").shape == ltx2_wave.shape
 
+    video_latent = load("ltx2_full", "latent.safetensors")  # [1, 128, 1, 3, 2]: one frame of 96x64
+
+    def expect_muxed(data, frames, samples, rate):
+        container = av.open(io.BytesIO(data))
+        video = [s for s in container.streams if s.type == "video"]
+        audio = [s for s in container.streams if s.type == "audio"]
+        assert len(video) == 1 and len(audio) == 1, container.streams
+        assert audio[0].codec_context.name == "aac" and audio[0].codec_context.channels == 2
+        assert audio[0].codec_context.sample_rate == rate
+        got_frames = sum(1 for _ in container.decode(video[0]))
+        container.seek(0)
+        decoded = sum(f.samples for f in av.open(io.BytesIO(data)).decode(audio=0))
+        assert got_frames == frames, got_frames
+        # Every sample: AAC's 1024-sample frames pad the end, its priming is trimmed.
+        assert samples <= decoded < samples + 1024 + 1024, (decoded, samples)
+
+    def http_mp4_with_audio():
+        query = ([("shape", d) for d in video_latent.shape] + [("dtype", "float32"), ("output_type", "mp4"),
+                 ("audio_model", "ltx2_audio"), ("audio_latent_space", "raw")] +
+                 [("audio_shape", d) for d in ltx2_packed.shape])
+        body = np.ascontiguousarray(video_latent).tobytes() + np.ascontiguousarray(ltx2_packed).tobytes()
+        response = requests.post(f"{server.http}/models/ltx2_video", params=query, data=body, timeout=120)
+        assert response.status_code == 200, response.text
+        assert response.headers["Content-Type"] == "video/mp4"
+        expect_muxed(response.content, 1, ltx2_wave.shape[2], 24000)
+        # The audio latent's bytes missing, or an audio track on a tensor reply: refused.
+        short = requests.post(f"{server.http}/models/ltx2_video", params=query,
+                              data=np.ascontiguousarray(video_latent).tobytes(), timeout=120)
+        expect_http_error(short, 400, "audio")
+        pt = [(k, v) if k != "output_type" else (k, "pt") for k, v in query]
+        expect_http_error(requests.post(f"{server.http}/models/ltx2_video", params=pt, data=body, timeout=120), 400,
+                          "an audio latent is muxed into output_type=mp4")
+
+    def oip_mp4_with_audio():
+        inputs = []
+        for name, tensor in (("latent", video_latent), ("audio_latent", ltx2_latent)):
+            i = grpcclient.InferInput(name, list(tensor.shape), "FP32")
+            i.set_data_from_numpy(np.ascontiguousarray(tensor, dtype=np.float32))
+            inputs.append(i)
+        result = client.infer("ltx2_video", inputs, outputs=[grpcclient.InferRequestedOutput("sample")],
+                              parameters={"output_format": "mp4", "audio_model": "ltx2_audio"})
+        files = result.as_numpy("sample")
+        assert files.shape == (1,), files.shape
+        expect_muxed(bytes(files[0]), 1, ltx2_wave.shape[2], 24000)
+        expect_oip_error(lambda: client.infer("ltx2_video", inputs, parameters={"output_format": "mp4",
+                                                                                "audio_model": "sd"}),
+                         "INVALID_ARGUMENT", "audio_model: \"sd\" is not an audio VAE")
+
     def client_writes_wavs():
         out = TMP / "client.wav"
         server.client("--model=minimax_audio", f"--latent={fixture('minimax_h3_audio', 'latent.safetensors')}",
@@ -195,12 +254,25 @@ def main():
             assert (fmt_tag, channels, str(rate)) == (1, 1, rates["minimax_audio"])
             assert np.abs(samples[:, 0] - np.clip(minimax_wave[b, 0], -1, 1)).max() <= 1 / 32767
 
+    def python_client_npy():
+        latent = TMP / "ltx2_latent.npy"
+        np.save(latent, ltx2_latent)
+        out = TMP / "py_wave.npy"
+        script = pathlib.Path(os.environ["TEST_SRCDIR"]) / "vaedecode" / "client" / "python" / "vaedecode_client.py"
+        done = subprocess.run(["/usr/bin/python3", str(script), f"--server={server.grpc}", "--model=ltx2_audio",
+                               f"--latent={latent}", f"--out={out}"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        got = np.load(out)
+        assert got.shape == ltx2_wave.shape and np.abs(got - ltx2_wave).max() <= 1e-4
+
     for name, fn in (("remote_decode_pt", remote_decode_pt), ("client_writes_wavs", client_writes_wavs),
+                     ("python_client_npy", python_client_npy),
                      ("http_pt_waveforms_with_their_rate", http_pt_waveforms_with_their_rate),
                      ("http_wav_files", http_wav_files), ("http_mel_on_request", http_mel_on_request),
                      ("http_refusals", http_refusals), ("oip_waveform_and_rate", oip_waveform_and_rate),
                      ("oip_wav_files", oip_wav_files), ("oip_metadata", oip_metadata),
-                     ("oip_refusals", oip_refusals)):
+                     ("oip_refusals", oip_refusals), ("http_mp4_with_audio", http_mp4_with_audio),
+                     ("oip_mp4_with_audio", oip_mp4_with_audio)):
         checks.run(name, fn)
     server.stop()
     return checks.finish()
