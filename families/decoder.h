@@ -192,6 +192,12 @@ class Decoder {
 
   // Checks rank, channels and sizes of a latent for this model.
   virtual absl::Status ValidateLatent(const at::Tensor& latent) const;
+  // The same for a decode with `conditioning` (an audio VAE asked for its mel
+  // spectrogram needs no latent its vocoder takes).
+  virtual absl::Status ValidateLatentFor(const at::Tensor& latent, const DecodeConditioning& conditioning) const {
+    (void)conditioning;
+    return ValidateLatent(latent);
+  }
 
   // The family pipeline's de-normalisation of a denoiser latent.
   virtual at::Tensor ToVaeSpace(const at::Tensor& raw) const = 0;

@@ -17,7 +17,7 @@
 namespace vaedecode::worker {
 
 absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, const DecodeJob& job) {
-  RETURN_IF_ERROR(decoder.ValidateLatent(job.latent));
+  RETURN_IF_ERROR(decoder.ValidateLatentFor(job.latent, job.conditioning));
   PreparedLatent out;
   RETURN_IF_ERROR(CatchExceptions("latent conversion", [&] {
     at::Tensor z = job.latent;

@@ -121,7 +121,10 @@ int64_t LTX2AudioDecoder::MelBins(int64_t latent_bins) const {
   return config_.mel_bins > 0 ? config_.mel_bins : latent_bins;
 }
 
-absl::Status LTX2AudioDecoder::ValidateLatent(const at::Tensor& latent) const {
+absl::Status LTX2AudioDecoder::ValidateLatent(const at::Tensor& latent) const { return ValidateLatentFor(latent, {}); }
+
+absl::Status LTX2AudioDecoder::ValidateLatentFor(const at::Tensor& latent,
+                                                 const DecodeConditioning& conditioning) const {
   const int64_t c = config_.latent_channels;
   int64_t bins = 0;
   if (latent.dim() == 3) {
@@ -141,7 +144,8 @@ absl::Status LTX2AudioDecoder::ValidateLatent(const at::Tensor& latent) const {
     RETURN_IF_ERROR(CheckInputTensor(latent, rule));
     bins = latent.size(3);
   }
-  if (vocoder_ && config_.output_channels * MelBins(bins) != vocoder_->in_channels) {
+  // Only a waveform goes through the vocoder.
+  if (vocoder_ && !conditioning.mel_spectrogram && config_.output_channels * MelBins(bins) != vocoder_->in_channels) {
     return absl::InvalidArgumentError(absl::StrCat("latent of ", bins, " mel bins decodes to ", MelBins(bins),
                                                    " mel bins; the vocoder takes ", vocoder_->in_channels, " / ",
                                                    config_.output_channels, " channels"));

@@ -58,6 +58,7 @@ class LTX2AudioDecoder final : public ModuleDecoder<LTX2AudioModule> {
 
   // [B, C, L, M], or packed [B, L, C·M]; with a vocoder, the mel it makes must be the vocoder's input width.
   absl::Status ValidateLatent(const at::Tensor& latent) const override;
+  absl::Status ValidateLatentFor(const at::Tensor& latent, const DecodeConditioning& conditioning) const override;
   // The waveform's shape (the mel's without a vocoder).
   std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const override;
   std::vector<int64_t> OutputShapeFor(const std::vector<int64_t>& latent_shape,

@@ -70,6 +70,32 @@ TEST(LTX2AudioDecoder, ParametersAreTheDiffusersKeysOfTheVaeAndTheVocoder) {
   EXPECT_EQ(keys.at("act_out.downsample.filter"), (std::vector<int64_t>{1, 1, 12}));
 }
 
+// mel_bins null: the mel keeps the latent's bins, which the vocoder must
+// take for a waveform, but not for the mel alone.
+TEST(LTX2AudioDecoder, OnlyAWaveformNeedsBinsTheVocoderTakes) {
+  const std::string folder = testing::FixturePath("ltx2_audio");
+  absl::StatusOr<std::unique_ptr<ModelFiles>> files = ModelFiles::Open(folder);
+  absl::StatusOr<std::unique_ptr<ModelFiles>> vocoder_files = ModelFiles::Open(folder + "/vocoder");
+  ASSERT_TRUE(files.ok() && vocoder_files.ok());
+  absl::StatusOr<LTX2AudioConfig> config = LTX2AudioConfig::FromJson((*files)->config(), "ltx2_audio");
+  absl::StatusOr<LTX2VocoderConfig> vocoder = LTX2VocoderConfig::FromJson((*vocoder_files)->config(), "vocoder");
+  ASSERT_TRUE(config.ok() && vocoder.ok());
+  config->mel_bins = 0;
+  LTX2AudioDecoder decoder(*config, *vocoder, "{}");
+  const int64_t fitting = vocoder->in_channels / config->output_channels;
+  const at::Tensor fits = at::zeros({1, config->latent_channels, 3, fitting});
+  const at::Tensor other = at::zeros({1, config->latent_channels, 3, fitting + 1});
+  EXPECT_TRUE(decoder.ValidateLatentFor(fits, {}).ok());
+  const absl::Status refused = decoder.ValidateLatentFor(other, {});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("the vocoder takes"));
+  DecodeConditioning mel;
+  mel.mel_spectrogram = true;
+  EXPECT_TRUE(decoder.ValidateLatentFor(other, mel).ok());
+  EXPECT_EQ(decoder.OutputShapeFor(other.sizes().vec(), mel),
+            (std::vector<int64_t>{1, config->output_channels, config->MelFrames(3), fitting + 1}));
+}
+
 TEST(LTX2AudioDecoder, DecodesToTheWaveformOrOnRequestTheMel) {
   absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("ltx2_audio"), {});
   ASSERT_TRUE(d.ok()) << d.status();
