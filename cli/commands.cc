@@ -540,7 +540,8 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   at::Tensor muxed_audio;
   int64_t muxed_audio_rate = 0;
   if (args.Get("audio-latent")) {
-    ASSIGN_OR_RETURN(std::tie(muxed_audio, muxed_audio_rate), DecodeMuxedAudio(args, format, latent.size(0)));
+    ASSIGN_OR_RETURN(std::tie(muxed_audio, muxed_audio_rate),
+                     DecodeMuxedAudio(args, format, latent.dim() > 0 ? latent.size(0) : 0));
   } else if (args.Get("audio-model") || args.Get("audio-latent-space")) {
     return absl::InvalidArgumentError("--audio-model and --audio-latent-space go with --audio-latent");
   }

@@ -75,6 +75,11 @@ struct ModelInfo {
   // decoder takes them); 0 for [B, C, L]. Peak calibration decodes
   // [1, C, L(, M)] latents of a few lengths L.
   int64_t latent_bins = 0;
+  // An audio VAE's mel spectrogram (LTX-2's; its output without a vocoder,
+  // or asked for): mel frames per latent frame, and its bins (0: as many as
+  // the latent's, mel_bins null). 0 frames for a VAE without a mel stage.
+  int64_t mel_frames_per_latent = 0;
+  int64_t mel_bins = 0;
   // Latent frames a decode holds at once, for its memory (tiling/
   // memory_model.h): 1 for images and frame-by-frame decoders (Wan's causal
   // cache), a temporal window, or 0 for the whole clip.

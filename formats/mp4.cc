@@ -223,15 +223,28 @@ struct AudioTrack {
   AVStream* stream = nullptr;
 };
 
+}  // namespace
+
+bool IsAacSampleRate(int64_t rate) {
+  for (const int64_t r : {96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350}) {
+    if (rate == r) return true;
+  }
+  return false;
+}
+
+namespace {
+
 absl::Status CheckAudio(const Mp4Audio& audio) {
   if (audio.samples == nullptr || audio.frames < 1) return absl::InvalidArgumentError("MP4 audio: no samples");
   if (audio.channels != 1 && audio.channels != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("MP4 audio: mono or stereo waveforms are muxed; this one has ", audio.channels, " channels"));
   }
-  if (audio.sample_rate < 8000 || audio.sample_rate > 96000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("MP4 audio: AAC takes 8000..96000 Hz; the waveform is at ", audio.sample_rate, " Hz"));
+  if (!IsAacSampleRate(audio.sample_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MP4 audio: AAC takes MPEG-4's rates (7350 to 96000 Hz: 16000, 22050, 24000, 32000, 44100, 48000, ...); the "
+        "waveform is at ",
+        audio.sample_rate, " Hz"));
   }
   return absl::OkStatus();
 }

@@ -20,9 +20,13 @@ namespace vaedecode::formats {
 // Frame rate when a request names none.
 inline constexpr int kDefaultVideoFps = 16;
 
+// The sample rates an MP4's AAC track can have (MPEG-4's sampling
+// frequency table: 7350 to 96000 Hz).
+bool IsAacSampleRate(int64_t rate);
+
 // A waveform to mux beside the video: `frames` samples of `channels` (1 or
-// 2) interleaved, frame-major, floats in [-1, 1] at `sample_rate` (8 kHz to
-// 96 kHz). Not owned.
+// 2) interleaved, frame-major, floats in [-1, 1] at `sample_rate`
+// (IsAacSampleRate). Not owned.
 struct Mp4Audio {
   const float* samples = nullptr;
   int64_t frames = 0;

@@ -84,6 +84,10 @@ TEST(Mp4Test, AnAudioTrackIsMuxedWholeBesideTheVideo) {
   EXPECT_EQ(EncodeMp4(width, height, frames, clip.data(), bad).status().code(), absl::StatusCode::kInvalidArgument);
   bad.audio = Mp4Audio{one.data(), 16, 1, 200000};
   EXPECT_EQ(EncodeMp4(width, height, frames, clip.data(), bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad.audio = Mp4Audio{one.data(), 16, 1, 25000};  // within the range, not one of AAC's rates
+  EXPECT_EQ(EncodeMp4(width, height, frames, clip.data(), bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(IsAacSampleRate(24000) && IsAacSampleRate(32000) && IsAacSampleRate(7350));
+  EXPECT_FALSE(IsAacSampleRate(25000) || IsAacSampleRate(0));
 }
 
 TEST(Mp4Test, SameFramesSameBytes) {

@@ -34,7 +34,7 @@ absl::Status OutputAssembler::AddHeader(const v1::Header& header) {
     return absl::InvalidArgumentError(absl::StrCat("header: shape of rank ", rank));
   }
   for (int64_t d : header.shape()) {
-    if (d < 1 || d > (int64_t{1} << 24)) {
+    if (d < 1 || d > kMaxOutputDimension) {
       return absl::InvalidArgumentError("header: a dimension out of range");
     }
   }

@@ -28,6 +28,10 @@
 
 namespace vaedecode::rpc {
 
+// The largest dimension a stream's header may give (a waveform's samples
+// included: over 11 minutes at 24 kHz); the server refuses larger outputs.
+inline constexpr int64_t kMaxOutputDimension = int64_t{1} << 24;
+
 class OutputAssembler {
  public:
   // Takes the next message of the stream. INVALID_ARGUMENT (DATA_LOSS for

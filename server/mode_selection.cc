@@ -36,10 +36,14 @@ PeakEstimates EstimatePeaks(const v1::DecodeRequest& request, const v1::ModelInf
   const tiling::PeakCosts costs{model.fixed_peak_bytes(), model.peak_bytes_per_latent(), model.attention_fixed_bytes(),
                                 model.attention_bytes_per_latent(), model.attention_bytes_per_latent_pair()};
   if (model.is_audio()) {
-    // Calibrated on [1, C, L(, M)] latents as L rows of one column (tiling/
-    // calibration.h); decoded dense.
+    // Calibrated on [1, C, L, (latent_bins)] latents as L rows of one column
+    // (tiling/calibration.h); other bins scale the rows. Decoded dense.
     const tiling::MemoryModel memory{costs, 1, 1};
-    e.dense = tiling::DensePeakBytes(memory, {shape.empty() ? 1 : shape[0], 1, AudioLatentFrames(request, model), 1});
+    int64_t rows = AudioLatentFrames(request, model);
+    if (const int64_t bins = AudioLatentBins(request, model); bins > 0 && model.latent_bins() > 0) {
+      rows = (rows * bins + model.latent_bins() - 1) / model.latent_bins();
+    }
+    e.dense = tiling::DensePeakBytes(memory, {shape.empty() ? 1 : shape[0], 1, rows, 1});
     e.exact_rank = e.floor_tile = e.dense;
     return e;
   }

@@ -189,7 +189,9 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   ASSIGN_OR_RETURN(const std::string* output_type, SingleQueryParam(params, "output_type"));
   ASSIGN_OR_RETURN(const std::string* image_format, SingleQueryParam(params, "image_format"));
   ASSIGN_OR_RETURN(const std::string* partial, SingleQueryParam(params, "partial_postprocess"));
-  const std::string type = output_type == nullptr ? (model.is_audio() ? "wav" : "pil") : *output_type;
+  // An audio VAE's default: a WAV of its waveform, or the tensor of a mel spectrogram.
+  const bool waveform = model.is_audio() && rpc::OutputKindOf(model, r) == rpc::OutputKind::kWaveform;
+  const std::string type = output_type != nullptr ? *output_type : waveform ? "wav" : model.is_audio() ? "pt" : "pil";
   bool partial_postprocess = false;
   if (partial != nullptr) {
     ASSIGN_OR_RETURN(partial_postprocess, ParseBoolQueryParam("partial_postprocess", *partial));

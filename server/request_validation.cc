@@ -11,7 +11,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "formats/image_bytes.h"
+#include "formats/mp4.h"
 #include "rpc/latent_tensor.h"
+#include "rpc/output_assembler.h"
 #include "rpc/output_formats.h"
 #include "rpc/output_frames.h"
 #include "rpc/request_checks.h"
@@ -31,6 +33,14 @@ int64_t AudioLatentFrames(const v1::DecodeRequest& request, const v1::ModelInfo&
   if (shape.size() == 4) return shape[2];  // [B, C, L, M]
   if (shape.size() != 3) return 0;
   return model.latent_bins() > 0 ? shape[1] : shape[2];  // packed [B, L, C·M], or [B, C, L]
+}
+
+int64_t AudioLatentBins(const v1::DecodeRequest& request, const v1::ModelInfo& model) {
+  const auto& shape = request.latent().shape();
+  if (model.latent_bins() == 0) return 0;
+  if (shape.size() == 4) return shape[3];
+  if (shape.size() == 3 && model.latent_channels() > 0) return shape[2] / model.latent_channels();
+  return 0;
 }
 
 namespace {
@@ -88,7 +98,15 @@ absl::Status ValidateDecodeRequest(const v1::DecodeRequest& request, const v1::M
     ASSIGN_OR_RETURN(const int64_t numel, rpc::CountLatentElements(latent));
     RETURN_IF_ERROR(ValidateAudioLatent(request, model));
     RETURN_IF_ERROR(rpc::CheckLatentBytes(latent, numel));
-    return rpc::ValidateOutputFormat(request, model);
+    RETURN_IF_ERROR(rpc::ValidateOutputFormat(request, model));
+    // A stream's header holds at most rpc::kMaxOutputDimension per dimension.
+    if (const OutputSize out = PredictOutputSize(request, model); out.height > rpc::kMaxOutputDimension) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "latent.shape: ", ShapeString(latent.shape()), " decodes to about ", out.height,
+          rpc::OutputKindOf(model, request) == rpc::OutputKind::kWaveform ? " samples" : " mel frames",
+          " per channel, more than the ", rpc::kMaxOutputDimension, " an output dimension may hold; split the audio"));
+    }
+    return absl::OkStatus();
   }
   const int want_rank = model.is_video() ? 5 : 4;
   if (latent.shape_size() != want_rank) {
@@ -126,6 +144,12 @@ absl::Status ValidateMuxedAudio(const v1::DecodeRequest& request, const absl::St
         absl::StrCat("audio_model: \"", audio_model->name(), "\" is not ",
                      audio_model->is_audio() ? "an audio VAE with a vocoder (no waveform)" : "an audio VAE"));
   }
+  if (!formats::IsAacSampleRate(audio_model->sample_rate()) || audio_model->out_channels() < 1 ||
+      audio_model->out_channels() > 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audio_model: \"", audio_model->name(), "\" makes ", audio_model->out_channels(), "-channel audio at ",
+        audio_model->sample_rate(), " Hz; an MP4's AAC track takes mono or stereo at MPEG-4's rates"));
+  }
   const v1::DecodeRequest audio = rpc::MuxedAudioRequest(request);
   if (absl::Status s = ValidateDecodeRequest(audio, *audio_model); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("audio_", s.message()));  // "audio_latent.shape: ..."
@@ -147,11 +171,17 @@ OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelIn
   OutputSize out;
   const auto& shape = request.latent().shape();
   if (model.is_audio()) {
-    // A waveform's samples as the rows of one column (a mel spectrogram has
-    // fewer values than the waveform it is vocoded to: a bound).
     if (shape.size() < 3) return out;
     out.batch = shape[0];
-    out.height = AudioLatentFrames(request, model) * std::max<int64_t>(1, model.samples_per_latent());
+    const int64_t frames = AudioLatentFrames(request, model);
+    if (rpc::OutputKindOf(model, request) == rpc::OutputKind::kSpectrogram) {
+      // [B, C, ~frames·f, mel_bins (or the latent's)] (f: mel frames per latent).
+      out.height = frames * std::max<int64_t>(1, model.mel_frames_per_latent());
+      out.width = model.mel_bins() > 0 ? model.mel_bins() : std::max<int64_t>(1, AudioLatentBins(request, model));
+      return out;
+    }
+    // A waveform's samples as the rows of one column.
+    out.height = frames * std::max<int64_t>(1, model.samples_per_latent());
     out.width = 1;
     return out;
   }

@@ -44,6 +44,8 @@ OutputSize PredictOutputSize(const v1::DecodeRequest& request, const v1::ModelIn
 // An audio VAE's latent frames L in a request's latent ([B, C, L],
 // [B, C, L, M] or the packed raw [B, L, C·M]); 0 for another rank.
 int64_t AudioLatentFrames(const v1::DecodeRequest& request, const v1::ModelInfo& model);
+// Its latent bins M (0 for a [B, C, L] model).
+int64_t AudioLatentBins(const v1::DecodeRequest& request, const v1::ModelInfo& model);
 
 // The bytes of a tensor output (FLOAT32, FLOAT16, UINT8) for a request that
 // passed ValidateDecodeRequest: output pixels × the model's output channels

@@ -150,6 +150,54 @@ TEST(RequestValidationTest, PredictsTheOutputOfImagesVideoAndPackedRawLatents) {
   EXPECT_EQ(PredictOutputSize(raw, image).height, 80);
 }
 
+// LTX-2's audio VAE with its vocoder (8 channels, 16 latent bins, 960
+// samples per latent frame, a mel of 4 frames per latent frame and 64 bins)
+// and MiniMax-H3's ([B, 32, L], 800 samples per latent frame).
+v1::ModelInfo Ltx2Audio(int64_t sample_rate, int64_t mel_bins) {
+  v1::ModelInfo m;
+  m.set_name("a");
+  m.set_is_audio(true);
+  m.set_latent_channels(8);
+  m.set_latent_bins(16);
+  m.set_out_channels(2);
+  m.set_sample_rate(sample_rate);
+  m.set_samples_per_latent(sample_rate > 0 ? 960 : 0);
+  m.set_mel_frames_per_latent(4);
+  m.set_mel_bins(mel_bins);
+  return m;
+}
+
+TEST(RequestValidationTest, AudioOutputsArePredictedAndBounded) {
+  // A waveform: samples as rows of one column.
+  v1::DecodeRequest wave = Request({2, 8, 10, 16});
+  OutputSize out = PredictOutputSize(wave, Ltx2Audio(24000, 64));
+  EXPECT_EQ(out.batch, 2);
+  EXPECT_EQ(out.height, 9600);
+  EXPECT_EQ(out.width, 1);
+  EXPECT_TRUE(ValidateDecodeRequest(wave, Ltx2Audio(24000, 64)).ok());
+  // The mel spectrogram (asked, or without a vocoder): frames x the config's bins ...
+  v1::DecodeRequest mel = wave;
+  mel.set_audio_output(v1::AUDIO_OUTPUT_MEL);
+  out = PredictOutputSize(mel, Ltx2Audio(24000, 64));
+  EXPECT_EQ(out.height, 40);
+  EXPECT_EQ(out.width, 64);
+  out = PredictOutputSize(wave, Ltx2Audio(0, 64));
+  EXPECT_EQ(out.height, 40);
+  EXPECT_EQ(out.width, 64);
+  // ... or, mel_bins null, the latent's own bins (packed raw: C·M / C).
+  v1::DecodeRequest packed = Request({1, 10, 8 * 40});
+  packed.set_latent_space(v1::LATENT_SPACE_RAW);
+  packed.set_audio_output(v1::AUDIO_OUTPUT_MEL);
+  out = PredictOutputSize(packed, Ltx2Audio(24000, 0));
+  EXPECT_EQ(out.height, 40);
+  EXPECT_EQ(out.width, 40);
+  EXPECT_EQ(PredictTensorOutputBytes(packed, Ltx2Audio(24000, 0)), 40 * 40 * 2 * 4);
+  // A waveform longer than a stream's dimension may be: refused before any decode.
+  v1::DecodeRequest lengthy = Request({1, 8, (int64_t{1} << 24) / 960 + 1, 16});
+  EXPECT_THAT(std::string(ValidateDecodeRequest(lengthy, Ltx2Audio(24000, 64)).message()),
+              HasSubstr("samples per channel, more than the 16777216 an output dimension may hold"));
+}
+
 TEST(RequestValidationTest, OutputPixelLimitsParseAndApplyPerModel) {
   absl::StatusOr<AdmissionLimits> limits = ParseOutputPixelLimits("5000,big=100000,small=10");
   ASSERT_TRUE(limits.ok()) << limits.status();

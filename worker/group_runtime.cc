@@ -227,6 +227,10 @@ absl::StatusOr<GroupRuntime::EncodeRoom> GroupRuntime::EncodeRoomFor(int64_t mod
 absl::StatusOr<at::Tensor> GroupRuntime::DecodeOnLeader(int64_t model_index, const DecodeJob& job,
                                                         const std::atomic<bool>* cancelled) {
   absl::MutexLock job_lock(&job_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (broken_) return absl::UnavailableError("the worker group has failed and is being rebuilt");
+  }
   if (model_index < 0 || model_index >= static_cast<int64_t>(models_.size())) {
     return absl::InternalError("DecodeOnLeader: no such model");
   }

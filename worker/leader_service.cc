@@ -135,34 +135,6 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
   absl::StatusOr<at::Tensor> latent = LatentFromRequest(request.latent());
   if (!latent.ok()) return rpc::ToGrpcStatus(latent.status());
   families::Decoder& decoder = *runtime_.models()[model].decoder;
-  // An audio track to mux: its waveform first, on the leader alone.
-  at::Tensor audio;
-  int64_t audio_rate = 0;
-  if (rpc::HasMuxedAudio(request)) {
-    const int audio_model = runtime_.FindModel(request.audio_model());
-    if (audio_model < 0) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                          absl::StrCat("audio_model: unknown model \"", request.audio_model(), "\""));
-    }
-    const families::ModelInfo& info = runtime_.models()[audio_model].decoder->info();
-    if (!info.is_audio || info.sample_rate == 0) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("audio_model: \"", request.audio_model(), "\" decodes no waveform"));
-    }
-    const v1::DecodeRequest audio_request = rpc::MuxedAudioRequest(request);
-    absl::StatusOr<at::Tensor> audio_latent = LatentFromRequest(audio_request.latent());
-    if (!audio_latent.ok()) return rpc::ToGrpcStatus(audio_latent.status());
-    absl::StatusOr<at::Tensor> waveform = runtime_.DecodeOnLeader(
-        audio_model, JobFromRequest(audio_request, *std::move(audio_latent)), call.cancel_flag());
-    if (!waveform.ok()) {
-      return rpc::ToGrpcStatus(
-          absl::Status(waveform.status().code(), absl::StrCat("audio: ", waveform.status().message())));
-    }
-    absl::StatusOr<at::Tensor> track = MuxableAudio(*waveform, request.latent().shape(0));
-    if (!track.ok()) return rpc::ToGrpcStatus(track.status());
-    audio = *std::move(track);
-    audio_rate = info.sample_rate;
-  }
   const internal::SessionStep& step = run.session();
   if (run.has_session() && step.has_replay()) {
     // The state is rebuilt from the session's history, decoded first.
@@ -195,6 +167,34 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
   absl::StatusOr<DecodePlan> plan = PlanDecode(decoder, JobFromRequest(request, *std::move(latent)), planning);
   if (!plan.ok()) return rpc::ToGrpcStatus(plan.status());
   job.plan = *std::move(plan);
+  // An audio track to mux: its waveform, on the leader alone, once the video is planned.
+  at::Tensor audio;
+  int64_t audio_rate = 0;
+  if (rpc::HasMuxedAudio(request)) {
+    const int audio_model = runtime_.FindModel(request.audio_model());
+    if (audio_model < 0) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("audio_model: unknown model \"", request.audio_model(), "\""));
+    }
+    const families::ModelInfo& info = runtime_.models()[audio_model].decoder->info();
+    if (!info.is_audio || info.sample_rate == 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("audio_model: \"", request.audio_model(), "\" decodes no waveform"));
+    }
+    const v1::DecodeRequest audio_request = rpc::MuxedAudioRequest(request);
+    absl::StatusOr<at::Tensor> audio_latent = LatentFromRequest(audio_request.latent());
+    if (!audio_latent.ok()) return rpc::ToGrpcStatus(audio_latent.status());
+    absl::StatusOr<at::Tensor> waveform = runtime_.DecodeOnLeader(
+        audio_model, JobFromRequest(audio_request, *std::move(audio_latent)), call.cancel_flag());
+    if (!waveform.ok()) {
+      return rpc::ToGrpcStatus(
+          absl::Status(waveform.status().code(), absl::StrCat("audio: ", waveform.status().message())));
+    }
+    absl::StatusOr<at::Tensor> track = MuxableAudio(*waveform, request.latent().shape(0));
+    if (!track.ok()) return rpc::ToGrpcStatus(track.status());
+    audio = *std::move(track);
+    audio_rate = info.sample_rate;
+  }
   std::vector<int64_t> out_shape = decoder.OutputShapeFor(job.plan.latent.sizes().vec(), job.plan.conditioning);
   if (run.has_session()) {
     const int64_t replayed = step.has_replay() ? step.replay().shape(2) : 0;

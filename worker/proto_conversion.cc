@@ -30,6 +30,8 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   out->set_sample_rate(info.sample_rate);
   out->set_samples_per_latent(info.samples_per_latent);
   out->set_latent_bins(info.latent_bins);
+  out->set_mel_frames_per_latent(info.mel_frames_per_latent);
+  out->set_mel_bins(info.mel_bins);
   for (int64_t frames : info.output_frames.frames) out->add_output_frame_table(frames);
   out->set_output_frame_period(info.output_frames.period);
   out->set_output_frames_per_period(info.output_frames.frames_per_period);

@@ -33,6 +33,8 @@ ModelInfo Describe(const LTX2AudioConfig& c, const std::optional<LTX2VocoderConf
   info.latent_bins = c.mel_bins > 0 ? (c.mel_bins + upsample - 1) / upsample
                      : vocoder      ? std::max<int64_t>(1, vocoder->in_channels / c.output_channels)
                                     : 16;
+  info.mel_frames_per_latent = LTX2AudioConfig::kLatentDownsampleFactor;
+  info.mel_bins = c.mel_bins;
   info.raw_to_vae_formula =
       "packed [B, L, C*M]: x * latents_std + latents_mean over the C*M features, then unpacked to [B, C, L, M]";
   if (vocoder) {

@@ -144,6 +144,9 @@ def main():
     def http_mel_on_request():
         out = tensor_of(post("ltx2_audio", ltx2_latent, output_type="pt", audio_output="mel"))
         assert out.shape == ltx2_mel.shape and np.abs(out - ltx2_mel).max() <= 1e-4
+        # A mel's default reply is its tensor (a waveform's is a WAV).
+        out = tensor_of(post("ltx2_audio", ltx2_latent, audio_output="mel"))
+        assert out.shape == ltx2_mel.shape
 
     def http_refusals():
         expect_http_error(post("minimax_audio", minimax_latent, output_type="pil"), 400,
