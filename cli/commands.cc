@@ -29,7 +29,6 @@
 #include "families/builtin_families.h"
 #include "formats/image_input.h"
 #include "formats/tensor_file.h"
-#include "formats/wav.h"
 #include "rpc/leader_call.h"
 #include "rpc/modes.h"
 #include "rpc/output_assembler.h"
@@ -393,24 +392,29 @@ absl::Status RunAudioDecode(const ParsedArgs& args, std::ostream& out) {
                      info.sample_rate == 0 ? "(its folder has no vocoder)" : "(--audio-output mel)",
                      ", not a waveform: write it to .safetensors or .npy"));
   }
-  std::vector<std::string> written;
-  if (!wav) {
-    RETURN_IF_ERROR(formats::WriteTensorFile(out_file, "sample", sample));
-    written.push_back(out_file);
-  } else {
-    const std::string stem = out_file.substr(0, out_file.size() - 4);
-    for (int64_t b = 0; b < sample.size(0); ++b) {
-      // Interleaved: [samples, channels], frame-major.
-      const at::Tensor frames = sample[b].transpose(0, 1).contiguous();
-      const float* data = frames.data_ptr<float>();
-      const std::vector<float> samples(data, data + frames.numel());
-      const std::string file = sample.size(0) == 1 ? out_file : absl::StrCat(stem, "_", b, ".wav");
-      RETURN_IF_ERROR(
-          formats::WriteWav(file, samples, sample.size(1), info.sample_rate,
-                            encoding == "float32" ? formats::WavEncoding::kFloat32 : formats::WavEncoding::kPcm16));
-      written.push_back(file);
-    }
-  }
+  // Streamed as the service streams it (a tensor, or a WAV per batch
+  // entry) and written as its client writes it.
+  request.set_output_format(!wav                    ? v1::OUTPUT_FLOAT32
+                            : encoding == "float32" ? v1::OUTPUT_WAV_FLOAT32
+                                                    : v1::OUTPUT_WAV);
+  rpc::OutputAssembler assembled;
+  v1::DecodeResponse header;
+  RETURN_IF_ERROR(worker::DescribeOutput(sample, request.output_format(), header.mutable_header()));
+  if (!mel) header.mutable_header()->set_sample_rate(info.sample_rate);
+  RETURN_IF_ERROR(assembled.Add(header));
+  absl::Status added;
+  RETURN_IF_ERROR(worker::EmitChunks(sample, worker::EncodingOf(request, {}, info.sample_rate),
+                                     rpc::kDefaultMaxChunkBytes, [&](v1::Chunk&& chunk) {
+                                       v1::DecodeResponse message;
+                                       *message.mutable_chunk() = std::move(chunk);
+                                       added = assembled.Add(message);
+                                       return added.ok();
+                                     }));
+  RETURN_IF_ERROR(added);
+  v1::DecodeResponse trailer;
+  trailer.mutable_trailer();
+  RETURN_IF_ERROR(assembled.Add(trailer));
+  ASSIGN_OR_RETURN(const std::vector<std::string> written, client::WriteOutput(out_file, assembled));
   out << "decoded model=" << model.name << " family=" << info.family << " latent=" << *latent_path
       << " latent_shape=" << ShapeText(latent.sizes()) << " space=" << space
       << " sample_shape=" << ShapeText(sample.sizes()) << " output=" << (mel ? "mel" : "waveform")
