@@ -37,9 +37,8 @@ import safetensors.torch
 import torch
 import tritonclient.grpc as grpcclient
 from diffusers.utils.remote_utils import remote_decode
-from tritonclient.utils import InferenceServerException
 
-from protocol_harness import TMP, Checks, Server, fixture
+from protocol_harness import TMP, Checks, Server, expect_oip_error, fixture
 
 
 def load(folder, name, key=None):
@@ -72,17 +71,6 @@ def expect_http_error(response, status, *needles):
     text = response.json()["error"]
     for needle in needles:
         assert needle in text, f"{needle!r} not in {text!r}"
-
-
-def expect_oip_error(fn, *needles):
-    try:
-        fn()
-    except InferenceServerException as e:
-        text = f"{e.status()} {e.message()}"
-        for needle in needles:
-            assert needle in text, f"{needle!r} not in {text!r}"
-        return
-    raise AssertionError("the bad request succeeded")
 
 
 def main():

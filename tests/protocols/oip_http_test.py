@@ -25,9 +25,8 @@ import numpy as np
 import requests
 import safetensors.numpy
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
-from protocol_harness import TMP, Checks, Server, fixture
+from protocol_harness import TMP, Checks, Server, expect_oip_error as expect_error, fixture
 
 FLUX_SCALE, FLUX_SHIFT = 0.3611, 0.1159
 
@@ -43,17 +42,6 @@ def infer(client, model, latent, datatype="FP32", binary=True, **parameters):
     result = client.infer(model, [latent_input], outputs=[httpclient.InferRequestedOutput("sample", binary_data=binary)],
                           parameters=parameters or None)
     return result.as_numpy("sample")
-
-
-def expect_error(fn, *needles):
-    try:
-        fn()
-    except InferenceServerException as e:
-        text = f"{e.status()} {e.message()}"
-        for needle in needles:
-            assert needle in text, f"{needle!r} not in {text!r}"
-        return text
-    raise AssertionError("the bad request succeeded")
 
 
 def main():

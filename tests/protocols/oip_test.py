@@ -33,10 +33,9 @@ import safetensors.numpy
 import grpc
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import InferenceServerException
 from PIL import Image
 
-from protocol_harness import TMP, Checks, Server, fixture
+from protocol_harness import TMP, Checks, Server, expect_oip_error as expect_error, fixture
 
 FLUX_SCALE, FLUX_SHIFT = 0.3611, 0.1159
 
@@ -52,17 +51,6 @@ def infer(client, model, latent, datatype="FP32", **parameters):
     result = client.infer(model, [latent_input], outputs=[grpcclient.InferRequestedOutput("sample")],
                           parameters=parameters or None)
     return result.as_numpy("sample")
-
-
-def expect_error(fn, *needles):
-    try:
-        fn()
-    except InferenceServerException as e:
-        text = f"{e.status()} {e.message()}"
-        for needle in needles:
-            assert needle in text, f"{needle!r} not in {text!r}"
-        return text
-    raise AssertionError("the bad request succeeded")
 
 
 def main():

@@ -19,6 +19,21 @@ WORKER = RUNFILES / "worker" / "vaedecode_worker"
 CLIENT = RUNFILES / "client" / "vaedecode_client"
 
 
+def expect_oip_error(fn, *needles):
+    """Runs an OIP call (tritonclient) that must fail; its status and message
+    must hold every needle. Returns them."""
+    from tritonclient.utils import InferenceServerException  # the OIP tests' venv only
+
+    try:
+        fn()
+    except InferenceServerException as e:
+        text = f"{e.status()} {e.message()}"
+        for needle in needles:
+            assert needle in text, f"{needle!r} not in {text!r}"
+        return text
+    raise AssertionError("the bad request succeeded")
+
+
 def fixture(name, file=""):
     return FIXTURES / name / file if file else FIXTURES / name
 
