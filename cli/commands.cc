@@ -275,13 +275,10 @@ absl::StatusOr<worker::DecodeOutcome> DecodeInChunks(worker::GroupRuntime& runti
 const std::map<std::string, std::set<std::string>>& CommandFlags() {
   static const auto* flags = [] {
     auto* f = new std::map<std::string, std::set<std::string>>{
-        {"decode", {"model",          "latent",        "out",
-                    "dtype",          "threads",       "latent-shape",
-                    "seed",           "mode",          "ranks",
-                    "timeout-s",      "device",        "budget-mib",
-                    "seeded-weights", "warmup",        "repeat",
-                    "halo-overlap",   "stream-chunks", "wav-encoding",
-                    "audio-latent",   "audio-model",   "audio-latent-space"}},
+        {"decode",
+         {"model",  "latent",       "out",           "dtype",        "threads",      "latent-shape",   "seed",
+          "mode",   "ranks",        "timeout-s",     "device",       "budget-mib",   "seeded-weights", "warmup",
+          "repeat", "halo-overlap", "stream-chunks", "wav-encoding", "audio-latent", "audio-model"}},
         {"encode",
          {"model", "image", "out", "mode", "ranks", "dtype", "threads", "timeout-s", "seeded-weights", "warmup",
           "repeat"}},
@@ -427,9 +424,9 @@ absl::Status RunAudioDecode(const ParsedArgs& args, std::ostream& out) {
 
 // decode --audio-latent: the audio VAE's waveform for an .mp4's audio track
 // and its rate, as the service's leader decodes it (dense, float32).
-absl::StatusOr<std::pair<at::Tensor, int64_t>> DecodeMuxedAudio(const ParsedArgs& args, v1::OutputFormat format,
-                                                                int64_t clips) {
-  if (format != v1::OUTPUT_MP4) {
+absl::StatusOr<std::pair<at::Tensor, int64_t>> DecodeMuxedAudio(const ParsedArgs& args,
+                                                                const v1::DecodeRequest& video_request, int64_t clips) {
+  if (video_request.output_format() != v1::OUTPUT_MP4) {
     return absl::InvalidArgumentError("--audio-latent is muxed into a video: --out must be .mp4");
   }
   std::string model_path;
@@ -450,12 +447,7 @@ absl::StatusOr<std::pair<at::Tensor, int64_t>> DecodeMuxedAudio(const ParsedArgs
     return absl::InvalidArgumentError(
         absl::StrCat("--audio-model ", model_path, " has no vocoder: it decodes to a mel spectrogram, not audio"));
   }
-  v1::DecodeRequest request;
-  const std::string space = args.Get("audio-latent-space").value_or("vae");
-  if (space != "vae" && space != "raw") {
-    return absl::InvalidArgumentError(absl::StrCat("--audio-latent-space must be vae or raw, got \"", space, "\""));
-  }
-  request.set_latent_space(space == "raw" ? v1::LATENT_SPACE_RAW : v1::LATENT_SPACE_VAE);
+  const v1::DecodeRequest request = rpc::MuxedAudioRequest(video_request);  // its --audio-latent-space
   ASSIGN_OR_RETURN(at::Tensor latent, formats::ReadTensorFile(ResolveUserPath(*args.Get("audio-latent")), "latent"));
   families::DenseOps ops;
   ASSIGN_OR_RETURN(at::Tensor waveform,
@@ -545,7 +537,7 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   int64_t muxed_audio_rate = 0;
   if (args.Get("audio-latent")) {
     ASSIGN_OR_RETURN(std::tie(muxed_audio, muxed_audio_rate),
-                     DecodeMuxedAudio(args, format, latent.dim() > 0 ? latent.size(0) : 0));
+                     DecodeMuxedAudio(args, request, latent.dim() > 0 ? latent.size(0) : 0));
   } else if (args.Get("audio-model") || args.Get("audio-latent-space")) {
     return absl::InvalidArgumentError("--audio-model and --audio-latent-space go with --audio-latent");
   }

@@ -50,6 +50,8 @@
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Server address HOST:PORT");
 ABSL_FLAG(std::string, model, "default", "Model name (the server's ListModels)");
 ABSL_FLAG(std::string, latent, "", ".safetensors or .npy latent; empty: a seeded demo latent");
+ABSL_FLAG(std::string, audio_latent, "",
+          ".safetensors or .npy audio latent muxed into the .mp4 (with --audio_model, a request option)");
 ABSL_FLAG(std::string, latent_shape, "1,4,32,32", "Shape of the demo latent");
 ABSL_FLAG(uint64_t, seed, 0, "Seed of the demo latent; with --image and --posterior=sample, the sample's seed");
 ABSL_FLAG(std::string, image, "",
@@ -220,6 +222,10 @@ absl::StatusOr<v1::DecodeRequest> BuildRequest(const OptionArgs& options) {
   } else {
     ASSIGN_OR_RETURN(v1::Tensor t, vaedecode::client::ReadLatent(latent));
     *request.mutable_latent() = std::move(t);
+  }
+  if (const std::string audio = ResolvePath(absl::GetFlag(FLAGS_audio_latent)); !audio.empty()) {
+    ASSIGN_OR_RETURN(v1::Tensor t, vaedecode::client::ReadLatent(audio));
+    *request.mutable_audio_latent() = std::move(t);
   }
   for (const auto& [name, value] : options) {
     if (value.empty()) continue;

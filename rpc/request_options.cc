@@ -116,9 +116,17 @@ std::vector<OptionInfo> MakeTable() {
        0,
        "",
        "audio VAEs with a vocoder (LTX-2): the waveform, or the mel spectrogram it is made from"});
+  add({"audio_model",
+       OptionKind::kName,
+       kHttp | kOip | kClient,
+       {},
+       0,
+       0,
+       "",
+       "an audio latent muxed into the MP4: the audio VAE (with a vocoder) that decodes it"});
   add({"audio_latent_space",
        OptionKind::kChoice,
-       kHttp | kOip | kClient,
+       kHttp | kOip | kCli | kClient,
        {{v1::LATENT_SPACE_VAE, {"vae"}}, {v1::LATENT_SPACE_RAW, {"raw"}}},
        0,
        0,
@@ -224,6 +232,8 @@ std::string OptionInfo::Accepted() const {
       if (min > -kInf && max < kInf) return absl::StrCat("a number ", min, "..", max);
       if (min > -kInf) return absl::StrCat("a number >= ", min);
       return "a finite number";
+    case OptionKind::kName:
+      return absl::StrCat("a name of at most ", kMaxNameLength, " characters");
   }
   return "";
 }
@@ -298,6 +308,15 @@ absl::Status SetMessageOption(const OptionInfo& option, const OptionValue& value
       reflection->SetDouble(&request, field, *d);
       return absl::OkStatus();
     }
+    case OptionKind::kName: {
+      const auto* text = std::get_if<std::string>(&value);
+      if (text == nullptr || text->empty() || text->size() > kMaxNameLength) {
+        return Bad(option,
+                   text == nullptr ? absl::StrCat(Show(value), use) : absl::StrCat(text->size(), " characters", use));
+      }
+      reflection->SetString(&request, field, *text);
+      return absl::OkStatus();
+    }
   }
   return Bad(option, "unknown kind");
 }
@@ -337,6 +356,11 @@ absl::Status CheckOptionRanges(const v1::DecodeRequest& request) {
         break;
       }
       case OptionKind::kUnsigned:
+        break;
+      case OptionKind::kName:
+        if (reflection->GetString(request, field).size() > kMaxNameLength) {
+          return Bad(option, absl::StrCat("longer than ", kMaxNameLength, " characters"));
+        }
         break;
       case OptionKind::kNumber: {
         const double v = reflection->GetDouble(request, field);

@@ -33,7 +33,11 @@ enum class OptionKind {
   kInteger,   // an int32 field within [min, max]
   kUnsigned,  // a uint64 field (any value)
   kNumber,    // a double field, finite, within [min, max]
+  kName,      // a string field: a name of at most kMaxNameLength characters (another model's)
 };
+
+// The longest kName option value (a model's name).
+inline constexpr size_t kMaxNameLength = 256;
 
 // Where an option is offered (the validation always checks it).
 enum Surface : unsigned {

@@ -113,6 +113,9 @@ TEST(RequestOptionsTest, EveryRowIsAFieldOfItsKind) {
       case OptionKind::kNumber:
         EXPECT_EQ(f->cpp_type(), FieldDescriptor::CPPTYPE_DOUBLE) << o.name;
         break;
+      case OptionKind::kName:
+        EXPECT_EQ(f->cpp_type(), FieldDescriptor::CPPTYPE_STRING) << o.name;
+        break;
     }
     EXPECT_FALSE(o.help.empty()) << o.name;
     EXPECT_EQ(FindRequestOption(o.name), &o);
@@ -149,6 +152,18 @@ TEST(RequestOptionsTest, SetFromTextOrTypedValues) {
   EXPECT_FALSE(SetOption(timestep, std::string("nan"), r).ok());
   EXPECT_FALSE(r.has_decode_timestep());
   EXPECT_TRUE(SetOption(*FindRequestOption("scaling-factor"), std::string("-0.5"), r).ok());
+
+  // A name (another model's): a non-empty string within the bound.
+  const OptionInfo& audio_model = *FindRequestOption("audio-model");
+  EXPECT_TRUE(SetOption(audio_model, std::string("ltx2_audio"), r).ok());
+  EXPECT_EQ(r.audio_model(), "ltx2_audio");
+  EXPECT_THAT(Message(SetOption(audio_model, std::string(kMaxNameLength + 1, 'x'), r)),
+              HasSubstr("audio_model: 257 characters; use a name of at most 256 characters"));
+  EXPECT_FALSE(SetOption(audio_model, std::string(), r).ok());
+  EXPECT_FALSE(SetOption(audio_model, int64_t{3}, r).ok());
+  EXPECT_EQ(r.audio_model(), "ltx2_audio");
+  r.set_audio_model(std::string(kMaxNameLength + 1, 'x'));  // as a gRPC client may send it
+  EXPECT_THAT(Message(CheckOptionRanges(r)), HasSubstr("audio_model: longer than 256 characters"));
 }
 
 TEST(RequestOptionsTest, RangesAreCheckedOnEveryRequest) {

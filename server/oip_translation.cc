@@ -20,9 +20,9 @@ constexpr char kOutput[] = "sample";
 constexpr char kEncodeInput[] = "image";
 constexpr char kEncodeOutput[] = "latent";
 constexpr char kOperation[] = "operation";
-// A decode's second input and its model: an audio latent muxed into the MP4.
+// A decode's second input: an audio latent muxed into the MP4 (its model is
+// the request option audio_model).
 constexpr char kAudioInput[] = "audio_latent";
-constexpr char kAudioModel[] = "audio_model";
 // Triton's request parameters that clients may send: not ours to refuse.
 const std::set<std::string>& TritonParameters() {
   static const auto* names = new std::set<std::string>{"sequence_id", "sequence_start",     "sequence_end", "priority",
@@ -61,13 +61,6 @@ rpc::OptionValue ValueOf(const inference::InferParameter& p) {
 // Applies one request parameter to `r`: a request option
 // (rpc/request_options.h) or one of Triton's own, which are ignored.
 absl::Status ApplyParameter(const std::string& name, const inference::InferParameter& p, v1::DecodeRequest& r) {
-  if (name == kAudioModel) {
-    if (p.parameter_choice_case() != inference::InferParameter::kStringParam) {
-      return BadParameter(name, "the audio VAE's name, a string");
-    }
-    r.set_audio_model(p.string_param());
-    return absl::OkStatus();
-  }
   const rpc::OptionInfo* option = rpc::FindRequestOption(name);
   if (option != nullptr && option->name == name && (option->surfaces & rpc::kOip) != 0) {
     if (absl::Status s = rpc::SetOption(*option, ValueOf(p), r); !s.ok()) {
@@ -80,8 +73,7 @@ absl::Status ApplyParameter(const std::string& name, const inference::InferParam
   for (const rpc::OptionInfo& o : rpc::RequestOptions()) {
     if ((o.surfaces & rpc::kOip) != 0) names.push_back(o.name);
   }
-  return BadParameter(name, absl::StrCat("unknown; vaedecode takes ", absl::StrJoin(names, ", "), ", ", kAudioModel,
-                                         " and ", kOperation));
+  return BadParameter(name, absl::StrCat("unknown; vaedecode takes ", absl::StrJoin(names, ", "), " and ", kOperation));
 }
 
 // The same for an encode: an rpc::EncodeOptions() row, or Triton's own.

@@ -160,11 +160,11 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
   }
   // An audio latent to mux into the MP4: its bytes follow the video
   // latent's in the body.
+  // (audio_model and audio_latent_space are request options, read above.)
   ASSIGN_OR_RETURN(const std::vector<int64_t> audio_shape, RepeatedPositiveQueryParam(params, "audio_shape"));
-  ASSIGN_OR_RETURN(const std::string* audio_model, SingleQueryParam(params, "audio_model"));
-  const bool muxed = !audio_shape.empty() || audio_model != nullptr;
+  const bool muxed = !audio_shape.empty() || !r.audio_model().empty();
   if (muxed) {
-    if (audio_shape.empty() || audio_model == nullptr) {
+    if (audio_shape.empty() || r.audio_model().empty()) {
       return BadQueryParam("audio_model/audio_shape", "an audio latent needs both (its bytes follow the latent's)");
     }
     int64_t video_bytes = element_size;
@@ -175,7 +175,6 @@ absl::StatusOr<RemoteDecodeCall> TranslateRemoteDecode(const QueryParams& params
       return BadQueryParam("shape", absl::StrCat("the latent needs ", video_bytes, " bytes; the body has ", body.size(),
                                                  " (the audio latent's bytes follow the latent's)"));
     }
-    r.set_audio_model(*audio_model);
     v1::Tensor* audio = r.mutable_audio_latent();
     audio->set_dtype(r.latent().dtype());  // one dtype for the body
     for (int64_t d : audio_shape) audio->add_shape(d);

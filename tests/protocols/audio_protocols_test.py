@@ -232,6 +232,12 @@ def main():
         files = result.as_numpy("sample")
         assert files.shape == (1,), files.shape
         expect_muxed(bytes(files[0]), 1, ltx2_wave.shape[2], 24000)
+        # vaedecode_client: --audio_latent beside --latent, the request option --audio_model.
+        out = TMP / "client_av.mp4"
+        server.client("--model=ltx2_video", f"--latent={fixture('ltx2_full', 'latent.safetensors')}",
+                      f"--audio_latent={fixture('ltx2_audio', 'latent.safetensors')}", "--audio_model=ltx2_audio",
+                      f"--out={out}")
+        expect_muxed(out.read_bytes(), 1, ltx2_wave.shape[2], 24000)
         expect_oip_error(lambda: client.infer("ltx2_video", inputs, parameters={"output_format": "mp4",
                                                                                 "audio_model": "sd"}),
                          "INVALID_ARGUMENT", "audio_model: \"sd\" is not an audio VAE")
