@@ -564,6 +564,13 @@ absl::Status RunDecode(const ParsedArgs& args, std::ostream& out) {
   if (!stream_chunks.empty() && (mode == "tiled" || warmup > 0 || repeat > 1)) {
     return absl::InvalidArgumentError("--stream-chunks decodes dense or exact, once (no tiles, --warmup or --repeat)");
   }
+  if (!stream_chunks.empty() && job.noise_scale != 0) {
+    // As the service's sessions (which take no noise): noise drawn for each
+    // chunk would not be the whole clip's.
+    return absl::InvalidArgumentError(
+        "--stream-chunks mixes no decode noise (noise drawn a chunk at a time is not the whole clip's): pass "
+        "--decode-noise-scale 0, or mix the noise into the latent first");
+  }
   // Budgets count beyond the loaded model (it is not the decode's), and
   // apply before the group reports its free memory.
   if (budget_mib > 0) {

@@ -66,7 +66,7 @@ absl::Status Decoder::CheckStreaming() const {
       " cannot be decoded chunk by chunk: its decoder carries no causal state from one latent frame to the next here"));
 }
 
-std::unique_ptr<DecodeStream> Decoder::OpenStream() { return nullptr; }
+std::unique_ptr<DecodeStream> Decoder::OpenStream(const DecodeConditioning&) { return nullptr; }
 
 std::vector<int64_t> Decoder::OutputShape(const std::vector<int64_t>& latent_shape) const {
   const ModelInfo& m = info();

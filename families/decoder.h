@@ -16,6 +16,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/cat.h>
 #include <c10/core/Device.h>
 
 #include "absl/status/status.h"
@@ -146,17 +147,21 @@ std::string DecodeDtypeReason(const ModelInfo& info, at::ScalarType requested);
 
 // One clip decoded chunk by chunk (a streaming session's state on one rank:
 // its row band in exact mode): what a causal decoder carries from one latent
-// frame to the next (Wan's per-conv feature cache) lives here between
-// chunks. The chunks' outputs, concatenated on frames, are the whole clip's
-// Decode (Wan decodes a whole clip through one stream: bit for bit;
-// HunyuanVideo 1.5 runs each layer over the whole clip: up to rounding).
+// frame to the next (Wan's per-conv feature cache, HunyuanVideo 1.5's and
+// LTX-2's causal conv frames) lives here between chunks. The chunks'
+// outputs, concatenated on frames, are the whole clip's Decode: a streaming
+// family's Decode is one chunk of a fresh stream, and with whole tensors
+// (dense ops) a stream steps a latent frame at a time whatever the chunk,
+// so every chunking runs the same ops on the same extents (bit for bit);
+// over row bands (LayerOps::HoldsRowBand) a chunk goes through each layer
+// at once, one collective per layer for the chunk (up to rounding).
 //
 // Threading and errors as Decoder's; a chunk that threw leaves the state
 // undefined (the caller drops the stream and rebuilds it from the history).
 class DecodeStream {
  public:
   virtual ~DecodeStream() = default;
-  // The next latent frames of the clip, z: [B, C, t, h, w] (t >= 1) in VAE
+  // The next latent frames of the clip, z: [B, C, t, H, W] (t >= 1) in VAE
   // space and the decoder's dtype, every chunk of one batch, channels and
   // size -> their output frames. Finished frames go to ops.FramesFinished.
   virtual at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops) = 0;
@@ -167,24 +172,34 @@ class DecodeStream {
 };
 
 // A DecodeStream whose state is a `State` (with `int64_t bytes() const`)
-// that `step(z, ops, state)` carries from chunk to chunk; no gradients.
+// that `step(z, ops, state)` carries from chunk to chunk, stepped as
+// DecodeStream says (a latent frame at a time on whole tensors); no
+// gradients. Each step's frames go to ops.FramesFinished, unless the step
+// says them itself (`step_announces_frames`: Wan's).
 template <typename State>
 class StatefulDecodeStream final : public DecodeStream {
  public:
   using Step = std::function<at::Tensor(const at::Tensor& z, LayerOps& ops, State& state)>;
-  explicit StatefulDecodeStream(Step step) : step_(std::move(step)) {}
+  explicit StatefulDecodeStream(Step step, bool step_announces_frames = false)
+      : step_(std::move(step)), step_announces_frames_(step_announces_frames) {}
 
   at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops) override {
     at::NoGradGuard no_grad;
-    at::Tensor frames = step_(z, ops, state_);
+    const int64_t steps = ops.HoldsRowBand() ? 1 : z.size(2);
+    std::vector<at::Tensor> frames;
+    for (int64_t i = 0; i < steps; ++i) {
+      frames.push_back(step_(steps == 1 ? z : z.narrow(2, i, 1), ops, state_));
+      if (!step_announces_frames_) ops.FramesFinished(frames.back());
+    }
     latent_frames_ += z.size(2);
-    return frames;
+    return frames.size() == 1 ? frames[0] : at::cat(frames, 2);
   }
   int64_t state_bytes() const override { return state_.bytes(); }
   int64_t latent_frames() const override { return latent_frames_; }
 
  private:
   const Step step_;
+  const bool step_announces_frames_;
   State state_;
   int64_t latent_frames_ = 0;
 };
@@ -236,9 +251,10 @@ class Decoder {
   // equal to the whole clip's; otherwise why not (a decoder that is not
   // causal in time, an image model).
   virtual absl::Status CheckStreaming() const;
-  // A fresh stream (no latent frame seen) when CheckStreaming is OK; the
-  // stream uses this decoder's modules, which must outlive it.
-  virtual std::unique_ptr<DecodeStream> OpenStream();
+  // A fresh stream (no latent frame seen) when CheckStreaming is OK, every
+  // chunk decoded with `conditioning` (LTX-2's timestep); the stream uses
+  // this decoder's modules, which must outlive it.
+  virtual std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning = {});
 
   // Output shape for a latent shape (NCHW or NCTHW), from info()'s geometry.
   virtual std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const;

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include <ATen/core/Tensor.h>
 
@@ -81,6 +82,10 @@ struct TokenLayout {
   // first (a stream's earlier frames): query frame t is frame
   // key_frames_before + t of the keys, against keys 0..key_frames_before + t.
   int64_t key_frames_before = 0;
+  // kFrameCausal only: k and v already hold every rank's rows
+  // (LayerOps::GatherKeysValues, a stream's keys kept gathered), so no op
+  // gathers them again.
+  bool keys_gathered = false;
   // kFull only: the last `shared_tokens` tokens are held alike by every rank
   // (a ViT's register and CLS tokens). Every rank computes all its queries,
   // the shared ones included, against every band's keys plus the shared keys
@@ -88,10 +93,10 @@ struct TokenLayout {
   int64_t shared_tokens = 0;
 
   static TokenLayout Full(int64_t tokens_per_row, int64_t shared_tokens = 0) {
-    return {Kind::kFull, tokens_per_row, 0, shared_tokens};
+    return {Kind::kFull, tokens_per_row, 0, false, shared_tokens};
   }
-  static TokenLayout FrameCausal(int64_t tokens_per_row, int64_t key_frames_before = 0) {
-    return {Kind::kFrameCausal, tokens_per_row, key_frames_before, 0};
+  static TokenLayout FrameCausal(int64_t tokens_per_row, int64_t key_frames_before = 0, bool keys_gathered = false) {
+    return {Kind::kFrameCausal, tokens_per_row, key_frames_before, keys_gathered, 0};
   }
 };
 
@@ -123,6 +128,22 @@ class LayerOps {
   virtual at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const TokenLayout& layout) = 0;
 
+  // k, v: [B, heads, T, N, D] with this rank's rows of tokens (`tokens_per_row`
+  // a row) -> every rank's, for an attention to keep (a stream's keys and
+  // values of earlier frames: gathered once, not again with every chunk).
+  // The default is right for ops that hold whole tensors: k and v.
+  virtual std::pair<at::Tensor, at::Tensor> GatherKeysValues(const at::Tensor& k, const at::Tensor& v,
+                                                             int64_t tokens_per_row) {
+    (void)tokens_per_row;
+    return {k, v};
+  }
+
+  // Whether this rank holds a band of rows and the layers exchange rows with
+  // other ranks (ShardedLayerOps), so that every layer call costs
+  // collectives: a stream then decodes a chunk's frames in one pass, where
+  // whole tensors go a latent frame at a time (DecodeStream).
+  virtual bool HoldsRowBand() const { return false; }
+
   // The decode's final output for its next frames ([B, C, t, H, W], this
   // rank's rows; in order, each call continuing the last), from a decoder
   // that finishes frames before the clip ends (Wan's causal chunks), so the
@@ -153,6 +174,11 @@ class ForwardingOps : public LayerOps {
     return inner_.Attention(q, k, v, layout);
   }
   RowWindow GlobalRows(int64_t local_rows) override { return inner_.GlobalRows(local_rows); }
+  std::pair<at::Tensor, at::Tensor> GatherKeysValues(const at::Tensor& k, const at::Tensor& v,
+                                                     int64_t tokens_per_row) override {
+    return inner_.GatherKeysValues(k, v, tokens_per_row);
+  }
+  bool HoldsRowBand() const override { return inner_.HoldsRowBand(); }
   void FramesFinished(const at::Tensor& frames) override { inner_.FramesFinished(frames); }
 
  protected:

@@ -249,7 +249,10 @@ std::pair<at::Tensor, at::Tensor> ShardedLayerOps::GatherBandKV(const at::Tensor
 at::Tensor ShardedLayerOps::Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const TokenLayout& layout) {
   if (layout.kind == TokenLayout::Kind::kFrameCausal) {
-    return FrameCausalAttention(q, k, v, layout.tokens_per_row, layout.key_frames_before);
+    // Local queries against every rank's keys of frames 0..t.
+    if (layout.keys_gathered) return FrameCausalScaledDotProductAttention(q, k, v, layout.key_frames_before);
+    auto [k_all, v_all] = GatherKeysValues(k, v, layout.tokens_per_row);
+    return FrameCausalScaledDotProductAttention(q, k_all, v_all, layout.key_frames_before);
   }
   return FullAttention(q, k, v, layout);
 }
@@ -275,23 +278,15 @@ RowWindow ShardedLayerOps::GlobalRows(int64_t local_rows) {
   return {spec.local_band().begin, spec.rows_total()};
 }
 
-at::Tensor ShardedLayerOps::FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                 int64_t tokens_per_row, int64_t key_frames_before) {
+std::pair<at::Tensor, at::Tensor> ShardedLayerOps::GatherKeysValues(const at::Tensor& k, const at::Tensor& v,
+                                                                    int64_t tokens_per_row) {
   // [B, heads, T, N_band, D]: fold frames into the heads dim so that one
   // uneven all-gather along the token dim collects every frame's band.
   const int64_t b = k.size(0), heads = k.size(1), frames = k.size(2), local_tokens = k.size(3), d = k.size(4);
-  TORCH_CHECK(tokens_per_row > 0 && local_tokens % tokens_per_row == 0, "attention tokens are not whole rows");
-  const parallel::ShardSpec spec = SpecForRows(local_tokens / tokens_per_row, /*axis=*/0);
-  std::vector<int64_t> token_sizes = spec.sizes();
-  for (int64_t& s : token_sizes) s *= tokens_per_row;
-  parallel::LeaderSignal signal = OutgoingSignal();
-  auto [k_all, v_all] =
-      ValueOrThrow(parallel::AllGatherKV(comm_, k.reshape({b, heads * frames, local_tokens, d}),
-                                         v.reshape({b, heads * frames, local_tokens, d}), token_sizes, &signal));
-  TakeSignal(signal);
+  auto [k_all, v_all] = GatherBandKV(k.reshape({b, heads * frames, local_tokens, d}),
+                                     v.reshape({b, heads * frames, local_tokens, d}), tokens_per_row);
   const int64_t tokens = k_all.size(2);
-  return FrameCausalScaledDotProductAttention(q, k_all.reshape({b, heads, frames, tokens, d}),
-                                              v_all.reshape({b, heads, frames, tokens, d}), key_frames_before);
+  return {k_all.reshape({b, heads, frames, tokens, d}), v_all.reshape({b, heads, frames, tokens, d})};
 }
 
 }  // namespace vaedecode::families

@@ -58,6 +58,11 @@ class ShardedLayerOps final : public LayerOps {
                        const TokenLayout& layout) override;
 
   RowWindow GlobalRows(int64_t local_rows) override;
+  // Every frame's band of K/V in one all-gather (the leader's cancel word
+  // rides it, as an attention's gather).
+  std::pair<at::Tensor, at::Tensor> GatherKeysValues(const at::Tensor& k, const at::Tensor& v,
+                                                     int64_t tokens_per_row) override;
+  bool HoldsRowBand() const override { return true; }
 
   // The layout of a tensor holding `local_rows` rows of this rank's band.
   parallel::ShardSpec SpecForRows(int64_t local_rows, int axis) const;
@@ -101,8 +106,6 @@ class ShardedLayerOps final : public LayerOps {
 
   std::pair<at::Tensor, at::Tensor> GatherBandKV(const at::Tensor& k, const at::Tensor& v, int64_t tokens_per_row);
   at::Tensor FullAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const TokenLayout& layout);
-  at::Tensor FrameCausalAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t tokens_per_row,
-                                  int64_t key_frames_before);
 
   parallel::Communicator& comm_;
   parallel::ShardSpec latent_spec_;

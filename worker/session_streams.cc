@@ -80,7 +80,7 @@ absl::StatusOr<families::DecodeStream*> SessionStreams::Step(const DecodePlan& p
   const SessionStep& step = plan.session;
   if (step.start) {
     RETURN_IF_ERROR(decoder.CheckStreaming());
-    std::unique_ptr<families::DecodeStream> stream = decoder.OpenStream();
+    std::unique_ptr<families::DecodeStream> stream = decoder.OpenStream(plan.conditioning);
     if (stream == nullptr) {
       return absl::InternalError(absl::StrCat(decoder.info().diffusers_class, " says it streams but opened no stream"));
     }

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <tuple>
+
 namespace vaedecode::families::hunyuanvideo15 {
 namespace {
 
@@ -57,19 +59,24 @@ at::Tensor AttnBlockImpl::forward(const at::Tensor& x, LayerOps& ops, StreamStat
     return RunPointwise(ops, conv, normed).permute({0, 2, 3, 4, 1}).reshape({b, 1, t, h * w, c});
   };
   at::Tensor keys = tokens(to_k), values = tokens(to_v);
-  int64_t before = 0;
-  if (state != nullptr) {
-    // A stream's queries attend to every frame so far: the earlier chunks'
-    // keys and values go in front (this rank's rows, as the new ones).
-    auto [it, first] = state->keys_values.try_emplace(this);
-    if (!first) {
-      before = it->second.first.size(2);
-      keys = at::cat({it->second.first, keys}, 2);
-      values = at::cat({it->second.second, values}, 2);
-    }
-    it->second = {keys, values};
+  if (state == nullptr) {  // the whole clip (the encoder)
+    const at::Tensor attended = ops.Attention(tokens(to_q), keys, values, TokenLayout::FrameCausal(w));
+    return RunPointwise(ops, proj_out, attended.reshape({b, t, h, w, c}).permute({0, 4, 1, 2, 3})) + x;
   }
-  const at::Tensor attended = ops.Attention(tokens(to_q), keys, values, TokenLayout::FrameCausal(w, before));
+  // A stream's queries attend to every frame so far. The new frames' keys
+  // and values are gathered from every rank once and kept so (the whole
+  // clip's exact decode gathers them all too); the earlier ones go in front.
+  std::tie(keys, values) = ops.GatherKeysValues(keys, values, w);
+  int64_t before = 0;
+  auto [it, first] = state->keys_values.try_emplace(this);
+  if (!first) {
+    before = it->second.first.size(2);
+    keys = at::cat({it->second.first, keys}, 2);
+    values = at::cat({it->second.second, values}, 2);
+  }
+  it->second = {keys, values};
+  const at::Tensor attended =
+      ops.Attention(tokens(to_q), keys, values, TokenLayout::FrameCausal(w, before, /*keys_gathered=*/true));
   const at::Tensor video = attended.reshape({b, t, h, w, c}).permute({0, 4, 1, 2, 3});
   return RunPointwise(ops, proj_out, video) + x;
 }
@@ -82,7 +89,7 @@ UpsampleImpl::UpsampleImpl(int64_t in_channels, int64_t out_channels, bool upsam
 at::Tensor UpsampleImpl::forward(const at::Tensor& x, LayerOps& ops, StreamState* state) {
   const at::Tensor h = conv->forward(x, ops, FramesOf(state));
   // The clip's first frame is special; a stream's later chunks have none.
-  const bool clip_start = state == nullptr || state->past_first_frame.insert(this).second;
+  const bool clip_start = state == nullptr || state->frames.AtClipStart(this);
   if (upsample_time_ && !clip_start) {
     return nn::SubpixelMajorDepthToSpace(h, 2, 2, 2) +
            nn::SubpixelMajorDepthToSpace(x, 2, 2, 2).repeat_interleave(repeats_, 1);

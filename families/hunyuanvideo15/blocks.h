@@ -16,7 +16,6 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <utility>
 
 #include <ATen/core/Tensor.h>
@@ -34,14 +33,14 @@ namespace vaedecode::families::hunyuanvideo15 {
 // What a stream (a clip decoded chunk by chunk: HunyuanVideo15Decoder::OpenStream)
 // carries through the decoder from one chunk to the next: the causal convs'
 // last input frames, the mid block's attention keys and values of every
-// frame so far (this rank's rows; its queries attend to all of them), and
-// which temporal upsamplers are past the clip's first frame. The decoder's
-// norms are per position, so nothing else couples frames. nullptr in the
-// forwards below: the whole clip at once.
+// frame so far (every rank's rows, gathered once: its queries attend to all
+// of them), and which temporal upsamplers are past the clip's first frame
+// (CausalFrames::AtClipStart).
+// The decoder's norms are per position, so nothing else couples frames.
+// nullptr in the forwards below: the whole clip at once (the encoder).
 struct StreamState {
   nn::CausalFrames frames;
   std::map<const void*, std::pair<at::Tensor, at::Tensor>> keys_values;  // [B, 1, T, N, C] each
-  std::set<const void*> past_first_frame;
   int64_t bytes() const;
 };
 

@@ -43,11 +43,10 @@ HunyuanVideo15Decoder::HunyuanVideo15Decoder(HunyuanVideo15Config config, std::s
 at::Tensor HunyuanVideo15Decoder::ToVaeSpace(const at::Tensor& raw) const { return raw / config_.scaling_factor; }
 
 at::Tensor HunyuanVideo15Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
-  at::NoGradGuard no_grad;
-  return module_->decoder->forward(z.to(dtype()), ops);
+  return OpenStream()->DecodeChunk(z, ops);
 }
 
-std::unique_ptr<DecodeStream> HunyuanVideo15Decoder::OpenStream() {
+std::unique_ptr<DecodeStream> HunyuanVideo15Decoder::OpenStream(const DecodeConditioning&) {
   return std::make_unique<StatefulDecodeStream<StreamState>>(
       [&decoder = *module_->decoder, dtype = dtype()](const at::Tensor& z, LayerOps& ops, StreamState& state) {
         return decoder.forward(z.to(dtype), ops, &state);

@@ -7,8 +7,9 @@
 // broadcasts to (B, B, L, L)); with enable_slicing it decodes one entry at a
 // time, which is what a batch here computes (entries never mix). `raw`
 // latents are de-normalised as HunyuanVideo15Pipeline does: z / scaling_factor.
-// It streams (sessions): a clip decoded chunk by chunk through a StreamState
-// gives the whole decode's frames.
+// It streams (sessions): Decode is one chunk of a fresh stream (a latent
+// frame at a time on whole tensors, DecodeStream), so a clip decoded chunk
+// by chunk through a StreamState gives the whole decode's frames.
 
 #include <memory>
 #include <string>
@@ -43,7 +44,7 @@ class HunyuanVideo15Decoder final : public ModuleDecoder<HunyuanVideo15Module> {
   // Causal in time: the convs pad with the frames before, the attention is
   // frame-causal and the norms are per position (StreamState).
   absl::Status CheckStreaming() const override { return absl::OkStatus(); }
-  std::unique_ptr<DecodeStream> OpenStream() override;
+  std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning = {}) override;
 
   const HunyuanVideo15Config& config() const { return config_; }
 

@@ -51,10 +51,13 @@ LTX2VideoCausalConv3dImpl::LTX2VideoCausalConv3dImpl(int64_t in_channels, int64_
   conv = register_module("conv", MakeConv3d(in_channels, out_channels, kernel));
 }
 
-at::Tensor LTX2VideoCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops, bool causal) {
+at::Tensor LTX2VideoCausalConv3dImpl::forward(const at::Tensor& x, LayerOps& ops, bool causal,
+                                              nn::CausalFrames* stream) {
   const int64_t kt = conv->weight.size(2);
   at::Tensor padded;  // [B, C, T + kt - 1, H, W]
-  if (causal) {
+  if (causal && stream != nullptr) {
+    padded = stream->Extend(this, x, kt - 1);  // the frames before the chunk (the clip's first, repeated, at its start)
+  } else if (causal) {
     padded = at::cat({x.narrow(2, 0, 1).repeat({1, 1, kt - 1, 1, 1}), x}, 2);
   } else {
     const int64_t side = (kt - 1) / 2;
@@ -120,8 +123,8 @@ LTX2VideoResnetBlock3dImpl::LTX2VideoResnetBlock3dImpl(int64_t in_channels, int6
   }
 }
 
-at::Tensor LTX2VideoResnetBlock3dImpl::forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& temb,
-                                               bool causal) {
+at::Tensor LTX2VideoResnetBlock3dImpl::forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& temb, bool causal,
+                                               nn::CausalFrames* stream) {
   at::Tensor shift_1, scale_1, shift_2, scale_2;  // [B, C, 1, 1, 1]
   if (scale_shift_table.defined()) {
     const int64_t b = x.size(0), c = scale_shift_table.size(1);
@@ -133,10 +136,10 @@ at::Tensor LTX2VideoResnetBlock3dImpl::forward(const at::Tensor& x, LayerOps& op
   }
   at::Tensor h = PerChannelRMSNorm(x);
   if (shift_1.defined()) h = Modulate(h, shift_1, scale_1);
-  h = conv1->forward(at::silu(h), ops, causal);
+  h = conv1->forward(at::silu(h), ops, causal, stream);
   h = PerChannelRMSNorm(h);
   if (shift_2.defined()) h = Modulate(h, shift_2, scale_2);
-  h = conv2->forward(at::silu(h), ops, causal);
+  h = conv2->forward(at::silu(h), ops, causal, stream);
 
   at::Tensor shortcut = x;
   if (norm3) shortcut = norm3->forward(shortcut.movedim(1, -1)).movedim(-1, 1);
@@ -151,9 +154,12 @@ LTX2VideoUpsampler3dImpl::LTX2VideoUpsampler3dImpl(int64_t in_channels, std::vec
   conv = register_module("conv", LTX2VideoCausalConv3d(in_channels, in_channels * cells / upscale_factor, 3, mode));
 }
 
-at::Tensor LTX2VideoUpsampler3dImpl::forward(const at::Tensor& x, LayerOps& ops, bool causal) {
-  const int64_t dropped = stride_[0] - 1;
-  at::Tensor h = DepthToSpace(conv->forward(x, ops, causal), stride_);
+at::Tensor LTX2VideoUpsampler3dImpl::forward(const at::Tensor& x, LayerOps& ops, bool causal,
+                                             nn::CausalFrames* stream) {
+  // The first input frame's first stride_t - 1 output frames are dropped:
+  // the clip's, so not a later chunk's.
+  const int64_t dropped = stream == nullptr || stream->AtClipStart(this) ? stride_[0] - 1 : 0;
+  at::Tensor h = DepthToSpace(conv->forward(x, ops, causal, stream), stride_);
   h = h.narrow(2, dropped, h.size(2) - dropped);
   if (!residual_) return h;
   const int64_t repeats = stride_[0] * stride_[1] * stride_[2] / upscale_factor_;
@@ -171,12 +177,14 @@ LTX2VideoMidBlock3dImpl::LTX2VideoMidBlock3dImpl(int64_t channels, int64_t num_l
   }
 }
 
-at::Tensor LTX2VideoMidBlock3dImpl::forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& timestep,
-                                            bool causal) {
+at::Tensor LTX2VideoMidBlock3dImpl::forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& timestep, bool causal,
+                                            nn::CausalFrames* stream) {
   at::Tensor temb;
   if (time_embedder) temb = time_embedder->forward(timestep.flatten(), x.scalar_type()).view({x.size(0), -1, 1, 1, 1});
   at::Tensor h = x;
-  for (const auto& resnet : *resnets) h = resnet->as<LTX2VideoResnetBlock3dImpl>()->forward(h, ops, temb, causal);
+  for (const auto& resnet : *resnets) {
+    h = resnet->as<LTX2VideoResnetBlock3dImpl>()->forward(h, ops, temb, causal, stream);
+  }
   return h;
 }
 
@@ -201,16 +209,18 @@ LTX2VideoUpBlock3dImpl::LTX2VideoUpBlock3dImpl(const UpBlockSpec& spec, double e
   }
 }
 
-at::Tensor LTX2VideoUpBlock3dImpl::forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& timestep,
-                                           bool causal) {
+at::Tensor LTX2VideoUpBlock3dImpl::forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& timestep, bool causal,
+                                           nn::CausalFrames* stream) {
   at::Tensor h = x;
-  if (conv_in) h = conv_in->forward(h, ops, at::Tensor(), causal);
+  if (conv_in) h = conv_in->forward(h, ops, at::Tensor(), causal, stream);
   at::Tensor temb;
   if (time_embedder) temb = time_embedder->forward(timestep.flatten(), h.scalar_type()).view({h.size(0), -1, 1, 1, 1});
   if (upsamplers) {
-    for (const auto& up : *upsamplers) h = up->as<LTX2VideoUpsampler3dImpl>()->forward(h, ops, causal);
+    for (const auto& up : *upsamplers) h = up->as<LTX2VideoUpsampler3dImpl>()->forward(h, ops, causal, stream);
   }
-  for (const auto& resnet : *resnets) h = resnet->as<LTX2VideoResnetBlock3dImpl>()->forward(h, ops, temb, causal);
+  for (const auto& resnet : *resnets) {
+    h = resnet->as<LTX2VideoResnetBlock3dImpl>()->forward(h, ops, temb, causal, stream);
+  }
   return h;
 }
 
@@ -305,12 +315,13 @@ LTX2VideoDecoder3dImpl::LTX2VideoDecoder3dImpl(const LTX2Config& c)
   }
 }
 
-at::Tensor LTX2VideoDecoder3dImpl::forward(const at::Tensor& z, LayerOps& ops, const at::Tensor& timestep) {
-  at::Tensor h = conv_in->forward(z, ops, causal_);
+at::Tensor LTX2VideoDecoder3dImpl::forward(const at::Tensor& z, LayerOps& ops, const at::Tensor& timestep,
+                                           nn::CausalFrames* stream) {
+  at::Tensor h = conv_in->forward(z, ops, causal_, stream);
   at::Tensor t = timestep;
   if (timestep_scale_multiplier.defined()) t = t * timestep_scale_multiplier;
-  h = mid_block->forward(h, ops, t, causal_);
-  for (const auto& block : *up_blocks) h = block->as<LTX2VideoUpBlock3dImpl>()->forward(h, ops, t, causal_);
+  h = mid_block->forward(h, ops, t, causal_, stream);
+  for (const auto& block : *up_blocks) h = block->as<LTX2VideoUpBlock3dImpl>()->forward(h, ops, t, causal_, stream);
   h = PerChannelRMSNorm(h);
   if (time_embedder) {
     const int64_t b = h.size(0), c = scale_shift_table.size(1);
@@ -318,7 +329,7 @@ at::Tensor LTX2VideoDecoder3dImpl::forward(const at::Tensor& z, LayerOps& ops, c
                          scale_shift_table.view({1, 2, c, 1, 1, 1});
     h = Modulate(h, /*shift=*/e.select(1, 0), /*scale=*/e.select(1, 1));
   }
-  h = conv_out->forward(at::silu(h), ops, causal_);  // [B, C·p·p, F, H, W]
+  h = conv_out->forward(at::silu(h), ops, causal_, stream);  // [B, C·p·p, F, H, W]
   // LTX2VideoDecoder3d's unpatchify (patch_size_t 1) has Wan 2.2's channel order.
   return nn::Unpatchify(h, patch_size_);
 }

@@ -54,6 +54,7 @@
 
 #include "families/layer_ops.h"
 #include "families/ltx2/config.h"
+#include "families/nn/modules.h"
 
 namespace vaedecode::families::ltx2 {
 
@@ -69,7 +70,8 @@ class LTX2VideoCausalConv3dImpl : public torch::nn::Module {
   LTX2VideoCausalConv3dImpl(int64_t in_channels, int64_t out_channels, int64_t kernel, PaddingMode mode,
                             int64_t stride = 1);
   // [B, C, T, H, W] -> [B, C', T, H, W] (stride 1) or [B, C', ⌈T/2⌉, ⌈H/2⌉, ⌈W/2⌉]
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops, bool causal);
+  // `stream`: a causal decode's chunk, its frames before it kept there.
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, bool causal, nn::CausalFrames* stream = nullptr);
 
   torch::nn::Conv3d conv{nullptr};
 
@@ -112,7 +114,8 @@ class LTX2VideoResnetBlock3dImpl : public torch::nn::Module {
   LTX2VideoResnetBlock3dImpl(int64_t in_channels, int64_t out_channels, double eps, bool timestep_conditioning,
                              PaddingMode mode);
   // `temb`: [B, 4·C_in, 1, 1, 1] when timestep-conditioned, else undefined.
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& temb, bool causal);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& temb, bool causal,
+                     nn::CausalFrames* stream = nullptr);
 
   LTX2VideoCausalConv3d conv1{nullptr};
   LTX2VideoCausalConv3d conv2{nullptr};
@@ -130,7 +133,7 @@ class LTX2VideoUpsampler3dImpl : public torch::nn::Module {
   LTX2VideoUpsampler3dImpl(int64_t in_channels, std::vector<int64_t> stride, bool residual, int64_t upscale_factor,
                            PaddingMode mode);
   // [B, C, T, H, W] -> [B, C / upscale_factor, T·st - (st-1), H·sh, W·sw]
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops, bool causal);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, bool causal, nn::CausalFrames* stream = nullptr);
 
   LTX2VideoCausalConv3d conv{nullptr};
 
@@ -147,7 +150,8 @@ class LTX2VideoMidBlock3dImpl : public torch::nn::Module {
   LTX2VideoMidBlock3dImpl(int64_t channels, int64_t num_layers, double eps, bool timestep_conditioning,
                           PaddingMode mode);
   // `timestep`: [B] (already scaled by the decoder) when conditioned, else undefined.
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& timestep, bool causal);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& timestep, bool causal,
+                     nn::CausalFrames* stream = nullptr);
 
   TimestepEmbedder time_embedder{nullptr};  // timestep conditioning only
   torch::nn::ModuleList resnets{nullptr};
@@ -159,7 +163,8 @@ TORCH_MODULE(LTX2VideoMidBlock3d);
 class LTX2VideoUpBlock3dImpl : public torch::nn::Module {
  public:
   LTX2VideoUpBlock3dImpl(const UpBlockSpec& spec, double eps, bool timestep_conditioning, PaddingMode mode);
-  at::Tensor forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& timestep, bool causal);
+  at::Tensor forward(const at::Tensor& x, LayerOps& ops, const at::Tensor& timestep, bool causal,
+                     nn::CausalFrames* stream = nullptr);
 
   TimestepEmbedder time_embedder{nullptr};    // timestep conditioning only
   LTX2VideoResnetBlock3d conv_in{nullptr};    // only when widths differ
@@ -225,7 +230,10 @@ class LTX2VideoDecoder3dImpl : public torch::nn::Module {
   explicit LTX2VideoDecoder3dImpl(const LTX2Config& config);
   // z: [B, latent_channels, T, h, w]; `timestep`: [B] when conditioned.
   // -> [B, out_channels, 1 + tf·(T-1), h·s, w·s]
-  at::Tensor forward(const at::Tensor& z, LayerOps& ops, const at::Tensor& timestep);
+  // `stream` (a causal decoder's): z is the clip's next chunk, the causal
+  // convs' frames before it kept there.
+  at::Tensor forward(const at::Tensor& z, LayerOps& ops, const at::Tensor& timestep,
+                     nn::CausalFrames* stream = nullptr);
 
   LTX2VideoCausalConv3d conv_in{nullptr};
   LTX2VideoMidBlock3d mid_block{nullptr};

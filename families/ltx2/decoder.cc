@@ -71,27 +71,38 @@ at::Tensor LTX2Decoder::ToVaeSpace(const at::Tensor& raw) const {
 }
 
 absl::Status LTX2Decoder::CheckStreaming() const {
-  if (!config_.decoder_causal) {
-    return absl::FailedPreconditionError(
-        "AutoencoderKLLTX2Video cannot be decoded chunk by chunk: its decoder is not causal in time (config "
-        "decoder_causal false, as released), so each frame depends on the frames after it");
-  }
+  if (config_.decoder_causal) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      "AutoencoderKLLTX2Video's causal decoder does not stream here yet: its timestep conditioning and decode "
-      "noise are drawn for the whole clip");
+      "AutoencoderKLLTX2Video cannot be decoded chunk by chunk: its decoder is not causal in time (config "
+      "decoder_causal false, as released), so each frame depends on the frames after it");
 }
 
 at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops) { return Decode(z, ops, DecodeConditioning{}); }
 
 at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) {
+  // A causal decoder's clip is one chunk of a fresh stream (DecodeStream:
+  // any chunking of it then computes the same frames).
+  if (config_.decoder_causal) return OpenStream(conditioning)->DecodeChunk(z, ops);
   at::NoGradGuard no_grad;
-  at::Tensor timestep;
-  if (config_.timestep_conditioning) {
-    // diffusers: torch.tensor(decode_timestep, dtype=latents.dtype), one per batch entry.
-    timestep = at::full({z.size(0)}, conditioning.timestep.value_or(kDecodeTimestep),
-                        at::TensorOptions().dtype(dtype()).device(z.device()));
-  }
-  return module_->decoder->forward(z.to(dtype()), ops, timestep);
+  return module_->decoder->forward(z.to(dtype()), ops, Timestep(z, conditioning));
+}
+
+at::Tensor LTX2Decoder::Timestep(const at::Tensor& z, const DecodeConditioning& conditioning) const {
+  if (!config_.timestep_conditioning) return at::Tensor();
+  // diffusers: torch.tensor(decode_timestep, dtype=latents.dtype), one per batch entry.
+  return at::full({z.size(0)}, conditioning.timestep.value_or(kDecodeTimestep),
+                  at::TensorOptions().dtype(dtype()).device(z.device()));
+}
+
+std::unique_ptr<DecodeStream> LTX2Decoder::OpenStream(const DecodeConditioning& conditioning) {
+  if (!CheckStreaming().ok()) return nullptr;
+  // The timestep conditioning is one scale and shift per batch entry, the
+  // norms are per position and the upsamplers' depth-to-space per frame: the
+  // causal convs' last input frames are all the state.
+  return std::make_unique<StatefulDecodeStream<nn::CausalFrames>>(
+      [this, conditioning](const at::Tensor& z, LayerOps& ops, nn::CausalFrames& frames) {
+        return module_->decoder->forward(z.to(dtype()), ops, Timestep(z, conditioning), &frames);
+      });
 }
 
 void LTX2Decoder::ConvertWeights(at::ScalarType dtype) { module_->decoder->to(dtype); }

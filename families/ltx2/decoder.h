@@ -51,13 +51,17 @@ class LTX2Decoder final : public ModuleDecoder<AutoencoderKLLTX2VideoModule> {
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) override;
-  // Refused: a non-causal decoder (the released configs), and the causal
-  // one's whole-clip timestep conditioning.
+  // A causal decoder (config decoder_causal) streams, and decodes a clip as
+  // one chunk of a stream; the released non-causal ones do not.
   absl::Status CheckStreaming() const override;
+  std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning = {}) override;
 
   const LTX2Config& config() const { return config_; }
 
  private:
+  // The decoder's timestep input for z's batch (undefined unless conditioned).
+  at::Tensor Timestep(const at::Tensor& z, const DecodeConditioning& conditioning) const;
+
   // The decoder's weights; latents_mean / latents_std stay fp32.
   void ConvertWeights(at::ScalarType dtype) override;
 

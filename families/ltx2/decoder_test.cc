@@ -174,6 +174,46 @@ TEST(LTX2Decoder, DecodesShapesAndZeroTimestepModulationIsTheUnconditionedDecode
   EXPECT_FALSE(at::allclose(conditioned.Decode(z, ops), a, 0, 1e-3));
 }
 
+// A causal decoder streams: any chunking of a clip gives the whole decode's
+// frames bit for bit (both step a latent frame at a time), at the stream's
+// timestep, and they are the decoder run over the whole clip at once up to
+// rounding. The released non-causal decoder says why it cannot.
+TEST(LTX2Decoder, ACausalDecoderStreamsTheWholeClipAtItsTimestep) {
+  LTX2Decoder causal(SmallConfig({{"decoder_causal", true}, {"timestep_conditioning", true}}), "{}");
+  Randomise(*causal.module(), 6);
+  ASSERT_TRUE(causal.CheckStreaming().ok());
+  at::manual_seed(10);
+  const at::Tensor z = at::randn({2, 8, 4, 3, 2});
+  DecodeConditioning at_005;
+  at_005.timestep = 0.05;
+  DenseOps ops;
+  const at::Tensor whole = causal.Decode(z, ops, at_005);
+  EXPECT_EQ(whole.sizes(), (std::vector<int64_t>{2, 3, 1 + 4 * 3, 3 * 8, 2 * 8}));
+  {
+    at::NoGradGuard no_grad;
+    const at::Tensor at_once = causal.module()->decoder->forward(z, ops, at::full({2}, 0.05));
+    EXPECT_TRUE(at::allclose(whole, at_once, 1e-4, 1e-4))
+        << (whole - at_once).abs().max();  // rounding: a wrong frame is O(1) off
+  }
+  EXPECT_FALSE(at::allclose(causal.Decode(z, ops), whole, 0, 1e-4)) << "the timestep changes nothing";
+  for (const std::vector<int64_t>& chunks : std::vector<std::vector<int64_t>>{{1, 1, 1, 1}, {2, 2}, {3, 1}, {4}}) {
+    std::unique_ptr<DecodeStream> stream = causal.OpenStream(at_005);
+    ASSERT_NE(stream, nullptr);
+    std::vector<at::Tensor> frames;
+    int64_t begin = 0;
+    for (int64_t t : chunks) {
+      frames.push_back(stream->DecodeChunk(z.narrow(2, begin, t), ops));
+      begin += t;
+      EXPECT_EQ(stream->latent_frames(), begin);
+      EXPECT_GT(stream->state_bytes(), 0);
+    }
+    EXPECT_TRUE(at::cat(frames, 2).equal(whole)) << "chunks " << chunks.size();
+  }
+  LTX2Decoder released(SmallConfig(), "{}");
+  EXPECT_THAT(std::string(released.CheckStreaming().message()), HasSubstr("decoder_causal false"));
+  EXPECT_EQ(released.OpenStream(), nullptr);
+}
+
 TEST(LTX2Decoder, TimestepEmbeddingMatchesTheSinusoidalFormula) {
   const at::Tensor e = SinusoidalTimestepEmbedding(at::tensor({0.0f, 50.0f}), 256);
   ASSERT_EQ(e.sizes(), (std::vector<int64_t>{2, 256}));

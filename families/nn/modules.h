@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
@@ -86,10 +87,14 @@ class CausalFrames {
   // previous chunk, or at the clip's start `keep` copies of its first frame;
   // keeps the last `keep` frames of the result for the next chunk.
   at::Tensor Extend(const void* layer, const at::Tensor& x, int64_t keep);
+  // Whether `layer`'s input this time begins the clip (the first call for
+  // it): a temporal upsampler treats the clip's first frame apart.
+  bool AtClipStart(const void* layer) { return past_start_.insert(layer).second; }
   int64_t bytes() const;
 
  private:
   std::map<const void*, at::Tensor> kept_;
+  std::set<const void*> past_start_;
 };
 
 // F.interpolate(x, scale_factor=..., mode="nearest"): [B, C, H, W] by

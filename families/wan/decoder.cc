@@ -102,7 +102,7 @@ at::Tensor WanDecoder::ToVaeSpace(const at::Tensor& raw) const {
   return raw.to(at::kFloat) / inv_std + mean;
 }
 
-std::unique_ptr<DecodeStream> WanDecoder::OpenStream() {
+std::unique_ptr<DecodeStream> WanDecoder::OpenStream(const DecodeConditioning&) {
   if (!CheckStreaming().ok()) return nullptr;
   return NewStream();
 }
@@ -112,7 +112,8 @@ std::unique_ptr<DecodeStream> WanDecoder::NewStream() {
   return std::make_unique<StatefulDecodeStream<WanDecodeState>>(
       [&module = *module_, dtype = dtype()](const at::Tensor& z, LayerOps& ops, WanDecodeState& state) {
         return module.DecodeFrames(z.to(dtype), ops, state);
-      });
+      },
+      /*step_announces_frames=*/true);
 }
 
 at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) { return NewStream()->DecodeChunk(z, ops); }

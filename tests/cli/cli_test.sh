@@ -216,6 +216,22 @@ stream_case() {  # name model-dir latent-args... -- chunkings...
 stream_case wan21 "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" -- 1,1,1,1 1,3 2,2 4
 stream_case wan22 "$FIX/wan22" --latent "$FIX/wan22/latent.safetensors" -- 1,1
 stream_case wan21_b2 "$FIX/wan21" --latent-shape 2,16,3,7,5 --seed 3 -- 1,2 2,1
+# LTX-2 with its decoder causal (the fixture's weights, config decoder_causal
+# true; the released decoders are not causal and refuse).
+causal_ltx2() {  # dir json-changes
+  mkdir -p "$1"
+  ln -sf "$FIX/ltx2/diffusion_pytorch_model.safetensors" "$1/"
+  /usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c.update(json.loads(sys.argv[3]))
+json.dump(c, open(sys.argv[2], "w"))' "$FIX/ltx2/config.json" "$1/config.json" "$2"
+}
+causal_ltx2 "$OUT/ltx2_causal" '{"decoder_causal": true}'
+stream_case ltx2_causal "$OUT/ltx2_causal" --latent-shape 1,128,3,3,2 --seed 5 -- 1,2 1,1,1
+expect_error 1 "not causal in time" decode --model "$FIX/ltx2" --latent-shape 1,128,3,3,2 --stream-chunks 1,2 \
+  --out "$OUT/x.npy"
+# A timestep-conditioned one streams at its timestep, without noise.
+causal_ltx2 "$OUT/ltx2_causal_t" '{"decoder_causal": true, "timestep_conditioning": true}'
+expect_error 1 "mixes no decode noise" decode --model "$OUT/ltx2_causal_t" --seeded-weights 1 \
+  --latent-shape 1,128,2,3,2 --decode-timestep 0.05 --stream-chunks 1,1 --out "$OUT/x.npy"
 "$BIN" decode --model "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" --stream-chunks 1,3 --out "$OUT/s.png" \
   >/dev/null || fail "streamed PNG frames"
 [ -f "$OUT/s_f012.png" ] && [ ! -f "$OUT/s_f013.png" ] || fail "streamed PNG frames are not named as the whole clip's: $(ls "$OUT" | grep '^s_' | head -3)"

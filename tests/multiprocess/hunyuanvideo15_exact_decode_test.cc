@@ -4,16 +4,19 @@
 // on 3 rows: bands 2,1 / 1,1,1, dense at 4 ranks; 1 frame on 5 rows: bands
 // 3,2 / 2,2,1 / 2,1,1,1), from the decoder input and the pipeline latent;
 // synthetic batch-2 latents (which diffusers decodes one entry at a time)
-// with several frames and 1-row bands; and collective counts derived from
-// the layer structure.
+// with several frames and 1-row bands; collective counts derived from the
+// layer structure; and an exact stream (a session's chunks) gathering each
+// frame's attention keys and values once, not its whole prefix per chunk.
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "families/builtin_families.h"
+#include "families/sharded_layer_ops.h"
 #include "parallel/counting_communicator.h"
 #include "parallel/testing/multi_process.h"
+#include "parallel/testing/tensor_checks.h"
 #include "rpc/status_macros.h"
 #include "tests/fixtures/fixture_paths.h"
 #include "tests/multiprocess/group_decode_checks.h"
@@ -107,6 +110,50 @@ TEST(HunyuanVideo15ExactDecodeGroup, ACancelStopsEveryRankWithinWMinusOneConvolu
       },
       absl::Seconds(180));
   EXPECT_TRUE(s.ok()) << s;
+}
+
+// An exact stream keeps its attention's keys and values gathered: each
+// chunk's one K/V all-gather carries that chunk's frames alone (chunks of 1,
+// 1, 2 and 1 latent frames: the same bytes for each frame, however long the
+// prefix), and its frames equal the whole clip's exact decode within
+// rounding (the same rows through the same layers, one chunk at a time).
+TEST(HunyuanVideo15ExactDecodeGroup, AnExactStreamGathersEachFramesKeysAndValuesOnce) {
+  for (int world : {2, 3}) {
+    absl::Status s = parallel::testing::RunRanks(
+        world,
+        [](int rank, int w, int port) -> absl::Status {
+          ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm, testing::JoinTestGroup(rank, w, port, kGroup));
+          ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, testing::LoadFixtureDecoder("hunyuanvideo15"));
+          at::manual_seed(7);
+          const at::Tensor latent = at::randn({2, 8, 5, 5, 3});  // every rank the same
+          const parallel::ShardSpec spec = parallel::ShardSpec::ForRows(3, latent.size(3), rank, w);
+          const at::Tensor band = latent.narrow(3, spec.local_band().begin, spec.local_band().size());
+          parallel::CountingCommunicator counting(*comm);
+          families::ShardedLayerOps ops(counting, spec);
+          const at::Tensor whole = decoder->Decode(band, ops);
+          std::unique_ptr<families::DecodeStream> stream = decoder->OpenStream();
+          std::vector<at::Tensor> chunks;
+          int64_t begin = 0;
+          int64_t bytes_per_frame = 0;
+          for (int64_t frames : {1, 1, 2, 1}) {
+            counting.Reset();
+            chunks.push_back(stream->DecodeChunk(band.narrow(2, begin, frames), ops));
+            begin += frames;
+            const parallel::OpCounters kv = counting.stats().ForKind(parallel::CallKind::kAttentionKV);
+            if (kv.calls != 1) return absl::InternalError(absl::StrCat("a chunk made ", kv.calls, " K/V gathers"));
+            if (bytes_per_frame == 0) bytes_per_frame = kv.bytes_received;
+            if (kv.bytes_received != frames * bytes_per_frame) {
+              return absl::InternalError(absl::StrCat("rank ", rank, ": a chunk of ", frames, " frames after ",
+                                                      begin - frames, " gathered ", kv.bytes_received,
+                                                      " K/V bytes; one frame's are ", bytes_per_frame));
+            }
+          }
+          return parallel::testing::ExpectTensorClose(at::cat(chunks, 2), whole, kExactVsDense, 0,
+                                                      "exact stream vs the whole exact decode");
+        },
+        absl::Seconds(180));
+    EXPECT_TRUE(s.ok()) << "world size " << world << ": " << s;
+  }
 }
 
 }  // namespace

@@ -11,9 +11,16 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "families/builtin_families.h"
 #include "formats/tensor_file.h"
 #include "parallel/testing/multi_process.h"
 #include "parallel/testing/tensor_checks.h"
@@ -104,25 +111,15 @@ absl::StatusOr<std::vector<at::Tensor>> RunInterleaved(worker::GroupRuntime& run
   return out;
 }
 
-// A dense session against the whole clip's dense decode: 0 is bit for bit.
-// Wan decodes frame by frame either way (the same conv calls); HunyuanVideo
-// 1.5's whole decode runs each conv over the whole clip, and LibTorch's CPU
-// conv3d rounds by the input's extent (and the CPU's conv bands split a
-// large call): equal up to rounding (1.4e-6 seen at batch 2).
-double DenseSessionTolerance(const families::Decoder& decoder) {
-  return decoder.info().family == "hunyuanvideo15" ? 1e-5 : 0.0;
-}
-
-// Whether `session` equals `whole` within `tolerance` (0: bit for bit).
-absl::Status ExpectSessionEquals(const at::Tensor& session, const at::Tensor& whole, double tolerance,
-                                 const std::string& what) {
-  if (tolerance > 0) return ExpectTensorClose(session, whole, tolerance, 0, what);
+// A dense session equals the whole clip's dense decode bit for bit: both
+// step a latent frame at a time (DecodeStream), so the same ops run on the
+// same extents whatever the chunks.
+absl::Status ExpectBitIdentical(const at::Tensor& session, const at::Tensor& whole, const std::string& what) {
   return Expect(session.equal(whole), absl::StrCat(what, ": not bit-identical to the whole clip; max abs diff ",
                                                    (session - whole).abs().max().item<double>()));
 }
 
 absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& latent, const at::Tensor& other) {
-  const double dense_tolerance = DenseSessionTolerance(*runtime.models()[0].decoder);
   const int world = runtime.world_size();
   ASSIGN_OR_RETURN(at::Tensor dense_whole, WholeDecode(runtime, latent, worker::DecodeMode::kDense));
   const int64_t frames = latent.size(2);
@@ -144,7 +141,7 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
       const std::string what = absl::StrCat(worker::ModeName(mode), " session of chunks ",
                                             absl::StrJoin(sessions[s].chunks, ","), " at ", world, " ranks");
       if (mode == worker::DecodeMode::kDense) {
-        RETURN_IF_ERROR(ExpectSessionEquals(outs[s], dense_whole, dense_tolerance, what));
+        RETURN_IF_ERROR(ExpectBitIdentical(outs[s], dense_whole, what));
       } else {
         RETURN_IF_ERROR(ExpectTensorClose(outs[s], mode_whole, kSessionVsWhole, 0, what));
       }
@@ -187,7 +184,7 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
     const at::Tensor session = at::cat(parts, 2);
     const std::string what = absl::StrCat(worker::ModeName(mode), " replayed session at ", world, " ranks");
     if (mode == worker::DecodeMode::kDense) {
-      RETURN_IF_ERROR(ExpectSessionEquals(session, dense_whole, dense_tolerance, what));
+      RETURN_IF_ERROR(ExpectBitIdentical(session, dense_whole, what));
     } else {
       RETURN_IF_ERROR(ExpectTensorClose(session, mode_whole, kSessionVsWhole, 0, what));
     }
@@ -235,20 +232,46 @@ struct Case {
   std::string fixture;
   std::vector<int64_t> latent_shape;  // empty: the fixture's latent
   int world;
+  nlohmann::json config_changes = nlohmann::json::object();  // in the fixture's config.json
 };
+
+// The model a case decodes: the fixture's folder, or, with config changes
+// (a causal LTX-2 decoder: the released ones are not), a folder of the
+// test's own holding the changed config beside links to the fixture's
+// other files. Made before the ranks start.
+std::string ModelFolder(const Case& c) {
+  const std::filesystem::path fixture = testing::FixturePath(c.fixture);
+  if (c.config_changes.empty()) return fixture.string();
+  const std::filesystem::path folder =
+      std::filesystem::path(std::getenv("TEST_TMPDIR")) / absl::StrCat(c.fixture, "_changed_", c.world);
+  std::filesystem::create_directories(folder);
+  for (const auto& entry : std::filesystem::directory_iterator(fixture)) {
+    const std::filesystem::path link = folder / entry.path().filename();
+    if (entry.path().filename() != "config.json" && !std::filesystem::exists(link)) {
+      std::filesystem::create_symlink(std::filesystem::absolute(entry.path()), link);
+    }
+  }
+  std::ifstream in(fixture / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config.update(c.config_changes);
+  std::ofstream(folder / "config.json") << config.dump(2);
+  return folder.string();
+}
 
 class SessionDecode : public ::testing::TestWithParam<Case> {};
 
 TEST_P(SessionDecode, ChunksEqualTheWholeClip) {
   const Case c = GetParam();
+  const std::string folder = ModelFolder(c);
   absl::Status s = parallel::testing::RunRanks(
       c.world,
-      [&c](int rank, int w, int port) -> absl::Status {
+      [&c, &folder](int rank, int w, int port) -> absl::Status {
         ASSIGN_OR_RETURN(std::unique_ptr<parallel::Communicator> comm,
                          testing::JoinTestGroup(rank, w, port, "session-decode-test"));
-        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, testing::LoadFixtureDecoder(c.fixture));
+        ASSIGN_OR_RETURN(std::unique_ptr<families::Decoder> decoder, families::BuiltinFamilies().Load(folder, {}));
+        if (absl::Status streams = decoder->CheckStreaming(); !streams.ok()) return streams;
         std::vector<worker::NamedModel> models;
-        models.push_back({c.fixture, std::move(decoder), testing::FixturePath(c.fixture), std::nullopt});
+        models.push_back({c.fixture, std::move(decoder), folder, std::nullopt});
         worker::GroupRuntime runtime(std::move(comm), std::move(models), absl::Seconds(30));
         if (rank != worker::kLeader) return runtime.ServeAsPeer();  // until the leader's Shutdown
         at::Tensor latent;
@@ -274,15 +297,22 @@ TEST_P(SessionDecode, ChunksEqualTheWholeClip) {
 // residual up blocks and the unpatchify; batch 2 with 3 frames.
 // hunyuanvideo15: 3 latent rows, 5 frames (causal convs' kept frames, the
 // mid block's keys and values of earlier chunks, the first-frame upsample);
-// batch 2 with 4 frames and 5 rows at 3 ranks.
-INSTANTIATE_TEST_SUITE_P(Wan, SessionDecode,
+// batch 2 with 4 frames and 5 rows at 3 ranks. ltx2 with its decoder
+// causal (config decoder_causal; the released fixture is not): the causal
+// convs' kept frames and the upsamplers' dropped first frames, reflect
+// padding, batch 2 at 3 ranks (bands 2,1,1 of 4 rows).
+INSTANTIATE_TEST_SUITE_P(Streaming, SessionDecode,
                          ::testing::Values(Case{"wan21", {}, 1}, Case{"wan21", {}, 2}, Case{"wan21", {}, 3},
                                            Case{"wan21", {}, 4}, Case{"wan22", {}, 2},
                                            Case{"wan21", {2, 16, 3, 5, 4}, 3}, Case{"hunyuanvideo15", {}, 1},
-                                           Case{"hunyuanvideo15", {}, 2}, Case{"hunyuanvideo15", {2, 8, 4, 5, 4}, 3}),
+                                           Case{"hunyuanvideo15", {}, 2}, Case{"hunyuanvideo15", {2, 8, 4, 5, 4}, 3},
+                                           Case{"ltx2", {1, 128, 4, 3, 2}, 1, {{"decoder_causal", true}}},
+                                           Case{"ltx2", {1, 128, 4, 3, 2}, 2, {{"decoder_causal", true}}},
+                                           Case{"ltx2", {2, 128, 3, 4, 2}, 3, {{"decoder_causal", true}}}),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return absl::StrCat(info.param.fixture, info.param.latent_shape.empty() ? "" : "_b2", "_",
-                                               info.param.world, "_ranks");
+                           return absl::StrCat(info.param.fixture, info.param.config_changes.empty() ? "" : "_causal",
+                                               info.param.latent_shape.empty() ? "" : "_b", "_", info.param.world,
+                                               "_ranks");
                          });
 
 }  // namespace

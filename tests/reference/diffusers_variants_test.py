@@ -5,10 +5,12 @@ save_pretrained, decoded by diffusers and by the real `vaedecode` binary
 (dense, and exact over local rank processes), whole tensors compared.
 
 - AutoencoderKL with a mid block without attention and act_fn "swish"
-- AutoencoderKLLTX2Video's causal decoder, zero and reflect padding
+- AutoencoderKLLTX2Video's causal decoder, zero and reflect padding, and
+  decoded as a session (chunks of 1 and 2 latent frames)
 - AutoencoderKLHunyuanImage and AutoencoderKLHunyuanVideo15 with other
   widths, two resnets per level and upsample_match_channel off (batch 2,
-  which diffusers decodes one entry at a time for HunyuanVideo 1.5)
+  which diffusers decodes one entry at a time for HunyuanVideo 1.5), and
+  HunyuanVideo 1.5's as a session
 - AutoencoderKLQwenImage21 in RGB with other widths, levels, statistics
   and temporal flags, 1 resnet a level: decode and encode, batch 2
 - AutoencoderKLMiniMaxH3Audio with other BigVGAN rates (one adding a
@@ -148,6 +150,21 @@ def check_dense_and_exact(vae, folder, latent, name, ranks):
     tolerance = EXACT_TOLERANCE[latent.ndim]
     assert e <= tolerance, f"exact over {ranks} ranks vs dense: max |diff| {e:.3g} > {tolerance}"
     print(f"  {name}: dense vs diffusers {d:.3g}, exact vs dense {e:.3g}, sample {list(want.shape)}")
+    return dense, exact
+
+
+def check_streams(folder, latent, name, ranks, dense, exact):
+    """A streaming session through the CLI (--stream-chunks: the service's
+    DecodeSession in one process): chunks of 1 then the rest equal the whole
+    decode, dense bit for bit, exact over `ranks` within 3e-5."""
+    chunks = "1," + str(latent.shape[2] - 1)
+    streamed, _ = cli_decode(folder, latent, f"{name}_stream", "--mode", "dense", "--stream-chunks", chunks)
+    assert np.array_equal(streamed, dense), f"dense session vs whole: max |diff| {max_diff(streamed, dense):.3g}"
+    streamed_exact, line = cli_decode(folder, latent, f"{name}_stream_exact", "--mode", "exact", "--ranks",
+                                      str(ranks), "--stream-chunks", chunks, "--timeout-s", "120")
+    s = max_diff(streamed_exact, exact)
+    assert s <= EXACT_TOLERANCE[5], f"exact session over {ranks} ranks vs whole: max |diff| {s:.3g}"
+    print(f"  {name}: sessions of chunks {chunks} dense bit for bit, exact {s:.3g}")
 
 
 def autoencoder_kl_without_mid_attention():
@@ -163,7 +180,8 @@ def ltx2_causal(padding):
         vae, folder = build(name, "ltx2", "AutoencoderKLLTX2Video",
                             {"decoder_causal": True, "decoder_spatial_padding_mode": padding}, seed=2)
         latent = np.random.default_rng(2).standard_normal((2, 128, 3, 5, 3), dtype=np.float32)
-        check_dense_and_exact(vae, folder, latent, name, ranks=2)
+        dense, exact = check_dense_and_exact(vae, folder, latent, name, ranks=2)
+        check_streams(folder, latent, name, 2, dense, exact)
     return run
 
 
@@ -182,7 +200,8 @@ def hunyuanvideo15_other_structure_batch_two():
                          "block_out_channels": [8, 16, 16, 32, 32]}, seed=5)
     vae.enable_slicing()  # diffusers decodes a batch > 1 only one entry at a time
     latent = np.random.default_rng(5).standard_normal((2, 8, 3, 5, 3), dtype=np.float32)
-    check_dense_and_exact(vae, folder, latent, "hunyuanvideo15_structure", ranks=2)
+    dense, exact = check_dense_and_exact(vae, folder, latent, "hunyuanvideo15_structure", ranks=2)
+    check_streams(folder, latent, "hunyuanvideo15_structure", 2, dense, exact)
 
 
 def qwenimage21_other_structure():
