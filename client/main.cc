@@ -326,8 +326,13 @@ int DecodeInSession(v1::VaeDecoder::Stub& stub, const v1::DecodeRequest& request
               << absl::StrJoin(t.state_bytes_per_rank(), ",") << "]"
               << (t.replayed_latent_frames() > 0 ? absl::StrCat(" replayed=", t.replayed_latent_frames()) : "") << "\n";
   };
-  vaedecode::rpc::SessionCall call = vaedecode::rpc::RunDecodeSession(
-      stub, ctx, vaedecode::rpc::SessionOpenFor(request), request.latent(), chunks, callbacks);
+  absl::StatusOr<v1::SessionOpen> open = vaedecode::rpc::SessionOpenFor(request);
+  if (!open.ok()) {
+    std::cerr << "vaedecode_client: --stream_chunks: " << open.status().message() << "\n";
+    return 2;
+  }
+  vaedecode::rpc::SessionCall call =
+      vaedecode::rpc::RunDecodeSession(stub, ctx, *open, request.latent(), chunks, callbacks);
   // A protocol error cancels the call: name it, not the CANCELLED it causes.
   if (!call.stream_error.ok()) {
     std::cerr << "vaedecode_client: bad stream from the server: " << call.stream_error.message() << "\n";

@@ -30,7 +30,9 @@ absl::StatusOr<std::vector<int64_t>> ParseStreamChunks(absl::string_view flag, a
 // The SessionOpen that decodes `whole` (a Decode's request for a video
 // latent [B, C, T, H, W]) chunk by chunk: its model, options and mode, its
 // latent's shape without T; its request_id as the session id.
-v1::SessionOpen SessionOpenFor(const v1::DecodeRequest& whole);
+// INVALID_ARGUMENT for what a session does not take: a decode timestep or
+// noise (a session decodes at the default timestep, without noise).
+absl::StatusOr<v1::SessionOpen> SessionOpenFor(const v1::DecodeRequest& whole);
 
 // Frames [begin, begin + count) of a C-order [B, C, T, H, W] latent.
 v1::Tensor LatentFrames(const v1::Tensor& latent, int64_t begin, int64_t count);

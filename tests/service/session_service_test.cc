@@ -37,7 +37,9 @@ void ExpectReached(const absl::Status& s) { EXPECT_TRUE(s.ok()) << s; }
 
 // The test's open: `whole`'s, in `mode`, named `id` ("": the server names it).
 v1::SessionOpen OpenFor(const v1::DecodeRequest& whole, v1::Mode mode, const std::string& id = "") {
-  v1::SessionOpen open = rpc::SessionOpenFor(whole);
+  absl::StatusOr<v1::SessionOpen> made = rpc::SessionOpenFor(whole);
+  EXPECT_TRUE(made.ok()) << made.status();
+  v1::SessionOpen open = made.value_or(v1::SessionOpen());
   open.set_mode(mode);
   open.set_session_id(id);
   return open;
@@ -140,7 +142,8 @@ TEST_F(SessionServiceTest, HunyuanVideo15StreamsAndModelsThatCannotSayWhy) {
   for (v1::Mode mode : {v1::MODE_DENSE, v1::MODE_EXACT}) {
     const DecodeOutcome reference = WholeDecode(server_->stub(), whole, mode);
     SessionOutcome out = RunSession(server_->stub(), OpenFor(whole, mode), whole.latent(), {1, 2, 2});
-    ExpectClipEquals(out, reference, mode == v1::MODE_DENSE ? 1e-5 : 3e-5,
+    // Dense: bit for bit (0); exact within rounding.
+    ExpectClipEquals(out, reference, mode == v1::MODE_DENSE ? 0 : 3e-5,
                      absl::StrCat("hunyuanvideo15 ", v1::Mode_Name(mode)));
     EXPECT_EQ(out.stream.trailer().session_frames(), 17);
   }
@@ -294,6 +297,11 @@ TEST_F(SessionServiceTest, BothClientsDecodeAClipInChunksAsTheWholeDecode) {
       RunCommand(absl::StrCat(cpp, common, " --latent=", latent, " --stream_chunks=1,2 --out=", dir, "/bad.npy"));
   EXPECT_EQ(WEXITSTATUS(bad.status), 2) << bad.output;
   EXPECT_THAT(bad.output, HasSubstr("--stream_chunks adds up to 3 latent frames; the latent has 4"));
+  // So is a decode timestep or noise (a session mixes none).
+  const CommandResult noisy = RunCommand(absl::StrCat(
+      cpp, common, " --latent=", latent, " --stream_chunks=2,2 --decode_timestep=0.05 --out=", dir, "/n.npy"));
+  EXPECT_EQ(WEXITSTATUS(noisy.status), 2) << noisy.output;
+  EXPECT_THAT(noisy.output, HasSubstr("without noise"));
 }
 
 // Admission counts the memory each group reported: on ranks of a 16 MiB
