@@ -27,13 +27,16 @@ bool IsGroupSafe(const absl::Status& s, int world_size) {
   return s.code() == absl::StatusCode::kResourceExhausted && (world_size == 1 || IsInStep(s));
 }
 
+// A failure that is the request's (a cancel, a lack of memory, a refusal),
+// not its device's: a rank that saw it alone can go on.
+bool IsRequestFailure(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kResourceExhausted ||
+         s.code() == absl::StatusCode::kInvalidArgument;
+}
+
 // A failure the leader alone saw (marked LeaderOnly by the dense path: the
 // peers wait in the statistics gather meanwhile) and can recover from.
-bool IsLeaderOnlyRecoverable(const absl::Status& s) {
-  return IsLeaderOnly(s) &&
-         (s.code() == absl::StatusCode::kCancelled || s.code() == absl::StatusCode::kResourceExhausted ||
-          s.code() == absl::StatusCode::kInvalidArgument);
-}
+bool IsLeaderOnlyRecoverable(const absl::Status& s) { return IsLeaderOnly(s) && IsRequestFailure(s); }
 
 // The ranks of `comm` that could not load their encoder (`loaded`: this
 // rank's own outcome), the same list on every rank.
@@ -226,6 +229,8 @@ absl::StatusOr<GroupRuntime::EncodeRoom> GroupRuntime::EncodeRoomFor(int64_t mod
 
 absl::StatusOr<at::Tensor> GroupRuntime::DecodeOnLeader(int64_t model_index, const DecodeJob& job,
                                                         const std::atomic<bool>* cancelled) {
+  // Between the group's jobs, but not under mu_: the heartbeats go on while
+  // the leader decodes (the peers wait for the next job meanwhile).
   absl::MutexLock job_lock(&job_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -235,7 +240,13 @@ absl::StatusOr<at::Tensor> GroupRuntime::DecodeOnLeader(int64_t model_index, con
     return absl::InternalError("DecodeOnLeader: no such model");
   }
   families::CancellableDenseOps ops(cancelled);
-  return RunDecode(*models_[model_index].decoder, job, ops);
+  absl::StatusOr<at::Tensor> sample = RunDecode(*models_[model_index].decoder, job, ops);
+  // Anything but the request's own failure is the leader's device's (a
+  // sticky CUDA error): the group is broken, as after a failed job, and the
+  // server rebuilds it. The peers took no part, so there is nothing to
+  // recover in place.
+  if (!sample.ok() && !IsRequestFailure(sample.status())) MarkBroken(sample.status());
+  return sample;
 }
 
 absl::StatusOr<EncodeOutcome> GroupRuntime::RunEncode(const GroupJob& job, const std::atomic<bool>* cancelled) {

@@ -97,7 +97,9 @@ class GroupRuntime {
 
   // Leader only: a dense decode of model `model_index` on the leader alone,
   // between the group's jobs (an audio track muxed beside a video: small, no
-  // collectives, the peers untouched). Its failure is the request's.
+  // collectives, the peers untouched). A refusal, cancel or lack of memory
+  // is the request's; any other failure (the device's) breaks the group, as
+  // a failed job's would.
   absl::StatusOr<at::Tensor> DecodeOnLeader(int64_t model_index, const DecodeJob& job,
                                             const std::atomic<bool>* cancelled = nullptr) ABSL_LOCKS_EXCLUDED(job_mu_);
 
