@@ -30,10 +30,12 @@ absl::StatusOr<std::vector<int64_t>> ParseStreamChunks(absl::string_view flag, a
 }
 
 absl::StatusOr<v1::SessionOpen> SessionOpenFor(const v1::DecodeRequest& whole) {
-  if (whole.has_decode_timestep() || whole.has_decode_noise_scale() || whole.has_noise_seed()) {
+  // The noise scale defaults to the timestep (DecodeRequest).
+  const double noise = whole.has_decode_noise_scale() ? whole.decode_noise_scale() : whole.decode_timestep();
+  if (whole.decode_timestep() != 0 || noise != 0) {
     return absl::InvalidArgumentError(
-        "a session decodes at the default decode timestep without noise (noise drawn a chunk at a time is not the "
-        "whole clip's): drop decode_timestep, decode_noise_scale and noise_seed, or mix the noise into the latent");
+        "a session decodes at the default decode timestep (0) without noise (noise drawn a chunk at a time is not "
+        "the whole clip's): drop decode_timestep and decode_noise_scale, or mix the noise into the latent");
   }
   v1::SessionOpen open;
   open.set_model(whole.model());

@@ -31,7 +31,8 @@ absl::StatusOr<std::vector<int64_t>> ParseStreamChunks(absl::string_view flag, a
 // latent [B, C, T, H, W]) chunk by chunk: its model, options and mode, its
 // latent's shape without T; its request_id as the session id.
 // INVALID_ARGUMENT for what a session does not take: a decode timestep or
-// noise (a session decodes at the default timestep, without noise).
+// noise other than 0 (a session decodes at the default timestep, without
+// noise).
 absl::StatusOr<v1::SessionOpen> SessionOpenFor(const v1::DecodeRequest& whole);
 
 // Frames [begin, begin + count) of a C-order [B, C, T, H, W] latent.

@@ -267,10 +267,11 @@ def decode_session(stub, request, chunks, timeout_s=600.0, on_chunk=None):
     if len(request.latent.shape) != 5 or sum(chunks) != request.latent.shape[2] or min(chunks) < 1:
         raise ValueError(f"--stream-chunks {','.join(map(str, chunks))}: positive latent frame counts adding up "
                          f"to the latent's {request.latent.shape[2] if len(request.latent.shape) == 5 else 1}")
-    for field in ("decode_timestep", "decode_noise_scale", "noise_seed"):
-        if request.HasField(field):
-            raise ValueError(f"a session decodes at the default decode timestep without noise (noise drawn a chunk "
-                             f"at a time is not the whole clip's): drop {field}, or mix the noise into the latent")
+    noise = request.decode_noise_scale if request.HasField("decode_noise_scale") else request.decode_timestep
+    if request.decode_timestep != 0 or noise != 0:  # the noise scale defaults to the timestep
+        raise ValueError("a session decodes at the default decode timestep (0) without noise (noise drawn a chunk at "
+                         "a time is not the whole clip's): drop decode_timestep and decode_noise_scale, or mix the "
+                         "noise into the latent")
     start = time.perf_counter()
     ready = queue.Queue()
     call = stub.DecodeSession(session_requests(request, chunks, ready), timeout=timeout_s, wait_for_ready=True)
