@@ -164,7 +164,10 @@ class DecodeStream {
   // The next latent frames of the clip, z: [B, C, t, H, W] (t >= 1) in VAE
   // space and the decoder's dtype, every chunk of one batch, channels and
   // size -> their output frames. Finished frames go to ops.FramesFinished.
-  virtual at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops) = 0;
+  // `clip_ends`: z holds the clip's last latent frames, so nothing need be
+  // kept for a next chunk (a whole Decode's one chunk).
+  virtual at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops, bool clip_ends) = 0;
+  at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops) { return DecodeChunk(z, ops, /*clip_ends=*/false); }
   // Bytes the state holds between chunks (on the decoder's device).
   virtual int64_t state_bytes() const = 0;
   // Latent frames decoded so far.
@@ -172,23 +175,25 @@ class DecodeStream {
 };
 
 // A DecodeStream whose state is a `State` (with `int64_t bytes() const`)
-// that `step(z, ops, state)` carries from chunk to chunk, stepped as
-// DecodeStream says (a latent frame at a time on whole tensors); no
-// gradients. Each step's frames go to ops.FramesFinished, unless the step
-// says them itself (`step_announces_frames`: Wan's).
+// that `step(z, ops, state, clip_ends)` carries from chunk to chunk, stepped
+// as DecodeStream says (a latent frame at a time on whole tensors; the
+// clip's last step told so); no gradients. Each step's frames go to
+// ops.FramesFinished, unless the step says them itself
+// (`step_announces_frames`: Wan's).
 template <typename State>
 class StatefulDecodeStream final : public DecodeStream {
  public:
-  using Step = std::function<at::Tensor(const at::Tensor& z, LayerOps& ops, State& state)>;
+  using Step = std::function<at::Tensor(const at::Tensor& z, LayerOps& ops, State& state, bool clip_ends)>;
   explicit StatefulDecodeStream(Step step, bool step_announces_frames = false)
       : step_(std::move(step)), step_announces_frames_(step_announces_frames) {}
 
-  at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops) override {
+  using DecodeStream::DecodeChunk;
+  at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops, bool clip_ends) override {
     at::NoGradGuard no_grad;
     const int64_t steps = ops.HoldsRowBand() ? 1 : z.size(2);
     std::vector<at::Tensor> frames;
     for (int64_t i = 0; i < steps; ++i) {
-      frames.push_back(step_(steps == 1 ? z : z.narrow(2, i, 1), ops, state_));
+      frames.push_back(step_(steps == 1 ? z : z.narrow(2, i, 1), ops, state_, clip_ends && i == steps - 1));
       if (!step_announces_frames_) ops.FramesFinished(frames.back());
     }
     latent_frames_ += z.size(2);
@@ -254,7 +259,8 @@ class Decoder {
   // A fresh stream (no latent frame seen) when CheckStreaming is OK, every
   // chunk decoded with `conditioning` (LTX-2's timestep); the stream uses
   // this decoder's modules, which must outlive it.
-  virtual std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning = {});
+  virtual std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning);
+  std::unique_ptr<DecodeStream> OpenStream() { return OpenStream(DecodeConditioning{}); }
 
   // Output shape for a latent shape (NCHW or NCTHW), from info()'s geometry.
   virtual std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const;

@@ -268,6 +268,25 @@ TEST(ShardedAttention, FrameCausalEqualsTheMaskedReferenceWithOneGather) {
             if (counting.stats().collectives() != (w > 1 ? 1 : 0)) {
               return absl::InternalError(absl::StrCat("one gather expected: ", counting.ToString()));
             }
+            // A stream's way: its earlier frames' keys and values gathered
+            // once and kept (GatherKeysValues: every rank's rows, as dense
+            // holds them), the queries of the last frame against them with
+            // the new frame's gathered in turn, no gather inside.
+            auto [k_early, v_early] = sharded.GatherKeysValues(band(k).narrow(2, 0, frames - 1).contiguous(),
+                                                               band(v).narrow(2, 0, frames - 1).contiguous(), width);
+            RETURN_IF_ERROR(ExpectTensorClose(k_early, k.narrow(2, 0, frames - 1), 0, 0, "gathered keys"));
+            RETURN_IF_ERROR(ExpectTensorClose(v_early, v.narrow(2, 0, frames - 1), 0, 0, "gathered values"));
+            auto [k_last, v_last] = sharded.GatherKeysValues(band(k).narrow(2, frames - 1, 1).contiguous(),
+                                                             band(v).narrow(2, frames - 1, 1).contiguous(), width);
+            counting.Reset();
+            const at::Tensor last = sharded.Attention(
+                band(q).narrow(2, frames - 1, 1).contiguous(), at::cat({k_early, k_last}, 2),
+                at::cat({v_early, v_last}, 2), TokenLayout::FrameCausal(width, frames - 1, /*keys_gathered=*/true));
+            RETURN_IF_ERROR(ExpectTensorClose(last, band(want).narrow(2, frames - 1, 1), 1e-5, 0,
+                                              "the last frame against kept keys"));
+            if (counting.stats().collectives() != 0) {
+              return absl::InternalError(absl::StrCat("gathered keys gathered again: ", counting.ToString()));
+            }
           } catch (const StatusError& e) {
             return e.status();
           }

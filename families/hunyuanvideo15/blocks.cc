@@ -1,8 +1,8 @@
 #include "families/hunyuanvideo15/blocks.h"
 
-#include <ATen/ATen.h>
-
 #include <tuple>
+
+#include <ATen/ATen.h>
 
 namespace vaedecode::families::hunyuanvideo15 {
 namespace {
@@ -59,24 +59,25 @@ at::Tensor AttnBlockImpl::forward(const at::Tensor& x, LayerOps& ops, StreamStat
     return RunPointwise(ops, conv, normed).permute({0, 2, 3, 4, 1}).reshape({b, 1, t, h * w, c});
   };
   at::Tensor keys = tokens(to_k), values = tokens(to_v);
-  if (state == nullptr) {  // the whole clip (the encoder)
-    const at::Tensor attended = ops.Attention(tokens(to_q), keys, values, TokenLayout::FrameCausal(w));
-    return RunPointwise(ops, proj_out, attended.reshape({b, t, h, w, c}).permute({0, 4, 1, 2, 3})) + x;
+  TokenLayout layout = TokenLayout::FrameCausal(w);  // the whole clip (the encoder)
+  if (state != nullptr) {
+    // A stream's queries attend to every frame so far. The new frames' keys
+    // and values are gathered from every rank once and kept so (the whole
+    // clip's exact decode gathers them all too); the earlier ones go in front.
+    std::tie(keys, values) = ops.GatherKeysValues(keys, values, w);
+    auto [it, first] = state->keys_values.try_emplace(this);
+    layout = TokenLayout::FrameCausal(w, first ? 0 : it->second.first.size(2), /*keys_gathered=*/true);
+    if (!first) {
+      keys = at::cat({it->second.first, keys}, 2);
+      values = at::cat({it->second.second, values}, 2);
+    }
+    if (state->frames.clip_ends()) {
+      state->keys_values.erase(it);  // no later frame attends to them
+    } else {
+      it->second = {keys, values};
+    }
   }
-  // A stream's queries attend to every frame so far. The new frames' keys
-  // and values are gathered from every rank once and kept so (the whole
-  // clip's exact decode gathers them all too); the earlier ones go in front.
-  std::tie(keys, values) = ops.GatherKeysValues(keys, values, w);
-  int64_t before = 0;
-  auto [it, first] = state->keys_values.try_emplace(this);
-  if (!first) {
-    before = it->second.first.size(2);
-    keys = at::cat({it->second.first, keys}, 2);
-    values = at::cat({it->second.second, values}, 2);
-  }
-  it->second = {keys, values};
-  const at::Tensor attended =
-      ops.Attention(tokens(to_q), keys, values, TokenLayout::FrameCausal(w, before, /*keys_gathered=*/true));
+  const at::Tensor attended = ops.Attention(tokens(to_q), keys, values, layout);
   const at::Tensor video = attended.reshape({b, t, h, w, c}).permute({0, 4, 1, 2, 3});
   return RunPointwise(ops, proj_out, video) + x;
 }

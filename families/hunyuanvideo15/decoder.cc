@@ -20,7 +20,9 @@ ModelInfo Describe(const HunyuanVideo15Config& c, std::string config_json) {
   info.spatial_factor = c.spatial_factor();
   info.temporal_factor = c.temporal_factor();
   info.is_video = true;
-  info.peak_latent_frames = 0;   // the whole clip at once, however long
+  // The whole clip at once over row bands (dense decodes go a latent frame
+  // at a time, but the memory model is one for both: it errs safe there).
+  info.peak_latent_frames = 0;
   info.cancel_with_halo = true;  // one attention (mid block), no GroupNorm
   info.scaling_factor = c.scaling_factor;
   info.raw_to_vae_formula = "z / scaling_factor";
@@ -43,12 +45,14 @@ HunyuanVideo15Decoder::HunyuanVideo15Decoder(HunyuanVideo15Config config, std::s
 at::Tensor HunyuanVideo15Decoder::ToVaeSpace(const at::Tensor& raw) const { return raw / config_.scaling_factor; }
 
 at::Tensor HunyuanVideo15Decoder::Decode(const at::Tensor& z, LayerOps& ops) {
-  return OpenStream()->DecodeChunk(z, ops);
+  return OpenStream()->DecodeChunk(z, ops, /*clip_ends=*/true);
 }
 
 std::unique_ptr<DecodeStream> HunyuanVideo15Decoder::OpenStream(const DecodeConditioning&) {
   return std::make_unique<StatefulDecodeStream<StreamState>>(
-      [&decoder = *module_->decoder, dtype = dtype()](const at::Tensor& z, LayerOps& ops, StreamState& state) {
+      [&decoder = *module_->decoder, dtype = dtype()](const at::Tensor& z, LayerOps& ops, StreamState& state,
+                                                      bool clip_ends) {
+        state.frames.set_clip_ends(clip_ends);
         return decoder.forward(z.to(dtype), ops, &state);
       });
 }

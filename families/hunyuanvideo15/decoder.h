@@ -44,7 +44,8 @@ class HunyuanVideo15Decoder final : public ModuleDecoder<HunyuanVideo15Module> {
   // Causal in time: the convs pad with the frames before, the attention is
   // frame-causal and the norms are per position (StreamState).
   absl::Status CheckStreaming() const override { return absl::OkStatus(); }
-  std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning = {}) override;
+  using Decoder::OpenStream;
+  std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning) override;
 
   const HunyuanVideo15Config& config() const { return config_; }
 

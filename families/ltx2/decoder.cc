@@ -35,7 +35,9 @@ LTX2Decoder::LTX2Decoder(LTX2Config config, std::string config_json)
   info_.spatial_factor = config_.spatial_factor();
   info_.temporal_factor = config_.temporal_factor();
   info_.is_video = true;
-  info_.peak_latent_frames = 0;   // the whole clip goes through every block at once
+  // The whole clip goes through every block at once (a causal decoder's
+  // dense decode goes a latent frame at a time: the model errs safe there).
+  info_.peak_latent_frames = 0;
   info_.cancel_with_halo = true;  // no GroupNorm, no attention
   info_.scaling_factor = config_.scaling_factor;
   // AutoencoderKLLTX2Video.tiled_decode: 512-pixel tiles every 448 pixels.
@@ -82,7 +84,7 @@ at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops) { return Deco
 at::Tensor LTX2Decoder::Decode(const at::Tensor& z, LayerOps& ops, const DecodeConditioning& conditioning) {
   // A causal decoder's clip is one chunk of a fresh stream (DecodeStream:
   // any chunking of it then computes the same frames).
-  if (config_.decoder_causal) return OpenStream(conditioning)->DecodeChunk(z, ops);
+  if (config_.decoder_causal) return OpenStream(conditioning)->DecodeChunk(z, ops, /*clip_ends=*/true);
   at::NoGradGuard no_grad;
   return module_->decoder->forward(z.to(dtype()), ops, Timestep(z, conditioning));
 }
@@ -100,7 +102,8 @@ std::unique_ptr<DecodeStream> LTX2Decoder::OpenStream(const DecodeConditioning& 
   // norms are per position and the upsamplers' depth-to-space per frame: the
   // causal convs' last input frames are all the state.
   return std::make_unique<StatefulDecodeStream<nn::CausalFrames>>(
-      [this, conditioning](const at::Tensor& z, LayerOps& ops, nn::CausalFrames& frames) {
+      [this, conditioning](const at::Tensor& z, LayerOps& ops, nn::CausalFrames& frames, bool clip_ends) {
+        frames.set_clip_ends(clip_ends);
         return module_->decoder->forward(z.to(dtype()), ops, Timestep(z, conditioning), &frames);
       });
 }

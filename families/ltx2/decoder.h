@@ -54,7 +54,8 @@ class LTX2Decoder final : public ModuleDecoder<AutoencoderKLLTX2VideoModule> {
   // A causal decoder (config decoder_causal) streams, and decodes a clip as
   // one chunk of a stream; the released non-causal ones do not.
   absl::Status CheckStreaming() const override;
-  std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning = {}) override;
+  using Decoder::OpenStream;
+  std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning) override;
 
   const LTX2Config& config() const { return config_; }
 

@@ -65,8 +65,12 @@ at::Tensor CausalFrames::Extend(const void* layer, const at::Tensor& x, int64_t 
   auto it = kept_.find(layer);
   const at::Tensor before = it != kept_.end() ? it->second : x.narrow(2, 0, 1).repeat({1, 1, keep, 1, 1});
   const at::Tensor extended = at::cat({before, x}, 2);
-  // A copy: a view would keep the whole extended input alive.
-  kept_[layer] = extended.narrow(2, extended.size(2) - keep, keep).clone();
+  if (clip_ends_) {
+    kept_.erase(layer);
+  } else {
+    // A copy: a view would keep the whole extended input alive.
+    kept_[layer] = extended.narrow(2, extended.size(2) - keep, keep).clone();
+  }
   return extended;
 }
 

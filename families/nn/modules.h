@@ -87,6 +87,10 @@ class CausalFrames {
   // previous chunk, or at the clip's start `keep` copies of its first frame;
   // keeps the last `keep` frames of the result for the next chunk.
   at::Tensor Extend(const void* layer, const at::Tensor& x, int64_t keep);
+  // Whether the calls to come are the clip's last (then Extend keeps
+  // nothing: no chunk follows to need it, and what was kept is freed).
+  void set_clip_ends(bool ends) { clip_ends_ = ends; }
+  bool clip_ends() const { return clip_ends_; }
   // Whether `layer`'s input this time begins the clip (the first call for
   // it): a temporal upsampler treats the clip's first frame apart.
   bool AtClipStart(const void* layer) { return past_start_.insert(layer).second; }
@@ -95,6 +99,7 @@ class CausalFrames {
  private:
   std::map<const void*, at::Tensor> kept_;
   std::set<const void*> past_start_;
+  bool clip_ends_ = false;
 };
 
 // F.interpolate(x, scale_factor=..., mode="nearest"): [B, C, H, W] by

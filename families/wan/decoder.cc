@@ -110,13 +110,15 @@ std::unique_ptr<DecodeStream> WanDecoder::OpenStream(const DecodeConditioning&) 
 // diffusers' chunk loop with its feature cache kept between calls.
 std::unique_ptr<DecodeStream> WanDecoder::NewStream() {
   return std::make_unique<StatefulDecodeStream<WanDecodeState>>(
-      [&module = *module_, dtype = dtype()](const at::Tensor& z, LayerOps& ops, WanDecodeState& state) {
+      [&module = *module_, dtype = dtype()](const at::Tensor& z, LayerOps& ops, WanDecodeState& state, bool) {
         return module.DecodeFrames(z.to(dtype), ops, state);
       },
       /*step_announces_frames=*/true);
 }
 
-at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) { return NewStream()->DecodeChunk(z, ops); }
+at::Tensor WanDecoder::Decode(const at::Tensor& z, LayerOps& ops) {
+  return NewStream()->DecodeChunk(z, ops, /*clip_ends=*/true);
+}
 
 absl::StatusOr<std::unique_ptr<Decoder>> LoadWanFamily(const WanFamily& family, const WanConfig& config,
                                                        const ModelFiles& files, const LoadOptions& options) {

@@ -47,7 +47,8 @@ class WanDecoder final : public ModuleBackedDecoder {
   // Causal in time: every Wan-lineage video config streams (its feature
   // cache is the stream's state); the image-only one refuses.
   absl::Status CheckStreaming() const override;
-  std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning = {}) override;
+  using Decoder::OpenStream;
+  std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning) override;
 
   const WanConfig& config() const { return config_; }
   // The decode side of the diffusers model, named as its state dict

@@ -228,10 +228,17 @@ causal_ltx2 "$OUT/ltx2_causal" '{"decoder_causal": true}'
 stream_case ltx2_causal "$OUT/ltx2_causal" --latent-shape 1,128,3,3,2 --seed 5 -- 1,2 1,1,1
 expect_error 1 "not causal in time" decode --model "$FIX/ltx2" --latent-shape 1,128,3,3,2 --stream-chunks 1,2 \
   --out "$OUT/x.npy"
-# A timestep-conditioned one streams at its timestep, without noise.
+# A timestep-conditioned one streams at a timestep, without noise (seeded
+# weights zero its timestep multiplier, so the timestep's effect on the
+# frames is ltx2's decoder_test's to check).
 causal_ltx2 "$OUT/ltx2_causal_t" '{"decoder_causal": true, "timestep_conditioning": true}'
-expect_error 1 "mixes no decode noise" decode --model "$OUT/ltx2_causal_t" --seeded-weights 1 \
-  --latent-shape 1,128,2,3,2 --decode-timestep 0.05 --stream-chunks 1,1 --out "$OUT/x.npy"
+lt=(decode --model "$OUT/ltx2_causal_t" --seeded-weights 1 --latent-shape 1,128,3,3,2 --seed 6)
+"$BIN" "${lt[@]}" --decode-timestep 0.05 --decode-noise-scale 0 --out "$OUT/lt5.safetensors" >/dev/null ||
+  fail "causal LTX-2 at timestep 0.05"
+"$BIN" "${lt[@]}" --decode-timestep 0.05 --decode-noise-scale 0 --stream-chunks 1,2 --out "$OUT/lt5_s.safetensors" \
+  >/dev/null || fail "causal LTX-2 session at timestep 0.05"
+cmp -s "$OUT/lt5.safetensors" "$OUT/lt5_s.safetensors" || fail "a session at timestep 0.05 differs from the whole decode"
+expect_error 1 "mixes no decode noise" "${lt[@]}" --decode-timestep 0.05 --stream-chunks 1,2 --out "$OUT/x.npy"
 "$BIN" decode --model "$FIX/wan21" --latent "$FIX/wan21/latent.safetensors" --stream-chunks 1,3 --out "$OUT/s.png" \
   >/dev/null || fail "streamed PNG frames"
 [ -f "$OUT/s_f012.png" ] && [ ! -f "$OUT/s_f013.png" ] || fail "streamed PNG frames are not named as the whole clip's: $(ls "$OUT" | grep '^s_' | head -3)"

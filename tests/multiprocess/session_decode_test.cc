@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -242,8 +244,9 @@ struct Case {
 std::string ModelFolder(const Case& c) {
   const std::filesystem::path fixture = testing::FixturePath(c.fixture);
   if (c.config_changes.empty()) return fixture.string();
-  const std::filesystem::path folder =
-      std::filesystem::path(std::getenv("TEST_TMPDIR")) / absl::StrCat(c.fixture, "_changed_", c.world);
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::filesystem::path folder = std::filesystem::path(tmp != nullptr ? tmp : "/tmp") /
+                                       absl::StrCat(c.fixture, "_changed_", c.world, "_", getpid());
   std::filesystem::create_directories(folder);
   for (const auto& entry : std::filesystem::directory_iterator(fixture)) {
     const std::filesystem::path link = folder / entry.path().filename();
@@ -311,8 +314,10 @@ INSTANTIATE_TEST_SUITE_P(Streaming, SessionDecode,
                                            Case{"ltx2", {2, 128, 3, 4, 2}, 3, {{"decoder_causal", true}}}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            return absl::StrCat(info.param.fixture, info.param.config_changes.empty() ? "" : "_causal",
-                                               info.param.latent_shape.empty() ? "" : "_b", "_", info.param.world,
-                                               "_ranks");
+                                               info.param.latent_shape.empty()
+                                                   ? std::string()
+                                                   : absl::StrCat("_b", info.param.latent_shape[0]),
+                                               "_", info.param.world, "_ranks");
                          });
 
 }  // namespace

@@ -133,9 +133,9 @@ TEST_F(SessionServiceTest, ChunksEqualTheWholeClipDenseAndExactOverSeveralChunki
 }
 
 // HunyuanVideo 1.5 streams too (causal convs' kept frames, the mid block's
-// keys and values of earlier chunks); its whole decode runs each conv over
-// the whole clip, so dense sessions equal it up to rounding. An image model
-// and a video model that cannot stream say why.
+// keys and values of earlier chunks); dense sessions equal the whole decode
+// bit for bit (both go a latent frame at a time). An image model and a video
+// model that cannot stream say why.
 TEST_F(SessionServiceTest, HunyuanVideo15StreamsAndModelsThatCannotSayWhy) {
   ASSERT_NE(server_, nullptr);
   const v1::DecodeRequest whole = FixtureRequest("hunyuanvideo15", FixturePath("hunyuanvideo15/latent.safetensors"));
