@@ -6,6 +6,7 @@
 #     same latent file are identical;
 #   - an unknown model exits non-zero with NOT_FOUND on stderr, a latent with
 #     the wrong channel count with INVALID_ARGUMENT;
+#   - decode_session refuses a decode timestep or noise (a session has none);
 #   - the server drains on SIGTERM and exits 0.
 set -euo pipefail
 
@@ -113,6 +114,23 @@ rc=0
 cat "$TMP/bad_latent.err"
 [ "$rc" != 0 ] || fail "a 3-channel latent decoded (exit 0)"
 grep -q 'INVALID_ARGUMENT' "$TMP/bad_latent.err" || fail "bad latent: no INVALID_ARGUMENT on stderr"
+
+echo "== a session refuses a decode timestep or noise, before any call (decode_session)"
+"$PY" - "$(dirname "$PY_CLIENT")" <<'PY' || fail "decode_session took a decode timestep"
+import sys
+sys.path.insert(0, sys.argv[1])
+import vaedecode_client as vc
+for fields in ({"decode_timestep": 0.05}, {"decode_noise_scale": 0.1}, {"decode_timestep": 0.05, "decode_noise_scale": 0}):
+    request = vc.pb2.DecodeRequest(model="default", **fields)
+    request.latent.shape.extend([1, 16, 2, 4, 4])
+    try:
+        vc.decode_session(None, request, [1, 1])  # no stub: a refusal comes first
+    except ValueError as e:
+        assert "without noise" in str(e), e
+    else:
+        raise AssertionError(f"{fields}: no refusal")
+print("  ok: refused before any call")
+PY
 
 echo "== SIGTERM drains the server"
 kill -TERM "$server"
