@@ -242,11 +242,12 @@ absl::StatusOr<worker::DecodeOutcome> DecodeInChunks(worker::GroupRuntime& runti
   std::vector<at::Tensor> frames;
   int64_t begin = 0;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    const worker::DecodeJob job = worker::JobFromRequest(request, latent.narrow(2, begin, chunks[i]));
+    worker::DecodeJob job = worker::JobFromRequest(request, latent.narrow(2, begin, chunks[i]));
+    job.session_chunk = true;
     worker::GroupJob group_job;
     ASSIGN_OR_RETURN(group_job.plan, worker::PlanDecode(decoder, job, planning));
     group_job.plan.overlap_halo = overlap_halo;
-    group_job.plan.session = {kSessionId, /*start=*/i == 0, 0};
+    group_job.plan.session = {kSessionId, /*start=*/i == 0, /*ends=*/i + 1 == chunks.size(), 0};
     ASSIGN_OR_RETURN(worker::DecodeOutcome chunk, runtime.Run(group_job));
     frames.push_back(chunk.result.sample);
     out << "chunk=" << i << " latent_frames=" << chunks[i] << " frames=" << chunk.result.sample.size(2)

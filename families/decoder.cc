@@ -68,6 +68,11 @@ absl::Status Decoder::CheckStreaming() const {
 
 std::unique_ptr<DecodeStream> Decoder::OpenStream(const DecodeConditioning&) { return nullptr; }
 
+int64_t Decoder::StreamedFrames(int64_t latent_frames, bool clip_ended) const {
+  (void)clip_ended;
+  return rpc::OutputFrames(info().output_frames, info().temporal_factor, latent_frames);
+}
+
 std::vector<int64_t> Decoder::OutputShape(const std::vector<int64_t>& latent_shape) const {
   const ModelInfo& m = info();
   std::vector<int64_t> out = latent_shape;

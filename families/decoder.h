@@ -103,6 +103,11 @@ struct ModelInfo {
   bool force_upcast = false;
   // decode() takes a timestep (LTX's timestep_conditioning).
   bool timestep_conditioning = false;
+  // A stream of this decoder holds frames back until it is told the clip
+  // ended (DecodeStream::DecodeChunk's clip_ends): MiniMax-H3's last window
+  // is decoded from the clip's end padded, and the overlap a window fades
+  // into the next is final only then. A session must say its last chunk.
+  bool stream_holds_clip_end = false;
   // Whether the decoder may be run on spatial tiles (TILED mode). Off for a
   // decoder whose output depends on the whole frame in a way tiles cannot
   // reproduce or that its reference does not define untiled (a ViT decoder:
@@ -217,6 +222,9 @@ class Decoder {
 
   // Checks rank, channels and sizes of a latent for this model.
   virtual absl::Status ValidateLatent(const at::Tensor& latent) const;
+  // The same for a streaming session's chunk, which may be shorter than the
+  // shortest clip (the clip's length is checked at its end).
+  virtual absl::Status ValidateChunk(const at::Tensor& latent) const { return ValidateLatent(latent); }
   // The same for a decode with `conditioning` (an audio VAE asked for its mel
   // spectrogram needs no latent its vocoder takes).
   virtual absl::Status ValidateLatentFor(const at::Tensor& latent, const DecodeConditioning& conditioning) const {
@@ -261,6 +269,12 @@ class Decoder {
   // this decoder's modules, which must outlive it.
   virtual std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning);
   std::unique_ptr<DecodeStream> OpenStream() { return OpenStream(DecodeConditioning{}); }
+  // Output frames a stream has returned, in all, once it has taken
+  // `latent_frames` latent frames in any chunks, the clip's last among them
+  // when `clip_ended`. The whole clip's count either way for a causal
+  // decoder; fewer before the end where frames wait for later latents
+  // (info().stream_holds_clip_end). Chunking never changes it.
+  virtual int64_t StreamedFrames(int64_t latent_frames, bool clip_ended) const;
 
   // Output shape for a latent shape (NCHW or NCTHW), from info()'s geometry.
   virtual std::vector<int64_t> OutputShape(const std::vector<int64_t>& latent_shape) const;

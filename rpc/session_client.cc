@@ -25,16 +25,13 @@ SessionCall RunDecodeSession(v1::VaeDecoder::Stub& stub, grpc::ClientContext& ct
   bool going = call->Write(first) && read_until(v1::DecodeResponse::kSessionHeader);
   int64_t begin = 0;
   for (size_t i = 0; going && i < chunks.size(); ++i) {
+    // The last chunk says the clip ends (a model may hold frames for it) and ends the session.
     v1::SessionRequest chunk;
-    *chunk.mutable_chunk() = LatentFrames(latent, begin, chunks[i]);
+    *(i + 1 == chunks.size() ? chunk.mutable_last_chunk() : chunk.mutable_chunk()) =
+        LatentFrames(latent, begin, chunks[i]);
     begin += chunks[i];
     going = call->Write(chunk) && read_until(v1::DecodeResponse::kChunkTrailer);
     if (going && callbacks.after_chunk) callbacks.after_chunk(static_cast<int64_t>(i));
-  }
-  if (going) {
-    v1::SessionRequest close;
-    close.mutable_close();
-    call->Write(close);
   }
   call->WritesDone();
   read_until(v1::DecodeResponse::KIND_NOT_SET);  // the rest of the stream

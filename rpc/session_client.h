@@ -3,8 +3,9 @@
 // The client's side of one DecodeSession call, written once for
 // vaedecode_client's session mode and the service tests: the open, then a
 // latent sent in chunks (each once the one before has its ChunkTrailer, so
-// the server never holds more than one), then a close, every answer read
-// into a SessionAssembler.
+// the server never holds more than one), the last as the clip's
+// last_chunk (which ends the session), every answer read into a
+// SessionAssembler.
 //
 // Threading: one call per thread; the callbacks run on the calling thread.
 
@@ -37,7 +38,8 @@ struct SessionCall {
 
 // Runs the session on `ctx` (its deadline and options the caller's): sends
 // `open`, then frames [sum of chunks before i, + chunks[i]) of the C-order
-// [B, C, T, H, W] `latent` as chunk i, then a close, and reads to the end.
+// [B, C, T, H, W] `latent` as chunk i (the last as last_chunk), and reads
+// to the end.
 // A protocol error in the answers cancels the call.
 SessionCall RunDecodeSession(v1::VaeDecoder::Stub& stub, grpc::ClientContext& ctx, const v1::SessionOpen& open,
                              const v1::Tensor& latent, const std::vector<int64_t>& chunks,

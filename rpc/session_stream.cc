@@ -94,7 +94,7 @@ absl::Status SessionAssembler::Add(const v1::DecodeResponse& message) {
     }
     case v1::DecodeResponse::kChunkTrailer: {
       const v1::ChunkTrailer& t = message.chunk_trailer();
-      if (t.chunk() != static_cast<int64_t>(chunk_trailers_.size()) || t.first_frame() != frames_ || t.frames() < 1 ||
+      if (t.chunk() != static_cast<int64_t>(chunk_trailers_.size()) || t.first_frame() != frames_ || t.frames() < 0 ||
           frames_in_chunk_ > frames_ + t.frames()) {
         return absl::InvalidArgumentError(absl::StrCat("session: chunk trailer ", t.chunk(), " (frames ",
                                                        t.first_frame(), " + ", t.frames(), ") out of order after ",

@@ -5,9 +5,11 @@
 // drops the per-job header, numbers frames from the clip's first and turns
 // the leader's trailer into a ChunkTrailer. Chunks run one at a time, in
 // order: the next message is read once the chunk before it has finished.
-// The close (or the client's half-close) ends the session with a final
-// Trailer; any failure ends it with the failure's status. Either way a
-// close job frees the session's state on its group.
+// The close (or the client's half-close), or the last_chunk once decoded,
+// ends the session with a final Trailer (a plain close is refused for a
+// model that holds frames for the clip's end: it would lose them); any
+// failure ends it with the failure's status. Either way a close job frees
+// the session's state on its group.
 //
 // Threading: gRPC's callback threads (reads, writes, cancel) and the
 // thread finishing a chunk's Job meet under the reactor's lock; stream
@@ -118,7 +120,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     if (!ok) {
       // The client half-closed (a close without its message) or the call ended.
       if (record_ == nullptr) return End(ReadFailure("before opening the session"));
-      return context_->IsCancelled() ? End(ReadFailure("between chunks")) : End(absl::OkStatus());
+      return context_->IsCancelled() ? End(ReadFailure("between chunks")) : End(CloseWithoutLastChunk());
     }
     switch (in_.kind_case()) {
       case v1::SessionRequest::kOpen:
@@ -126,12 +128,15 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
         return Open(in_.open());
       case v1::SessionRequest::kChunk:
         if (record_ == nullptr) return End(absl::InvalidArgumentError("the first message must open the session"));
-        return RunChunk(in_.chunk());
+        return RunChunk(in_.chunk(), /*last=*/false);
+      case v1::SessionRequest::kLastChunk:
+        if (record_ == nullptr) return End(absl::InvalidArgumentError("the first message must open the session"));
+        return RunChunk(in_.last_chunk(), /*last=*/true);
       case v1::SessionRequest::kClose:
         if (record_ == nullptr) return End(absl::InvalidArgumentError("the first message must open the session"));
-        return End(absl::OkStatus());
+        return End(CloseWithoutLastChunk());
       default:
-        return End(absl::InvalidArgumentError("a SessionRequest must be open, chunk or close"));
+        return End(absl::InvalidArgumentError("a SessionRequest must be open, chunk, last_chunk or close"));
     }
   }
 
@@ -216,14 +221,15 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
         metrics_.RecordSessionChunk(absl::ToDoubleSeconds(absl::Now() - chunk_arrived_));
       }
       // Busy from here to the read's start, so that a cancel meanwhile
-      // cannot conclude (and free) the session under this thread.
-      read_next = status.ok() && !ending_ && outgrown_.ok();
+      // cannot conclude (and free) the session under this thread. The clip's
+      // last chunk ends the session instead.
+      read_next = status.ok() && !ending_ && outgrown_.ok() && !clip_ended_;
       if (status.ok() && !outgrown_.ok()) overgrown = outgrown_;
       if (read_next) ++busy_;
     }
     if (!status.ok()) return End(status);  // End pumps: the session may finish now
     if (!overgrown.ok()) return End(overgrown);
-    if (!read_next) return Pump();  // ended meanwhile: it concludes now
+    if (!read_next) return clip_ended() ? End(absl::OkStatus()) : Pump();  // else ended meanwhile: it concludes now
     ReadNext();
     Leave();
   }
@@ -256,6 +262,22 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
       --busy_;
     }
     Pump();  // last: the session may conclude (and be freed) here
+  }
+
+  bool clip_ended() {
+    absl::MutexLock lock(&mu_);
+    return clip_ended_;
+  }
+
+  // A close (or half-close) with no last_chunk: fine, unless the model held
+  // frames for the clip's end, which the close would lose.
+  absl::Status CloseWithoutLastChunk() {
+    absl::MutexLock lock(&mu_);
+    if (!model_.session_holds_clip_end() || chunks_ == 0) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model \"", model_.name(), "\" (", model_.diffusers_class(),
+        ") holds a session's last frames until its clip ends: send the last chunk as SessionRequest.last_chunk, "
+        "not a chunk and a close (the held frames are lost)"));
   }
 
   absl::Status ReadFailure(const std::string& when) {
@@ -330,20 +352,22 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
     return absl::OkStatus();
   }
 
-  void RunChunk(const v1::Tensor& chunk) {
+  // A chunk, or the clip's last (`last`: the session ends after it).
+  void RunChunk(const v1::Tensor& chunk, bool last) {
     if (absl::Status fits = ValidateSessionChunk(open_, chunk); !fits.ok()) return End(fits);
     int64_t index;
     {
       absl::MutexLock lock(&mu_);
       index = chunks_;
       chunk_arrived_ = absl::Now();
+      clip_ended_ = last;
     }
     v1::DecodeRequest request = SessionChunkRequest(open_, mode_, index);
     *request.mutable_latent() = chunk;
     DecodeService::Admission admission =
         service_.Admit(std::move(request), absl::Now(), rpc::CallDeadline(*context_), "grpc");
     if (!admission.status.ok()) return End(admission.status);
-    admission.job->SetSession(record_, /*close=*/false);
+    admission.job->SetSession(record_, last ? Job::SessionPart::kLastChunk : Job::SessionPart::kChunk);
     int64_t first_frame;
     {
       absl::MutexLock lock(&mu_);
@@ -484,8 +508,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   std::shared_ptr<Job> chunk_job_ ABSL_GUARDED_BY(mu_);
   absl::Time chunk_arrived_ ABSL_GUARDED_BY(mu_);
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
-  int busy_ ABSL_GUARDED_BY(mu_) = 0;           // callbacks between Enter and Leave
-  absl::Status outgrown_ ABSL_GUARDED_BY(mu_);  // the states outgrew the group (Grow)
+  bool clip_ended_ ABSL_GUARDED_BY(mu_) = false;  // the last chunk came
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;             // callbacks between Enter and Leave
+  absl::Status outgrown_ ABSL_GUARDED_BY(mu_);    // the states outgrew the group (Grow)
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status end_status_ ABSL_GUARDED_BY(mu_);
   // The session's figures, for the final trailer and the log line.

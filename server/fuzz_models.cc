@@ -49,10 +49,9 @@ std::vector<v1::ModelInfo> MakeModels() {
   ltx.set_timestep_conditioning(true);
   models.push_back(ltx);
 
-  v1::ModelInfo windows = video;  // MiniMax-H3's output frame table
-  windows.set_streams(false);
-  windows.set_streams_note("cross-faded windows");
-  windows.set_session_state_bytes_per_latent(0);
+  v1::ModelInfo windows = video;  // MiniMax-H3's output frame table; its sessions need a last_chunk
+  windows.set_session_holds_clip_end(true);
+  windows.set_peak_latent_frames(3);
   windows.set_name("windows");
   windows.set_family("minimax_h3");
   windows.set_spatial_factor(16);

@@ -130,6 +130,7 @@ void GroupDispatcher::RunJob(const std::shared_ptr<LeaderConnection>& leader, co
     absl::StatusOr<internal::SessionStep> step = job->session()->StepOn(leader->incarnation);
     if (!step.ok()) return job->Finish(step.status());
     session = *std::move(step);
+    session->set_ends(job->session_last_chunk());
   }
 
   grpc::ClientContext ctx;

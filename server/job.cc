@@ -48,9 +48,9 @@ Job::Job(v1::DecodeRequest envelope, v1::EncodeRequest encode, v1::ModelInfo mod
       deadline_(deadline),
       buffering_(buffering) {}
 
-void Job::SetSession(std::shared_ptr<SessionRecord> session, bool close) {
+void Job::SetSession(std::shared_ptr<SessionRecord> session, SessionPart part) {
   session_ = std::move(session);
-  session_close_ = close;
+  session_part_ = part;
 }
 
 void Job::Attach(JobStream* stream, DoneCallback done) {

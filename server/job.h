@@ -115,14 +115,19 @@ class Job : public std::enable_shared_from_this<Job> {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  // A streaming session's job (before the job is shared): a chunk of
-  // `session` (its request holds the chunk's latent), or its close (the
-  // group frees the session's state). Either runs only on the session's
-  // group.
-  void SetSession(std::shared_ptr<SessionRecord> session, bool close);
+  // What a streaming session's job is.
+  enum class SessionPart {
+    kChunk,      // a chunk of the clip (the request holds its latent)
+    kLastChunk,  // the clip's last chunk (SessionRequest.last_chunk)
+    kClose,      // the group frees the session's state
+  };
+  // A streaming session's job (before the job is shared); it runs only on
+  // the session's group.
+  void SetSession(std::shared_ptr<SessionRecord> session, SessionPart part);
   // The session this job belongs to; nullptr for a Decode or Encode.
   const std::shared_ptr<SessionRecord>& session() const { return session_; }
-  bool session_close() const { return session_close_; }
+  bool session_close() const { return session_part_ == SessionPart::kClose; }
+  bool session_last_chunk() const { return session_part_ == SessionPart::kLastChunk; }
   // How often the job went back to the queue after its group failed under
   // it (a session's chunk is retried on the rebuilt group); dispatcher side.
   int retries() const { return retries_.load(); }
@@ -209,7 +214,7 @@ class Job : public std::enable_shared_from_this<Job> {
   const absl::Time deadline_;
   const JobBuffering buffering_;
   std::shared_ptr<SessionRecord> session_;  // set by SetSession
-  bool session_close_ = false;
+  SessionPart session_part_ = SessionPart::kChunk;
   std::atomic<int> retries_{0};
   JobStream* stream_ = nullptr;  // set by Attach
   DoneCallback done_;            // set by Attach

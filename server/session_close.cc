@@ -23,7 +23,7 @@ std::shared_ptr<Job> MakeSessionCloseJob(const std::shared_ptr<SessionRecord>& s
   request.set_model(model.name());
   request.set_request_id(absl::StrCat(session->public_id(), "/close"));
   auto job = std::make_shared<Job>(std::move(request), model, absl::Now(), absl::InfiniteFuture(), JobBuffering{});
-  job->SetSession(session, /*close=*/true);
+  job->SetSession(session, Job::SessionPart::kClose);
   job->Attach(no_output, [registry = std::move(registry), session](const Job&, const absl::Status&) {
     registry->Close(*session);
   });

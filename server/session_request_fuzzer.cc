@@ -7,7 +7,7 @@
 // Input: one byte choosing the model (server/fuzz_models.h), one the group
 // size (1 + byte % 4), two little-endian bytes giving the length of the
 // first SessionRequest's bytes (the open), then those bytes, then the
-// second SessionRequest's (a chunk).
+// second SessionRequest's (a chunk or a last_chunk).
 //
 // Properties beyond "no crash, no sanitizer report": an accepted open plans
 // DENSE or EXACT (EXACT only on a group of more than one rank) with its
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   server::FuzzRequire(plan->mode == v1::MODE_DENSE || (plan->mode == v1::MODE_EXACT && group_size > 1));
   server::FuzzRequire(plan->state_bytes_per_rank >= 0 && !plan->mode_reason.empty());
 
-  const v1::Tensor& chunk = chunk_message.chunk();
+  const v1::Tensor& chunk = chunk_message.has_last_chunk() ? chunk_message.last_chunk() : chunk_message.chunk();
   const absl::Status fits = server::ValidateSessionChunk(open, chunk);
   if (!fits.ok()) {
     server::FuzzRequire(!fits.message().empty());

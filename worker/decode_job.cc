@@ -17,7 +17,8 @@
 namespace vaedecode::worker {
 
 absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, const DecodeJob& job) {
-  RETURN_IF_ERROR(decoder.ValidateLatentFor(job.latent, job.conditioning));
+  RETURN_IF_ERROR(job.session_chunk ? decoder.ValidateChunk(job.latent)
+                                    : decoder.ValidateLatentFor(job.latent, job.conditioning));
   PreparedLatent out;
   RETURN_IF_ERROR(CatchExceptions("latent conversion", [&] {
     at::Tensor z = job.latent;
@@ -42,10 +43,10 @@ absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, c
 
 absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::Tensor& z,
                                           const families::DecodeConditioning& conditioning, families::LayerOps& ops,
-                                          families::DecodeStream* stream) {
+                                          families::DecodeStream* stream, bool clip_ends) {
   at::Tensor sample;
   RETURN_IF_ERROR(CatchExceptions("decode", [&] {
-    sample = stream != nullptr ? stream->DecodeChunk(z, ops) : decoder.Decode(z, ops, conditioning);
+    sample = stream != nullptr ? stream->DecodeChunk(z, ops, clip_ends) : decoder.Decode(z, ops, conditioning);
   }));
   return sample;
 }

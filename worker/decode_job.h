@@ -31,6 +31,9 @@ struct DecodeJob {
   // seed when unset). 0: none.
   double noise_scale = 0;
   std::optional<uint64_t> noise_seed;
+  // A streaming session's chunk: checked as one (Decoder::ValidateChunk), as
+  // it may be shorter than the shortest clip.
+  bool session_chunk = false;
 };
 
 // A job's latent as the decoder takes it: validated, noise mixed in,
@@ -48,10 +51,10 @@ absl::StatusOr<PreparedLatent> PrepareLatent(const families::Decoder& decoder, c
 // Decodes a prepared latent through `ops`: RESOURCE_EXHAUSTED when memory
 // runs out, INTERNAL for other failures. With a `stream` (a session's, made
 // by decoder.OpenStream) the latent is the clip's next chunk, decoded
-// through it.
+// through it, its last when `clip_ends`.
 absl::StatusOr<at::Tensor> DecodePrepared(families::Decoder& decoder, const at::Tensor& z,
                                           const families::DecodeConditioning& conditioning, families::LayerOps& ops,
-                                          families::DecodeStream* stream = nullptr);
+                                          families::DecodeStream* stream = nullptr, bool clip_ends = false);
 
 // PrepareLatent, then DecodePrepared: one dense decode of a job.
 absl::StatusOr<at::Tensor> RunDecode(families::Decoder& decoder, const DecodeJob& job, families::LayerOps& ops);

@@ -53,6 +53,7 @@ struct TileShape {
 struct SessionStep {
   int64_t id = 0;      // 0: not a session's chunk
   bool start = false;  // the session's state begins afresh (its first chunk, or a replay)
+  bool ends = false;   // the chunk ends the clip (DecodeStream::DecodeChunk's clip_ends)
   // A replay (the state was lost with a rebuilt group): the latent is the
   // session's history and then its new chunk; the output of these leading
   // latent frames is decoded to rebuild the state and not returned.

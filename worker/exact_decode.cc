@@ -76,14 +76,22 @@ absl::StatusOr<ExactRows> DecodeExactBands(families::Decoder& decoder, parallel:
   sharded.set_cancel_with_halo(decoder.info().cancel_with_halo);
   sharded.set_overlap_halo(plan.overlap_halo);
   FrameGatheringOps ops(sharded, comm, progress.frames_ready);
-  absl::StatusOr<at::Tensor> rows =
-      DecodePrepared(decoder, z.narrow(h_axis, band.begin, band.size()).contiguous(), plan.conditioning, ops, stream);
+  absl::StatusOr<at::Tensor> rows = DecodePrepared(decoder, z.narrow(h_axis, band.begin, band.size()).contiguous(),
+                                                   plan.conditioning, ops, stream, plan.session.ends);
   // Every rank learns of a cancellation at the same op: still in step.
   if (!rows.ok() && rows.status().code() == absl::StatusCode::kCancelled) return InStep(rows.status());
   if (!rows.ok()) return AbortWith(comm, rows.status());
 
   ExactRows out;
   const int out_h_axis = static_cast<int>(rows->dim()) - 2;
+  if (rows->dim() == 5 && rows->size(2) == 0) {
+    // A session's chunk that finished no frame (a window stream waiting for
+    // latents): the whole height, no frames.
+    std::vector<int64_t> shape = decoder.OutputShape(z.sizes().vec());
+    shape[2] = 0;
+    out.sample = at::empty(shape, rows->options());
+    return out;
+  }
   if (rows->dim() == 5 && ops.frames_done() == rows->size(2)) {
     // Every frame was gathered as it finished.
     out.sample = ops.sample();

@@ -41,7 +41,8 @@ absl::StatusOr<GroupDecodeResult> ExecuteUntimed(families::Decoder& decoder, par
       if (comm.rank() != kLeader) return result;
       families::CancellableDenseOps dense(options.cancelled);
       FramesToCallerOps ops(dense, options.progress.frames_ready);
-      absl::StatusOr<at::Tensor> sample = DecodePrepared(decoder, plan.latent, plan.conditioning, ops, options.stream);
+      absl::StatusOr<at::Tensor> sample =
+          DecodePrepared(decoder, plan.latent, plan.conditioning, ops, options.stream, plan.session.ends);
       if (!sample.ok()) return comm.world_size() > 1 ? LeaderOnly(sample.status()) : sample.status();
       result.sample = *sample;
       return result;

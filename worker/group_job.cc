@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kMaxDims = 6;
 // Header: [kind, model, mode, dims, tile_rows, tile_cols, stock_tiles,
 //          overlap_halo, sizes x kMaxDims, dtype, has timestep, timestep's bits,
-//          session id, session start].
+//          session id, session flags (1: start, 2: ends)].
 constexpr int64_t kFixed = 8;
 constexpr int64_t kTimestep = kFixed + kMaxDims + 1;
 constexpr int64_t kSession = kTimestep + 2;
@@ -82,7 +82,7 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
     h[6] = plan.tile_shape.stock ? 1 : 0;
     h[7] = plan.overlap_halo ? 1 : 0;
     h[kSession] = plan.session.id;
-    h[kSession + 1] = plan.session.start ? 1 : 0;
+    h[kSession + 1] = (plan.session.start ? 1 : 0) | (plan.session.ends ? 2 : 0);
     if (job->kind == JobKind::kEncode) h[2] = static_cast<int64_t>(job->encode.mode);
     if (HasPayload(job->kind, job->kind == JobKind::kEncode ? job->encode.mode : plan.mode)) {
       const at::Tensor& payload = Payload(*job);
@@ -117,7 +117,8 @@ absl::StatusOr<GroupJob> BroadcastJob(parallel::Communicator& comm, const GroupJ
   out.plan.overlap_halo = h[7] == 1;
   out.plan.world_size = comm.world_size();
   out.plan.session.id = h[kSession];
-  out.plan.session.start = h[kSession + 1] == 1;
+  out.plan.session.start = (h[kSession + 1] & 1) != 0;
+  out.plan.session.ends = (h[kSession + 1] & 2) != 0;
   if (out.kind == JobKind::kEncode) out.encode.mode = out.plan.mode;
   if (!HasPayload(out.kind, out.plan.mode)) {
     if (comm.rank() == kLeader && out.kind == JobKind::kEncode) out.encode = job->encode;  // the leader's own image

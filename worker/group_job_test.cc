@@ -47,7 +47,7 @@ GroupJob LeaderJob(int world) {
   job.plan.latent = (at::arange(2 * 4 * 3 * 5 * 6, at::kFloat) / 7.0).reshape({2, 4, 3, 5, 6}).to(at::kBFloat16);
   job.plan.conditioning.timestep = 0.05;
   job.plan.reason = "leader only";
-  job.plan.session = {42, true, 3};
+  job.plan.session = {42, true, true, 3};
   return job;
 }
 
@@ -67,7 +67,8 @@ absl::Status RoundTrip(int rank, int world, int port) {
   RETURN_IF_ERROR(Expect(got.plan.latent.equal(sent.plan.latent), "latent values"));
   const double t = got.plan.conditioning.timestep.value_or(-1);
   RETURN_IF_ERROR(Expect(std::memcmp(&t, &*sent.plan.conditioning.timestep, sizeof(t)) == 0, "timestep bits"));
-  RETURN_IF_ERROR(Expect(got.plan.session.id == 42 && got.plan.session.start, "session id and start"));
+  RETURN_IF_ERROR(Expect(got.plan.session.id == 42 && got.plan.session.start && got.plan.session.ends,
+                         "session id, start and end"));
   // What stays on the leader.
   RETURN_IF_ERROR(Expect(rank == kLeader ? got.plan.reason == "leader only" : got.plan.reason.empty(), "reason"));
   RETURN_IF_ERROR(Expect(got.plan.session.replayed_latent_frames == (rank == kLeader ? 3 : 0), "replayed frames"));

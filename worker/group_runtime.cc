@@ -58,9 +58,7 @@ absl::StatusOr<std::vector<int>> RanksWithoutTheirEncoder(parallel::Communicator
 int64_t ReplayedOutputFrames(const families::Decoder& decoder, const DecodePlan& plan) {
   const int64_t replayed = plan.session.replayed_latent_frames;
   if (replayed <= 0 || !plan.latent.defined()) return 0;
-  std::vector<int64_t> shape = plan.latent.sizes().vec();
-  shape[2] = replayed;
-  return decoder.OutputShape(shape)[2];
+  return decoder.StreamedFrames(replayed, /*clip_ended=*/false);
 }
 
 GroupRuntime::GroupRuntime(std::unique_ptr<parallel::Communicator> comm, std::vector<NamedModel> models,
@@ -364,6 +362,16 @@ absl::StatusOr<DecodeOutcome> GroupRuntime::Execute(const GroupJob& job, const s
   }
   families::Decoder& decoder = *models_[job.model_index].decoder;
   if (step.start) RETURN_IF_ERROR(InStep(decoder.CheckStreaming()));
+  if (step.id != 0 && step.ends) {
+    // A clip shorter than the model decodes (MiniMax-H3: a window) is the
+    // request's error, found here rather than by every rank's stream.
+    const int64_t clip = (step.start ? 0 : sessions_.LatentFrames(step.id).value_or(0)) + job.plan.latent.size(2);
+    if (clip < decoder.info().min_latent_frames) {
+      return InStep(absl::InvalidArgumentError(absl::StrCat("the session's clip ends with ", clip, " latent frames; ",
+                                                            decoder.info().diffusers_class, " decodes at least ",
+                                                            decoder.info().min_latent_frames)));
+    }
+  }
   // A replay's leading frames rebuild the state; the caller has their output.
   const int64_t skipped_frames = ReplayedOutputFrames(decoder, job.plan);
   OutputProgress chunk_progress = progress;

@@ -164,7 +164,9 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
   }
   GroupJob job;
   job.model_index = model;
-  absl::StatusOr<DecodePlan> plan = PlanDecode(decoder, JobFromRequest(request, *std::move(latent)), planning);
+  DecodeJob decode_job = JobFromRequest(request, *std::move(latent));
+  decode_job.session_chunk = run.has_session();
+  absl::StatusOr<DecodePlan> plan = PlanDecode(decoder, decode_job, planning);
   if (!plan.ok()) return rpc::ToGrpcStatus(plan.status());
   job.plan = *std::move(plan);
   // An audio track to mux: its waveform, on the leader alone, once the video is planned.
@@ -198,13 +200,11 @@ grpc::Status LeaderService::Decode(const internal::RunRequest& run, RunCall& cal
   std::vector<int64_t> out_shape = decoder.OutputShapeFor(job.plan.latent.sizes().vec(), job.plan.conditioning);
   if (run.has_session()) {
     const int64_t replayed = step.has_replay() ? step.replay().shape(2) : 0;
-    job.plan.session = {step.id(), step.start(), replayed};
-    // The chunk's own frames: F(done + t) - F(done) of the session's clip.
-    std::vector<int64_t> done_shape = job.plan.latent.sizes().vec();
-    done_shape[2] = step.latent_frames_done();
-    const int64_t before = done_shape[2] > 0 ? decoder.OutputShape(done_shape)[2] : 0;
-    done_shape[2] = step.latent_frames_done() + job.plan.latent.size(2) - replayed;
-    out_shape[2] = decoder.OutputShape(done_shape)[2] - before;
+    job.plan.session = {step.id(), step.start(), step.ends(), replayed};
+    // The chunk's own frames: what the session's stream returns for them.
+    const int64_t done = step.latent_frames_done();
+    const int64_t after = done + job.plan.latent.size(2) - replayed;
+    out_shape[2] = decoder.StreamedFrames(after, step.ends()) - decoder.StreamedFrames(done, false);
   }
 
   LeaderResponse response(call, request, run.max_chunk_bytes() > 0 ? run.max_chunk_bytes() : rpc::kDefaultMaxChunkBytes,

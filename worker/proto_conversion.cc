@@ -59,6 +59,7 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   const absl::Status streams = m.decoder->CheckStreaming();
   out->set_streams(streams.ok());
   out->set_streams_note(std::string(streams.message()));
+  out->set_session_holds_clip_end(streams.ok() && info.stream_holds_clip_end);
   out->set_session_state_bytes_per_latent(session_state_bytes_per_latent);
 }
 

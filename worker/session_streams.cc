@@ -40,7 +40,11 @@ double MeasureSessionStateBytesPerLatent(families::Decoder& decoder) {
     families::DenseOps ops;
     const at::Tensor z = at::zeros({1, decoder.info().latent_channels, 1, kSide, kSide},
                                    at::TensorOptions().dtype(decoder.dtype()).device(decoder.device()));
-    for (int chunk = 0; chunk < 3; ++chunk) {
+    // A latent frame at a time, past the output frame table where it has
+    // one: a window stream (MiniMax-H3) holds the most once a window was
+    // decoded and the next one's latents are coming.
+    const int64_t chunks = std::max<int64_t>(3, static_cast<int64_t>(decoder.info().output_frames.frames.size()));
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
       (void)stream->DecodeChunk(z, ops);
       most = std::max(most, stream->state_bytes());
     }

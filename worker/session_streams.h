@@ -27,9 +27,10 @@
 namespace vaedecode::worker {
 
 // The bytes of `decoder`'s session state per latent of B x H x W, measured
-// by streaming three one-frame chunks of a small zero latent (a state holds
-// a few frames of each causal layer's input, all proportional to the
-// area); 0 for a decoder that does not stream.
+// by streaming one-frame chunks of a small zero latent, three or past the
+// output frame table (a state holds a few frames of each causal layer's
+// input, or a window's latents and its faded overlap, all proportional to
+// the area); 0 for a decoder that does not stream.
 double MeasureSessionStateBytesPerLatent(families::Decoder& decoder);
 
 class SessionStreams {

@@ -243,7 +243,8 @@ _STOP = object()
 
 def session_requests(request, chunks, ready):
     """A DecodeSession's messages for the whole-latent DecodeRequest `request`: the open, then each chunk of
-    `chunks` latent frames once `ready` yields (the session's header, then each chunk's trailer), then the close."""
+    `chunks` latent frames once `ready` yields (the session's header, then each chunk's trailer), the last as the
+    clip's last_chunk, which ends the session (a model may hold frames for the clip's end)."""
     b, c, t, h, w = request.latent.shape
     yield pb2.SessionRequest(open=pb2.SessionOpen(
         model=request.model, latent_space=request.latent_space, output_format=request.output_format,
@@ -251,14 +252,12 @@ def session_requests(request, chunks, ready):
         jpeg_quality=request.jpeg_quality))
     frames = np.frombuffer(request.latent.data, dtype=np.uint8).reshape(b * c, t, -1)  # C order: frames per (b, c)
     begin = 0
-    for n in chunks:
+    for i, n in enumerate(chunks):
         if ready.get() is _STOP:
             return
         part = pb2.Tensor(dtype=request.latent.dtype, shape=[b, c, n, h, w], data=frames[:, begin:begin + n].tobytes())
-        yield pb2.SessionRequest(chunk=part)
+        yield pb2.SessionRequest(last_chunk=part) if i == len(chunks) - 1 else pb2.SessionRequest(chunk=part)
         begin += n
-    if ready.get() is not _STOP:
-        yield pb2.SessionRequest(close=pb2.SessionClose())
 
 
 def decode_session(stub, request, chunks, timeout_s=600.0, on_chunk=None):

@@ -47,6 +47,7 @@ ModelInfo Describe(const MiniMaxH3Config& c, std::string config_json) {
   info.output_frames.frames_per_period =
       c.Windows(table_size).output_frames - c.Windows(table_size - period).output_frames;
   info.raw_to_vae_formula = "z * latents_std + latents_mean";
+  info.stream_holds_clip_end = true;
   info.spatial_tiling = false;
   info.decode_note =
       "decoded untiled (exact); diffusers' AutoencoderKLMiniMaxH3 decodes in 256x256-pixel tiles with a linear "
@@ -96,13 +97,14 @@ MiniMaxH3Decoder::MiniMaxH3Decoder(MiniMaxH3Config config, std::string config_js
 
 absl::Status MiniMaxH3Decoder::ValidateLatent(const at::Tensor& latent) const {
   RETURN_IF_ERROR(Decoder::ValidateLatent(latent));
-  if (latent.size(2) < info_.min_latent_frames) {
-    return absl::InvalidArgumentError(absl::StrCat("latent has ", latent.size(2),
-                                                   " frames; AutoencoderKLMiniMaxH3 "
-                                                   "decodes at least ",
-                                                   info_.min_latent_frames, " (fewer make no decode window)"));
-  }
-  return absl::OkStatus();
+  return CheckClipLength(latent.size(2));
+}
+
+absl::Status MiniMaxH3Decoder::CheckClipLength(int64_t latent_frames) const {
+  if (latent_frames >= info_.min_latent_frames) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("latent has ", latent_frames,
+                                                 " frames; AutoencoderKLMiniMaxH3 decodes at least ",
+                                                 info_.min_latent_frames, " (fewer make no decode window)"));
 }
 
 at::Tensor MiniMaxH3Decoder::ToVaeSpace(const at::Tensor& raw) const {
@@ -113,39 +115,134 @@ at::Tensor MiniMaxH3Decoder::ToVaeSpace(const at::Tensor& raw) const {
   return raw * std + mean;
 }
 
-absl::Status MiniMaxH3Decoder::CheckStreaming() const {
-  return absl::FailedPreconditionError(
-      "AutoencoderKLMiniMaxH3 does not stream here yet: it decodes in windows whose last frames are cross-faded "
-      "with the next window's, so a chunk's frames are final only once the next window is decoded");
+namespace {
+
+// A clip decoded a few latent frames at a time through the same windows as
+// the whole clip: a window is decoded once its latent frames have all come
+// (or, at the clip's end, from the clip padded with copies of its last
+// frame), its first part cross-faded with the overlap the window before
+// held, its second part held as the next window's overlap. Frames are
+// returned as soon as no later latent can change or cut them
+// (StreamedFrames); the rest wait in the state.
+class WindowStream final : public DecodeStream {
+ public:
+  WindowStream(const MiniMaxH3Decoder& decoder, MiniMaxH3Module module)
+      : decoder_(decoder), config_(decoder.config()), module_(std::move(module)) {}
+
+  using DecodeStream::DecodeChunk;
+  at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops, bool clip_ends) override {
+    at::NoGradGuard no_grad;
+    if (ended_) throw StatusError(absl::FailedPreconditionError("the clip has ended: its stream takes no more frames"));
+    latents_ = latents_.defined() ? at::cat({latents_, z}, 2) : z;
+    seen_ += z.size(2);
+    const int64_t chunk = config_.tokens_chunk_size();
+    if (clip_ends) {
+      const WindowPlan plan = config_.Windows(seen_);
+      if (plan.windows == 0) throw StatusError(decoder_.CheckClipLength(seen_));
+      if (plan.pad_frames > 0) {
+        latents_ =
+            at::cat({latents_, latents_.narrow(2, latents_.size(2) - 1, 1).repeat({1, 1, plan.pad_frames, 1, 1})}, 2);
+      }
+      while (next_window_ < plan.windows) DecodeNextWindow(ops);
+      if (overlap_.defined()) Hold(overlap_);
+    } else {
+      while (next_window_ * chunk + config_.window_latent_frames() <= seen_) DecodeNextWindow(ops);
+    }
+    // Every frame returned stays in the clip's output whatever comes next.
+    const int64_t due = decoder_.StreamedFrames(seen_, clip_ends) - returned_;
+    const int64_t held = held_.defined() ? held_.size(2) : 0;
+    if (due > held) throw StatusError(absl::InternalError("a window stream holds fewer frames than are due"));
+    at::Tensor out;
+    if (due == 0) {
+      out = at::empty(
+          {z.size(0), config_.out_channels, 0, z.size(3) * config_.patch_size(), z.size(4) * config_.patch_size()},
+          z.options().dtype(decoder_.dtype()));
+    } else {
+      out = held_.narrow(2, 0, due);
+      held_ = due == held ? at::Tensor() : held_.narrow(2, due, held - due).contiguous();
+      returned_ += due;
+      ops.FramesFinished(out);
+    }
+    if (clip_ends) {
+      ended_ = true;
+      latents_ = overlap_ = held_ = at::Tensor();  // the trimmed pad frames too
+    }
+    return out;
+  }
+
+  int64_t state_bytes() const override { return Bytes(latents_) + Bytes(overlap_) + Bytes(held_); }
+  int64_t latent_frames() const override { return seen_; }
+
+ private:
+  static int64_t Bytes(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
+  void Hold(const at::Tensor& frames) { held_ = held_.defined() ? at::cat({held_, frames}, 2) : frames; }
+
+  // Decodes window next_window_ from the buffered latents (which start at
+  // latent frame first_latent_), then drops the latents no later window reads.
+  void DecodeNextWindow(LayerOps& ops) {
+    const int64_t chunk = config_.tokens_chunk_size();
+    const int64_t chunk_frames = chunk * config_.patch_size_t();
+    const int64_t pre = config_.frame_pre_padding();
+    const at::Tensor window =
+        FrameSlice(latents_, next_window_ * chunk - first_latent_, config_.window_latent_frames()).contiguous();
+    const at::Tensor clip = module_->DecodeWindow(window, ops);
+    // The window's first chunk (after its pre-padding frames) is output; with
+    // token_drop its second chunk is the overlap the next window fades in over.
+    const at::Tensor first = FrameSlice(FrameSlice(clip, 0, chunk_frames), pre, chunk_frames);
+    Hold(overlap_.defined() ? BlendFrames(overlap_, first, config_.frame_overlap()) : first);
+    overlap_ = config_.token_drop > 0 ? FrameSlice(FrameSlice(clip, chunk_frames, chunk_frames), pre, chunk_frames)
+                                      : at::Tensor();
+    ++next_window_;
+    // Keep the last latent frame always: the clip's end pads with copies of it.
+    const int64_t drop = std::min(next_window_ * chunk, seen_ - 1) - first_latent_;
+    if (drop > 0) {
+      latents_ = latents_.narrow(2, drop, latents_.size(2) - drop).contiguous();
+      first_latent_ += drop;
+    }
+  }
+
+  const MiniMaxH3Decoder& decoder_;
+  const MiniMaxH3Config& config_;
+  MiniMaxH3Module module_;
+  at::Tensor latents_;  // latent frames from first_latent_ on (the next windows' inputs)
+  int64_t first_latent_ = 0;
+  int64_t seen_ = 0;
+  int64_t next_window_ = 0;
+  at::Tensor overlap_;  // the last window's second part, faded into the next window's first
+  at::Tensor held_;     // final frames not yet returned
+  int64_t returned_ = 0;
+  bool ended_ = false;
+};
+
+}  // namespace
+
+absl::Status MiniMaxH3Decoder::CheckStreaming() const { return absl::OkStatus(); }
+
+std::unique_ptr<DecodeStream> MiniMaxH3Decoder::OpenStream(const DecodeConditioning&) {
+  return std::make_unique<WindowStream>(*this, module_);
+}
+
+absl::Status MiniMaxH3Decoder::ValidateChunk(const at::Tensor& latent) const { return Decoder::ValidateLatent(latent); }
+
+int64_t MiniMaxH3Decoder::StreamedFrames(int64_t latent_frames, bool clip_ended) const {
+  const int64_t whole = config_.Windows(latent_frames).output_frames;
+  if (clip_ended) return whole;
+  // The first parts of the windows whose latent frames have all come; of
+  // them, no more than any longer clip keeps (its end trims the pad's frames).
+  const int64_t chunk = config_.tokens_chunk_size();
+  const int64_t window = config_.window_latent_frames();
+  const int64_t complete = latent_frames >= window ? (latent_frames - window) / chunk + 1 : 0;
+  int64_t frames = complete * std::max<int64_t>(0, chunk * config_.patch_size_t() - config_.frame_pre_padding());
+  for (int64_t t = latent_frames; t <= latent_frames + window + 2 * chunk; ++t) {
+    frames = std::min(frames, config_.Windows(t).output_frames);
+  }
+  return frames;
 }
 
 at::Tensor MiniMaxH3Decoder::Decode(const at::Tensor& latent, LayerOps& ops) {
-  at::NoGradGuard no_grad;
-  const WindowPlan plan = config_.Windows(latent.size(2));
-  if (plan.windows == 0) throw StatusError(ValidateLatent(latent));
-  at::Tensor z = latent.to(dtype());
-  if (plan.pad_frames > 0) z = at::cat({z, z.narrow(2, z.size(2) - 1, 1).repeat({1, 1, plan.pad_frames, 1, 1})}, 2);
-  const int64_t chunk = config_.tokens_chunk_size();
-  const int64_t chunk_frames = chunk * config_.patch_size_t();
-  const int64_t pre = config_.frame_pre_padding();
-  std::vector<at::Tensor> parts;
-  at::Tensor overlap;
-  for (int64_t i = 0; i < plan.windows; ++i) {
-    const at::Tensor clip = module_->DecodeWindow(FrameSlice(z, i * chunk, config_.window_latent_frames()), ops);
-    // The window's first chunk (after its pre-padding frames) is output; with
-    // token_drop its second chunk is the overlap the next window fades in over.
-    for (int64_t j = 0; j <= (config_.token_drop > 0 ? 1 : 0); ++j) {
-      const at::Tensor frames = FrameSlice(FrameSlice(clip, j * chunk_frames, chunk_frames), pre, chunk_frames);
-      if (j == 0) {
-        parts.push_back(overlap.defined() ? BlendFrames(overlap, frames, config_.frame_overlap()) : frames);
-      } else {
-        overlap = frames;
-      }
-    }
-  }
-  if (overlap.defined()) parts.push_back(overlap);
-  const at::Tensor out = at::cat(parts, 2);
-  return out.narrow(2, 0, out.size(2) - plan.trim_frames);
+  if (config_.Windows(latent.size(2)).windows == 0) throw StatusError(ValidateLatent(latent));
+  return OpenStream()->DecodeChunk(latent.to(dtype()), ops, /*clip_ends=*/true);
 }
 
 void MiniMaxH3Decoder::ConvertWeights(at::ScalarType dtype) {

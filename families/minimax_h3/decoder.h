@@ -51,10 +51,20 @@ class MiniMaxH3Decoder final : public ModuleDecoder<MiniMaxH3Module> {
 
   // The base checks, and at least one window's worth of latent frames.
   absl::Status ValidateLatent(const at::Tensor& latent) const override;
+  // The base checks: a chunk of a clip may be shorter than a window.
+  absl::Status ValidateChunk(const at::Tensor& latent) const override;
+  // At least one window's worth of latent frames (info().min_latent_frames).
+  absl::Status CheckClipLength(int64_t latent_frames) const;
   at::Tensor ToVaeSpace(const at::Tensor& raw) const override;  // z * latents_std + latents_mean
+  // One chunk of a fresh stream: the windows are decoded as a stream decodes them.
   at::Tensor Decode(const at::Tensor& z, LayerOps& ops) override;
-  // Refused: a window's last frames are cross-faded with the next window's.
+  // Streams: each window is decoded once its latent frames have come, and
+  // its frames returned once no later window fades into them; the last
+  // window and overlap wait for the clip's end (stream_holds_clip_end).
   absl::Status CheckStreaming() const override;
+  using Decoder::OpenStream;
+  std::unique_ptr<DecodeStream> OpenStream(const DecodeConditioning& conditioning) override;
+  int64_t StreamedFrames(int64_t latent_frames, bool clip_ended) const override;
 
   const MiniMaxH3Config& config() const { return config_; }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "families/builtin_families.h"
 #include "families/model_files.h"
+#include "families/status_error.h"
 #include "families/weight_loading.h"
 #include "tests/fixtures/fixture_paths.h"
 
@@ -122,6 +123,100 @@ TEST(MiniMaxH3Decoder, OutputFramesFromTheTableAreTheWindowPlansForAnyLength) {
           << "clip_length " << clip_length << " token_drop " << token_drop << " latent frames " << t;
     }
   }
+}
+
+// The latent decoded through one stream, `chunks` latent frames at a time,
+// the last chunk saying the clip ends; each chunk's frame count checked
+// against StreamedFrames.
+at::Tensor DecodeInChunks(MiniMaxH3Decoder& decoder, const at::Tensor& z, const std::vector<int64_t>& chunks) {
+  std::unique_ptr<DecodeStream> stream = decoder.OpenStream();
+  DenseOps ops;
+  std::vector<at::Tensor> frames;
+  int64_t done = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const bool last = i + 1 == chunks.size();
+    frames.push_back(stream->DecodeChunk(z.narrow(2, done, chunks[i]), ops, last));
+    EXPECT_EQ(frames.back().size(2),
+              decoder.StreamedFrames(done + chunks[i], last) - decoder.StreamedFrames(done, false))
+        << "chunk " << i << " of " << chunks.size();
+    done += chunks[i];
+  }
+  EXPECT_EQ(stream->latent_frames(), z.size(2));
+  return at::cat(frames, 2);
+}
+
+TEST(MiniMaxH3Decoder, AStreamReturnsEachWindowOnceItsLatentsCameAndEqualsTheWholeDecode) {
+  // Window geometries of several clip lengths and token drops (token_drop 0:
+  // no overlap; 7 > tokens_chunk_size: a last window cut short), batch 2,
+  // every clip length from the shortest to past three windows, in chunks of
+  // one frame, of two and three, and all at once: bit for bit the whole decode.
+  const std::vector<std::pair<int64_t, int64_t>> geometries = {{17, 3}, {17, 0}, {9, 1}, {13, 7}};
+  for (const auto& [clip_length, token_drop] : geometries) {
+    absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson({{"latent_channels", 4},
+                                                                   {"decoder_num_layers", 1},
+                                                                   {"decoder_num_attention_heads", 2},
+                                                                   {"decoder_attention_head_dim", 8},
+                                                                   {"spatial_downsample_factors", {2}},
+                                                                   {"temporal_downsample_factors", {4}},
+                                                                   {"clip_length", clip_length},
+                                                                   {"token_drop", token_drop}},
+                                                                  "stream");
+    ASSERT_TRUE(c.ok()) << c.status();
+    MiniMaxH3Decoder decoder(*c, "{}");
+    SeedParameters(*decoder.module(), 7);
+    ASSERT_TRUE(decoder.CheckStreaming().ok());
+    ASSERT_TRUE(decoder.info().stream_holds_clip_end);
+    at::manual_seed(8);
+    const int64_t longest = decoder.info().min_latent_frames + 3 * c->tokens_chunk_size() + 1;
+    const at::Tensor clip = at::randn({2, 4, longest, 2, 3});
+    for (int64_t t = decoder.info().min_latent_frames; t <= longest; ++t) {
+      const at::Tensor z = clip.narrow(2, 0, t);
+      DenseOps ops;
+      const at::Tensor whole = decoder.Decode(z, ops);
+      ASSERT_EQ(whole.size(2), c->Windows(t).output_frames);
+      std::vector<std::vector<int64_t>> chunkings = {std::vector<int64_t>(t, 1), {t}};
+      std::vector<int64_t> uneven;
+      for (int64_t left = t, k = 0; left > 0; ++k) {
+        uneven.push_back(std::min<int64_t>(left, 2 + k % 2));
+        left -= uneven.back();
+      }
+      chunkings.push_back(uneven);
+      for (const std::vector<int64_t>& chunks : chunkings) {
+        const at::Tensor streamed = DecodeInChunks(decoder, z, chunks);
+        ASSERT_TRUE(streamed.equal(whole)) << "clip_length " << clip_length << " token_drop " << token_drop
+                                           << " latent frames " << t << " in " << chunks.size() << " chunks";
+      }
+    }
+  }
+}
+
+TEST(MiniMaxH3Decoder, AStreamReturnsAWindowsFramesBeforeTheClipEnds) {
+  absl::StatusOr<std::unique_ptr<Decoder>> d = BuiltinFamilies().Load(testing::FixturePath("minimax_h3"), {});
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto& decoder = static_cast<MiniMaxH3Decoder&>(**d);
+  // clip_length 17, patch_t 4, token_drop 3: windows of 7 latent frames every
+  // 5; a window's first 20 frames less 3 of pre-padding are final once the
+  // window is decoded, the 5 after them once the next window fades in.
+  std::unique_ptr<DecodeStream> stream = decoder.OpenStream();
+  DenseOps ops;
+  at::manual_seed(9);
+  const at::Tensor z = at::randn({1, 24, 13, 2, 2});
+  std::vector<int64_t> returned;
+  for (int64_t i = 0; i < 13; ++i) returned.push_back(stream->DecodeChunk(z.narrow(2, i, 1), ops, i == 12).size(2));
+  EXPECT_EQ(returned, (std::vector<int64_t>{0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 17, 9}));
+  EXPECT_EQ(decoder.OutputShape({1, 24, 13, 2, 2})[2], 17 + 17 + 9);
+  // What the stream holds between chunks: latents the next window reads,
+  // the overlap and the frames not yet due; nothing once the clip ended.
+  EXPECT_EQ(stream->state_bytes(), 0);
+  const absl::Status more = CatchExceptions("more", [&] { (void)stream->DecodeChunk(z.narrow(2, 0, 1), ops); });
+  EXPECT_EQ(more.code(), absl::StatusCode::kFailedPrecondition);
+  // A clip too short for a window is refused when it ends.
+  std::unique_ptr<DecodeStream> short_clip = decoder.OpenStream();
+  EXPECT_TRUE(decoder.ValidateChunk(z.narrow(2, 0, 1)).ok());
+  const absl::Status too_short =
+      CatchExceptions("short", [&] { (void)short_clip->DecodeChunk(z.narrow(2, 0, 2), ops, true); });
+  EXPECT_EQ(too_short.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_short.message(), HasSubstr("decodes at least 3"));
 }
 
 TEST(MiniMaxH3Decoder, MemorySaturatesAtTheFirstFullWindow) {

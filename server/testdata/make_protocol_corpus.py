@@ -206,12 +206,13 @@ def oip_rest_seeds():
     yield "not_json", HALF, None, b'{"inputs": [{"name": "latent", "shape": [1, "4"], "data": [[[[[[[[[[1]]]]]]]]]]'
 
 
-def session_request(model, group, open_fields, chunk_shape, dtype=None, data=None):
+def session_request(model, group, open_fields, chunk_shape, dtype=None, data=None, last=False):
     open_message = v1.SessionRequest(open=v1.SessionOpen(**open_fields)).SerializeToString()
     dtype = dtype if dtype is not None else open_fields.get("latent_dtype", v1.FLOAT32)
     if data is None:
         data = floats(chunk_shape, np.float16 if dtype == v1.FLOAT16 else np.float32)
-    chunk = v1.SessionRequest(chunk=v1.Tensor(dtype=dtype, shape=list(chunk_shape), data=data)).SerializeToString()
+    tensor = v1.Tensor(dtype=dtype, shape=list(chunk_shape), data=data)
+    chunk = (v1.SessionRequest(last_chunk=tensor) if last else v1.SessionRequest(chunk=tensor)).SerializeToString()
     return bytes([model, group]) + struct.pack("<H", len(open_message)) + open_message + chunk
 
 
@@ -230,6 +231,8 @@ def session_request_seeds():
     yield "audio_refused", session_request(AUDIO, 0, dict(base, shape=[1, 8, 16]), (1, 8, 2, 16))
     yield "not_streaming", session_request(LTX, 0, dict(base, shape=[1, 128, 1, 1]), (1, 128, 1, 1, 1))
     yield "image_model", session_request(IMAGE, 0, base, (1, 16, 1, 2, 3))
+    yield "windows_last_chunk", session_request(WINDOWS, 1, dict(base, mode=v1.MODE_EXACT), (1, 16, 1, 2, 3),
+                                                last=True)
 
 
 def main():

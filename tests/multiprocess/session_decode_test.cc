@@ -63,7 +63,9 @@ absl::StatusOr<worker::DecodeOutcome> RunChunk(worker::GroupRuntime& runtime, co
   planning.requested = mode;
   planning.world_size = runtime.world_size();
   worker::GroupJob job;
-  ASSIGN_OR_RETURN(job.plan, worker::PlanDecode(decoder, worker::DecodeJob{latent}, planning));
+  worker::DecodeJob decode_job{latent};
+  decode_job.session_chunk = step.id != 0;
+  ASSIGN_OR_RETURN(job.plan, worker::PlanDecode(decoder, decode_job, planning));
   job.plan.session = step;
   return runtime.Run(job, nullptr, progress);
 }
@@ -88,14 +90,20 @@ absl::StatusOr<std::vector<at::Tensor>> RunInterleaved(worker::GroupRuntime& run
       if (next[s] == static_cast<int64_t>(sessions[s].chunks.size())) continue;
       any = true;
       const int64_t t = sessions[s].chunks[next[s]];
+      // The last chunk ends the clip: the stream returns what it held for the end.
+      const bool last = next[s] + 1 == static_cast<int64_t>(sessions[s].chunks.size());
       ASSIGN_OR_RETURN(worker::DecodeOutcome chunk,
-                       RunChunk(runtime, latent.narrow(2, begin[s], t), mode, {sessions[s].id, next[s] == 0, 0}));
+                       RunChunk(runtime, latent.narrow(2, begin[s], t), mode, {sessions[s].id, next[s] == 0, last, 0}));
       const std::string what = absl::StrCat("session ", sessions[s].id, " chunk ", next[s]);
       RETURN_IF_ERROR(Expect(chunk.result.mode == mode, what + ": mode"));
+      const families::Decoder& decoder = *runtime.models()[0].decoder;
+      const int64_t due = decoder.StreamedFrames(begin[s] + t, last) - decoder.StreamedFrames(begin[s], false);
+      RETURN_IF_ERROR(Expect(chunk.result.sample.size(2) == due, what + ": frames returned"));
       for (const worker::RankStats& r : chunk.ranks) {
-        // The state is the causal cache: held on the ranks that decode.
-        const bool holds = mode == worker::DecodeMode::kExact || &r == &chunk.ranks[0];
-        RETURN_IF_ERROR(Expect((r.session_state_bytes > 0) == holds, what + ": state bytes where it lives"));
+        // The state is the causal cache (or a window's latents): held on the
+        // ranks that decode until the clip ends.
+        const bool holds = (mode == worker::DecodeMode::kExact || &r == &chunk.ranks[0]) && !last;
+        if (!last) RETURN_IF_ERROR(Expect((r.session_state_bytes > 0) == holds, what + ": state bytes where it lives"));
         RETURN_IF_ERROR(Expect(r.sessions_bytes >= r.session_state_bytes, what + ": all sessions' bytes"));
       }
       RETURN_IF_ERROR(Expect(runtime.sessions().LatentFrames(sessions[s].id) == begin[s] + t, what + ": frames"));
@@ -155,9 +163,9 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
     for (const Session& s : sessions) RETURN_IF_ERROR(runtime.CloseSession(s.id));
     RETURN_IF_ERROR(Expect(runtime.sessions().size() == 0, "closed sessions still held"));
     ASSIGN_OR_RETURN(worker::DecodeOutcome first,
-                     RunChunk(runtime, latent.narrow(2, 0, 1), mode, {21, /*start=*/true, 0}));
+                     RunChunk(runtime, latent.narrow(2, 0, 1), mode, {21, /*start=*/true, false, 0}));
     RETURN_IF_ERROR(runtime.CloseSession(21));
-    absl::StatusOr<worker::DecodeOutcome> lost = RunChunk(runtime, latent.narrow(2, 1, 1), mode, {21, false, 0});
+    absl::StatusOr<worker::DecodeOutcome> lost = RunChunk(runtime, latent.narrow(2, 1, 1), mode, {21, false, false, 0});
     RETURN_IF_ERROR(Expect(!lost.ok() && lost.status().code() == absl::StatusCode::kFailedPrecondition &&
                                absl::StrContains(lost.status().message(), "replay"),
                            absl::StrCat("a chunk without its state: ", lost.status().ToString())));
@@ -166,7 +174,8 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
     worker::OutputProgress progress;
     progress.frames_ready = [&streamed](const at::Tensor& f, int64_t first) { streamed.push_back({f.clone(), first}); };
     ASSIGN_OR_RETURN(worker::DecodeOutcome replayed,
-                     RunChunk(runtime, latent.narrow(2, 0, 2), mode, {21, /*start=*/true, /*replayed=*/1}, progress));
+                     RunChunk(runtime, latent.narrow(2, 0, 2), mode,
+                              {21, /*start=*/true, /*ends=*/frames == 2, /*replayed=*/1}, progress));
     int64_t next_frame = 0;
     for (const auto& [f, first] : streamed) {
       RETURN_IF_ERROR(Expect(first == next_frame, "replayed frames streamed out of order or from the history"));
@@ -180,7 +189,7 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
     std::vector<at::Tensor> parts = {first.result.sample, replayed.result.sample};
     if (frames > 2) {
       ASSIGN_OR_RETURN(worker::DecodeOutcome rest,
-                       RunChunk(runtime, latent.narrow(2, 2, frames - 2), mode, {21, false, 0}));
+                       RunChunk(runtime, latent.narrow(2, 2, frames - 2), mode, {21, false, true, 0}));
       parts.push_back(rest.result.sample);
     }
     const at::Tensor session = at::cat(parts, 2);
@@ -210,23 +219,33 @@ absl::Status RefusalChecks(worker::GroupRuntime& runtime, const at::Tensor& late
     return Expect(!r.ok() && r.status().code() == code && absl::StrContains(r.status().message(), words),
                   absl::StrCat(what, ": ", r.status().ToString()));
   };
+  const int64_t frames = latent.size(2);
   ASSIGN_OR_RETURN(worker::DecodeOutcome first,
-                   RunChunk(runtime, latent.narrow(2, 0, 1), DecodeMode::kExact, {31, true, 0}));
-  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 1, 1), DecodeMode::kDense, {31, false, 0}),
+                   RunChunk(runtime, latent.narrow(2, 0, 1), DecodeMode::kExact, {31, true, false, 0}));
+  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 1, 1), DecodeMode::kDense, {31, false, false, 0}),
                           absl::StatusCode::kInvalidArgument, "decodes exact", "a dense chunk of an exact session"));
-  RETURN_IF_ERROR(refused(
-      RunChunk(runtime, latent.narrow(2, 1, 1).narrow(3, 0, latent.size(3) - 1), DecodeMode::kExact, {31, false, 0}),
-      absl::StatusCode::kInvalidArgument, "chunks are", "a chunk of another height"));
-  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 1, 1), DecodeMode::kExact, {31, false, 1}),
+  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 1, 1).narrow(3, 0, latent.size(3) - 1), DecodeMode::kExact,
+                                   {31, false, false, 0}),
+                          absl::StatusCode::kInvalidArgument, "chunks are", "a chunk of another height"));
+  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 1, 1), DecodeMode::kExact, {31, false, false, 1}),
                           absl::StatusCode::kInvalidArgument, "without starting", "a replay that does not start"));
-  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 0, 2), DecodeMode::kExact, {31, true, 2}),
+  RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 0, 2), DecodeMode::kExact, {31, true, false, 2}),
                           absl::StatusCode::kInvalidArgument, "replays 2 of 2", "a replay with nothing to return"));
+  // A clip too short for the model (MiniMax-H3: a window) is refused when it
+  // ends, before the group runs it.
+  const int64_t shortest = runtime.models()[0].decoder->info().min_latent_frames;
+  if (shortest > 1) {
+    RETURN_IF_ERROR(refused(RunChunk(runtime, latent.narrow(2, 0, 1), DecodeMode::kExact, {32, true, true, 0}),
+                            absl::StatusCode::kInvalidArgument, absl::StrCat("decodes at least ", shortest),
+                            "a clip that ends too short"));
+  }
   // The session goes on where it was, exactly as the whole clip.
   ASSIGN_OR_RETURN(worker::DecodeOutcome second,
-                   RunChunk(runtime, latent.narrow(2, 1, 1), DecodeMode::kExact, {31, false, 0}));
-  ASSIGN_OR_RETURN(at::Tensor whole, WholeDecode(runtime, latent.narrow(2, 0, 2), DecodeMode::kDense));
+                   RunChunk(runtime, latent.narrow(2, 1, frames - 1), DecodeMode::kExact, {31, false, true, 0}));
+  ASSIGN_OR_RETURN(at::Tensor whole, WholeDecode(runtime, latent, DecodeMode::kDense));
   RETURN_IF_ERROR(ExpectTensorClose(at::cat({first.result.sample, second.result.sample}, 2), whole, kExactVsDense, 0,
                                     "the session after refused chunks"));
+  RETURN_IF_ERROR(runtime.CloseSession(32));
   return runtime.CloseSession(31);
 }
 
@@ -286,7 +305,8 @@ TEST_P(SessionDecode, ChunksEqualTheWholeClip) {
           latent = at::randn(c.latent_shape);
         }
         at::manual_seed(6);
-        const at::Tensor other = at::randn({1, latent.size(1), 2, latent.size(3), latent.size(4)});
+        const int64_t other_frames = std::max<int64_t>(2, runtime.models()[0].decoder->info().min_latent_frames);
+        const at::Tensor other = at::randn({1, latent.size(1), other_frames, latent.size(3), latent.size(4)});
         absl::Status checked = LeaderChecks(runtime, latent, other);
         if (checked.ok() && w > 1) checked = RefusalChecks(runtime, latent);
         runtime.Shutdown();
@@ -303,22 +323,25 @@ TEST_P(SessionDecode, ChunksEqualTheWholeClip) {
 // batch 2 with 4 frames and 5 rows at 3 ranks. ltx2 with its decoder
 // causal (config decoder_causal; the released fixture is not): the causal
 // convs' kept frames and the upsamplers' dropped first frames, reflect
-// padding, batch 2 at 3 ranks (bands 2,1,1 of 4 rows).
-INSTANTIATE_TEST_SUITE_P(Streaming, SessionDecode,
-                         ::testing::Values(Case{"wan21", {}, 1}, Case{"wan21", {}, 2}, Case{"wan21", {}, 3},
-                                           Case{"wan21", {}, 4}, Case{"wan22", {}, 2},
-                                           Case{"wan21", {2, 16, 3, 5, 4}, 3}, Case{"hunyuanvideo15", {}, 1},
-                                           Case{"hunyuanvideo15", {}, 2}, Case{"hunyuanvideo15", {2, 8, 4, 5, 4}, 3},
-                                           Case{"ltx2", {1, 128, 4, 3, 2}, 1, {{"decoder_causal", true}}},
-                                           Case{"ltx2", {1, 128, 4, 3, 2}, 2, {{"decoder_causal", true}}},
-                                           Case{"ltx2", {2, 128, 3, 4, 2}, 3, {{"decoder_causal", true}}}),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return absl::StrCat(info.param.fixture, info.param.config_changes.empty() ? "" : "_causal",
-                                               info.param.latent_shape.empty()
-                                                   ? std::string()
-                                                   : absl::StrCat("_b", info.param.latent_shape[0]),
-                                               "_", info.param.world, "_ranks");
-                         });
+// padding, batch 2 at 3 ranks (bands 2,1,1 of 4 rows). minimax_h3: its
+// windows (7 latent frames every 5, the overlap faded in), 9 frames of 3
+// rows; batch 2 with 8 frames and 4 rows at 3 ranks: chunks that return no
+// frame, a window's frames once its latents came, the rest at the clip's end.
+INSTANTIATE_TEST_SUITE_P(
+    Streaming, SessionDecode,
+    ::testing::Values(Case{"wan21", {}, 1}, Case{"wan21", {}, 2}, Case{"wan21", {}, 3}, Case{"wan21", {}, 4},
+                      Case{"wan22", {}, 2}, Case{"wan21", {2, 16, 3, 5, 4}, 3}, Case{"hunyuanvideo15", {}, 1},
+                      Case{"hunyuanvideo15", {}, 2}, Case{"hunyuanvideo15", {2, 8, 4, 5, 4}, 3},
+                      Case{"ltx2", {1, 128, 4, 3, 2}, 1, {{"decoder_causal", true}}},
+                      Case{"ltx2", {1, 128, 4, 3, 2}, 2, {{"decoder_causal", true}}},
+                      Case{"ltx2", {2, 128, 3, 4, 2}, 3, {{"decoder_causal", true}}}, Case{"minimax_h3", {}, 1},
+                      Case{"minimax_h3", {}, 2}, Case{"minimax_h3", {2, 24, 8, 4, 3}, 3}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      return absl::StrCat(
+          info.param.fixture, info.param.config_changes.empty() ? "" : "_causal",
+          info.param.latent_shape.empty() ? std::string() : absl::StrCat("_b", info.param.latent_shape[0]), "_",
+          info.param.world, "_ranks");
+    });
 
 }  // namespace
 }  // namespace vaedecode

@@ -153,11 +153,11 @@ def check_dense_and_exact(vae, folder, latent, name, ranks):
     return dense, exact
 
 
-def check_streams(folder, latent, name, ranks, dense, exact):
+def check_streams(folder, latent, name, ranks, dense, exact, chunks=None):
     """A streaming session through the CLI (--stream-chunks: the service's
-    DecodeSession in one process): chunks of 1 then the rest equal the whole
-    decode, dense bit for bit, exact over `ranks` within 3e-5."""
-    chunks = "1," + str(latent.shape[2] - 1)
+    DecodeSession in one process): `chunks` (default 1, then the rest) equal
+    the whole decode, dense bit for bit, exact over `ranks` within 3e-5."""
+    chunks = chunks or "1," + str(latent.shape[2] - 1)
     streamed, _ = cli_decode(folder, latent, f"{name}_stream", "--mode", "dense", "--stream-chunks", chunks)
     assert np.array_equal(streamed, dense), f"dense session vs whole: max |diff| {max_diff(streamed, dense):.3g}"
     streamed_exact, line = cli_decode(folder, latent, f"{name}_stream_exact", "--mode", "exact", "--ranks",
@@ -329,11 +329,16 @@ def ltx2_audio_other_structures():
 
 
 def minimax_h3_other_windows():
+    # Windows of 6 latent frames every 4, no pre-padding, 8 frames faded: 11
+    # latent frames make 3 windows from a clip padded by 3. The session's
+    # chunks return nothing, then the first window (its latents all came),
+    # then the rest at the clip's end.
     vae, folder = build("minimax_windows", "minimax_h3", "AutoencoderKLMiniMaxH3",
                         {"clip_length": 16, "token_drop": 2, "decoder_num_register_tokens": 0}, seed=3)
     vae.disable_tiling()  # vaedecode decodes MiniMax-H3 untiled (its decode_note)
-    latent = np.random.default_rng(3).standard_normal((2, 24, 6, 5, 2), dtype=np.float32)
-    check_dense_and_exact(vae, folder, latent, "minimax_windows", ranks=2)
+    latent = np.random.default_rng(3).standard_normal((2, 24, 11, 5, 2), dtype=np.float32)
+    dense, exact = check_dense_and_exact(vae, folder, latent, "minimax_windows", ranks=2)
+    check_streams(folder, latent, "minimax_windows", 2, dense, exact, chunks="1,6,4")
 
 
 def disagreeing_structure_key(name, fixture_name, diffusers_class, overrides, shape, warning):

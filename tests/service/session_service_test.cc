@@ -4,7 +4,8 @@
 // Decode (dense: bit for bit; exact: within 3e-5) over several chunkings,
 // batch 2 and uneven bands; a session survives a worker killed between its
 // chunks (the rebuilt group replays its history) and one killed during a
-// chunk; both clients' session modes write the whole decode's clip;
+// chunk; MiniMax-H3's windows stream, their held frames coming with the
+// last chunk; both clients' session modes write the whole decode's clip;
 // sessions interleave with
 // each other and with Decodes; bad opens and chunks, and an idle session,
 // end with statuses that name the problem while the server keeps serving.
@@ -79,6 +80,12 @@ std::vector<float> ClipFloats(SessionOutcome& out) {
   return v;
 }
 
+std::vector<float> NpyFloats(const formats::NpyArray& a) {
+  std::vector<float> v(a.data.size() / 4);
+  std::memcpy(v.data(), a.data.data(), v.size() * 4);
+  return v;
+}
+
 // The session's clip equals the whole clip's Decode: bit for bit (dense) or
 // within 3e-5 (exact).
 void ExpectClipEquals(SessionOutcome& out, const DecodeOutcome& whole, double tolerance, const std::string& what) {
@@ -92,9 +99,9 @@ void ExpectClipEquals(SessionOutcome& out, const DecodeOutcome& whole, double to
 class SessionServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = StartServing(RealWorkerFlags(FixtureRepository({"wan21", "hunyuanvideo15", "sd_kl"}), "cpu:2", 2,
-                                           {"--session_idle_timeout_s=20", "--heartbeat_timeout_s=2"}),
-                           {"wan21", "hunyuanvideo15", "sd_kl"})
+    server_ = StartServing(RealWorkerFlags(FixtureRepository({"wan21", "hunyuanvideo15", "sd_kl", "minimax_h3"}),
+                                           "cpu:2", 2, {"--session_idle_timeout_s=20", "--heartbeat_timeout_s=2"}),
+                           {"wan21", "hunyuanvideo15", "sd_kl", "minimax_h3"})
                   .release();
   }
   static void TearDownTestSuite() {
@@ -159,6 +166,75 @@ TEST_F(SessionServiceTest, HunyuanVideo15StreamsAndModelsThatCannotSayWhy) {
   SessionOutcome refused = RunSession(server_->stub(), image, whole.latent(), {1});
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.status.error_message();
   EXPECT_THAT(refused.status.error_message(), HasSubstr("is an image model"));
+}
+
+// MiniMax-H3's windows stream: a window's frames come once its 7 latent
+// frames have, the last window's and the faded overlap with the last chunk
+// (last_chunk), so chunks may return no frame; the clip equals the whole
+// Decode (dense bit for bit, exact within 3e-5 over bands 2 and 1). A plain
+// close after chunks would lose the held frames and is refused by name; a
+// clip too short for a window is refused when it ends.
+TEST_F(SessionServiceTest, MiniMaxH3WindowsStreamAndTheLastChunkReturnsTheHeldFrames) {
+  ASSERT_NE(server_, nullptr);
+  const v1::DecodeRequest whole = FixtureRequest("minimax_h3", FixturePath("minimax_h3/latent.safetensors"));
+  ASSERT_EQ(whole.latent().shape(2), 9);
+  for (v1::Mode mode : {v1::MODE_DENSE, v1::MODE_EXACT}) {
+    const DecodeOutcome reference = WholeDecode(server_->stub(), whole, mode);
+    for (const std::vector<int64_t>& chunks :
+         std::vector<std::vector<int64_t>>{{1, 1, 1, 1, 1, 1, 1, 1, 1}, {3, 4, 2}, {9}}) {
+      const std::string what = absl::StrCat("minimax_h3 ", v1::Mode_Name(mode), " chunks ", chunks.size());
+      SessionOutcome out = RunSession(server_->stub(), OpenFor(whole, mode), whole.latent(), chunks);
+      ExpectClipEquals(out, reference, mode == v1::MODE_DENSE ? 0.0 : 3e-5, what);
+      ASSERT_EQ(out.stream.chunk_trailers().size(), chunks.size()) << what;
+      std::vector<int64_t> frames;
+      for (const v1::ChunkTrailer& t : out.stream.chunk_trailers()) frames.push_back(t.frames());
+      // Window 0 (latent frames 0-6): 17 frames once frame 6 came; the rest
+      // (window 1 from the clip padded by 3, the overlap, less the pad's) at the end.
+      const std::vector<int64_t> want = chunks.size() == 9   ? std::vector<int64_t>{0, 0, 0, 0, 0, 0, 17, 0, 13}
+                                        : chunks.size() == 3 ? std::vector<int64_t>{0, 17, 13}
+                                                             : std::vector<int64_t>{30};
+      EXPECT_EQ(frames, want) << what;
+      EXPECT_EQ(out.stream.trailer().session_frames(), 30) << what;
+    }
+  }
+  v1::ListModelsResponse models;
+  grpc::ClientContext list;
+  ASSERT_TRUE(server_->stub().ListModels(&list, v1::ListModelsRequest(), &models).ok());
+  for (const v1::ModelInfo& m : models.models()) {
+    EXPECT_EQ(m.session_holds_clip_end(), m.name() == "minimax_h3") << m.name();
+  }
+  // A chunk and then a plain close: refused, naming last_chunk.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    auto call = server_->stub().DecodeSession(&ctx);
+    v1::SessionRequest message;
+    *message.mutable_open() = OpenFor(whole, v1::MODE_DENSE);
+    ASSERT_TRUE(call->Write(message));
+    v1::DecodeResponse m;
+    ASSERT_TRUE(call->Read(&m));
+    EXPECT_TRUE(m.has_session_header());
+    *message.mutable_chunk() = rpc::LatentFrames(whole.latent(), 0, 8);
+    ASSERT_TRUE(call->Write(message));
+    do {
+      ASSERT_TRUE(call->Read(&m));
+    } while (!m.has_chunk_trailer());
+    EXPECT_EQ(m.chunk_trailer().frames(), 17);
+    message.mutable_close();
+    ASSERT_TRUE(call->Write(message));
+    call->WritesDone();
+    while (call->Read(&m)) {
+    }
+    const grpc::Status status = call->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("last_chunk"));
+  }
+  // A clip of 2 latent frames makes no window.
+  SessionOutcome short_clip =
+      RunSession(server_->stub(), OpenFor(whole, v1::MODE_EXACT), rpc::LatentFrames(whole.latent(), 0, 2), {1, 1});
+  EXPECT_EQ(short_clip.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << short_clip.status.error_message();
+  EXPECT_THAT(short_clip.status.error_message(), HasSubstr("decodes at least 3"));
+  ExpectOk(Decode(server_->stub(), whole));
 }
 
 TEST_F(SessionServiceTest, ABatchOfTwoWithUnevenBandsInterleavedWithOtherCalls) {
@@ -291,6 +367,33 @@ TEST_F(SessionServiceTest, BothClientsDecodeAClipInChunksAsTheWholeDecode) {
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->shape, want->shape) << file;
     EXPECT_TRUE(got->data == want->data) << file << ": the session's clip differs from the whole decode";
+  }
+  // MiniMax-H3: chunks that return no frame, and the held frames with the last chunk.
+  {
+    const std::string windows = FixturePath("minimax_h3/latent.safetensors");
+    const FloatTensor w = ReadFloat(windows);
+    ASSERT_TRUE(
+        formats::WriteNpy(dir + "/windows.npy", formats::DType::kF32, w.shape, w.data.data(), w.data.size() * 4).ok());
+    const std::string on = absl::StrCat(" --server=", server_->address(), " --model=minimax_h3 --mode=exact");
+    ASSERT_EQ(RunCommand(absl::StrCat(cpp, on, " --latent=", windows, " --out=", dir, "/w_whole.npy")).status, 0);
+    const CommandResult cpp_windows =
+        RunCommand(absl::StrCat(cpp, on, " --latent=", windows, " --stream_chunks=3,4,2 --out=", dir, "/w_cpp.npy"));
+    ASSERT_EQ(cpp_windows.status, 0) << cpp_windows.output;
+    EXPECT_THAT(cpp_windows.output, HasSubstr("chunk=0 first_frame=0 frames=0"));
+    EXPECT_THAT(cpp_windows.output, HasSubstr("chunk=2 first_frame=17 frames=13"));
+    const CommandResult py_windows = RunCommand(
+        absl::StrCat(py, on, " --latent=", dir, "/windows.npy", " --stream-chunks 7,2 --out=", dir, "/w_py.npy"));
+    ASSERT_EQ(py_windows.status, 0) << py_windows.output;
+    EXPECT_THAT(py_windows.output, HasSubstr("chunk=1 first_frame=17 frames=13"));
+    absl::StatusOr<formats::NpyArray> want_windows = formats::ReadNpy(dir + "/w_whole.npy");
+    ASSERT_TRUE(want_windows.ok()) << want_windows.status();
+    for (const char* file : {"w_cpp.npy", "w_py.npy"}) {
+      absl::StatusOr<formats::NpyArray> got = formats::ReadNpy(absl::StrCat(dir, "/", file));
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(got->shape, want_windows->shape) << file;
+      // Exact over the group: a session's windows are the whole decode's, on the same bands.
+      EXPECT_LE(MaxAbsDiff(NpyFloats(*got), NpyFloats(*want_windows)), 3e-5) << file;
+    }
   }
   // Chunks that do not add up to the latent are refused before any call.
   const CommandResult bad =
