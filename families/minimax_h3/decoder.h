@@ -15,6 +15,11 @@
 // mode is refused for it. Fewer than 3 latent frames (no window: diffusers
 // fails) are refused. `raw` latents are de-normalised as the
 // MiniMaxH3VideoDecodeStep does: z * latents_std + latents_mean.
+//
+// It streams (sessions) through the same windows: a window is decoded once
+// its latent frames have come, its frames returned once no later window
+// fades into them or the clip's end cuts them (StreamedFrames); the last
+// window and overlap wait for the clip's end (DecodeChunk's clip_ends).
 
 #include <memory>
 #include <string>

@@ -262,26 +262,35 @@ TEST_F(SessionServiceTest, ABatchOfTwoWithUnevenBandsInterleavedWithOtherCalls) 
   ExpectReached(server_->WaitMetric("vaedecode_sessions_open", {}, 0));
 }
 
+// Wan 2.1's causal cache, and MiniMax-H3's window stream, whose first chunk
+// returned no frame and whose replay rebuilds the latents a window waits for.
 TEST_F(SessionServiceTest, ASessionSurvivesAWorkerKilledBetweenItsChunks) {
   ASSERT_NE(server_, nullptr);
-  const v1::DecodeRequest whole = FixtureRequest("wan21", FixturePath("wan21/latent.safetensors"));
-  const DecodeOutcome reference = WholeDecode(server_->stub(), whole, v1::MODE_EXACT);
-  std::string killed_group;
-  SessionOutcome out =
-      RunSession(server_->stub(), OpenFor(whole, v1::MODE_EXACT), whole.latent(), {1, 2, 1}, [&](int64_t chunk) {
-        if (chunk != 0) return;
-        const WorkerProcess peer = Rank(*server_, 1);
-        ASSERT_GT(peer.pid, 0);
-        killed_group = peer.group;
-        ASSERT_EQ(kill(peer.pid, SIGKILL), 0);
-      });
-  ExpectClipEquals(out, reference, 3e-5, "after the kill");
-  ASSERT_EQ(out.stream.chunk_trailers().size(), 3u);
-  // The chunk after the kill rebuilt the state from the one before.
-  EXPECT_EQ(out.stream.chunk_trailers()[1].replayed_latent_frames(), 1);
-  EXPECT_EQ(out.stream.chunk_trailers()[2].replayed_latent_frames(), 0);
-  EXPECT_FALSE(killed_group.empty());
-  EXPECT_THAT(server_->Log(), HasSubstr("replayed_latent_frames=1"));
+  struct Case {
+    std::string model;
+    std::vector<int64_t> chunks;
+  };
+  for (const Case& c : {Case{"wan21", {1, 2, 1}}, Case{"minimax_h3", {3, 4, 2}}}) {
+    const v1::DecodeRequest whole = FixtureRequest(c.model, FixturePath(c.model + "/latent.safetensors"));
+    const DecodeOutcome reference = WholeDecode(server_->stub(), whole, v1::MODE_EXACT);
+    std::string killed_group;
+    SessionOutcome out =
+        RunSession(server_->stub(), OpenFor(whole, v1::MODE_EXACT), whole.latent(), c.chunks, [&](int64_t chunk) {
+          if (chunk != 0) return;
+          const WorkerProcess peer = Rank(*server_, 1);
+          ASSERT_GT(peer.pid, 0);
+          killed_group = peer.group;
+          ASSERT_EQ(kill(peer.pid, SIGKILL), 0);
+        });
+    ExpectClipEquals(out, reference, 3e-5, c.model + " after the kill");
+    ASSERT_EQ(out.stream.chunk_trailers().size(), 3u) << c.model;
+    // The chunk after the kill rebuilt the state from the one before.
+    EXPECT_EQ(out.stream.chunk_trailers()[1].replayed_latent_frames(), c.chunks[0]) << c.model;
+    EXPECT_EQ(out.stream.chunk_trailers()[2].replayed_latent_frames(), 0) << c.model;
+    EXPECT_FALSE(killed_group.empty()) << c.model;
+    EXPECT_THAT(server_->Log(), HasSubstr(absl::StrCat("model=", c.model, " ")));
+    EXPECT_THAT(server_->Log(), HasSubstr(absl::StrCat("replayed_latent_frames=", c.chunks[0])));
+  }
 }
 
 // Killed while a chunk decodes, after some of its frames reached the client:
