@@ -78,7 +78,13 @@ absl::StatusOr<SessionPlan> ValidateSessionOpen(const v1::SessionOpen& open, con
   }
   latent->mutable_data()->resize(static_cast<size_t>(frame_bytes));
   RETURN_IF_ERROR(ValidateDecodeRequest(probe, model));
-  RETURN_IF_ERROR(CheckAdmission(probe, model, limits));
+  // A chunk of any length may decode, and return the frames of, as many
+  // latent frames as a decode holds at once (MiniMax-H3: a window, once its
+  // latents have come; a one-frame chunk of it returns none): the session
+  // is admitted for those.
+  v1::DecodeRequest window_probe = probe;
+  window_probe.mutable_latent()->set_shape(2, std::max<int64_t>(1, model.peak_latent_frames()));
+  RETURN_IF_ERROR(CheckAdmission(window_probe, model, limits));
 
   SessionPlan plan;
   const bool shards = std::count(model.supported_modes().begin(), model.supported_modes().end(), v1::MODE_EXACT) > 0;
@@ -98,11 +104,7 @@ absl::StatusOr<SessionPlan> ValidateSessionOpen(const v1::SessionOpen& open, con
   const double area = static_cast<double>(open.shape(0) * open.shape(2) * open.shape(3));
   const int64_t ranks = plan.mode == v1::MODE_EXACT ? group_size : 1;
   plan.state_bytes_per_rank = static_cast<int64_t>(model.session_state_bytes_per_latent() * area / ranks);
-  // A chunk of any length may decode as many latent frames as a decode
-  // holds at once (MiniMax-H3: a window, once its frames have come).
-  v1::DecodeRequest peak_probe = probe;
-  peak_probe.mutable_latent()->set_shape(2, std::max<int64_t>(1, model.peak_latent_frames()));
-  const PeakEstimates peaks = EstimatePeaks(peak_probe, model, group_size);
+  const PeakEstimates peaks = EstimatePeaks(window_probe, model, group_size);
   plan.chunk_peak_bytes = plan.mode == v1::MODE_EXACT ? peaks.exact_rank : peaks.dense;
   return plan;
 }
