@@ -153,13 +153,16 @@ std::string DecodeDtypeReason(const ModelInfo& info, at::ScalarType requested);
 // One clip decoded chunk by chunk (a streaming session's state on one rank:
 // its row band in exact mode): what a causal decoder carries from one latent
 // frame to the next (Wan's per-conv feature cache, HunyuanVideo 1.5's and
-// LTX-2's causal conv frames) lives here between chunks. The chunks'
-// outputs, concatenated on frames, are the whole clip's Decode: a streaming
+// LTX-2's causal conv frames; MiniMax-H3's latents of the next window and
+// its faded overlap) lives here between chunks. The chunks' outputs,
+// concatenated on frames, are the whole clip's Decode: a streaming
 // family's Decode is one chunk of a fresh stream, and with whole tensors
-// (dense ops) a stream steps a latent frame at a time whatever the chunk,
-// so every chunking runs the same ops on the same extents (bit for bit);
-// over row bands (LayerOps::HoldsRowBand) a chunk goes through each layer
-// at once, one collective per layer for the chunk (up to rounding).
+// (dense ops) a causal stream (StatefulDecodeStream) steps a latent frame at
+// a time whatever the chunk, a window stream a window at a time, so every
+// chunking runs the same ops on the same extents (bit for bit); over row
+// bands (LayerOps::HoldsRowBand) a chunk goes through each layer at once,
+// one collective per layer for the chunk (up to rounding). A chunk returns
+// Decoder::StreamedFrames' count, which may be none.
 //
 // Threading and errors as Decoder's; a chunk that threw leaves the state
 // undefined (the caller drops the stream and rebuilds it from the history).

@@ -150,7 +150,8 @@ class WindowStream final : public DecodeStream {
     }
     // Every frame returned stays in the clip's output whatever comes next.
     const int64_t due = decoder_.StreamedFrames(seen_, clip_ends) - returned_;
-    const int64_t held = held_.defined() ? held_.size(2) : 0;
+    int64_t held = 0;
+    for (const at::Tensor& part : held_) held += part.size(2);
     if (due > held) throw StatusError(absl::InternalError("a window stream holds fewer frames than are due"));
     at::Tensor out;
     if (due == 0) {
@@ -158,25 +159,43 @@ class WindowStream final : public DecodeStream {
           {z.size(0), config_.out_channels, 0, z.size(3) * config_.patch_size(), z.size(4) * config_.patch_size()},
           z.options().dtype(decoder_.dtype()));
     } else {
-      out = held_.narrow(2, 0, due);
-      held_ = due == held ? at::Tensor() : held_.narrow(2, due, held - due).contiguous();
+      const at::Tensor all = held_.size() == 1 ? held_[0] : at::cat(held_, 2);  // once per chunk
+      out = all.narrow(2, 0, due);
+      held_.clear();
+      if (due < held) held_.push_back(all.narrow(2, due, held - due));
       returned_ += due;
       ops.FramesFinished(out);
     }
     if (clip_ends) {
       ended_ = true;
-      latents_ = overlap_ = held_ = at::Tensor();  // the trimmed pad frames too
+      latents_ = overlap_ = at::Tensor();
+      held_.clear();  // the trimmed pad frames too
+    } else {
+      // Between chunks the state holds its own frames, not the decoded
+      // windows (or chunks) they were cut from, so state_bytes is what it holds.
+      Own(latents_);
+      Own(overlap_);
+      for (at::Tensor& part : held_) Own(part);
     }
     return out;
   }
 
-  int64_t state_bytes() const override { return Bytes(latents_) + Bytes(overlap_) + Bytes(held_); }
+  int64_t state_bytes() const override {
+    int64_t bytes = Bytes(latents_) + Bytes(overlap_);
+    for (const at::Tensor& part : held_) bytes += Bytes(part);
+    return bytes;
+  }
   int64_t latent_frames() const override { return seen_; }
 
  private:
-  static int64_t Bytes(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+  // The buffer a tensor keeps alive (a view's whole storage).
+  static int64_t Bytes(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.storage().nbytes()) : 0; }
+  // A view of a larger buffer (a window's output, a chunk) copied out of it.
+  static void Own(at::Tensor& t) {
+    if (t.defined() && t.storage().nbytes() > t.nbytes()) t = t.clone(at::MemoryFormat::Contiguous);
+  }
 
-  void Hold(const at::Tensor& frames) { held_ = held_.defined() ? at::cat({held_, frames}, 2) : frames; }
+  void Hold(const at::Tensor& frames) { held_.push_back(frames); }
 
   // Decodes window next_window_ from the buffered latents (which start at
   // latent frame first_latent_), then drops the latents no later window reads.
@@ -197,7 +216,7 @@ class WindowStream final : public DecodeStream {
     // Keep the last latent frame always: the clip's end pads with copies of it.
     const int64_t drop = std::min(next_window_ * chunk, seen_ - 1) - first_latent_;
     if (drop > 0) {
-      latents_ = latents_.narrow(2, drop, latents_.size(2) - drop).contiguous();
+      latents_ = latents_.narrow(2, drop, latents_.size(2) - drop);
       first_latent_ += drop;
     }
   }
@@ -209,8 +228,8 @@ class WindowStream final : public DecodeStream {
   int64_t first_latent_ = 0;
   int64_t seen_ = 0;
   int64_t next_window_ = 0;
-  at::Tensor overlap_;  // the last window's second part, faded into the next window's first
-  at::Tensor held_;     // final frames not yet returned
+  at::Tensor overlap_;            // the last window's second part, faded into the next window's first
+  std::vector<at::Tensor> held_;  // final frames not yet returned, in order
   int64_t returned_ = 0;
   bool ended_ = false;
 };

@@ -202,7 +202,15 @@ TEST(MiniMaxH3Decoder, AStreamReturnsAWindowsFramesBeforeTheClipEnds) {
   at::manual_seed(9);
   const at::Tensor z = at::randn({1, 24, 13, 2, 2});
   std::vector<int64_t> returned;
-  for (int64_t i = 0; i < 13; ++i) returned.push_back(stream->DecodeChunk(z.narrow(2, i, 1), ops, i == 12).size(2));
+  for (int64_t i = 0; i < 13; ++i) {
+    returned.push_back(stream->DecodeChunk(z.narrow(2, i, 1), ops, i == 12).size(2));
+    if (i == 6) {
+      // Window 0 decoded: the latents window 1 reads next (frames 5 and 6)
+      // and the 5 overlap frames (3 x 32 x 32 floats each), copied out of
+      // the window's 28 decoded frames, which are freed.
+      EXPECT_EQ(stream->state_bytes(), 2 * 24 * 2 * 2 * 4 + 5 * 3 * 32 * 32 * 4);
+    }
+  }
   EXPECT_EQ(returned, (std::vector<int64_t>{0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 17, 9}));
   EXPECT_EQ(decoder.OutputShape({1, 24, 13, 2, 2})[2], 17 + 17 + 9);
   // What the stream holds between chunks: latents the next window reads,
