@@ -212,7 +212,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
   }
   void ChunkFinished(const absl::Status& status) {
     bool read_next = false;
-    absl::Status overgrown;
+    bool end = true;
+    absl::Status end_status;
     {
       absl::MutexLock lock(&mu_);
       chunk_job_ = nullptr;
@@ -220,17 +221,25 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
         ++chunks_;
         metrics_.RecordSessionChunk(absl::ToDoubleSeconds(absl::Now() - chunk_arrived_));
       }
-      // Busy from here to the read's start, so that a cancel meanwhile
-      // cannot conclude (and free) the session under this thread. The clip's
-      // last chunk ends the session instead.
-      read_next = status.ok() && !ending_ && outgrown_.ok() && !clip_ended_;
-      if (status.ok() && !outgrown_.ok()) overgrown = outgrown_;
-      if (read_next) ++busy_;
+      // Busy until this call is done, so that nothing concludes (and frees)
+      // the session under this thread: a cancel meanwhile, or a write's
+      // Pump between End marking the session ending and queueing its trailer.
+      ++busy_;
+      if (!status.ok()) {
+        end_status = status;
+      } else if (ending_) {
+        end = false;  // ended meanwhile: it concludes at Leave
+      } else if (clip_ended_) {
+        // The last chunk: the clip is whole (a group outgrown meanwhile no longer matters).
+      } else if (!outgrown_.ok()) {
+        end_status = outgrown_;
+      } else {
+        end = false;
+        read_next = true;
+      }
     }
-    if (!status.ok()) return End(status);  // End pumps: the session may finish now
-    if (!overgrown.ok()) return End(overgrown);
-    if (!read_next) return clip_ended() ? End(absl::OkStatus()) : Pump();  // else ended meanwhile: it concludes now
-    ReadNext();
+    if (end) End(end_status);
+    if (read_next) ReadNext();
     Leave();
   }
   void CancelCall() { context_->TryCancel(); }
@@ -262,11 +271,6 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::SessionRequest, 
       --busy_;
     }
     Pump();  // last: the session may conclude (and be freed) here
-  }
-
-  bool clip_ended() {
-    absl::MutexLock lock(&mu_);
-    return clip_ended_;
   }
 
   // A close (or half-close) with no last_chunk: fine, unless the model held

@@ -200,6 +200,20 @@ absl::Status LeaderChecks(worker::GroupRuntime& runtime, const at::Tensor& laten
       RETURN_IF_ERROR(ExpectTensorClose(session, mode_whole, kSessionVsWhole, 0, what));
     }
     RETURN_IF_ERROR(runtime.CloseSession(21));
+    // A replay whose chunk ends the clip: the frames held for the end come
+    // after the history's (MiniMax-H3: the last window and the overlap).
+    ASSIGN_OR_RETURN(worker::DecodeOutcome most,
+                     RunChunk(runtime, latent.narrow(2, 0, frames - 1), mode, {22, true, false, 0}));
+    RETURN_IF_ERROR(runtime.CloseSession(22));
+    ASSIGN_OR_RETURN(worker::DecodeOutcome ending,
+                     RunChunk(runtime, latent, mode, {22, /*start=*/true, /*ends=*/true, frames - 1}));
+    const at::Tensor ended = at::cat({most.result.sample, ending.result.sample}, 2);
+    if (mode == worker::DecodeMode::kDense) {
+      RETURN_IF_ERROR(ExpectBitIdentical(ended, dense_whole, what + ", its last chunk replayed"));
+    } else {
+      RETURN_IF_ERROR(ExpectTensorClose(ended, mode_whole, kSessionVsWhole, 0, what + ", its last chunk replayed"));
+    }
+    RETURN_IF_ERROR(runtime.CloseSession(22));
     // Every rank freed its states: the next job's figures say so.
     ASSIGN_OR_RETURN(worker::DecodeOutcome after, RunChunk(runtime, other, mode, {}));
     for (const worker::RankStats& r : after.ranks) {
