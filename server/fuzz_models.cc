@@ -35,6 +35,7 @@ std::vector<v1::ModelInfo> MakeModels() {
   video.set_temporal_factor(4);
   video.set_streams(true);  // DecodeSession
   video.set_session_state_bytes_per_latent(4096);
+  video.set_session_chunk_frames(4);
   models.push_back(video);
 
   v1::ModelInfo ltx = video;  // timestep-conditioned
@@ -43,6 +44,7 @@ std::vector<v1::ModelInfo> MakeModels() {
   ltx.set_streams(false);
   ltx.set_streams_note("its decoder is not causal");
   ltx.set_session_state_bytes_per_latent(0);
+  ltx.set_session_chunk_frames(0);
   ltx.set_latent_channels(128);
   ltx.set_spatial_factor(32);
   ltx.set_temporal_factor(8);
@@ -52,6 +54,7 @@ std::vector<v1::ModelInfo> MakeModels() {
   v1::ModelInfo windows = video;  // MiniMax-H3's output frame table; its sessions need a last_chunk
   windows.set_session_holds_clip_end(true);
   windows.set_peak_latent_frames(3);
+  windows.set_session_chunk_frames(22);
   windows.set_name("windows");
   windows.set_family("minimax_h3");
   windows.set_spatial_factor(16);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "rpc/status_macros.h"
 #include "server/mode_selection.h"
+#include "server/request_validation.h"
 
 namespace vaedecode::server {
 namespace {
@@ -16,6 +17,8 @@ int64_t DtypeBytes(v1::DType dtype) { return dtype == v1::FLOAT32 ? 4 : 2; }
 // their products cannot overflow before the Decode checks see them.
 constexpr int64_t kMaxDimension = int64_t{1} << 20;
 constexpr int64_t kMaxProbeElements = int64_t{1} << 31;
+// The longest clip the open's admission probe grows to (a window's frames).
+constexpr int64_t kMaxWindowProbe = 1024;
 
 }  // namespace
 
@@ -78,12 +81,17 @@ absl::StatusOr<SessionPlan> ValidateSessionOpen(const v1::SessionOpen& open, con
   }
   latent->mutable_data()->resize(static_cast<size_t>(frame_bytes));
   RETURN_IF_ERROR(ValidateDecodeRequest(probe, model));
-  // A chunk of any length may decode, and return the frames of, as many
-  // latent frames as a decode holds at once (MiniMax-H3: a window, once its
-  // latents have come; a one-frame chunk of it returns none): the session
-  // is admitted for those.
+  // A chunk of one latent frame may decode as many latent frames as a
+  // decode holds at once (MiniMax-H3: a window, once its latents have come)
+  // and return session_chunk_frames frames (a window's; 4 of a causal
+  // decoder with temporal factor 4): the session is admitted for the
+  // shortest clip that covers both.
   v1::DecodeRequest window_probe = probe;
   window_probe.mutable_latent()->set_shape(2, std::max<int64_t>(1, model.peak_latent_frames()));
+  for (int64_t t = window_probe.latent().shape(2);
+       t < kMaxWindowProbe && PredictOutputSize(window_probe, model).frames < model.session_chunk_frames(); ++t) {
+    window_probe.mutable_latent()->set_shape(2, t + 1);
+  }
   RETURN_IF_ERROR(CheckAdmission(window_probe, model, limits));
 
   SessionPlan plan;

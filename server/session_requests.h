@@ -1,8 +1,9 @@
 #pragma once
 
 // What the frontend checks of a DecodeSession before anything runs: the
-// open against its model (as a one-frame Decode of the same latent would be
-// checked, plus what a session needs), and each chunk against the open; and
+// open against its model (as a Decode of the same latent would be checked,
+// for the frames one chunk may return, plus what a session needs), and each
+// chunk against the open; and
 // the DecodeRequest a chunk becomes. Pure functions (thread-safe), fuzzed
 // with the request bytes a client sends (server/session_request_fuzzer.cc).
 
@@ -25,17 +26,19 @@ struct SessionPlan {
   // ranks).
   int64_t state_bytes_per_rank = 0;
   // A one-latent-frame chunk's estimated decode peak per rank in `mode`
-  // (the memory model, server/mode_selection.h).
+  // (the memory model, server/mode_selection.h), for a window of latents
+  // where the model decodes windows (peak_latent_frames).
   int64_t chunk_peak_bytes = 0;
 };
 
 // FAILED_PRECONDITION for a model that cannot stream (with its reason);
 // INVALID_ARGUMENT naming the field for a shape other than [B, C, H, W]
 // with sane dimensions, MP4 output, tiled mode, or anything a one-frame
-// Decode of that latent would be refused for (ValidateDecodeRequest,
-// CheckAdmission). RESOURCE_EXHAUSTED when one latent frame is more than
-// `max_chunk_bytes` (no chunk could carry it; the checks' one-frame latent
-// is never larger). AUTO is exact on a group of more than one rank when the
+// Decode of that latent would be refused for (ValidateDecodeRequest), or a
+// Decode returning the most frames one chunk returns (session_chunk_frames;
+// CheckAdmission: --max_output_pixels). RESOURCE_EXHAUSTED when one latent
+// frame is more than `max_chunk_bytes` (no chunk could carry it; the
+// checks' one-frame latent is never larger). AUTO is exact on a group of more than one rank when the
 // model shards, else dense.
 absl::StatusOr<SessionPlan> ValidateSessionOpen(const v1::SessionOpen& open, const v1::ModelInfo& model, int group_size,
                                                 const AdmissionLimits& limits, int64_t max_chunk_bytes);

@@ -31,36 +31,47 @@ v1::DecodeRequest RequestOf(const v1::SessionOpen& open, int64_t frames) {
 }
 
 // A windowed decoder's chunk (MiniMax-H3's) returns no frame until a window's
-// latents have come, then a window's: a session is admitted for a window's
-// frames and memory (peak_latent_frames), not a one-frame clip's.
+// latents have come, then a window's, at the clip's end also the overlap
+// (session_chunk_frames, 22 here): a session is admitted for the shortest
+// clip with that many frames (7 latent frames by the table), its memory for
+// a window (peak_latent_frames), not for a one-frame clip.
 TEST(ValidateSessionOpen, AWindowedModelIsAdmittedForTheFramesAndMemoryOfAWindow) {
   v1::ModelInfo windows = FuzzModel(4);
   ASSERT_TRUE(windows.session_holds_clip_end());
   ASSERT_EQ(windows.peak_latent_frames(), 3);
+  ASSERT_EQ(windows.session_chunk_frames(), 22);
   windows.set_peak_bytes_per_latent(1000);
   const v1::SessionOpen open = OpenOf(windows, 4);
-  const int64_t window_pixels = PredictOutputSize(RequestOf(open, 3), windows).pixels();
-  ASSERT_GT(window_pixels, 0);
+  ASSERT_EQ(PredictOutputSize(RequestOf(open, 7), windows).frames, 22);
+  const int64_t window_pixels = PredictOutputSize(RequestOf(open, 7), windows).pixels();
   ASSERT_LT(PredictOutputSize(RequestOf(open, 1), windows).pixels(), window_pixels);  // a one-frame clip's
 
   AdmissionLimits limits;
   limits.max_output_pixels = window_pixels;
   absl::StatusOr<SessionPlan> plan = ValidateSessionOpen(open, windows, 1, limits, int64_t{1} << 20);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->chunk_peak_bytes, EstimatePeaks(RequestOf(open, 3), windows, 1).dense);
+  EXPECT_EQ(plan->chunk_peak_bytes, EstimatePeaks(RequestOf(open, 7), windows, 1).dense);
   EXPECT_GT(plan->chunk_peak_bytes, EstimatePeaks(RequestOf(open, 1), windows, 1).dense);
 
   limits.max_output_pixels = window_pixels - 1;
   const absl::Status refused = ValidateSessionOpen(open, windows, 1, limits, int64_t{1} << 20).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(), HasSubstr("--max_output_pixels"));
+}
 
-  // A frame-by-frame decoder is admitted for a one-frame chunk, as before.
-  v1::ModelInfo causal = FuzzModel(2);
-  ASSERT_LE(causal.peak_latent_frames(), 1);
-  const v1::SessionOpen causal_open = OpenOf(causal, 4);
-  limits.max_output_pixels = PredictOutputSize(RequestOf(causal_open, 1), causal).pixels();
-  EXPECT_TRUE(ValidateSessionOpen(causal_open, causal, 1, limits, int64_t{1} << 20).ok());
+// A causal decoder's one-frame chunks return temporal_factor frames each
+// after the first: admitted for the shortest clip with as many (2 latent
+// frames make 5), not a one-frame clip's 1.
+TEST(ValidateSessionOpen, ACausalDecoderIsAdmittedForTheFramesOfAChunkAfterTheFirst) {
+  const v1::ModelInfo& causal = FuzzModel(2);
+  ASSERT_EQ(causal.session_chunk_frames(), 4);
+  const v1::SessionOpen open = OpenOf(causal, 4);
+  AdmissionLimits limits;
+  limits.max_output_pixels = PredictOutputSize(RequestOf(open, 2), causal).pixels();
+  EXPECT_TRUE(ValidateSessionOpen(open, causal, 1, limits, int64_t{1} << 20).ok());
+  limits.max_output_pixels -= 1;
+  EXPECT_EQ(ValidateSessionOpen(open, causal, 1, limits, int64_t{1} << 20).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "worker/proto_conversion.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <ATen/ATen.h>
@@ -60,6 +61,18 @@ void DescribeModel(const NamedModel& m, const tiling::PeakProfile& profile, int 
   out->set_streams(streams.ok());
   out->set_streams_note(std::string(streams.message()));
   out->set_session_holds_clip_end(streams.ok() && info.stream_holds_clip_end);
+  if (streams.ok()) {
+    // Past the output frame table (and its period, twice) every window
+    // geometry repeats.
+    const int64_t horizon = static_cast<int64_t>(info.output_frames.frames.size()) + 2 * info.output_frames.period + 8;
+    int64_t most = 0;
+    for (int64_t t = 1; t <= horizon; ++t) {
+      const int64_t before = m.decoder->StreamedFrames(t - 1, /*clip_ended=*/false);
+      most =
+          std::max({most, m.decoder->StreamedFrames(t, false) - before, m.decoder->StreamedFrames(t, true) - before});
+    }
+    out->set_session_chunk_frames(most);
+  }
   out->set_session_state_bytes_per_latent(session_state_bytes_per_latent);
 }
 

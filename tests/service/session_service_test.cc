@@ -202,6 +202,11 @@ TEST_F(SessionServiceTest, MiniMaxH3WindowsStreamAndTheLastChunkReturnsTheHeldFr
   ASSERT_TRUE(server_->stub().ListModels(&list, v1::ListModelsRequest(), &models).ok());
   for (const v1::ModelInfo& m : models.models()) {
     EXPECT_EQ(m.session_holds_clip_end(), m.name() == "minimax_h3") << m.name();
+    // A one-frame chunk's most frames: a window's with the overlap at the
+    // clip's end (17 + 5: latent frame 7 ends a clip of one window), or the
+    // temporal factor.
+    const int64_t most = m.name() == "minimax_h3" ? 22 : m.name() == "sd_kl" ? 0 : 4;
+    EXPECT_EQ(m.session_chunk_frames(), most) << m.name();
   }
   // A chunk and then a plain close: refused, naming last_chunk.
   {
