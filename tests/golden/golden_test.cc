@@ -113,7 +113,9 @@ TEST_P(Golden, StreamsFrameByFrameOrSaysWhyNot) {
     const bool last = t + 1 == latent.size(2);
     frames.push_back(stream->DecodeChunk(latent.narrow(2, t, 1), ops, last));
     EXPECT_EQ(stream->latent_frames(), t + 1);
-    if (!last) EXPECT_GT(stream->state_bytes(), 0);
+    if (!last) {
+      EXPECT_GT(stream->state_bytes(), 0);
+    }
   }
   EXPECT_TRUE(at::cat(frames, 2).equal(whole)) << c.fixture << "/" << c.name << ": streamed frames differ";
 }
