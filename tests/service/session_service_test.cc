@@ -351,64 +351,62 @@ TEST_F(SessionServiceTest, PngFramesSurviveAWorkerKilledDuringAChunk) {
   EXPECT_THAT(server_->Log(), HasSubstr("event=session_chunk_retry session=png-killed"));
 }
 
-// vaedecode_client --stream_chunks and the Python client's --stream-chunks
+// One fixture's latent through both clients' session modes, `cpp_chunks` and
+// `py_chunks` at a time: each writes the clip the C++ client's whole Decode
+// writes (byte for byte at `tolerance` 0) and prints the lines given.
+void ExpectClientSessionsEqualTheWhole(const std::string& address, const std::string& dir, const std::string& name,
+                                       const std::string& options, const std::string& cpp_chunks,
+                                       const std::vector<std::string>& cpp_lines, const std::string& py_chunks,
+                                       const std::string& py_line, double tolerance) {
+  const std::string latent = FixturePath(name + "/latent.safetensors");
+  const FloatTensor t = ReadFloat(latent);
+  const std::string npy = absl::StrCat(dir, "/", name, "_latent.npy");
+  ASSERT_TRUE(formats::WriteNpy(npy, formats::DType::kF32, t.shape, t.data.data(), t.data.size() * 4).ok());
+  const std::string common = absl::StrCat(" --server=", address, " --model=", name, " ", options);
+  const std::string cpp = Runfile("client/vaedecode_client");
+  const std::string py = "/usr/bin/python3 " + Runfile("client/python/vaedecode_client.py");
+  const std::string out = absl::StrCat(dir, "/", name);
+  const CommandResult whole = RunCommand(absl::StrCat(cpp, common, " --latent=", latent, " --out=", out, "_whole.npy"));
+  ASSERT_EQ(whole.status, 0) << whole.output;
+  const CommandResult cpp_session = RunCommand(
+      absl::StrCat(cpp, common, " --latent=", latent, " --stream_chunks=", cpp_chunks, " --out=", out, "_cpp.npy"));
+  ASSERT_EQ(cpp_session.status, 0) << cpp_session.output;
+  for (const std::string& line : cpp_lines) EXPECT_THAT(cpp_session.output, HasSubstr(line));
+  const CommandResult py_session = RunCommand(
+      absl::StrCat(py, common, " --latent=", npy, " --stream-chunks ", py_chunks, " --out=", out, "_py.npy"));
+  ASSERT_EQ(py_session.status, 0) << py_session.output;
+  EXPECT_THAT(py_session.output, HasSubstr(py_line));
+  absl::StatusOr<formats::NpyArray> want = formats::ReadNpy(out + "_whole.npy");
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const char* client : {"_cpp.npy", "_py.npy"}) {
+    absl::StatusOr<formats::NpyArray> got = formats::ReadNpy(out + client);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->shape, want->shape) << name << client;
+    if (tolerance == 0) {
+      EXPECT_TRUE(got->data == want->data) << name << client << ": the session's clip differs from the whole decode";
+    } else {
+      EXPECT_LE(MaxAbsDiff(NpyFloats(*got), NpyFloats(*want)), tolerance) << name << client;
+    }
+  }
+}
+
+// The C++ client's --stream_chunks and the Python client's --stream-chunks
 // write the clip a Decode of the whole latent writes, byte for byte (dense).
 TEST_F(SessionServiceTest, BothClientsDecodeAClipInChunksAsTheWholeDecode) {
   ASSERT_NE(server_, nullptr);
   const std::string dir = TempDir("clients");
+  ExpectClientSessionsEqualTheWhole(server_->address(), dir, "wan21", "--mode=dense", "1,2,1",
+                                    {"chunk=2 first_frame=9 frames=4", "chunks=3 frames=13"}, "2,2",
+                                    "chunk=1 first_frame=5 frames=8", 0);
+  // MiniMax-H3: chunks that return no frame, and the held frames with the
+  // last chunk; exact over the group (a session's windows are the whole
+  // decode's, on the same bands).
+  ExpectClientSessionsEqualTheWhole(server_->address(), dir, "minimax_h3", "--mode=exact", "3,4,2",
+                                    {"chunk=0 first_frame=0 frames=0", "chunk=2 first_frame=17 frames=13"}, "7,2",
+                                    "chunk=1 first_frame=17 frames=13", 3e-5);
   const std::string latent = FixturePath("wan21/latent.safetensors");
-  const FloatTensor t = ReadFloat(latent);
-  ASSERT_TRUE(
-      formats::WriteNpy(dir + "/latent.npy", formats::DType::kF32, t.shape, t.data.data(), t.data.size() * 4).ok());
   const std::string common = absl::StrCat(" --server=", server_->address(), " --model=wan21 --mode=dense");
   const std::string cpp = Runfile("client/vaedecode_client");
-  const std::string py = "/usr/bin/python3 " + Runfile("client/python/vaedecode_client.py");
-  const CommandResult whole = RunCommand(absl::StrCat(cpp, common, " --latent=", latent, " --out=", dir, "/whole.npy"));
-  ASSERT_EQ(whole.status, 0) << whole.output;
-  const CommandResult cpp_session =
-      RunCommand(absl::StrCat(cpp, common, " --latent=", latent, " --stream_chunks=1,2,1 --out=", dir, "/cpp.npy"));
-  ASSERT_EQ(cpp_session.status, 0) << cpp_session.output;
-  EXPECT_THAT(cpp_session.output, HasSubstr("chunk=2 first_frame=9 frames=4"));
-  EXPECT_THAT(cpp_session.output, HasSubstr("chunks=3 frames=13"));
-  const CommandResult py_session = RunCommand(
-      absl::StrCat(py, common, " --latent=", dir, "/latent.npy", " --stream-chunks 2,2 --out=", dir, "/py.npy"));
-  ASSERT_EQ(py_session.status, 0) << py_session.output;
-  EXPECT_THAT(py_session.output, HasSubstr("chunk=1 first_frame=5 frames=8"));
-  absl::StatusOr<formats::NpyArray> want = formats::ReadNpy(dir + "/whole.npy");
-  ASSERT_TRUE(want.ok()) << want.status();
-  for (const char* file : {"cpp.npy", "py.npy"}) {
-    absl::StatusOr<formats::NpyArray> got = formats::ReadNpy(absl::StrCat(dir, "/", file));
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(got->shape, want->shape) << file;
-    EXPECT_TRUE(got->data == want->data) << file << ": the session's clip differs from the whole decode";
-  }
-  // MiniMax-H3: chunks that return no frame, and the held frames with the last chunk.
-  {
-    const std::string windows = FixturePath("minimax_h3/latent.safetensors");
-    const FloatTensor w = ReadFloat(windows);
-    ASSERT_TRUE(
-        formats::WriteNpy(dir + "/windows.npy", formats::DType::kF32, w.shape, w.data.data(), w.data.size() * 4).ok());
-    const std::string on = absl::StrCat(" --server=", server_->address(), " --model=minimax_h3 --mode=exact");
-    ASSERT_EQ(RunCommand(absl::StrCat(cpp, on, " --latent=", windows, " --out=", dir, "/w_whole.npy")).status, 0);
-    const CommandResult cpp_windows =
-        RunCommand(absl::StrCat(cpp, on, " --latent=", windows, " --stream_chunks=3,4,2 --out=", dir, "/w_cpp.npy"));
-    ASSERT_EQ(cpp_windows.status, 0) << cpp_windows.output;
-    EXPECT_THAT(cpp_windows.output, HasSubstr("chunk=0 first_frame=0 frames=0"));
-    EXPECT_THAT(cpp_windows.output, HasSubstr("chunk=2 first_frame=17 frames=13"));
-    const CommandResult py_windows = RunCommand(
-        absl::StrCat(py, on, " --latent=", dir, "/windows.npy", " --stream-chunks 7,2 --out=", dir, "/w_py.npy"));
-    ASSERT_EQ(py_windows.status, 0) << py_windows.output;
-    EXPECT_THAT(py_windows.output, HasSubstr("chunk=1 first_frame=17 frames=13"));
-    absl::StatusOr<formats::NpyArray> want_windows = formats::ReadNpy(dir + "/w_whole.npy");
-    ASSERT_TRUE(want_windows.ok()) << want_windows.status();
-    for (const char* file : {"w_cpp.npy", "w_py.npy"}) {
-      absl::StatusOr<formats::NpyArray> got = formats::ReadNpy(absl::StrCat(dir, "/", file));
-      ASSERT_TRUE(got.ok()) << got.status();
-      EXPECT_EQ(got->shape, want_windows->shape) << file;
-      // Exact over the group: a session's windows are the whole decode's, on the same bands.
-      EXPECT_LE(MaxAbsDiff(NpyFloats(*got), NpyFloats(*want_windows)), 3e-5) << file;
-    }
-  }
   // Chunks that do not add up to the latent are refused before any call.
   const CommandResult bad =
       RunCommand(absl::StrCat(cpp, common, " --latent=", latent, " --stream_chunks=1,2 --out=", dir, "/bad.npy"));
