@@ -1,5 +1,8 @@
 #include "families/decoder.h"
 
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "families/input_checks.h"
@@ -82,6 +85,37 @@ std::vector<int64_t> Decoder::OutputShape(const std::vector<int64_t>& latent_sha
   out[h + 1] *= m.spatial_factor;
   if (m.is_video) out[2] = rpc::OutputFrames(m.output_frames, m.temporal_factor, out[2]);
   return out;
+}
+
+void ChunkFrames::Add(at::Tensor frames) {
+  ++added_;
+  const int64_t n = frames.size(2);
+  if (out_.defined() && filled_ + n <= out_.size(2) && parts_.empty()) {
+    out_.narrow(2, filled_, n).copy_(frames);
+    filled_ += n;
+    return;
+  }
+  parts_.push_back(std::move(frames));
+  if (out_.defined() || added_ != 2 || steps_ <= 2) return;
+  // Sized from the second step: the first's frames, then every other step's.
+  std::vector<int64_t> shape = parts_[1].sizes().vec();
+  shape[2] = parts_[0].size(2) + (steps_ - 1) * parts_[1].size(2);
+  out_ = at::empty(shape, parts_[1].options());
+  for (const at::Tensor& part : parts_) {
+    out_.narrow(2, filled_, part.size(2)).copy_(part);
+    filled_ += part.size(2);
+  }
+  parts_.clear();
+}
+
+at::Tensor ChunkFrames::Take() {
+  if (out_.defined() && parts_.empty() && filled_ == out_.size(2)) return std::move(out_);
+  std::vector<at::Tensor> all;
+  if (out_.defined()) all.push_back(out_.narrow(2, 0, filled_));
+  for (at::Tensor& part : parts_) all.push_back(std::move(part));
+  // One part: a step's own output, or (a later step returned fewer frames)
+  // what was filled, copied out of the larger tensor.
+  return all.size() == 1 ? all[0].contiguous() : at::cat(all, 2);
 }
 
 }  // namespace vaedecode::families

@@ -16,7 +16,6 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/cat.h>
 #include <c10/core/Device.h>
 
 #include "absl/status/status.h"
@@ -182,6 +181,26 @@ class DecodeStream {
   virtual int64_t latent_frames() const = 0;
 };
 
+// A chunk's frames, step by step, as one [B, C, frames, H, W] tensor. A
+// whole Decode is one long chunk: concatenating its steps at the end would
+// hold the clip twice, so once two steps have said how many frames a step
+// returns (a causal decoder's first may return fewer) the rest is sized and
+// each step copied in as it comes; a step returning another count falls
+// back to concatenating.
+class ChunkFrames {
+ public:
+  explicit ChunkFrames(int64_t steps) : steps_(steps) {}
+  void Add(at::Tensor frames);
+  at::Tensor Take();
+
+ private:
+  const int64_t steps_;
+  int64_t added_ = 0;
+  at::Tensor out_;  // sized after the second step; [0, filled_) written
+  int64_t filled_ = 0;
+  std::vector<at::Tensor> parts_;  // steps not in out_
+};
+
 // A DecodeStream whose state is a `State` (with `int64_t bytes() const`)
 // that `step(z, ops, state, clip_ends)` carries from chunk to chunk, stepped
 // as DecodeStream says (a latent frame at a time on whole tensors; the
@@ -199,13 +218,14 @@ class StatefulDecodeStream final : public DecodeStream {
   at::Tensor DecodeChunk(const at::Tensor& z, LayerOps& ops, bool clip_ends) override {
     at::NoGradGuard no_grad;
     const int64_t steps = ops.HoldsRowBand() ? 1 : z.size(2);
-    std::vector<at::Tensor> frames;
+    ChunkFrames frames(steps);
     for (int64_t i = 0; i < steps; ++i) {
-      frames.push_back(step_(steps == 1 ? z : z.narrow(2, i, 1), ops, state_, clip_ends && i == steps - 1));
-      if (!step_announces_frames_) ops.FramesFinished(frames.back());
+      at::Tensor step_frames = step_(steps == 1 ? z : z.narrow(2, i, 1), ops, state_, clip_ends && i == steps - 1);
+      if (!step_announces_frames_) ops.FramesFinished(step_frames);
+      frames.Add(std::move(step_frames));
     }
     latent_frames_ += z.size(2);
-    return frames.size() == 1 ? frames[0] : at::cat(frames, 2);
+    return frames.Take();
   }
   int64_t state_bytes() const override { return state_.bytes(); }
   int64_t latent_frames() const override { return latent_frames_; }

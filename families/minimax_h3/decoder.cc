@@ -135,6 +135,17 @@ class WindowStream final : public DecodeStream {
     if (ended_) throw StatusError(absl::FailedPreconditionError("the clip has ended: its stream takes no more frames"));
     latents_ = latents_.defined() ? at::cat({latents_, z}, 2) : z;
     seen_ += z.size(2);
+    // Every frame returned stays in the clip's output whatever comes next.
+    // The chunk's output is allocated once and the frames held from before,
+    // then each window's, are copied in as they come (the rest is held): a
+    // whole Decode (one chunk) is not held twice by a final concatenation.
+    const int64_t due = decoder_.StreamedFrames(seen_, clip_ends) - returned_;
+    due_ = due;
+    filled_ = 0;
+    std::vector<at::Tensor> before = std::move(held_);
+    held_.clear();
+    for (const at::Tensor& part : before) Hold(part);
+    before.clear();  // copied into the output, or held again
     const int64_t chunk = config_.tokens_chunk_size();
     if (clip_ends) {
       const WindowPlan plan = config_.Windows(seen_);
@@ -148,21 +159,15 @@ class WindowStream final : public DecodeStream {
     } else {
       while (next_window_ * chunk + config_.window_latent_frames() <= seen_) DecodeNextWindow(ops);
     }
-    // Every frame returned stays in the clip's output whatever comes next.
-    const int64_t due = decoder_.StreamedFrames(seen_, clip_ends) - returned_;
-    int64_t held = 0;
-    for (const at::Tensor& part : held_) held += part.size(2);
-    if (due > held) throw StatusError(absl::InternalError("a window stream holds fewer frames than are due"));
+    if (filled_ < due) throw StatusError(absl::InternalError("a window stream holds fewer frames than are due"));
     at::Tensor out;
     if (due == 0) {
       out = at::empty(
           {z.size(0), config_.out_channels, 0, z.size(3) * config_.patch_size(), z.size(4) * config_.patch_size()},
           z.options().dtype(decoder_.dtype()));
     } else {
-      const at::Tensor all = held_.size() == 1 ? held_[0] : at::cat(held_, 2);  // once per chunk
-      out = all.narrow(2, 0, due);
-      held_.clear();
-      if (due < held) held_.push_back(all.narrow(2, due, held - due));
+      out = std::move(out_);
+      out_ = at::Tensor();
       returned_ += due;
       ops.FramesFinished(out);
     }
@@ -195,7 +200,20 @@ class WindowStream final : public DecodeStream {
     if (t.defined() && t.storage().nbytes() > t.nbytes()) t = t.clone(at::MemoryFormat::Contiguous);
   }
 
-  void Hold(const at::Tensor& frames) { held_.push_back(frames); }
+  // Final frames, in order: into the chunk's output while it has room, then held.
+  void Hold(const at::Tensor& frames) {
+    const int64_t n = std::min(frames.size(2), due_ - filled_);
+    if (n > 0) {
+      if (!out_.defined()) {
+        std::vector<int64_t> shape = frames.sizes().vec();
+        shape[2] = due_;
+        out_ = at::empty(shape, frames.options());
+      }
+      out_.narrow(2, filled_, n).copy_(frames.narrow(2, 0, n));
+      filled_ += n;
+    }
+    if (n < frames.size(2)) held_.push_back(n > 0 ? frames.narrow(2, n, frames.size(2) - n) : frames);
+  }
 
   // Decodes window next_window_ from the buffered latents (which start at
   // latent frame first_latent_), then drops the latents no later window reads.
@@ -229,7 +247,10 @@ class WindowStream final : public DecodeStream {
   int64_t seen_ = 0;
   int64_t next_window_ = 0;
   at::Tensor overlap_;            // the last window's second part, faded into the next window's first
-  std::vector<at::Tensor> held_;  // final frames not yet returned, in order
+  std::vector<at::Tensor> held_;  // final frames not yet returned, in order (after out_'s)
+  int64_t due_ = 0;               // during a chunk: the frames it returns,
+  at::Tensor out_;                // in here once the first comes, [0, filled_) written
+  int64_t filled_ = 0;
   int64_t returned_ = 0;
   bool ended_ = false;
 };

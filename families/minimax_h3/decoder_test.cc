@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "device/counting_cpu_allocator.h"
 #include "families/builtin_families.h"
 #include "families/model_files.h"
 #include "families/status_error.h"
@@ -225,6 +226,49 @@ TEST(MiniMaxH3Decoder, AStreamReturnsAWindowsFramesBeforeTheClipEnds) {
       CatchExceptions("short", [&] { (void)short_clip->DecodeChunk(z.narrow(2, 0, 2), ops, true); });
   EXPECT_EQ(too_short.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(too_short.message(), HasSubstr("decodes at least 3"));
+}
+
+// A whole decode holds its output once: each window's frames are copied
+// into the chunk's output as they come, so a longer clip's peak grows by
+// its output (and latents), not by twice its output as when the windows
+// were kept and concatenated at the end (1.8x here).
+TEST(MiniMaxH3Decoder, AWholeDecodeHoldsItsOutputOnce) {
+  device::CountingCpuAllocator& memory = device::CountingCpuAllocator::Install();
+  absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson({{"latent_channels", 4},
+                                                                 {"decoder_num_layers", 1},
+                                                                 {"decoder_num_attention_heads", 2},
+                                                                 {"decoder_attention_head_dim", 8},
+                                                                 {"spatial_downsample_factors", {2}},
+                                                                 {"temporal_downsample_factors", {4}},
+                                                                 {"clip_length", 17}},
+                                                                "memory");
+  ASSERT_TRUE(c.ok()) << c.status();
+  MiniMaxH3Decoder decoder(*c, "{}");
+  SeedParameters(*decoder.module(), 7);
+  struct Measured {
+    int64_t peak = 0, output = 0, latent = 0;
+  };
+  auto decode = [&](int64_t latent_frames) {
+    Measured m;
+    const at::Tensor z = at::randn({1, 4, latent_frames, 8, 8});
+    DenseOps ops;
+    const int64_t before = memory.current_bytes();
+    memory.ResetPeak();
+    const at::Tensor out = decoder.Decode(z, ops);
+    m.peak = memory.peak_bytes() - before;
+    m.output = static_cast<int64_t>(out.nbytes());
+    m.latent = static_cast<int64_t>(z.nbytes());
+    return m;
+  };
+  // Long enough that the output outweighs a window's activations (the
+  // window being decoded still adds its frames on top: the output is
+  // allocated whole before it).
+  const Measured short_clip = decode(41), long_clip = decode(81);
+  const int64_t more_output = long_clip.output - short_clip.output;
+  ASSERT_GT(more_output, 0);
+  // The latents are buffered (and padded) a few times over; the output once.
+  EXPECT_LE(long_clip.peak - short_clip.peak, more_output + 4 * (long_clip.latent - short_clip.latent));
+  EXPECT_GE(long_clip.peak - short_clip.peak, more_output);
 }
 
 TEST(MiniMaxH3Decoder, MemorySaturatesAtTheFirstFullWindow) {
