@@ -109,13 +109,13 @@ void ChunkFrames::Add(at::Tensor frames) {
 }
 
 at::Tensor ChunkFrames::Take() {
-  if (out_.defined() && parts_.empty() && filled_ == out_.size(2)) return std::move(out_);
-  std::vector<at::Tensor> all;
-  if (out_.defined()) all.push_back(out_.narrow(2, 0, filled_));
+  if (!out_.defined()) return parts_.size() == 1 ? std::move(parts_[0]) : at::cat(parts_, 2);
+  if (parts_.empty() && filled_ == out_.size(2)) return std::move(out_);
+  // A later step returned another count: what was filled, copied out of the
+  // larger tensor (not a view keeping it alive), then the rest.
+  std::vector<at::Tensor> all = {out_.narrow(2, 0, filled_)};
   for (at::Tensor& part : parts_) all.push_back(std::move(part));
-  // One part: a step's own output, or (a later step returned fewer frames)
-  // what was filled, copied out of the larger tensor.
-  return all.size() == 1 ? all[0].contiguous() : at::cat(all, 2);
+  return all.size() == 1 ? all[0].clone(at::MemoryFormat::Contiguous) : at::cat(all, 2);
 }
 
 }  // namespace vaedecode::families

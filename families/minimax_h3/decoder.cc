@@ -141,6 +141,7 @@ class WindowStream final : public DecodeStream {
     // whole Decode (one chunk) is not held twice by a final concatenation.
     const int64_t due = decoder_.StreamedFrames(seen_, clip_ends) - returned_;
     due_ = due;
+    out_ = at::Tensor();  // none left by a chunk that threw
     filled_ = 0;
     std::vector<at::Tensor> before = std::move(held_);
     held_.clear();
