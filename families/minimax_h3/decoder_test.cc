@@ -129,6 +129,20 @@ TEST(MiniMaxH3Decoder, OutputFramesFromTheTableAreTheWindowPlansForAnyLength) {
 // The latent decoded through one stream, `chunks` latent frames at a time,
 // the last chunk saying the clip ends; each chunk's frame count checked
 // against StreamedFrames.
+// A one-layer decoder (2x spatial, 4x temporal, 4 latent channels) small
+// enough to decode many clips, with the window geometry given.
+absl::StatusOr<MiniMaxH3Config> SmallWindowConfig(int64_t clip_length, int64_t token_drop) {
+  return MiniMaxH3Config::FromJson({{"latent_channels", 4},
+                                    {"decoder_num_layers", 1},
+                                    {"decoder_num_attention_heads", 2},
+                                    {"decoder_attention_head_dim", 8},
+                                    {"spatial_downsample_factors", {2}},
+                                    {"temporal_downsample_factors", {4}},
+                                    {"clip_length", clip_length},
+                                    {"token_drop", token_drop}},
+                                   "small windows");
+}
+
 at::Tensor DecodeInChunks(MiniMaxH3Decoder& decoder, const at::Tensor& z, const std::vector<int64_t>& chunks) {
   std::unique_ptr<DecodeStream> stream = decoder.OpenStream();
   DenseOps ops;
@@ -153,15 +167,7 @@ TEST(MiniMaxH3Decoder, AStreamReturnsEachWindowOnceItsLatentsCameAndEqualsTheWho
   // one frame, of two and three, and all at once: bit for bit the whole decode.
   const std::vector<std::pair<int64_t, int64_t>> geometries = {{17, 3}, {17, 0}, {9, 1}, {13, 7}};
   for (const auto& [clip_length, token_drop] : geometries) {
-    absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson({{"latent_channels", 4},
-                                                                   {"decoder_num_layers", 1},
-                                                                   {"decoder_num_attention_heads", 2},
-                                                                   {"decoder_attention_head_dim", 8},
-                                                                   {"spatial_downsample_factors", {2}},
-                                                                   {"temporal_downsample_factors", {4}},
-                                                                   {"clip_length", clip_length},
-                                                                   {"token_drop", token_drop}},
-                                                                  "stream");
+    absl::StatusOr<MiniMaxH3Config> c = SmallWindowConfig(clip_length, token_drop);
     ASSERT_TRUE(c.ok()) << c.status();
     MiniMaxH3Decoder decoder(*c, "{}");
     SeedParameters(*decoder.module(), 7);
@@ -234,14 +240,7 @@ TEST(MiniMaxH3Decoder, AStreamReturnsAWindowsFramesBeforeTheClipEnds) {
 // were kept and concatenated at the end (1.8x here).
 TEST(MiniMaxH3Decoder, AWholeDecodeHoldsItsOutputOnce) {
   device::CountingCpuAllocator& memory = device::CountingCpuAllocator::Install();
-  absl::StatusOr<MiniMaxH3Config> c = MiniMaxH3Config::FromJson({{"latent_channels", 4},
-                                                                 {"decoder_num_layers", 1},
-                                                                 {"decoder_num_attention_heads", 2},
-                                                                 {"decoder_attention_head_dim", 8},
-                                                                 {"spatial_downsample_factors", {2}},
-                                                                 {"temporal_downsample_factors", {4}},
-                                                                 {"clip_length", 17}},
-                                                                "memory");
+  absl::StatusOr<MiniMaxH3Config> c = SmallWindowConfig(/*clip_length=*/17, /*token_drop=*/3);
   ASSERT_TRUE(c.ok()) << c.status();
   MiniMaxH3Decoder decoder(*c, "{}");
   SeedParameters(*decoder.module(), 7);
