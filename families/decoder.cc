@@ -1,5 +1,7 @@
 #include "families/decoder.h"
 
+#include <algorithm>
+
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 
@@ -87,35 +89,49 @@ std::vector<int64_t> Decoder::OutputShape(const std::vector<int64_t>& latent_sha
   return out;
 }
 
+int64_t FrameOutput::Add(const at::Tensor& frames) {
+  const int64_t n = std::min(frames.size(2), frames_ - filled_);
+  if (n <= 0) return 0;
+  if (!out_.defined()) {
+    if (n == frames_ && frames.size(2) == n && frames.storage().nbytes() == frames.nbytes()) {
+      out_ = frames;
+      filled_ = n;
+      return n;
+    }
+    std::vector<int64_t> shape = frames.sizes().vec();
+    shape[2] = frames_;
+    out_ = at::empty(shape, frames.options());
+  }
+  out_.narrow(2, filled_, n).copy_(frames.narrow(2, 0, n));
+  filled_ += n;
+  return n;
+}
+
+at::Tensor FrameOutput::Take() {
+  if (filled_ == 0 || full()) return std::move(out_);
+  return out_.narrow(2, 0, filled_).clone(at::MemoryFormat::Contiguous);  // not a view keeping it all alive
+}
+
 void ChunkFrames::Add(at::Tensor frames) {
   ++added_;
-  const int64_t n = frames.size(2);
-  if (out_.defined() && filled_ + n <= out_.size(2) && parts_.empty()) {
-    out_.narrow(2, filled_, n).copy_(frames);
-    filled_ += n;
-    return;
+  if (out_ && parts_.empty()) {
+    const int64_t taken = out_->Add(frames);
+    if (taken == frames.size(2)) return;
+    frames = frames.narrow(2, taken, frames.size(2) - taken);
   }
   parts_.push_back(std::move(frames));
-  if (out_.defined() || added_ != 2 || steps_ <= 2) return;
+  if (out_ || added_ != 2 || steps_ <= 2) return;
   // Sized from the second step: the first's frames, then every other step's.
-  std::vector<int64_t> shape = parts_[1].sizes().vec();
-  shape[2] = parts_[0].size(2) + (steps_ - 1) * parts_[1].size(2);
-  out_ = at::empty(shape, parts_[1].options());
-  for (const at::Tensor& part : parts_) {
-    out_.narrow(2, filled_, part.size(2)).copy_(part);
-    filled_ += part.size(2);
-  }
+  out_.emplace(parts_[0].size(2) + (steps_ - 1) * parts_[1].size(2));
+  for (const at::Tensor& part : parts_) out_->Add(part);
   parts_.clear();
 }
 
 at::Tensor ChunkFrames::Take() {
-  if (!out_.defined()) return parts_.size() == 1 ? std::move(parts_[0]) : at::cat(parts_, 2);
-  if (parts_.empty() && filled_ == out_.size(2)) return std::move(out_);
-  // A later step returned another count: what was filled, copied out of the
-  // larger tensor (not a view keeping it alive), then the rest.
-  std::vector<at::Tensor> all = {out_.narrow(2, 0, filled_)};
+  std::vector<at::Tensor> all;
+  if (out_ && out_->filled() > 0) all.push_back(out_->Take());
   for (at::Tensor& part : parts_) all.push_back(std::move(part));
-  return all.size() == 1 ? all[0].clone(at::MemoryFormat::Contiguous) : at::cat(all, 2);
+  return all.size() == 1 ? all[0] : at::cat(all, 2);
 }
 
 }  // namespace vaedecode::families

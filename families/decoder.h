@@ -181,12 +181,31 @@ class DecodeStream {
   virtual int64_t latent_frames() const = 0;
 };
 
-// A chunk's frames, step by step, as one [B, C, frames, H, W] tensor. A
-// whole Decode is one long chunk: concatenating its steps at the end would
-// hold the clip twice, so once two steps have said how many frames a step
-// returns (a causal decoder's first may return fewer) the rest is sized and
-// each step copied in as it comes; a step returning another count falls
-// back to concatenating.
+// A [B, C, frames, H, W] output of a known frame count, filled in order as
+// its frames come, so a long one is never held twice by a concatenation.
+// Allocated at the first frames (their batch, channels, size, dtype and
+// device); frames that fill it alone, owning their buffer, are kept as
+// they are.
+class FrameOutput {
+ public:
+  explicit FrameOutput(int64_t frames = 0) : frames_(frames) {}
+  // Copies in the first of `frames` that fit; returns how many.
+  int64_t Add(const at::Tensor& frames);
+  int64_t filled() const { return filled_; }
+  bool full() const { return filled_ == frames_; }
+  // The frames filled (copied out when short of the count); undefined when none.
+  at::Tensor Take();
+
+ private:
+  int64_t frames_;
+  at::Tensor out_;
+  int64_t filled_ = 0;
+};
+
+// A chunk's frames, step by step, as one tensor. A whole Decode is one long
+// chunk: once two steps have said how many frames a step returns (a causal
+// decoder's first may return fewer) the rest go into a FrameOutput sized
+// for them; a step returning another count falls back to concatenating.
 class ChunkFrames {
  public:
   explicit ChunkFrames(int64_t steps) : steps_(steps) {}
@@ -196,9 +215,8 @@ class ChunkFrames {
  private:
   const int64_t steps_;
   int64_t added_ = 0;
-  at::Tensor out_;  // sized after the second step; [0, filled_) written
-  int64_t filled_ = 0;
-  std::vector<at::Tensor> parts_;  // steps not in out_
+  std::optional<FrameOutput> out_;  // sized after the second step
+  std::vector<at::Tensor> parts_;   // frames not in out_, in order after its
 };
 
 // A DecodeStream whose state is a `State` (with `int64_t bytes() const`)

@@ -37,6 +37,32 @@ TEST(ChunkFrames, IsTheStepsConcatenated) {
   ExpectTheSteps({1, 4, 0, 4, 4});  // none
 }
 
+// Frames that fill the output alone and own their buffer are the output
+// (no copy); a view of a larger buffer is copied, so the output does not
+// keep that buffer alive; a short fill is copied out.
+TEST(FrameOutput, KeepsAnOwnedFillAndCopiesViews) {
+  const at::Tensor whole = StepFrames(4, 1);
+  FrameOutput owned(4);
+  EXPECT_EQ(owned.Add(whole), 4);
+  EXPECT_TRUE(owned.full());
+  EXPECT_EQ(owned.Take().data_ptr(), whole.data_ptr());
+
+  const at::Tensor larger = at::arange(2 * 3 * 6 * 2 * 3, at::kFloat).view({2, 3, 6, 2, 3});
+  FrameOutput viewed(4);
+  EXPECT_EQ(viewed.Add(larger), 4);  // the first 4 of 6
+  const at::Tensor got = viewed.Take();
+  EXPECT_NE(got.data_ptr(), larger.data_ptr());
+  EXPECT_TRUE(got.equal(larger.narrow(2, 0, 4)));
+
+  FrameOutput short_fill(5);
+  EXPECT_EQ(short_fill.Add(larger.narrow(2, 1, 3)), 3);
+  EXPECT_FALSE(short_fill.full());
+  const at::Tensor filled = short_fill.Take();
+  EXPECT_EQ(filled.size(2), 3);
+  EXPECT_EQ(static_cast<int64_t>(filled.storage().nbytes()), static_cast<int64_t>(filled.nbytes()));
+  EXPECT_TRUE(filled.equal(larger.narrow(2, 1, 3)));
+}
+
 // A whole clip's steps are not held twice: once the second step says the
 // rest's frames, the chunk lives in one tensor the steps are copied into.
 // Before, the steps were kept and concatenated at the end (2x the clip).

@@ -140,9 +140,7 @@ class WindowStream final : public DecodeStream {
     // then each window's, are copied in as they come (the rest is held): a
     // whole Decode (one chunk) is not held twice by a final concatenation.
     const int64_t due = decoder_.StreamedFrames(seen_, clip_ends) - returned_;
-    due_ = due;
-    out_ = at::Tensor();  // none left by a chunk that threw
-    filled_ = 0;
+    out_ = FrameOutput(due);
     std::vector<at::Tensor> before = std::move(held_);
     held_.clear();
     for (const at::Tensor& part : before) Hold(part);
@@ -160,15 +158,14 @@ class WindowStream final : public DecodeStream {
     } else {
       while (next_window_ * chunk + config_.window_latent_frames() <= seen_) DecodeNextWindow(ops);
     }
-    if (filled_ < due) throw StatusError(absl::InternalError("a window stream holds fewer frames than are due"));
+    if (!out_.full()) throw StatusError(absl::InternalError("a window stream holds fewer frames than are due"));
     at::Tensor out;
     if (due == 0) {
       out = at::empty(
           {z.size(0), config_.out_channels, 0, z.size(3) * config_.patch_size(), z.size(4) * config_.patch_size()},
           z.options().dtype(decoder_.dtype()));
     } else {
-      out = std::move(out_);
-      out_ = at::Tensor();
+      out = out_.Take();
       returned_ += due;
       ops.FramesFinished(out);
     }
@@ -203,16 +200,7 @@ class WindowStream final : public DecodeStream {
 
   // Final frames, in order: into the chunk's output while it has room, then held.
   void Hold(const at::Tensor& frames) {
-    const int64_t n = std::min(frames.size(2), due_ - filled_);
-    if (n > 0) {
-      if (!out_.defined()) {
-        std::vector<int64_t> shape = frames.sizes().vec();
-        shape[2] = due_;
-        out_ = at::empty(shape, frames.options());
-      }
-      out_.narrow(2, filled_, n).copy_(frames.narrow(2, 0, n));
-      filled_ += n;
-    }
+    const int64_t n = out_.Add(frames);
     if (n < frames.size(2)) held_.push_back(n > 0 ? frames.narrow(2, n, frames.size(2) - n) : frames);
   }
 
@@ -249,9 +237,7 @@ class WindowStream final : public DecodeStream {
   int64_t next_window_ = 0;
   at::Tensor overlap_;            // the last window's second part, faded into the next window's first
   std::vector<at::Tensor> held_;  // final frames not yet returned, in order (after out_'s)
-  int64_t due_ = 0;               // during a chunk: the frames it returns,
-  at::Tensor out_;                // in here once the first comes, [0, filled_) written
-  int64_t filled_ = 0;
+  FrameOutput out_;               // during a chunk: the frames it returns
   int64_t returned_ = 0;
   bool ended_ = false;
 };
